@@ -1,0 +1,93 @@
+// Package jobspec defines a Lathe job specification: the YAML or JSON a user
+// submits, its strict parser, its validation (every bad field reported at
+// once, each with its path and value) and its normalisation (defaults filled
+// in). It is a leaf package: it imports nothing of Lathe's.
+package jobspec
+
+// Spec is one fine-tuning job as the user wrote it (after Normalize, with the
+// defaults filled in). Field names and JSON/YAML keys follow DESIGN.md.
+type Spec struct {
+	// Name is [a-z0-9-], 1–63 characters. Required.
+	Name string `json:"name"`
+	// BaseModel is "tiny-char" (the built-in demo model) or a Hugging Face id. Required.
+	BaseModel string `json:"base_model"`
+	// Dataset is a file:// (absolute) or s3:// URI of a JSONL file. Required.
+	Dataset string `json:"dataset"`
+	// EvalDataset is optional; same URI rules as Dataset.
+	EvalDataset string    `json:"eval_dataset,omitempty"`
+	LoRA        LoRA      `json:"lora"`
+	Training    Training  `json:"training"`
+	Resources   Resources `json:"resources"`
+	// Residency holds lower-case tags; every site the job touches must carry
+	// all of them. Empty means the daemon's routing.default_residency.
+	Residency []string `json:"residency"`
+	// Priority is urgent, normal (default) or batch.
+	Priority Priority `json:"priority"`
+	// MaxWait is how long the job may wait for local capacity before it may burst.
+	MaxWait Duration `json:"max_wait,omitempty"`
+	// MaxRuntime bounds one attempt's run time; reaching it fails the job
+	// with reason "timeout" (no retry). Zero means the daemon's default.
+	MaxRuntime Duration `json:"max_runtime,omitempty"`
+	// BudgetUSD caps the job's cost; 0 means no per-job cap.
+	BudgetUSD float64 `json:"budget_usd,omitempty"`
+	// Trainer names a trainer from the daemon's config; default "reference".
+	Trainer string `json:"trainer"`
+	Output  Output `json:"output"`
+}
+
+// LoRA holds the adapter's hyperparameters.
+type LoRA struct {
+	Rank          int      `json:"rank"`           // 1–1024; default 8
+	Alpha         float64  `json:"alpha"`          // > 0; default 2×rank
+	Dropout       float64  `json:"dropout"`        // 0 ≤ d < 1
+	TargetModules []string `json:"target_modules"` // default [q_proj, v_proj]
+}
+
+// Training holds the optimisation settings.
+type Training struct {
+	Epochs       int     `json:"epochs"`        // ≥ 1, or MaxSteps ≥ 1
+	LearningRate float64 `json:"learning_rate"` // > 0; default 2e-4
+	BatchSize    int     `json:"batch_size"`    // ≥ 1; default 8
+	MaxSteps     int     `json:"max_steps"`     // 0 = run the epochs
+	Seed         int64   `json:"seed"`          // default 42
+	// CheckpointEvery is the checkpoint interval in steps; 0 = the trainer's default.
+	CheckpointEvery int `json:"checkpoint_every,omitempty"`
+	// EvalEvery is the eval interval in steps; 0 = the trainer's default.
+	EvalEvery int `json:"eval_every,omitempty"`
+}
+
+// Resources is the hardware a job asks for. GPUs 0 means a CPU-only job.
+type Resources struct {
+	GPUs        int      `json:"gpus"`
+	GPUMemoryGB float64  `json:"gpu_memory_gb,omitempty"`
+	GPUModels   []string `json:"gpu_models,omitempty"`
+}
+
+// Output says where the job's artifacts go; a per-job subfolder is made under URI.
+// An empty URI means the daemon's default artifact location.
+type Output struct {
+	URI     string   `json:"uri,omitempty"`
+	Formats []string `json:"formats,omitempty"` // default [safetensors]
+}
+
+// Priority orders the pending set: urgent before normal before batch.
+type Priority string
+
+// The priorities, highest first.
+const (
+	PriorityUrgent Priority = "urgent"
+	PriorityNormal Priority = "normal"
+	PriorityBatch  Priority = "batch"
+)
+
+// Rank is 0 for urgent, 1 for normal, 2 for batch (and 1 for anything else).
+func (p Priority) Rank() int {
+	switch p {
+	case PriorityUrgent:
+		return 0
+	case PriorityBatch:
+		return 2
+	default:
+		return 1
+	}
+}

@@ -1,0 +1,158 @@
+// Package jobtype holds the types Lathe's parts share about a job: its state
+// machine, the record the API returns, progress, artifacts and events. It
+// imports only jobspec, so the CLI, the scheduler and the worker agree on one
+// shape without importing each other.
+package jobtype
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
+)
+
+// State is a job's lifecycle state (DESIGN.md "Job lifecycle").
+type State string
+
+// The job states. succeeded, failed and cancelled are terminal.
+const (
+	StateQueued       State = "queued"
+	StateDispatched   State = "dispatched"
+	StateProvisioning State = "provisioning"
+	StateRunning      State = "running"
+	StatePreempted    State = "preempted"
+	StateSucceeded    State = "succeeded"
+	StateFailed       State = "failed"
+	StateCancelled    State = "cancelled"
+)
+
+// States lists every state, in lifecycle order.
+var States = []State{StateQueued, StateDispatched, StateProvisioning, StateRunning,
+	StatePreempted, StateSucceeded, StateFailed, StateCancelled}
+
+// Valid reports whether s is one of States.
+func (s State) Valid() bool {
+	for _, x := range States {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Terminal reports whether no further transition leaves s (except an explicit retry).
+func (s State) Terminal() bool {
+	return s == StateSucceeded || s == StateFailed || s == StateCancelled
+}
+
+// Failure reasons recorded in Job.Reason.
+const (
+	ReasonTimeout   = "timeout"   // max_runtime reached
+	ReasonPermanent = "permanent" // trainer exit 3: bad data or config, no retry
+	ReasonExit      = "exit"      // trainer exited non-zero; retries exhausted
+	ReasonCancelled = "cancelled" // the user asked
+	ReasonInternal  = "internal"  // Lathe itself could not run the attempt
+)
+
+// Progress is the latest progress line of the running attempt.
+type Progress struct {
+	Step         int     `json:"step"`
+	TotalSteps   int     `json:"total_steps"`
+	Epoch        float64 `json:"epoch,omitempty"`
+	Loss         float64 `json:"loss"`
+	LearningRate float64 `json:"learning_rate,omitempty"`
+	SamplesPerS  float64 `json:"samples_per_s,omitempty"`
+}
+
+// Artifact is one file a job produced, as stored under its output folder.
+type Artifact struct {
+	Path   string `json:"path"`
+	Format string `json:"format,omitempty"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+// Job is a job's record as the store holds it and the API returns it.
+type Job struct {
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	State State  `json:"state"`
+	// Reason qualifies a failed or cancelled state (Reason* constants).
+	Reason string `json:"reason,omitempty"`
+	// Error is a human-readable message for a failed job.
+	Error   string `json:"error,omitempty"`
+	Attempt int    `json:"attempt"`
+	// Backend is where the current attempt was placed ("local" for now).
+	Backend string `json:"backend,omitempty"`
+	// Node is the worker node of the current attempt.
+	Node string `json:"node,omitempty"`
+	// GPUs are the GPU indices on Node reserved for the current attempt.
+	GPUs            []int              `json:"gpus"`
+	Progress        Progress           `json:"progress"`
+	Metrics         map[string]float64 `json:"metrics"`
+	Artifacts       []Artifact         `json:"artifacts"`
+	OutputURI       string             `json:"output_uri,omitempty"`
+	CancelRequested bool               `json:"cancel_requested,omitempty"`
+	Submitter       string             `json:"submitter,omitempty"`
+	Team            string             `json:"team,omitempty"`
+	CreatedAt       time.Time          `json:"created_at"`
+	UpdatedAt       time.Time          `json:"updated_at"`
+	StartedAt       *time.Time         `json:"started_at,omitempty"`
+	FinishedAt      *time.Time         `json:"finished_at,omitempty"`
+	Spec            jobspec.Spec       `json:"spec"`
+}
+
+// Event types in a job's event stream.
+const (
+	EventState      = "state"      // Data: StateChange
+	EventProgress   = "progress"   // Data: the trainer's progress line
+	EventEval       = "eval"       // Data: the trainer's eval line
+	EventCheckpoint = "checkpoint" // Data: the trainer's checkpoint line
+	EventArtifact   = "artifact"   // Data: Artifact
+	EventLog        = "log"        // Data: LogLine
+	EventDone       = "done"       // Data: the trainer's done line
+)
+
+// Event is one entry of a job's event stream.
+type Event struct {
+	// ID is the Redis stream id; it orders events and resumes a follow.
+	ID      string          `json:"id"`
+	Time    time.Time       `json:"time"`
+	Type    string          `json:"type"`
+	Attempt int             `json:"attempt"`
+	Data    json.RawMessage `json:"data"`
+}
+
+// StateChange is the Data of an EventState.
+type StateChange struct {
+	From   State  `json:"from,omitempty"`
+	To     State  `json:"to"`
+	Reason string `json:"reason,omitempty"`
+	Error  string `json:"error,omitempty"`
+	Node   string `json:"node,omitempty"`
+}
+
+// LogLine is the Data of an EventLog.
+type LogLine struct {
+	Stream string `json:"stream"` // stdout or stderr
+	Line   string `json:"line"`
+}
+
+// TaskPayload is what an asynq task carries: one attempt of one job.
+// The job store, not the payload, is the authority on what to run.
+type TaskPayload struct {
+	JobID   string `json:"job_id"`
+	Attempt int    `json:"attempt"`
+}
+
+// TaskType is the asynq task type of a job attempt.
+const TaskType = "lathe:attempt"
+
+// TaskID is the asynq task id of attempt n of job id: "<job>:<attempt>".
+func TaskID(jobID string, attempt int) string {
+	return fmt.Sprintf("%s:%d", jobID, attempt)
+}
+
+// NodeQueue is the asynq queue of a local worker node.
+func NodeQueue(node string) string { return "node:" + node }
