@@ -3,6 +3,9 @@ package jobspec
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/big"
+	"strings"
 	"time"
 )
 
@@ -24,7 +27,8 @@ func (d Duration) String() string {
 // MarshalJSON writes d as a string.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
 
-// UnmarshalJSON reads a duration string such as "2h30m".
+// UnmarshalJSON reads a duration string such as "2h30m" or "1d12h" (see
+// ParseDuration).
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
@@ -38,10 +42,79 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// ParseDuration parses Go duration syntax; "" is zero.
+// maxDurationLen bounds the text ParseDuration reads; no sensible duration
+// needs more, and it keeps hostile inputs cheap.
+const maxDurationLen = 64
+
+// ParseDuration parses a non-negative duration: Go syntax (see
+// time.ParseDuration: "90m", "2h30m", "1.5h", "0") plus a "d" unit of 24
+// hours ("2d", "1d12h", "1.5d"). "" is zero. A negative duration, a value over
+// about 292 years or text over 64 bytes is an error.
 func ParseDuration(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, nil
 	}
-	return time.ParseDuration(s)
+	if len(s) > maxDurationLen {
+		return 0, fmt.Errorf("duration %q is too long", s[:16]+"…")
+	}
+	if s[0] == '-' {
+		return 0, fmt.Errorf("duration %q must not be negative", s)
+	}
+	if !strings.Contains(s, "d") {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return 0, fmt.Errorf("invalid duration %q", s)
+		}
+		return v, nil
+	}
+	// Split off the day terms; hand the rest to time.ParseDuration.
+	rest := strings.TrimPrefix(s, "+")
+	var days big.Rat
+	var others strings.Builder
+	for rest != "" {
+		i := 0
+		digits := 0
+		for i < len(rest) && (rest[i] >= '0' && rest[i] <= '9' || rest[i] == '.') {
+			if rest[i] != '.' {
+				digits++
+			}
+			i++
+		}
+		num := rest[:i]
+		if digits == 0 || strings.Count(num, ".") > 1 {
+			return 0, fmt.Errorf("invalid duration %q", s)
+		}
+		j := i
+		for j < len(rest) && !(rest[j] >= '0' && rest[j] <= '9' || rest[j] == '.') {
+			j++
+		}
+		unit := rest[i:j]
+		switch unit {
+		case "":
+			return 0, fmt.Errorf("invalid duration %q: missing unit", s)
+		case "d":
+			var r big.Rat
+			if _, ok := r.SetString(num); !ok {
+				return 0, fmt.Errorf("invalid duration %q", s)
+			}
+			days.Add(&days, &r)
+		default:
+			others.WriteString(rest[:j])
+		}
+		rest = rest[j:]
+	}
+	var total time.Duration
+	if others.Len() > 0 {
+		v, err := time.ParseDuration(others.String())
+		if err != nil {
+			return 0, fmt.Errorf("invalid duration %q", s)
+		}
+		total = v
+	}
+	days.Mul(&days, new(big.Rat).SetInt64(int64(24*time.Hour)))
+	q := new(big.Int).Quo(days.Num(), days.Denom()) // truncates, as time.ParseDuration does
+	if !q.IsInt64() || q.Int64() > math.MaxInt64-int64(total) {
+		return 0, fmt.Errorf("invalid duration %q: too large", s)
+	}
+	return total + time.Duration(q.Int64()), nil
 }

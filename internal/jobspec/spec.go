@@ -1,7 +1,3 @@
-// Package jobspec defines a Lathe job specification: the YAML or JSON a user
-// submits, its strict parser, its validation (every bad field reported at
-// once, each with its path and value) and its normalisation (defaults filled
-// in). It is a leaf package: it imports nothing of Lathe's.
 package jobspec
 
 // Spec is one fine-tuning job as the user wrote it (after Normalize, with the

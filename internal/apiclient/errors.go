@@ -1,0 +1,97 @@
+package apiclient
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
+)
+
+// ErrUnreachable is wrapped by every error where the scheduler gave no
+// answer: the connection was refused or dropped, or no answer came within
+// the timeout. Test with errors.Is.
+var ErrUnreachable = errors.New("scheduler unreachable")
+
+// ErrChecksum is wrapped by Artifact's error when the bytes received do not
+// hash to the X-Lathe-SHA256 the scheduler announced.
+var ErrChecksum = errors.New("sha256 mismatch")
+
+// Error codes the scheduler puts in an error answer's "code" (docs/api.md).
+const (
+	CodeInvalid     = "invalid"     // 400: the body or spec is bad; Fields lists every bad field
+	CodeNotFound    = "not_found"   // 404: no such job or artifact
+	CodeConflict    = "conflict"    // 409: the transition isn't allowed; State holds the job's state
+	CodeTooLarge    = "too_large"   // 413: the body is over the limit
+	CodeUnavailable = "unavailable" // 503: the scheduler cannot reach Redis
+	CodeInternal    = "internal"    // 500: anything else
+)
+
+// APIError is an error answer from the scheduler. Status is always set;
+// Code and Message come from the JSON body when it had one (Message falls
+// back to the body text or the status text).
+type APIError struct {
+	Status  int
+	Code    string
+	Message string
+	// Fields lists every bad field of a 400 "invalid" answer.
+	Fields []jobspec.FieldError
+	// State is the job's current state in a 409 "conflict" answer.
+	State string
+}
+
+// Error formats e as "scheduler answered <status> <code>: <message>".
+func (e *APIError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "scheduler answered %d", e.Status)
+	if e.Code != "" {
+		b.WriteString(" " + e.Code)
+	}
+	if e.Message != "" {
+		b.WriteString(": " + e.Message)
+	}
+	if e.State != "" {
+		b.WriteString(" (job state " + e.State + ")")
+	}
+	for _, f := range e.Fields {
+		fmt.Fprintf(&b, "; %s: %s", f.Field, f.Message)
+	}
+	return b.String()
+}
+
+// Unavailable reports whether e is a 503: the scheduler is up but cannot
+// serve (with Code "unavailable": Redis is down or unreachable).
+func (e *APIError) Unavailable() bool {
+	return e.Status == http.StatusServiceUnavailable || e.Code == CodeUnavailable
+}
+
+// errorBody is the JSON shape of every error answer.
+type errorBody struct {
+	Error  string               `json:"error"`
+	Code   string               `json:"code"`
+	Fields []jobspec.FieldError `json:"fields"`
+	State  string               `json:"state"`
+}
+
+// decodeAPIError reads resp's body (up to 64 KiB) into an *APIError.
+func decodeAPIError(resp *http.Response) *APIError {
+	e := &APIError{Status: resp.StatusCode}
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var body errorBody
+	if err := json.Unmarshal(data, &body); err == nil && (body.Error != "" || body.Code != "") {
+		e.Code, e.Message, e.Fields, e.State = body.Code, body.Error, body.Fields, body.State
+		return e
+	}
+	msg := strings.TrimSpace(string(data))
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	if msg == "" {
+		msg = http.StatusText(resp.StatusCode)
+	}
+	e.Message = msg
+	return e
+}

@@ -1,0 +1,83 @@
+package apiclient
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// QueueStats is the answer of GET /api/v1/queues.
+type QueueStats struct {
+	// Pending counts jobs in Lathe's pending set, waiting for a place.
+	Pending int `json:"pending"`
+	// ByState counts jobs per state.
+	ByState map[string]int `json:"by_state"`
+	// Queues describes each backend queue (node:<name>, cloud:<backend>).
+	Queues []QueueInfo `json:"queues"`
+}
+
+// QueueInfo is one asynq queue's counts. Counts the scheduler leaves out
+// are zero.
+type QueueInfo struct {
+	Name      string `json:"name"`
+	Pending   int    `json:"pending"`
+	Active    int    `json:"active"`
+	Scheduled int    `json:"scheduled,omitempty"`
+	Retry     int    `json:"retry,omitempty"`
+	Archived  int    `json:"archived,omitempty"`
+	Completed int    `json:"completed,omitempty"`
+	Paused    bool   `json:"paused,omitempty"`
+}
+
+// Queues returns the scheduler's queue statistics.
+func (c *Client) Queues(ctx context.Context) (*QueueStats, error) {
+	var q QueueStats
+	if err := c.call(ctx, http.MethodGet, "/api/v1/queues", nil, nil, nil, &q); err != nil {
+		return nil, err
+	}
+	return &q, nil
+}
+
+// Health is the answer of GET /healthz.
+type Health struct {
+	OK bool `json:"ok"`
+	// Redis is "up", or "down: <reason>".
+	Redis string `json:"redis"`
+}
+
+// Health asks the scheduler whether it and its Redis are up. When Redis is
+// down it returns the Health it got together with an *APIError (status 503,
+// code "unavailable").
+func (c *Client) Health(ctx context.Context) (*Health, error) {
+	tctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
+	defer cancel()
+	req, err := c.newRequest(tctx, http.MethodGet, "/healthz", nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("apiclient: health: %w", ctx.Err())
+		}
+		return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusServiceUnavailable {
+		data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		var h Health
+		if err == nil && json.Unmarshal(data, &h) == nil && h.Redis != "" {
+			if resp.StatusCode == http.StatusOK {
+				return &h, nil
+			}
+			return &h, &APIError{Status: resp.StatusCode, Code: CodeUnavailable, Message: "redis " + h.Redis}
+		}
+		if resp.StatusCode == http.StatusOK {
+			return nil, fmt.Errorf("apiclient: health: unexpected answer %q", data)
+		}
+		return nil, &APIError{Status: resp.StatusCode, Message: http.StatusText(resp.StatusCode)}
+	}
+	return nil, decodeAPIError(resp)
+}

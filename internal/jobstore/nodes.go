@@ -1,0 +1,116 @@
+package jobstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Node is a worker's heartbeat: who it is and what it offers.
+type Node struct {
+	Name        string    `json:"name"`
+	Incarnation string    `json:"incarnation"`
+	Backend     string    `json:"backend"`
+	Slots       int       `json:"slots"` // jobs it runs at once (CPU slots; GPUs come with #4)
+	GPUs        int       `json:"gpus"`
+	StartedAt   time.Time `json:"started_at"`
+	SeenAt      time.Time `json:"seen_at"`
+}
+
+// ErrNodeTaken: another live worker holds this node name.
+var ErrNodeTaken = errors.New("node name is held by another live worker")
+
+// Heartbeat records n with a TTL. The first heartbeat of an incarnation
+// (first=true) fails with ErrNodeTaken when a different incarnation's
+// heartbeat is still alive.
+func (s *Store) Heartbeat(ctx context.Context, n Node, ttl time.Duration, first bool) error {
+	n.SeenAt = s.now().UTC()
+	b, err := json.Marshal(n)
+	if err != nil {
+		return fmt.Errorf("jobstore: heartbeat %s: %w", n.Name, err)
+	}
+	key := s.key("node", n.Name)
+	if first {
+		prev, err := s.rdb.Get(ctx, key).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("jobstore: heartbeat %s: %w", n.Name, err)
+		}
+		if err == nil {
+			var p Node
+			if json.Unmarshal([]byte(prev), &p) == nil && p.Incarnation != n.Incarnation {
+				return fmt.Errorf("jobstore: heartbeat %s (incarnation %s, last seen %s): %w", n.Name, p.Incarnation, p.SeenAt.Format(time.RFC3339), ErrNodeTaken)
+			}
+		}
+	}
+	pipe := s.rdb.TxPipeline()
+	pipe.Set(ctx, key, b, ttl)
+	pipe.SAdd(ctx, s.key("nodes"), n.Name)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("jobstore: heartbeat %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// RemoveNode deletes a node's heartbeat (clean shutdown) if it is still ours.
+func (s *Store) RemoveNode(ctx context.Context, name, incarnation string) error {
+	key := s.key("node", name)
+	prev, err := s.rdb.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("jobstore: remove node %s: %w", name, err)
+	}
+	var p Node
+	if json.Unmarshal([]byte(prev), &p) == nil && p.Incarnation == incarnation {
+		if err := s.rdb.Del(ctx, key).Err(); err != nil {
+			return fmt.Errorf("jobstore: remove node %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// NodeStatus is a live node with its reservations.
+type NodeStatus struct {
+	Node
+	Reserved int `json:"reserved"`
+}
+
+// Nodes returns the live nodes (heartbeat not expired) and how many slots
+// each has reserved.
+func (s *Store) Nodes(ctx context.Context) ([]NodeStatus, error) {
+	names, err := s.rdb.SMembers(ctx, s.key("nodes")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobstore: nodes: %w", err)
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	pipe := s.rdb.Pipeline()
+	gets := make([]*redis.StringCmd, len(names))
+	lens := make([]*redis.IntCmd, len(names))
+	for i, n := range names {
+		gets[i] = pipe.Get(ctx, s.key("node", n))
+		lens[i] = pipe.HLen(ctx, s.key("node", n, "reserved"))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("jobstore: nodes: %w", err)
+	}
+	var out []NodeStatus
+	for i := range names {
+		v, err := gets[i].Result()
+		if err != nil {
+			continue // expired
+		}
+		var n Node
+		if err := json.Unmarshal([]byte(v), &n); err != nil {
+			continue
+		}
+		out = append(out, NodeStatus{Node: n, Reserved: int(lens[i].Val())})
+	}
+	return out, nil
+}

@@ -1,0 +1,184 @@
+package jobstore
+
+import "github.com/redis/go-redis/v9"
+
+// The Lua scripts below are the only writers of a job's state. Each runs
+// atomically in Redis: it checks the state it expects (compare-and-set),
+// writes the record, keeps the per-state indexes and the pending set in step,
+// and appends the state change to the job's capped event stream. A stale
+// writer gets a conflict instead of overwriting.
+//
+// Keys are built inside the scripts from the prefix (ARGV[1]) because the
+// per-state index a job leaves is only known after reading it. Lathe runs on
+// one Redis (or Sentinel), never Redis Cluster (DESIGN.md), so this is safe.
+//
+// Every script returns {code, state, attempt, cancel_requested}: code 1 done,
+// 0 conflict (state/attempt are the current ones), -1 no such job.
+
+// luaCommon is prepended to every script.
+const luaCommon = `
+local P = ARGV[1]
+local function jobkey(id) return P .. 'job:' .. id end
+local function evkey(id) return P .. 'job:' .. id .. ':events' end
+local function statekey(s) return P .. 'state:' .. s end
+local function terminal(s) return s == 'succeeded' or s == 'failed' or s == 'cancelled' end
+local function addevent(id, maxlen, typ, attempt, now, data)
+  redis.call('XADD', evkey(id), 'MAXLEN', '~', maxlen, '*', 'type', typ, 'attempt', attempt, 'time', now, 'data', data)
+end
+local function setstate(id, from, to, now)
+  redis.call('ZREM', statekey(from), id)
+  redis.call('ZADD', statekey(to), 0, id)
+  redis.call('HSET', jobkey(id), 'state', to, 'updated_at', now)
+end
+local function release(id)
+  local node = redis.call('HGET', jobkey(id), 'node')
+  if node and node ~= '' then redis.call('HDEL', P .. 'node:' .. node .. ':reserved', id) end
+end
+local function reply(code, id)
+  local v = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested')
+  return {code, v[1] or '', tonumber(v[2] or '0'), tonumber(v[3] or '0')}
+end
+`
+
+// createScript stores a new job (or returns the job an idempotency key names).
+// KEYS: none (all from prefix). ARGV: prefix, id, idemKey (” none), idemTTL
+// seconds, pending score, now ms, maxlen, event data, then field/value pairs.
+var createScript = redis.NewScript(luaCommon + `
+local id, idem, ttl, score, now, maxlen, data = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+if idem ~= '' then
+  local existing = redis.call('GET', P .. 'idem:' .. idem)
+  if existing then return {2, existing} end
+end
+if redis.call('EXISTS', jobkey(id)) == 1 then return {0, id} end
+local fields = {}
+for i = 9, #ARGV do fields[#fields+1] = ARGV[i] end
+redis.call('HSET', jobkey(id), unpack(fields))
+redis.call('ZADD', P .. 'jobs', 0, id)
+redis.call('ZADD', statekey('queued'), 0, id)
+redis.call('ZADD', P .. 'pending', score, id)
+if idem ~= '' then redis.call('SET', P .. 'idem:' .. idem, id, 'EX', ttl) end
+addevent(id, maxlen, 'state', 1, now, data)
+return {1, id}
+`)
+
+// transitionScript moves a job from one of the allowed states to another.
+// ARGV: prefix, id, allowed from states (comma separated, ” = any
+// non-terminal), expected attempt (0 any), to, now ms, maxlen, event data,
+// flags (comma separated: 'release' frees the node reservation, 'requeue'
+// bumps the attempt and adds the job to the pending set with score ARGV[10],
+// 'unpend' removes it from the pending set, 'clearcancel'), pending score, then
+// field/value pairs to set.
+var transitionScript = redis.NewScript(luaCommon + `
+local id, allowed, want, to, now, maxlen, data, flags, score = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
+local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt')
+if not cur[1] then return {-1, '', 0, 0} end
+local state, attempt = cur[1], tonumber(cur[2])
+local ok = false
+if allowed == '' then ok = not terminal(state) else
+  for s in string.gmatch(allowed, '[^,]+') do if s == state then ok = true end end
+end
+if not ok or (want ~= 0 and want ~= attempt) then return reply(0, id) end
+local function has(f) return string.find(',' .. flags .. ',', ',' .. f .. ',', 1, true) ~= nil end
+if has('release') then release(id) end
+if has('unpend') then redis.call('ZREM', P .. 'pending', id) end
+if has('clearcancel') then redis.call('HSET', jobkey(id), 'cancel_requested', '0') end
+setstate(id, state, to, now)
+if #ARGV >= 11 then
+  local fields = {}
+  for i = 11, #ARGV do fields[#fields+1] = ARGV[i] end
+  redis.call('HSET', jobkey(id), unpack(fields))
+end
+local evattempt = attempt
+if has('requeue') then
+  evattempt = attempt + 1
+  redis.call('HSET', jobkey(id), 'attempt', evattempt, 'node', '', 'backend', '', 'gpus', '[]')
+  redis.call('ZADD', P .. 'pending', score, id)
+end
+addevent(id, maxlen, 'state', evattempt, now, data)
+return reply(1, id)
+`)
+
+// dispatchScript reserves a slot on a node and moves a queued job to
+// dispatched, atomically. ARGV: prefix, id, attempt, node, capacity (slots
+// on the node), now ms, maxlen, event data, backend, gpus JSON.
+var dispatchScript = redis.NewScript(luaCommon + `
+local id, want, node, cap, now, maxlen, data, backend, gpus = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
+local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested')
+if not cur[1] then return {-1, '', 0, 0} end
+if cur[1] ~= 'queued' or tonumber(cur[2]) ~= want or cur[3] == '1' then return reply(0, id) end
+local rkey = P .. 'node:' .. node .. ':reserved'
+if redis.call('HLEN', rkey) >= cap then return {3, 'full', want, 0} end
+redis.call('HSET', rkey, id, want)
+redis.call('ZREM', P .. 'pending', id)
+setstate(id, 'queued', 'dispatched', now)
+redis.call('HSET', jobkey(id), 'node', node, 'backend', backend, 'gpus', gpus, 'dispatched_at', now)
+addevent(id, maxlen, 'state', want, now, data)
+return reply(1, id)
+`)
+
+// claimScript lets a worker take its attempt: dispatched → running when the
+// attempt and node match and no cancel was asked; dispatched → cancelled
+// when one was. ARGV: prefix, id, attempt, node, incarnation, now, maxlen,
+// running event data, cancelled event data.
+var claimScript = redis.NewScript(luaCommon + `
+local id, want, node, inc, now, maxlen, rdata, cdata = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested', 'node')
+if not cur[1] then return {-1, '', 0, 0} end
+if cur[1] ~= 'dispatched' or tonumber(cur[2]) ~= want or cur[4] ~= node then return reply(0, id) end
+if cur[3] == '1' then
+  release(id)
+  setstate(id, 'dispatched', 'cancelled', now)
+  redis.call('HSET', jobkey(id), 'reason', 'cancelled', 'finished_at', now)
+  addevent(id, maxlen, 'state', want, now, cdata)
+  return {4, 'cancelled', want, 1}
+end
+setstate(id, 'dispatched', 'running', now)
+redis.call('HSET', jobkey(id), 'started_at', now, 'incarnation', inc)
+addevent(id, maxlen, 'state', want, now, rdata)
+return reply(1, id)
+`)
+
+// appendScript appends trainer events of the running attempt and updates
+// the record's progress, metrics and artifacts. A writer whose attempt is no
+// longer current (or whose job is not running) loses. ARGV: prefix, id,
+// attempt, maxlen, then groups of 5: type, time ms, data, field to set on
+// the record (” none), its new value.
+var appendScript = redis.NewScript(luaCommon + `
+local id, want, maxlen = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested')
+if not cur[1] then return {-1, '', 0, 0} end
+if cur[1] ~= 'running' or tonumber(cur[2]) ~= want then return reply(0, id) end
+local i = 5
+while i + 4 <= #ARGV do
+  local typ, t, data, field, value = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4]
+  addevent(id, maxlen, typ, want, t, data)
+  if field ~= '' then redis.call('HSET', jobkey(id), field, value) end
+  i = i + 5
+end
+return reply(1, id)
+`)
+
+// cancelScript asks for a job's cancellation. A queued job is cancelled at
+// once (it holds nothing); a dispatched or running one gets the durable
+// cancel_requested flag, which its attempt's owner honours. ARGV: prefix,
+// id, now, maxlen, cancelled event data, requested event data.
+var cancelScript = redis.NewScript(luaCommon + `
+local id, now, maxlen, cdata, rdata = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested')
+if not cur[1] then return {-1, '', 0, 0} end
+local state, attempt = cur[1], cur[2]
+if state == 'cancelled' then return reply(1, id) end
+if terminal(state) then return reply(0, id) end
+if state == 'queued' or state == 'preempted' then
+  redis.call('ZREM', P .. 'pending', id)
+  setstate(id, state, 'cancelled', now)
+  redis.call('HSET', jobkey(id), 'reason', 'cancelled', 'finished_at', now, 'cancel_requested', '1')
+  addevent(id, maxlen, 'state', attempt, now, cdata)
+  return reply(1, id)
+end
+if cur[3] ~= '1' then
+  redis.call('HSET', jobkey(id), 'cancel_requested', '1', 'updated_at', now)
+  addevent(id, maxlen, 'cancel_requested', attempt, now, rdata)
+end
+return reply(1, id)
+`)

@@ -1,0 +1,404 @@
+// Package jobstore is Lathe's job store in Redis: the only authority on a
+// job's state (DESIGN.md). It holds each job's record, its numbered attempts,
+// the pending set the scheduler places from, per-state indexes for listing,
+// and a capped per-job event stream. Every state change is one Lua
+// compare-and-set (scripts.go) that also appends the change to the stream.
+//
+// Keys (prefix "lathe:" by default):
+//
+//	job:<id>            hash   the record
+//	job:<id>:events     stream state changes, progress, eval, checkpoint, artifact, log lines (capped)
+//	jobs                zset   every job id (score 0; ids sort by creation time)
+//	state:<state>       zset   job ids in that state
+//	pending             zset   queued job ids, score = priority rank × 1e14 + submit ms
+//	idem:<key>          string Idempotency-Key → job id (24 h)
+//	node:<name>         string a worker's heartbeat (JSON, with a TTL)
+//	node:<name>:reserved hash  job id → attempt, the node's reserved slots
+package jobstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+)
+
+// Sentinel errors callers branch on.
+var (
+	// ErrNotFound: no job with that id.
+	ErrNotFound = errors.New("job not found")
+	// ErrConflict: the job is not in a state that allows the change
+	// (wrapped in a *ConflictError that says which state it is in).
+	ErrConflict = errors.New("transition not allowed")
+	// ErrNodeFull: the node has no free slot.
+	ErrNodeFull = errors.New("node has no free slot")
+)
+
+// ConflictError says why a compare-and-set lost.
+type ConflictError struct {
+	ID      string
+	State   jobtype.State
+	Attempt int
+	Want    string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("job %s is %s (attempt %d): %s", e.ID, e.State, e.Attempt, e.Want)
+}
+
+// Unwrap makes errors.Is(err, ErrConflict) true.
+func (e *ConflictError) Unwrap() error { return ErrConflict }
+
+// Config configures a Store. Zero values take the defaults stated.
+type Config struct {
+	// Prefix of every key; default "lathe:".
+	Prefix string
+	// EventsMaxLen caps each job's event stream (approximately, MAXLEN ~);
+	// default 5000. Older events, log lines first in practice, are trimmed.
+	EventsMaxLen int64
+	// IdempotencyTTL is how long an Idempotency-Key maps to its job; default 24h.
+	IdempotencyTTL time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Store reads and writes jobs in Redis. It is safe for concurrent use.
+type Store struct {
+	rdb redis.UniversalClient
+	cfg Config
+}
+
+// New returns a Store over rdb.
+func New(rdb redis.UniversalClient, cfg Config) *Store {
+	if cfg.Prefix == "" {
+		cfg.Prefix = "lathe:"
+	}
+	if cfg.EventsMaxLen <= 0 {
+		cfg.EventsMaxLen = 5000
+	}
+	if cfg.IdempotencyTTL <= 0 {
+		cfg.IdempotencyTTL = 24 * time.Hour
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Store{rdb: rdb, cfg: cfg}
+}
+
+// Redis returns the underlying client (for health checks).
+func (s *Store) Redis() redis.UniversalClient { return s.rdb }
+
+// Prefix returns the key prefix.
+func (s *Store) Prefix() string { return s.cfg.Prefix }
+
+func (s *Store) key(parts ...string) string { return s.cfg.Prefix + strings.Join(parts, ":") }
+func (s *Store) now() time.Time             { return s.cfg.Now() }
+func ms(t time.Time) string                 { return strconv.FormatInt(t.UnixMilli(), 10) }
+
+// NewID returns a new job id: "j-", ten base32 characters of the time in
+// milliseconds (so ids sort by creation), and six random ones.
+func NewID(now time.Time) string {
+	const alphabet = "0123456789abcdefghjkmnpqrstvwxyz" // Crockford, lower case
+	var b [18]byte
+	b[0], b[1] = 'j', '-'
+	t := uint64(now.UnixMilli())
+	for i := 11; i >= 2; i-- {
+		b[i] = alphabet[t&31]
+		t >>= 5
+	}
+	var r [6]byte
+	_, _ = rand.Read(r[:])
+	for i := 0; i < 6; i++ {
+		b[12+i] = alphabet[r[i]&31]
+	}
+	return string(b[:])
+}
+
+// ValidID reports whether id has the shape NewID makes (cheap guard before
+// building keys from user input).
+func ValidID(id string) bool {
+	if len(id) != 18 || !strings.HasPrefix(id, "j-") {
+		return false
+	}
+	for _, c := range id[2:] {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z') {
+			return false
+		}
+	}
+	return true
+}
+
+// PendingScore orders the pending set: priority first, then submit time.
+func PendingScore(p jobspec.Priority, submitted time.Time) float64 {
+	return float64(p.Rank())*1e14 + float64(submitted.UnixMilli())
+}
+
+// NewJob is what Create needs.
+type NewJob struct {
+	Spec           *jobspec.Spec // normalised
+	OutputURI      string        // where the per-job folder goes (file://…/<id>)
+	Submitter      string
+	Team           string
+	IdempotencyKey string
+}
+
+// Create stores a queued job with attempt 1 and puts it in the pending set,
+// in one script. With an IdempotencyKey seen before it returns that job and
+// existed=true, storing nothing.
+func (s *Store) Create(ctx context.Context, nj NewJob) (job *jobtype.Job, existed bool, err error) {
+	now := s.now()
+	id := NewID(now)
+	specJSON, err := json.Marshal(nj.Spec)
+	if err != nil {
+		return nil, false, fmt.Errorf("jobstore: create: %w", err)
+	}
+	out := strings.ReplaceAll(nj.OutputURI, "{id}", id)
+	data := mustJSON(jobtype.StateChange{To: jobtype.StateQueued})
+	args := []any{s.cfg.Prefix, id, nj.IdempotencyKey, int(s.cfg.IdempotencyTTL.Seconds()),
+		strconv.FormatFloat(PendingScore(nj.Spec.Priority, now), 'f', 0, 64), ms(now), s.cfg.EventsMaxLen, data,
+		"id", id, "name", nj.Spec.Name, "state", string(jobtype.StateQueued), "attempt", 1,
+		"spec", specJSON, "output_uri", out, "submitter", nj.Submitter, "team", nj.Team,
+		"created_at", ms(now), "updated_at", ms(now), "cancel_requested", "0",
+		"gpus", "[]", "progress", "{}", "metrics", "{}", "artifacts", "[]"}
+	res, err := createScript.Run(ctx, s.rdb, nil, args...).Slice()
+	if err != nil {
+		return nil, false, fmt.Errorf("jobstore: create: %w", err)
+	}
+	code, _ := res[0].(int64)
+	gotID, _ := res[1].(string)
+	switch code {
+	case 1:
+	case 2:
+		existed = true
+	default:
+		return nil, false, fmt.Errorf("jobstore: create: id collision on %s", gotID)
+	}
+	j, err := s.Get(ctx, gotID)
+	return j, existed, err
+}
+
+var jobFields = []string{"id", "name", "state", "reason", "error", "attempt", "backend", "node", "gpus",
+	"progress", "metrics", "artifacts", "output_uri", "cancel_requested", "submitter", "team",
+	"created_at", "updated_at", "started_at", "finished_at", "spec"}
+
+// Get returns the job's record, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, id string) (*jobtype.Job, error) {
+	if !ValidID(id) {
+		return nil, fmt.Errorf("jobstore: get %q: %w", id, ErrNotFound)
+	}
+	vals, err := s.rdb.HMGet(ctx, s.key("job", id), jobFields...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobstore: get %s: %w", id, err)
+	}
+	return decodeJob(id, vals)
+}
+
+func decodeJob(id string, vals []any) (*jobtype.Job, error) {
+	str := func(i int) string { v, _ := vals[i].(string); return v }
+	if str(2) == "" {
+		return nil, fmt.Errorf("jobstore: get %s: %w", id, ErrNotFound)
+	}
+	j := &jobtype.Job{ID: id, Name: str(1), State: jobtype.State(str(2)), Reason: str(3), Error: str(4),
+		Backend: str(6), Node: str(7), OutputURI: str(12), CancelRequested: str(13) == "1",
+		Submitter: str(14), Team: str(15)}
+	j.Attempt, _ = strconv.Atoi(str(5))
+	var errs []error
+	dec := func(i int, v any) {
+		if s := str(i); s != "" {
+			if err := json.Unmarshal([]byte(s), v); err != nil {
+				errs = append(errs, fmt.Errorf("field %s: %w", jobFields[i], err))
+			}
+		}
+	}
+	dec(8, &j.GPUs)
+	dec(9, &j.Progress)
+	dec(10, &j.Metrics)
+	dec(11, &j.Artifacts)
+	dec(20, &j.Spec)
+	if j.GPUs == nil {
+		j.GPUs = []int{}
+	}
+	if j.Metrics == nil {
+		j.Metrics = map[string]float64{}
+	}
+	if j.Artifacts == nil {
+		j.Artifacts = []jobtype.Artifact{}
+	}
+	j.CreatedAt = msTime(str(16))
+	j.UpdatedAt = msTime(str(17))
+	if t := msTime(str(18)); !t.IsZero() {
+		j.StartedAt = &t
+	}
+	if t := msTime(str(19)); !t.IsZero() {
+		j.FinishedAt = &t
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("jobstore: get %s: corrupt record: %w", id, errors.Join(errs...))
+	}
+	return j, nil
+}
+
+func msTime(s string) time.Time {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(n).UTC()
+}
+
+// List returns up to limit jobs, newest first, optionally only those in
+// state; cursor is the last id of the previous page ("" for the first).
+// next is "" when there are no more.
+func (s *Store) List(ctx context.Context, state jobtype.State, cursor string, limit int) (jobs []*jobtype.Job, next string, err error) {
+	if limit <= 0 {
+		limit = 50
+	}
+	key := s.key("jobs")
+	if state != "" {
+		key = s.key("state", string(state))
+	}
+	max := "+"
+	if cursor != "" {
+		if !ValidID(cursor) {
+			return nil, "", fmt.Errorf("jobstore: list: bad cursor %q", cursor)
+		}
+		max = "(" + cursor
+	}
+	ids, err := s.rdb.ZRevRangeByLex(ctx, key, &redis.ZRangeBy{Max: max, Min: "-", Count: int64(limit + 1)}).Result()
+	if err != nil {
+		return nil, "", fmt.Errorf("jobstore: list: %w", err)
+	}
+	if len(ids) > limit {
+		ids = ids[:limit]
+		next = ids[limit-1]
+	}
+	jobs, err = s.GetMany(ctx, ids)
+	return jobs, next, err
+}
+
+// GetMany returns the records of ids in order, skipping ids that vanished.
+func (s *Store) GetMany(ctx context.Context, ids []string) ([]*jobtype.Job, error) {
+	if len(ids) == 0 {
+		return []*jobtype.Job{}, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.HMGet(ctx, s.key("job", id), jobFields...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("jobstore: get many: %w", err)
+	}
+	out := make([]*jobtype.Job, 0, len(ids))
+	for i, c := range cmds {
+		j, err := decodeJob(ids[i], c.Val())
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// CountByState returns how many jobs are in each state.
+func (s *Store) CountByState(ctx context.Context) (map[jobtype.State]int64, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make(map[jobtype.State]*redis.IntCmd, len(jobtype.States))
+	for _, st := range jobtype.States {
+		cmds[st] = pipe.ZCard(ctx, s.key("state", string(st)))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("jobstore: count: %w", err)
+	}
+	out := make(map[jobtype.State]int64, len(cmds))
+	for st, c := range cmds {
+		out[st] = c.Val()
+	}
+	return out, nil
+}
+
+// Pending returns up to n queued job ids in placement order.
+func (s *Store) Pending(ctx context.Context, n int) ([]string, error) {
+	ids, err := s.rdb.ZRange(ctx, s.key("pending"), 0, int64(n-1)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobstore: pending: %w", err)
+	}
+	return ids, nil
+}
+
+// PendingCount returns the size of the pending set.
+func (s *Store) PendingCount(ctx context.Context) (int64, error) {
+	n, err := s.rdb.ZCard(ctx, s.key("pending")).Result()
+	if err != nil {
+		return 0, fmt.Errorf("jobstore: pending count: %w", err)
+	}
+	return n, nil
+}
+
+// IDsInState returns up to n ids in a state (oldest first).
+func (s *Store) IDsInState(ctx context.Context, st jobtype.State, n int) ([]string, error) {
+	ids, err := s.rdb.ZRangeByLex(ctx, s.key("state", string(st)), &redis.ZRangeBy{Min: "-", Max: "+", Count: int64(n)}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobstore: ids in %s: %w", st, err)
+	}
+	return ids, nil
+}
+
+// result decodes a script's {code, state, attempt, cancel} reply.
+type result struct {
+	code    int64
+	state   jobtype.State
+	attempt int
+	cancel  bool
+}
+
+func decodeResult(v any) (result, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) < 4 {
+		return result{}, fmt.Errorf("unexpected script reply %v", v)
+	}
+	r := result{}
+	r.code, _ = arr[0].(int64)
+	st, _ := arr[1].(string)
+	r.state = jobtype.State(st)
+	a, _ := arr[2].(int64)
+	r.attempt = int(a)
+	c, _ := arr[3].(int64)
+	r.cancel = c == 1
+	return r, nil
+}
+
+func (s *Store) run(ctx context.Context, op, id string, script *redis.Script, args ...any) (result, error) {
+	v, err := script.Run(ctx, s.rdb, nil, append([]any{s.cfg.Prefix, id}, args...)...).Result()
+	if err != nil {
+		return result{}, fmt.Errorf("jobstore: %s %s: %w", op, id, err)
+	}
+	r, err := decodeResult(v)
+	if err != nil {
+		return result{}, fmt.Errorf("jobstore: %s %s: %w", op, id, err)
+	}
+	if r.code == -1 {
+		return r, fmt.Errorf("jobstore: %s %s: %w", op, id, ErrNotFound)
+	}
+	return r, nil
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("jobstore: marshal %T: %v", v, err)) // only our own plain types reach here
+	}
+	return string(b)
+}

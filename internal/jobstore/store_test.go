@@ -1,0 +1,189 @@
+package jobstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/redistest"
+)
+
+type testBundle struct {
+	store *jobstore.Store
+	ctx   context.Context
+}
+
+// setup starts a real redis-server (internal/redistest) for the test.
+func setup(t *testing.T) testBundle {
+	t.Helper()
+	srv := redistest.Start(t)
+	return testBundle{store: jobstore.New(srv.Client(), jobstore.Config{}), ctx: context.Background()}
+}
+
+func spec(name string, p jobspec.Priority) *jobspec.Spec {
+	return &jobspec.Spec{Name: name, BaseModel: "tiny-char", Dataset: "file:///d/train.jsonl",
+		Priority: p, Trainer: "reference", LoRA: jobspec.LoRA{Rank: 4, Alpha: 8}, Training: jobspec.Training{Epochs: 1, LearningRate: 1e-3, BatchSize: 4}}
+}
+
+func TestLifecycle(t *testing.T) {
+	b := setup(t)
+	ctx, s := b.ctx, b.store
+	j, existed, err := s.Create(ctx, jobstore.NewJob{Spec: spec("a", jobspec.PriorityNormal), OutputURI: "file:///out/{id}"})
+	if err != nil || existed {
+		t.Fatalf("create: %v existed=%v", err, existed)
+	}
+	if j.State != jobtype.StateQueued || j.Attempt != 1 || j.OutputURI != "file:///out/"+j.ID {
+		t.Fatalf("created job: %+v", j)
+	}
+	// Claim before dispatch is stale.
+	if out, err := s.Claim(ctx, j.ID, 1, "n1", "inc1"); err != nil || out != jobstore.ClaimStale {
+		t.Fatalf("early claim: %v %v", out, err)
+	}
+	if err := s.Dispatch(ctx, j.ID, 1, "n1", "local", 1, nil); err != nil {
+		t.Fatalf("dispatch: %v", err)
+	}
+	// A second dispatch loses.
+	if err := s.Dispatch(ctx, j.ID, 1, "n1", "local", 5, nil); !errors.Is(err, jobstore.ErrConflict) {
+		t.Fatalf("second dispatch: %v", err)
+	}
+	// The node is full now.
+	j2, _, _ := s.Create(ctx, jobstore.NewJob{Spec: spec("b", jobspec.PriorityNormal)})
+	if err := s.Dispatch(ctx, j2.ID, 1, "n1", "local", 1, nil); !errors.Is(err, jobstore.ErrNodeFull) {
+		t.Fatalf("dispatch on full node: %v", err)
+	}
+	if out, _ := s.Claim(ctx, j.ID, 1, "other", "inc1"); out != jobstore.ClaimStale {
+		t.Fatalf("claim by the wrong node: %v", out)
+	}
+	if out, err := s.Claim(ctx, j.ID, 1, "n1", "inc1"); err != nil || out != jobstore.Claimed {
+		t.Fatalf("claim: %v %v", out, err)
+	}
+	if out, _ := s.Claim(ctx, j.ID, 1, "n1", "inc1"); out != jobstore.ClaimStale {
+		t.Fatalf("second claim: %v", out)
+	}
+	prog := jobtype.Progress{Step: 3, TotalSteps: 10, Loss: 2.5}
+	pb, _ := json.Marshal(prog)
+	if c, err := s.Append(ctx, j.ID, 1, []jobstore.EventIn{{Type: "progress", Data: pb, Field: "progress", Value: string(pb)}, {Type: "log", Data: json.RawMessage(`{"line":"hi"}`)}}); err != nil || c {
+		t.Fatalf("append: %v %v", c, err)
+	}
+	if _, err := s.Append(ctx, j.ID, 2, nil); !errors.Is(err, jobstore.ErrConflict) {
+		t.Fatalf("stale append: %v", err)
+	}
+	if err := s.Requeue(ctx, j.ID, 1, "exit", "exit status 1"); err != nil {
+		t.Fatalf("requeue: %v", err)
+	}
+	got, _ := s.Get(ctx, j.ID)
+	if got.State != jobtype.StateQueued || got.Attempt != 2 || got.Node != "" {
+		t.Fatalf("after requeue: %+v", got)
+	}
+	// The slot was released: j2 fits now, and j (same priority, older) is first in line.
+	ids, _ := s.Pending(ctx, 10)
+	if len(ids) != 2 || ids[0] != j.ID {
+		t.Fatalf("pending order: %v (want %s first)", ids, j.ID)
+	}
+	if err := s.Dispatch(ctx, j.ID, 2, "n1", "local", 1, nil); err != nil {
+		t.Fatalf("dispatch 2: %v", err)
+	}
+	if out, _ := s.Claim(ctx, j.ID, 2, "n1", "inc1"); out != jobstore.Claimed {
+		t.Fatalf("claim 2: %v", out)
+	}
+	if err := s.Finish(ctx, j.ID, 2, jobstore.Ending{State: jobtype.StateSucceeded, Metrics: map[string]float64{"eval_loss": 1.5},
+		Artifacts: []jobtype.Artifact{{Path: "a.safetensors", Bytes: 3, SHA256: "x"}}}); err != nil {
+		t.Fatalf("finish: %v", err)
+	}
+	got, _ = s.Get(ctx, j.ID)
+	if got.State != jobtype.StateSucceeded || got.Metrics["eval_loss"] != 1.5 || len(got.Artifacts) != 1 || got.Progress.Step != 3 || got.FinishedAt == nil {
+		t.Fatalf("after finish: %+v", got)
+	}
+	if _, err := s.Cancel(ctx, j.ID); !errors.Is(err, jobstore.ErrConflict) {
+		t.Fatalf("cancel after success: %v", err)
+	}
+	evs, err := s.Events(ctx, j.ID, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var states []string
+	for _, e := range evs {
+		if e.Type == "state" {
+			var sc jobtype.StateChange
+			_ = json.Unmarshal(e.Data, &sc)
+			states = append(states, string(sc.To))
+		}
+	}
+	want := "queued dispatched running queued dispatched running succeeded"
+	if got := join(states); got != want {
+		t.Fatalf("state events %q, want %q", got, want)
+	}
+	counts, _ := s.CountByState(ctx)
+	if counts[jobtype.StateSucceeded] != 1 || counts[jobtype.StateQueued] != 1 {
+		t.Fatalf("counts: %v", counts)
+	}
+}
+
+func join(ss []string) string {
+	out := ""
+	for i, s := range ss {
+		if i > 0 {
+			out += " "
+		}
+		out += s
+	}
+	return out
+}
+
+func TestIdempotencyAndPriority(t *testing.T) {
+	b := setup(t)
+	ctx, s := b.ctx, b.store
+	a, _, _ := s.Create(ctx, jobstore.NewJob{Spec: spec("batch", jobspec.PriorityBatch), IdempotencyKey: "k1"})
+	again, existed, err := s.Create(ctx, jobstore.NewJob{Spec: spec("other", jobspec.PriorityNormal), IdempotencyKey: "k1"})
+	if err != nil || !existed || again.ID != a.ID {
+		t.Fatalf("idempotent create: %v %v %v", again, existed, err)
+	}
+	u, _, _ := s.Create(ctx, jobstore.NewJob{Spec: spec("urgent", jobspec.PriorityUrgent)})
+	n, _, _ := s.Create(ctx, jobstore.NewJob{Spec: spec("normal", jobspec.PriorityNormal)})
+	ids, _ := s.Pending(ctx, 10)
+	if len(ids) != 3 || ids[0] != u.ID || ids[1] != n.ID || ids[2] != a.ID {
+		t.Fatalf("pending order %v, want urgent, normal, batch", ids)
+	}
+	// Pagination, newest first.
+	page1, next, err := s.List(ctx, "", "", 2)
+	if err != nil || len(page1) != 2 || next == "" || page1[0].ID != n.ID {
+		t.Fatalf("page1: %v %q %v", page1, next, err)
+	}
+	page2, next2, _ := s.List(ctx, "", next, 2)
+	if len(page2) != 1 || page2[0].ID != a.ID || next2 != "" {
+		t.Fatalf("page2: %v %q", page2, next2)
+	}
+}
+
+func TestCancelStates(t *testing.T) {
+	b := setup(t)
+	ctx, s := b.ctx, b.store
+	q, _, _ := s.Create(ctx, jobstore.NewJob{Spec: spec("q", jobspec.PriorityNormal)})
+	if st, err := s.Cancel(ctx, q.ID); err != nil || st != jobtype.StateCancelled {
+		t.Fatalf("cancel queued: %v %v", st, err)
+	}
+	if ids, _ := s.Pending(ctx, 10); len(ids) != 0 {
+		t.Fatalf("cancelled job still pending: %v", ids)
+	}
+	d, _, _ := s.Create(ctx, jobstore.NewJob{Spec: spec("d", jobspec.PriorityNormal)})
+	_ = s.Dispatch(ctx, d.ID, 1, "n1", "local", 4, nil)
+	if st, err := s.Cancel(ctx, d.ID); err != nil || st != jobtype.StateDispatched {
+		t.Fatalf("cancel dispatched: %v %v", st, err)
+	}
+	if out, _ := s.Claim(ctx, d.ID, 1, "n1", "i"); out != jobstore.ClaimCancelled {
+		t.Fatalf("claim after cancel: %v", out)
+	}
+	got, _ := s.Get(ctx, d.ID)
+	if got.State != jobtype.StateCancelled {
+		t.Fatalf("state %s", got.State)
+	}
+	nodes, _ := s.Nodes(ctx)
+	_ = nodes
+	if _, err := s.Get(ctx, "j-00000000000000zz"); !errors.Is(err, jobstore.ErrNotFound) {
+		t.Fatalf("get missing: %v", err)
+	}
+}

@@ -1,0 +1,214 @@
+package jobstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/internal/jobtype"
+)
+
+// Dispatch reserves one slot on node (of capacity slots in all) for attempt
+// of job id and moves the job queued → dispatched, in one script. It returns
+// ErrNodeFull when the node has no free slot, and a *ConflictError when the
+// job is no longer queued at that attempt (or a cancel was asked).
+func (s *Store) Dispatch(ctx context.Context, id string, attempt int, node, backend string, capacity int, gpus []int) error {
+	if gpus == nil {
+		gpus = []int{}
+	}
+	data := mustJSON(jobtype.StateChange{From: jobtype.StateQueued, To: jobtype.StateDispatched, Node: node})
+	r, err := s.run(ctx, "dispatch", id, dispatchScript, attempt, node, capacity, ms(s.now()), s.cfg.EventsMaxLen, data, backend, mustJSON(gpus))
+	if err != nil {
+		return err
+	}
+	switch r.code {
+	case 1:
+		return nil
+	case 3:
+		return fmt.Errorf("jobstore: dispatch %s to %s: %w", id, node, ErrNodeFull)
+	default:
+		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("dispatch needs queued attempt %d", attempt)}
+	}
+}
+
+// ClaimOutcome is what Claim found.
+type ClaimOutcome int
+
+// Claim outcomes.
+const (
+	// Claimed: the attempt is now running and belongs to the caller.
+	Claimed ClaimOutcome = iota + 1
+	// ClaimStale: the attempt is not (or no longer) dispatched to this node;
+	// the caller must do nothing.
+	ClaimStale
+	// ClaimCancelled: a cancel was asked before the attempt started; the
+	// claim wrote cancelled and the caller must do nothing else.
+	ClaimCancelled
+)
+
+// Claim takes attempt of job id for node (incarnation identifies the worker
+// process): dispatched → running, or → cancelled when a cancel was asked.
+func (s *Store) Claim(ctx context.Context, id string, attempt int, node, incarnation string) (ClaimOutcome, error) {
+	rdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateRunning, Node: node})
+	cdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled})
+	r, err := s.run(ctx, "claim", id, claimScript, attempt, node, incarnation, ms(s.now()), s.cfg.EventsMaxLen, rdata, cdata)
+	if err != nil {
+		return 0, err
+	}
+	switch r.code {
+	case 1:
+		return Claimed, nil
+	case 4:
+		return ClaimCancelled, nil
+	default:
+		return ClaimStale, nil
+	}
+}
+
+// EventIn is one event to append to a running attempt's stream. Field and
+// Value, when Field is set, update the record in the same script (progress,
+// metrics, artifacts as JSON).
+type EventIn struct {
+	Type  string
+	Time  time.Time
+	Data  json.RawMessage
+	Field string
+	Value string
+}
+
+// Append adds events of the running attempt to the job's stream, updating
+// the record where asked. It returns whether a cancel was requested, and a
+// *ConflictError when the attempt is no longer the running one (the caller
+// must stop its trainer: it lost the job).
+func (s *Store) Append(ctx context.Context, id string, attempt int, evs []EventIn) (cancelRequested bool, err error) {
+	args := make([]any, 0, 2+5*len(evs))
+	args = append(args, attempt, s.cfg.EventsMaxLen)
+	for _, e := range evs {
+		t := e.Time
+		if t.IsZero() {
+			t = s.now()
+		}
+		args = append(args, e.Type, ms(t), string(e.Data), e.Field, e.Value)
+	}
+	r, err := s.run(ctx, "append", id, appendScript, args...)
+	if err != nil {
+		return false, err
+	}
+	if r.code != 1 {
+		return r.cancel, &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("append needs running attempt %d", attempt)}
+	}
+	return r.cancel, nil
+}
+
+// CancelRequested reports whether a cancel was asked for the job.
+func (s *Store) CancelRequested(ctx context.Context, id string) (bool, error) {
+	v, err := s.rdb.HGet(ctx, s.key("job", id), "cancel_requested").Result()
+	if err == redis.Nil {
+		return false, fmt.Errorf("jobstore: cancel requested %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return false, fmt.Errorf("jobstore: cancel requested %s: %w", id, err)
+	}
+	return v == "1", nil
+}
+
+// Ending is how an attempt ended, for Finish.
+type Ending struct {
+	State     jobtype.State // succeeded, failed or cancelled
+	Reason    string
+	Error     string
+	Metrics   map[string]float64 // merged into the record's metrics when set
+	Artifacts []jobtype.Artifact // replaces the record's artifacts when set
+}
+
+// Finish ends attempt of job id in a terminal state, from running (or from
+// dispatched, for an attempt that never started), and frees its node slot.
+func (s *Store) Finish(ctx context.Context, id string, attempt int, e Ending) error {
+	if !e.State.Terminal() {
+		return fmt.Errorf("jobstore: finish %s: %q is not a terminal state", id, e.State)
+	}
+	now := s.now()
+	fields := []any{"reason", e.Reason, "error", e.Error, "finished_at", ms(now)}
+	if e.Metrics != nil {
+		j, err := s.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		for k, v := range e.Metrics {
+			j.Metrics[k] = v
+		}
+		fields = append(fields, "metrics", mustJSON(j.Metrics))
+	}
+	if e.Artifacts != nil {
+		fields = append(fields, "artifacts", mustJSON(e.Artifacts))
+	}
+	return s.transition(ctx, id, attempt, []jobtype.State{jobtype.StateRunning, jobtype.StateDispatched}, e.State,
+		jobtype.StateChange{To: e.State, Reason: e.Reason, Error: e.Error}, "release", fields...)
+}
+
+// Requeue ends attempt of job id and makes the next attempt: the job goes
+// back to queued (through the pending set, to be routed and placed again)
+// with attempt+1. reason says why (exit code, worker shutdown).
+func (s *Store) Requeue(ctx context.Context, id string, attempt int, reason, errMsg string) error {
+	j, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	score := strconv.FormatFloat(PendingScore(j.Spec.Priority, j.CreatedAt), 'f', 0, 64)
+	return s.transitionScore(ctx, id, attempt, []jobtype.State{jobtype.StateRunning, jobtype.StateDispatched}, jobtype.StateQueued,
+		jobtype.StateChange{To: jobtype.StateQueued, Reason: reason, Error: errMsg}, "release,requeue", score, "error", errMsg)
+}
+
+func (s *Store) transition(ctx context.Context, id string, attempt int, from []jobtype.State, to jobtype.State, ch jobtype.StateChange, flags string, fields ...any) error {
+	return s.transitionScore(ctx, id, attempt, from, to, ch, flags, "0", fields...)
+}
+
+func (s *Store) transitionScore(ctx context.Context, id string, attempt int, from []jobtype.State, to jobtype.State, ch jobtype.StateChange, flags, score string, fields ...any) error {
+	names := make([]string, len(from))
+	for i, f := range from {
+		names[i] = string(f)
+	}
+	args := []any{strings.Join(names, ","), attempt, string(to), ms(s.now()), s.cfg.EventsMaxLen, "", flags, score}
+	args = append(args, fields...)
+	// The event's From is filled in by reading the state inside the script
+	// would need JSON in Lua; the Go side states it when it knows it.
+	args[5] = mustJSON(ch)
+	r, err := s.run(ctx, "transition", id, transitionScript, args...)
+	if err != nil {
+		return err
+	}
+	if r.code != 1 {
+		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("%s needs %s at attempt %d", to, strings.Join(names, "|"), attempt)}
+	}
+	return nil
+}
+
+// Cancel asks for job id's cancellation. A queued job is cancelled at once;
+// a dispatched or running one gets the durable cancel_requested flag, which
+// the attempt's owner honours (and writes cancelled after its trainer's
+// process group exited). It returns the job's state after the request, and
+// a *ConflictError for a job that already succeeded or failed.
+func (s *Store) Cancel(ctx context.Context, id string) (jobtype.State, error) {
+	cdata := mustJSON(jobtype.StateChange{To: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled})
+	r, err := s.run(ctx, "cancel", id, cancelScript, ms(s.now()), s.cfg.EventsMaxLen, cdata, `{}`)
+	if err != nil {
+		return "", err
+	}
+	if r.code != 1 {
+		return r.state, &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: "cancel needs a job that has not ended"}
+	}
+	return r.state, nil
+}
+
+// CancelDispatched cancels a dispatched attempt whose task the caller has
+// removed from its queue before any worker took it (so nobody else owns it).
+func (s *Store) CancelDispatched(ctx context.Context, id string, attempt int) error {
+	return s.transition(ctx, id, attempt, []jobtype.State{jobtype.StateDispatched}, jobtype.StateCancelled,
+		jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled},
+		"release", "reason", jobtype.ReasonCancelled, "finished_at", ms(s.now()))
+}

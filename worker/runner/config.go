@@ -1,0 +1,104 @@
+package runner
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+const (
+	// DefaultKillGrace is the time between SIGTERM and SIGKILL when
+	// Config.KillGrace is zero.
+	DefaultKillGrace = 10 * time.Second
+	// DefaultMaxLineBytes is the longest stdout or stderr line kept when
+	// Config.MaxLineBytes is zero.
+	DefaultMaxLineBytes = 64 << 10
+	// DefaultDrainTimeout is how long Run keeps reading the pipes after the
+	// process group is gone when Config.DrainTimeout is zero.
+	DefaultDrainTimeout = 2 * time.Second
+)
+
+// Config says which trainer to run and how. The zero value of each field
+// except Argv is usable.
+type Config struct {
+	// Argv is the program and its arguments. It is never run through a
+	// shell. Argv[0] is resolved with exec.LookPath (against the PATH of the
+	// calling process) unless it is absolute; a relative path that contains a
+	// slash is resolved against the caller's working directory, not Dir.
+	// Required.
+	Argv []string
+	// Env holds extra KEY=VALUE entries, added after a minimal base
+	// environment made of PATH, HOME, LANG and TMPDIR taken from the calling
+	// process where set. An entry here overrides a base entry of the same key.
+	// Nothing else of the caller's environment reaches the trainer.
+	Env []string
+	// Dir is the trainer's working directory; empty means the caller's.
+	Dir string
+	// KillGrace is how long the group leader has to exit after SIGTERM before
+	// the group gets SIGKILL. Zero means DefaultKillGrace; negative is invalid.
+	// Too short a grace kills trainers before they have saved a checkpoint.
+	KillGrace time.Duration
+	// MaxLineBytes is the longest stdout or stderr line kept, in bytes of the
+	// trainer's output; the rest of a longer line is dropped (the line itself
+	// is delivered, truncated). Zero means DefaultMaxLineBytes; negative is
+	// invalid. A truncated event line is no longer valid JSON and arrives as
+	// a log line.
+	MaxLineBytes int
+	// DrainTimeout bounds how long Run keeps reading stdout and stderr after
+	// the process group is gone. It only matters when a process that escaped
+	// the group (setsid) still holds a pipe open; lines it writes later are
+	// lost. Zero means DefaultDrainTimeout; negative is invalid.
+	DrainTimeout time.Duration
+	// Logger receives the runner's own records; nil discards them.
+	Logger *slog.Logger
+}
+
+// normalise applies defaults and validates cfg.
+func (cfg Config) normalise() (Config, error) {
+	if len(cfg.Argv) == 0 || cfg.Argv[0] == "" {
+		return cfg, fmt.Errorf("%w: empty Argv", ErrInvalidConfig)
+	}
+	for _, kv := range cfg.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return cfg, fmt.Errorf("%w: Env entry %q is not KEY=VALUE", ErrInvalidConfig, kv)
+		}
+	}
+	switch {
+	case cfg.KillGrace < 0:
+		return cfg, fmt.Errorf("%w: negative KillGrace %v", ErrInvalidConfig, cfg.KillGrace)
+	case cfg.KillGrace == 0:
+		cfg.KillGrace = DefaultKillGrace
+	}
+	switch {
+	case cfg.MaxLineBytes < 0:
+		return cfg, fmt.Errorf("%w: negative MaxLineBytes %d", ErrInvalidConfig, cfg.MaxLineBytes)
+	case cfg.MaxLineBytes == 0:
+		cfg.MaxLineBytes = DefaultMaxLineBytes
+	}
+	switch {
+	case cfg.DrainTimeout < 0:
+		return cfg, fmt.Errorf("%w: negative DrainTimeout %v", ErrInvalidConfig, cfg.DrainTimeout)
+	case cfg.DrainTimeout == 0:
+		cfg.DrainTimeout = DefaultDrainTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return cfg, nil
+}
+
+// baseEnvKeys are the variables passed from the caller's environment.
+var baseEnvKeys = []string{"PATH", "HOME", "LANG", "TMPDIR"}
+
+// environ builds the trainer's environment: the base variables found in
+// lookup, then extra. Later entries win (os/exec keeps the last duplicate).
+func environ(lookup func(string) (string, bool), extra []string) []string {
+	env := make([]string, 0, len(baseEnvKeys)+len(extra))
+	for _, k := range baseEnvKeys {
+		if v, ok := lookup(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return append(env, extra...)
+}

@@ -1,0 +1,26 @@
+// Package runner runs one trainer attempt as a child process, following the
+// trainer contract in DESIGN.md ("Trainer contract").
+//
+// Run starts the trainer without a shell, in its own process group, with a
+// minimal environment, and reads its stdout and stderr line by line: JSON lines
+// that carry an "event" field become [TrainerEvent] values, every other line is
+// a log line. Both go to a [Sink], one call at a time.
+//
+// Ending an attempt follows the contract: when the context is done, the whole
+// process group gets SIGTERM, then SIGKILL after [Config.KillGrace]. Whatever
+// happens, once the group leader has exited the rest of the group is killed,
+// and Run returns only after no live process is left in the group and both
+// pipes are drained. A caller may therefore record "cancelled" as soon as Run
+// returns. The [Outcome] says how the attempt ended: success, a retryable
+// failure, a permanent failure (exit 3), a cancel, a timeout, or a failed start.
+//
+// Callers that need to say why they stopped an attempt pass a cause with
+// [context.WithCancelCause]: [ErrTimeout] yields [TimedOut], [ErrCancelled]
+// yields [Cancelled].
+//
+// [GroupAlive] and [KillGroup] are exported for the worker, which kills trainers
+// orphaned by its previous incarnation.
+//
+// The package works on Linux only; elsewhere Run reports [StartFailed] with an
+// error wrapping [errors.ErrUnsupported].
+package runner
