@@ -7,7 +7,9 @@ package jobtype
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 )
@@ -156,3 +158,18 @@ func TaskID(jobID string, attempt int) string {
 
 // NodeQueue is the asynq queue of a local worker node.
 func NodeQueue(node string) string { return "node:" + node }
+
+// ValidArtifactName reports whether name is a plain file name Lathe accepts
+// for an artifact: non-empty, at most 255 bytes, no "/" or "\", not "." or
+// "..", no ".." anywhere, no control characters.
+func ValidArtifactName(name string) bool {
+	if name == "" || len(name) > 255 || name == "." || strings.Contains(name, "..") || strings.ContainsAny(name, "/\\") {
+		return false
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,109 @@
+package worker
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/worker/runner"
+)
+
+// FilePath returns the local path of a file:// URI.
+func FilePath(uri string) (string, error) {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return "", fmt.Errorf("output uri %q: %w", uri, err)
+	}
+	if u.Scheme != "file" || (u.Host != "" && u.Host != "localhost") || !filepath.IsAbs(u.Path) {
+		return "", fmt.Errorf("output uri %q: only file:///absolute/path is supported so far (s3:// comes with the AWS backend)", uri)
+	}
+	return filepath.Clean(u.Path), nil
+}
+
+// publishArtifacts copies the attempt's artifacts from outDir into the job's
+// output folder (outputURI, a per-job file:// folder), computing each file's
+// size and sha256 and checking them against what the trainer reported.
+// Each file is written to a temporary name and renamed, so a reader never
+// sees half a file. When the trainer reported no artifact, every regular
+// file at the top of outDir is published.
+func publishArtifacts(outDir, outputURI string, reported []runner.TrainerEvent) ([]jobtype.Artifact, error) {
+	dest, err := FilePath(outputURI)
+	if err != nil {
+		return nil, err
+	}
+	if len(reported) == 0 {
+		entries, err := os.ReadDir(outDir)
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", outDir, err)
+		}
+		for _, e := range entries {
+			if e.Type().IsRegular() {
+				reported = append(reported, runner.TrainerEvent{Path: e.Name()})
+			}
+		}
+		if len(reported) == 0 {
+			return nil, fmt.Errorf("the trainer wrote no artifacts in %s", outDir)
+		}
+	}
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		return nil, fmt.Errorf("make %s: %w", dest, err)
+	}
+	seen := map[string]bool{}
+	out := make([]jobtype.Artifact, 0, len(reported))
+	for _, r := range reported {
+		if !jobtype.ValidArtifactName(r.Path) {
+			return nil, fmt.Errorf("artifact name %q: must be a plain file name (no '/', '..' or control characters)", r.Path)
+		}
+		if seen[r.Path] {
+			continue
+		}
+		seen[r.Path] = true
+		n, sum, err := copyFile(filepath.Join(outDir, r.Path), filepath.Join(dest, r.Path))
+		if err != nil {
+			return nil, err
+		}
+		if r.SHA256 != "" && r.SHA256 != sum {
+			return nil, fmt.Errorf("artifact %s: trainer reported sha256 %s, file has %s", r.Path, r.SHA256, sum)
+		}
+		if r.Bytes != 0 && r.Bytes != n {
+			return nil, fmt.Errorf("artifact %s: trainer reported %d bytes, file has %d", r.Path, r.Bytes, n)
+		}
+		out = append(out, jobtype.Artifact{Path: r.Path, Format: r.Format, Bytes: n, SHA256: sum})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+func copyFile(src, dst string) (int64, string, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return 0, "", fmt.Errorf("artifact: %w", err)
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".tmp-"+filepath.Base(dst)+"-*")
+	if err != nil {
+		return 0, "", fmt.Errorf("artifact: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), in)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), dst)
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("artifact %s: %w", filepath.Base(dst), err)
+	}
+	return n, hex.EncodeToString(h.Sum(nil)), nil
+}

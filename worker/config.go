@@ -1,0 +1,117 @@
+// Package worker runs job attempts: an asynq server consumes the node's
+// queue (node:<name>), each handler claims its attempt in the job store,
+// runs the trainer through worker/runner per the trainer contract, mirrors
+// its events into the job's stream, copies its artifacts to the job's output
+// folder and writes the attempt's end — all through the job store, the only
+// authority on a job's state. asynq only carries the attempt: tasks are
+// enqueued with MaxRetry(0), and the handler returns nil for every outcome it
+// recorded, so asynq never retries, times out or cancels a job on its own.
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+)
+
+// Config configures a Worker. Zero values take the defaults stated.
+type Config struct {
+	// Node is this worker's unique node name; default the host name. A
+	// second live worker with the same name is refused at start.
+	Node string
+	// Slots is how many attempts run at once (CPU slots); default 2. GPU
+	// slots come with the NVML backend (issue #4).
+	Slots int
+	// DataDir holds work folders, checkpoints and the default artifact
+	// folder. Required.
+	DataDir string
+	// Trainers maps a trainer name (a job's "trainer") to its command. The
+	// placeholder {scripts} is replaced by ScriptsDir. Default:
+	// reference → [/usr/bin/python3 {scripts}/train_lora.py].
+	Trainers map[string][]string
+	// ScriptsDir is where the reference trainer was written; default
+	// DataDir/scripts.
+	ScriptsDir string
+	// MaxAttempts is how many attempts a job gets before a retryable failure
+	// becomes final; default 3. Exit 3, timeouts and cancels never retry.
+	MaxAttempts int
+	// KillGrace is the SIGTERM → SIGKILL grace for the trainer's process
+	// group; default 10s.
+	KillGrace time.Duration
+	// HeartbeatTTL is the node heartbeat's time to live; it is renewed every
+	// third of it. Default 15s.
+	HeartbeatTTL time.Duration
+	// TaskCheckInterval is how often an idle worker polls its queue; default
+	// 10ms. Lower starts jobs sooner and costs one small Lua call per poll.
+	TaskCheckInterval time.Duration
+	// CancelPoll is how often a running attempt re-reads cancel_requested
+	// (the durable cancel path; asynq's CancelProcessing is the fast one).
+	// Default 1s.
+	CancelPoll time.Duration
+	// ShutdownTimeout bounds Stop: running trainers get SIGTERM, their
+	// attempts go back to the queue; default KillGrace + 10s.
+	ShutdownTimeout time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return c, fmt.Errorf("worker: node name: %w", err)
+		}
+		c.Node = h
+	}
+	if !nodeNameRE.MatchString(c.Node) {
+		return c, fmt.Errorf("worker: node name %q: must match %s", c.Node, nodeNameRE)
+	}
+	if c.DataDir == "" {
+		return c, errors.New("worker: data dir is required")
+	}
+	abs, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return c, fmt.Errorf("worker: data dir %q: %w", c.DataDir, err)
+	}
+	c.DataDir = abs
+	if c.Slots <= 0 {
+		c.Slots = 2
+	}
+	if c.ScriptsDir == "" {
+		c.ScriptsDir = filepath.Join(c.DataDir, "scripts")
+	}
+	if c.Trainers == nil {
+		c.Trainers = map[string][]string{}
+	}
+	if _, ok := c.Trainers["reference"]; !ok {
+		c.Trainers["reference"] = []string{"/usr/bin/python3", "{scripts}/train_lora.py"}
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 3
+	}
+	if c.KillGrace <= 0 {
+		c.KillGrace = 10 * time.Second
+	}
+	if c.HeartbeatTTL <= 0 {
+		c.HeartbeatTTL = 15 * time.Second
+	}
+	if c.TaskCheckInterval <= 0 {
+		c.TaskCheckInterval = 10 * time.Millisecond
+	}
+	if c.CancelPoll <= 0 {
+		c.CancelPoll = time.Second
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = c.KillGrace + 10*time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}

@@ -1,0 +1,230 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/worker/runner"
+)
+
+// errLost is the cause when the store says the attempt is no longer ours.
+var errLost = errors.New("attempt lost: the job store moved on")
+
+// handle is the asynq handler of one attempt. It returns nil whenever the
+// attempt's end was recorded in the store (or there was nothing to do), so
+// asynq never retries on its own.
+func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
+	var p jobtype.TaskPayload
+	if err := json.Unmarshal(t.Payload(), &p); err != nil || !jobstore.ValidID(p.JobID) || p.Attempt < 1 {
+		w.log.Error("dropping malformed task", slog.String("payload", string(t.Payload())), slog.Any("err", err))
+		return fmt.Errorf("worker: malformed task payload: %w", asynq.SkipRetry)
+	}
+	log := w.log.With(slog.String("job_id", p.JobID), slog.Int("attempt", p.Attempt))
+	w.inflight.Add(1)
+	defer w.inflight.Done()
+	if w.stopCtx.Err() != nil {
+		// Stopping: leave the task alone (asynq puts it back) without claiming.
+		return fmt.Errorf("worker: stopping, not claiming %s", jobtype.TaskID(p.JobID, p.Attempt))
+	}
+	out, err := w.store.Claim(ctx, p.JobID, p.Attempt, w.cfg.Node, w.incarnation)
+	if err != nil {
+		if errors.Is(err, jobstore.ErrNotFound) {
+			log.Warn("task for a job the store does not know; dropping")
+			return nil
+		}
+		return fmt.Errorf("worker: claim: %w", err)
+	}
+	switch out {
+	case jobstore.ClaimStale:
+		log.Info("stale attempt; nothing to do")
+		return nil
+	case jobstore.ClaimCancelled:
+		log.Info("cancelled before it started")
+		return nil
+	}
+	job, err := w.store.Get(ctx, p.JobID)
+	if err != nil {
+		return w.record(log, func(ctx context.Context) error {
+			return w.store.Finish(ctx, p.JobID, p.Attempt, jobstore.Ending{State: jobtype.StateFailed, Reason: jobtype.ReasonInternal, Error: err.Error()})
+		})
+	}
+	end := w.runAttempt(ctx, log, job, p.Attempt)
+	return w.record(log, end)
+}
+
+// record writes an attempt's end, retrying for a while if Redis is away:
+// the store must hear it, whatever happened to the task's context.
+func (w *Worker) record(log *slog.Logger, write func(ctx context.Context) error) error {
+	var err error
+	for i, delay := 0, 100*time.Millisecond; i < 20; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = write(ctx)
+		cancel()
+		if err == nil || errors.Is(err, jobstore.ErrConflict) || errors.Is(err, jobstore.ErrNotFound) {
+			if err != nil {
+				log.Warn("attempt end not recorded: the store moved on", slog.Any("err", err))
+			}
+			return nil
+		}
+		log.Warn("recording attempt end failed; retrying", slog.Any("err", err))
+		time.Sleep(delay)
+		if delay < 5*time.Second {
+			delay *= 2
+		}
+	}
+	return fmt.Errorf("worker: record attempt end: %w", err)
+}
+
+// runAttempt runs the trainer for a claimed attempt and returns the store
+// write that records how it ended.
+func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobtype.Job, attempt int) func(context.Context) error {
+	fail := func(reason, msg string) func(context.Context) error {
+		log.Error("attempt failed", slog.String("reason", reason), slog.String("error", msg))
+		return func(ctx context.Context) error {
+			return w.store.Finish(ctx, job.ID, attempt, jobstore.Ending{State: jobtype.StateFailed, Reason: reason, Error: msg})
+		}
+	}
+	argv, err := w.trainerArgv(job.Spec.Trainer)
+	if err != nil {
+		return fail(jobtype.ReasonPermanent, err.Error())
+	}
+	workDir := filepath.Join(w.cfg.DataDir, "work", job.ID, strconv.Itoa(attempt))
+	outDir := filepath.Join(workDir, "output")
+	ckptDir := filepath.Join(w.cfg.DataDir, "checkpoints", job.ID)
+	for _, d := range []string{outDir, ckptDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fail(jobtype.ReasonInternal, fmt.Sprintf("make %s: %v", d, err))
+		}
+	}
+	specFile := filepath.Join(workDir, "job.json")
+	specJSON, _ := json.MarshalIndent(job.Spec, "", "  ")
+	if err := os.WriteFile(specFile, specJSON, 0o644); err != nil {
+		return fail(jobtype.ReasonInternal, fmt.Sprintf("write %s: %v", specFile, err))
+	}
+
+	runCtx, cancel := context.WithCancelCause(taskCtx)
+	defer cancel(nil)
+	maxRuntime := job.Spec.MaxRuntime.D()
+	if maxRuntime > 0 {
+		timer := time.AfterFunc(maxRuntime, func() { cancel(runner.ErrTimeout) })
+		defer timer.Stop()
+	}
+	stopWatch := context.AfterFunc(w.stopCtx, func() { cancel(errShutdown) })
+	defer stopWatch()
+	go w.pollCancel(runCtx, cancel, job.ID)
+
+	sink := newEventSink(w.store, job.ID, attempt, log, cancel)
+	go sink.loop()
+	res := runner.Run(runCtx, runner.Config{
+		Argv: argv,
+		Env: []string{
+			"LATHE_JOB_ID=" + job.ID,
+			"LATHE_ATTEMPT=" + strconv.Itoa(attempt),
+			"LATHE_JOB_FILE=" + specFile,
+			"LATHE_OUTPUT_DIR=" + outDir,
+			"LATHE_CHECKPOINT_DIR=" + ckptDir,
+			"CUDA_VISIBLE_DEVICES=",
+		},
+		Dir:       workDir,
+		KillGrace: w.cfg.KillGrace,
+		Logger:    log,
+	}, sink)
+	sink.close() // every trainer event is in the stream before the end is written
+	cause := context.Cause(runCtx)
+	log.Info("trainer exited", slog.String("outcome", res.Outcome.String()), slog.Int("exit_code", res.ExitCode),
+		slog.String("signal", res.Signal), slog.Duration("ran", res.Ended.Sub(res.Started)))
+
+	switch res.Outcome {
+	case runner.Succeeded:
+		arts, err := publishArtifacts(outDir, job.OutputURI, sink.artifacts())
+		if err != nil {
+			return fail(jobtype.ReasonInternal, "artifacts: "+err.Error())
+		}
+		metrics := sink.metrics()
+		return func(ctx context.Context) error {
+			return w.store.Finish(ctx, job.ID, attempt, jobstore.Ending{State: jobtype.StateSucceeded, Metrics: metrics, Artifacts: arts})
+		}
+	case runner.Permanent:
+		return fail(jobtype.ReasonPermanent, fmt.Sprintf("trainer exited 3 (permanent): %s", sink.lastLogs()))
+	case runner.TimedOut:
+		return fail(jobtype.ReasonTimeout, fmt.Sprintf("max_runtime %s reached", maxRuntime))
+	case runner.StartFailed:
+		return fail(jobtype.ReasonInternal, fmt.Sprintf("trainer did not start: %v", res.Err))
+	case runner.Cancelled:
+		switch {
+		case errors.Is(cause, errLost):
+			log.Warn("attempt lost to the store; not recording")
+			return func(context.Context) error { return nil }
+		case errors.Is(cause, errShutdown):
+			return func(ctx context.Context) error {
+				return w.store.Requeue(ctx, job.ID, attempt, "worker shutdown", "the worker stopped; resuming from the last checkpoint")
+			}
+		default:
+			return func(ctx context.Context) error {
+				return w.store.Finish(ctx, job.ID, attempt, jobstore.Ending{State: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled})
+			}
+		}
+	default: // Failed: retryable
+		msg := fmt.Sprintf("trainer failed (%s): %s", exitDesc(res), sink.lastLogs())
+		if attempt >= w.cfg.MaxAttempts {
+			return fail(jobtype.ReasonExit, fmt.Sprintf("%s; %d attempts used", msg, attempt))
+		}
+		log.Warn("attempt failed; retrying as a new attempt", slog.String("error", msg))
+		return func(ctx context.Context) error { return w.store.Requeue(ctx, job.ID, attempt, jobtype.ReasonExit, msg) }
+	}
+}
+
+func exitDesc(r runner.Result) string {
+	if r.Signal != "" {
+		return "signal " + r.Signal
+	}
+	return "exit " + strconv.Itoa(r.ExitCode)
+}
+
+// pollCancel re-reads the durable cancel_requested flag while the attempt
+// runs, so a cancel asked while asynq's fast path was missed still lands.
+func (w *Worker) pollCancel(ctx context.Context, cancel context.CancelCauseFunc, id string) {
+	t := time.NewTicker(w.cfg.CancelPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, pc := context.WithTimeout(ctx, w.cfg.CancelPoll)
+		req, err := w.store.CancelRequested(pctx, id)
+		pc()
+		if err == nil && req {
+			cancel(runner.ErrCancelled)
+			return
+		}
+	}
+}
+
+func (w *Worker) trainerArgv(name string) ([]string, error) {
+	if name == "" {
+		name = "reference"
+	}
+	tmpl, ok := w.cfg.Trainers[name]
+	if !ok || len(tmpl) == 0 {
+		return nil, fmt.Errorf("trainer %q is not configured on node %s", name, w.cfg.Node)
+	}
+	argv := make([]string, len(tmpl))
+	for i, a := range tmpl {
+		argv[i] = strings.ReplaceAll(a, "{scripts}", w.cfg.ScriptsDir)
+	}
+	return argv, nil
+}

@@ -1,0 +1,167 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+)
+
+// Worker consumes one node's asynq queue and runs its attempts.
+type Worker struct {
+	cfg         Config
+	rdb         redis.UniversalClient
+	store       *jobstore.Store
+	log         *slog.Logger
+	incarnation string
+	srv         *asynq.Server
+
+	// stopCtx is cancelled (cause errShutdown) when Stop begins, so running
+	// trainers checkpoint and their attempts go back to the queue.
+	stopCtx  context.Context
+	stopFn   context.CancelCauseFunc
+	hbDone   chan struct{}
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	inflight sync.WaitGroup
+}
+
+// errShutdown is the cause given to running attempts when the worker stops.
+var errShutdown = errors.New("worker shutting down")
+
+// New returns a Worker; Start runs it.
+func New(rdb redis.UniversalClient, store *jobstore.Store, cfg Config) (*Worker, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	w := &Worker{cfg: cfg, rdb: rdb, store: store, incarnation: hex.EncodeToString(b[:]),
+		log: cfg.Logger.With(slog.String("component", "worker"), slog.String("node", cfg.Node))}
+	w.stopCtx, w.stopFn = context.WithCancelCause(context.Background())
+	return w, nil
+}
+
+// Node returns the worker's node name.
+func (w *Worker) Node() string { return w.cfg.Node }
+
+// Incarnation returns this process's incarnation id.
+func (w *Worker) Incarnation() string { return w.incarnation }
+
+func (w *Worker) nodeInfo() jobstore.Node {
+	return jobstore.Node{Name: w.cfg.Node, Incarnation: w.incarnation, Backend: "local", Slots: w.cfg.Slots}
+}
+
+// Start registers the node (failing if another live worker holds its name),
+// starts heartbeats and the asynq server on node:<name>.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return errors.New("worker: already started")
+	}
+	n := w.nodeInfo()
+	n.StartedAt = time.Now().UTC()
+	if err := w.store.Heartbeat(ctx, n, w.cfg.HeartbeatTTL, true); err != nil {
+		return fmt.Errorf("worker: register node: %w", err)
+	}
+	w.srv = asynq.NewServerFromRedisClient(w.rdb, asynq.Config{
+		Concurrency:       w.cfg.Slots,
+		Queues:            map[string]int{jobtype.NodeQueue(w.cfg.Node): 1},
+		TaskCheckInterval: w.cfg.TaskCheckInterval,
+		ShutdownTimeout:   w.cfg.ShutdownTimeout,
+		Logger:            slogAdapter{w.log.With(slog.String("component", "asynq"))},
+		// The store records every outcome; an error here only means the
+		// store could not be written, and asynq must not retry (MaxRetry 0).
+		IsFailure: func(err error) bool { return err != nil },
+	})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc(jobtype.TaskType, w.handle)
+	if err := w.srv.Start(mux); err != nil {
+		return fmt.Errorf("worker: start asynq server: %w", err)
+	}
+	w.hbDone = make(chan struct{})
+	go w.heartbeat(n)
+	w.started = true
+	w.log.Info("worker started", slog.Int("slots", w.cfg.Slots), slog.String("incarnation", w.incarnation),
+		slog.String("queue", jobtype.NodeQueue(w.cfg.Node)))
+	return nil
+}
+
+func (w *Worker) heartbeat(n jobstore.Node) {
+	defer close(w.hbDone)
+	t := time.NewTicker(w.cfg.HeartbeatTTL / 3)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-w.stopCtx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(w.stopCtx, w.cfg.HeartbeatTTL/3)
+		err := w.store.Heartbeat(ctx, n, w.cfg.HeartbeatTTL, false)
+		cancel()
+		switch {
+		case err != nil && !failing:
+			failing = true
+			w.log.Warn("heartbeat failed; retrying", slog.Any("err", err))
+		case err == nil && failing:
+			failing = false
+			w.log.Info("heartbeat restored")
+		}
+	}
+}
+
+// Stop stops taking tasks, sends SIGTERM to running trainers (their
+// attempts checkpoint and go back to the queue as new attempts), waits for
+// them up to ShutdownTimeout, and removes the node's heartbeat. Safe to call
+// twice.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	if !w.started || w.stopped {
+		w.mu.Unlock()
+		return nil
+	}
+	w.stopped = true
+	w.mu.Unlock()
+	w.srv.Stop() // no new tasks
+	w.stopFn(errShutdown)
+	done := make(chan struct{})
+	go func() { w.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		w.log.Warn("stop: attempts still running", slog.Any("err", ctx.Err()))
+	}
+	w.srv.Shutdown()
+	<-w.hbDone
+	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := w.store.RemoveNode(rctx, w.cfg.Node, w.incarnation); err != nil {
+		w.log.Warn("stop: remove node heartbeat", slog.Any("err", err))
+	}
+	w.log.Info("worker stopped")
+	return nil
+}
+
+// slogAdapter adapts asynq's printf-style Logger to slog.
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
+func (a slogAdapter) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
+func (a slogAdapter) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...)) }
+func (a slogAdapter) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
+func (a slogAdapter) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)) }
