@@ -5,26 +5,14 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
 
+	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/worker/runner"
 )
-
-// FilePath returns the local path of a file:// URI.
-func FilePath(uri string) (string, error) {
-	u, err := url.Parse(uri)
-	if err != nil {
-		return "", fmt.Errorf("output uri %q: %w", uri, err)
-	}
-	if u.Scheme != "file" || (u.Host != "" && u.Host != "localhost") || !filepath.IsAbs(u.Path) {
-		return "", fmt.Errorf("output uri %q: only file:///absolute/path is supported so far (s3:// comes with the AWS backend)", uri)
-	}
-	return filepath.Clean(u.Path), nil
-}
 
 // publishArtifacts copies the attempt's artifacts from outDir into the job's
 // output folder (outputURI, a per-job file:// folder), computing each file's
@@ -33,7 +21,7 @@ func FilePath(uri string) (string, error) {
 // sees half a file. When the trainer reported no artifact, every regular
 // file at the top of outDir is published.
 func publishArtifacts(outDir, outputURI string, reported []runner.TrainerEvent) ([]jobtype.Artifact, error) {
-	dest, err := FilePath(outputURI)
+	dest, err := fileuri.Path(outputURI)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,495 @@
+package main
+
+// End-to-end tests: the real lathed and lathe binaries (built here), a real
+// redis-server, the real reference trainer under /usr/bin/python3 with
+// torch. Nothing is faked. These are the "Must show" checks of issue #2.
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/redistest"
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// binaries builds lathed and lathe once per test run.
+func binaries(t *testing.T) (lathed, lathe string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "lathe-e2e-bin-")
+		if buildErr != nil {
+			return
+		}
+		for _, p := range []string{"lathed", "lathe"} {
+			out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, p), "github.com/lathe-ml/lathe/cmd/"+p).CombinedOutput()
+			if err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", p, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(binDir, "lathed"), filepath.Join(binDir, "lathe")
+}
+
+func requireTorch(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command("/usr/bin/python3", "-c", "import torch").CombinedOutput()
+	if err != nil {
+		t.Fatalf("/usr/bin/python3 with torch is required (apt-get install -y python3-torch): %v\n%s", err, out)
+	}
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	wd, _ := os.Getwd()
+	return filepath.Clean(filepath.Join(wd, "..", ".."))
+}
+
+// daemon is a running lathed process.
+type daemon struct {
+	cmd  *exec.Cmd
+	logs *bytes.Buffer
+	mu   *sync.Mutex
+	done chan struct{}
+}
+
+type syncBuf struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (s syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+
+func startDaemon(t *testing.T, bin string, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{logs: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
+	d.cmd = exec.Command(bin, args...)
+	d.cmd.Stdout = syncBuf{d.mu, d.logs}
+	d.cmd.Stderr = syncBuf{d.mu, d.logs}
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	go func() { _ = d.cmd.Wait(); close(d.done) }()
+	t.Cleanup(func() {
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.done:
+		case <-time.After(30 * time.Second):
+			_ = d.cmd.Process.Kill()
+			<-d.done
+		}
+		if t.Failed() {
+			t.Logf("%s %v logs:\n%s", filepath.Base(bin), args, d.output())
+		}
+	})
+	return d
+}
+
+func (d *daemon) output() string { d.mu.Lock(); defer d.mu.Unlock(); return d.logs.String() }
+
+// waitHTTP waits until the API answers /healthz.
+func waitHTTP(t *testing.T, base string, d *daemon) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		select {
+		case <-d.done:
+			t.Fatalf("daemon exited:\n%s", d.output())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("API at %s never became healthy:\n%s", base, d.output())
+}
+
+// cli runs lathe and returns stdout, stderr and the exit code.
+func cli(t *testing.T, bin, server string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "LATHE_SERVER="+server)
+	cmd.Dir = repoRoot(t)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run lathe %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func decodeJob(t *testing.T, s string) jobtype.Job {
+	t.Helper()
+	var j jobtype.Job
+	if err := json.Unmarshal([]byte(s), &j); err != nil {
+		t.Fatalf("not a job JSON: %v\n%s", err, s)
+	}
+	return j
+}
+
+func getJob(t *testing.T, base, id string) jobtype.Job {
+	t.Helper()
+	resp, err := http.Get(base + "/api/v1/jobs/" + id)
+	if err != nil {
+		t.Fatalf("get job: %v", err)
+	}
+	defer resp.Body.Close()
+	var j jobtype.Job
+	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
+		t.Fatalf("decode job: %v", err)
+	}
+	return j
+}
+
+// waitJob polls the API until cond holds or the deadline passes.
+func waitJob(t *testing.T, base, id string, within time.Duration, what string, cond func(jobtype.Job) bool) jobtype.Job {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		j := getJob(t, base, id)
+		if cond(j) {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: %s not reached within %s; last: state=%s progress=%+v error=%q", id, what, within, j.State, j.Progress, j.Error)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// safetensorsHeader reads the JSON header of a safetensors file.
+func safetensorsHeader(t *testing.T, path string) map[string]json.RawMessage {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 8 {
+		t.Fatalf("%s: too short", path)
+	}
+	n := binary.LittleEndian.Uint64(b[:8])
+	if uint64(len(b)) < 8+n {
+		t.Fatalf("%s: header length %d beyond file", path, n)
+	}
+	var h map[string]json.RawMessage
+	if err := json.Unmarshal(b[8:8+n], &h); err != nil {
+		t.Fatalf("%s: header: %v", path, err)
+	}
+	return h
+}
+
+// checkRun submits the tiny example, waits, and checks the adapter.
+func checkRun(t *testing.T, lathe, base string) {
+	t.Helper()
+	root := repoRoot(t)
+	out, errOut, code := cli(t, lathe, base, "submit", "configs/examples/tiny-lora.yaml", "--wait", "-o", "json")
+	if code != 0 {
+		t.Fatalf("submit --wait exited %d\nstdout:%s\nstderr:%s", code, out, errOut)
+	}
+	j := decodeJob(t, out)
+	if j.State != jobtype.StateSucceeded {
+		t.Fatalf("submit --wait printed state %s", j.State)
+	}
+	out, _, code = cli(t, lathe, base, "status", j.ID, "-o", "json")
+	if code != 0 || !strings.Contains(out, `"state": "succeeded"`) {
+		t.Fatalf("status exited %d:\n%s", code, out)
+	}
+	st := decodeJob(t, out)
+	for _, k := range []string{"id", "name", "state", "backend", "node", "gpus", "attempt", "progress", "metrics", "artifacts"} {
+		if !strings.Contains(out, `"`+k+`"`) {
+			t.Errorf("status -o json lacks %q", k)
+		}
+	}
+	if st.Progress.Step == 0 || st.Progress.Step != st.Progress.TotalSteps {
+		t.Errorf("progress %+v: want the last step", st.Progress)
+	}
+	dir := t.TempDir()
+	if _, e, code := cli(t, lathe, base, "pull", j.ID, "--to", dir); code != 0 {
+		t.Fatalf("pull exited %d: %s", code, e)
+	}
+	var cfg struct {
+		R             int      `json:"r"`
+		TargetModules []string `json:"target_modules"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "adapter_config.json"))
+	if err != nil {
+		t.Fatalf("pull: %v", err)
+	}
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.R != st.Spec.LoRA.Rank {
+		t.Fatalf("adapter_config r=%d, spec rank %d", cfg.R, st.Spec.LoRA.Rank)
+	}
+	h := safetensorsHeader(t, filepath.Join(dir, "adapter_model.safetensors"))
+	nA, nB := 0, 0
+	for k, v := range h {
+		if k == "__metadata__" {
+			continue
+		}
+		var ti struct {
+			Shape []int `json:"shape"`
+		}
+		_ = json.Unmarshal(v, &ti)
+		switch {
+		case strings.HasSuffix(k, "lora_A.weight"):
+			nA++
+			if len(ti.Shape) != 2 || ti.Shape[0] != cfg.R {
+				t.Errorf("%s shape %v: want [r=%d, in]", k, ti.Shape, cfg.R)
+			}
+		case strings.HasSuffix(k, "lora_B.weight"):
+			nB++
+			if len(ti.Shape) != 2 || ti.Shape[1] != cfg.R {
+				t.Errorf("%s shape %v: want [out, r=%d]", k, ti.Shape, cfg.R)
+			}
+		}
+	}
+	if nA == 0 || nA != nB {
+		t.Fatalf("safetensors has %d lora_A and %d lora_B tensors", nA, nB)
+	}
+	ev := exec.Command("/usr/bin/python3", filepath.Join(root, "scripts", "eval_adapter.py"), "--adapter", dir,
+		"--eval-dataset", strings.TrimPrefix(st.Spec.EvalDataset, "file://"), "-o", "json")
+	evOut, err := ev.Output()
+	if err != nil {
+		t.Fatalf("eval_adapter.py: %v\n%s", err, evOut)
+	}
+	var res struct {
+		Base    float64 `json:"base_eval_loss"`
+		Adapter float64 `json:"adapter_eval_loss"`
+	}
+	if err := json.Unmarshal(lastLine(evOut), &res); err != nil {
+		t.Fatalf("eval_adapter.py output: %v\n%s", err, evOut)
+	}
+	reported := st.Metrics["eval_loss"]
+	if math.Abs(res.Adapter-reported) > 1e-3 {
+		t.Errorf("eval_adapter.py gives %.6f, the job reported eval_loss %.6f", res.Adapter, reported)
+	}
+	if !(res.Adapter < res.Base) {
+		t.Errorf("adapter eval loss %.4f is not lower than the base model's %.4f", res.Adapter, res.Base)
+	}
+}
+
+func lastLine(b []byte) []byte {
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	return lines[len(lines)-1]
+}
+
+// TestUpEndToEnd: `lathed up` with nothing else running (it starts its own
+// redis-server in the data dir), then the tiny example end to end.
+func TestUpEndToEnd(t *testing.T) {
+	requireTorch(t)
+	lathed, lathe := binaries(t)
+	port := redistest.FreePort(t)
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	d := startDaemon(t, lathed, "up", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", t.TempDir())
+	waitHTTP(t, base, d)
+	if !strings.Contains(d.output(), "started redis-server inside the data dir") {
+		t.Errorf("lathed up did not say it started its own redis-server:\n%s", d.output())
+	}
+	checkRun(t, lathe, base)
+}
+
+// TestTwoProcesses: `lathed scheduler` and `lathed worker` as two processes
+// on a real redis-server; the same run, then the fault checks.
+func TestTwoProcesses(t *testing.T) {
+	requireTorch(t)
+	lathed, lathe := binaries(t)
+	rs := redistest.StartWith(t, redistest.Options{AOF: true})
+	port := redistest.FreePort(t)
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	data := t.TempDir()
+	sd := startDaemon(t, lathed, "scheduler", "--redis-url", rs.URL(), "--listen", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", data)
+	startDaemon(t, lathed, "worker", "--backend", "local", "--redis-url", rs.URL(), "--data-dir", data, "--node", "e2e-node")
+	waitHTTP(t, base, sd)
+	checkRun(t, lathe, base)
+
+	t.Run("bad spec is refused and nothing is stored", func(t *testing.T) {
+		before := countKeys(t, rs)
+		bad := filepath.Join(t.TempDir(), "bad.yaml")
+		os.WriteFile(bad, []byte("name: bad\nbase_model: tiny-char\ndataset: file:///tmp/x.jsonl\nlora: {rank: -4}\npriority: sometimes\ncolour: blue\n"), 0o644)
+		_, errOut, code := cli(t, lathe, base, "submit", bad)
+		if code != 2 {
+			t.Fatalf("bad spec exited %d, want 2:\n%s", code, errOut)
+		}
+		for _, f := range []string{"lora.rank", "priority", "colour", "-4", "sometimes"} {
+			if !strings.Contains(errOut, f) {
+				t.Errorf("error output does not name %q:\n%s", f, errOut)
+			}
+		}
+		// The server refuses the same spec on its own (a client that skips local checks).
+		body := `{"name":"bad","base_model":"tiny-char","dataset":"file:///tmp/x.jsonl","lora":{"rank":-4},"priority":"sometimes","colour":"blue"}`
+		resp, err := http.Post(base+"/api/v1/jobs", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ae struct {
+			Fields []struct{ Field, Value string }
+		}
+		json.NewDecoder(resp.Body).Decode(&ae)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || len(ae.Fields) < 3 {
+			t.Fatalf("server answered %d with %d field errors", resp.StatusCode, len(ae.Fields))
+		}
+		if after := countKeys(t, rs); after != before {
+			t.Fatalf("Redis keys %d → %d: something was stored", before, after)
+		}
+	})
+
+	t.Run("cancel a running job", func(t *testing.T) {
+		spec := longSpec(t)
+		out, e, code := cli(t, lathe, base, "submit", spec, "-o", "json")
+		if code != 0 {
+			t.Fatalf("submit: %d %s", code, e)
+		}
+		id := decodeJob(t, out).ID
+		waitJob(t, base, id, 60*time.Second, "running with progress", func(j jobtype.Job) bool {
+			return j.State == jobtype.StateRunning && j.Progress.Step > 0
+		})
+		pid := trainerPID(t, base, id)
+		if _, e, code := cli(t, lathe, base, "cancel", id); code != 0 {
+			t.Fatalf("cancel exited %d: %s", code, e)
+		}
+		// Liveness bound from the issue: the group ends within 10 s.
+		j := waitJob(t, base, id, 10*time.Second, "cancelled", func(j jobtype.Job) bool { return j.State == jobtype.StateCancelled })
+		if syscall.Kill(-pid, 0) != syscall.ESRCH {
+			t.Fatalf("trainer process group %d still alive after cancelled was written", pid)
+		}
+		if j.Attempt != 1 {
+			t.Fatalf("attempt %d after cancel", j.Attempt)
+		}
+		// No new attempt: the job is terminal and its events hold one start.
+		if n := countEvents(t, base, id, "started"); n != 1 {
+			t.Fatalf("%d trainer starts for a cancelled job", n)
+		}
+	})
+
+	t.Run("redis down: 503 within 2s and exit 3", func(t *testing.T) {
+		out, _, _ := cli(t, lathe, base, "list", "-o", "json")
+		var l struct{ Jobs []jobtype.Job }
+		json.Unmarshal([]byte(out), &l)
+		if len(l.Jobs) == 0 {
+			t.Fatal("no jobs listed")
+		}
+		rs.Kill()
+		c := &http.Client{Timeout: 2 * time.Second}
+		for _, path := range []string{"/api/v1/jobs/" + l.Jobs[0].ID, "/healthz", "/api/v1/jobs", "/api/v1/queues"} {
+			resp, err := c.Get(base + path)
+			if err != nil {
+				t.Fatalf("GET %s with Redis down: no answer within 2 s: %v", path, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 503 {
+				t.Fatalf("GET %s with Redis down: %d, want 503", path, resp.StatusCode)
+			}
+		}
+		_, errOut, code := cli(t, lathe, base, "status", l.Jobs[0].ID)
+		if code != 3 || !strings.Contains(errOut, "Redis") {
+			t.Fatalf("status with Redis down exited %d (want 3): %s", code, errOut)
+		}
+		rs.Restart()
+	})
+}
+
+// longSpec writes a spec that trains long enough to be cancelled mid-run.
+func longSpec(t *testing.T) string {
+	root := repoRoot(t)
+	p := filepath.Join(t.TempDir(), "long.yaml")
+	spec := fmt.Sprintf(`name: long-run
+base_model: tiny-char
+dataset: file://%s/configs/examples/data/tiny-train.jsonl
+eval_dataset: file://%s/configs/examples/data/tiny-eval.jsonl
+lora: {rank: 4, alpha: 8, target_modules: [q_proj, v_proj]}
+training: {max_steps: 100000, batch_size: 4, learning_rate: 0.001, checkpoint_every: 20, eval_every: 50000}
+resources: {gpus: 0}
+`, root, root)
+	if err := os.WriteFile(p, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func trainerPID(t *testing.T, base, id string) int {
+	t.Helper()
+	for _, e := range events(t, base, id) {
+		if e.Type == "started" {
+			var d struct{ PID int }
+			json.Unmarshal(e.Data, &d)
+			return d.PID
+		}
+	}
+	t.Fatalf("no started event for %s", id)
+	return 0
+}
+
+func events(t *testing.T, base, id string) []jobtype.Event {
+	t.Helper()
+	resp, err := http.Get(base + "/api/v1/jobs/" + id + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var evs struct{ Events []jobtype.Event }
+	if err := json.NewDecoder(resp.Body).Decode(&evs); err != nil {
+		t.Fatal(err)
+	}
+	return evs.Events
+}
+
+func countEvents(t *testing.T, base, id, typ string) int {
+	n := 0
+	for _, e := range events(t, base, id) {
+		if e.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
+// countKeys counts Lathe's job keys and the members of its pending set
+// (node heartbeats and asynq's own keys change by themselves, so not those).
+func countKeys(t *testing.T, rs *redistest.Server) int64 {
+	t.Helper()
+	ctx := context.Background()
+	c := rs.Client()
+	keys, err := c.Keys(ctx, "lathe:job*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.ZCard(ctx, "lathe:pending").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(len(keys)) + p
+}

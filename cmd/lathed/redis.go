@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// newRedisClient returns a client tuned to fail fast: the API must answer
+// 503 within 2 s when Redis is away, never hang.
+func newRedisClient(url string) (*redis.Client, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("--redis-url %q: %w", url, err)
+	}
+	opt.DialTimeout = time.Second
+	opt.ReadTimeout = time.Second
+	opt.WriteTimeout = time.Second
+	opt.PoolTimeout = 1500 * time.Millisecond
+	opt.MaxRetries = 1
+	opt.ContextTimeoutEnabled = true
+	return redis.NewClient(opt), nil
+}
+
+// waitRedis pings until Redis answers or wait passes.
+func waitRedis(ctx context.Context, rdb *redis.Client, wait time.Duration, log *slog.Logger) error {
+	deadline := time.Now().Add(wait)
+	delay := 200 * time.Millisecond
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := rdb.Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("redis at %s did not answer within %s: %w", rdb.Options().Addr, wait, err)
+		}
+		log.Warn("waiting for Redis", slog.String("addr", rdb.Options().Addr), slog.Any("err", err))
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		if delay < 2*time.Second {
+			delay *= 2
+		}
+	}
+}
+
+// checkNoEviction refuses a Redis that may evict keys: asynq loses tasks to
+// eviction and Lathe loses jobs (DESIGN.md).
+func checkNoEviction(ctx context.Context, rdb *redis.Client) error {
+	info, err := rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		return fmt.Errorf("redis: read INFO memory: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok {
+			if v != "noeviction" {
+				return fmt.Errorf("redis at %s has maxmemory-policy %s; Lathe needs noeviction (evicted keys are lost jobs and tasks). Fix: redis-cli CONFIG SET maxmemory-policy noeviction, and set 'maxmemory-policy noeviction' in redis.conf so it survives a restart",
+					rdb.Options().Addr, v)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("redis at %s did not report maxmemory_policy in INFO memory; cannot confirm noeviction", rdb.Options().Addr)
+}
+
+// managedRedis is the Redis `lathed up` runs when no --redis-url is given:
+// a redis-server from PATH inside the data dir (AOF on, noeviction), else
+// an embedded miniredis (ephemeral).
+type managedRedis struct {
+	URL      string
+	Embedded bool
+	cmd      *exec.Cmd
+	waitErr  chan error
+	mini     *miniredis.Miniredis
+	stopTick chan struct{}
+}
+
+func startManagedRedis(ctx context.Context, dataDir string, log *slog.Logger) (*managedRedis, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return startMiniredis(log)
+	}
+	dir := filepath.Join(dataDir, "redis")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("redis dir: %w", err)
+	}
+	args := []string{"--dir", dir, "--appendonly", "yes", "--appendfsync", "everysec",
+		"--maxmemory-policy", "noeviction", "--save", "", "--daemonize", "no",
+		"--logfile", filepath.Join(dir, "redis.log")}
+	var url string
+	sock := filepath.Join(dir, "redis.sock")
+	if len(sock) < 100 {
+		args = append(args, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700")
+		url = "unix://" + sock
+	} else {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("redis port: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		args = append(args, "--bind", "127.0.0.1", "--port", strconv.Itoa(port))
+		url = "redis://127.0.0.1:" + strconv.Itoa(port)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start redis-server: %w", err)
+	}
+	m := &managedRedis{URL: url, cmd: cmd, waitErr: make(chan error, 1)}
+	go func() { m.waitErr <- cmd.Wait() }()
+	rdb, _ := newRedisClient(url)
+	defer rdb.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		err := rdb.Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			break
+		}
+		select {
+		case werr := <-m.waitErr:
+			return nil, fmt.Errorf("redis-server exited at start (%v); see %s", werr, filepath.Join(dir, "redis.log"))
+		default:
+		}
+		if time.Now().After(deadline) {
+			m.Stop()
+			return nil, fmt.Errorf("redis-server did not answer on %s: %w", url, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	log.Info("started redis-server inside the data dir (AOF on, noeviction)", slog.String("url", url), slog.String("dir", dir))
+	return m, nil
+}
+
+func startMiniredis(log *slog.Logger) (*managedRedis, error) {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		return nil, fmt.Errorf("embedded redis: %w", err)
+	}
+	m := &managedRedis{URL: "redis://" + mr.Addr(), Embedded: true, mini: mr, stopTick: make(chan struct{})}
+	// miniredis TTLs do not move by themselves: advance its clock.
+	go func() {
+		last := time.Now()
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-m.stopTick:
+				return
+			case now := <-t.C:
+				mr.FastForward(now.Sub(last))
+				mr.SetTime(now)
+				last = now
+			}
+		}
+	}()
+	log.Warn("no redis-server on PATH: using an embedded in-process Redis (miniredis). It is EPHEMERAL: every job is lost when lathed stops. Install redis-server or pass --redis-url for anything that matters; cloud backends are refused in this mode.",
+		slog.String("addr", mr.Addr()))
+	return m, nil
+}
+
+// Stop ends the managed Redis (SIGTERM: redis-server flushes its AOF).
+func (m *managedRedis) Stop() {
+	if m == nil {
+		return
+	}
+	if m.mini != nil {
+		close(m.stopTick)
+		m.mini.Close()
+		return
+	}
+	if m.cmd != nil && m.cmd.Process != nil {
+		_ = m.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-m.waitErr:
+		case <-time.After(10 * time.Second):
+			_ = m.cmd.Process.Kill()
+			<-m.waitErr
+		}
+	}
+}
+

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/lathe-ml/lathe/internal/fileuri"
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scripts"
+	"github.com/lathe-ml/lathe/worker"
+)
+
+// opts are the flags shared by the daemon's commands.
+type opts struct {
+	configPath string
+	listen     string
+	dataDir    string
+	redisURL   string
+	node       string
+	slots      int
+	backend    string
+	logLevel   string
+	redisWait  time.Duration
+}
+
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	o := &opts{}
+	root := &cobra.Command{
+		Use:           "lathed",
+		Short:         "Lathe's daemon: runs LoRA fine-tuning jobs on local GPUs and the cloud",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	pf := root.PersistentFlags()
+	pf.StringVar(&o.configPath, "config", "", "daemon config file (see configs/lathe.yaml)")
+	pf.StringVar(&o.dataDir, "data-dir", "", "data directory (work folders, checkpoints, artifacts, managed Redis); default ./lathe-data")
+	pf.StringVar(&o.redisURL, "redis-url", "", "Redis URL (redis://host:port/db or unix:///path); `up` runs its own when empty")
+	pf.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	pf.DurationVar(&o.redisWait, "redis-wait", 30*time.Second, "how long to wait for Redis at start")
+
+	addListen := func(c *cobra.Command) {
+		c.Flags().StringVar(&o.listen, "listen", "", "API address (default 127.0.0.1:8080)")
+	}
+	addWorker := func(c *cobra.Command) {
+		c.Flags().StringVar(&o.node, "node", "", "unique node name (default the host name)")
+		c.Flags().IntVar(&o.slots, "slots", 0, "attempts run at once (CPU slots; default 2)")
+	}
+
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "Scheduler and local worker in one process, with its own Redis unless --redis-url is given",
+		Args:  cobra.NoArgs,
+		RunE:  func(c *cobra.Command, _ []string) error { return run(c.Context(), o, stderr, true, true) },
+	}
+	addListen(up)
+	addWorker(up)
+	sched := &cobra.Command{
+		Use:   "scheduler",
+		Short: "HTTP API and placement (needs --redis-url or redis.url)",
+		Args:  cobra.NoArgs,
+		RunE:  func(c *cobra.Command, _ []string) error { return run(c.Context(), o, stderr, true, false) },
+	}
+	addListen(sched)
+	wk := &cobra.Command{
+		Use:   "worker",
+		Short: "Runs attempts on this machine (needs --redis-url or redis.url)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			switch o.backend {
+			case "local":
+			case "aws":
+				return fmt.Errorf("--backend aws: the AWS backend is not built yet (issue #6)")
+			default:
+				return fmt.Errorf("--backend %q: must be local (aws comes with issue #6)", o.backend)
+			}
+			return run(c.Context(), o, stderr, false, true)
+		},
+	}
+	wk.Flags().StringVar(&o.backend, "backend", "local", "worker backend: local")
+	addWorker(wk)
+	root.AddCommand(up, sched, wk)
+	return root
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: %w", level, err)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// run wires and runs the scheduler and/or the worker until ctx ends.
+func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWorker bool) error {
+	log, err := newLogger(stderr, o.logLevel)
+	if err != nil {
+		return err
+	}
+	fc, err := loadConfig(o.configPath)
+	if err != nil {
+		return err
+	}
+	dataDir := firstNonEmpty(o.dataDir, fc.DataDir, "lathe-data")
+	if dataDir, err = filepath.Abs(dataDir); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return fmt.Errorf("--data-dir %s: %w", dataDir, err)
+	}
+	url := firstNonEmpty(o.redisURL, fc.Redis.URL)
+	var managed *managedRedis
+	if url == "" {
+		if !(withScheduler && withWorker) {
+			return fmt.Errorf("--redis-url (or redis.url in the config) is required: only `lathed up` runs its own Redis")
+		}
+		if managed, err = startManagedRedis(ctx, dataDir, log); err != nil {
+			return err
+		}
+		defer managed.Stop()
+		url = managed.URL
+	}
+	rdb, err := newRedisClient(url)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	if err := waitRedis(ctx, rdb, o.redisWait, log); err != nil {
+		return err
+	}
+	if managed == nil || !managed.Embedded {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := checkNoEviction(cctx, rdb)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	store := jobstore.New(rdb, jobstore.Config{Prefix: fc.Redis.KeyPrefix, EventsMaxLen: fc.Jobs.EventsMaxLen})
+
+	killGrace := fc.Worker.KillGrace.D()
+	trainers := fc.Trainers
+	var stops []func(context.Context) error
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), killGrace+20*time.Second)
+		defer cancel()
+		for i := len(stops) - 1; i >= 0; i-- {
+			_ = stops[i](sctx)
+		}
+	}()
+	if withWorker {
+		scriptsDir := filepath.Join(dataDir, "scripts")
+		if err := writeScripts(scriptsDir); err != nil {
+			return err
+		}
+		w, err := worker.New(rdb, store, worker.Config{
+			Node: firstNonEmpty(o.node, fc.Worker.Node), Slots: firstPositive(o.slots, fc.Worker.Slots),
+			DataDir: dataDir, ScriptsDir: scriptsDir, Trainers: copyTrainers(trainers),
+			MaxAttempts: fc.Worker.MaxAttempts, KillGrace: killGrace, HeartbeatTTL: fc.Worker.HeartbeatTTL.D(),
+			TaskCheckInterval: fc.Worker.TaskCheckInterval.D(), Logger: log,
+		})
+		if err != nil {
+			return err
+		}
+		if err := w.Start(ctx); err != nil {
+			return err
+		}
+		stops = append(stops, w.Stop)
+	}
+	if withScheduler {
+		names := []string{"reference"}
+		for n := range trainers {
+			if n != "reference" {
+				names = append(names, n)
+			}
+		}
+		out := firstNonEmpty(fc.Jobs.DefaultOutputURI, fileuri.FromPath(filepath.Join(dataDir, "artifacts")))
+		s := scheduler.New(rdb, store, scheduler.Config{
+			Listen: firstNonEmpty(o.listen, fc.Scheduler.Listen),
+			Defaults: jobspec.Defaults{MaxRuntime: fc.Jobs.DefaultMaxRuntime.D(), Residency: fc.Routing.DefaultResidency,
+				OutputURI: out},
+			Trainers: names, KillGrace: killGrace, PlaceInterval: fc.Scheduler.PlaceInterval.D(),
+			RepairAfter: fc.Scheduler.RepairAfter.D(), Logger: log,
+		})
+		if err := s.Start(ctx); err != nil {
+			return err
+		}
+		stops = append(stops, s.Stop)
+		log.Info("lathe is up", slog.String("api", "http://"+s.Addr()), slog.String("data_dir", dataDir),
+			slog.String("redis", redactURL(url)))
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	return nil
+}
+
+func writeScripts(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("scripts dir: %w", err)
+	}
+	for name, body := range map[string][]byte{"train_lora.py": scripts.TrainLoRA, "eval_adapter.py": scripts.EvalAdapter} {
+		tmp := filepath.Join(dir, "."+name+".tmp")
+		if err := os.WriteFile(tmp, body, 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", name, err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("write %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func copyTrainers(m map[string][]string) map[string][]string {
+	out := make(map[string][]string, len(m))
+	for k, v := range m {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
+}
+
+func redactURL(u string) string {
+	if opt, err := redis.ParseURL(u); err == nil && opt.Password != "" {
+		return strings.Replace(u, opt.Password, "xxx", 1)
+	}
+	return u
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func firstPositive(ns ...int) int {
+	for _, n := range ns {
+		if n > 0 {
+			return n
+		}
+	}
+	return 0
+}

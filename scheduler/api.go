@@ -1,0 +1,408 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/internal/fileuri"
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+)
+
+// apiError is the JSON body of every error answer.
+type apiError struct {
+	Error  string               `json:"error"`
+	Code   string               `json:"code"`
+	Fields []jobspec.FieldError `json:"fields,omitempty"`
+	State  jobtype.State        `json:"state,omitempty"`
+}
+
+func (s *Scheduler) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/v1/jobs", s.submit)
+	mux.HandleFunc("GET /api/v1/jobs", s.list)
+	mux.HandleFunc("GET /api/v1/jobs/{id}", s.get)
+	mux.HandleFunc("POST /api/v1/jobs/{id}/cancel", s.cancelJob)
+	mux.HandleFunc("GET /api/v1/jobs/{id}/events", s.events)
+	mux.HandleFunc("GET /api/v1/jobs/{id}/artifacts/{name}", s.artifact)
+	mux.HandleFunc("GET /api/v1/queues", s.queues)
+	mux.HandleFunc("GET /healthz", s.healthz)
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// fail translates a store error into its HTTP answer.
+func (s *Scheduler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var ce *jobstore.ConflictError
+	switch {
+	case errors.Is(err, jobstore.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, apiError{Error: err.Error(), Code: "not_found"})
+	case errors.As(err, &ce):
+		writeJSON(w, http.StatusConflict, apiError{Error: err.Error(), Code: "conflict", State: ce.State})
+	case redisDown(err):
+		writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "Redis is unreachable: " + err.Error(), Code: "unavailable"})
+	default:
+		s.log.Error("api", slog.String("path", r.URL.Path), slog.Any("err", err))
+		writeJSON(w, http.StatusInternalServerError, apiError{Error: err.Error(), Code: "internal"})
+	}
+}
+
+// redisDown reports whether err means Redis could not be reached in time.
+func redisDown(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, io.EOF) || errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
+		strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "LOADING")
+}
+
+func (s *Scheduler) rctx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.cfg.RedisTimeout)
+}
+
+func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, apiError{Error: fmt.Sprintf("body over %d bytes", s.cfg.MaxBodyBytes), Code: "too_large"})
+			return
+		}
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "read body: " + err.Error(), Code: "invalid"})
+		return
+	}
+	spec, err := jobspec.Parse(body)
+	if err != nil {
+		var ve *jobspec.ValidationError
+		if errors.As(err, &ve) {
+			writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid job spec", Code: "invalid", Fields: ve.Errors})
+			return
+		}
+		writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error(), Code: "invalid"})
+		return
+	}
+	spec.Normalize(s.cfg.Defaults)
+	if fe := s.admissible(spec); len(fe) > 0 {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "job cannot run on this deployment", Code: "invalid", Fields: fe})
+		return
+	}
+	if r.URL.Query().Get("dry_run") == "true" {
+		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "spec": spec})
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > 200 {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "Idempotency-Key longer than 200 bytes", Code: "invalid"})
+		return
+	}
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	out := strings.TrimRight(spec.Output.URI, "/") + "/{id}"
+	job, existed, err := s.store.Create(ctx, jobstore.NewJob{Spec: spec, OutputURI: out, IdempotencyKey: key})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.Wake()
+	status := http.StatusCreated
+	if existed {
+		status = http.StatusOK
+	}
+	s.log.Info("job accepted", slog.String("job_id", job.ID), slog.String("name", job.Name), slog.Bool("existing", existed))
+	writeJSON(w, status, job)
+}
+
+// admissible checks what this deployment can run, beyond the spec's own
+// validity: known trainer, and the parts not built yet said plainly.
+func (s *Scheduler) admissible(spec *jobspec.Spec) []jobspec.FieldError {
+	var fe []jobspec.FieldError
+	if !slices.Contains(s.cfg.Trainers, spec.Trainer) {
+		fe = append(fe, jobspec.FieldError{Field: "trainer", Value: spec.Trainer, Message: fmt.Sprintf("not a trainer of this deployment (have %s)", strings.Join(s.cfg.Trainers, ", "))})
+	}
+	if spec.Resources.GPUs > 0 {
+		fe = append(fe, jobspec.FieldError{Field: "resources.gpus", Value: strconv.Itoa(spec.Resources.GPUs), Message: "GPU placement through NVML is not built yet (issue #4); use gpus: 0"})
+	}
+	for _, f := range []struct{ name, uri string }{{"dataset", spec.Dataset}, {"eval_dataset", spec.EvalDataset}, {"output.uri", spec.Output.URI}} {
+		if strings.HasPrefix(f.uri, "s3://") {
+			fe = append(fe, jobspec.FieldError{Field: f.name, Value: f.uri, Message: "s3:// needs the AWS backend, which is not built yet (issue #6); use file://"})
+		}
+	}
+	return fe
+}
+
+func (s *Scheduler) get(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	job, err := s.store.Get(ctx, r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, job)
+}
+
+func (s *Scheduler) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	st := jobtype.State(q.Get("state"))
+	if st != "" && !st.Valid() {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad state", Code: "invalid",
+			Fields: []jobspec.FieldError{{Field: "state", Value: string(st), Message: "not a job state"}}})
+		return
+	}
+	limit := 50
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			writeJSON(w, http.StatusBadRequest, apiError{Error: "bad limit", Code: "invalid",
+				Fields: []jobspec.FieldError{{Field: "limit", Value: v, Message: "must be 1–1000"}}})
+			return
+		}
+		limit = n
+	}
+	cursor := q.Get("cursor")
+	if cursor != "" && !jobstore.ValidID(cursor) {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad cursor", Code: "invalid",
+			Fields: []jobspec.FieldError{{Field: "cursor", Value: cursor, Message: "not a job id"}}})
+		return
+	}
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	jobs, next, err := s.store.List(ctx, st, cursor, limit)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "next_cursor": next})
+}
+
+// cancelJob asks for a cancel in the store (durable), then takes the fast
+// paths: a task still waiting in its queue is deleted and the attempt
+// cancelled here; a running one is told through asynq's CancelProcessing.
+func (s *Scheduler) cancelJob(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	id := r.PathValue("id")
+	st, err := s.store.Cancel(ctx, id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	job, err := s.store.Get(ctx, id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	switch st {
+	case jobtype.StateDispatched:
+		tid := jobtype.TaskID(job.ID, job.Attempt)
+		if err := s.insp.DeleteTask(jobtype.NodeQueue(job.Node), tid); err == nil {
+			// The task left the queue before a worker took it: nobody else
+			// owns the attempt, so the cancel is ours to write.
+			if err := s.store.CancelDispatched(ctx, job.ID, job.Attempt); err == nil {
+				job, _ = s.store.Get(ctx, id)
+			}
+		} else {
+			_ = s.insp.CancelProcessing(tid)
+		}
+	case jobtype.StateRunning:
+		_ = s.insp.CancelProcessing(jobtype.TaskID(job.ID, job.Attempt))
+	}
+	s.log.Info("cancel requested", slog.String("job_id", id), slog.String("state", string(job.State)))
+	writeJSON(w, http.StatusAccepted, job)
+}
+
+func (s *Scheduler) events(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	after := r.URL.Query().Get("after")
+	if after == "" {
+		after = r.Header.Get("Last-Event-ID")
+	}
+	ctx, cancel := s.rctx(r)
+	job, err := s.store.Get(ctx, id)
+	cancel()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if r.URL.Query().Get("follow") != "true" {
+		ctx, cancel := s.rctx(r)
+		defer cancel()
+		evs, err := s.store.Events(ctx, id, after, 10000)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"events": evs})
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeJSON(w, http.StatusInternalServerError, apiError{Error: "streaming unsupported", Code: "internal"})
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+	terminal := job.State.Terminal()
+	if after == "" {
+		after = "0"
+	}
+	for r.Context().Err() == nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		evs, err := s.store.WaitEvents(ctx, id, after, 2*time.Second, 500)
+		cancel()
+		if err != nil {
+			if r.Context().Err() != nil {
+				return
+			}
+			fmt.Fprintf(w, "event: error\ndata: %q\n\n", err.Error())
+			flusher.Flush()
+			time.Sleep(500 * time.Millisecond)
+			continue
+		}
+		for _, e := range evs {
+			b, _ := json.Marshal(e)
+			fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", e.ID, e.Type, b)
+			after = e.ID
+			if e.Type == jobtype.EventState {
+				var sc jobtype.StateChange
+				if json.Unmarshal(e.Data, &sc) == nil && sc.To.Terminal() {
+					terminal = true
+				}
+			}
+		}
+		flusher.Flush()
+		if terminal && len(evs) == 0 {
+			return // caught up with a finished job
+		}
+		if len(evs) == 0 {
+			// Heartbeat comment keeps proxies from closing an idle stream,
+			// and lets us notice a job that ended without us seeing it.
+			fmt.Fprint(w, ": keepalive\n\n")
+			flusher.Flush()
+			ctx, cancel := s.rctx(r)
+			j, err := s.store.Get(ctx, id)
+			cancel()
+			if err == nil && j.State.Terminal() {
+				terminal = true
+			}
+		}
+	}
+}
+
+func (s *Scheduler) artifact(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if !jobtype.ValidArtifactName(name) {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad artifact name", Code: "invalid",
+			Fields: []jobspec.FieldError{{Field: "name", Value: name, Message: "must be a plain file name"}}})
+		return
+	}
+	ctx, cancel := s.rctx(r)
+	job, err := s.store.Get(ctx, r.PathValue("id"))
+	cancel()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var art *jobtype.Artifact
+	for i := range job.Artifacts {
+		if job.Artifacts[i].Path == name {
+			art = &job.Artifacts[i]
+		}
+	}
+	if art == nil {
+		writeJSON(w, http.StatusNotFound, apiError{Error: fmt.Sprintf("job %s has no artifact %q", job.ID, name), Code: "not_found"})
+		return
+	}
+	dir, err := fileuri.Path(job.OutputURI)
+	if err != nil {
+		writeJSON(w, http.StatusNotFound, apiError{Error: err.Error(), Code: "not_found"})
+		return
+	}
+	f, err := os.Open(filepath.Join(dir, name))
+	if err != nil {
+		writeJSON(w, http.StatusNotFound, apiError{Error: fmt.Sprintf("artifact %s of job %s is not readable here: %v", name, job.ID, err), Code: "not_found"})
+		return
+	}
+	defer f.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("X-Lathe-SHA256", art.SHA256)
+	w.Header().Set("Content-Length", strconv.FormatInt(art.Bytes, 10))
+	_, _ = io.Copy(w, f)
+}
+
+func (s *Scheduler) queues(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	pending, err := s.store.PendingCount(ctx)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	counts, err := s.store.CountByState(ctx)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	nodes, err := s.store.Nodes(ctx)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	type queue struct {
+		Name      string `json:"name"`
+		Node      string `json:"node"`
+		Slots     int    `json:"slots"`
+		Reserved  int    `json:"reserved"`
+		Pending   int    `json:"pending"`
+		Active    int    `json:"active"`
+		Archived  int    `json:"archived"`
+		Completed int    `json:"completed"`
+	}
+	qs := []queue{}
+	for _, n := range nodes {
+		q := queue{Name: jobtype.NodeQueue(n.Name), Node: n.Name, Slots: n.Slots, Reserved: n.Reserved}
+		if info, err := s.insp.GetQueueInfo(q.Name); err == nil {
+			q.Pending, q.Active, q.Archived, q.Completed = info.Pending, info.Active, info.Archived, info.Completed
+		} else if !errors.Is(err, asynq.ErrQueueNotFound) && redisDown(err) {
+			s.fail(w, r, err)
+			return
+		}
+		qs = append(qs, q)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"pending": pending, "by_state": counts, "queues": qs})
+}
+
+func (s *Scheduler) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "redis": "down: " + err.Error(), "code": "unavailable", "error": "Redis is unreachable: " + err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "redis": "up"})
+}

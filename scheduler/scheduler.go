@@ -1,0 +1,191 @@
+// Package scheduler is Lathe's control plane: the HTTP API (JSON), and the
+// placer that moves jobs from the pending set onto a node's asynq queue.
+// It keeps no state outside Redis; the job store is the authority.
+//
+//	POST /api/v1/jobs ──► jobspec.Parse + Normalize ──► jobstore.Create (queued, pending set)
+//	                                                          │ (wake)
+//	placer: pending set (priority, submit time) ──► node with a free slot
+//	        ──► jobstore.Dispatch (reserve + dispatched, one Lua script)
+//	        ──► asynq enqueue on node:<name>, TaskID <job>:<attempt>, MaxRetry(0)
+//	repair: a dispatched attempt whose task is missing is enqueued again
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+)
+
+// Config configures a Scheduler. Zero values take the defaults stated.
+type Config struct {
+	// Listen is the API's address; default 127.0.0.1:8080.
+	Listen string
+	// Defaults fill what a job spec leaves out (residency [onprem],
+	// max_runtime 24h, output under the data dir, trainer reference).
+	Defaults jobspec.Defaults
+	// Trainers are the trainer names a job may ask for; default [reference].
+	Trainers []string
+	// KillGrace is the workers' SIGTERM → SIGKILL grace; the asynq task
+	// timeout is max_runtime + KillGrace + one minute, so the worker's own
+	// max_runtime timer always fires first and the store records the
+	// timeout (asynq's 30-minute default never applies). Default 10s.
+	KillGrace time.Duration
+	// MaxBodyBytes caps a request body; default 1 MiB.
+	MaxBodyBytes int64
+	// RedisTimeout bounds each request's Redis work, so the API answers 503
+	// within 2 s when Redis is away; default 1.5s.
+	RedisTimeout time.Duration
+	// PlaceInterval is how often the placer looks at the pending set when
+	// nothing wakes it; default 500ms.
+	PlaceInterval time.Duration
+	// RepairAfter is how long a dispatched attempt may lack its asynq task
+	// before the repair loop enqueues it again; default 10s.
+	RepairAfter time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if len(c.Trainers) == 0 {
+		c.Trainers = []string{"reference"}
+	}
+	if c.Defaults.MaxRuntime <= 0 {
+		c.Defaults.MaxRuntime = 24 * time.Hour
+	}
+	if len(c.Defaults.Residency) == 0 {
+		c.Defaults.Residency = []string{"onprem"}
+	}
+	if c.Defaults.Trainer == "" {
+		c.Defaults.Trainer = "reference"
+	}
+	if c.Defaults.Priority == "" {
+		c.Defaults.Priority = jobspec.PriorityNormal
+	}
+	if c.KillGrace <= 0 {
+		c.KillGrace = 10 * time.Second
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	if c.RedisTimeout <= 0 {
+		c.RedisTimeout = 1500 * time.Millisecond
+	}
+	if c.PlaceInterval <= 0 {
+		c.PlaceInterval = 500 * time.Millisecond
+	}
+	if c.RepairAfter <= 0 {
+		c.RepairAfter = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Scheduler serves the API and places jobs.
+type Scheduler struct {
+	cfg     Config
+	rdb     redis.UniversalClient
+	store   *jobstore.Store
+	client  *asynq.Client
+	insp    *asynq.Inspector
+	log     *slog.Logger
+	wake    chan struct{}
+	httpSrv *http.Server
+	ln      net.Listener
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// New returns a Scheduler over rdb; Start runs it.
+func New(rdb redis.UniversalClient, store *jobstore.Store, cfg Config) *Scheduler {
+	cfg = cfg.withDefaults()
+	s := &Scheduler{cfg: cfg, rdb: rdb, store: store,
+		client: asynq.NewClientFromRedisClient(rdb), insp: asynq.NewInspectorFromRedisClient(rdb),
+		log: cfg.Logger.With(slog.String("component", "scheduler")), wake: make(chan struct{}, 1)}
+	return s
+}
+
+// Handler returns the HTTP API handler (for tests and embedding).
+func (s *Scheduler) Handler() http.Handler { return s.routes() }
+
+// Addr is the API's listening address once started.
+func (s *Scheduler) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Start listens on Config.Listen and starts the placer.
+func (s *Scheduler) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("scheduler: already started")
+	}
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("scheduler: listen %s: %w", s.cfg.Listen, err)
+	}
+	s.ln = ln
+	s.httpSrv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("http server", slog.Any("err", err))
+		}
+	}()
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	s.done = make(chan struct{})
+	go s.placeLoop(pctx)
+	s.started = true
+	s.log.Info("scheduler started", slog.String("listen", ln.Addr().String()))
+	return nil
+}
+
+// Stop stops the placer and the API (waiting for open requests up to
+// ctx's deadline). Safe to call twice.
+func (s *Scheduler) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.started || s.stopped {
+		s.mu.Unlock()
+		return nil
+	}
+	s.stopped = true
+	s.mu.Unlock()
+	s.cancel()
+	<-s.done
+	err := s.httpSrv.Shutdown(ctx)
+	if err != nil {
+		_ = s.httpSrv.Close()
+	}
+	s.log.Info("scheduler stopped")
+	return nil
+}
+
+// Wake asks the placer to look at the pending set now.
+func (s *Scheduler) Wake() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
