@@ -34,7 +34,7 @@ type FieldError struct {
 	// single value.
 	Value string `json:"value"`
 	// Message says what is wrong ("must be between 1 and 1024",
-	// "unknown field"). It never repeats Field or Value.
+	// "unknown field"). It does not repeat Field.
 	Message string `json:"message"`
 }
 

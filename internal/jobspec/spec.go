@@ -1,7 +1,10 @@
 package jobspec
 
-// Spec is one fine-tuning job as the user wrote it (after Normalize, with the
-// defaults filled in). Field names and JSON/YAML keys follow DESIGN.md.
+// Spec is one fine-tuning job as the user wrote it: after Parse with the
+// built-in defaults filled in, after Normalize with the daemon's too. Field
+// names and JSON/YAML keys follow DESIGN.md; Parse takes its schema from the
+// json tags below, so a field added here is accepted by Parse at once (and
+// needs its rule in Validate). Use Clone to copy one: it holds slices.
 type Spec struct {
 	// Name is [a-z0-9-], 1–63 characters. Required.
 	Name string `json:"name"`
@@ -10,16 +13,21 @@ type Spec struct {
 	// Dataset is a file:// (absolute) or s3:// URI of a JSONL file. Required.
 	Dataset string `json:"dataset"`
 	// EvalDataset is optional; same URI rules as Dataset.
-	EvalDataset string    `json:"eval_dataset,omitempty"`
-	LoRA        LoRA      `json:"lora"`
-	Training    Training  `json:"training"`
-	Resources   Resources `json:"resources"`
+	EvalDataset string `json:"eval_dataset,omitempty"`
+	// LoRA holds the adapter's hyperparameters.
+	LoRA LoRA `json:"lora"`
+	// Training holds the optimisation settings.
+	Training Training `json:"training"`
+	// Resources is the hardware the job asks for.
+	Resources Resources `json:"resources"`
 	// Residency holds lower-case tags; every site the job touches must carry
 	// all of them. Empty means the daemon's routing.default_residency.
 	Residency []string `json:"residency"`
 	// Priority is urgent, normal (default) or batch.
 	Priority Priority `json:"priority"`
-	// MaxWait is how long the job may wait for local capacity before it may burst.
+	// MaxWait is how long the job may wait for local capacity before it may
+	// burst to a cloud backend (DESIGN.md "Routing"). Written like "2h" or
+	// "1d12h" (see ParseDuration).
 	MaxWait Duration `json:"max_wait,omitempty"`
 	// MaxRuntime bounds one attempt's run time; reaching it fails the job
 	// with reason "timeout" (no retry). Zero means the daemon's default.
@@ -28,22 +36,23 @@ type Spec struct {
 	BudgetUSD float64 `json:"budget_usd,omitempty"`
 	// Trainer names a trainer from the daemon's config; default "reference".
 	Trainer string `json:"trainer"`
-	Output  Output `json:"output"`
+	// Output says where the artifacts go and in which formats.
+	Output Output `json:"output"`
 }
 
 // LoRA holds the adapter's hyperparameters.
 type LoRA struct {
 	Rank          int      `json:"rank"`           // 1–1024; default 8
 	Alpha         float64  `json:"alpha"`          // > 0; default 2×rank
-	Dropout       float64  `json:"dropout"`        // 0 ≤ d < 1
+	Dropout       float64  `json:"dropout"`        // 0 ≤ d < 1; default 0.05
 	TargetModules []string `json:"target_modules"` // default [q_proj, v_proj]
 }
 
 // Training holds the optimisation settings.
 type Training struct {
-	Epochs       int     `json:"epochs"`        // ≥ 1, or MaxSteps ≥ 1
-	LearningRate float64 `json:"learning_rate"` // > 0; default 2e-4
-	BatchSize    int     `json:"batch_size"`    // ≥ 1; default 8
+	Epochs       int     `json:"epochs"`        // ≥ 1, or MaxSteps ≥ 1; default 1 unless MaxSteps ≥ 1
+	LearningRate float64 `json:"learning_rate"` // 0 < lr ≤ 1; default 2e-4
+	BatchSize    int     `json:"batch_size"`    // 1–65536; default 8
 	MaxSteps     int     `json:"max_steps"`     // 0 = run the epochs
 	Seed         int64   `json:"seed"`          // default 42
 	// CheckpointEvery is the checkpoint interval in steps; 0 = the trainer's default.
@@ -52,18 +61,24 @@ type Training struct {
 	EvalEvery int `json:"eval_every,omitempty"`
 }
 
-// Resources is the hardware a job asks for. GPUs 0 means a CPU-only job.
+// Resources is the hardware a job asks for.
 type Resources struct {
-	GPUs        int      `json:"gpus"`
-	GPUMemoryGB float64  `json:"gpu_memory_gb,omitempty"`
-	GPUModels   []string `json:"gpu_models,omitempty"`
+	// GPUs is how many GPUs the job needs, 0–64; 0 means a CPU-only job.
+	GPUs int `json:"gpus"`
+	// GPUMemoryGB is the memory each GPU must have, in GB; 0 means any.
+	GPUMemoryGB float64 `json:"gpu_memory_gb,omitempty"`
+	// GPUModels lists acceptable GPU models ("A100", "H100"); empty means any.
+	GPUModels []string `json:"gpu_models,omitempty"`
 }
 
 // Output says where the job's artifacts go; a per-job subfolder is made under URI.
 // An empty URI means the daemon's default artifact location.
 type Output struct {
-	URI     string   `json:"uri,omitempty"`
-	Formats []string `json:"formats,omitempty"` // default [safetensors]
+	// URI is file:///absolute/folder or s3://bucket/prefix.
+	URI string `json:"uri,omitempty"`
+	// Formats lists the artifact formats to write; only "safetensors"
+	// (FormatSafetensors) for now, and the default.
+	Formats []string `json:"formats,omitempty"`
 }
 
 // Priority orders the pending set: urgent before normal before batch.

@@ -1,0 +1,549 @@
+package jobspec
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Parse reads a job spec written in YAML or JSON, fills in the built-in
+// defaults for the fields it leaves out, and validates it.
+//
+// It is strict: unknown keys (at any depth), wrong types (`rank: "abc"`, a
+// number where a string belongs: quote it), duplicate keys, YAML anchors and
+// aliases, several documents, an empty document and a top level that is not
+// a mapping are all errors. A key whose value is null counts as left out.
+//
+// The built-in defaults, applied only to fields the input leaves out (a
+// field given as 0 stays 0 and is reported if 0 is not allowed):
+// lora.rank 8, lora.alpha 2×rank, lora.dropout 0.05, lora.target_modules
+// [q_proj, v_proj], training.epochs 1 (unless training.max_steps is at least
+// 1), training.learning_rate 2e-4, training.batch_size 8, training.seed 42,
+// output.formats [safetensors], priority normal, trainer reference. The
+// daemon's own defaults come later, from Normalize.
+//
+// Every error Parse returns is a *ValidationError listing every problem it
+// found (decoding and Validate's rules together), or, for an input over
+// MaxSpecBytes, one that wraps ErrTooLarge. On error the Spec is nil.
+func Parse(data []byte) (*Spec, error) {
+	if len(data) > MaxSpecBytes {
+		return nil, fmt.Errorf("jobspec: %w: %d bytes, the limit is %d", ErrTooLarge, len(data), MaxSpecBytes)
+	}
+	root, errs := parseDocument(data)
+	if len(errs) > 0 {
+		return nil, &ValidationError{Errors: capErrors(errs)}
+	}
+
+	var s Spec
+	d := &decoder{
+		present: make(map[string]bool),
+		raw:     make(map[string]string),
+		bad:     make(map[string]bool),
+	}
+	if d.decodeStruct("", root, reflect.ValueOf(&s).Elem()) {
+		s.applyParseDefaults(d.present)
+	}
+	errs = d.errs
+	for _, fe := range s.Validate() {
+		if d.bad[fe.Field] {
+			continue // already reported, as a type error
+		}
+		if raw, ok := d.raw[fe.Field]; ok {
+			fe.Value = truncate(raw)
+		}
+		errs = append(errs, fe)
+	}
+	if len(errs) > 0 {
+		return nil, &ValidationError{Errors: capErrors(errs)}
+	}
+	return &s, nil
+}
+
+// capErrors keeps the first maxErrors problems and says how many it dropped.
+func capErrors(errs []FieldError) []FieldError {
+	if len(errs) <= maxErrors {
+		return errs
+	}
+	return append(errs[:maxErrors:maxErrors], FieldError{
+		Message: fmt.Sprintf("and %d more problems", len(errs)-maxErrors),
+	})
+}
+
+// docError is a problem with the input as a whole.
+func docError(msg string) []FieldError { return []FieldError{{Message: msg}} }
+
+// parseDocument turns data into the root mapping node, or says why it can't.
+// Valid JSON is read by encoding/json (yaml.v3 rejects some JSON escapes such
+// as "\/"); everything else by yaml.v3.
+func parseDocument(data []byte) (*yaml.Node, []FieldError) {
+	var root *yaml.Node
+	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '{' && json.Valid(data) {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		n, err := jsonNode(dec)
+		if err != nil { // not reached: json.Valid said yes
+			return nil, docError("invalid JSON: " + err.Error())
+		}
+		root = n
+	} else {
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		var doc yaml.Node
+		if err := dec.Decode(&doc); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, docError("empty document: a job spec is a mapping of fields (name, base_model, dataset, …)")
+			}
+			return nil, docError("invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: "))
+		}
+		var next yaml.Node
+		switch err := dec.Decode(&next); {
+		case err == nil:
+			return nil, docError("more than one YAML document: a job spec is one document")
+		case !errors.Is(err, io.EOF):
+			return nil, docError("invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: "))
+		}
+		if errs := aliasErrors(&doc); len(errs) > 0 {
+			return nil, errs
+		}
+		if len(doc.Content) == 0 {
+			return nil, docError("empty document: a job spec is a mapping of fields (name, base_model, dataset, …)")
+		}
+		root = doc.Content[0]
+	}
+	switch {
+	case isNull(root):
+		return nil, docError("empty document: a job spec is a mapping of fields (name, base_model, dataset, …)")
+	case root.Kind != yaml.MappingNode:
+		return nil, []FieldError{{Value: render(root), Message: "a job spec must be a mapping of fields, not " + kindName(root)}}
+	}
+	return root, nil
+}
+
+// jsonNode reads one JSON value from dec as a yaml.Node, so both syntaxes go
+// through one schema walk. Numbers are tagged !!int when they fit an int64,
+// !!float otherwise.
+func jsonNode(dec *json.Decoder) (*yaml.Node, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Style: yaml.FlowStyle}
+		if t == '{' {
+			n.Kind, n.Tag = yaml.MappingNode, "!!map"
+		}
+		for dec.More() {
+			if n.Kind == yaml.MappingNode {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				key, _ := kt.(string)
+				n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key})
+			}
+			v, err := jsonNode(dec)
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, v)
+		}
+		if _, err := dec.Token(); err != nil { // the closing delimiter
+			return nil, err
+		}
+		return n, nil
+	case string:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: t, Style: yaml.DoubleQuotedStyle}, nil
+	case json.Number:
+		tag := "!!float"
+		if _, err := strconv.ParseInt(string(t), 10, 64); err == nil {
+			tag = "!!int"
+		}
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: string(t)}, nil
+	case bool:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(t)}, nil
+	case nil:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}, nil
+	}
+	return nil, fmt.Errorf("unexpected JSON token %v", tok)
+}
+
+// aliasErrors reports every YAML anchor and alias in the tree. Lathe refuses
+// them outright: a spec never needs them, and refusing them rules out alias
+// bombs. The walk is iterative and builds a path only for a node it reports,
+// so a deeply nested input costs linear time.
+func aliasErrors(doc *yaml.Node) []FieldError {
+	type item struct {
+		n      *yaml.Node
+		parent *item
+		step   string // ".key" or "[i]" from the parent
+	}
+	pathOf := func(it *item) string {
+		var steps []string
+		for ; it != nil; it = it.parent {
+			steps = append(steps, it.step)
+		}
+		var b strings.Builder
+		for i := len(steps) - 1; i >= 0; i-- {
+			b.WriteString(steps[i])
+		}
+		return strings.TrimPrefix(b.String(), ".")
+	}
+	var errs []FieldError
+	stack := []*item{{n: doc}}
+	for len(stack) > 0 && len(errs) <= maxErrors {
+		it := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		n := it.n
+		if n.Kind == yaml.AliasNode {
+			errs = append(errs, FieldError{Field: pathOf(it), Value: truncate("*" + n.Value), Message: "YAML aliases are not allowed"})
+			continue
+		}
+		if n.Anchor != "" {
+			errs = append(errs, FieldError{Field: pathOf(it), Value: truncate("&" + n.Anchor), Message: "YAML anchors are not allowed"})
+		}
+		// Push children in reverse so they pop in document order.
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for i := len(n.Content) - 1; i >= 0; i-- {
+				stack = append(stack, &item{n: n.Content[i], parent: it.parent, step: it.step})
+			}
+		case yaml.SequenceNode:
+			for i := len(n.Content) - 1; i >= 0; i-- {
+				stack = append(stack, &item{n: n.Content[i], parent: it, step: "[" + strconv.Itoa(i) + "]"})
+			}
+		case yaml.MappingNode:
+			for i := len(n.Content) - 2; i >= 0; i -= 2 {
+				step := "." + truncate(n.Content[i].Value)
+				stack = append(stack,
+					&item{n: n.Content[i+1], parent: it, step: step},
+					&item{n: n.Content[i], parent: it, step: step})
+			}
+		}
+	}
+	return errs
+}
+
+// decoder walks a yaml.Node tree against the Go types of Spec, recording every
+// problem instead of stopping at the first.
+type decoder struct {
+	errs []FieldError
+	// present holds the path of every field the input set (not null, and
+	// decoded without error); Parse's defaults go to the others.
+	present map[string]bool
+	// raw holds each decoded scalar as written, by path, so Validate's
+	// errors can show the user's own text ("1e3", ".nan").
+	raw map[string]string
+	// bad holds the paths already reported, so Validate does not report
+	// them a second time.
+	bad map[string]bool
+}
+
+var durationType = reflect.TypeFor[Duration]()
+
+// fail records a problem with the value n at path.
+func (d *decoder) fail(path string, n *yaml.Node, msg string) {
+	d.bad[path] = true
+	if len(d.errs) > maxErrors {
+		return // capErrors will say there were more
+	}
+	d.errs = append(d.errs, FieldError{Field: path, Value: render(n), Message: msg})
+}
+
+// decode sets v from n and reports whether n fitted v's type.
+func (d *decoder) decode(path string, n *yaml.Node, v reflect.Value) bool {
+	if v.Type() == durationType {
+		return d.decodeDuration(path, n, v)
+	}
+	switch v.Kind() {
+	case reflect.Struct:
+		return d.decodeStruct(path, n, v)
+	case reflect.String:
+		return d.decodeString(path, n, v)
+	case reflect.Int, reflect.Int64:
+		return d.decodeInt(path, n, v)
+	case reflect.Float64:
+		return d.decodeFloat(path, n, v)
+	case reflect.Slice:
+		if v.Type().Elem().Kind() == reflect.String {
+			return d.decodeStrings(path, n, v)
+		}
+	}
+	panic("jobspec: no decoder for field type " + v.Type().String())
+}
+
+func (d *decoder) decodeStruct(path string, n *yaml.Node, v reflect.Value) bool {
+	if n.Kind != yaml.MappingNode {
+		d.fail(path, n, "must be a mapping, not "+kindName(n))
+		return false
+	}
+	fields := fieldsOf(v.Type())
+	seen := make(map[string]bool, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			d.fail(join(path, render(k)), val, "keys must be strings, not "+kindName(k))
+			continue
+		}
+		child := join(path, truncate(k.Value))
+		if seen[k.Value] {
+			if len(d.errs) <= maxErrors {
+				d.errs = append(d.errs, FieldError{Field: child, Value: render(val), Message: "duplicate key"})
+			}
+			continue
+		}
+		seen[k.Value] = true
+		idx, ok := fields[k.Value]
+		if !ok || k.Tag != "!!str" {
+			if len(d.errs) <= maxErrors {
+				d.errs = append(d.errs, FieldError{Field: child, Value: render(val), Message: "unknown field"})
+			}
+			continue
+		}
+		if isNull(val) {
+			continue // as if left out
+		}
+		if d.decode(child, val, v.Field(idx)) {
+			d.present[child] = true
+		}
+	}
+	return true
+}
+
+func (d *decoder) decodeString(path string, n *yaml.Node, v reflect.Value) bool {
+	switch {
+	case n.Kind != yaml.ScalarNode || isNull(n):
+		d.fail(path, n, "must be a string, not "+kindName(n))
+		return false
+	case n.Tag != "!!str":
+		d.fail(path, n, "must be a string, not "+kindName(n)+" (put it in quotes)")
+		return false
+	case !utf8.ValidString(n.Value):
+		d.fail(path, n, "must be valid UTF-8")
+		return false
+	}
+	v.SetString(n.Value)
+	d.raw[path] = n.Value
+	return true
+}
+
+func (d *decoder) decodeInt(path string, n *yaml.Node, v reflect.Value) bool {
+	if n.Kind != yaml.ScalarNode {
+		d.fail(path, n, "must be an integer, not "+kindName(n))
+		return false
+	}
+	var i int64
+	switch n.Tag {
+	case "!!int":
+		if err := n.Decode(&i); err != nil {
+			d.fail(path, n, "must be an integer in the int64 range")
+			return false
+		}
+	case "!!float":
+		var f float64
+		if err := n.Decode(&f); err != nil || f != math.Trunc(f) {
+			d.fail(path, n, "must be a whole number")
+			return false
+		}
+		if f < math.MinInt64 || f >= math.MaxInt64 {
+			d.fail(path, n, "must be an integer in the int64 range")
+			return false
+		}
+		i = int64(f)
+	default:
+		d.fail(path, n, "must be an integer, not "+kindName(n))
+		return false
+	}
+	if v.OverflowInt(i) {
+		d.fail(path, n, "is out of range")
+		return false
+	}
+	v.SetInt(i)
+	d.raw[path] = n.Value
+	return true
+}
+
+func (d *decoder) decodeFloat(path string, n *yaml.Node, v reflect.Value) bool {
+	var f float64
+	if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") || n.Decode(&f) != nil {
+		d.fail(path, n, "must be a number, not "+kindName(n))
+		return false
+	}
+	v.SetFloat(f)
+	d.raw[path] = n.Value
+	return true
+}
+
+func (d *decoder) decodeDuration(path string, n *yaml.Node, v reflect.Value) bool {
+	// A plain 0 reads as an integer; accept it and let ParseDuration refuse
+	// other unit-less numbers.
+	if n.Kind != yaml.ScalarNode || (n.Tag != "!!str" && n.Tag != "!!int") {
+		d.fail(path, n, `must be a duration such as "90m", "2h" or "1d12h", not `+kindName(n))
+		return false
+	}
+	dur, err := ParseDuration(n.Value)
+	if err != nil {
+		msg := `must be a duration such as "90m", "2h" or "1d12h"`
+		if strings.HasPrefix(n.Value, "-") {
+			msg = "must not be negative"
+		}
+		d.fail(path, n, msg)
+		return false
+	}
+	v.SetInt(int64(dur))
+	d.raw[path] = n.Value
+	return true
+}
+
+func (d *decoder) decodeStrings(path string, n *yaml.Node, v reflect.Value) bool {
+	if n.Kind != yaml.SequenceNode {
+		d.fail(path, n, "must be a list of strings, not "+kindName(n))
+		return false
+	}
+	if len(n.Content) == 0 {
+		v.SetZero() // [] and a missing list read the same: nil
+		return true
+	}
+	out := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+	for i, item := range n.Content {
+		// A bad item stays "" so the indices of the others stay right.
+		d.decodeString(path+"["+strconv.Itoa(i)+"]", item, out.Index(i))
+	}
+	v.Set(out)
+	return true
+}
+
+// fieldCache maps a struct type to its fields' index by JSON name.
+var fieldCache sync.Map // reflect.Type → map[string]int
+
+// fieldsOf returns t's fields by the name in their json tag: the schema of
+// the spec is its Go types.
+func fieldsOf(t reflect.Type) map[string]int {
+	if m, ok := fieldCache.Load(t); ok {
+		return m.(map[string]int)
+	}
+	m := make(map[string]int, t.NumField())
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		m[name] = i
+	}
+	fieldCache.Store(t, m)
+	return m
+}
+
+// join appends a key to a dotted path.
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// isNull reports whether n is a YAML null (null, ~, or nothing at all).
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
+}
+
+// kindName names what n is, for messages: "a list", "a mapping", "a number"…
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.AliasNode:
+		return "an alias"
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!str":
+			return "a string"
+		case "!!int":
+			return "an integer"
+		case "!!float":
+			return "a number"
+		case "!!bool":
+			return "a boolean"
+		case "!!null":
+			return "null"
+		case "!!timestamp":
+			return "a timestamp"
+		case "!!binary":
+			return "binary data"
+		}
+		return "a value tagged " + truncate(n.Tag)
+	}
+	return "a document"
+}
+
+// render writes n back as short flow-style text for FieldError.Value: a
+// scalar as written, a list as "[a, b]", a mapping as "{k: v}", cut to
+// maxValueLen characters. It stops early on a large value, so its cost is
+// bounded whatever the input.
+func render(n *yaml.Node) string {
+	var b strings.Builder
+	renderTo(&b, n)
+	return truncate(b.String())
+}
+
+func renderTo(b *strings.Builder, n *yaml.Node) {
+	const budget = 4 * maxValueLen // bytes; at least maxValueLen runes
+	if b.Len() > budget {
+		return
+	}
+	switch n.Kind {
+	case yaml.ScalarNode:
+		v := n.Value
+		if len(v) > budget {
+			v = v[:budget]
+		}
+		b.WriteString(v)
+	case yaml.AliasNode:
+		b.WriteString("*" + n.Value)
+	case yaml.SequenceNode:
+		b.WriteString("[")
+		for i, c := range n.Content {
+			if b.Len() > budget {
+				break
+			}
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			renderTo(b, c)
+		}
+		b.WriteString("]")
+	case yaml.MappingNode:
+		b.WriteString("{")
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if b.Len() > budget {
+				break
+			}
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			renderTo(b, n.Content[i])
+			b.WriteString(": ")
+			renderTo(b, n.Content[i+1])
+		}
+		b.WriteString("}")
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			renderTo(b, c)
+		}
+	}
+}

@@ -1,0 +1,371 @@
+package jobspec
+
+import (
+	"fmt"
+	"math"
+	"net/url"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// FormatSafetensors is the one artifact format Lathe knows today: a PEFT-style
+// adapter_model.safetensors next to adapter_config.json.
+const FormatSafetensors = "safetensors"
+
+// knownFormats lists the accepted output.formats values, in the order error
+// messages name them.
+var knownFormats = []string{FormatSafetensors}
+
+// Limits enforced by Validate.
+const (
+	maxNameLen      = 63
+	maxBaseModelLen = 200
+	maxRank         = 1024
+	maxBatchSize    = 65536
+	maxGPUs         = 64
+	maxGPUModelLen  = 100
+	maxS3KeyLen     = 1024
+)
+
+var (
+	nameRE         = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+	targetModuleRE = regexp.MustCompile(`^[A-Za-z0-9_.]+$`)
+	residencyTagRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+	trainerRE      = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	bucketRE       = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
+	ipv4RE         = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$`)
+)
+
+// Valid reports whether p is urgent, normal or batch.
+func (p Priority) Valid() bool {
+	return p == PriorityUrgent || p == PriorityNormal || p == PriorityBatch
+}
+
+// Validate checks every rule of the job spec (DESIGN.md "Job spec") and
+// returns one FieldError per broken rule, in schema order; nil means the spec
+// is valid. It checks the spec as it stands: it fills in no defaults, so a
+// zero Spec built in Go fails on every required field. Values are formatted
+// plainly ("-4", "NaN"); Parse replaces them with the text as written.
+//
+// Validate does not check what needs the daemon's config: that the dataset
+// lies under an allowed root or in a configured bucket, that the trainer
+// exists, that the residency tags name real sites.
+func (s *Spec) Validate() []FieldError {
+	var c checker
+
+	switch {
+	case s.Name == "":
+		c.add("name", "", "is required")
+	case len(s.Name) > maxNameLen:
+		c.add("name", s.Name, fmt.Sprintf("must be at most %d characters", maxNameLen))
+	case !nameRE.MatchString(s.Name):
+		c.add("name", s.Name, "must be lower-case letters, digits and '-', starting and ending with a letter or digit")
+	}
+
+	switch {
+	case s.BaseModel == "":
+		c.add("base_model", "", "is required")
+	case !utf8.ValidString(s.BaseModel):
+		c.add("base_model", s.BaseModel, "must be valid UTF-8")
+	case utf8.RuneCountInString(s.BaseModel) > maxBaseModelLen:
+		c.add("base_model", s.BaseModel, fmt.Sprintf("must be at most %d characters", maxBaseModelLen))
+	case !graphic(s.BaseModel, false):
+		c.add("base_model", s.BaseModel, "must not contain spaces or control characters")
+	}
+
+	if s.Dataset == "" {
+		c.add("dataset", "", "is required")
+	} else if msg := uriProblem(s.Dataset, true); msg != "" {
+		c.add("dataset", s.Dataset, msg)
+	}
+	if s.EvalDataset != "" {
+		if msg := uriProblem(s.EvalDataset, true); msg != "" {
+			c.add("eval_dataset", s.EvalDataset, msg)
+		}
+	}
+
+	// lora
+	if s.LoRA.Rank < 1 || s.LoRA.Rank > maxRank {
+		c.add("lora.rank", itoa(s.LoRA.Rank), fmt.Sprintf("must be between 1 and %d", maxRank))
+	}
+	c.float("lora.alpha", s.LoRA.Alpha, func(f float64) string {
+		if f <= 0 {
+			return "must be greater than 0"
+		}
+		return ""
+	})
+	c.float("lora.dropout", s.LoRA.Dropout, func(f float64) string {
+		if f < 0 || f >= 1 {
+			return "must be at least 0 and less than 1"
+		}
+		return ""
+	})
+	if len(s.LoRA.TargetModules) == 0 {
+		c.add("lora.target_modules", "", "must list at least one module")
+	}
+	c.list("lora.target_modules", s.LoRA.TargetModules, true, func(m string) string {
+		if !targetModuleRE.MatchString(m) {
+			return "must be letters, digits, '_' and '.'"
+		}
+		return ""
+	})
+
+	// training
+	t := s.Training
+	if t.Epochs < 0 {
+		c.add("training.epochs", itoa(t.Epochs), "must not be negative")
+	}
+	if t.MaxSteps < 0 {
+		c.add("training.max_steps", itoa(t.MaxSteps), "must not be negative")
+	}
+	if t.Epochs == 0 && t.MaxSteps == 0 {
+		c.add("training.epochs", "0", "must be at least 1 when training.max_steps is 0")
+	}
+	c.float("training.learning_rate", t.LearningRate, func(f float64) string {
+		if f <= 0 || f > 1 {
+			return "must be greater than 0 and at most 1"
+		}
+		return ""
+	})
+	if t.BatchSize < 1 || t.BatchSize > maxBatchSize {
+		c.add("training.batch_size", itoa(t.BatchSize), fmt.Sprintf("must be between 1 and %d", maxBatchSize))
+	}
+	if t.CheckpointEvery < 0 {
+		c.add("training.checkpoint_every", itoa(t.CheckpointEvery), "must not be negative")
+	}
+	if t.EvalEvery < 0 {
+		c.add("training.eval_every", itoa(t.EvalEvery), "must not be negative")
+	}
+
+	// resources
+	r := s.Resources
+	if r.GPUs < 0 || r.GPUs > maxGPUs {
+		c.add("resources.gpus", itoa(r.GPUs), fmt.Sprintf("must be between 0 and %d", maxGPUs))
+	}
+	c.float("resources.gpu_memory_gb", r.GPUMemoryGB, func(f float64) string {
+		if f < 0 {
+			return "must not be negative"
+		}
+		return ""
+	})
+	c.list("resources.gpu_models", r.GPUModels, false, func(m string) string {
+		switch {
+		case strings.TrimSpace(m) != m:
+			return "must not start or end with spaces"
+		case utf8.RuneCountInString(m) > maxGPUModelLen:
+			return fmt.Sprintf("must be at most %d characters", maxGPUModelLen)
+		case !graphic(m, true):
+			return "must not contain control characters"
+		}
+		return ""
+	})
+
+	c.list("residency", s.Residency, true, func(tag string) string {
+		if !residencyTagRE.MatchString(tag) {
+			return "must be a lower-case letter followed by up to 31 lower-case letters, digits or '-'"
+		}
+		return ""
+	})
+
+	if !s.Priority.Valid() {
+		c.add("priority", string(s.Priority), "must be urgent, normal or batch")
+	}
+	if s.MaxWait < 0 {
+		c.add("max_wait", s.MaxWait.D().String(), "must not be negative")
+	}
+	if s.MaxRuntime < 0 {
+		c.add("max_runtime", s.MaxRuntime.D().String(), "must not be negative")
+	}
+	c.float("budget_usd", s.BudgetUSD, func(f float64) string {
+		if f < 0 {
+			return "must not be negative"
+		}
+		return ""
+	})
+	if !trainerRE.MatchString(s.Trainer) {
+		c.add("trainer", s.Trainer, "must be 1–63 lower-case letters, digits, '_' or '-', starting with a letter or digit")
+	}
+
+	if s.Output.URI != "" {
+		if msg := uriProblem(s.Output.URI, false); msg != "" {
+			c.add("output.uri", s.Output.URI, msg)
+		}
+	}
+	if len(s.Output.Formats) == 0 {
+		c.add("output.formats", "", "must list at least one format")
+	}
+	c.list("output.formats", s.Output.Formats, true, func(f string) string {
+		for _, k := range knownFormats {
+			if f == k {
+				return ""
+			}
+		}
+		return fmt.Sprintf("unknown format %q (known: %s)", f, strings.Join(knownFormats, ", "))
+	})
+
+	return c.errs
+}
+
+// checker collects FieldErrors.
+type checker struct{ errs []FieldError }
+
+func (c *checker) add(field, value, msg string) {
+	c.errs = append(c.errs, FieldError{Field: field, Value: truncate(value), Message: msg})
+}
+
+// float checks that f is finite, then applies rule.
+func (c *checker) float(field string, f float64, rule func(float64) string) {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		c.add(field, ftoa(f), "must be a finite number")
+		return
+	}
+	if msg := rule(f); msg != "" {
+		c.add(field, ftoa(f), msg)
+	}
+}
+
+// list checks each item of a list of strings: not empty, rule, and (when
+// unique) no repeats.
+func (c *checker) list(field string, items []string, unique bool, rule func(string) string) {
+	first := make(map[string]int, len(items))
+	for i, it := range items {
+		f := field + "[" + strconv.Itoa(i) + "]"
+		if it == "" {
+			c.add(f, "", "must not be empty")
+			continue
+		}
+		if msg := rule(it); msg != "" {
+			c.add(f, it, msg)
+			continue
+		}
+		if !unique {
+			continue
+		}
+		if j, dup := first[it]; dup {
+			c.add(f, it, fmt.Sprintf("repeats %s[%d]", field, j))
+			continue
+		}
+		first[it] = i
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// graphic reports whether s is valid UTF-8 made only of printable characters;
+// the ASCII space is allowed only when space is true. Other whitespace,
+// control characters and unassigned code points are never allowed.
+func graphic(s string, space bool) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r == ' ' {
+			if !space {
+				return false
+			}
+			continue
+		}
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// uriProblem checks a dataset URI (object true: it must name one file or
+// object) or an output URI (object false: a folder or prefix) and returns ""
+// or what is wrong with it.
+//
+// Accepted: file:///absolute/path and s3://bucket/key.
+//
+// A file URI has no host; its path may hold spaces and %XX escapes, and is
+// checked as decoded (as net/url and internal/fileuri read it): absolute,
+// clean (no ".", ".." or empty segments), no control characters. Raw '?',
+// '#' and '\' are refused, since a URI parser would read them as a query, a
+// fragment, or (elsewhere) a separator.
+//
+// An s3 URI has a valid bucket name and a key with no "." or ".." segments;
+// whitespace, control characters, '%', '?', '#' and '\' are refused, so
+// every reader takes the key literally.
+func uriProblem(u string, object bool) string {
+	if !graphic(u, true) {
+		return "must not contain control characters"
+	}
+	if strings.ContainsAny(u, `?#\`) {
+		return `must not contain '?', '#' or '\'`
+	}
+	switch {
+	case strings.HasPrefix(u, "file://"):
+		p, err := url.PathUnescape(strings.TrimPrefix(u, "file://"))
+		switch {
+		case err != nil:
+			return "must use valid %XX escapes"
+		case !strings.HasPrefix(p, "/"):
+			return "must be file:///absolute/path (three slashes, no host)"
+		case !graphic(p, true):
+			return "must not contain control characters"
+		}
+		for _, seg := range strings.Split(p, "/") {
+			if seg == ".." {
+				return "must not contain '..' segments"
+			}
+		}
+		trimmed := p
+		if len(p) > 1 {
+			trimmed = strings.TrimSuffix(p, "/")
+		}
+		if path.Clean(trimmed) != trimmed {
+			return "must be a clean path (no '.' or empty segments)"
+		}
+		if object && strings.HasSuffix(p, "/") {
+			return "must name a file, not a directory"
+		}
+		return ""
+	case strings.HasPrefix(u, "s3://"):
+		if strings.ContainsAny(u, " %") {
+			return "must not contain spaces or '%' (an S3 key is taken literally)"
+		}
+		bucket, key, _ := strings.Cut(strings.TrimPrefix(u, "s3://"), "/")
+		if msg := bucketProblem(bucket); msg != "" {
+			return msg
+		}
+		if object && (key == "" || strings.HasSuffix(key, "/")) {
+			return "must name an object: s3://bucket/key"
+		}
+		if len(key) > maxS3KeyLen {
+			return fmt.Sprintf("object key must be at most %d bytes", maxS3KeyLen)
+		}
+		for _, seg := range strings.Split(key, "/") {
+			if seg == "." || seg == ".." {
+				return "must not contain '.' or '..' segments"
+			}
+		}
+		return ""
+	default:
+		return "must be file:///absolute/path or s3://bucket/key"
+	}
+}
+
+// bucketProblem applies the S3 general-purpose bucket naming rules.
+func bucketProblem(b string) string {
+	switch {
+	case b == "":
+		return "must name a bucket: s3://bucket/key"
+	case !bucketRE.MatchString(b):
+		return "bucket name must be 3–63 lower-case letters, digits, '.' or '-', starting and ending with a letter or digit"
+	case strings.Contains(b, ".."):
+		return "bucket name must not contain '..'"
+	case ipv4RE.MatchString(b):
+		return "bucket name must not look like an IP address"
+	case strings.HasPrefix(b, "xn--"), strings.HasPrefix(b, "sthree-"),
+		strings.HasSuffix(b, "-s3alias"), strings.HasSuffix(b, "--ol-s3"):
+		return "bucket name uses a prefix or suffix S3 reserves"
+	}
+	return ""
+}
