@@ -32,16 +32,21 @@ func (e *callbackError) Unwrap() error { return e.err }
 // when empty) and calls fn for each, in order. It returns nil when the
 // scheduler ends the stream, which it does after the job's terminal state
 // and its last event, or when fn returns ErrStop; any other error from fn
-// ends Follow and is returned as is.
+// ends Follow and is returned as is. SSE messages named "error" (the
+// scheduler's notes of its own transient failures) are skipped.
 //
-// A dropped connection, an unreachable scheduler or a 5xx answer is retried
-// a few times with exponential backoff, resuming with after= the last event
-// received, so fn sees no event twice. Follow has no overall timeout.
+// Once a stream has been opened, a dropped connection, an unreachable
+// scheduler or a 5xx answer is retried a few times with exponential
+// backoff, resuming with after= the last event received, so fn sees no
+// event twice; a failure to open the first stream is returned at once.
+// Follow has no overall timeout.
 func (c *Client) Follow(ctx context.Context, id, after string, fn func(jobtype.Event) error) error {
 	last := after
 	failures := 0
+	connected := false
 	for {
-		got, err := c.followOnce(ctx, id, &last, fn)
+		got, opened, err := c.followOnce(ctx, id, &last, fn)
+		connected = connected || opened
 		if err == nil {
 			return nil
 		}
@@ -55,8 +60,8 @@ func (c *Client) Follow(ctx context.Context, id, after string, fn func(jobtype.E
 		if ctx.Err() != nil {
 			return fmt.Errorf("apiclient: follow %s: %w", id, ctx.Err())
 		}
-		if !retryable(err) {
-			return err
+		if !connected || !retryable(err) {
+			return err // final, or the first connection failed: nothing to resume
 		}
 		if got > 0 {
 			failures = 0
@@ -105,28 +110,33 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // followOnce opens one event stream and reads it to its end. It advances
-// *last past every event handed to fn and returns how many it handed.
-func (c *Client) followOnce(ctx context.Context, id string, last *string, fn func(jobtype.Event) error) (int, error) {
+// *last past every event handed to fn and returns how many it handed and
+// whether the stream was opened.
+func (c *Client) followOnce(ctx context.Context, id string, last *string, fn func(jobtype.Event) error) (n int, opened bool, err error) {
 	q := url.Values{"follow": {"true"}}
 	if *last != "" {
 		q.Set("after", *last)
 	}
 	req, err := c.newRequest(ctx, http.MethodGet, jobPath(id, "/events"), q, nil)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Cache-Control", "no-cache")
 	resp, err := c.send(ctx, req)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer resp.Body.Close()
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
-		return 0, fmt.Errorf("apiclient: follow %s: expected text/event-stream, got %q", id, resp.Header.Get("Content-Type"))
+		return 0, false, fmt.Errorf("apiclient: follow %s: expected text/event-stream, got %q", id, resp.Header.Get("Content-Type"))
 	}
-	n := 0
 	err = readSSE(resp.Body, func(m sseMessage) error {
+		if m.event == "error" {
+			// The scheduler's note of a transient failure on its side (it
+			// keeps the stream open and retries): not a job event.
+			return nil
+		}
 		var ev jobtype.Event
 		if err := json.Unmarshal([]byte(m.data), &ev); err != nil {
 			return fmt.Errorf("apiclient: follow %s: event %q: bad data: %w", id, m.id, err)
@@ -148,7 +158,7 @@ func (c *Client) followOnce(ctx context.Context, id string, last *string, fn fun
 		}
 		return nil
 	})
-	return n, err
+	return n, true, err
 }
 
 // sseMessage is one dispatched server-sent event.

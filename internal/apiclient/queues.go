@@ -18,17 +18,18 @@ type QueueStats struct {
 	Queues []QueueInfo `json:"queues"`
 }
 
-// QueueInfo is one asynq queue's counts. Counts the scheduler leaves out
-// are zero.
+// QueueInfo is one backend queue: for a local node's queue (node:<name>),
+// the node's CPU/GPU slots and how many are reserved, and asynq's task
+// counts. Counts the scheduler leaves out are zero.
 type QueueInfo struct {
 	Name      string `json:"name"`
+	Node      string `json:"node,omitempty"`
+	Slots     int    `json:"slots"`
+	Reserved  int    `json:"reserved"`
 	Pending   int    `json:"pending"`
 	Active    int    `json:"active"`
-	Scheduled int    `json:"scheduled,omitempty"`
-	Retry     int    `json:"retry,omitempty"`
-	Archived  int    `json:"archived,omitempty"`
-	Completed int    `json:"completed,omitempty"`
-	Paused    bool   `json:"paused,omitempty"`
+	Archived  int    `json:"archived"`
+	Completed int    `json:"completed"`
 }
 
 // Queues returns the scheduler's queue statistics.

@@ -1,0 +1,37 @@
+// Command lathe is the command-line client of a Lathe scheduler: it submits
+// LoRA fine-tuning jobs, watches them, cancels them and fetches their
+// adapters, through the scheduler's HTTP API only (docs/api.md).
+//
+// Usage:
+//
+//	lathe [--server URL] [-o table|json] COMMAND
+//
+//	lathe submit FILE [--wait] [--dry-run] [--idempotency-key K]
+//	    Check FILE (YAML or JSON, "-" for stdin) locally, then submit it.
+//	    Relative dataset, eval_dataset and output.uri paths become file://
+//	    URIs relative to FILE's directory. --wait follows the job to its end
+//	    (a live progress bar on a terminal, plain lines otherwise; with
+//	    -o json only the final Job is printed on stdout). --dry-run prints
+//	    the spec as the scheduler normalised it, storing nothing.
+//	lathe status ID          one job: state, attempt, node, GPUs, progress, losses, error, artifacts
+//	lathe list [--state S] [--limit N]
+//	                         jobs, newest first (ID NAME STATE ATTEMPT STEP LOSS AGE)
+//	lathe logs ID [-f]       log lines, and [progress]/[eval]/[checkpoint]/[state] lines
+//	lathe cancel ID          ask for cancellation; prints the job's state
+//	lathe pull ID [--to DIR] download every artifact (default ./<job-name>-<id>/),
+//	                         sha256-verified, written atomically
+//	lathe queues             pending set, jobs per state, backend queues
+//
+// The scheduler address comes from --server, else LATHE_SERVER, else
+// http://127.0.0.1:8080; a bearer token, if the scheduler wants one, from
+// LATHE_TOKEN. -o json prints the API's objects.
+//
+// Exit codes:
+//
+//	0  success (submit --wait: the job succeeded)
+//	1  the job failed or was cancelled (submit --wait), or the API refused (not found, conflict, …)
+//	2  usage error, or an invalid job spec (every bad field is printed as
+//	   `error: lora.rank = "-4": must be …`)
+//	3  no scheduler answered, or it answered that Redis is down (503 unavailable)
+//	130 interrupted (a submitted job keeps running)
+package main

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/lathe-ml/lathe/internal/apiclient"
+	"github.com/lathe-ml/lathe/internal/jobspec"
+)
+
+// Exit codes of the lathe CLI.
+const (
+	exitOK          = 0   // success; for submit --wait, the job succeeded
+	exitFailed      = 1   // the job failed or was cancelled, or the API said no
+	exitUsage       = 2   // bad flags or arguments, or an invalid job spec
+	exitUnreachable = 3   // no scheduler answered, or it cannot reach Redis
+	exitInterrupted = 130 // Ctrl-C; a submitted job keeps running
+)
+
+// exitError is an error with the exit code it maps to. A nil err means the
+// command already said everything on stderr.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageErrorf returns an error that exits with exitUsage.
+func usageErrorf(format string, args ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// failedErrorf returns an error that exits with exitFailed.
+func failedErrorf(format string, args ...any) error {
+	return &exitError{code: exitFailed, err: fmt.Errorf(format, args...)}
+}
+
+// typed reports whether err already says which exit code it maps to.
+// Errors that are not typed come from cobra itself (unknown flags, commands
+// or argument counts): usage errors.
+func typed(err error) bool {
+	var ee *exitError
+	var ae *apiclient.APIError
+	return errors.As(err, &ee) || errors.As(err, &ae) ||
+		errors.Is(err, apiclient.ErrUnreachable) || errors.Is(err, context.Canceled)
+}
+
+// report prints err to stderr, prefixed "lathe: ", and returns its exit
+// code. It is the one place errors become exit codes.
+func report(stderr io.Writer, server string, err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintf(stderr, "lathe: %v\n", ee.err)
+		}
+		return ee.code
+	}
+	var ae *apiclient.APIError
+	if errors.As(err, &ae) {
+		switch {
+		case ae.Code == apiclient.CodeUnavailable:
+			fmt.Fprintf(stderr, "lathe: the scheduler at %s says Redis is down/unreachable: %s\n", server,
+				strings.TrimPrefix(ae.Message, "Redis is unreachable: "))
+			return exitUnreachable
+		case ae.Unavailable():
+			fmt.Fprintf(stderr, "lathe: the scheduler at %s is unavailable (HTTP %d): %s\n", server, ae.Status, ae.Message)
+			return exitUnreachable
+		case ae.Code == apiclient.CodeInvalid || len(ae.Fields) > 0:
+			printFieldErrors(stderr, ae.Fields)
+			fmt.Fprintf(stderr, "lathe: the scheduler rejected the request: %s\n", ae.Message)
+			return exitUsage
+		default:
+			fmt.Fprintf(stderr, "lathe: %v\n", err)
+			return exitFailed
+		}
+	}
+	if errors.Is(err, apiclient.ErrUnreachable) {
+		detail := strings.TrimPrefix(err.Error(), apiclient.ErrUnreachable.Error()+": ")
+		fmt.Fprintf(stderr, "lathe: the scheduler at %s is unreachable: %s\n(is lathed running? set --server or LATHE_SERVER)\n", server, detail)
+		return exitUnreachable
+	}
+	if errors.Is(err, context.Canceled) {
+		fmt.Fprintln(stderr, "lathe: interrupted")
+		return exitInterrupted
+	}
+	fmt.Fprintf(stderr, "lathe: %v\nRun 'lathe --help' for usage.\n", err)
+	return exitUsage
+}
+
+// printFieldErrors prints one line per bad field:
+//
+//	error: lora.rank = "-4": must be between 1 and 1024
+func printFieldErrors(w io.Writer, fields []jobspec.FieldError) {
+	for _, f := range fields {
+		switch {
+		case f.Field == "":
+			fmt.Fprintf(w, "error: %s\n", f.Message)
+		case f.Value == "":
+			fmt.Fprintf(w, "error: %s: %s\n", f.Field, f.Message)
+		default:
+			fmt.Fprintf(w, "error: %s = %q: %s\n", f.Field, f.Value, f.Message)
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobtype"
+)
+
+// fmtFloat prints a metric with four significant digits ("1.93", "0.0123").
+func fmtFloat(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }
+
+// fmtStep is "40/120", "40" without a total, or "-" before the first step.
+func fmtStep(p jobtype.Progress) string {
+	switch {
+	case p.TotalSteps > 0:
+		return fmt.Sprintf("%d/%d", p.Step, p.TotalSteps)
+	case p.Step > 0:
+		return strconv.Itoa(p.Step)
+	default:
+		return "-"
+	}
+}
+
+// fmtLoss is the loss, or "-" before the first progress line.
+func fmtLoss(p jobtype.Progress) string {
+	if p.Step == 0 && p.Loss == 0 {
+		return "-"
+	}
+	return fmtFloat(p.Loss)
+}
+
+// fmtAge is a coarse age: "45s", "12m", "5h", "3d".
+func fmtAge(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	default:
+		return fmt.Sprintf("%dd", int(d.Hours()/24))
+	}
+}
+
+// orDash returns s, or "-" when it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// printJob writes the status table of one job.
+func printJob(w io.Writer, j *jobtype.Job) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	state := string(j.State)
+	if j.Reason != "" {
+		state += " (" + j.Reason + ")"
+	}
+	if j.CancelRequested && !j.State.Terminal() {
+		state += ", cancel requested"
+	}
+	node := j.Node
+	if j.Backend != "" && node != "" {
+		node += " (" + j.Backend + ")"
+	} else if node == "" {
+		node = j.Backend
+	}
+	gpus := make([]string, len(j.GPUs))
+	for i, g := range j.GPUs {
+		gpus[i] = strconv.Itoa(g)
+	}
+	evalLoss := "-"
+	if v, ok := j.Metrics["eval_loss"]; ok {
+		evalLoss = fmtFloat(v)
+	}
+	rows := [][2]string{
+		{"ID", j.ID},
+		{"Name", j.Name},
+		{"State", state},
+		{"Attempt", strconv.Itoa(j.Attempt)},
+		{"Node", orDash(node)},
+		{"GPUs", orDash(strings.Join(gpus, ","))},
+		{"Progress", fmtStep(j.Progress)},
+		{"Loss", fmtLoss(j.Progress)},
+		{"Eval loss", evalLoss},
+		{"Error", orDash(j.Error)},
+	}
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
+	}
+	if len(j.Artifacts) == 0 {
+		fmt.Fprintf(tw, "Artifacts:\t-\n")
+	}
+	for i, a := range j.Artifacts {
+		label := ""
+		if i == 0 {
+			label = "Artifacts:"
+		}
+		sum := a.SHA256
+		if len(sum) > 12 {
+			sum = sum[:12]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d bytes\tsha256 %s\n", label, a.Path, a.Bytes, orDash(sum))
+	}
+	return tw.Flush()
+}

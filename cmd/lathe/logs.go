@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lathe-ml/lathe/internal/jobtype"
+)
+
+func (a *app) logsCmd() *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs ID",
+		Short: "Print a job's log lines and events (-f: follow until it ends)",
+		Long: `Print a job's events: log lines as the trainer wrote them, and other events
+on one line each with a [type] prefix. -f follows until the job ends.
+With -o json each event is printed as one JSON object per line.`,
+		Args: exactArgs("ID"),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			c := a.client()
+			show := func(ev jobtype.Event) error {
+				if a.output == outJSON {
+					b, err := json.Marshal(ev)
+					if err != nil {
+						return err
+					}
+					_, err = fmt.Fprintf(a.stdout, "%s\n", b)
+					return err
+				}
+				return writeEvent(a.stdout, ev)
+			}
+			if follow {
+				return c.Follow(cmd.Context(), args[0], "", show)
+			}
+			events, err := c.Events(cmd.Context(), args[0], "")
+			if err != nil {
+				return err
+			}
+			for _, ev := range events {
+				if err := show(ev); err != nil {
+					return err
+				}
+			}
+			return nil
+		}),
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow new events until the job ends")
+	return cmd
+}
+
+// writeEvent prints one event for humans: a log event as its line, others as
+// "[progress] step 10/200 loss 2.31" and the like.
+func writeEvent(w io.Writer, ev jobtype.Event) error {
+	_, err := fmt.Fprintln(w, formatEvent(ev))
+	return err
+}
+
+func formatEvent(ev jobtype.Event) string {
+	switch ev.Type {
+	case jobtype.EventLog:
+		var l jobtype.LogLine
+		if json.Unmarshal(ev.Data, &l) == nil {
+			return l.Line
+		}
+	case jobtype.EventState:
+		var sc jobtype.StateChange
+		if json.Unmarshal(ev.Data, &sc) == nil && sc.To != "" {
+			return "[state] " + strings.TrimPrefix(describeState(sc), "state: ")
+		}
+	case jobtype.EventProgress:
+		var p jobtype.Progress
+		if json.Unmarshal(ev.Data, &p) == nil {
+			s := fmt.Sprintf("[progress] step %s loss %s", fmtStep(p), fmtFloat(p.Loss))
+			if p.LearningRate != 0 {
+				s += " lr " + fmtFloat(p.LearningRate)
+			}
+			return s
+		}
+	case jobtype.EventEval:
+		var e struct {
+			Step     int     `json:"step"`
+			EvalLoss float64 `json:"eval_loss"`
+		}
+		if json.Unmarshal(ev.Data, &e) == nil {
+			return fmt.Sprintf("[eval] step %d eval_loss %s", e.Step, fmtFloat(e.EvalLoss))
+		}
+	case jobtype.EventCheckpoint:
+		var c struct {
+			Step int    `json:"step"`
+			Path string `json:"path"`
+		}
+		if json.Unmarshal(ev.Data, &c) == nil {
+			return fmt.Sprintf("[checkpoint] step %d %s", c.Step, c.Path)
+		}
+	case jobtype.EventArtifact:
+		var a jobtype.Artifact
+		if json.Unmarshal(ev.Data, &a) == nil {
+			return fmt.Sprintf("[artifact] %s %d bytes", a.Path, a.Bytes)
+		}
+	case jobtype.EventDone:
+		var d struct {
+			Metrics map[string]float64 `json:"metrics"`
+		}
+		if json.Unmarshal(ev.Data, &d) == nil {
+			keys := make([]string, 0, len(d.Metrics))
+			for k := range d.Metrics {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			parts := []string{"[done]"}
+			for _, k := range keys {
+				parts = append(parts, k+"="+fmtFloat(d.Metrics[k]))
+			}
+			return strings.Join(parts, " ")
+		}
+	}
+	var compact bytes.Buffer
+	if json.Compact(&compact, ev.Data) != nil {
+		compact.Reset()
+		compact.Write(ev.Data)
+	}
+	return fmt.Sprintf("[%s] %s", ev.Type, compact.String())
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lathe-ml/lathe/internal/apiclient"
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+)
+
+func (a *app) submitCmd() *cobra.Command {
+	var (
+		wait, dryRun bool
+		key          string
+	)
+	cmd := &cobra.Command{
+		Use:   "submit FILE",
+		Short: "Submit a job spec (YAML or JSON; - reads stdin)",
+		Long: `Submit a job spec. The spec is checked locally first: every bad field is
+printed and nothing is sent. Relative paths in dataset, eval_dataset and
+output.uri ("data/train.jsonl" or "file:data/train.jsonl") are made absolute
+file:// URIs relative to FILE's directory.
+
+With --wait, lathe follows the job until it ends and exits 0 only if it
+succeeded; with --wait -o json, stdout holds only the final Job.`,
+		Args: exactArgs("FILE"),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			return a.submit(cmd.Context(), cmd.InOrStdin(), args[0], key, wait, dryRun)
+		}),
+	}
+	f := cmd.Flags()
+	f.BoolVar(&wait, "wait", false, "follow the job until it ends; exit 1 unless it succeeded")
+	f.BoolVar(&dryRun, "dry-run", false, "validate and normalise on the scheduler, store nothing, print the spec")
+	f.StringVar(&key, "idempotency-key", "", "submitting again with the same key returns the same job")
+	return cmd
+}
+
+// readSpec reads and locally validates the spec in file ("-": stdin) and
+// returns it as the JSON to send.
+func (a *app) readSpec(stdin io.Reader, file string) ([]byte, error) {
+	var (
+		data []byte
+		err  error
+		dir  string
+	)
+	if file == "-" {
+		data, err = io.ReadAll(io.LimitReader(stdin, jobspec.MaxSpecBytes+1))
+		dir, _ = os.Getwd()
+	} else {
+		data, err = os.ReadFile(file)
+		dir = filepath.Dir(file)
+	}
+	if err != nil {
+		return nil, usageErrorf("read job spec: %w", err)
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return nil, usageErrorf("resolve %s: %w", file, err)
+	}
+	spec, err := jobspec.Parse(rewriteLocalPaths(data, dir))
+	if err != nil {
+		var ve *jobspec.ValidationError
+		if errors.As(err, &ve) {
+			printFieldErrors(a.stderr, ve.Errors)
+			return nil, usageErrorf("%s: %d problem(s) in the job spec; nothing was submitted", file, len(ve.Errors))
+		}
+		return nil, usageErrorf("%s: %w; nothing was submitted", file, err)
+	}
+	return spec.JSON(), nil
+}
+
+func (a *app) submit(ctx context.Context, stdin io.Reader, file, key string, wait, dryRun bool) error {
+	body, err := a.readSpec(stdin, file)
+	if err != nil {
+		return err
+	}
+	c := a.client()
+	job, err := c.Submit(ctx, body, key, dryRun)
+	if err != nil {
+		return err
+	}
+	if dryRun {
+		// The normalised spec, in both output formats: it is what would run.
+		return writeJSON(a.stdout, job.Spec)
+	}
+	if !wait {
+		if a.output == outJSON {
+			return writeJSON(a.stdout, job)
+		}
+		tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tSTATE")
+		fmt.Fprintf(tw, "%s\t%s\n", job.ID, job.State)
+		return tw.Flush()
+	}
+	return a.wait(ctx, c, job)
+}
+
+// wait follows job until it is terminal, showing progress, then prints the
+// final record and maps its state to the exit code. With -o json progress
+// goes to stderr, so stdout holds only the final Job.
+func (a *app) wait(ctx context.Context, c *apiclient.Client, job *jobtype.Job) error {
+	progressOut := a.stdout
+	if a.output == outJSON {
+		progressOut = a.stderr
+	}
+	p := newProgressPrinter(progressOut, isTerminal(progressOut), a.now)
+	p.linef("submitted %s (%s); waiting for it to end (Ctrl-C stops waiting, not the job)", job.ID, job.State)
+
+	last := ""
+	state := job.State
+	idle := 0
+	for !state.Terminal() {
+		seen := 0
+		err := c.Follow(ctx, job.ID, last, func(ev jobtype.Event) error {
+			seen++
+			last = ev.ID
+			if s := p.event(ev); s != "" {
+				state = s
+			}
+			return nil
+		})
+		if err != nil {
+			p.finish()
+			if errors.Is(err, context.Canceled) {
+				return &exitError{code: exitInterrupted,
+					err: fmt.Errorf("stopped waiting; job %s keeps running (lathe logs -f %s)", job.ID, job.ID)}
+			}
+			return err
+		}
+		if state.Terminal() {
+			break
+		}
+		// The stream ended without a terminal state: ask for the record,
+		// and follow again (after a pause when nothing new came).
+		cur, err := c.Get(ctx, job.ID)
+		if err != nil {
+			p.finish()
+			return err
+		}
+		state = cur.State
+		if seen == 0 && !state.Terminal() {
+			idle++
+			if err := pause(ctx, time.Duration(min(idle, 5))*time.Second); err != nil {
+				p.finish()
+				return &exitError{code: exitInterrupted,
+					err: fmt.Errorf("stopped waiting; job %s keeps running (lathe logs -f %s)", job.ID, job.ID)}
+			}
+		} else {
+			idle = 0
+		}
+	}
+	p.finish()
+
+	final, err := c.Get(ctx, job.ID)
+	if err != nil {
+		return err
+	}
+	if a.output == outJSON {
+		if err := writeJSON(a.stdout, final); err != nil {
+			return err
+		}
+	} else if err := printJob(a.stdout, final); err != nil {
+		return err
+	}
+	switch final.State {
+	case jobtype.StateSucceeded:
+		return nil
+	case jobtype.StateCancelled:
+		return failedErrorf("job %s was cancelled", final.ID)
+	default:
+		msg := final.Error
+		if msg == "" {
+			msg = final.Reason
+		}
+		if msg == "" {
+			return failedErrorf("job %s ended %s", final.ID, final.State)
+		}
+		return failedErrorf("job %s ended %s: %s", final.ID, final.State, msg)
+	}
+}
+
+// pause waits d or until ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
