@@ -83,6 +83,7 @@ if has('release') then release(id) end
 if has('unpend') then redis.call('ZREM', P .. 'pending', id) end
 if has('clearcancel') then redis.call('HSET', jobkey(id), 'cancel_requested', '0') end
 setstate(id, state, to, now)
+data = string.gsub(data, '"__FROM__"', '"' .. state .. '"')
 if #ARGV >= 11 then
   local fields = {}
   for i = 11, #ARGV do fields[#fields+1] = ARGV[i] end
@@ -171,6 +172,7 @@ if state == 'cancelled' then return reply(1, id) end
 if terminal(state) then return reply(0, id) end
 if state == 'queued' or state == 'preempted' then
   redis.call('ZREM', P .. 'pending', id)
+  cdata = string.gsub(cdata, '"__FROM__"', '"' .. state .. '"')
   setstate(id, state, 'cancelled', now)
   redis.call('HSET', jobkey(id), 'reason', 'cancelled', 'finished_at', now, 'cancel_requested', '1')
   addevent(id, maxlen, 'state', attempt, now, cdata)

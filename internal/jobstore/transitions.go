@@ -175,8 +175,10 @@ func (s *Store) transitionScore(ctx context.Context, id string, attempt int, fro
 	}
 	args := []any{strings.Join(names, ","), attempt, string(to), ms(s.now()), s.cfg.EventsMaxLen, "", flags, score}
 	args = append(args, fields...)
-	// The event's From is filled in by reading the state inside the script
-	// would need JSON in Lua; the Go side states it when it knows it.
+	// The script puts the state it found in place of fromPlaceholder.
+	if ch.From == "" {
+		ch.From = fromPlaceholder
+	}
 	args[5] = mustJSON(ch)
 	r, err := s.run(ctx, "transition", id, transitionScript, args...)
 	if err != nil {
@@ -194,7 +196,7 @@ func (s *Store) transitionScore(ctx context.Context, id string, attempt int, fro
 // process group exited). It returns the job's state after the request, and
 // a *ConflictError for a job that already succeeded or failed.
 func (s *Store) Cancel(ctx context.Context, id string) (jobtype.State, error) {
-	cdata := mustJSON(jobtype.StateChange{To: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled})
+	cdata := mustJSON(jobtype.StateChange{From: fromPlaceholder, To: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled})
 	r, err := s.run(ctx, "cancel", id, cancelScript, ms(s.now()), s.cfg.EventsMaxLen, cdata, `{}`)
 	if err != nil {
 		return "", err
@@ -212,3 +214,6 @@ func (s *Store) CancelDispatched(ctx context.Context, id string, attempt int) er
 		jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled},
 		"release", "reason", jobtype.ReasonCancelled, "finished_at", ms(s.now()))
 }
+
+// fromPlaceholder stands for the state a script finds; the script replaces it.
+const fromPlaceholder = "__FROM__"

@@ -46,7 +46,8 @@ const (
 	// [ErrTimeout], and Run signalled the trainer.
 	TimedOut
 	// StartFailed: the trainer never ran (missing binary, bad directory,
-	// invalid config, or a context already done before the start).
+	// invalid config). A context already done before the start yields
+	// Cancelled or TimedOut instead, with PID zero.
 	StartFailed
 )
 
