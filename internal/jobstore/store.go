@@ -19,11 +19,13 @@ package jobstore
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -105,23 +107,43 @@ func (s *Store) now() time.Time             { return s.cfg.Now() }
 func ms(t time.Time) string                 { return strconv.FormatInt(t.UnixMilli(), 10) }
 
 // NewID returns a new job id: "j-", ten base32 characters of the time in
-// milliseconds (so ids sort by creation), and six random ones.
+// milliseconds, and six of a random number. Within one process ids strictly
+// increase (a second id in the same millisecond takes the last random part
+// plus one, as monotonic ULIDs do), so listing by id is listing by creation.
 func NewID(now time.Time) string {
 	const alphabet = "0123456789abcdefghjkmnpqrstvwxyz" // Crockford, lower case
+	idMu.Lock()
+	t := uint64(max(now.UnixMilli(), 0))
+	var r uint64
+	if t <= idLastMs {
+		t, r = idLastMs, idLastRand+1
+		if r >= 1<<30 {
+			t, r = t+1, 0
+		}
+	} else {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		r = uint64(binary.BigEndian.Uint32(b[:])) >> 3 // 29 bits: room to count up
+	}
+	idLastMs, idLastRand = t, r
+	idMu.Unlock()
 	var b [18]byte
 	b[0], b[1] = 'j', '-'
-	t := uint64(now.UnixMilli())
 	for i := 11; i >= 2; i-- {
 		b[i] = alphabet[t&31]
 		t >>= 5
 	}
-	var r [6]byte
-	_, _ = rand.Read(r[:])
-	for i := 0; i < 6; i++ {
-		b[12+i] = alphabet[r[i]&31]
+	for i := 17; i >= 12; i-- {
+		b[i] = alphabet[r&31]
+		r >>= 5
 	}
 	return string(b[:])
 }
+
+var (
+	idMu                 sync.Mutex
+	idLastMs, idLastRand uint64
+)
 
 // ValidID reports whether id has the shape NewID makes (cheap guard before
 // building keys from user input).
@@ -177,13 +199,17 @@ func (s *Store) Create(ctx context.Context, nj NewJob) (job *jobtype.Job, existe
 	gotID, _ := res[1].(string)
 	switch code {
 	case 1:
+		// Stored as given: build the record here instead of reading it back.
+		t := time.UnixMilli(now.UnixMilli()).UTC()
+		return &jobtype.Job{ID: id, Name: nj.Spec.Name, State: jobtype.StateQueued, Attempt: 1, GPUs: []int{},
+			Metrics: map[string]float64{}, Artifacts: []jobtype.Artifact{}, OutputURI: out, Submitter: nj.Submitter,
+			Team: nj.Team, CreatedAt: t, UpdatedAt: t, Spec: *nj.Spec}, false, nil
 	case 2:
-		existed = true
+		j, err := s.Get(ctx, gotID)
+		return j, true, err
 	default:
 		return nil, false, fmt.Errorf("jobstore: create: id collision on %s", gotID)
 	}
-	j, err := s.Get(ctx, gotID)
-	return j, existed, err
 }
 
 var jobFields = []string{"id", "name", "state", "reason", "error", "attempt", "backend", "node", "gpus",

@@ -1,0 +1,154 @@
+package scheduler_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/lathe-ml/lathe/internal/fileuri"
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/worker"
+)
+
+// Benchmarks run against one real redis-server each; compare the figures of
+// one run as ratios (docs/benchmarks.md, scripts/bench/run.sh).
+
+const benchSpec = `{"name":"bench","base_model":"tiny-char","dataset":"file:///data/train.jsonl","resources":{"gpus":0}}`
+
+// benchParallelism × GOMAXPROCS goroutines submit at once, in both benchmarks.
+const benchParallelism = 4
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// BenchmarkSubmitAPI: POST /api/v1/jobs through a real HTTP server (parse,
+// validate, normalise, one Lua create script).
+func BenchmarkSubmitAPI(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client()
+	s := scheduler.New(rdb, jobstore.New(rdb, jobstore.Config{}), scheduler.Config{Logger: quiet,
+		Defaults: jobspec.Defaults{OutputURI: "file:///tmp/lathe-bench"}})
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+	b.SetParallelism(benchParallelism)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c := &http.Client{}
+		for pb.Next() {
+			resp, err := c.Post(hs.URL+"/api/v1/jobs", "application/json", bytes.NewReader([]byte(benchSpec)))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusCreated {
+				b.Errorf("status %d", resp.StatusCode)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "submits/s")
+}
+
+// BenchmarkEnqueueRaw is the baseline: a raw asynq enqueue of a payload of
+// the same size on the same kind of Redis.
+func BenchmarkEnqueueRaw(b *testing.B) {
+	srv := redistest.Start(b)
+	c := asynq.NewClientFromRedisClient(srv.Client())
+	payload := []byte(benchSpec)
+	b.SetParallelism(benchParallelism)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := c.Enqueue(asynq.NewTask("bench", payload), asynq.Queue("bench"), asynq.MaxRetry(0)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "enqueues/s")
+}
+
+// BenchmarkSubmitToStart measures, on an idle worker, the time from the API
+// accepting a job (created_at) to the trainer's cmd.Start returning (the
+// "started" event), through the placer, the dispatch script, asynq and the
+// claim. The trainer is /bin/true: its run time is not part of the figure.
+func BenchmarkSubmitToStart(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client()
+	store := jobstore.New(rdb, jobstore.Config{})
+	dir := b.TempDir()
+	w, err := worker.New(rdb, store, worker.Config{Node: "bench", Slots: 1, DataDir: dir, Logger: quiet,
+		Trainers: map[string][]string{"reference": {"/bin/sh", "-c", "printf x > \"$LATHE_OUTPUT_DIR/a.bin\""}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := w.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	s := scheduler.New(rdb, store, scheduler.Config{Listen: "127.0.0.1:0", Logger: quiet,
+		Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(filepath.Join(dir, "out"))}})
+	if err := s.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer s.Stop(ctx)
+	base := "http://" + s.Addr()
+	var lat []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		resp, err := http.Post(base+"/api/v1/jobs", "application/json", bytes.NewReader([]byte(benchSpec)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var j jobtype.Job
+		_ = json.NewDecoder(resp.Body).Decode(&j)
+		resp.Body.Close()
+		var started time.Time
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			cur, err := store.Get(ctx, j.ID)
+			if err == nil && cur.State.Terminal() {
+				if cur.State != jobtype.StateSucceeded {
+					b.Fatalf("job %s: %s %s", j.ID, cur.State, cur.Error)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("job %s never finished", j.ID)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		evs, _ := store.Events(ctx, j.ID, "", 100)
+		for _, e := range evs {
+			if e.Type == "started" {
+				started = e.Time
+			}
+		}
+		if started.IsZero() {
+			b.Fatalf("no started event for %s", j.ID)
+		}
+		lat = append(lat, started.Sub(j.CreatedAt))
+	}
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*9/10].Microseconds())/1000, "p90-ms")
+}
+
