@@ -151,4 +151,3 @@ func BenchmarkSubmitToStart(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*9/10].Microseconds())/1000, "p90-ms")
 }
-

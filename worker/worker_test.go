@@ -242,4 +242,3 @@ func TestSecondWorkerWithTheSameNameIsRefused(t *testing.T) {
 		t.Fatal("a second live worker named n1 was accepted")
 	}
 }
-

@@ -83,4 +83,3 @@ func loadConfig(path string) (*fileConfig, error) {
 	}
 	return c, nil
 }
-

@@ -195,4 +195,3 @@ func (m *managedRedis) Stop() {
 		}
 	}
 }
-
