@@ -85,8 +85,17 @@ func (s syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock()
 
 func startDaemon(t *testing.T, bin string, args ...string) *daemon {
 	t.Helper()
+	return startDaemonEnv(t, nil, bin, args...)
+}
+
+// startDaemonEnv starts bin with extra environment entries (nil: inherit).
+func startDaemonEnv(t *testing.T, env []string, bin string, args ...string) *daemon {
+	t.Helper()
 	d := &daemon{logs: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
 	d.cmd = exec.Command(bin, args...)
+	if env != nil {
+		d.cmd.Env = append(os.Environ(), env...)
+	}
 	d.cmd.Stdout = syncBuf{d.mu, d.logs}
 	d.cmd.Stderr = syncBuf{d.mu, d.logs}
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -319,6 +328,39 @@ func TestUpEndToEnd(t *testing.T) {
 		t.Errorf("lathed up did not say it started its own redis-server:\n%s", d.output())
 	}
 	checkRun(t, lathe, base)
+}
+
+// TestUpEmbeddedRedis: with no redis-server on PATH, `lathed up` runs an
+// embedded miniredis, says it is ephemeral, and still runs a job.
+func TestUpEmbeddedRedis(t *testing.T) {
+	requireTorch(t)
+	lathed, lathe := binaries(t)
+	port := redistest.FreePort(t)
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	d := startDaemonEnv(t, []string{"PATH=/nonexistent"}, lathed, "up", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", t.TempDir())
+	waitHTTP(t, base, d)
+	if !strings.Contains(d.output(), "EPHEMERAL") {
+		t.Errorf("lathed up did not say its embedded Redis is ephemeral:\n%s", d.output())
+	}
+	out, errOut, code := cli(t, lathe, base, "submit", "configs/examples/tiny-lora.yaml", "--wait", "-o", "json")
+	if code != 0 || decodeJob(t, out).State != jobtype.StateSucceeded {
+		t.Fatalf("submit --wait on embedded Redis exited %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// TestRefusesEvictingRedis: a Redis whose maxmemory-policy is not
+// noeviction is refused with a message that says how to fix it.
+func TestRefusesEvictingRedis(t *testing.T) {
+	lathed, _ := binaries(t)
+	rs := redistest.StartWith(t, redistest.Options{Policy: "allkeys-lru"})
+	cmd := exec.Command(lathed, "scheduler", "--redis-url", rs.URL(), "--listen", "127.0.0.1:0", "--data-dir", t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("lathed scheduler accepted an allkeys-lru Redis:\n%s", out)
+	}
+	if !strings.Contains(string(out), "noeviction") || !strings.Contains(string(out), "CONFIG SET maxmemory-policy noeviction") {
+		t.Fatalf("refusal does not say how to fix it:\n%s", out)
+	}
 }
 
 // TestTwoProcesses: `lathed scheduler` and `lathed worker` as two processes
