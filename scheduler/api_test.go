@@ -1,0 +1,318 @@
+package scheduler_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/scheduler"
+)
+
+// API and placer tests against a real redis-server; no worker runs, so the
+// tests drive the store the way a worker would where they need to.
+
+type bundle struct {
+	ctx   context.Context
+	srv   *redistest.Server
+	rdb   *redis.Client
+	store *jobstore.Store
+	s     *scheduler.Scheduler
+	url   string
+}
+
+func setup(t *testing.T, cfg scheduler.Config) bundle {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	store := jobstore.New(rdb, jobstore.Config{})
+	cfg.Logger = quiet
+	if cfg.Defaults.OutputURI == "" {
+		cfg.Defaults.OutputURI = "file://" + t.TempDir()
+	}
+	s := scheduler.New(rdb, store, cfg)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	return bundle{ctx: context.Background(), srv: srv, rdb: rdb, store: store, s: s, url: hs.URL}
+}
+
+const goodSpec = `{"name":"ok","base_model":"tiny-char","dataset":"file:///data/train.jsonl"}`
+
+func do(t *testing.T, method, url, body string, hdr map[string]string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func jobOf(t *testing.T, b []byte) jobtype.Job {
+	t.Helper()
+	var j jobtype.Job
+	if err := json.Unmarshal(b, &j); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	return j
+}
+
+func TestSubmitGetIdempotency(t *testing.T) {
+	b := setup(t, scheduler.Config{})
+	code, body := do(t, "POST", b.url+"/api/v1/jobs", goodSpec, map[string]string{"Idempotency-Key": "abc"})
+	if code != 201 {
+		t.Fatalf("submit: %d %s", code, body)
+	}
+	j := jobOf(t, body)
+	if j.State != jobtype.StateQueued || j.Attempt != 1 || len(j.Spec.Residency) != 1 || j.Spec.Residency[0] != "onprem" {
+		t.Fatalf("job %+v: want queued, attempt 1, default residency [onprem]", j)
+	}
+	// Accepted means stored: read it straight from Redis.
+	if n, _ := b.rdb.Exists(b.ctx, "lathe:job:"+j.ID).Result(); n != 1 {
+		t.Fatal("the accepted job is not in Redis")
+	}
+	code, body = do(t, "POST", b.url+"/api/v1/jobs", goodSpec, map[string]string{"Idempotency-Key": "abc"})
+	if code != 200 || jobOf(t, body).ID != j.ID {
+		t.Fatalf("same key: %d %s", code, body)
+	}
+	code, body = do(t, "GET", b.url+"/api/v1/jobs/"+j.ID, "", nil)
+	if code != 200 || jobOf(t, body).Name != "ok" {
+		t.Fatalf("get: %d %s", code, body)
+	}
+	for _, id := range []string{"j-00000000000000zz", "nope", "..%2f..%2fetc"} {
+		if code, _ := do(t, "GET", b.url+"/api/v1/jobs/"+id, "", nil); code != 404 {
+			t.Fatalf("get %s: %d", id, code)
+		}
+	}
+}
+
+func TestSubmitRefusals(t *testing.T) {
+	b := setup(t, scheduler.Config{MaxBodyBytes: 4096})
+	cases := []struct {
+		name, body string
+		code       int
+		fields     []string
+	}{
+		{"bad fields", `{"name":"Bad Name","base_model":"tiny-char","dataset":"http://x","lora":{"rank":-4},"priority":"sometimes","colour":1}`, 400,
+			[]string{"name", "dataset", "lora.rank", "priority", "colour"}},
+		{"gpu job not built yet", `{"name":"g","base_model":"tiny-char","dataset":"file:///d","resources":{"gpus":2}}`, 400, []string{"resources.gpus"}},
+		{"s3 not built yet", `{"name":"s","base_model":"tiny-char","dataset":"s3://bucket/key.jsonl"}`, 400, []string{"dataset"}},
+		{"unknown trainer", `{"name":"t","base_model":"tiny-char","dataset":"file:///d","trainer":"axolotl"}`, 400, []string{"trainer"}},
+		{"not json", `{{{`, 400, nil},
+		{"too large", `{"name":"` + strings.Repeat("a", 5000) + `"}`, 413, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, body := do(t, "POST", b.url+"/api/v1/jobs", c.body, nil)
+			if code != c.code {
+				t.Fatalf("%d, want %d: %s", code, c.code, body)
+			}
+			var ae struct {
+				Code   string
+				Fields []jobspec.FieldError
+			}
+			_ = json.Unmarshal(body, &ae)
+			for _, f := range c.fields {
+				found := false
+				for _, fe := range ae.Fields {
+					found = found || fe.Field == f
+				}
+				if !found {
+					t.Errorf("no error for field %s in %s", f, body)
+				}
+			}
+		})
+	}
+	if n, _ := b.rdb.Keys(b.ctx, "lathe:*").Result(); len(n) != 0 {
+		t.Fatalf("refused submits stored keys: %v", n)
+	}
+	code, body := do(t, "POST", b.url+"/api/v1/jobs?dry_run=true", goodSpec, nil)
+	if code != 200 || !strings.Contains(string(body), `"dry_run":true`) {
+		t.Fatalf("dry run: %d %s", code, body)
+	}
+	if n, _ := b.rdb.Keys(b.ctx, "lathe:*").Result(); len(n) != 0 {
+		t.Fatalf("dry run stored keys: %v", n)
+	}
+}
+
+func TestListCancelEvents(t *testing.T) {
+	b := setup(t, scheduler.Config{})
+	var ids []string
+	for i := 0; i < 3; i++ {
+		_, body := do(t, "POST", b.url+"/api/v1/jobs", goodSpec, nil)
+		ids = append(ids, jobOf(t, body).ID)
+	}
+	// Cancel a queued job: cancelled at once, and again is fine.
+	for i := 0; i < 2; i++ {
+		code, body := do(t, "POST", b.url+"/api/v1/jobs/"+ids[0]+"/cancel", "", nil)
+		if code != 202 || jobOf(t, body).State != jobtype.StateCancelled {
+			t.Fatalf("cancel queued #%d: %d %s", i, code, body)
+		}
+	}
+	// Drive ids[1] to succeeded as a worker would; cancel is then a conflict.
+	if err := b.store.Dispatch(b.ctx, ids[1], 1, "n1", "local", 4, nil); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := b.store.Claim(b.ctx, ids[1], 1, "n1", "i"); out != jobstore.Claimed {
+		t.Fatal("claim")
+	}
+	if err := b.store.Finish(b.ctx, ids[1], 1, jobstore.Ending{State: jobtype.StateSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	code, body := do(t, "POST", b.url+"/api/v1/jobs/"+ids[1]+"/cancel", "", nil)
+	if code != 409 || !strings.Contains(string(body), `"state":"succeeded"`) {
+		t.Fatalf("cancel succeeded job: %d %s", code, body)
+	}
+	// List by state, and pagination.
+	code, body = do(t, "GET", b.url+"/api/v1/jobs?state=cancelled", "", nil)
+	var l struct {
+		Jobs []jobtype.Job
+		Next string `json:"next_cursor"`
+	}
+	_ = json.Unmarshal(body, &l)
+	if code != 200 || len(l.Jobs) != 1 || l.Jobs[0].ID != ids[0] {
+		t.Fatalf("list cancelled: %d %s", code, body)
+	}
+	_, body = do(t, "GET", b.url+"/api/v1/jobs?limit=2", "", nil)
+	_ = json.Unmarshal(body, &l)
+	if len(l.Jobs) != 2 || l.Jobs[0].ID != ids[2] || l.Next == "" {
+		t.Fatalf("page 1: %s", body)
+	}
+	_, body = do(t, "GET", b.url+"/api/v1/jobs?limit=2&cursor="+l.Next, "", nil)
+	_ = json.Unmarshal(body, &l)
+	if len(l.Jobs) != 1 || l.Jobs[0].ID != ids[0] || l.Next != "" {
+		t.Fatalf("page 2: %s", body)
+	}
+	if code, _ := do(t, "GET", b.url+"/api/v1/jobs?state=sleeping", "", nil); code != 400 {
+		t.Fatalf("bad state: %d", code)
+	}
+	// Events of a finished job: plain list, and a follow that ends by itself.
+	code, body = do(t, "GET", b.url+"/api/v1/jobs/"+ids[1]+"/events", "", nil)
+	if code != 200 || strings.Count(string(body), `"type":"state"`) != 4 {
+		t.Fatalf("events: %d %s", code, body)
+	}
+	resp, err := http.Get(b.url + "/api/v1/jobs/" + ids[1] + "/events?follow=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	n := 0
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "data: ") {
+			n++
+		}
+	}
+	resp.Body.Close()
+	if n != 4 {
+		t.Fatalf("followed %d events of a finished job, want 4 and the stream closed", n)
+	}
+	// Artifact names that could escape the job's folder are refused.
+	for _, name := range []string{"..%2fetc", "a%00b", "%2e%2e"} {
+		if code, _ := do(t, "GET", b.url+"/api/v1/jobs/"+ids[1]+"/artifacts/"+name, "", nil); code != 400 && code != 404 {
+			t.Fatalf("artifact %q: %d", name, code)
+		}
+	}
+	if code, _ := do(t, "GET", b.url+"/api/v1/jobs/"+ids[1]+"/artifacts/missing.bin", "", nil); code != 404 {
+		t.Fatalf("missing artifact: %d", code)
+	}
+}
+
+// TestPlacementAndRepair: the placer dispatches to a live node in priority
+// order, enqueues with the attempt's TaskID, MaxRetry 0 and an explicit
+// timeout; a task lost after dispatch is enqueued again by the repair loop.
+func TestPlacementAndRepair(t *testing.T) {
+	b := setup(t, scheduler.Config{Listen: "127.0.0.1:0", PlaceInterval: 20 * time.Millisecond, RepairAfter: 100 * time.Millisecond})
+	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i", Backend: "local", Slots: 1}, time.Minute, true); err != nil {
+		t.Fatal(err)
+	}
+	_, body := do(t, "POST", b.url+"/api/v1/jobs", `{"name":"batch","base_model":"tiny-char","dataset":"file:///d","priority":"batch"}`, nil)
+	batch := jobOf(t, body)
+	_, body = do(t, "POST", b.url+"/api/v1/jobs", `{"name":"urgent","base_model":"tiny-char","dataset":"file:///d","priority":"urgent","max_runtime":"2h"}`, nil)
+	urgent := jobOf(t, body)
+	if err := b.s.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer b.s.Stop(b.ctx)
+	insp := asynq.NewInspectorFromRedisClient(b.rdb)
+	var info *asynq.TaskInfo
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var err error
+		info, err = insp.GetTaskInfo("node:n1", jobtype.TaskID(urgent.ID, 1))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("urgent job never enqueued: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if info.MaxRetry != 0 || info.Timeout != 2*time.Hour+10*time.Second+time.Minute {
+		t.Fatalf("task MaxRetry %d Timeout %s", info.MaxRetry, info.Timeout)
+	}
+	// One slot: the batch job waits.
+	if j, _ := b.store.Get(b.ctx, batch.ID); j.State != jobtype.StateQueued {
+		t.Fatalf("batch job %s with the only slot taken", j.State)
+	}
+	// Lose the task by hand; the repair loop puts it back.
+	if err := insp.DeleteTask("node:n1", info.ID); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if _, err := insp.GetTaskInfo("node:n1", info.ID); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("repair never enqueued the lost task again")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRedisDown503: with Redis killed the API answers 503 within 2 s.
+func TestRedisDown503(t *testing.T) {
+	b := setup(t, scheduler.Config{})
+	// A client with the daemon's fail-fast settings.
+	rdb := redis.NewClient(&redis.Options{Addr: b.srv.Addr, DialTimeout: time.Second, ReadTimeout: time.Second,
+		WriteTimeout: time.Second, MaxRetries: 1, ContextTimeoutEnabled: true})
+	s := scheduler.New(rdb, jobstore.New(rdb, jobstore.Config{}), scheduler.Config{Logger: quiet})
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+	b.srv.Kill()
+	c := &http.Client{Timeout: 2 * time.Second}
+	for _, p := range []string{"/healthz", "/api/v1/jobs", "/api/v1/jobs/j-00000000000000zz", "/api/v1/queues"} {
+		resp, err := c.Get(hs.URL + p)
+		if err != nil {
+			t.Fatalf("GET %s: no answer within 2 s: %v", p, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 503 {
+			t.Fatalf("GET %s: %d, want 503", p, resp.StatusCode)
+		}
+	}
+	resp, err := c.Post(hs.URL+"/api/v1/jobs", "application/json", strings.NewReader(goodSpec))
+	if err != nil {
+		t.Fatalf("POST with Redis down: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Fatalf("POST with Redis down: %d", resp.StatusCode)
+	}
+}
