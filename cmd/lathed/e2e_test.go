@@ -373,7 +373,7 @@ func TestTwoProcesses(t *testing.T) {
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	data := t.TempDir()
 	sd := startDaemon(t, lathed, "scheduler", "--redis-url", rs.URL(), "--listen", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", data)
-	startDaemon(t, lathed, "worker", "--backend", "local", "--redis-url", rs.URL(), "--data-dir", data, "--node", "e2e-node")
+	wd := startDaemon(t, lathed, "worker", "--backend", "local", "--redis-url", rs.URL(), "--data-dir", data, "--node", "e2e-node")
 	waitHTTP(t, base, sd)
 	checkRun(t, lathe, base)
 
@@ -435,6 +435,62 @@ func TestTwoProcesses(t *testing.T) {
 		if n := countEvents(t, base, id, "started"); n != 1 {
 			t.Fatalf("%d trainer starts for a cancelled job", n)
 		}
+	})
+
+	t.Run("worker restart: the next attempt resumes from the checkpoint", func(t *testing.T) {
+		out, e, code := cli(t, lathe, base, "submit", longSpec(t), "-o", "json")
+		if code != 0 {
+			t.Fatalf("submit: %d %s", code, e)
+		}
+		id := decodeJob(t, out).ID
+		waitJob(t, base, id, 60*time.Second, "a checkpoint", func(j jobtype.Job) bool {
+			return j.State == jobtype.StateRunning && countEvents(t, base, id, "checkpoint") > 0
+		})
+		pid := trainerPID(t, base, id)
+		// A clean worker stop: SIGTERM → the trainer checkpoints → a new attempt is queued.
+		_ = wd.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-wd.done:
+		case <-time.After(60 * time.Second):
+			t.Fatal("worker did not stop")
+		}
+		j := getJob(t, base, id)
+		if j.State != jobtype.StateQueued || j.Attempt != 2 {
+			t.Fatalf("after the worker stopped: %s attempt %d, want queued attempt 2", j.State, j.Attempt)
+		}
+		if syscall.Kill(-pid, 0) != syscall.ESRCH {
+			t.Fatalf("trainer group %d outlived its worker", pid)
+		}
+		lastCkpt := 0
+		for _, e := range events(t, base, id) {
+			if e.Type == "checkpoint" {
+				var c struct{ Step int }
+				json.Unmarshal(e.Data, &c)
+				lastCkpt = c.Step
+			}
+		}
+		wd = startDaemon(t, lathed, "worker", "--backend", "local", "--redis-url", rs.URL(), "--data-dir", data, "--node", "e2e-node")
+		// The record keeps attempt 1's progress until attempt 2 prints its own,
+		// so wait for a progress event of attempt 2 itself.
+		first := 0
+		waitJob(t, base, id, 60*time.Second, "a progress event of attempt 2", func(j jobtype.Job) bool {
+			for _, e := range events(t, base, id) {
+				if e.Type == "progress" && e.Attempt == 2 {
+					var p struct{ Step int }
+					json.Unmarshal(e.Data, &p)
+					first = p.Step
+					return true
+				}
+			}
+			return false
+		})
+		if lastCkpt == 0 || first <= lastCkpt {
+			t.Fatalf("attempt 2 started at step %d; the last checkpoint was step %d", first, lastCkpt)
+		}
+		if _, e, code := cli(t, lathe, base, "cancel", id); code != 0 {
+			t.Fatalf("cancel: %s", e)
+		}
+		waitJob(t, base, id, 10*time.Second, "cancelled", func(j jobtype.Job) bool { return j.State == jobtype.StateCancelled })
 	})
 
 	t.Run("redis down: 503 within 2s and exit 3", func(t *testing.T) {
