@@ -15,33 +15,45 @@ import (
 // fileConfig is the daemon's config file (configs/lathe.yaml documents
 // every key). Flags given on the command line win over the file.
 type fileConfig struct {
-	DataDir string `yaml:"data_dir"`
-	Redis   struct {
-		URL       string `yaml:"url"`
-		KeyPrefix string `yaml:"key_prefix"`
-	} `yaml:"redis"`
-	Scheduler struct {
-		Listen        string   `yaml:"listen"`
-		PlaceInterval duration `yaml:"place_interval"`
-		RepairAfter   duration `yaml:"repair_after"`
-	} `yaml:"scheduler"`
-	Worker struct {
-		Node              string   `yaml:"node"`
-		Slots             int      `yaml:"slots"`
-		MaxAttempts       int      `yaml:"max_attempts"`
-		KillGrace         duration `yaml:"kill_grace"`
-		HeartbeatTTL      duration `yaml:"heartbeat_ttl"`
-		TaskCheckInterval duration `yaml:"task_check_interval"`
-	} `yaml:"worker"`
-	Jobs struct {
-		DefaultMaxRuntime duration `yaml:"default_max_runtime"`
-		DefaultOutputURI  string   `yaml:"default_output_uri"`
-		EventsMaxLen      int64    `yaml:"events_max_len"`
-	} `yaml:"jobs"`
-	Routing struct {
-		DefaultResidency []string `yaml:"default_residency"`
-	} `yaml:"routing"`
-	Trainers map[string][]string `yaml:"trainers"`
+	DataDir   string              `yaml:"data_dir"`
+	Redis     redisSection        `yaml:"redis"`
+	Scheduler schedulerSection    `yaml:"scheduler"`
+	Worker    workerSection       `yaml:"worker"`
+	Jobs      jobsSection         `yaml:"jobs"`
+	Routing   routingSection      `yaml:"routing"`
+	Trainers  map[string][]string `yaml:"trainers"`
+}
+
+// The sections are named types so an unknown key reads "field X not found
+// in type main.workerSection".
+type redisSection struct {
+	URL       string `yaml:"url"`
+	KeyPrefix string `yaml:"key_prefix"`
+}
+
+type schedulerSection struct {
+	Listen        string   `yaml:"listen"`
+	PlaceInterval duration `yaml:"place_interval"`
+	RepairAfter   duration `yaml:"repair_after"`
+}
+
+type workerSection struct {
+	Node              string   `yaml:"node"`
+	Slots             int      `yaml:"slots"`
+	MaxAttempts       int      `yaml:"max_attempts"`
+	KillGrace         duration `yaml:"kill_grace"`
+	HeartbeatTTL      duration `yaml:"heartbeat_ttl"`
+	TaskCheckInterval duration `yaml:"task_check_interval"`
+}
+
+type jobsSection struct {
+	DefaultMaxRuntime duration `yaml:"default_max_runtime"`
+	DefaultOutputURI  string   `yaml:"default_output_uri"`
+	EventsMaxLen      int64    `yaml:"events_max_len"`
+}
+
+type routingSection struct {
+	DefaultResidency []string `yaml:"default_residency"`
 }
 
 // duration reads "10s", "2h" from YAML.
