@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/lathe-ml/lathe/internal/fileuri"
+	"github.com/lathe-ml/lathe/internal/jobspec"
 )
 
 // fileConfig is the daemon's config file (configs/lathe.yaml documents
@@ -87,6 +90,16 @@ func loadConfig(path string) (*fileConfig, error) {
 	}
 	if c.DataDir != "" && !filepath.IsAbs(c.DataDir) {
 		c.DataDir = filepath.Join(filepath.Dir(path), c.DataDir)
+	}
+	for i, tag := range c.Routing.DefaultResidency {
+		if !jobspec.ValidResidencyTag(tag) {
+			return nil, fmt.Errorf("config %s: routing.default_residency[%d] = %q: must be a lower-case word", path, i, tag)
+		}
+	}
+	if u := c.Jobs.DefaultOutputURI; u != "" {
+		if _, err := fileuri.Path(u); err != nil {
+			return nil, fmt.Errorf("config %s: jobs.default_output_uri: %w", path, err)
+		}
 	}
 	for name, argv := range c.Trainers {
 		if len(argv) == 0 {

@@ -29,6 +29,8 @@ func TestConfigErrors(t *testing.T) {
 		"unknown key":   "worker:\n  slotz: 3\n",
 		"bad duration":  "worker:\n  kill_grace: soon\n",
 		"empty trainer": "trainers:\n  mine: []\n",
+		"bad residency": "routing:\n  default_residency: [OnPrem]\n",
+		"s3 output":     "jobs:\n  default_output_uri: s3://b/p\n",
 	} {
 		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")
 		os.WriteFile(p, []byte(body), 0o644)

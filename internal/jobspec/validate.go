@@ -369,3 +369,7 @@ func bucketProblem(b string) string {
 	}
 	return ""
 }
+
+// ValidResidencyTag reports whether tag is a well-formed residency tag
+// (a lower-case word: `^[a-z][a-z0-9-]{0,31}$`).
+func ValidResidencyTag(tag string) bool { return residencyTagRE.MatchString(tag) }
