@@ -271,7 +271,7 @@ func (s *Scheduler) events(w http.ResponseWriter, r *http.Request) {
 	}
 	for r.Context().Err() == nil {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-		evs, err := s.store.WaitEvents(ctx, id, after, 2*time.Second, 500)
+		evs, err := s.follow.WaitEvents(ctx, id, after, 2*time.Second, 500)
 		cancel()
 		if err != nil {
 			if r.Context().Err() != nil {

@@ -52,6 +52,10 @@ type Config struct {
 	// RepairAfter is how long a dispatched attempt may lack its asynq task
 	// before the repair loop enqueues it again; default 10s.
 	RepairAfter time.Duration
+	// FollowRedis, when set, serves the blocking stream reads of event
+	// follows (SSE), so many `lathe logs -f` cannot take every connection
+	// of the API's pool; default the API's own client.
+	FollowRedis redis.UniversalClient
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -101,6 +105,7 @@ type Scheduler struct {
 	cfg     Config
 	rdb     redis.UniversalClient
 	store   *jobstore.Store
+	follow  *jobstore.Store // store over Config.FollowRedis
 	client  *asynq.Client
 	insp    *asynq.Inspector
 	log     *slog.Logger
@@ -121,6 +126,10 @@ func New(rdb redis.UniversalClient, store *jobstore.Store, cfg Config) *Schedule
 	s := &Scheduler{cfg: cfg, rdb: rdb, store: store,
 		client: asynq.NewClientFromRedisClient(rdb), insp: asynq.NewInspectorFromRedisClient(rdb),
 		log: cfg.Logger.With(slog.String("component", "scheduler")), wake: make(chan struct{}, 1)}
+	s.follow = store
+	if cfg.FollowRedis != nil {
+		s.follow = store.WithClient(cfg.FollowRedis)
+	}
 	return s
 }
 

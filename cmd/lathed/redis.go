@@ -19,7 +19,11 @@ import (
 
 // newRedisClient returns a client tuned to fail fast: the API must answer
 // 503 within 2 s when Redis is away, never hang.
-func newRedisClient(url string) (*redis.Client, error) {
+func newRedisClient(url string) (*redis.Client, error) { return newRedisClientPool(url, 0) }
+
+// newRedisClientPool is newRedisClient with a pool of poolSize connections
+// (0: go-redis's default, 10 per CPU).
+func newRedisClientPool(url string, poolSize int) (*redis.Client, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("--redis-url %q: %w", url, err)
@@ -30,6 +34,9 @@ func newRedisClient(url string) (*redis.Client, error) {
 	opt.PoolTimeout = 1500 * time.Millisecond
 	opt.MaxRetries = 1
 	opt.ContextTimeoutEnabled = true
+	if poolSize > 0 {
+		opt.PoolSize = poolSize
+	}
 	return redis.NewClient(opt), nil
 }
 

@@ -186,13 +186,19 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 				names = append(names, n)
 			}
 		}
+		// Event follows block on XREAD: give them their own, larger pool.
+		followRDB, err := newRedisClientPool(url, 512)
+		if err != nil {
+			return err
+		}
+		defer followRDB.Close()
 		out := firstNonEmpty(fc.Jobs.DefaultOutputURI, fileuri.FromPath(filepath.Join(dataDir, "artifacts")))
 		s := scheduler.New(rdb, store, scheduler.Config{
 			Listen: firstNonEmpty(o.listen, fc.Scheduler.Listen),
 			Defaults: jobspec.Defaults{MaxRuntime: fc.Jobs.DefaultMaxRuntime.D(), Residency: fc.Routing.DefaultResidency,
 				OutputURI: out},
 			Trainers: names, KillGrace: killGrace, PlaceInterval: fc.Scheduler.PlaceInterval.D(),
-			RepairAfter: fc.Scheduler.RepairAfter.D(), Logger: log,
+			RepairAfter: fc.Scheduler.RepairAfter.D(), FollowRedis: followRDB, Logger: log,
 		})
 		if err := s.Start(ctx); err != nil {
 			return err

@@ -96,6 +96,10 @@ func New(rdb redis.UniversalClient, cfg Config) *Store {
 	return &Store{rdb: rdb, cfg: cfg}
 }
 
+// WithClient returns a Store with the same configuration over another
+// client (the scheduler gives blocking stream reads their own pool).
+func (s *Store) WithClient(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb, cfg: s.cfg} }
+
 // Redis returns the underlying client (for health checks).
 func (s *Store) Redis() redis.UniversalClient { return s.rdb }
 
