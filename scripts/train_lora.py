@@ -71,8 +71,6 @@ try:
     import torch.nn as nn
     import torch.nn.functional as F
 except ImportError as _e:  # pragma: no cover - environment problem
-    sys.stdout.write("[train_lora] error: PyTorch is not importable by %s: %s\n" % (sys.executable, _e))
-    sys.stdout.flush()
     sys.stderr.write("train_lora: PyTorch is not importable by %s: %s\n" % (sys.executable, _e))
     sys.exit(EXIT_PERMANENT)
 
@@ -119,6 +117,9 @@ def load_job(path):
         raise TrainerError("job has no base_model")
     if not job.get("dataset"):
         raise TrainerError("job has no dataset")
+    for k in ("base_model", "dataset", "eval_dataset"):
+        if job.get(k) is not None and not isinstance(job[k], str):
+            raise TrainerError("job field %r must be a string" % k)
     try:
         lora["rank"] = int(lora["rank"])
         lora["alpha"] = float(lora["alpha"]) or 2.0 * lora["rank"]
@@ -181,6 +182,8 @@ def read_texts(uri):
         raise TrainerError("dataset path %s is a directory, not a JSONL file" % path)
     except PermissionError as e:
         raise TrainerError("cannot read dataset file %s: %s" % (path, e))
+    if raw.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte order mark
+        raw = raw[3:]
     texts = []
     for lineno, line in enumerate(raw.split(b"\n"), 1):
         if not line.strip():
@@ -916,7 +919,7 @@ def run(job, out_dir, ckpt_dir):
     eval_texts = read_texts(job["eval_dataset"]) if job.get("eval_dataset") else None
 
     seed = tr["seed"]
-    torch.manual_seed(seed)  # LoRA init and dropout (the base does not use torch's RNG)
+    torch.manual_seed(seed % (2 ** 63))  # LoRA init and dropout (the base does not use torch's RNG)
     if job["base_model"] == TINY_CHAR:
         backend = TinyCharBackend(job, device)
     else:
@@ -985,9 +988,12 @@ def run(job, out_dir, ckpt_dir):
         return stop_now(start)
 
     loss_sum, loss_n, samples, t0 = 0.0, 0, 0, time.time()
+    order = (None, None)  # (epoch, its window permutation)
     for step in range(start + 1, total + 1):
         epoch, pos = divmod(step - 1, steps_per_epoch)
-        idx = epoch_order(n, seed, epoch)[pos * bs:(pos + 1) * bs]
+        if order[0] != epoch:
+            order = (epoch, epoch_order(n, seed, epoch))
+        idx = order[1][pos * bs:(pos + 1) * bs]
         x = train_x[idx].to(device)
         y = train_y[idx].to(device)
         lr = lr_at(step, total, tr["learning_rate"])
@@ -1064,12 +1070,13 @@ def main(argv=None):
             raise TrainerError("LATHE_OUTPUT_DIR is not set (or pass --output-dir)")
         return run(job, args.output_dir, args.checkpoint_dir)
     except TrainerError as e:
-        log("error: %s" % e)
         sys.stderr.write("train_lora: error: %s\n" % e)
+        sys.stderr.flush()
         return e.code
     except Exception as e:  # unexpected: retryable
-        log("error: unexpected %s: %s" % (type(e).__name__, e))
         traceback.print_exc()
+        sys.stderr.write("train_lora: error: unexpected %s: %s\n" % (type(e).__name__, e))
+        sys.stderr.flush()
         return EXIT_RETRY
 
 
