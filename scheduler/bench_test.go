@@ -65,6 +65,35 @@ func BenchmarkSubmitAPI(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "submits/s")
 }
 
+// BenchmarkHTTPFloor is the same HTTP client and server with a handler
+// that reads the body and answers 201 at once, touching no Redis: the floor
+// under any per-request API on this machine.
+func BenchmarkHTTPFloor(b *testing.B) {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"id":"j-0"}`))
+	}))
+	defer hs.Close()
+	b.SetParallelism(benchParallelism)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c := &http.Client{}
+		for pb.Next() {
+			resp, err := c.Post(hs.URL, "application/json", bytes.NewReader([]byte(benchSpec)))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "requests/s")
+}
+
 // BenchmarkEnqueueRaw is the baseline: a raw asynq enqueue of a payload of
 // the same size on the same kind of Redis.
 func BenchmarkEnqueueRaw(b *testing.B) {
