@@ -371,19 +371,9 @@ func (s *Scheduler) queues(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	type queue struct {
-		Name      string `json:"name"`
-		Node      string `json:"node"`
-		Slots     int    `json:"slots"`
-		Reserved  int    `json:"reserved"`
-		Pending   int    `json:"pending"`
-		Active    int    `json:"active"`
-		Archived  int    `json:"archived"`
-		Completed int    `json:"completed"`
-	}
-	qs := []queue{}
+	qs := []jobtype.QueueInfo{}
 	for _, n := range nodes {
-		q := queue{Name: jobtype.NodeQueue(n.Name), Node: n.Name, Slots: n.Slots, Reserved: n.Reserved}
+		q := jobtype.QueueInfo{Name: jobtype.NodeQueue(n.Name), Node: n.Name, Slots: n.Slots, Reserved: n.Reserved}
 		if info, err := s.insp.GetQueueInfo(q.Name); err == nil {
 			q.Pending, q.Active, q.Archived, q.Completed = info.Pending, info.Active, info.Archived, info.Completed
 		} else if !errors.Is(err, asynq.ErrQueueNotFound) && redisDown(err) {
@@ -392,7 +382,7 @@ func (s *Scheduler) queues(w http.ResponseWriter, r *http.Request) {
 		}
 		qs = append(qs, q)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"pending": pending, "by_state": counts, "queues": qs})
+	writeJSON(w, http.StatusOK, jobtype.QueueStats{Pending: pending, ByState: counts, Queues: qs})
 }
 
 func (s *Scheduler) healthz(w http.ResponseWriter, r *http.Request) {

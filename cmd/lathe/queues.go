@@ -28,19 +28,19 @@ func (a *app) queuesCmd() *cobra.Command {
 			// States in lifecycle order, then any the CLI does not know.
 			var states []string
 			for _, s := range jobtype.States {
-				if _, ok := q.ByState[string(s)]; ok {
+				if _, ok := q.ByState[s]; ok {
 					states = append(states, string(s))
 				}
 			}
 			var other []string
 			for s := range q.ByState {
-				if !jobtype.State(s).Valid() {
-					other = append(other, s)
+				if !s.Valid() {
+					other = append(other, string(s))
 				}
 			}
 			sort.Strings(other)
 			for _, s := range append(states, other...) {
-				fmt.Fprintf(tw, "  %s:\t%d\n", s, q.ByState[s])
+				fmt.Fprintf(tw, "  %s:\t%d\n", s, q.ByState[jobtype.State(s)])
 			}
 			if err := tw.Flush(); err != nil {
 				return err

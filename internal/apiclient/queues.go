@@ -6,31 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/lathe-ml/lathe/internal/jobtype"
 )
 
-// QueueStats is the answer of GET /api/v1/queues.
-type QueueStats struct {
-	// Pending counts jobs in Lathe's pending set, waiting for a place.
-	Pending int `json:"pending"`
-	// ByState counts jobs per state.
-	ByState map[string]int `json:"by_state"`
-	// Queues describes each backend queue (node:<name>, cloud:<backend>).
-	Queues []QueueInfo `json:"queues"`
-}
+// QueueStats is the answer of GET /api/v1/queues (shared with the scheduler).
+type QueueStats = jobtype.QueueStats
 
-// QueueInfo is one backend queue: for a local node's queue (node:<name>),
-// the node's CPU/GPU slots and how many are reserved, and asynq's task
-// counts. Counts the scheduler leaves out are zero.
-type QueueInfo struct {
-	Name      string `json:"name"`
-	Node      string `json:"node,omitempty"`
-	Slots     int    `json:"slots"`
-	Reserved  int    `json:"reserved"`
-	Pending   int    `json:"pending"`
-	Active    int    `json:"active"`
-	Archived  int    `json:"archived"`
-	Completed int    `json:"completed"`
-}
+// QueueInfo is one backend queue (shared with the scheduler).
+type QueueInfo = jobtype.QueueInfo
 
 // Queues returns the scheduler's queue statistics.
 func (c *Client) Queues(ctx context.Context) (*QueueStats, error) {

@@ -173,3 +173,26 @@ func ValidArtifactName(name string) bool {
 	}
 	return true
 }
+
+// QueueStats is the answer of GET /api/v1/queues.
+type QueueStats struct {
+	// Pending counts jobs in Lathe's pending set, waiting for a place.
+	Pending int64 `json:"pending"`
+	// ByState counts jobs per state.
+	ByState map[State]int64 `json:"by_state"`
+	// Queues describes each backend queue (node:<name>; cloud:<backend> later).
+	Queues []QueueInfo `json:"queues"`
+}
+
+// QueueInfo is one backend queue: for a local node's queue (node:<name>),
+// the node's slots and how many are reserved, and asynq's task counts.
+type QueueInfo struct {
+	Name      string `json:"name"`
+	Node      string `json:"node,omitempty"`
+	Slots     int    `json:"slots"`
+	Reserved  int    `json:"reserved"`
+	Pending   int    `json:"pending"`
+	Active    int    `json:"active"`
+	Archived  int    `json:"archived"`
+	Completed int    `json:"completed"`
+}
