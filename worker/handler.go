@@ -172,8 +172,21 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 				return w.store.Requeue(ctx, job.ID, attempt, "worker shutdown", "the worker stopped; resuming from the last checkpoint")
 			}
 		default:
+			// The trainer was stopped because a cancel was asked (asynq's fast
+			// path or our poll) — or because asynq cancelled the handler on
+			// its own (CancelProcessing by hand, an expired lease). Only the
+			// store's cancel_requested makes it a cancel; anything else is an
+			// interrupted attempt, and the job gets a new one.
 			return func(ctx context.Context) error {
-				return w.store.Finish(ctx, job.ID, attempt, jobstore.Ending{State: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled})
+				req, err := w.store.CancelRequested(ctx, job.ID)
+				if err != nil {
+					return err
+				}
+				if req {
+					return w.store.Finish(ctx, job.ID, attempt, jobstore.Ending{State: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled})
+				}
+				log.Warn("asynq stopped the attempt without a cancel in the store; requeueing", slog.Any("cause", cause))
+				return w.store.Requeue(ctx, job.ID, attempt, "interrupted", fmt.Sprintf("the attempt was interrupted (%v) without a cancel request; resuming from the last checkpoint", cause))
 			}
 		}
 	default: // Failed: retryable

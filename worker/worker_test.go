@@ -242,3 +242,20 @@ func TestSecondWorkerWithTheSameNameIsRefused(t *testing.T) {
 		t.Fatal("a second live worker named n1 was accepted")
 	}
 }
+
+// TestAsynqCancelWithoutStoreCancelRequeues: asynq cancelling the handler
+// on its own (CancelProcessing by hand, as from asynqmon) is not a cancel:
+// only the store's cancel_requested is. The attempt is requeued instead.
+func TestAsynqCancelWithoutStoreCancelRequeues(t *testing.T) {
+	b := setup(t, map[string]string{"slow": "#!/bin/sh\necho '{\"event\":\"progress\",\"step\":1,\"total_steps\":9,\"loss\":1}'\nexec sleep 60\n"})
+	id := b.submit(t, "slow", time.Hour)
+	b.wait(t, id, func(j *jobtype.Job) bool { return j.State == jobtype.StateRunning && j.Progress.Step == 1 })
+	insp := asynq.NewInspectorFromRedisClient(b.rdb)
+	if err := insp.CancelProcessing(jobtype.TaskID(id, 1)); err != nil {
+		t.Fatal(err)
+	}
+	j := b.wait(t, id, func(j *jobtype.Job) bool { return j.State != jobtype.StateRunning })
+	if j.State != jobtype.StateQueued || j.Attempt != 2 {
+		t.Fatalf("after asynq's own cancel: %s attempt %d, want queued attempt 2", j.State, j.Attempt)
+	}
+}
