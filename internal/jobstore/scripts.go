@@ -43,21 +43,21 @@ end
 // createScript stores a new job (or returns the job an idempotency key names).
 // KEYS: none (all from prefix). ARGV: prefix, id, idemKey (” none), idemTTL
 // seconds, pending score, now ms, maxlen, event data, then field/value pairs.
-var createScript = redis.NewScript(luaCommon + `
+var createScript = redis.NewScript(`
+local P = ARGV[1]
 local id, idem, ttl, score, now, maxlen, data = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 if idem ~= '' then
   local existing = redis.call('GET', P .. 'idem:' .. idem)
   if existing then return {2, existing} end
 end
-if redis.call('EXISTS', jobkey(id)) == 1 then return {0, id} end
-local fields = {}
-for i = 9, #ARGV do fields[#fields+1] = ARGV[i] end
-redis.call('HSET', jobkey(id), unpack(fields))
+local key = P .. 'job:' .. id
+if redis.call('EXISTS', key) == 1 then return {0, id} end
+redis.call('HSET', key, unpack(ARGV, 9))
 redis.call('ZADD', P .. 'jobs', 0, id)
-redis.call('ZADD', statekey('queued'), 0, id)
+redis.call('ZADD', P .. 'state:queued', 0, id)
 redis.call('ZADD', P .. 'pending', score, id)
 if idem ~= '' then redis.call('SET', P .. 'idem:' .. idem, id, 'EX', ttl) end
-addevent(id, maxlen, 'state', 1, now, data)
+redis.call('XADD', key .. ':events', 'MAXLEN', '~', maxlen, '*', 'type', 'state', 'attempt', 1, 'time', now, 'data', data)
 return {1, id}
 `)
 

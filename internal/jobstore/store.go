@@ -191,10 +191,12 @@ func (s *Store) Create(ctx context.Context, nj NewJob) (job *jobtype.Job, existe
 	data := mustJSON(jobtype.StateChange{To: jobtype.StateQueued})
 	args := []any{s.cfg.Prefix, id, nj.IdempotencyKey, int(s.cfg.IdempotencyTTL.Seconds()),
 		strconv.FormatFloat(PendingScore(nj.Spec.Priority, now), 'f', 0, 64), ms(now), s.cfg.EventsMaxLen, data,
+		// Only what a new job has; absent fields read as empty.
 		"id", id, "name", nj.Spec.Name, "state", string(jobtype.StateQueued), "attempt", 1,
-		"spec", specJSON, "output_uri", out, "submitter", nj.Submitter, "team", nj.Team,
-		"created_at", ms(now), "updated_at", ms(now), "cancel_requested", "0",
-		"gpus", "[]", "progress", "{}", "metrics", "{}", "artifacts", "[]"}
+		"spec", specJSON, "output_uri", out, "created_at", ms(now), "updated_at", ms(now)}
+	if nj.Submitter != "" || nj.Team != "" {
+		args = append(args, "submitter", nj.Submitter, "team", nj.Team)
+	}
 	res, err := createScript.Run(ctx, s.rdb, nil, args...).Slice()
 	if err != nil {
 		return nil, false, fmt.Errorf("jobstore: create: %w", err)
