@@ -163,6 +163,9 @@ func TestCancelStates(t *testing.T) {
 	b := setup(t)
 	ctx, s := b.ctx, b.store
 	q, _, _ := s.Create(ctx, jobstore.NewJob{Spec: spec("q", jobspec.PriorityNormal)})
+	if req, err := s.CancelRequested(ctx, q.ID); err != nil || req {
+		t.Fatalf("fresh job: cancel requested %v, %v", req, err)
+	}
 	if st, err := s.Cancel(ctx, q.ID); err != nil || st != jobtype.StateCancelled {
 		t.Fatalf("cancel queued: %v %v", st, err)
 	}

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/lathe-ml/lathe/internal/jobtype"
 )
 
@@ -107,14 +105,15 @@ func (s *Store) Append(ctx context.Context, id string, attempt int, evs []EventI
 
 // CancelRequested reports whether a cancel was asked for the job.
 func (s *Store) CancelRequested(ctx context.Context, id string) (bool, error) {
-	v, err := s.rdb.HGet(ctx, s.key("job", id), "cancel_requested").Result()
-	if err == redis.Nil {
-		return false, fmt.Errorf("jobstore: cancel requested %s: %w", id, ErrNotFound)
-	}
+	v, err := s.rdb.HMGet(ctx, s.key("job", id), "state", "cancel_requested").Result()
 	if err != nil {
 		return false, fmt.Errorf("jobstore: cancel requested %s: %w", id, err)
 	}
-	return v == "1", nil
+	if st, _ := v[0].(string); st == "" {
+		return false, fmt.Errorf("jobstore: cancel requested %s: %w", id, ErrNotFound)
+	}
+	c, _ := v[1].(string)
+	return c == "1", nil
 }
 
 // Ending is how an attempt ended, for Finish.
