@@ -168,6 +168,10 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	go s.placeLoop(pctx)
 	s.started = true
 	s.log.Info("scheduler started", slog.String("listen", ln.Addr().String()))
+	if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
+		s.log.Warn("the API listens beyond loopback and has no authentication yet (tokens and roles come with issue #3): anyone who reaches this address can submit and cancel jobs",
+			slog.String("listen", ln.Addr().String()))
+	}
 	return nil
 }
 
