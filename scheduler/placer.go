@@ -20,6 +20,7 @@ func (s *Scheduler) placeLoop(ctx context.Context) {
 	defer t.Stop()
 	lastRepair := time.Time{}
 	for {
+		s.reapOnce(ctx)
 		s.placeOnce(ctx)
 		if time.Since(lastRepair) >= s.cfg.RepairAfter/2 {
 			s.repairOnce(ctx)
@@ -178,5 +179,52 @@ func (s *Scheduler) repairOnce(ctx context.Context) {
 		}
 		s.log.Warn("repair: dispatched attempt had no task; enqueueing again", slog.String("job_id", j.ID), slog.Int("attempt", j.Attempt))
 		s.enqueue(ctx, j.ID, j.Attempt, j.Node, j.Spec.MaxRuntime.D())
+	}
+}
+
+// reapOnce requeues running attempts whose lease ended more than ReapGrace
+// ago (their worker died or lost Redis and fenced itself). When more than
+// half of the running attempts expired at once, it waits up to
+// MassExpiryWait first: that looks like Redis or the network, not like
+// every worker dying, and reaping would restart healthy jobs.
+func (s *Scheduler) reapOnce(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	leases, err := s.store.RunningLeases(ctx, 10000)
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	var expired []jobstore.Lease
+	for _, l := range leases {
+		if !l.Until.IsZero() && now.After(l.Until.Add(s.cfg.ReapGrace)) {
+			expired = append(expired, l)
+		}
+	}
+	if len(expired) == 0 {
+		s.massSince = time.Time{}
+		return
+	}
+	if len(expired) >= 2 && len(expired)*2 > len(leases) {
+		if s.massSince.IsZero() {
+			s.massSince = now
+		}
+		if now.Sub(s.massSince) < s.cfg.MassExpiryWait {
+			s.log.Warn("reaper: most running attempts have expired leases at once; waiting instead of reaping",
+				slog.Int("expired", len(expired)), slog.Int("running", len(leases)), slog.Duration("waited", now.Sub(s.massSince)))
+			return
+		}
+	}
+	for _, l := range expired {
+		err := s.store.Reap(ctx, l.ID, l.Attempt, s.cfg.ReapGrace)
+		switch {
+		case err == nil:
+			s.log.Warn("reaper: lease expired; the job goes back to the pending set as a new attempt",
+				slog.String("job_id", l.ID), slog.Int("attempt", l.Attempt), slog.String("node", l.Node))
+			s.Wake()
+		case errors.Is(err, jobstore.ErrConflict):
+		default:
+			s.log.Warn("reaper", slog.String("job_id", l.ID), slog.Any("err", err))
+		}
 	}
 }

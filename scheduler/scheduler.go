@@ -52,6 +52,16 @@ type Config struct {
 	// RepairAfter is how long a dispatched attempt may lack its asynq task
 	// before the repair loop enqueues it again; default 10s.
 	RepairAfter time.Duration
+	// ReapGrace is how long past an attempt's lease end the reaper waits
+	// before it requeues the attempt (its worker is gone). Workers stop
+	// their own trainers half a lease after their last renewal, so with the
+	// default lease (30s) and kill grace (10s) no two trainers of a job ever
+	// overlap. Default 5s.
+	ReapGrace time.Duration
+	// MassExpiryWait: when more than half of the running attempts have
+	// expired leases at once (a Redis blip, not dead workers), the reaper
+	// waits this long before it reaps them anyway. Default 2m.
+	MassExpiryWait time.Duration
 	// FollowRedis, when set, serves the blocking stream reads of event
 	// follows (SSE), so many `lathe logs -f` cannot take every connection
 	// of the API's pool; default the API's own client.
@@ -94,6 +104,12 @@ func (c Config) withDefaults() Config {
 	if c.RepairAfter <= 0 {
 		c.RepairAfter = 10 * time.Second
 	}
+	if c.ReapGrace <= 0 {
+		c.ReapGrace = 5 * time.Second
+	}
+	if c.MassExpiryWait <= 0 {
+		c.MassExpiryWait = 2 * time.Minute
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -118,6 +134,8 @@ type Scheduler struct {
 	stopped bool
 	cancel  context.CancelFunc
 	done    chan struct{}
+
+	massSince time.Time // when a mass lease expiry was first seen (placer goroutine only)
 }
 
 // New returns a Scheduler over rdb; Start runs it.

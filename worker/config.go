@@ -52,6 +52,12 @@ type Config struct {
 	// (the durable cancel path; asynq's CancelProcessing is the fast one).
 	// Default 1s.
 	CancelPoll time.Duration
+	// LeaseTTL is the length of a running attempt's lease in the store. The
+	// worker renews it every CancelPoll; a worker that cannot renew it for
+	// half of LeaseTTL stops its trainer (self-fencing), and the scheduler
+	// requeues an attempt whose lease expired LeaseTTL/2 ago, so the two
+	// never overlap. Default 30s.
+	LeaseTTL time.Duration
 	// ShutdownTimeout bounds Stop: running trainers get SIGTERM, their
 	// attempts go back to the queue; default KillGrace + 10s.
 	ShutdownTimeout time.Duration
@@ -106,6 +112,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.CancelPoll <= 0 {
 		c.CancelPoll = time.Second
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 30 * time.Second
+	}
+	if c.CancelPoll > c.LeaseTTL/4 {
+		c.CancelPoll = c.LeaseTTL / 4
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = c.KillGrace + 10*time.Second

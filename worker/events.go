@@ -40,6 +40,7 @@ type eventSink struct {
 	arts     []runner.TrainerEvent
 	logs     []string
 	kick     chan struct{}
+	onStart  func(pid int) // called once the trainer started (pidfile)
 	done     chan struct{}
 	closed   chan struct{}
 }
@@ -73,6 +74,9 @@ func (s *eventSink) add(e jobstore.EventIn) {
 // Started records that the trainer process started (the start latency
 // benchmark reads this event's time).
 func (s *eventSink) Started(pid int) {
+	if s.onStart != nil {
+		s.onStart(pid)
+	}
 	s.add(jobstore.EventIn{Type: "started", Data: mustRaw(map[string]any{"pid": pid})})
 }
 

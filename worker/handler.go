@@ -22,6 +22,11 @@ import (
 // errLost is the cause when the store says the attempt is no longer ours.
 var errLost = errors.New("attempt lost: the job store moved on")
 
+// errFenced is the cause when the worker could not renew the attempt's
+// lease for half its length: it stops the trainer before the scheduler may
+// place the job again.
+var errFenced = errors.New("lease not renewed for half its length: self-fencing")
+
 // handle is the asynq handler of one attempt. It returns nil whenever the
 // attempt's end was recorded in the store (or there was nothing to do), so
 // asynq never retries on its own.
@@ -38,7 +43,7 @@ func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
 		// Stopping: leave the task alone (asynq puts it back) without claiming.
 		return fmt.Errorf("worker: stopping, not claiming %s", jobtype.TaskID(p.JobID, p.Attempt))
 	}
-	out, err := w.store.Claim(ctx, p.JobID, p.Attempt, w.cfg.Node, w.incarnation)
+	out, err := w.store.Claim(ctx, p.JobID, p.Attempt, w.cfg.Node, w.incarnation, w.cfg.LeaseTTL)
 	if err != nil {
 		if errors.Is(err, jobstore.ErrNotFound) {
 			log.Warn("task for a job the store does not know; dropping")
@@ -123,9 +128,12 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 	}
 	stopWatch := context.AfterFunc(w.stopCtx, func() { cancel(errShutdown) })
 	defer stopWatch()
-	go w.pollCancel(runCtx, cancel, job.ID)
+	go w.keepLease(runCtx, cancel, log, job.ID, attempt)
 
 	sink := newEventSink(w.store, job.ID, attempt, log, cancel)
+	pids := filepath.Join(w.cfg.DataDir, "pids")
+	sink.onStart = func(pid int) { w.writePidfile(pids, job.ID, attempt, pid, log) }
+	defer removePidfile(pids, job.ID, attempt)
 	go sink.loop()
 	res := runner.Run(runCtx, runner.Config{
 		Argv: argv,
@@ -167,6 +175,10 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 		case errors.Is(cause, errLost):
 			log.Warn("attempt lost to the store; not recording")
 			return func(context.Context) error { return nil }
+		case errors.Is(cause, errFenced):
+			return func(ctx context.Context) error {
+				return w.store.Requeue(ctx, job.ID, attempt, "fenced", "the worker lost Redis for half the lease; resuming from the last checkpoint")
+			}
 		case errors.Is(cause, errShutdown):
 			return func(ctx context.Context) error {
 				return w.store.Requeue(ctx, job.ID, attempt, "worker shutdown", "the worker stopped; resuming from the last checkpoint")
@@ -206,23 +218,41 @@ func exitDesc(r runner.Result) string {
 	return "exit " + strconv.Itoa(r.ExitCode)
 }
 
-// pollCancel re-reads the durable cancel_requested flag while the attempt
-// runs, so a cancel asked while asynq's fast path was missed still lands.
-func (w *Worker) pollCancel(ctx context.Context, cancel context.CancelCauseFunc, id string) {
+// keepLease renews the attempt's lease every CancelPoll while it runs. The
+// renewal also reads cancel_requested, so a cancel asked while asynq's fast
+// path was missed still lands within a CancelPoll. When the store says the
+// attempt is no longer ours, the trainer is stopped (errLost); when Redis
+// cannot be reached for half the lease, too (errFenced).
+func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, id string, attempt int) {
 	t := time.NewTicker(w.cfg.CancelPoll)
 	defer t.Stop()
+	lastOK := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		pctx, pc := context.WithTimeout(ctx, w.cfg.CancelPoll)
-		req, err := w.store.CancelRequested(pctx, id)
-		pc()
-		if err == nil && req {
-			cancel(runner.ErrCancelled)
+		rctx, rc := context.WithTimeout(ctx, w.cfg.CancelPoll)
+		req, err := w.store.Renew(rctx, id, attempt, w.incarnation, w.cfg.LeaseTTL)
+		rc()
+		switch {
+		case err == nil:
+			lastOK = time.Now()
+			if req {
+				cancel(runner.ErrCancelled)
+				return
+			}
+		case errors.Is(err, jobstore.ErrConflict) || errors.Is(err, jobstore.ErrNotFound):
+			log.Warn("lease lost: the store moved on; stopping the trainer", slog.Any("err", err))
+			cancel(errLost)
 			return
+		case time.Since(lastOK) > w.cfg.LeaseTTL/2:
+			log.Error("lease not renewed for half its length; stopping the trainer (self-fencing)", slog.Any("err", err))
+			cancel(errFenced)
+			return
+		default:
+			log.Warn("lease renewal failed; retrying", slog.Any("err", err))
 		}
 	}
 }

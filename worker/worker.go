@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -61,7 +63,20 @@ func (w *Worker) Node() string { return w.cfg.Node }
 func (w *Worker) Incarnation() string { return w.incarnation }
 
 func (w *Worker) nodeInfo() jobstore.Node {
-	return jobstore.Node{Name: w.cfg.Node, Incarnation: w.incarnation, Backend: "local", Slots: w.cfg.Slots}
+	host, _ := os.Hostname()
+	return jobstore.Node{Name: w.cfg.Node, Incarnation: w.incarnation, Backend: "local", Slots: w.cfg.Slots,
+		Host: host, PID: os.Getpid()}
+}
+
+// predecessorDead reports whether p, a heartbeat under this node's name,
+// came from a process on this host that no longer runs (a worker killed
+// with -9 whose heartbeat has not expired yet).
+func predecessorDead(p jobstore.Node) bool {
+	host, _ := os.Hostname()
+	if p.Host == "" || p.Host != host || p.PID <= 0 || p.PID == os.Getpid() {
+		return false
+	}
+	return syscall.Kill(p.PID, 0) == syscall.ESRCH
 }
 
 // Start registers the node (failing if another live worker holds its name),
@@ -74,8 +89,12 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	n := w.nodeInfo()
 	n.StartedAt = time.Now().UTC()
-	if err := w.store.Heartbeat(ctx, n, w.cfg.HeartbeatTTL, true); err != nil {
+	if err := w.store.Heartbeat(ctx, n, w.cfg.HeartbeatTTL, true, predecessorDead); err != nil {
 		return fmt.Errorf("worker: register node: %w", err)
+	}
+	// Before taking work: no trainer of a previous incarnation may survive.
+	if err := w.killOrphans(); err != nil {
+		return err
 	}
 	w.srv = asynq.NewServerFromRedisClient(w.rdb, asynq.Config{
 		Concurrency:       w.cfg.Slots,

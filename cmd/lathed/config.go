@@ -38,6 +38,7 @@ type schedulerSection struct {
 	Listen        string   `yaml:"listen"`
 	PlaceInterval duration `yaml:"place_interval"`
 	RepairAfter   duration `yaml:"repair_after"`
+	ReapGrace     duration `yaml:"reap_grace"`
 }
 
 type workerSection struct {
@@ -47,6 +48,7 @@ type workerSection struct {
 	KillGrace         duration `yaml:"kill_grace"`
 	HeartbeatTTL      duration `yaml:"heartbeat_ttl"`
 	TaskCheckInterval duration `yaml:"task_check_interval"`
+	LeaseTTL          duration `yaml:"lease_ttl"`
 }
 
 type jobsSection struct {

@@ -591,3 +591,118 @@ func countKeys(t *testing.T, rs *redistest.Server) int64 {
 	}
 	return int64(len(keys)) + p
 }
+
+// TestKillWorkerResumes: `kill -9` of the worker process during a job, then
+// a restart of the worker, ten times in a row. Each time the job must end
+// succeeded exactly once, its second attempt must resume from a step > 0,
+// and /proc, sampled every 100 ms through the whole run, must never show two
+// trainers of that job at once. Short leases make it quick (config below).
+func TestKillWorkerResumes(t *testing.T) {
+	requireTorch(t)
+	lathed, lathe := binaries(t)
+	rs := redistest.StartWith(t, redistest.Options{AOF: true})
+	port := redistest.FreePort(t)
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	data := t.TempDir()
+	cfg := filepath.Join(data, "lathe.yaml")
+	os.WriteFile(cfg, []byte("worker:\n  lease_ttl: 3s\n  heartbeat_ttl: 3s\n  kill_grace: 2s\nscheduler:\n  reap_grace: 1s\n  place_interval: 100ms\n"), 0o644)
+	sd := startDaemon(t, lathed, "scheduler", "--config", cfg, "--redis-url", rs.URL(), "--listen", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", data)
+	waitHTTP(t, base, sd)
+	root := repoRoot(t)
+	spec := filepath.Join(data, "resume.yaml")
+	os.WriteFile(spec, []byte(fmt.Sprintf(`name: resume
+base_model: tiny-char
+dataset: file://%s/configs/examples/data/tiny-train.jsonl
+lora: {rank: 4, alpha: 8, target_modules: [q_proj, v_proj]}
+training: {max_steps: 60, batch_size: 4, learning_rate: 0.01, checkpoint_every: 10, eval_every: 1000}
+resources: {gpus: 0}
+`, root)), 0o644)
+
+	worker := func() *daemon {
+		return startDaemon(t, lathed, "worker", "--config", cfg, "--backend", "local", "--redis-url", rs.URL(), "--data-dir", data, "--node", "kill-node")
+	}
+	wd := worker()
+	for round := 1; round <= 10; round++ {
+		out, e, code := cli(t, lathe, base, "submit", spec, "-o", "json")
+		if code != 0 {
+			t.Fatalf("round %d: submit: %d %s", round, code, e)
+		}
+		id := decodeJob(t, out).ID
+		watch := watchTrainers(id)
+		waitJob(t, base, id, 60*time.Second, "a checkpoint", func(j jobtype.Job) bool {
+			return j.State == jobtype.StateRunning && countEvents(t, base, id, "checkpoint") > 0
+		})
+		select {
+		case <-wd.done:
+			t.Fatalf("round %d: the worker had exited before the kill:\n%s", round, wd.output())
+		default:
+		}
+		_ = wd.cmd.Process.Kill() // SIGKILL: no cleanup of any kind
+		<-wd.done
+		wd = worker()
+		j := waitJob(t, base, id, 90*time.Second, "terminal", func(j jobtype.Job) bool { return j.State.Terminal() })
+		most := watch.stop()
+		if j.State != jobtype.StateSucceeded {
+			t.Fatalf("round %d: job ended %s (%s)", round, j.State, j.Error)
+		}
+		if most > 1 {
+			t.Fatalf("round %d: /proc showed %d trainers of %s at once", round, most, id)
+		}
+		first, succeeded := 0, 0
+		for _, e := range events(t, base, id) {
+			var d struct {
+				Step int
+				To   string
+			}
+			json.Unmarshal(e.Data, &d)
+			if e.Type == "progress" && e.Attempt >= 2 && first == 0 {
+				first = d.Step
+			}
+			if e.Type == "state" && d.To == "succeeded" {
+				succeeded++
+			}
+		}
+		if j.Attempt < 2 || first <= 1 || succeeded != 1 {
+			t.Fatalf("round %d: attempt %d, first step after the kill %d, succeeded %d times", round, j.Attempt, first, succeeded)
+		}
+		t.Logf("round %d: %s succeeded at attempt %d, resumed at step %d", round, id, j.Attempt, first)
+	}
+}
+
+// trainerWatch samples /proc every 100 ms for processes of one job (their
+// environment holds LATHE_JOB_ID=<id>) and keeps the most seen at once.
+type trainerWatch struct {
+	done chan struct{}
+	most chan int
+}
+
+func watchTrainers(id string) *trainerWatch {
+	w := &trainerWatch{done: make(chan struct{}), most: make(chan int, 1)}
+	needle := []byte("LATHE_JOB_ID=" + id + "\x00")
+	go func() {
+		most := 0
+		for {
+			n := 0
+			ents, _ := os.ReadDir("/proc")
+			for _, e := range ents {
+				if e.Name()[0] < '0' || e.Name()[0] > '9' {
+					continue
+				}
+				b, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+				if err == nil && bytes.Contains(b, needle) {
+					n++
+				}
+			}
+			most = max(most, n)
+			select {
+			case <-w.done:
+				w.most <- most
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+func (w *trainerWatch) stop() int { close(w.done); return <-w.most }

@@ -169,7 +169,7 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			Node: firstNonEmpty(o.node, fc.Worker.Node), Slots: firstPositive(o.slots, fc.Worker.Slots),
 			DataDir: dataDir, ScriptsDir: scriptsDir, Trainers: copyTrainers(trainers),
 			MaxAttempts: fc.Worker.MaxAttempts, KillGrace: killGrace, HeartbeatTTL: fc.Worker.HeartbeatTTL.D(),
-			TaskCheckInterval: fc.Worker.TaskCheckInterval.D(), Logger: log,
+			TaskCheckInterval: fc.Worker.TaskCheckInterval.D(), LeaseTTL: fc.Worker.LeaseTTL.D(), Logger: log,
 		})
 		if err != nil {
 			return err
@@ -198,7 +198,8 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			Defaults: jobspec.Defaults{MaxRuntime: fc.Jobs.DefaultMaxRuntime.D(), Residency: fc.Routing.DefaultResidency,
 				OutputURI: out},
 			Trainers: names, KillGrace: killGrace, PlaceInterval: fc.Scheduler.PlaceInterval.D(),
-			RepairAfter: fc.Scheduler.RepairAfter.D(), FollowRedis: followRDB, Logger: log,
+			RepairAfter: fc.Scheduler.RepairAfter.D(), ReapGrace: fc.Scheduler.ReapGrace.D(),
+			FollowRedis: followRDB, Logger: log,
 		})
 		if err := s.Start(ctx); err != nil {
 			return err

@@ -88,9 +88,7 @@ func docError(msg string) []FieldError { return []FieldError{{Message: msg}} }
 func parseDocument(data []byte) (*yaml.Node, []FieldError) {
 	var root *yaml.Node
 	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '{' && json.Valid(data) {
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.UseNumber()
-		n, err := jsonNode(dec)
+		n, err := jsonNode(data)
 		if err != nil { // not reached: json.Valid said yes
 			return nil, docError("invalid JSON: " + err.Error())
 		}
@@ -126,55 +124,6 @@ func parseDocument(data []byte) (*yaml.Node, []FieldError) {
 		return nil, []FieldError{{Value: render(root), Message: "a job spec must be a mapping of fields, not " + kindName(root)}}
 	}
 	return root, nil
-}
-
-// jsonNode reads one JSON value from dec as a yaml.Node, so both syntaxes go
-// through one schema walk. Numbers are tagged !!int when they fit an int64,
-// !!float otherwise.
-func jsonNode(dec *json.Decoder) (*yaml.Node, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Style: yaml.FlowStyle}
-		if t == '{' {
-			n.Kind, n.Tag = yaml.MappingNode, "!!map"
-		}
-		for dec.More() {
-			if n.Kind == yaml.MappingNode {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				key, _ := kt.(string)
-				n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key})
-			}
-			v, err := jsonNode(dec)
-			if err != nil {
-				return nil, err
-			}
-			n.Content = append(n.Content, v)
-		}
-		if _, err := dec.Token(); err != nil { // the closing delimiter
-			return nil, err
-		}
-		return n, nil
-	case string:
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: t, Style: yaml.DoubleQuotedStyle}, nil
-	case json.Number:
-		tag := "!!float"
-		if _, err := strconv.ParseInt(string(t), 10, 64); err == nil {
-			tag = "!!int"
-		}
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: string(t)}, nil
-	case bool:
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(t)}, nil
-	case nil:
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}, nil
-	}
-	return nil, fmt.Errorf("unexpected JSON token %v", tok)
 }
 
 // aliasErrors reports every YAML anchor and alias in the tree. Lathe refuses
@@ -344,13 +293,18 @@ func (d *decoder) decodeInt(path string, n *yaml.Node, v reflect.Value) bool {
 	var i int64
 	switch n.Tag {
 	case "!!int":
-		if err := n.Decode(&i); err != nil {
+		if q, ok := quickInt(n); ok {
+			i = q
+		} else if err := n.Decode(&i); err != nil {
 			d.fail(path, n, "must be an integer in the int64 range")
 			return false
 		}
 	case "!!float":
-		var f float64
-		if err := n.Decode(&f); err != nil || f != math.Trunc(f) {
+		f, ok := quickFloat(n)
+		if !ok {
+			ok = n.Decode(&f) == nil
+		}
+		if !ok || f != math.Trunc(f) {
 			d.fail(path, n, "must be a whole number")
 			return false
 		}
@@ -373,14 +327,57 @@ func (d *decoder) decodeInt(path string, n *yaml.Node, v reflect.Value) bool {
 }
 
 func (d *decoder) decodeFloat(path string, n *yaml.Node, v reflect.Value) bool {
-	var f float64
-	if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") || n.Decode(&f) != nil {
+	ok := n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float")
+	f, quick := 0.0, false
+	if ok {
+		f, quick = quickFloat(n)
+	}
+	if ok && !quick {
+		ok = n.Decode(&f) == nil
+	}
+	if !ok {
 		d.fail(path, n, "must be a number, not "+kindName(n))
 		return false
 	}
 	v.SetFloat(f)
 	d.raw[path] = n.Value
 	return true
+}
+
+// quickInt gives what n.Decode would put in an int64, for a scalar n tagged
+// !!int and spelt the JSON way (-?(0|[1-9][0-9]*), as nearly every spec
+// has it), without Decode's cost; ok false means: ask Decode. yaml.v3 reads
+// such a value with strconv.ParseInt, as here; other spellings (0x10, 1_000,
+// +5, 010) it reads its own way, so they go to Decode.
+func quickInt(n *yaml.Node) (i int64, ok bool) {
+	if n.Tag != "!!int" {
+		return 0, false
+	}
+	if end, integer, ok := scanJSONNumber(n.Value, 0); !ok || !integer || end != len(n.Value) {
+		return 0, false
+	}
+	i, err := strconv.ParseInt(n.Value, 10, 64)
+	return i, err == nil
+}
+
+// quickFloat is quickInt for a float64: a quickInt value, or a !!float spelt
+// as a JSON number with a fraction or an exponent that strconv.ParseFloat
+// reads without error (what yaml.v3 does with it). Anything else, such as a
+// !!float without fraction or exponent, which yaml.v3 treats its own way,
+// goes to Decode.
+func quickFloat(n *yaml.Node) (f float64, ok bool) {
+	switch n.Tag {
+	case "!!int":
+		i, ok := quickInt(n)
+		return float64(i), ok
+	case "!!float":
+		if end, integer, ok := scanJSONNumber(n.Value, 0); !ok || integer || end != len(n.Value) {
+			return 0, false
+		}
+		f, err := strconv.ParseFloat(n.Value, 64)
+		return f, err == nil
+	}
+	return 0, false
 }
 
 func (d *decoder) decodeDuration(path string, n *yaml.Node, v reflect.Value) bool {

@@ -18,7 +18,11 @@ type Node struct {
 	Slots       int       `json:"slots"` // jobs it runs at once (CPU slots; GPUs come with #4)
 	GPUs        int       `json:"gpus"`
 	StartedAt   time.Time `json:"started_at"`
-	SeenAt      time.Time `json:"seen_at"`
+	// Host and PID identify the worker process, so that a restarted worker
+	// can tell its own dead predecessor from a live namesake.
+	Host   string    `json:"host,omitempty"`
+	PID    int       `json:"pid,omitempty"`
+	SeenAt time.Time `json:"seen_at"`
 }
 
 // ErrNodeTaken: another live worker holds this node name.
@@ -26,8 +30,9 @@ var ErrNodeTaken = errors.New("node name is held by another live worker")
 
 // Heartbeat records n with a TTL. The first heartbeat of an incarnation
 // (first=true) fails with ErrNodeTaken when a different incarnation's
-// heartbeat is still alive.
-func (s *Store) Heartbeat(ctx context.Context, n Node, ttl time.Duration, first bool) error {
+// heartbeat is still alive, unless predecessorDead says that incarnation's
+// process is gone (same host, pid no longer running).
+func (s *Store) Heartbeat(ctx context.Context, n Node, ttl time.Duration, first bool, predecessorDead ...func(Node) bool) error {
 	n.SeenAt = s.now().UTC()
 	b, err := json.Marshal(n)
 	if err != nil {
@@ -41,7 +46,11 @@ func (s *Store) Heartbeat(ctx context.Context, n Node, ttl time.Duration, first 
 		}
 		if err == nil {
 			var p Node
-			if json.Unmarshal([]byte(prev), &p) == nil && p.Incarnation != n.Incarnation {
+			dead := false
+			if json.Unmarshal([]byte(prev), &p) == nil && len(predecessorDead) > 0 && predecessorDead[0] != nil {
+				dead = predecessorDead[0](p)
+			}
+			if p.Incarnation != n.Incarnation && !dead {
 				return fmt.Errorf("jobstore: heartbeat %s (incarnation %s, last seen %s): %w", n.Name, p.Incarnation, p.SeenAt.Format(time.RFC3339), ErrNodeTaken)
 			}
 		}

@@ -120,7 +120,8 @@ return reply(1, id)
 // claimScript lets a worker take its attempt: dispatched → running when the
 // attempt and node match and no cancel was asked; dispatched → cancelled
 // when one was. ARGV: prefix, id, attempt, node, incarnation, now, maxlen,
-// running event data, cancelled event data.
+// running event data, cancelled event data, lease ms (the attempt's lease
+// runs until now + lease).
 var claimScript = redis.NewScript(luaCommon + `
 local id, want, node, inc, now, maxlen, rdata, cdata = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested', 'node')
@@ -134,7 +135,7 @@ if cur[3] == '1' then
   return {4, 'cancelled', want, 1}
 end
 setstate(id, 'dispatched', 'running', now)
-redis.call('HSET', jobkey(id), 'started_at', now, 'incarnation', inc)
+redis.call('HSET', jobkey(id), 'started_at', now, 'incarnation', inc, 'lease_until', tonumber(now) + tonumber(ARGV[10]))
 addevent(id, maxlen, 'state', want, now, rdata)
 return reply(1, id)
 `)
@@ -182,5 +183,33 @@ if cur[3] ~= '1' then
   redis.call('HSET', jobkey(id), 'cancel_requested', '1', 'updated_at', now)
   addevent(id, maxlen, 'cancel_requested', attempt, now, rdata)
 end
+return reply(1, id)
+`)
+
+// renewScript extends the lease of a running attempt held by incarnation.
+// ARGV: prefix, id, attempt, incarnation, now, lease ms.
+var renewScript = redis.NewScript(luaCommon + `
+local id, want, inc, now, lease = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'incarnation')
+if not cur[1] then return {-1, '', 0, 0} end
+if cur[1] ~= 'running' or tonumber(cur[2]) ~= want or cur[3] ~= inc then return reply(0, id) end
+redis.call('HSET', jobkey(id), 'lease_until', now + lease)
+return reply(1, id)
+`)
+
+// reapScript ends a running attempt whose lease expired more than grace ago
+// and makes the next attempt (queued, through the pending set). ARGV:
+// prefix, id, attempt, now, maxlen, event data, pending score, grace ms.
+var reapScript = redis.NewScript(luaCommon + `
+local id, want, now, maxlen, data, score, grace = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
+local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'lease_until')
+if not cur[1] then return {-1, '', 0, 0} end
+if cur[1] ~= 'running' or tonumber(cur[2]) ~= want then return reply(0, id) end
+if tonumber(cur[3] or '0') + grace >= now then return reply(0, id) end
+release(id)
+setstate(id, 'running', 'queued', now)
+redis.call('HSET', jobkey(id), 'attempt', want + 1, 'node', '', 'backend', '', 'gpus', '[]', 'error', 'attempt ' .. want .. ': lease expired (worker gone)')
+redis.call('ZADD', P .. 'pending', score, id)
+addevent(id, maxlen, 'state', want + 1, now, data)
 return reply(1, id)
 `)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
@@ -40,7 +41,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("created job: %+v", j)
 	}
 	// Claim before dispatch is stale.
-	if out, err := s.Claim(ctx, j.ID, 1, "n1", "inc1"); err != nil || out != jobstore.ClaimStale {
+	if out, err := s.Claim(ctx, j.ID, 1, "n1", "inc1", time.Minute); err != nil || out != jobstore.ClaimStale {
 		t.Fatalf("early claim: %v %v", out, err)
 	}
 	if err := s.Dispatch(ctx, j.ID, 1, "n1", "local", 1, nil); err != nil {
@@ -55,13 +56,13 @@ func TestLifecycle(t *testing.T) {
 	if err := s.Dispatch(ctx, j2.ID, 1, "n1", "local", 1, nil); !errors.Is(err, jobstore.ErrNodeFull) {
 		t.Fatalf("dispatch on full node: %v", err)
 	}
-	if out, _ := s.Claim(ctx, j.ID, 1, "other", "inc1"); out != jobstore.ClaimStale {
+	if out, _ := s.Claim(ctx, j.ID, 1, "other", "inc1", time.Minute); out != jobstore.ClaimStale {
 		t.Fatalf("claim by the wrong node: %v", out)
 	}
-	if out, err := s.Claim(ctx, j.ID, 1, "n1", "inc1"); err != nil || out != jobstore.Claimed {
+	if out, err := s.Claim(ctx, j.ID, 1, "n1", "inc1", time.Minute); err != nil || out != jobstore.Claimed {
 		t.Fatalf("claim: %v %v", out, err)
 	}
-	if out, _ := s.Claim(ctx, j.ID, 1, "n1", "inc1"); out != jobstore.ClaimStale {
+	if out, _ := s.Claim(ctx, j.ID, 1, "n1", "inc1", time.Minute); out != jobstore.ClaimStale {
 		t.Fatalf("second claim: %v", out)
 	}
 	prog := jobtype.Progress{Step: 3, TotalSteps: 10, Loss: 2.5}
@@ -87,7 +88,7 @@ func TestLifecycle(t *testing.T) {
 	if err := s.Dispatch(ctx, j.ID, 2, "n1", "local", 1, nil); err != nil {
 		t.Fatalf("dispatch 2: %v", err)
 	}
-	if out, _ := s.Claim(ctx, j.ID, 2, "n1", "inc1"); out != jobstore.Claimed {
+	if out, _ := s.Claim(ctx, j.ID, 2, "n1", "inc1", time.Minute); out != jobstore.Claimed {
 		t.Fatalf("claim 2: %v", out)
 	}
 	if err := s.Finish(ctx, j.ID, 2, jobstore.Ending{State: jobtype.StateSucceeded, Metrics: map[string]float64{"eval_loss": 1.5},
@@ -177,7 +178,7 @@ func TestCancelStates(t *testing.T) {
 	if st, err := s.Cancel(ctx, d.ID); err != nil || st != jobtype.StateDispatched {
 		t.Fatalf("cancel dispatched: %v %v", st, err)
 	}
-	if out, _ := s.Claim(ctx, d.ID, 1, "n1", "i"); out != jobstore.ClaimCancelled {
+	if out, _ := s.Claim(ctx, d.ID, 1, "n1", "i", time.Minute); out != jobstore.ClaimCancelled {
 		t.Fatalf("claim after cancel: %v", out)
 	}
 	got, _ := s.Get(ctx, d.ID)
@@ -188,5 +189,53 @@ func TestCancelStates(t *testing.T) {
 	_ = nodes
 	if _, err := s.Get(ctx, "j-00000000000000zz"); !errors.Is(err, jobstore.ErrNotFound) {
 		t.Fatalf("get missing: %v", err)
+	}
+}
+
+// TestLeaseRenewReap drives the store's clock by hand: a lease is renewed
+// only by its incarnation, and reaped only once it ended more than the grace.
+func TestLeaseRenewReap(t *testing.T) {
+	srv := redistest.Start(t)
+	now := time.UnixMilli(1_800_000_000_000)
+	s := jobstore.New(srv.Client(), jobstore.Config{Now: func() time.Time { return now }})
+	ctx := context.Background()
+	j, _, _ := s.Create(ctx, jobstore.NewJob{Spec: spec("l", jobspec.PriorityNormal)})
+	if err := s.Dispatch(ctx, j.ID, 1, "n1", "local", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := s.Claim(ctx, j.ID, 1, "n1", "inc1", 30*time.Second); out != jobstore.Claimed {
+		t.Fatal("claim")
+	}
+	if _, err := s.Renew(ctx, j.ID, 1, "other-incarnation", 30*time.Second); !errors.Is(err, jobstore.ErrConflict) {
+		t.Fatalf("renew by another incarnation: %v", err)
+	}
+	now = now.Add(20 * time.Second)
+	if _, err := s.Renew(ctx, j.ID, 1, "inc1", 30*time.Second); err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	leases, _ := s.RunningLeases(ctx, 10)
+	if len(leases) != 1 || !leases[0].Until.Equal(now.Add(30*time.Second)) {
+		t.Fatalf("leases %+v", leases)
+	}
+	now = now.Add(32 * time.Second) // 2 s past the lease: inside a 5 s grace
+	if err := s.Reap(ctx, j.ID, 1, 5*time.Second); !errors.Is(err, jobstore.ErrConflict) {
+		t.Fatalf("reap inside the grace: %v", err)
+	}
+	now = now.Add(4 * time.Second)
+	if err := s.Reap(ctx, j.ID, 1, 5*time.Second); err != nil {
+		t.Fatalf("reap: %v", err)
+	}
+	got, _ := s.Get(ctx, j.ID)
+	if got.State != jobtype.StateQueued || got.Attempt != 2 {
+		t.Fatalf("after reap: %s attempt %d", got.State, got.Attempt)
+	}
+	if ids, _ := s.Pending(ctx, 10); len(ids) != 1 || ids[0] != j.ID {
+		t.Fatalf("pending %v", ids)
+	}
+	if _, err := s.Renew(ctx, j.ID, 1, "inc1", 30*time.Second); !errors.Is(err, jobstore.ErrConflict) {
+		t.Fatalf("the reaped attempt renewed: %v", err)
+	}
+	if n, _ := s.Nodes(ctx); len(n) != 0 {
+		t.Fatalf("nodes %v", n)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lathe-ml/lathe/internal/jobtype"
 )
 
@@ -50,11 +52,12 @@ const (
 )
 
 // Claim takes attempt of job id for node (incarnation identifies the worker
-// process): dispatched → running, or → cancelled when a cancel was asked.
-func (s *Store) Claim(ctx context.Context, id string, attempt int, node, incarnation string) (ClaimOutcome, error) {
+// process): dispatched → running with a lease of the given length, or →
+// cancelled when a cancel was asked.
+func (s *Store) Claim(ctx context.Context, id string, attempt int, node, incarnation string, lease time.Duration) (ClaimOutcome, error) {
 	rdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateRunning, Node: node})
 	cdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled})
-	r, err := s.run(ctx, "claim", id, claimScript, attempt, node, incarnation, ms(s.now()), s.cfg.EventsMaxLen, rdata, cdata)
+	r, err := s.run(ctx, "claim", id, claimScript, attempt, node, incarnation, ms(s.now()), s.cfg.EventsMaxLen, rdata, cdata, lease.Milliseconds())
 	if err != nil {
 		return 0, err
 	}
@@ -216,3 +219,78 @@ func (s *Store) CancelDispatched(ctx context.Context, id string, attempt int) er
 
 // fromPlaceholder stands for the state a script finds; the script replaces it.
 const fromPlaceholder = "__FROM__"
+
+// Renew extends the lease of attempt of job id, held by incarnation, to
+// now + lease. It returns whether a cancel was asked, and a *ConflictError
+// when the attempt is no longer running under this incarnation (the caller
+// lost it and must stop its trainer).
+func (s *Store) Renew(ctx context.Context, id string, attempt int, incarnation string, lease time.Duration) (cancelRequested bool, err error) {
+	r, err := s.run(ctx, "renew", id, renewScript, attempt, incarnation, ms(s.now()), lease.Milliseconds())
+	if err != nil {
+		return false, err
+	}
+	if r.code != 1 {
+		return r.cancel, &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("renew needs running attempt %d of incarnation %s", attempt, incarnation)}
+	}
+	return r.cancel, nil
+}
+
+// Lease is a running attempt and when its lease ends.
+type Lease struct {
+	ID      string
+	Attempt int
+	Until   time.Time
+	Node    string
+}
+
+// RunningLeases returns the leases of up to n running jobs.
+func (s *Store) RunningLeases(ctx context.Context, n int) ([]Lease, error) {
+	ids, err := s.IDsInState(ctx, jobtype.StateRunning, n)
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.HMGet(ctx, s.key("job", id), "state", "attempt", "lease_until", "node")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("jobstore: running leases: %w", err)
+	}
+	out := make([]Lease, 0, len(ids))
+	for i, c := range cmds {
+		v := c.Val()
+		if st, _ := v[0].(string); st != string(jobtype.StateRunning) {
+			continue
+		}
+		a, _ := v[1].(string)
+		u, _ := v[2].(string)
+		node, _ := v[3].(string)
+		l := Lease{ID: ids[i], Until: msTime(u), Node: node}
+		l.Attempt, _ = strconv.Atoi(a)
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// Reap ends attempt of job id if its lease expired more than grace ago,
+// and queues the next attempt (it resumes from the job's checkpoint). It
+// returns a *ConflictError when the lease was renewed meanwhile or the
+// attempt already ended.
+func (s *Store) Reap(ctx context.Context, id string, attempt int, grace time.Duration) error {
+	j, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	data := mustJSON(jobtype.StateChange{From: jobtype.StateRunning, To: jobtype.StateQueued, Reason: "lease expired",
+		Error: fmt.Sprintf("attempt %d: lease expired (worker gone); resuming from the last checkpoint", attempt)})
+	score := strconv.FormatFloat(PendingScore(j.Spec.Priority, j.CreatedAt), 'f', 0, 64)
+	r, err := s.run(ctx, "reap", id, reapScript, attempt, ms(s.now()), s.cfg.EventsMaxLen, data, score, grace.Milliseconds())
+	if err != nil {
+		return err
+	}
+	if r.code != 1 {
+		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("reap needs running attempt %d with an expired lease", attempt)}
+	}
+	return nil
+}

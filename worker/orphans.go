@@ -1,0 +1,116 @@
+package worker
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lathe-ml/lathe/worker/runner"
+)
+
+// pidfile records a running trainer so that the next incarnation of this
+// worker can kill it if this one dies without stopping it (kill -9: the
+// trainer's leader gets Pdeathsig, its children do not).
+type pidfile struct {
+	JobID   string `json:"job_id"`
+	Attempt int    `json:"attempt"`
+	PGID    int    `json:"pgid"`
+	// StartTime is the leader's start time in clock ticks since boot
+	// (/proc/<pid>/stat field 22), so a recycled pid is never mistaken for it.
+	StartTime uint64 `json:"start_time"`
+}
+
+func pidfileName(dir, id string, attempt int) string {
+	return filepath.Join(dir, id+"-"+strconv.Itoa(attempt)+".json")
+}
+
+func (w *Worker) writePidfile(dir, id string, attempt, pid int, log *slog.Logger) {
+	st, err := procStartTime(pid)
+	if err != nil {
+		log.Warn("pidfile: read start time", slog.Int("pid", pid), slog.Any("err", err))
+		return
+	}
+	b, _ := json.Marshal(pidfile{JobID: id, Attempt: attempt, PGID: pid, StartTime: st})
+	if err := os.MkdirAll(dir, 0o755); err == nil {
+		tmp := pidfileName(dir, id, attempt) + ".tmp"
+		if err = os.WriteFile(tmp, b, 0o644); err == nil {
+			err = os.Rename(tmp, pidfileName(dir, id, attempt))
+		}
+	}
+	if err != nil {
+		log.Warn("pidfile: write", slog.Any("err", err))
+	}
+}
+
+func removePidfile(dir, id string, attempt int) { _ = os.Remove(pidfileName(dir, id, attempt)) }
+
+// killOrphans kills the process groups of trainers that a previous
+// incarnation of this worker left running, and waits until they are gone.
+func (w *Worker) killOrphans() error {
+	dir := filepath.Join(w.cfg.DataDir, "pids")
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("worker: read %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if !strings.HasSuffix(e.Name(), ".json") {
+			_ = os.Remove(p)
+			continue
+		}
+		b, err := os.ReadFile(p)
+		var pf pidfile
+		if err != nil || json.Unmarshal(b, &pf) != nil || pf.PGID <= 1 {
+			w.log.Warn("orphans: unreadable pidfile; removing", slog.String("file", p))
+			_ = os.Remove(p)
+			continue
+		}
+		st, err := procStartTime(pf.PGID)
+		if err == nil && st == pf.StartTime && runner.GroupAlive(pf.PGID) {
+			w.log.Warn("killing a trainer orphaned by a previous incarnation of this worker",
+				slog.String("job_id", pf.JobID), slog.Int("attempt", pf.Attempt), slog.Int("pgid", pf.PGID))
+			if err := runner.KillGroup(pf.PGID, syscall.SIGKILL); err != nil {
+				w.log.Warn("orphans: kill", slog.Int("pgid", pf.PGID), slog.Any("err", err))
+			}
+		} else if runner.GroupAlive(pf.PGID) && err != nil {
+			// The leader is gone but members of its group may remain.
+			_ = runner.KillGroup(pf.PGID, syscall.SIGKILL)
+		}
+		for deadline := time.Now().Add(10 * time.Second); runner.GroupAlive(pf.PGID) && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if runner.GroupAlive(pf.PGID) {
+			return fmt.Errorf("worker: orphaned trainer group %d of job %s will not die", pf.PGID, pf.JobID)
+		}
+		_ = os.Remove(p)
+	}
+	return nil
+}
+
+// procStartTime reads field 22 (starttime) of /proc/<pid>/stat.
+func procStartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	// After ")" come fields 3.. ; starttime is field 22 → index 19.
+	if len(f) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
