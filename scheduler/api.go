@@ -40,6 +40,7 @@ func (s *Scheduler) routes() http.Handler {
 	mux.HandleFunc("GET /api/v1/jobs", s.list)
 	mux.HandleFunc("GET /api/v1/jobs/{id}", s.get)
 	mux.HandleFunc("POST /api/v1/jobs/{id}/cancel", s.cancelJob)
+	mux.HandleFunc("POST /api/v1/jobs/{id}/retry", s.retryJob)
 	mux.HandleFunc("GET /api/v1/jobs/{id}/events", s.events)
 	mux.HandleFunc("GET /api/v1/jobs/{id}/artifacts/{name}", s.artifact)
 	mux.HandleFunc("GET /api/v1/queues", s.queues)
@@ -229,6 +230,20 @@ func (s *Scheduler) cancelJob(w http.ResponseWriter, r *http.Request) {
 		_ = s.insp.CancelProcessing(jobtype.TaskID(job.ID, job.Attempt))
 	}
 	s.log.Info("cancel requested", slog.String("job_id", id), slog.String("state", string(job.State)))
+	writeJSON(w, http.StatusAccepted, job)
+}
+
+// retryJob makes a new attempt of a failed or cancelled job.
+func (s *Scheduler) retryJob(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	job, err := s.store.Retry(ctx, r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.Wake()
+	s.log.Info("retry", slog.String("job_id", job.ID), slog.Int("attempt", job.Attempt))
 	writeJSON(w, http.StatusAccepted, job)
 }
 

@@ -180,6 +180,21 @@ func TestListCancelEvents(t *testing.T) {
 	if code != 409 || !strings.Contains(string(body), `"state":"succeeded"`) {
 		t.Fatalf("cancel succeeded job: %d %s", code, body)
 	}
+	// Retry: a succeeded job cannot be retried; a cancelled one is queued
+	// again as the next attempt, its cancel request cleared.
+	if code, _ := do(t, "POST", b.url+"/api/v1/jobs/"+ids[1]+"/retry", "", nil); code != 409 {
+		t.Fatalf("retry succeeded job: %d", code)
+	}
+	code, body = do(t, "POST", b.url+"/api/v1/jobs/"+ids[0]+"/retry", "", nil)
+	if rj := jobOf(t, body); code != 202 || rj.State != jobtype.StateQueued || rj.Attempt != 2 || rj.CancelRequested {
+		t.Fatalf("retry cancelled job: %d %s", code, body)
+	}
+	if ids2, _ := b.store.Pending(b.ctx, 10); len(ids2) != 2 {
+		t.Fatalf("pending after retry: %v", ids2)
+	}
+	if _, err := b.store.Cancel(b.ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
 	// List by state, and pagination.
 	code, body = do(t, "GET", b.url+"/api/v1/jobs?state=cancelled", "", nil)
 	var l struct {

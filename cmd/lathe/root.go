@@ -101,6 +101,7 @@ Exit codes: 0 success; 1 the job failed or was cancelled, or the API refused;
 		a.listCmd(),
 		a.logsCmd(),
 		a.cancelCmd(),
+		a.retryCmd(),
 		a.pullCmd(),
 		a.queuesCmd(),
 	)

@@ -435,6 +435,17 @@ func TestTwoProcesses(t *testing.T) {
 		if n := countEvents(t, base, id, "started"); n != 1 {
 			t.Fatalf("%d trainer starts for a cancelled job", n)
 		}
+		// lathe retry: a new attempt of the cancelled job runs, from its checkpoint.
+		if out, e, code := cli(t, lathe, base, "retry", id); code != 0 || !strings.Contains(out, "attempt 2") {
+			t.Fatalf("retry exited %d: %s %s", code, out, e)
+		}
+		waitJob(t, base, id, 60*time.Second, "attempt 2 running", func(j jobtype.Job) bool {
+			return j.State == jobtype.StateRunning && j.Attempt == 2
+		})
+		if _, e, code := cli(t, lathe, base, "cancel", id); code != 0 {
+			t.Fatalf("cancel after retry: %s", e)
+		}
+		waitJob(t, base, id, 10*time.Second, "cancelled again", func(j jobtype.Job) bool { return j.State == jobtype.StateCancelled })
 	})
 
 	t.Run("worker restart: the next attempt resumes from the checkpoint", func(t *testing.T) {

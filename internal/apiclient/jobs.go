@@ -85,6 +85,15 @@ func (c *Client) Cancel(ctx context.Context, id string) (*jobtype.Job, error) {
 	return &job, nil
 }
 
+// Retry makes a new attempt of a failed or cancelled job.
+func (c *Client) Retry(ctx context.Context, id string) (*jobtype.Job, error) {
+	var job jobtype.Job
+	if err := c.call(ctx, http.MethodPost, jobPath(id, "/retry"), nil, nil, nil, &job); err != nil {
+		return nil, err
+	}
+	return &job, nil
+}
+
 // Events returns the job's stored events after the stream id after (all of
 // them when after is empty), oldest first.
 func (c *Client) Events(ctx context.Context, id, after string) ([]jobtype.Event, error) {

@@ -294,3 +294,25 @@ func (s *Store) Reap(ctx context.Context, id string, attempt int, grace time.Dur
 	}
 	return nil
 }
+
+// Retry makes a new attempt of a failed or cancelled job: it goes back to
+// queued (attempt+1, through the pending set, routed and placed again) with
+// its cancel request, reason and error cleared. The checkpoint folder is
+// kept, so the new attempt resumes where the last one stopped.
+func (s *Store) Retry(ctx context.Context, id string) (*jobtype.Job, error) {
+	j, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if j.State != jobtype.StateFailed && j.State != jobtype.StateCancelled {
+		return nil, &ConflictError{ID: id, State: j.State, Attempt: j.Attempt, Want: "retry needs a failed or cancelled job"}
+	}
+	score := strconv.FormatFloat(PendingScore(j.Spec.Priority, j.CreatedAt), 'f', 0, 64)
+	err = s.transitionScore(ctx, id, j.Attempt, []jobtype.State{jobtype.StateFailed, jobtype.StateCancelled}, jobtype.StateQueued,
+		jobtype.StateChange{To: jobtype.StateQueued, Reason: "retry"}, "requeue,clearcancel", score,
+		"reason", "", "error", "", "finished_at", "")
+	if err != nil {
+		return nil, err
+	}
+	return s.Get(ctx, id)
+}
