@@ -36,14 +36,14 @@ type apiError struct {
 
 func (s *Scheduler) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /api/v1/jobs", s.submit)
-	mux.HandleFunc("GET /api/v1/jobs", s.list)
-	mux.HandleFunc("GET /api/v1/jobs/{id}", s.get)
-	mux.HandleFunc("POST /api/v1/jobs/{id}/cancel", s.cancelJob)
-	mux.HandleFunc("POST /api/v1/jobs/{id}/retry", s.retryJob)
-	mux.HandleFunc("GET /api/v1/jobs/{id}/events", s.events)
-	mux.HandleFunc("GET /api/v1/jobs/{id}/artifacts/{name}", s.artifact)
-	mux.HandleFunc("GET /api/v1/queues", s.queues)
+	mux.HandleFunc("POST /api/v1/jobs", s.withAuth(RoleSubmitter, s.submit))
+	mux.HandleFunc("GET /api/v1/jobs", s.withAuth(RoleViewer, s.list))
+	mux.HandleFunc("GET /api/v1/jobs/{id}", s.withAuth(RoleViewer, s.get))
+	mux.HandleFunc("POST /api/v1/jobs/{id}/cancel", s.withAuth(RoleSubmitter, s.cancelJob))
+	mux.HandleFunc("POST /api/v1/jobs/{id}/retry", s.withAuth(RoleSubmitter, s.retryJob))
+	mux.HandleFunc("GET /api/v1/jobs/{id}/events", s.withAuth(RoleViewer, s.events))
+	mux.HandleFunc("GET /api/v1/jobs/{id}/artifacts/{name}", s.withAuth(RoleViewer, s.artifact))
+	mux.HandleFunc("GET /api/v1/queues", s.withAuth(RoleViewer, s.queues))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	return mux
 }
@@ -120,7 +120,12 @@ func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	out := strings.TrimRight(spec.Output.URI, "/") + "/{id}"
-	job, existed, err := s.store.Create(ctx, jobstore.NewJob{Spec: spec, OutputURI: out, IdempotencyKey: key})
+	p := principalOf(r)
+	if key != "" {
+		key = p.Name + ":" + key // one token's key never returns another's job
+	}
+	job, existed, err := s.store.Create(ctx, jobstore.NewJob{Spec: spec, OutputURI: out, IdempotencyKey: key,
+		Submitter: p.Name, Team: p.Team})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -204,6 +209,9 @@ func (s *Scheduler) cancelJob(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	id := r.PathValue("id")
+	if !s.allowed(ctx, w, r, id, "cancel") {
+		return
+	}
 	st, err := s.store.Cancel(ctx, id)
 	if err != nil {
 		s.fail(w, r, err)
@@ -233,10 +241,35 @@ func (s *Scheduler) cancelJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, job)
 }
 
+// allowed answers 403 (and returns false) unless the request's principal may
+// act on the job: an admin on any job, a submitter on its own team's.
+func (s *Scheduler) allowed(ctx context.Context, w http.ResponseWriter, r *http.Request, id, what string) bool {
+	job, err := s.store.Get(ctx, id)
+	if err != nil {
+		s.fail(w, r, err)
+		return false
+	}
+	if p := principalOf(r); !mayTouch(p, job) {
+		writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("token %s (team %s) may not %s job %s of team %s", p.Name, orNone(p.Team), what, id, orNone(job.Team)), Code: "forbidden"})
+		return false
+	}
+	return true
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
 // retryJob makes a new attempt of a failed or cancelled job.
 func (s *Scheduler) retryJob(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
+	if !s.allowed(ctx, w, r, r.PathValue("id"), "retry") {
+		return
+	}
 	job, err := s.store.Retry(ctx, r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)

@@ -331,3 +331,80 @@ func TestRedisDown503(t *testing.T) {
 		t.Fatalf("POST with Redis down: %d", resp.StatusCode)
 	}
 }
+
+// TestTokensRolesTeams: with tokens configured, every call but /healthz
+// needs one; viewers read, submitters submit and touch only their team's
+// jobs, admins touch any; jobs record who submitted them for which team.
+func TestTokensRolesTeams(t *testing.T) {
+	toks := []scheduler.Token{
+		{Name: "view", Secret: "viewer-secret-0123456789", Role: scheduler.RoleViewer, Team: "a"},
+		{Name: "alice", Secret: "alice-secret-0123456789", Role: scheduler.RoleSubmitter, Team: "a"},
+		{Name: "bob", Secret: "bob-secret-0123456789xx", Role: scheduler.RoleSubmitter, Team: "b"},
+		{Name: "root", Secret: "admin-secret-0123456789", Role: scheduler.RoleAdmin, Team: "ops"},
+	}
+	if err := scheduler.ValidateTokens(toks); err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, scheduler.Config{Tokens: toks})
+	auth := func(secret string) map[string]string { return map[string]string{"Authorization": "Bearer " + secret} }
+	if code, _ := do(t, "GET", b.url+"/healthz", "", nil); code != 200 {
+		t.Fatalf("healthz needs no token: %d", code)
+	}
+	for _, h := range []map[string]string{nil, auth("wrong-secret-0123456789"), {"Authorization": "alice-secret-0123456789"}} {
+		if code, _ := do(t, "GET", b.url+"/api/v1/jobs", "", h); code != 401 {
+			t.Fatalf("list with %v: %d, want 401", h, code)
+		}
+	}
+	if code, _ := do(t, "POST", b.url+"/api/v1/jobs", goodSpec, auth("viewer-secret-0123456789")); code != 403 {
+		t.Fatalf("viewer submit: %d, want 403", code)
+	}
+	code, body := do(t, "POST", b.url+"/api/v1/jobs", goodSpec, map[string]string{"Authorization": "Bearer alice-secret-0123456789", "Idempotency-Key": "k"})
+	j := jobOf(t, body)
+	if code != 201 || j.Submitter != "alice" || j.Team != "a" {
+		t.Fatalf("alice submit: %d submitter %q team %q", code, j.Submitter, j.Team)
+	}
+	// Bob's same Idempotency-Key is his own: a new job, not alice's.
+	code, body = do(t, "POST", b.url+"/api/v1/jobs", goodSpec, map[string]string{"Authorization": "Bearer bob-secret-0123456789xx", "Idempotency-Key": "k"})
+	if code != 201 || jobOf(t, body).ID == j.ID {
+		t.Fatalf("bob's key returned alice's job: %d", code)
+	}
+	if code, _ := do(t, "GET", b.url+"/api/v1/jobs/"+j.ID, "", auth("viewer-secret-0123456789")); code != 200 {
+		t.Fatalf("viewer get: %d", code)
+	}
+	if code, _ := do(t, "POST", b.url+"/api/v1/jobs/"+j.ID+"/cancel", "", auth("bob-secret-0123456789xx")); code != 403 {
+		t.Fatalf("bob cancels team a's job: %d, want 403", code)
+	}
+	if code, _ := do(t, "POST", b.url+"/api/v1/jobs/"+j.ID+"/cancel", "", auth("viewer-secret-0123456789")); code != 403 {
+		t.Fatalf("viewer cancel: %d, want 403", code)
+	}
+	if cur, _ := b.store.Get(b.ctx, j.ID); cur.State != jobtype.StateQueued || cur.CancelRequested {
+		t.Fatalf("a refused cancel changed the job: %s", cur.State)
+	}
+	if code, _ := do(t, "POST", b.url+"/api/v1/jobs/"+j.ID+"/cancel", "", auth("alice-secret-0123456789")); code != 202 {
+		t.Fatalf("alice cancels her team's job: %d", code)
+	}
+	if code, _ := do(t, "POST", b.url+"/api/v1/jobs/"+j.ID+"/retry", "", auth("bob-secret-0123456789xx")); code != 403 {
+		t.Fatalf("bob retries team a's job: %d", code)
+	}
+	if code, _ := do(t, "POST", b.url+"/api/v1/jobs/"+j.ID+"/retry", "", auth("admin-secret-0123456789")); code != 202 {
+		t.Fatalf("admin retry: %d", code)
+	}
+}
+
+func TestValidateTokens(t *testing.T) {
+	good := scheduler.Token{Name: "a", Secret: "0123456789abcdef", Role: scheduler.RoleViewer, Team: "t"}
+	for name, ts := range map[string][]scheduler.Token{
+		"short secret": {{Name: "a", Secret: "short", Role: scheduler.RoleViewer, Team: "t"}},
+		"bad role":     {{Name: "a", Secret: "0123456789abcdef", Role: "god", Team: "t"}},
+		"bad name":     {{Name: "A B", Secret: "0123456789abcdef", Role: scheduler.RoleViewer, Team: "t"}},
+		"no team":      {{Name: "a", Secret: "0123456789abcdef", Role: scheduler.RoleViewer}},
+		"same name":    {good, {Name: "a", Secret: "fedcba9876543210", Role: scheduler.RoleViewer, Team: "t"}},
+		"same secret":  {good, {Name: "b", Secret: good.Secret, Role: scheduler.RoleViewer, Team: "t"}},
+	} {
+		if err := scheduler.ValidateTokens(ts); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if strings.Contains(err.Error(), "0123456789abcdef") {
+			t.Errorf("%s: the error shows the secret: %v", name, err)
+		}
+	}
+}

@@ -12,6 +12,7 @@ package scheduler
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,6 +63,10 @@ type Config struct {
 	// expired leases at once (a Redis blip, not dead workers), the reaper
 	// waits this long before it reaps them anyway. Default 2m.
 	MassExpiryWait time.Duration
+	// Tokens are the API tokens. Empty means an open API (every request is
+	// an anonymous admin): only for a scheduler on loopback, which lathed
+	// enforces. /healthz is always open.
+	Tokens []Token
 	// FollowRedis, when set, serves the blocking stream reads of event
 	// follows (SSE), so many `lathe logs -f` cannot take every connection
 	// of the API's pool; default the API's own client.
@@ -135,7 +140,8 @@ type Scheduler struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 
-	massSince time.Time // when a mass lease expiry was first seen (placer goroutine only)
+	massSince time.Time  // when a mass lease expiry was first seen (placer goroutine only)
+	tokenSums [][32]byte // sha256 of each token's secret, for constant-time comparison
 }
 
 // New returns a Scheduler over rdb; Start runs it.
@@ -145,6 +151,9 @@ func New(rdb redis.UniversalClient, store *jobstore.Store, cfg Config) *Schedule
 		client: asynq.NewClientFromRedisClient(rdb), insp: asynq.NewInspectorFromRedisClient(rdb),
 		log: cfg.Logger.With(slog.String("component", "scheduler")), wake: make(chan struct{}, 1)}
 	s.follow = store
+	for _, t := range cfg.Tokens {
+		s.tokenSums = append(s.tokenSums, sha256.Sum256([]byte(t.Secret)))
+	}
 	if cfg.FollowRedis != nil {
 		s.follow = store.WithClient(cfg.FollowRedis)
 	}
@@ -186,9 +195,10 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	go s.placeLoop(pctx)
 	s.started = true
 	s.log.Info("scheduler started", slog.String("listen", ln.Addr().String()))
-	if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
-		s.log.Warn("the API listens beyond loopback and has no authentication yet (tokens and roles come with issue #3): anyone who reaches this address can submit and cancel jobs",
-			slog.String("listen", ln.Addr().String()))
+	if len(s.cfg.Tokens) == 0 {
+		s.log.Warn("no API tokens configured: the API is OPEN to anyone who can reach it (allowed on loopback only)", slog.String("listen", ln.Addr().String()))
+	} else {
+		s.log.Info("API tokens loaded", slog.Int("tokens", len(s.cfg.Tokens)))
 	}
 	return nil
 }

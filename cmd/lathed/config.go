@@ -13,6 +13,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/scheduler"
 )
 
 // fileConfig is the daemon's config file (configs/lathe.yaml documents
@@ -25,6 +26,21 @@ type fileConfig struct {
 	Jobs      jobsSection         `yaml:"jobs"`
 	Routing   routingSection      `yaml:"routing"`
 	Trainers  map[string][]string `yaml:"trainers"`
+	Auth      authSection         `yaml:"auth"`
+}
+
+type authSection struct {
+	// Tokens are listed here, or in TokensFile (a YAML file with a tokens: list).
+	Tokens     []tokenEntry `yaml:"tokens"`
+	TokensFile string       `yaml:"tokens_file"`
+}
+
+type tokenEntry struct {
+	Name     string `yaml:"name"`
+	Token    string `yaml:"token"`
+	TokenEnv string `yaml:"token_env"` // read the token from this environment variable instead
+	Role     string `yaml:"role"`
+	Team     string `yaml:"team"`
 }
 
 // The sections are named types so an unknown key reads "field X not found
@@ -103,10 +119,52 @@ func loadConfig(path string) (*fileConfig, error) {
 			return nil, fmt.Errorf("config %s: jobs.default_output_uri: %w", path, err)
 		}
 	}
+	if f := c.Auth.TokensFile; f != "" && !filepath.IsAbs(f) {
+		c.Auth.TokensFile = filepath.Join(filepath.Dir(path), f)
+	}
 	for name, argv := range c.Trainers {
 		if len(argv) == 0 {
 			return nil, fmt.Errorf("config %s: trainers.%s: empty command", path, name)
 		}
 	}
 	return c, nil
+}
+
+// loadTokens gathers the API tokens of the config (inline, from
+// tokens_file, and token_env variables) and validates them.
+func loadTokens(a authSection, getenv func(string) string) ([]scheduler.Token, error) {
+	entries := append([]tokenEntry(nil), a.Tokens...)
+	if a.TokensFile != "" {
+		b, err := os.ReadFile(a.TokensFile)
+		if err != nil {
+			return nil, fmt.Errorf("auth.tokens_file: %w", err)
+		}
+		var f struct {
+			Tokens []tokenEntry `yaml:"tokens"`
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("auth.tokens_file %s: %w", a.TokensFile, err)
+		}
+		entries = append(entries, f.Tokens...)
+	}
+	out := make([]scheduler.Token, 0, len(entries))
+	for i, e := range entries {
+		secret := e.Token
+		if e.TokenEnv != "" {
+			if secret != "" {
+				return nil, fmt.Errorf("auth.tokens[%d] (%s): give token or token_env, not both", i, e.Name)
+			}
+			secret = getenv(e.TokenEnv)
+			if secret == "" {
+				return nil, fmt.Errorf("auth.tokens[%d] (%s): environment variable %s is empty or unset", i, e.Name, e.TokenEnv)
+			}
+		}
+		out = append(out, scheduler.Token{Name: e.Name, Secret: secret, Role: scheduler.Role(e.Role), Team: e.Team})
+	}
+	if err := scheduler.ValidateTokens(out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

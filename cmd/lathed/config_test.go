@@ -46,3 +46,29 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("empty config: %v", err)
 	}
 }
+
+func TestLoadTokens(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "tokens.yaml")
+	os.WriteFile(f, []byte("tokens:\n  - {name: bob, token: bob-secret-0123456789, role: submitter, team: b}\n"), 0o600)
+	env := map[string]string{"ALICE_TOKEN": "alice-secret-0123456789"}
+	toks, err := loadTokens(authSection{
+		Tokens:     []tokenEntry{{Name: "alice", TokenEnv: "ALICE_TOKEN", Role: "admin", Team: "a"}},
+		TokensFile: f,
+	}, func(k string) string { return env[k] })
+	if err != nil || len(toks) != 2 || toks[0].Secret != "alice-secret-0123456789" || toks[1].Name != "bob" {
+		t.Fatalf("tokens %+v, %v", toks, err)
+	}
+	if _, err := loadTokens(authSection{Tokens: []tokenEntry{{Name: "x", TokenEnv: "UNSET_VAR", Role: "admin", Team: "a"}}}, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "UNSET_VAR") {
+		t.Fatalf("unset token_env: %v", err)
+	}
+}
+
+func TestLoopbackOnly(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:8080": true, "[::1]:80": true, "localhost:1": true, "127.0.0.2:9": true,
+		"0.0.0.0:8080": false, ":8080": false, "10.0.0.1:80": false, "example.com:80": false, "bad": false} {
+		if got := loopbackOnly(addr); got != want {
+			t.Errorf("loopbackOnly(%q) = %v", addr, got)
+		}
+	}
+}

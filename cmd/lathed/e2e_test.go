@@ -363,6 +363,17 @@ func TestRefusesEvictingRedis(t *testing.T) {
 	}
 }
 
+// TestRefusesOpenAPIBeyondLoopback: with no API tokens, lathed refuses to
+// listen on anything but loopback.
+func TestRefusesOpenAPIBeyondLoopback(t *testing.T) {
+	lathed, _ := binaries(t)
+	rs := redistest.Start(t)
+	out, err := exec.Command(lathed, "scheduler", "--redis-url", rs.URL(), "--listen", "0.0.0.0:0", "--data-dir", t.TempDir()).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "no API tokens") {
+		t.Fatalf("an open API on 0.0.0.0 was not refused (err %v):\n%s", err, out)
+	}
+}
+
 // TestTwoProcesses: `lathed scheduler` and `lathed worker` as two processes
 // on a real redis-server; the same run, then the fault checks.
 func TestTwoProcesses(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -192,9 +193,17 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			return err
 		}
 		defer followRDB.Close()
+		tokens, err := loadTokens(fc.Auth, os.Getenv)
+		if err != nil {
+			return err
+		}
+		listen := firstNonEmpty(o.listen, fc.Scheduler.Listen, "127.0.0.1:8080")
+		if len(tokens) == 0 && !loopbackOnly(listen) {
+			return fmt.Errorf("--listen %s reaches beyond loopback and no API tokens are configured: refusing to run an open API there. Add auth.tokens to the config (see configs/lathe.yaml), or listen on 127.0.0.1", listen)
+		}
 		out := firstNonEmpty(fc.Jobs.DefaultOutputURI, fileuri.FromPath(filepath.Join(dataDir, "artifacts")))
 		s := scheduler.New(rdb, store, scheduler.Config{
-			Listen: firstNonEmpty(o.listen, fc.Scheduler.Listen),
+			Listen: listen, Tokens: tokens,
 			Defaults: jobspec.Defaults{MaxRuntime: fc.Jobs.DefaultMaxRuntime.D(), Residency: fc.Routing.DefaultResidency,
 				OutputURI: out},
 			Trainers: names, KillGrace: killGrace, PlaceInterval: fc.Scheduler.PlaceInterval.D(),
@@ -260,4 +269,18 @@ func firstPositive(ns ...int) int {
 		}
 	}
 	return 0
+}
+
+// loopbackOnly reports whether a listen address binds only loopback
+// (127.0.0.0/8, ::1, localhost). An empty host or 0.0.0.0 is not.
+func loopbackOnly(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
