@@ -17,6 +17,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/scheduler"
 )
@@ -406,5 +407,19 @@ func TestValidateTokens(t *testing.T) {
 		} else if strings.Contains(err.Error(), "0123456789abcdef") {
 			t.Errorf("%s: the error shows the secret: %v", name, err)
 		}
+	}
+}
+
+// TestAllowedRoots: file:// datasets and outputs outside the allowed roots
+// are refused at submit, naming the field.
+func TestAllowedRoots(t *testing.T) {
+	roots, _ := pathpolicy.New([]string{"/data"})
+	b := setup(t, scheduler.Config{AllowedRoots: roots, Defaults: jobspec.Defaults{OutputURI: "file:///data/out"}})
+	if code, body := do(t, "POST", b.url+"/api/v1/jobs", `{"name":"ok","base_model":"tiny-char","dataset":"file:///data/train.jsonl"}`, nil); code != 201 {
+		t.Fatalf("inside: %d %s", code, body)
+	}
+	code, body := do(t, "POST", b.url+"/api/v1/jobs", `{"name":"no","base_model":"tiny-char","dataset":"file:///etc/shadow","output":{"uri":"file:///tmp/x"}}`, nil)
+	if code != 400 || !strings.Contains(string(body), `"field":"dataset"`) || !strings.Contains(string(body), `"field":"output.uri"`) {
+		t.Fatalf("outside: %d %s", code, body)
 	}
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
 )
 
 // Config configures a Scheduler. Zero values take the defaults stated.
@@ -63,6 +64,10 @@ type Config struct {
 	// expired leases at once (a Redis blip, not dead workers), the reaper
 	// waits this long before it reaps them anyway. Default 2m.
 	MassExpiryWait time.Duration
+	// AllowedRoots are the folders file:// datasets and outputs must be
+	// under (checked by their text here; the worker checks again with links
+	// resolved). Nil: no restriction (lathed always sets it).
+	AllowedRoots pathpolicy.Roots
 	// Tokens are the API tokens. Empty means an open API (every request is
 	// an anonymous admin): only for a scheduler on loopback, which lathed
 	// enforces. /healthz is always open.

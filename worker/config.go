@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"time"
+
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
 )
 
 // Config configures a Worker. Zero values take the defaults stated.
@@ -61,6 +63,11 @@ type Config struct {
 	// ShutdownTimeout bounds Stop: running trainers get SIGTERM, their
 	// attempts go back to the queue; default KillGrace + 10s.
 	ShutdownTimeout time.Duration
+	// AllowedRoots are the folders a job's file:// dataset and output must
+	// be under, checked with symbolic links resolved before the trainer
+	// starts (a job outside fails, permanently). Nil: no restriction
+	// (lathed always sets it).
+	AllowedRoots pathpolicy.Roots
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/worker/runner"
@@ -103,6 +104,9 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 	}
 	argv, err := w.trainerArgv(job.Spec.Trainer)
 	if err != nil {
+		return fail(jobtype.ReasonPermanent, err.Error())
+	}
+	if err := w.checkPaths(job); err != nil {
 		return fail(jobtype.ReasonPermanent, err.Error())
 	}
 	workDir := filepath.Join(w.cfg.DataDir, "work", job.ID, strconv.Itoa(attempt))
@@ -270,4 +274,27 @@ func (w *Worker) trainerArgv(name string) ([]string, error) {
 		argv[i] = strings.ReplaceAll(a, "{scripts}", w.cfg.ScriptsDir)
 	}
 	return argv, nil
+}
+
+// checkPaths refuses a job whose file:// dataset, eval dataset or output
+// folder lies outside the allowed roots once symbolic links are resolved
+// (the scheduler checked the text; this is the check that holds on the
+// machine where the files are).
+func (w *Worker) checkPaths(job *jobtype.Job) error {
+	if w.cfg.AllowedRoots == nil {
+		return nil
+	}
+	for _, f := range []struct{ name, uri string }{{"dataset", job.Spec.Dataset}, {"eval_dataset", job.Spec.EvalDataset}, {"output", job.OutputURI}} {
+		if f.uri == "" || !strings.HasPrefix(f.uri, "file:") {
+			continue
+		}
+		p, err := fileuri.Path(f.uri)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
+		}
+		if err := w.cfg.AllowedRoots.CheckResolved(p); err != nil {
+			return fmt.Errorf("%s: %w (worker.allowed_roots)", f.name, err)
+		}
+	}
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/worker"
 )
@@ -257,5 +258,45 @@ func TestAsynqCancelWithoutStoreCancelRequeues(t *testing.T) {
 	j := b.wait(t, id, func(j *jobtype.Job) bool { return j.State != jobtype.StateRunning })
 	if j.State != jobtype.StateQueued || j.Attempt != 2 {
 		t.Fatalf("after asynq's own cancel: %s attempt %d, want queued attempt 2", j.State, j.Attempt)
+	}
+}
+
+// TestDatasetOutsideAllowedRootsFails: a dataset reached through a link
+// that leaves the allowed roots fails the job permanently; the trainer
+// never starts.
+func TestDatasetOutsideAllowedRootsFails(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	dir := t.TempDir()
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "secret.jsonl"), []byte("{}\n"), 0o644)
+	os.Symlink(outside, filepath.Join(dir, "link"))
+	p := filepath.Join(dir, "ok.sh")
+	os.WriteFile(p, []byte(okTrainer), 0o755)
+	roots, _ := pathpolicy.New([]string{dir})
+	store := jobstore.New(rdb, jobstore.Config{})
+	w, err := worker.New(rdb, store, worker.Config{Node: "n1", DataDir: dir, Trainers: map[string][]string{"ok": {"/bin/sh", p}},
+		AllowedRoots: roots, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	b := testBundle{ctx: context.Background(), rdb: rdb, store: store, client: asynq.NewClientFromRedisClient(rdb), dir: dir, w: w}
+	spec := &jobspec.Spec{Name: "t", BaseModel: "tiny-char", Dataset: fileuri.FromPath(filepath.Join(dir, "link", "secret.jsonl")),
+		Trainer: "ok", Priority: jobspec.PriorityNormal, MaxRuntime: jobspec.Duration(time.Hour)}
+	j, _, _ := store.Create(b.ctx, jobstore.NewJob{Spec: spec, OutputURI: fileuri.FromPath(filepath.Join(dir, "out")) + "/{id}"})
+	b.dispatch(t, j.ID, 1)
+	got := b.wait(t, j.ID, terminal)
+	if got.State != jobtype.StateFailed || got.Reason != jobtype.ReasonPermanent || !strings.Contains(got.Error, "allowed root") {
+		t.Fatalf("got %s/%s: %s", got.State, got.Reason, got.Error)
+	}
+	evs, _ := store.Events(b.ctx, j.ID, "", 100)
+	for _, e := range evs {
+		if e.Type == "started" {
+			t.Fatal("the trainer started for a dataset outside the allowed roots")
+		}
 	}
 }

@@ -71,6 +71,7 @@ type jobsSection struct {
 	DefaultMaxRuntime duration `yaml:"default_max_runtime"`
 	DefaultOutputURI  string   `yaml:"default_output_uri"`
 	EventsMaxLen      int64    `yaml:"events_max_len"`
+	AllowedRoots      []string `yaml:"allowed_roots"`
 }
 
 type routingSection struct {

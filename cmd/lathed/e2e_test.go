@@ -93,6 +93,7 @@ func startDaemonEnv(t *testing.T, env []string, bin string, args ...string) *dae
 	t.Helper()
 	d := &daemon{logs: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
 	d.cmd = exec.Command(bin, args...)
+	d.cmd.Dir = repoRoot(t) // as a user runs it: the repo's examples are under the default allowed roots
 	if env != nil {
 		d.cmd.Env = append(os.Environ(), env...)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/scheduler"
 	"github.com/lathe-ml/lathe/scripts"
 	"github.com/lathe-ml/lathe/worker"
@@ -150,6 +151,19 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 		}
 	}
 	store := jobstore.New(rdb, jobstore.Config{Prefix: fc.Redis.KeyPrefix, EventsMaxLen: fc.Jobs.EventsMaxLen})
+	rootList := fc.Jobs.AllowedRoots
+	if len(rootList) == 0 {
+		cwd, err := os.Getwd()
+		if err != nil {
+			return fmt.Errorf("working directory: %w", err)
+		}
+		rootList = []string{dataDir, cwd}
+	}
+	roots, err := pathpolicy.New(rootList)
+	if err != nil {
+		return fmt.Errorf("jobs.%w", err)
+	}
+	log.Info("file:// datasets and outputs allowed under", slog.Any("allowed_roots", []string(roots)))
 
 	killGrace := fc.Worker.KillGrace.D()
 	trainers := fc.Trainers
@@ -170,7 +184,7 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			Node: firstNonEmpty(o.node, fc.Worker.Node), Slots: firstPositive(o.slots, fc.Worker.Slots),
 			DataDir: dataDir, ScriptsDir: scriptsDir, Trainers: copyTrainers(trainers),
 			MaxAttempts: fc.Worker.MaxAttempts, KillGrace: killGrace, HeartbeatTTL: fc.Worker.HeartbeatTTL.D(),
-			TaskCheckInterval: fc.Worker.TaskCheckInterval.D(), LeaseTTL: fc.Worker.LeaseTTL.D(), Logger: log,
+			TaskCheckInterval: fc.Worker.TaskCheckInterval.D(), LeaseTTL: fc.Worker.LeaseTTL.D(), AllowedRoots: roots, Logger: log,
 		})
 		if err != nil {
 			return err
@@ -203,7 +217,7 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 		}
 		out := firstNonEmpty(fc.Jobs.DefaultOutputURI, fileuri.FromPath(filepath.Join(dataDir, "artifacts")))
 		s := scheduler.New(rdb, store, scheduler.Config{
-			Listen: listen, Tokens: tokens,
+			Listen: listen, Tokens: tokens, AllowedRoots: roots,
 			Defaults: jobspec.Defaults{MaxRuntime: fc.Jobs.DefaultMaxRuntime.D(), Residency: fc.Routing.DefaultResidency,
 				OutputURI: out},
 			Trainers: names, KillGrace: killGrace, PlaceInterval: fc.Scheduler.PlaceInterval.D(),
