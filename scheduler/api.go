@@ -445,5 +445,5 @@ func (s *Scheduler) healthz(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "redis": "down: " + err.Error(), "code": "unavailable", "error": "Redis is unreachable: " + err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "redis": "up"})
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "redis": "up", "leader": s.IsLeader()})
 }

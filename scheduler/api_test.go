@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -421,5 +422,59 @@ func TestAllowedRoots(t *testing.T) {
 	code, body := do(t, "POST", b.url+"/api/v1/jobs", `{"name":"no","base_model":"tiny-char","dataset":"file:///etc/shadow","output":{"uri":"file:///tmp/x"}}`, nil)
 	if code != 400 || !strings.Contains(string(body), `"field":"dataset"`) || !strings.Contains(string(body), `"field":"output.uri"`) {
 		t.Fatalf("outside: %d %s", code, body)
+	}
+}
+
+// TestTwoSchedulersOneLeader: of two schedulers on one Redis exactly one
+// leads; when it stops, the other takes over; a deposed term's fence is
+// refused by the store.
+func TestTwoSchedulersOneLeader(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	store := jobstore.New(rdb, jobstore.Config{})
+	mk := func(id string) *scheduler.Scheduler {
+		s := scheduler.New(rdb, store, scheduler.Config{ID: id, Listen: "127.0.0.1:0", LeaderTTL: 600 * time.Millisecond,
+			PlaceInterval: 50 * time.Millisecond, Logger: quiet})
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Stop(context.Background()) })
+		return s
+	}
+	a, b := mk("a"), mk("b")
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !cond(); {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not reached", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor("a leader", func() bool { return a.IsLeader() || b.IsLeader() })
+	if a.IsLeader() && b.IsLeader() {
+		t.Fatal("two leaders")
+	}
+	leader, other := a, b
+	if b.IsLeader() {
+		leader, other = b, a
+	}
+	old, _ := store.Leader(context.Background())
+	_ = leader.Stop(context.Background())
+	waitFor("takeover", other.IsLeader)
+	cur, _ := store.Leader(context.Background())
+	if cur.Token() <= old.Token() {
+		t.Fatalf("new term's token %d not above the old %d", cur.Token(), old.Token())
+	}
+	// A late write of the old term is refused; the current term's goes through.
+	j, _, _ := store.Create(context.Background(), jobstore.NewJob{Spec: &jobspec.Spec{Name: "f", Priority: jobspec.PriorityNormal}})
+	if err := store.Dispatch(context.Background(), j.ID, 1, "n1", "local", 1, nil, old); !errors.Is(err, jobstore.ErrFenced) {
+		t.Fatalf("dispatch with a deposed fence: %v", err)
+	}
+	if got, _ := store.Get(context.Background(), j.ID); got.State != jobtype.StateQueued {
+		t.Fatalf("a fenced dispatch changed the job: %s", got.State)
+	}
+	if err := store.Dispatch(context.Background(), j.ID, 1, "n1", "local", 1, nil, cur); err != nil {
+		t.Fatalf("dispatch with the current fence: %v", err)
 	}
 }

@@ -20,11 +20,13 @@ func (s *Scheduler) placeLoop(ctx context.Context) {
 	defer t.Stop()
 	lastRepair := time.Time{}
 	for {
-		s.reapOnce(ctx)
-		s.placeOnce(ctx)
-		if time.Since(lastRepair) >= s.cfg.RepairAfter/2 {
-			s.repairOnce(ctx)
-			lastRepair = time.Now()
+		if s.lead(ctx) {
+			s.reapOnce(ctx)
+			s.placeOnce(ctx)
+			if time.Since(lastRepair) >= s.cfg.RepairAfter/2 {
+				s.repairOnce(ctx)
+				lastRepair = time.Now()
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -104,7 +106,7 @@ func (s *Scheduler) placeJob(ctx context.Context, j *jobtype.Job, nodes []jobsto
 		return cands[a].Name < cands[b].Name
 	})
 	for _, n := range cands {
-		err := s.store.Dispatch(ctx, j.ID, j.Attempt, n.Name, "local", n.Slots, nil)
+		err := s.store.Dispatch(ctx, j.ID, j.Attempt, n.Name, "local", n.Slots, nil, s.leaderFence())
 		switch {
 		case err == nil:
 			j.Node = n.Name
@@ -114,6 +116,10 @@ func (s *Scheduler) placeJob(ctx context.Context, j *jobtype.Job, nodes []jobsto
 			continue
 		case errors.Is(err, jobstore.ErrConflict):
 			return false, false // cancelled or placed by someone else meanwhile
+		case errors.Is(err, jobstore.ErrFenced):
+			s.log.Warn("placer: no longer the leader; stopping this pass")
+			s.fence.Store(jobstore.Fence(""))
+			return false, true
 		default:
 			s.log.Warn("placer: dispatch", slog.String("job_id", j.ID), slog.Any("err", err))
 			return false, true
@@ -216,13 +222,16 @@ func (s *Scheduler) reapOnce(ctx context.Context) {
 		}
 	}
 	for _, l := range expired {
-		err := s.store.Reap(ctx, l.ID, l.Attempt, s.cfg.ReapGrace)
+		err := s.store.Reap(ctx, l.ID, l.Attempt, s.cfg.ReapGrace, s.leaderFence())
 		switch {
 		case err == nil:
 			s.log.Warn("reaper: lease expired; the job goes back to the pending set as a new attempt",
 				slog.String("job_id", l.ID), slog.Int("attempt", l.Attempt), slog.String("node", l.Node))
 			s.Wake()
 		case errors.Is(err, jobstore.ErrConflict):
+		case errors.Is(err, jobstore.ErrFenced):
+			s.fence.Store(jobstore.Fence(""))
+			return
 		default:
 			s.log.Warn("reaper", slog.String("job_id", l.ID), slog.Any("err", err))
 		}

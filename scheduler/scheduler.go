@@ -12,13 +12,16 @@ package scheduler
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -64,6 +67,14 @@ type Config struct {
 	// expired leases at once (a Redis blip, not dead workers), the reaper
 	// waits this long before it reaps them anyway. Default 2m.
 	MassExpiryWait time.Duration
+	// ID names this scheduler in the leader lease; default host-pid-random.
+	ID string
+	// LeaderTTL is the leader lease's length. The leader renews it on
+	// every placer pass; another scheduler takes over within LeaderTTL of
+	// the leader's death. Every dispatch and reap carries the lease value
+	// as a fencing token, so a deposed leader's late writes are refused.
+	// Default 5s.
+	LeaderTTL time.Duration
 	// AllowedRoots are the folders file:// datasets and outputs must be
 	// under (checked by their text here; the worker checks again with links
 	// resolved). Nil: no restriction (lathed always sets it).
@@ -114,6 +125,15 @@ func (c Config) withDefaults() Config {
 	if c.RepairAfter <= 0 {
 		c.RepairAfter = 10 * time.Second
 	}
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		var b [3]byte
+		_, _ = rand.Read(b[:])
+		c.ID = fmt.Sprintf("%s-%d-%x", host, os.Getpid(), b)
+	}
+	if c.LeaderTTL <= 0 {
+		c.LeaderTTL = 5 * time.Second
+	}
 	if c.ReapGrace <= 0 {
 		c.ReapGrace = 5 * time.Second
 	}
@@ -145,8 +165,9 @@ type Scheduler struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 
-	massSince time.Time  // when a mass lease expiry was first seen (placer goroutine only)
-	tokenSums [][32]byte // sha256 of each token's secret, for constant-time comparison
+	massSince time.Time    // when a mass lease expiry was first seen (placer goroutine only)
+	tokenSums [][32]byte   // sha256 of each token's secret, for constant-time comparison
+	fence     atomic.Value // jobstore.Fence of the current term, "" when not leading
 }
 
 // New returns a Scheduler over rdb; Start runs it.
@@ -156,6 +177,7 @@ func New(rdb redis.UniversalClient, store *jobstore.Store, cfg Config) *Schedule
 		client: asynq.NewClientFromRedisClient(rdb), insp: asynq.NewInspectorFromRedisClient(rdb),
 		log: cfg.Logger.With(slog.String("component", "scheduler")), wake: make(chan struct{}, 1)}
 	s.follow = store
+	s.fence.Store(jobstore.Fence(""))
 	for _, t := range cfg.Tokens {
 		s.tokenSums = append(s.tokenSums, sha256.Sum256([]byte(t.Secret)))
 	}
@@ -220,6 +242,12 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 	s.mu.Unlock()
 	s.cancel()
 	<-s.done
+	if f := s.leaderFence(); f != "" {
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = s.store.ReleaseLeadership(rctx, f)
+		cancel()
+		s.fence.Store(jobstore.Fence(""))
+	}
 	err := s.httpSrv.Shutdown(ctx)
 	if err != nil {
 		_ = s.httpSrv.Close()
@@ -234,4 +262,30 @@ func (s *Scheduler) Wake() {
 	case s.wake <- struct{}{}:
 	default:
 	}
+}
+
+// IsLeader reports whether this scheduler holds the leader lease now.
+func (s *Scheduler) IsLeader() bool { return s.leaderFence() != "" }
+
+func (s *Scheduler) leaderFence() jobstore.Fence { return s.fence.Load().(jobstore.Fence) }
+
+// lead takes or renews the leader lease; it returns whether this scheduler
+// leads for this pass. Any doubt (Redis unreachable) means not leading.
+func (s *Scheduler) lead(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.LeaderTTL/3)
+	defer cancel()
+	f, ok, err := s.store.AcquireLeadership(ctx, s.cfg.ID, s.cfg.LeaderTTL)
+	was := s.leaderFence()
+	switch {
+	case err != nil || !ok:
+		if was != "" {
+			s.log.Warn("lost the leader lease; placement, reaping and repair stop here", slog.Any("err", err))
+		}
+		s.fence.Store(jobstore.Fence(""))
+		return false
+	case was != f:
+		s.log.Info("leading", slog.String("id", s.cfg.ID), slog.Int64("fencing_token", f.Token()))
+	}
+	s.fence.Store(f)
+	return true
 }

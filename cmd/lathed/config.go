@@ -55,6 +55,7 @@ type schedulerSection struct {
 	PlaceInterval duration `yaml:"place_interval"`
 	RepairAfter   duration `yaml:"repair_after"`
 	ReapGrace     duration `yaml:"reap_grace"`
+	LeaderTTL     duration `yaml:"leader_ttl"`
 }
 
 type workerSection struct {

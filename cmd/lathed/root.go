@@ -221,7 +221,7 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			Defaults: jobspec.Defaults{MaxRuntime: fc.Jobs.DefaultMaxRuntime.D(), Residency: fc.Routing.DefaultResidency,
 				OutputURI: out},
 			Trainers: names, KillGrace: killGrace, PlaceInterval: fc.Scheduler.PlaceInterval.D(),
-			RepairAfter: fc.Scheduler.RepairAfter.D(), ReapGrace: fc.Scheduler.ReapGrace.D(),
+			RepairAfter: fc.Scheduler.RepairAfter.D(), ReapGrace: fc.Scheduler.ReapGrace.D(), LeaderTTL: fc.Scheduler.LeaderTTL.D(),
 			FollowRedis: followRDB, Logger: log,
 		})
 		if err := s.Start(ctx); err != nil {

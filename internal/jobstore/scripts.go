@@ -34,6 +34,11 @@ local function release(id)
   local node = redis.call('HGET', jobkey(id), 'node')
   if node and node ~= '' then redis.call('HDEL', P .. 'node:' .. node .. ':reserved', id) end
 end
+-- fenced: the write carries a leader's lease value (ARGV fence) and the
+-- lease now belongs to another term (or nobody).
+local function fenced(fence)
+  return fence ~= '' and redis.call('GET', P .. 'leader') ~= fence
+end
 local function reply(code, id)
   local v = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested')
   return {code, v[1] or '', tonumber(v[2] or '0'), tonumber(v[3] or '0')}
@@ -101,9 +106,10 @@ return reply(1, id)
 
 // dispatchScript reserves a slot on a node and moves a queued job to
 // dispatched, atomically. ARGV: prefix, id, attempt, node, capacity (slots
-// on the node), now ms, maxlen, event data, backend, gpus JSON.
+// on the node), now ms, maxlen, event data, backend, gpus JSON, fence (” none).
 var dispatchScript = redis.NewScript(luaCommon + `
 local id, want, node, cap, now, maxlen, data, backend, gpus = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
+if fenced(ARGV[11] or '') then return {5, 'fenced', 0, 0} end
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested')
 if not cur[1] then return {-1, '', 0, 0} end
 if cur[1] ~= 'queued' or tonumber(cur[2]) ~= want or cur[3] == '1' then return reply(0, id) end
@@ -199,9 +205,11 @@ return reply(1, id)
 
 // reapScript ends a running attempt whose lease expired more than grace ago
 // and makes the next attempt (queued, through the pending set). ARGV:
-// prefix, id, attempt, now, maxlen, event data, pending score, grace ms.
+// prefix, id, attempt, now, maxlen, event data, pending score, grace ms,
+// fence (” none).
 var reapScript = redis.NewScript(luaCommon + `
 local id, want, now, maxlen, data, score, grace = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
+if fenced(ARGV[9] or '') then return {5, 'fenced', 0, 0} end
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'lease_until')
 if not cur[1] then return {-1, '', 0, 0} end
 if cur[1] ~= 'running' or tonumber(cur[2]) ~= want then return reply(0, id) end

@@ -3,6 +3,7 @@ package jobstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -17,18 +18,20 @@ import (
 // of job id and moves the job queued → dispatched, in one script. It returns
 // ErrNodeFull when the node has no free slot, and a *ConflictError when the
 // job is no longer queued at that attempt (or a cancel was asked).
-func (s *Store) Dispatch(ctx context.Context, id string, attempt int, node, backend string, capacity int, gpus []int) error {
+func (s *Store) Dispatch(ctx context.Context, id string, attempt int, node, backend string, capacity int, gpus []int, fence ...Fence) error {
 	if gpus == nil {
 		gpus = []int{}
 	}
 	data := mustJSON(jobtype.StateChange{From: jobtype.StateQueued, To: jobtype.StateDispatched, Node: node})
-	r, err := s.run(ctx, "dispatch", id, dispatchScript, attempt, node, capacity, ms(s.now()), s.cfg.EventsMaxLen, data, backend, mustJSON(gpus))
+	r, err := s.run(ctx, "dispatch", id, dispatchScript, attempt, node, capacity, ms(s.now()), s.cfg.EventsMaxLen, data, backend, mustJSON(gpus), fenceArg(fence))
 	if err != nil {
 		return err
 	}
 	switch r.code {
 	case 1:
 		return nil
+	case 5:
+		return fmt.Errorf("jobstore: dispatch %s: %w", id, ErrFenced)
 	case 3:
 		return fmt.Errorf("jobstore: dispatch %s to %s: %w", id, node, ErrNodeFull)
 	default:
@@ -277,7 +280,7 @@ func (s *Store) RunningLeases(ctx context.Context, n int) ([]Lease, error) {
 // and queues the next attempt (it resumes from the job's checkpoint). It
 // returns a *ConflictError when the lease was renewed meanwhile or the
 // attempt already ended.
-func (s *Store) Reap(ctx context.Context, id string, attempt int, grace time.Duration) error {
+func (s *Store) Reap(ctx context.Context, id string, attempt int, grace time.Duration, fence ...Fence) error {
 	j, err := s.Get(ctx, id)
 	if err != nil {
 		return err
@@ -285,9 +288,12 @@ func (s *Store) Reap(ctx context.Context, id string, attempt int, grace time.Dur
 	data := mustJSON(jobtype.StateChange{From: jobtype.StateRunning, To: jobtype.StateQueued, Reason: "lease expired",
 		Error: fmt.Sprintf("attempt %d: lease expired (worker gone); resuming from the last checkpoint", attempt)})
 	score := strconv.FormatFloat(PendingScore(j.Spec.Priority, j.CreatedAt), 'f', 0, 64)
-	r, err := s.run(ctx, "reap", id, reapScript, attempt, ms(s.now()), s.cfg.EventsMaxLen, data, score, grace.Milliseconds())
+	r, err := s.run(ctx, "reap", id, reapScript, attempt, ms(s.now()), s.cfg.EventsMaxLen, data, score, grace.Milliseconds(), fenceArg(fence))
 	if err != nil {
 		return err
+	}
+	if r.code == 5 {
+		return fmt.Errorf("jobstore: reap %s: %w", id, ErrFenced)
 	}
 	if r.code != 1 {
 		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("reap needs running attempt %d with an expired lease", attempt)}
@@ -315,4 +321,14 @@ func (s *Store) Retry(ctx context.Context, id string) (*jobtype.Job, error) {
 		return nil, err
 	}
 	return s.Get(ctx, id)
+}
+
+// ErrFenced: the write carried a leader's fence whose term has ended.
+var ErrFenced = errors.New("fenced: no longer the leader")
+
+func fenceArg(f []Fence) string {
+	if len(f) == 0 {
+		return ""
+	}
+	return string(f[0])
 }
