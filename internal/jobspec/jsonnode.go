@@ -29,9 +29,10 @@ const maxJSONDepth = 10000
 // than Decoder.Token. It never panics: input that is not valid JSON gets an
 // error, not a tree.
 func jsonNode(data []byte) (*yaml.Node, error) {
-	c := jsonConv{data: data}
+	c := jsonConv{data: data, stack: make([]*yaml.Node, 0, 32)}
 	// About one node per 8 bytes of a typical spec; the slabs grow if not.
 	c.nodeChunk = min(len(data)/8+1, 256)
+	c.slotChunk = c.nodeChunk
 	n, err := c.value()
 	if err != nil {
 		return nil, err
@@ -53,6 +54,7 @@ type jsonConv struct {
 	nodes     []yaml.Node  // unused nodes
 	nodeChunk int          // size of the next node slab
 	slots     []*yaml.Node // unused Content slots
+	slotChunk int          // size of the next slot slab
 	stack     []*yaml.Node // the children of the open containers
 }
 
@@ -81,7 +83,9 @@ func (c *jsonConv) content(base int) []*yaml.Node {
 		return nil
 	}
 	if m > len(c.slots) {
-		c.slots = make([]*yaml.Node, max(m, 4*c.nodeChunk))
+		// Every node but the root takes one slot: as many as nodes.
+		c.slots = make([]*yaml.Node, max(m, c.slotChunk))
+		c.slotChunk = min(2*c.slotChunk, 1024)
 	}
 	s := c.slots[:m:m]
 	c.slots = c.slots[m:]

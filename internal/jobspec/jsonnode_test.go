@@ -308,3 +308,25 @@ func FuzzJSONNode(f *testing.F) {
 		checkJSONNode(t, data)
 	})
 }
+
+// BenchmarkJSONNode compares jsonNode with the Decoder.Token converter it
+// replaced, on the full spec.
+func BenchmarkJSONNode(b *testing.B) {
+	data := []byte(benchJSONFull)
+	b.Run("tokens", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := referenceJSONNode(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("bytes", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := jsonNode(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

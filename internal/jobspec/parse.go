@@ -45,10 +45,11 @@ func Parse(data []byte) (*Spec, error) {
 	}
 
 	var s Spec
+	// Room for the values of a spec, so the maps need not grow.
+	size := countValues(root, 3, 64)
 	d := &decoder{
-		present: make(map[string]bool),
-		raw:     make(map[string]string),
-		bad:     make(map[string]bool),
+		present: make(map[string]bool, size),
+		raw:     make(map[string]string, size),
 	}
 	if d.decodeStruct("", root, reflect.ValueOf(&s).Elem()) {
 		s.applyParseDefaults(d.present)
@@ -182,6 +183,10 @@ func aliasErrors(doc *yaml.Node) []FieldError {
 	return errs
 }
 
+// smallMapping is the most keys decodeStruct checks for duplicates without
+// a map.
+const smallMapping = 32
+
 // decoder walks a yaml.Node tree against the Go types of Spec, recording every
 // problem instead of stopping at the first.
 type decoder struct {
@@ -201,11 +206,33 @@ var durationType = reflect.TypeFor[Duration]()
 
 // fail records a problem with the value n at path.
 func (d *decoder) fail(path string, n *yaml.Node, msg string) {
+	if d.bad == nil {
+		d.bad = make(map[string]bool)
+	}
 	d.bad[path] = true
 	if len(d.errs) > maxErrors {
 		return // capErrors will say there were more
 	}
 	d.errs = append(d.errs, FieldError{Field: path, Value: render(n), Message: msg})
+}
+
+// countValues counts the values in n's mappings and lists down to depth
+// levels below n, up to limit.
+func countValues(n *yaml.Node, depth, limit int) int {
+	if depth == 0 || (n.Kind != yaml.MappingNode && n.Kind != yaml.SequenceNode) {
+		return 0
+	}
+	c := 0
+	for i, v := range n.Content {
+		if c >= limit {
+			return limit
+		}
+		if n.Kind == yaml.MappingNode && i%2 == 0 {
+			continue
+		}
+		c += 1 + countValues(v, depth-1, limit-c-1)
+	}
+	return min(c, limit)
 }
 
 // decode sets v from n and reports whether n fitted v's type.
@@ -236,21 +263,34 @@ func (d *decoder) decodeStruct(path string, n *yaml.Node, v reflect.Value) bool 
 		return false
 	}
 	fields := fieldsOf(v.Type())
-	seen := make(map[string]bool, len(n.Content)/2)
+	// The scalar keys met so far, in a map only for a large mapping: a
+	// spec's mappings are small, and a scan of the keys before is cheaper.
+	var seen map[string]bool
+	if len(n.Content) > 2*smallMapping {
+		seen = make(map[string]bool, len(n.Content)/2)
+	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
 		if k.Kind != yaml.ScalarNode {
 			d.fail(join(path, render(k)), val, "keys must be strings, not "+kindName(k))
 			continue
 		}
-		child := join(path, truncate(k.Value))
-		if seen[k.Value] {
+		dup := false
+		if seen != nil {
+			dup = seen[k.Value]
+			seen[k.Value] = true
+		} else {
+			for j := 0; j < i && !dup; j += 2 {
+				dup = n.Content[j].Kind == yaml.ScalarNode && n.Content[j].Value == k.Value
+			}
+		}
+		if dup {
 			if len(d.errs) <= maxErrors {
-				d.errs = append(d.errs, FieldError{Field: child, Value: render(val), Message: "duplicate key"})
+				d.errs = append(d.errs, FieldError{Field: childPath(path, k.Value), Value: render(val), Message: "duplicate key"})
 			}
 			continue
 		}
-		seen[k.Value] = true
+		child := childPath(path, k.Value)
 		idx, ok := fields[k.Value]
 		if !ok || k.Tag != "!!str" {
 			if len(d.errs) <= maxErrors {
@@ -293,17 +333,13 @@ func (d *decoder) decodeInt(path string, n *yaml.Node, v reflect.Value) bool {
 	var i int64
 	switch n.Tag {
 	case "!!int":
-		if q, ok := quickInt(n); ok {
-			i = q
-		} else if err := n.Decode(&i); err != nil {
+		var ok bool
+		if i, ok = nodeInt64(n); !ok {
 			d.fail(path, n, "must be an integer in the int64 range")
 			return false
 		}
 	case "!!float":
-		f, ok := quickFloat(n)
-		if !ok {
-			ok = n.Decode(&f) == nil
-		}
+		f, ok := nodeFloat64(n)
 		if !ok || f != math.Trunc(f) {
 			d.fail(path, n, "must be a whole number")
 			return false
@@ -327,13 +363,10 @@ func (d *decoder) decodeInt(path string, n *yaml.Node, v reflect.Value) bool {
 }
 
 func (d *decoder) decodeFloat(path string, n *yaml.Node, v reflect.Value) bool {
+	var f float64
 	ok := n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float")
-	f, quick := 0.0, false
 	if ok {
-		f, quick = quickFloat(n)
-	}
-	if ok && !quick {
-		ok = n.Decode(&f) == nil
+		f, ok = nodeFloat64(n)
 	}
 	if !ok {
 		d.fail(path, n, "must be a number, not "+kindName(n))
@@ -342,6 +375,28 @@ func (d *decoder) decodeFloat(path string, n *yaml.Node, v reflect.Value) bool {
 	v.SetFloat(f)
 	d.raw[path] = n.Value
 	return true
+}
+
+// nodeInt64 reads n as n.Decode into an int64 does, and reports whether
+// Decode would have succeeded.
+func nodeInt64(n *yaml.Node) (int64, bool) {
+	if i, ok := quickInt(n); ok {
+		return i, true
+	}
+	var i int64 // escapes to Decode: declared here, it costs only this path
+	err := n.Decode(&i)
+	return i, err == nil
+}
+
+// nodeFloat64 reads n as n.Decode into a float64 does, and reports whether
+// Decode would have succeeded.
+func nodeFloat64(n *yaml.Node) (float64, bool) {
+	if f, ok := quickFloat(n); ok {
+		return f, true
+	}
+	var f float64
+	err := n.Decode(&f)
+	return f, err == nil
 }
 
 // quickInt gives what n.Decode would put in an int64, for a scalar n tagged
@@ -413,7 +468,7 @@ func (d *decoder) decodeStrings(path string, n *yaml.Node, v reflect.Value) bool
 	out := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 	for i, item := range n.Content {
 		// A bad item stays "" so the indices of the others stay right.
-		d.decodeString(path+"["+strconv.Itoa(i)+"]", item, out.Index(i))
+		d.decodeString(itemPath(path, i), item, out.Index(i))
 	}
 	v.Set(out)
 	return true
@@ -443,6 +498,56 @@ func fieldsOf(t reflect.Type) map[string]int {
 	fieldCache.Store(t, m)
 	return m
 }
+
+// childPath is join(path, truncate(key)), the path of the value under key
+// in the mapping at path; for the schema's own fields it hands out a string
+// made once instead of a new one.
+func childPath(path, key string) string {
+	if p, ok := schemaPaths[pathStep{path, key}]; ok {
+		return p
+	}
+	return join(path, truncate(key))
+}
+
+type pathStep struct{ parent, key string }
+
+// itemPath is the path of item i of the list at path.
+func itemPath(path string, i int) string {
+	if i < schemaListItems {
+		if p, ok := schemaPaths[pathStep{path, strconv.Itoa(i)}]; ok {
+			return p
+		}
+	}
+	return path + "[" + strconv.Itoa(i) + "]"
+}
+
+// schemaListItems is how many items of each list schemaPaths holds paths
+// for.
+const schemaListItems = 8
+
+// schemaPaths maps the path of every struct in the schema and the key of
+// one of its fields to the field's path, and the path of every list and an
+// index under schemaListItems (as digits) to the item's path.
+var schemaPaths = func() map[pathStep]string {
+	m := make(map[pathStep]string)
+	var walk func(path string, t reflect.Type)
+	walk = func(path string, t reflect.Type) {
+		for name, i := range fieldsOf(t) {
+			child := join(path, truncate(name))
+			m[pathStep{path, name}] = child
+			switch ft := t.Field(i).Type; ft.Kind() {
+			case reflect.Struct:
+				walk(child, ft)
+			case reflect.Slice:
+				for i := range schemaListItems {
+					m[pathStep{child, strconv.Itoa(i)}] = child + "[" + strconv.Itoa(i) + "]"
+				}
+			}
+		}
+	}
+	walk("", reflect.TypeFor[Spec]())
+	return m
+}()
 
 // join appends a key to a dotted path.
 func join(path, key string) string {

@@ -5,7 +5,6 @@ import (
 	"math"
 	"net/url"
 	"path"
-	"regexp"
 	"strconv"
 	"strings"
 	"unicode"
@@ -31,14 +30,69 @@ const (
 	maxS3KeyLen     = 1024
 )
 
-var (
-	nameRE         = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
-	targetModuleRE = regexp.MustCompile(`^[A-Za-z0-9_.]+$`)
-	residencyTagRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
-	trainerRE      = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-	bucketRE       = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
-	ipv4RE         = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$`)
-)
+// The syntax rules below are plain byte loops, each the regular expression
+// in its comment (fastpath_test.go checks them against it), which a spec
+// would otherwise run through the regexp package a dozen times.
+
+// lowerDigit reports whether b is in [a-z0-9].
+func lowerDigit(b byte) bool { return 'a' <= b && b <= 'z' || '0' <= b && b <= '9' }
+
+// all reports whether every byte of s[from:to] is in class.
+func all(s string, from, to int, class func(byte) bool) bool {
+	for i := from; i < to; i++ {
+		if !class(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// validName: ^[a-z0-9]([a-z0-9-]*[a-z0-9])?$
+func validName(s string) bool {
+	return s != "" && lowerDigit(s[0]) && lowerDigit(s[len(s)-1]) &&
+		all(s, 1, len(s)-1, func(b byte) bool { return lowerDigit(b) || b == '-' })
+}
+
+// validTargetModule: ^[A-Za-z0-9_.]+$
+func validTargetModule(s string) bool {
+	return s != "" && all(s, 0, len(s), func(b byte) bool {
+		return lowerDigit(b) || 'A' <= b && b <= 'Z' || b == '_' || b == '.'
+	})
+}
+
+// validResidencyTag: ^[a-z][a-z0-9-]{0,31}$
+func validResidencyTag(s string) bool {
+	return s != "" && len(s) <= 32 && 'a' <= s[0] && s[0] <= 'z' &&
+		all(s, 1, len(s), func(b byte) bool { return lowerDigit(b) || b == '-' })
+}
+
+// validTrainer: ^[a-z0-9][a-z0-9_-]{0,62}$
+func validTrainer(s string) bool {
+	return s != "" && len(s) <= 63 && lowerDigit(s[0]) &&
+		all(s, 1, len(s), func(b byte) bool { return lowerDigit(b) || b == '_' || b == '-' })
+}
+
+// validBucket: ^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$
+func validBucket(s string) bool {
+	return len(s) >= 3 && len(s) <= 63 && lowerDigit(s[0]) && lowerDigit(s[len(s)-1]) &&
+		all(s, 1, len(s)-1, func(b byte) bool { return lowerDigit(b) || b == '.' || b == '-' })
+}
+
+// looksIPv4: ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$
+func looksIPv4(s string) bool {
+	dots, run := 0, 0 // the dots so far, the digits since the last
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; {
+		case '0' <= b && b <= '9':
+			run++
+		case b == '.' && run > 0 && dots < 3:
+			dots, run = dots+1, 0
+		default:
+			return false
+		}
+	}
+	return dots == 3 && run > 0
+}
 
 // Valid reports whether p is urgent, normal or batch.
 func (p Priority) Valid() bool {
@@ -62,7 +116,7 @@ func (s *Spec) Validate() []FieldError {
 		c.add("name", "", "is required")
 	case len(s.Name) > maxNameLen:
 		c.add("name", s.Name, fmt.Sprintf("must be at most %d characters", maxNameLen))
-	case !nameRE.MatchString(s.Name):
+	case !validName(s.Name):
 		c.add("name", s.Name, "must be lower-case letters, digits and '-', starting and ending with a letter or digit")
 	}
 
@@ -108,7 +162,7 @@ func (s *Spec) Validate() []FieldError {
 		c.add("lora.target_modules", "", "must list at least one module")
 	}
 	c.list("lora.target_modules", s.LoRA.TargetModules, true, func(m string) string {
-		if !targetModuleRE.MatchString(m) {
+		if !validTargetModule(m) {
 			return "must be letters, digits, '_' and '.'"
 		}
 		return ""
@@ -165,7 +219,7 @@ func (s *Spec) Validate() []FieldError {
 	})
 
 	c.list("residency", s.Residency, true, func(tag string) string {
-		if !residencyTagRE.MatchString(tag) {
+		if !validResidencyTag(tag) {
 			return "must be a lower-case letter followed by up to 31 lower-case letters, digits or '-'"
 		}
 		return ""
@@ -186,7 +240,7 @@ func (s *Spec) Validate() []FieldError {
 		}
 		return ""
 	})
-	if !trainerRE.MatchString(s.Trainer) {
+	if !validTrainer(s.Trainer) {
 		c.add("trainer", s.Trainer, "must be 1–63 lower-case letters, digits, '_' or '-', starting with a letter or digit")
 	}
 
@@ -210,6 +264,10 @@ func (s *Spec) Validate() []FieldError {
 	return c.errs
 }
 
+// smallList is the longest list checker.list checks for repeats without a
+// map.
+const smallList = 16
+
 // checker collects FieldErrors.
 type checker struct{ errs []FieldError }
 
@@ -231,25 +289,40 @@ func (c *checker) float(field string, f float64, rule func(float64) string) {
 // list checks each item of a list of strings: not empty, rule, and (when
 // unique) no repeats.
 func (c *checker) list(field string, items []string, unique bool, rule func(string) string) {
-	first := make(map[string]int, len(items))
+	item := func(i int) string { return field + "[" + strconv.Itoa(i) + "]" }
+	// The index of the first good occurrence of each item; a short list
+	// (as a spec's are) is searched instead.
+	var first map[string]int
+	if unique && len(items) > smallList {
+		first = make(map[string]int, len(items))
+	}
 	for i, it := range items {
-		f := field + "[" + strconv.Itoa(i) + "]"
 		if it == "" {
-			c.add(f, "", "must not be empty")
+			c.add(item(i), "", "must not be empty")
 			continue
 		}
 		if msg := rule(it); msg != "" {
-			c.add(f, it, msg)
+			c.add(item(i), it, msg)
 			continue
 		}
 		if !unique {
 			continue
 		}
-		if j, dup := first[it]; dup {
-			c.add(f, it, fmt.Sprintf("repeats %s[%d]", field, j))
-			continue
+		j, dup := -1, false
+		if first != nil {
+			j, dup = first[it]
+			if !dup {
+				first[it] = i
+			}
+		} else {
+			// An earlier equal item passed the same checks as it did.
+			for k := 0; k < i && !dup; k++ {
+				j, dup = k, items[k] == it
+			}
 		}
-		first[it] = i
+		if dup {
+			c.add(item(i), it, fmt.Sprintf("repeats %s[%d]", field, j))
+		}
 	}
 }
 
@@ -311,7 +384,7 @@ func uriProblem(u string, object bool) string {
 		case !graphic(p, true):
 			return "must not contain control characters"
 		}
-		for _, seg := range strings.Split(p, "/") {
+		for seg := range strings.SplitSeq(p, "/") {
 			if seg == ".." {
 				return "must not contain '..' segments"
 			}
@@ -341,7 +414,7 @@ func uriProblem(u string, object bool) string {
 		if len(key) > maxS3KeyLen {
 			return fmt.Sprintf("object key must be at most %d bytes", maxS3KeyLen)
 		}
-		for _, seg := range strings.Split(key, "/") {
+		for seg := range strings.SplitSeq(key, "/") {
 			if seg == "." || seg == ".." {
 				return "must not contain '.' or '..' segments"
 			}
@@ -357,11 +430,11 @@ func bucketProblem(b string) string {
 	switch {
 	case b == "":
 		return "must name a bucket: s3://bucket/key"
-	case !bucketRE.MatchString(b):
+	case !validBucket(b):
 		return "bucket name must be 3–63 lower-case letters, digits, '.' or '-', starting and ending with a letter or digit"
 	case strings.Contains(b, ".."):
 		return "bucket name must not contain '..'"
-	case ipv4RE.MatchString(b):
+	case looksIPv4(b):
 		return "bucket name must not look like an IP address"
 	case strings.HasPrefix(b, "xn--"), strings.HasPrefix(b, "sthree-"),
 		strings.HasSuffix(b, "-s3alias"), strings.HasSuffix(b, "--ol-s3"):
@@ -372,4 +445,4 @@ func bucketProblem(b string) string {
 
 // ValidResidencyTag reports whether tag is a well-formed residency tag
 // (a lower-case word: `^[a-z][a-z0-9-]{0,31}$`).
-func ValidResidencyTag(tag string) bool { return residencyTagRE.MatchString(tag) }
+func ValidResidencyTag(tag string) bool { return validResidencyTag(tag) }

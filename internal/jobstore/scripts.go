@@ -84,6 +84,13 @@ if allowed == '' then ok = not terminal(state) else
 end
 if not ok or (want ~= 0 and want ~= attempt) then return reply(0, id) end
 local function has(f) return string.find(',' .. flags .. ',', ',' .. f .. ',', 1, true) ~= nil end
+if has('requeue') and not has('clearcancel') and redis.call('HGET', jobkey(id), 'cancel_requested') == '1' then
+  -- Requeueing a job whose cancel was asked ends it instead.
+  to = 'cancelled'
+  flags = string.gsub(flags, 'requeue', 'norequeue')
+  data = '{"from":"__FROM__","to":"cancelled","reason":"cancelled"}'
+  redis.call('HSET', jobkey(id), 'reason', 'cancelled', 'finished_at', now)
+end
 if has('release') then release(id) end
 if has('unpend') then redis.call('ZREM', P .. 'pending', id) end
 if has('clearcancel') then redis.call('HSET', jobkey(id), 'cancel_requested', '0') end
@@ -210,11 +217,18 @@ return reply(1, id)
 var reapScript = redis.NewScript(luaCommon + `
 local id, want, now, maxlen, data, score, grace = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 if fenced(ARGV[9] or '') then return {5, 'fenced', 0, 0} end
-local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'lease_until')
+local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'lease_until', 'cancel_requested')
 if not cur[1] then return {-1, '', 0, 0} end
 if cur[1] ~= 'running' or tonumber(cur[2]) ~= want then return reply(0, id) end
 if tonumber(cur[3] or '0') + grace >= now then return reply(0, id) end
 release(id)
+if cur[4] == '1' then
+  -- A cancel was asked while the worker was gone: the attempt ends, and so does the job.
+  setstate(id, 'running', 'cancelled', now)
+  redis.call('HSET', jobkey(id), 'reason', 'cancelled', 'finished_at', now)
+  addevent(id, maxlen, 'state', want, now, '{"from":"running","to":"cancelled","reason":"cancelled","error":"cancelled while its worker was gone"}')
+  return reply(1, id)
+end
 setstate(id, 'running', 'queued', now)
 redis.call('HSET', jobkey(id), 'attempt', want + 1, 'node', '', 'backend', '', 'gpus', '[]', 'error', 'attempt ' .. want .. ': lease expired (worker gone)')
 redis.call('ZADD', P .. 'pending', score, id)

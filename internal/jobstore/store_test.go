@@ -239,3 +239,41 @@ func TestLeaseRenewReap(t *testing.T) {
 		t.Fatalf("nodes %v", n)
 	}
 }
+
+// TestCancelWhileWorkerGone: a cancel asked while the attempt's worker is
+// gone ends the job when the reaper (or a requeue) comes, instead of
+// queueing a new attempt that could never be placed.
+func TestCancelWhileWorkerGone(t *testing.T) {
+	srv := redistest.Start(t)
+	now := time.UnixMilli(1_800_000_000_000)
+	s := jobstore.New(srv.Client(), jobstore.Config{Now: func() time.Time { return now }})
+	ctx := context.Background()
+	for _, path := range []string{"reap", "requeue"} {
+		j, _, _ := s.Create(ctx, jobstore.NewJob{Spec: spec("w", jobspec.PriorityNormal)})
+		_ = s.Dispatch(ctx, j.ID, 1, "n1", "local", 9, nil)
+		_, _ = s.Claim(ctx, j.ID, 1, "n1", "inc", 30*time.Second)
+		if st, err := s.Cancel(ctx, j.ID); err != nil || st != jobtype.StateRunning {
+			t.Fatalf("%s: cancel: %s %v", path, st, err)
+		}
+		if path == "reap" {
+			now = now.Add(time.Minute)
+			if err := s.Reap(ctx, j.ID, 1, time.Second); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := s.Requeue(ctx, j.ID, 1, "worker shutdown", ""); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := s.Get(ctx, j.ID)
+		if got.State != jobtype.StateCancelled || got.Attempt != 1 {
+			t.Fatalf("%s: %s attempt %d, want cancelled at attempt 1", path, got.State, got.Attempt)
+		}
+		if ids, _ := s.Pending(ctx, 10); len(ids) != 0 {
+			t.Fatalf("%s: pending %v", path, ids)
+		}
+		// retry still works on it: a new attempt, cancel request cleared.
+		if r, err := s.Retry(ctx, j.ID); err != nil || r.State != jobtype.StateQueued || r.Attempt != 2 || r.CancelRequested {
+			t.Fatalf("%s: retry: %+v %v", path, r, err)
+		}
+		_, _ = s.Cancel(ctx, j.ID)
+	}
+}
