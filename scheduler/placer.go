@@ -18,7 +18,7 @@ func (s *Scheduler) placeLoop(ctx context.Context) {
 	defer close(s.done)
 	t := time.NewTicker(s.cfg.PlaceInterval)
 	defer t.Stop()
-	lastRepair := time.Time{}
+	lastRepair, lastPrune := time.Time{}, time.Time{}
 	for {
 		if s.lead(ctx) {
 			s.reapOnce(ctx)
@@ -26,6 +26,10 @@ func (s *Scheduler) placeLoop(ctx context.Context) {
 			if time.Since(lastRepair) >= s.cfg.RepairAfter/2 {
 				s.repairOnce(ctx)
 				lastRepair = time.Now()
+			}
+			if time.Since(lastPrune) >= time.Minute {
+				s.pruneOnce(ctx)
+				lastPrune = time.Now()
 			}
 		}
 		select {
@@ -235,5 +239,31 @@ func (s *Scheduler) reapOnce(ctx context.Context) {
 		default:
 			s.log.Warn("reaper", slog.String("job_id", l.ID), slog.Any("err", err))
 		}
+	}
+}
+
+// pruneOnce applies the retention of finished jobs (KeepFinished,
+// FinishedTTL), at most 1000 deletions a pass, so Redis stays small under
+// noeviction.
+func (s *Scheduler) pruneOnce(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	keep := s.cfg.KeepFinished
+	if keep < 0 {
+		keep = 0 // PruneFinished: 0 = no cap
+	}
+	var before time.Time
+	if s.cfg.FinishedTTL > 0 {
+		before = time.Now().Add(-s.cfg.FinishedTTL)
+	}
+	if keep == 0 && before.IsZero() {
+		return
+	}
+	n, err := s.store.PruneFinished(ctx, keep, before, 1000)
+	if err != nil {
+		s.log.Warn("retention: prune finished jobs", slog.Any("err", err))
+	}
+	if n > 0 {
+		s.log.Info("retention: deleted finished jobs", slog.Int("deleted", n), slog.Int("keep_finished", s.cfg.KeepFinished))
 	}
 }

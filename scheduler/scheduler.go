@@ -75,6 +75,14 @@ type Config struct {
 	// as a fencing token, so a deposed leader's late writes are refused.
 	// Default 5s.
 	LeaderTTL time.Duration
+	// KeepFinished caps how many finished jobs (succeeded, failed,
+	// cancelled) stay in Redis; the leader deletes the oldest beyond it
+	// (record and events; artifacts on disk stay). Default 10000; negative
+	// means no cap.
+	KeepFinished int
+	// FinishedTTL deletes finished jobs created longer ago than this;
+	// default 30 days; negative means no age limit.
+	FinishedTTL time.Duration
 	// AllowedRoots are the folders file:// datasets and outputs must be
 	// under (checked by their text here; the worker checks again with links
 	// resolved). Nil: no restriction (lathed always sets it).
@@ -130,6 +138,12 @@ func (c Config) withDefaults() Config {
 		var b [3]byte
 		_, _ = rand.Read(b[:])
 		c.ID = fmt.Sprintf("%s-%d-%x", host, os.Getpid(), b)
+	}
+	if c.KeepFinished == 0 {
+		c.KeepFinished = 10000
+	}
+	if c.FinishedTTL == 0 {
+		c.FinishedTTL = 30 * 24 * time.Hour
 	}
 	if c.LeaderTTL <= 0 {
 		c.LeaderTTL = 5 * time.Second

@@ -73,6 +73,8 @@ type jobsSection struct {
 	DefaultOutputURI  string   `yaml:"default_output_uri"`
 	EventsMaxLen      int64    `yaml:"events_max_len"`
 	AllowedRoots      []string `yaml:"allowed_roots"`
+	KeepFinished      int      `yaml:"keep_finished"`
+	FinishedTTL       duration `yaml:"finished_ttl"`
 }
 
 type routingSection struct {
@@ -83,7 +85,7 @@ type routingSection struct {
 type duration time.Duration
 
 func (d *duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := time.ParseDuration(n.Value)
+	v, err := jobspec.ParseDuration(n.Value)
 	if err != nil || v < 0 {
 		return fmt.Errorf("line %d: %q is not a duration like 10s or 2h", n.Line, n.Value)
 	}

@@ -218,6 +218,7 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 		out := firstNonEmpty(fc.Jobs.DefaultOutputURI, fileuri.FromPath(filepath.Join(dataDir, "artifacts")))
 		s := scheduler.New(rdb, store, scheduler.Config{
 			Listen: listen, Tokens: tokens, AllowedRoots: roots,
+			KeepFinished: fc.Jobs.KeepFinished, FinishedTTL: fc.Jobs.FinishedTTL.D(),
 			Defaults: jobspec.Defaults{MaxRuntime: fc.Jobs.DefaultMaxRuntime.D(), Residency: fc.Routing.DefaultResidency,
 				OutputURI: out},
 			Trainers: names, KillGrace: killGrace, PlaceInterval: fc.Scheduler.PlaceInterval.D(),

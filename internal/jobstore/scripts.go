@@ -235,3 +235,20 @@ redis.call('ZADD', P .. 'pending', score, id)
 addevent(id, maxlen, 'state', want + 1, now, data)
 return reply(1, id)
 `)
+
+// deleteScript removes a finished job entirely: record, event stream,
+// index entries, attempt reservations. ARGV: prefix, id. Refuses a job that
+// is not in a terminal state.
+var deleteScript = redis.NewScript(luaCommon + `
+local id = ARGV[2]
+local st = redis.call('HGET', jobkey(id), 'state')
+if not st then
+  redis.call('ZREM', P .. 'jobs', id)
+  return {-1, '', 0, 0}
+end
+if not terminal(st) then return reply(0, id) end
+redis.call('DEL', jobkey(id), evkey(id))
+redis.call('ZREM', P .. 'jobs', id)
+redis.call('ZREM', statekey(st), id)
+return {1, st, 0, 0}
+`)

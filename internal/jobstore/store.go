@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -433,4 +434,65 @@ func mustJSON(v any) string {
 		panic(fmt.Sprintf("jobstore: marshal %T: %v", v, err)) // only our own plain types reach here
 	}
 	return string(b)
+}
+
+// Delete removes a finished (succeeded, failed or cancelled) job: its
+// record, events and index entries. Artifacts on disk are not touched.
+func (s *Store) Delete(ctx context.Context, id string) error {
+	r, err := s.run(ctx, "delete", id, deleteScript)
+	if err != nil {
+		return err
+	}
+	if r.code != 1 {
+		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: "delete needs a finished job"}
+	}
+	return nil
+}
+
+// PruneFinished deletes the oldest finished jobs (by id, that is by
+// creation) beyond keep, and every finished job created before olderThan
+// (zero: no age limit), at most max per call. It returns how many it
+// deleted.
+func (s *Store) PruneFinished(ctx context.Context, keep int, olderThan time.Time, max int) (int, error) {
+	deleted := 0
+	var ids []string
+	for _, st := range []jobtype.State{jobtype.StateSucceeded, jobtype.StateFailed, jobtype.StateCancelled} {
+		got, err := s.rdb.ZRangeByLex(ctx, s.key("state", string(st)), &redis.ZRangeBy{Min: "-", Max: "+"}).Result()
+		if err != nil {
+			return 0, fmt.Errorf("jobstore: prune: %w", err)
+		}
+		ids = append(ids, got...)
+	}
+	sort.Strings(ids) // oldest first
+	excess := len(ids) - keep
+	if keep <= 0 {
+		excess = 0
+	}
+	for i, id := range ids {
+		if deleted >= max {
+			break
+		}
+		old := !olderThan.IsZero() && idTime(id).Before(olderThan)
+		if i >= excess && !old {
+			continue
+		}
+		if err := s.Delete(ctx, id); err != nil && !errors.Is(err, ErrConflict) && !errors.Is(err, ErrNotFound) {
+			return deleted, err
+		}
+		deleted++
+	}
+	return deleted, nil
+}
+
+// idTime is the creation time encoded in a job id.
+func idTime(id string) time.Time {
+	const alphabet = "0123456789abcdefghjkmnpqrstvwxyz"
+	if !ValidID(id) {
+		return time.Time{}
+	}
+	var t int64
+	for _, c := range id[2:12] {
+		t = t<<5 | int64(strings.IndexRune(alphabet, c))
+	}
+	return time.UnixMilli(t)
 }

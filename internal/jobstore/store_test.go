@@ -277,3 +277,48 @@ func TestCancelWhileWorkerGone(t *testing.T) {
 		_, _ = s.Cancel(ctx, j.ID)
 	}
 }
+
+// TestPruneFinished keeps the newest finished jobs up to the cap, drops
+// those past the age limit, and never touches unfinished ones.
+func TestPruneFinished(t *testing.T) {
+	srv := redistest.Start(t)
+	now := time.UnixMilli(1_800_000_000_000)
+	s := jobstore.New(srv.Client(), jobstore.Config{Now: func() time.Time { return now }})
+	ctx := context.Background()
+	var ids []string
+	for i := 0; i < 6; i++ {
+		now = now.Add(time.Hour)
+		j, _, _ := s.Create(ctx, jobstore.NewJob{Spec: spec("p", jobspec.PriorityNormal)})
+		ids = append(ids, j.ID)
+		if i < 5 {
+			_, _ = s.Cancel(ctx, j.ID) // finished
+		}
+	}
+	if err := s.Delete(ctx, ids[5]); !errors.Is(err, jobstore.ErrConflict) {
+		t.Fatalf("delete of a queued job: %v", err)
+	}
+	n, err := s.PruneFinished(ctx, 3, time.Time{}, 100)
+	if err != nil || n != 2 {
+		t.Fatalf("prune to 3: %d %v", n, err)
+	}
+	for i, id := range ids {
+		_, err := s.Get(ctx, id)
+		if gone := errors.Is(err, jobstore.ErrNotFound); gone != (i < 2) {
+			t.Fatalf("job %d: gone=%v", i, gone)
+		}
+	}
+	if evs, _ := s.Events(ctx, ids[0], "", 10); len(evs) != 0 {
+		t.Fatalf("events of a pruned job remain: %d", len(evs))
+	}
+	// Age: jobs created before the 4th hour go; the queued one stays.
+	n, _ = s.PruneFinished(ctx, 0, time.UnixMilli(1_800_000_000_000).Add(4*time.Hour+time.Minute), 100)
+	if n != 2 {
+		t.Fatalf("prune by age: %d", n)
+	}
+	if j, err := s.Get(ctx, ids[5]); err != nil || j.State != jobtype.StateQueued {
+		t.Fatalf("the unfinished job: %v %v", j, err)
+	}
+	if all, _, _ := s.List(ctx, "", "", 100); len(all) != 2 {
+		t.Fatalf("listed %d jobs, want 2", len(all))
+	}
+}
