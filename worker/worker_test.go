@@ -28,6 +28,7 @@ import (
 // tests in cmd/lathed run for real); they let each exit path be forced.
 
 type testBundle struct {
+	srv    *redistest.Server
 	ctx    context.Context
 	rdb    *redis.Client
 	store  *jobstore.Store
@@ -49,7 +50,7 @@ echo '{"event":"done","metrics":{"train_loss":1.0,"eval_loss":1.5}}'
 
 func setup(t *testing.T, trainers map[string]string) testBundle {
 	t.Helper()
-	srv := redistest.Start(t)
+	srv := redistest.StartWith(t, redistest.Options{AOF: true}) // TestSelfFencing restarts it
 	rdb := srv.Client()
 	dir := t.TempDir()
 	argv := map[string][]string{}
@@ -71,11 +72,22 @@ func setup(t *testing.T, trainers map[string]string) testBundle {
 	}
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
 	c := asynq.NewClientFromRedisClient(rdb)
-	return testBundle{ctx: context.Background(), rdb: rdb, store: store, client: c, dir: dir, w: w}
+	return testBundle{srv: srv, ctx: context.Background(), rdb: rdb, store: store, client: c, dir: dir, w: w}
 }
 
 // submit creates a job and dispatches it to n1 the way the scheduler does.
 func (b testBundle) submit(t *testing.T, trainer string, maxRuntime time.Duration) string {
+	t.Helper()
+	return b.submitNode(t, trainer, maxRuntime, "n1")
+}
+
+// submitTo is submit to another node, with an hour's max_runtime.
+func (b testBundle) submitTo(t *testing.T, trainer, node string) string {
+	t.Helper()
+	return b.submitNode(t, trainer, time.Hour, node)
+}
+
+func (b testBundle) submitNode(t *testing.T, trainer string, maxRuntime time.Duration, node string) string {
 	t.Helper()
 	spec := &jobspec.Spec{Name: "t", BaseModel: "tiny-char", Dataset: "file:///d.jsonl", Trainer: trainer,
 		Priority: jobspec.PriorityNormal, MaxRuntime: jobspec.Duration(maxRuntime)}
@@ -83,21 +95,43 @@ func (b testBundle) submit(t *testing.T, trainer string, maxRuntime time.Duratio
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.dispatch(t, j.ID, 1)
+	b.dispatchTo(t, j.ID, 1, node)
 	return j.ID
 }
 
 func (b testBundle) dispatch(t *testing.T, id string, attempt int) {
 	t.Helper()
-	if err := b.store.Dispatch(b.ctx, id, attempt, "n1", "local", 2, nil); err != nil {
+	b.dispatchTo(t, id, attempt, "n1")
+}
+
+func (b testBundle) dispatchTo(t *testing.T, id string, attempt int, node string) {
+	t.Helper()
+	if err := b.store.Dispatch(b.ctx, id, attempt, node, "local", 2, nil); err != nil {
 		t.Fatal(err)
 	}
 	payload, _ := json.Marshal(jobtype.TaskPayload{JobID: id, Attempt: attempt})
 	if _, err := b.client.Enqueue(asynq.NewTask(jobtype.TaskType, payload), asynq.TaskID(jobtype.TaskID(id, attempt)),
-		asynq.Queue(jobtype.NodeQueue("n1")), asynq.MaxRetry(0), asynq.Timeout(time.Hour)); err != nil {
+		asynq.Queue(jobtype.NodeQueue(node)), asynq.MaxRetry(0), asynq.Timeout(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 }
+
+// startedPID is the trainer pid of a job's "started" event.
+func startedPID(t *testing.T, b testBundle, id string) int {
+	t.Helper()
+	evs, _ := b.store.Events(b.ctx, id, "", 1000)
+	for _, e := range evs {
+		if e.Type == "started" {
+			var d struct{ PID int }
+			_ = json.Unmarshal(e.Data, &d)
+			return d.PID
+		}
+	}
+	t.Fatalf("no started event for %s", id)
+	return 0
+}
+
+func redisOf(t *testing.T, b testBundle) *redistest.Server { return b.srv }
 
 func (b testBundle) wait(t *testing.T, id string, cond func(*jobtype.Job) bool) *jobtype.Job {
 	t.Helper()

@@ -1,0 +1,98 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/worker"
+	"github.com/lathe-ml/lathe/worker/runner"
+)
+
+// TestStartKillsOrphans: a trainer group left by a previous incarnation
+// (a pidfile naming a live process group with its start time) is killed
+// before the worker takes work. The "orphan" is a real process group of
+// /bin/sh with a child that ignores SIGTERM.
+func TestStartKillsOrphans(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	dir := t.TempDir()
+	cmd := exec.Command("/bin/sh", "-c", "trap '' TERM; sleep 300 & wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go cmd.Wait()
+	pgid := cmd.Process.Pid
+	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pgid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(stat)[strings.LastIndexByte(string(stat), ')')+1:])
+	start, _ := strconv.ParseUint(fields[19], 10, 64)
+	os.MkdirAll(filepath.Join(dir, "pids"), 0o755)
+	b, _ := json.Marshal(map[string]any{"job_id": "j-00000000000000aa", "attempt": 1, "pgid": pgid, "start_time": start})
+	os.WriteFile(filepath.Join(dir, "pids", "j-00000000000000aa-1.json"), b, 0o644)
+	w, err := worker.New(rdb, jobstore.New(rdb, jobstore.Config{}), worker.Config{Node: "n1", DataDir: dir,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background())
+	if runner.GroupAlive(pgid) {
+		t.Fatalf("orphaned group %d still alive after the worker started", pgid)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "pids", "j-00000000000000aa-1.json")); !os.IsNotExist(err) {
+		t.Fatalf("pidfile left: %v", err)
+	}
+}
+
+// TestSelfFencing: when Redis is gone for half the attempt's lease, the
+// worker stops the trainer on its own; once Redis is back the attempt is
+// requeued (or, had the reaper come first, it stays requeued): never two.
+func TestSelfFencing(t *testing.T) {
+	b := setup(t, map[string]string{"slow": "#!/bin/sh\necho '{\"event\":\"progress\",\"step\":1,\"total_steps\":9,\"loss\":1}'\nexec sleep 120\n"})
+	_ = b.w.Stop(context.Background()) // replace the default worker with one on a short lease
+	w, err := worker.New(b.rdb, b.store, worker.Config{Node: "n2", DataDir: b.dir, LeaseTTL: 2 * time.Second, KillGrace: time.Second,
+		Trainers: map[string][]string{"slow": {"/bin/sh", filepath.Join(b.dir, "slow.sh")}},
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background())
+	id := b.submitTo(t, "slow", "n2")
+	j := b.wait(t, id, func(j *jobtype.Job) bool { return j.State == jobtype.StateRunning && j.Progress.Step == 1 })
+	pid := startedPID(t, b, id)
+	srv := redisOf(t, b)
+	srv.Kill()
+	// The trainer must be gone without Redis: wait on the process group.
+	for deadline := time.Now().Add(30 * time.Second); runner.GroupAlive(pid); {
+		if time.Now().After(deadline) {
+			t.Fatalf("trainer group %d still alive with Redis gone for 30 s (lease %s)", pid, "2s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	srv.Restart()
+	j = b.wait(t, id, func(j *jobtype.Job) bool { return j.State == jobtype.StateQueued })
+	if j.Attempt != 2 {
+		t.Fatalf("after fencing: %s attempt %d", j.State, j.Attempt)
+	}
+}
