@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -13,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
@@ -94,5 +98,38 @@ func TestSelfFencing(t *testing.T) {
 	j = b.wait(t, id, func(j *jobtype.Job) bool { return j.State == jobtype.StateQueued })
 	if j.Attempt != 2 {
 		t.Fatalf("after fencing: %s attempt %d", j.State, j.Attempt)
+	}
+}
+
+// TestStartPurgesStaleTasks: tasks left on the node's queue for attempts
+// the store no longer has dispatched there are removed at start; a task
+// the store still wants stays and runs.
+func TestStartPurgesStaleTasks(t *testing.T) {
+	b := setup(t, map[string]string{"ok": okTrainer})
+	_ = b.w.Stop(context.Background())
+	// A stale task (its job was never dispatched) and a current one, both for n3.
+	stale, _, _ := b.store.Create(b.ctx, jobstore.NewJob{Spec: &jobspec.Spec{Name: "s", Trainer: "ok", Priority: jobspec.PriorityNormal}})
+	payload, _ := json.Marshal(jobtype.TaskPayload{JobID: stale.ID, Attempt: 1})
+	info, err := b.client.Enqueue(asynq.NewTask(jobtype.TaskType, payload), asynq.Queue(jobtype.NodeQueue("n3")), asynq.MaxRetry(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := b.submitTo(t, "ok", "n3")
+	w, err := worker.New(b.rdb, b.store, worker.Config{Node: "n3", DataDir: b.dir,
+		Trainers: map[string][]string{"ok": {"/bin/sh", filepath.Join(b.dir, "ok.sh")}},
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background())
+	insp := asynq.NewInspectorFromRedisClient(b.rdb)
+	if _, err := insp.GetTaskInfo(jobtype.NodeQueue("n3"), info.ID); !errors.Is(err, asynq.ErrTaskNotFound) {
+		t.Fatalf("the stale task is still queued: %v", err)
+	}
+	if j := b.wait(t, cur, terminal); j.State != jobtype.StateSucceeded {
+		t.Fatalf("the current task: %s %s", j.State, j.Error)
 	}
 }

@@ -1,7 +1,9 @@
 package worker
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,6 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hibiken/asynq"
+
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/worker/runner"
 )
 
@@ -113,4 +119,37 @@ func procStartTime(pid int) (uint64, error) {
 		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
 	}
 	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// purgeStaleTasks removes, from this node's queue, tasks whose attempt the
+// store no longer has dispatched to this node (a previous incarnation's
+// leftovers, tasks queued by hand for finished jobs) and archived tasks
+// (asynq never retries them: MaxRetry 0). Pending tasks that are still
+// current stay. A task the store still wants is never removed.
+func (w *Worker) purgeStaleTasks(ctx context.Context) {
+	insp := asynq.NewInspectorFromRedisClient(w.rdb)
+	q := jobtype.NodeQueue(w.cfg.Node)
+	purged := 0
+	pending, err := insp.ListPendingTasks(q, asynq.PageSize(1000))
+	if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+		w.log.Warn("purge: list pending tasks", slog.Any("err", err))
+	}
+	for _, ti := range pending {
+		var p jobtype.TaskPayload
+		if json.Unmarshal(ti.Payload, &p) != nil || !jobstore.ValidID(p.JobID) {
+			continue // malformed: the handler drops it with a log line
+		}
+		j, err := w.store.Get(ctx, p.JobID)
+		stale := errors.Is(err, jobstore.ErrNotFound) ||
+			(err == nil && (j.State != jobtype.StateDispatched || j.Attempt != p.Attempt || j.Node != w.cfg.Node))
+		if stale && insp.DeleteTask(q, ti.ID) == nil {
+			purged++
+		}
+	}
+	if n, err := insp.DeleteAllArchivedTasks(q); err == nil {
+		purged += n
+	}
+	if purged > 0 {
+		w.log.Info("purged stale tasks from the node's queue", slog.Int("tasks", purged))
+	}
 }

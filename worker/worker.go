@@ -96,6 +96,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.killOrphans(); err != nil {
 		return err
 	}
+	w.purgeStaleTasks(ctx)
 	w.srv = asynq.NewServerFromRedisClient(w.rdb, asynq.Config{
 		Concurrency:       w.cfg.Slots,
 		Queues:            map[string]int{jobtype.NodeQueue(w.cfg.Node): 1},
