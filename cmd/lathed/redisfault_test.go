@@ -287,8 +287,15 @@ func waitHealthy(t *testing.T, base string, within time.Duration) {
 	}
 }
 
-// memJobs is how many jobs TestMeasureMemoryPerJob stores.
-const memJobs = 10000
+// memJobs is how many jobs TestMeasureMemoryPerJob stores: 10,000 in the
+// suite, or LATHE_MEM_JOBS (the 100,000 figure in docs/operations.md was
+// measured with LATHE_MEM_JOBS=100000).
+var memJobs = func() int {
+	if n, err := strconv.Atoi(os.Getenv("LATHE_MEM_JOBS")); err == nil && n > 0 {
+		return n
+	}
+	return 10000
+}()
 
 // TestMeasureMemoryPerJob measures what a finished job costs in Redis: on a
 // fresh redis-server it creates memJobs jobs with jobstore.Create and drives
@@ -450,7 +457,7 @@ max_runtime: 8h
 	if err != nil {
 		t.Fatal(err)
 	}
-	if counts[jobtype.StateSucceeded] != memJobs {
+	if counts[jobtype.StateSucceeded] != int64(memJobs) {
 		t.Fatalf("state counts %v, want %d succeeded", counts, memJobs)
 	}
 
@@ -500,8 +507,8 @@ max_runtime: 8h
 		t.Fatal(err)
 	}
 
-	per := float64(used1-used0) / memJobs
-	perData := float64(data1-data0) / memJobs
+	per := float64(used1-used0) / float64(memJobs)
+	perData := float64(data1-data0) / float64(memJobs)
 	t.Logf("%d finished jobs, %d events each: used_memory %d → %d bytes: %.0f bytes per job (used_memory_dataset: %.0f per job)",
 		memJobs, wantEvents, used0, used1, per, perData)
 	t.Logf("extrapolated to 100,000 finished jobs: %.0f MiB (used_memory)", per*100000/(1<<20))
