@@ -84,6 +84,21 @@ func checkNoEviction(ctx context.Context, rdb *redis.Client) error {
 	return fmt.Errorf("redis at %s did not report maxmemory_policy in INFO memory; cannot confirm noeviction", rdb.Options().Addr)
 }
 
+// warnNoAOF logs a warning when the given Redis does not keep an AOF: a
+// restart of such a Redis loses every job (docs/operations.md).
+func warnNoAOF(ctx context.Context, rdb *redis.Client, log *slog.Logger) {
+	info, err := rdb.Info(ctx, "persistence").Result()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "aof_enabled:"); ok && v != "1" {
+			log.Warn("this Redis has appendonly off: a restart of it loses every job. Run it with --appendonly yes --appendfsync everysec (docs/operations.md)",
+				slog.String("addr", rdb.Options().Addr))
+		}
+	}
+}
+
 // managedRedis is the Redis `lathed up` runs when no --redis-url is given:
 // a redis-server from PATH inside the data dir (AOF on, noeviction), else
 // an embedded miniredis (ephemeral).

@@ -145,6 +145,9 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 	if managed == nil || !managed.Embedded {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := checkNoEviction(cctx, rdb)
+		if err == nil {
+			warnNoAOF(cctx, rdb, log)
+		}
 		cancel()
 		if err != nil {
 			return err
