@@ -64,6 +64,8 @@ func (s *Scheduler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeJSON(w, http.StatusConflict, apiError{Error: err.Error(), Code: "conflict", State: ce.State})
 	case redisDown(err):
 		writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "Redis is unreachable: " + err.Error(), Code: "unavailable"})
+	case strings.Contains(err.Error(), "OOM command not allowed"):
+		writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "Redis is out of memory (maxmemory reached under noeviction; see docs/operations.md on retention): " + err.Error(), Code: "unavailable"})
 	default:
 		s.log.Error("api", slog.String("path", r.URL.Path), slog.Any("err", err))
 		writeJSON(w, http.StatusInternalServerError, apiError{Error: err.Error(), Code: "internal"})

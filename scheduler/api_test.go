@@ -478,3 +478,17 @@ func TestTwoSchedulersOneLeader(t *testing.T) {
 		t.Fatalf("dispatch with the current fence: %v", err)
 	}
 }
+
+// TestRedisOOM503: a Redis at maxmemory under noeviction refuses writes;
+// the API answers 503 saying so, not 500.
+func TestRedisOOM503(t *testing.T) {
+	b := setup(t, scheduler.Config{})
+	if err := b.rdb.ConfigSet(b.ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer b.rdb.ConfigSet(b.ctx, "maxmemory", "0")
+	code, body := do(t, "POST", b.url+"/api/v1/jobs", goodSpec, nil)
+	if code != 503 || !strings.Contains(string(body), "out of memory") {
+		t.Fatalf("submit at maxmemory: %d %s", code, body)
+	}
+}

@@ -110,16 +110,24 @@ func (s *Store) Nodes(ctx context.Context) ([]NodeStatus, error) {
 		return nil, fmt.Errorf("jobstore: nodes: %w", err)
 	}
 	var out []NodeStatus
+	var gone []any
 	for i := range names {
 		v, err := gets[i].Result()
+		if errors.Is(err, redis.Nil) {
+			gone = append(gone, names[i]) // heartbeat expired; a live worker adds itself back
+			continue
+		}
 		if err != nil {
-			continue // expired
+			continue
 		}
 		var n Node
 		if err := json.Unmarshal([]byte(v), &n); err != nil {
 			continue
 		}
 		out = append(out, NodeStatus{Node: n, Reserved: int(lens[i].Val())})
+	}
+	if len(gone) > 0 {
+		_ = s.rdb.SRem(ctx, s.key("nodes"), gone...).Err() // best effort: the set only lists names to look at
 	}
 	return out, nil
 }

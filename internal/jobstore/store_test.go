@@ -322,3 +322,27 @@ func TestPruneFinished(t *testing.T) {
 		t.Fatalf("listed %d jobs, want 2", len(all))
 	}
 }
+
+// TestNodesForgetsExpiredHeartbeats: a node whose heartbeat expired leaves
+// the nodes set; its next heartbeat puts it back.
+func TestNodesForgetsExpiredHeartbeats(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := jobstore.New(c, jobstore.Config{})
+	ctx := context.Background()
+	n := jobstore.Node{Name: "gone", Incarnation: "i", Backend: "local", Slots: 1}
+	if err := s.Heartbeat(ctx, n, time.Minute, true); err != nil {
+		t.Fatal(err)
+	}
+	c.Del(ctx, "lathe:node:gone") // as if its TTL ran out
+	if ns, _ := s.Nodes(ctx); len(ns) != 0 {
+		t.Fatalf("nodes %v", ns)
+	}
+	if m, _ := c.SIsMember(ctx, "lathe:nodes", "gone").Result(); m {
+		t.Fatal("an expired node stays in the nodes set")
+	}
+	_ = s.Heartbeat(ctx, n, time.Minute, false)
+	if ns, _ := s.Nodes(ctx); len(ns) != 1 {
+		t.Fatalf("after a new heartbeat: %v", ns)
+	}
+}
