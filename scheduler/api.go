@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,6 +38,7 @@ type apiError struct {
 func (s *Scheduler) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/jobs", s.withAuth(RoleSubmitter, s.submit))
+	mux.HandleFunc("POST /api/v1/jobs/batch", s.withAuth(RoleSubmitter, s.submitBatch))
 	mux.HandleFunc("GET /api/v1/jobs", s.withAuth(RoleViewer, s.list))
 	mux.HandleFunc("GET /api/v1/jobs/{id}", s.withAuth(RoleViewer, s.get))
 	mux.HandleFunc("POST /api/v1/jobs/{id}/cancel", s.withAuth(RoleSubmitter, s.cancelJob))
@@ -139,6 +141,116 @@ func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("job accepted", slog.String("job_id", job.ID), slog.String("name", job.Name), slog.Bool("existing", existed))
 	writeJSON(w, status, job)
+}
+
+// batchRequest is the body of POST /api/v1/jobs/batch.
+type batchRequest struct {
+	Jobs []json.RawMessage `json:"jobs"`
+}
+
+// submitBatch stores up to jobstore.MaxCreateBatch jobs in one request and
+// one Redis script call, all or nothing: one bad spec (its errors named
+// "jobs[i].field") and nothing is stored. An Idempotency-Key applies to each
+// job as "KEY#i", so the same request sent again returns the same jobs.
+func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
+	limit := s.cfg.MaxBodyBytes * 16
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, apiError{Error: fmt.Sprintf("body over %d bytes", limit), Code: "too_large"})
+			return
+		}
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "read body: " + err.Error(), Code: "invalid"})
+		return
+	}
+	var req batchRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: `body must be {"jobs": [spec, …]}: ` + err.Error(), Code: "invalid"})
+		return
+	}
+	if len(req.Jobs) == 0 || len(req.Jobs) > jobstore.MaxCreateBatch {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid batch", Code: "invalid",
+			Fields: []jobspec.FieldError{{Field: "jobs", Value: strconv.Itoa(len(req.Jobs)), Message: fmt.Sprintf("must hold 1 to %d job specs", jobstore.MaxCreateBatch)}}})
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > 200 {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "Idempotency-Key longer than 200 bytes", Code: "invalid"})
+		return
+	}
+	p := principalOf(r)
+	var fields []jobspec.FieldError
+	njs := make([]jobstore.NewJob, 0, len(req.Jobs))
+	for i, raw := range req.Jobs {
+		prefix := fmt.Sprintf("jobs[%d]", i)
+		spec, err := jobspec.Parse(raw)
+		if err != nil {
+			var ve *jobspec.ValidationError
+			if !errors.As(err, &ve) {
+				fields = append(fields, jobspec.FieldError{Field: prefix, Message: err.Error()})
+				continue
+			}
+			for _, fe := range ve.Errors {
+				fields = append(fields, prefixField(prefix, fe))
+			}
+			continue
+		}
+		spec.Normalize(s.cfg.Defaults)
+		for _, fe := range s.admissible(spec) {
+			fields = append(fields, prefixField(prefix, fe))
+		}
+		nj := jobstore.NewJob{Spec: spec, OutputURI: strings.TrimRight(spec.Output.URI, "/") + "/{id}", Submitter: p.Name, Team: p.Team}
+		if key != "" {
+			nj.IdempotencyKey = p.Name + ":" + key + "#" + strconv.Itoa(i)
+		}
+		njs = append(njs, nj)
+	}
+	if len(fields) > 0 {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid job specs in batch; nothing was stored", Code: "invalid", Fields: fields})
+		return
+	}
+	if r.URL.Query().Get("dry_run") == "true" {
+		specs := make([]*jobspec.Spec, len(njs))
+		for i := range njs {
+			specs[i] = njs[i].Spec
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "specs": specs})
+		return
+	}
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	created, err := s.store.CreateMany(ctx, njs)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.Wake()
+	resp := jobtype.BatchResponse{Jobs: make([]*jobtype.Job, len(created))}
+	for i, c := range created {
+		resp.Jobs[i] = c.Job
+		if c.Existed {
+			resp.Existing++
+		}
+	}
+	status := http.StatusCreated
+	if resp.Existing == len(created) {
+		status = http.StatusOK
+	}
+	s.log.Info("batch accepted", slog.Int("jobs", len(created)), slog.Int("existing", resp.Existing),
+		slog.String("first_job_id", created[0].Job.ID))
+	writeJSON(w, status, resp)
+}
+
+func prefixField(prefix string, fe jobspec.FieldError) jobspec.FieldError {
+	if fe.Field == "" {
+		fe.Field = prefix
+	} else {
+		fe.Field = prefix + "." + fe.Field
+	}
+	return fe
 }
 
 // admissible checks what this deployment can run, beyond the spec's own

@@ -105,6 +105,22 @@ func TestSubmitGetIdempotency(t *testing.T) {
 	}
 }
 
+// requireFieldErrors fails t unless the API error in body names each field.
+func requireFieldErrors(t *testing.T, body []byte, fields []string) {
+	t.Helper()
+	var ae struct{ Fields []jobspec.FieldError }
+	_ = json.Unmarshal(body, &ae)
+	for _, f := range fields {
+		found := false
+		for _, fe := range ae.Fields {
+			found = found || fe.Field == f
+		}
+		if !found {
+			t.Errorf("no error for field %s in %s", f, body)
+		}
+	}
+}
+
 func TestSubmitRefusals(t *testing.T) {
 	b := setup(t, scheduler.Config{MaxBodyBytes: 4096})
 	cases := []struct {
@@ -126,20 +142,7 @@ func TestSubmitRefusals(t *testing.T) {
 			if code != c.code {
 				t.Fatalf("%d, want %d: %s", code, c.code, body)
 			}
-			var ae struct {
-				Code   string
-				Fields []jobspec.FieldError
-			}
-			_ = json.Unmarshal(body, &ae)
-			for _, f := range c.fields {
-				found := false
-				for _, fe := range ae.Fields {
-					found = found || fe.Field == f
-				}
-				if !found {
-					t.Errorf("no error for field %s in %s", f, body)
-				}
-			}
+			requireFieldErrors(t, body, c.fields)
 		})
 	}
 	if n, _ := b.rdb.Keys(b.ctx, "lathe:*").Result(); len(n) != 0 {

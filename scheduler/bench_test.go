@@ -34,29 +34,84 @@ const benchParallelism = 4
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// BenchmarkSubmitAPI: POST /api/v1/jobs through a real HTTP server (parse,
-// validate, normalise, one Lua create script).
-func BenchmarkSubmitAPI(b *testing.B) {
+// benchServer starts a scheduler's API over its own redis-server.
+func benchServer(b *testing.B) string {
 	srv := redistest.Start(b)
 	rdb := srv.Client()
 	s := scheduler.New(rdb, jobstore.New(rdb, jobstore.Config{}), scheduler.Config{Logger: quiet,
 		Defaults: jobspec.Defaults{OutputURI: "file:///tmp/lathe-bench"}})
 	hs := httptest.NewServer(s.Handler())
-	defer hs.Close()
+	b.Cleanup(hs.Close)
+	return hs.URL
+}
+
+// post sends body and drains the answer; false (after b.Error) unless 201.
+func post(b *testing.B, c *http.Client, url string, body []byte) bool {
+	resp, err := c.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		b.Error(err)
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		b.Errorf("status %d", resp.StatusCode)
+		return false
+	}
+	return true
+}
+
+// BenchmarkSubmitAPI: POST /api/v1/jobs through a real HTTP server (parse,
+// validate, normalise, one Lua create script).
+func BenchmarkSubmitAPI(b *testing.B) {
+	url := benchServer(b) + "/api/v1/jobs"
 	b.SetParallelism(benchParallelism)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		c := &http.Client{}
 		for pb.Next() {
-			resp, err := c.Post(hs.URL+"/api/v1/jobs", "application/json", bytes.NewReader([]byte(benchSpec)))
-			if err != nil {
-				b.Error(err)
+			if !post(b, c, url, []byte(benchSpec)) {
 				return
 			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusCreated {
-				b.Errorf("status %d", resp.StatusCode)
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "submits/s")
+}
+
+// batchSize is how many specs one BenchmarkSubmitBatchAPI request carries
+// (a nightly sweep's size).
+const batchSize = 100
+
+// BenchmarkSubmitBatchAPI: POST /api/v1/jobs/batch with batchSize specs per
+// request: the same parse, validation and normalisation per spec, one Lua
+// script call per batch. b.N counts jobs, so submits/s compares with
+// BenchmarkSubmitAPI and BenchmarkEnqueueRaw.
+func BenchmarkSubmitBatchAPI(b *testing.B) {
+	url := benchServer(b) + "/api/v1/jobs/batch"
+	var body bytes.Buffer
+	body.WriteString(`{"jobs":[`)
+	for i := range batchSize {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		body.WriteString(benchSpec)
+	}
+	body.WriteString(`]}`)
+	b.SetParallelism(benchParallelism)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c := &http.Client{}
+		for {
+			// One request per batchSize iterations (the last may be short).
+			n := 0
+			for n < batchSize && pb.Next() {
+				n++
+			}
+			if n == 0 {
+				return
+			}
+			if !post(b, c, url, body.Bytes()) || n < batchSize {
 				return
 			}
 		}

@@ -338,7 +338,8 @@ func TestSubmitUsageErrors(t *testing.T) {
 	f := newFakeScheduler(t)
 	for _, args := range [][]string{
 		{"submit"},
-		{"submit", "a", "b"},
+		{"submit", "--wait", "a", "b"},
+		{"submit", "--dry-run", "a", "b"},
 		{"submit", "/nonexistent/job.yaml"},
 		{"-o", "yaml", "list"},
 		{"list", "--state", "bogus"},
@@ -352,6 +353,12 @@ func TestSubmitUsageErrors(t *testing.T) {
 		if !strings.HasPrefix(r.stderr, "lathe: ") {
 			t.Errorf("%v: stderr = %q, want a lathe: error", args, r.stderr)
 		}
+	}
+	// Several files: each file's problem is named, nothing is sent.
+	r := lathe(t, f.srv.URL, "submit", "/nonexistent/a.yaml", "/nonexistent/b.yaml")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "a.yaml") || !strings.Contains(r.stderr, "b.yaml") ||
+		!strings.Contains(r.stderr, "lathe: 2 of 2 files have problems; nothing was submitted") {
+		t.Errorf("submit of two missing files: exit %d; stderr:\n%s", r.code, r.stderr)
 	}
 	if n := f.requestCount(); n != 0 {
 		t.Errorf("%d requests sent for usage errors", n)

@@ -23,17 +23,32 @@ func (a *app) submitCmd() *cobra.Command {
 		key          string
 	)
 	cmd := &cobra.Command{
-		Use:   "submit FILE",
-		Short: "Submit a job spec (YAML or JSON; - reads stdin)",
+		Use:   "submit FILE...",
+		Short: "Submit job specs (YAML or JSON; - reads stdin)",
 		Long: `Submit a job spec. The spec is checked locally first: every bad field is
 printed and nothing is sent. Relative paths in dataset, eval_dataset and
 output.uri ("data/train.jsonl" or "file:data/train.jsonl") are made absolute
 file:// URIs relative to FILE's directory.
 
 With --wait, lathe follows the job until it ends and exits 0 only if it
-succeeded; with --wait -o json, stdout holds only the final Job.`,
-		Args: exactArgs("FILE"),
+succeeded; with --wait -o json, stdout holds only the final Job.
+
+With several FILEs (up to 1000), all are checked first and sent in one
+request, all or nothing (POST /api/v1/jobs/batch): a sweep submits at once
+or not at all. --wait and --dry-run take one FILE.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErrorf("%s needs at least one FILE\nRun '%s --help' for usage.", cmd.CommandPath(), cmd.CommandPath())
+			}
+			if len(args) > 1 && (wait || dryRun) {
+				return usageErrorf("--wait and --dry-run take one FILE, got %d", len(args))
+			}
+			return nil
+		},
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return a.submitBatch(cmd.Context(), cmd.InOrStdin(), args, key)
+			}
 			return a.submit(cmd.Context(), cmd.InOrStdin(), args[0], key, wait, dryRun)
 		}),
 	}
@@ -102,6 +117,44 @@ func (a *app) submit(ctx context.Context, stdin io.Reader, file, key string, wai
 	}
 	return a.wait(ctx, c, job)
 }
+
+// submitBatch checks every file locally (printing every problem of every
+// file) and, if all are good, sends them in one all-or-nothing request.
+func (a *app) submitBatch(ctx context.Context, stdin io.Reader, files []string, key string) error {
+	if len(files) > maxBatchFiles {
+		return usageErrorf("%d files; one submit takes at most %d", len(files), maxBatchFiles)
+	}
+	specs := make([][]byte, 0, len(files))
+	bad := 0
+	for _, f := range files {
+		body, err := a.readSpec(stdin, f)
+		if err != nil {
+			fmt.Fprintln(a.stderr, "error:", err)
+			bad++
+			continue
+		}
+		specs = append(specs, body)
+	}
+	if bad > 0 {
+		return usageErrorf("%d of %d files have problems; nothing was submitted", bad, len(files))
+	}
+	resp, err := a.client().SubmitBatch(ctx, specs, key)
+	if err != nil {
+		return err
+	}
+	if a.output == outJSON {
+		return writeJSON(a.stdout, resp)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FILE\tID\tNAME\tSTATE")
+	for i, j := range resp.Jobs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", files[i], j.ID, j.Name, j.State)
+	}
+	return tw.Flush()
+}
+
+// maxBatchFiles matches the scheduler's batch limit (jobstore.MaxCreateBatch).
+const maxBatchFiles = 1000
 
 // wait follows job until it is terminal, showing progress, then prints the
 // final record and maps its state to the exit code. With -o json progress

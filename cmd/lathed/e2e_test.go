@@ -347,6 +347,32 @@ func TestUpEmbeddedRedis(t *testing.T) {
 	if code != 0 || decodeJob(t, out).State != jobtype.StateSucceeded {
 		t.Fatalf("submit --wait on embedded Redis exited %d\n%s\n%s", code, out, errOut)
 	}
+
+	// Several files go in one all-or-nothing batch: one bad file and nothing
+	// is stored; all good and every job runs.
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("name: x\nbase_model: tiny-char\ndataset: file:///d.jsonl\nlora: {rank: -4}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = cli(t, lathe, base, "submit", "configs/examples/tiny-lora.yaml", bad)
+	if code != 2 || !strings.Contains(errOut, "lora.rank") || !strings.Contains(errOut, "nothing was submitted") {
+		t.Fatalf("batch with a bad file: exit %d\n%s", code, errOut)
+	}
+	out, errOut, code = cli(t, lathe, base, "list", "-o", "json")
+	if code != 0 || strings.Count(out, `"id"`) != 1 {
+		t.Fatalf("after a refused batch, list shows other than the one earlier job (exit %d):\n%s\n%s", code, out, errOut)
+	}
+	out, errOut, code = cli(t, lathe, base, "submit", "configs/examples/tiny-lora.yaml", "configs/examples/tiny-lora.yaml", "-o", "json")
+	if code != 0 {
+		t.Fatalf("batch submit exited %d\n%s\n%s", code, out, errOut)
+	}
+	var br jobtype.BatchResponse
+	if err := json.Unmarshal([]byte(out), &br); err != nil || len(br.Jobs) != 2 || br.Jobs[0].ID == br.Jobs[1].ID {
+		t.Fatalf("batch submit output: %v\n%s", err, out)
+	}
+	for _, j := range br.Jobs {
+		waitJob(t, base, j.ID, 2*time.Minute, "batch job succeeded", func(j jobtype.Job) bool { return j.State == jobtype.StateSucceeded })
+	}
 }
 
 // TestRefusesEvictingRedis: a Redis whose maxmemory-policy is not

@@ -42,6 +42,29 @@ func (c *Client) Submit(ctx context.Context, specJSON []byte, idempotencyKey str
 	return &job, nil
 }
 
+// SubmitBatch submits several specs (JSON each) in one request, all or
+// nothing (POST /api/v1/jobs/batch). With an idempotency key, sending the
+// same batch again returns the same jobs.
+func (c *Client) SubmitBatch(ctx context.Context, specs [][]byte, idempotencyKey string) (*jobtype.BatchResponse, error) {
+	var hdr http.Header
+	if idempotencyKey != "" {
+		hdr = http.Header{"Idempotency-Key": {idempotencyKey}}
+	}
+	body := []byte(`{"jobs":[`)
+	for i, s := range specs {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, s...)
+	}
+	body = append(body, "]}"...)
+	var resp jobtype.BatchResponse
+	if err := c.call(ctx, http.MethodPost, "/api/v1/jobs/batch", nil, body, hdr, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
 // Get returns the job with the given id (an *APIError with Code
 // "not_found" when there is none).
 func (c *Client) Get(ctx context.Context, id string) (*jobtype.Job, error) {

@@ -45,25 +45,44 @@ local function reply(code, id)
 end
 `
 
-// createScript stores a new job (or returns the job an idempotency key names).
-// KEYS: none (all from prefix). ARGV: prefix, id, idemKey (” none), idemTTL
-// seconds, pending score, now ms, maxlen, event data, then field/value pairs.
+// createScript stores new jobs, in one atomic call for a whole batch (one
+// job for a plain submit, several for a group commit or the batch endpoint).
+// For each job: if its idempotency key names a job already, that job is
+// returned and nothing is stored; else the record, the indexes, the pending
+// set and the first event are written. ARGV: prefix, idemTTL seconds, now ms,
+// maxlen, event data, n, then per job: id, idemKey (” none), pending score,
+// number of field/value entries, the field/value entries. Returns
+// {code, id, code, id, …}: 1 stored, 2 existing (id of the key's job),
+// 0 id collision.
 var createScript = redis.NewScript(`
 local P = ARGV[1]
-local id, idem, ttl, score, now, maxlen, data = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8]
-if idem ~= '' then
-  local existing = redis.call('GET', P .. 'idem:' .. idem)
-  if existing then return {2, existing} end
+local ttl, now, maxlen, data, n = tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
+local out = {}
+local i = 7
+for _ = 1, n do
+  local id, idem, score, nf = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+  local first = i + 4
+  i = first + nf
+  local existing = false
+  if idem ~= '' then existing = redis.call('GET', P .. 'idem:' .. idem) end
+  if existing then
+    out[#out + 1] = 2; out[#out + 1] = existing
+  else
+    local key = P .. 'job:' .. id
+    if redis.call('EXISTS', key) == 1 then
+      out[#out + 1] = 0; out[#out + 1] = id
+    else
+      redis.call('HSET', key, unpack(ARGV, first, first + nf - 1))
+      redis.call('ZADD', P .. 'jobs', 0, id)
+      redis.call('ZADD', P .. 'state:queued', 0, id)
+      redis.call('ZADD', P .. 'pending', score, id)
+      if idem ~= '' then redis.call('SET', P .. 'idem:' .. idem, id, 'EX', ttl) end
+      redis.call('XADD', key .. ':events', 'MAXLEN', '~', maxlen, '*', 'type', 'state', 'attempt', 1, 'time', now, 'data', data)
+      out[#out + 1] = 1; out[#out + 1] = id
+    end
+  end
 end
-local key = P .. 'job:' .. id
-if redis.call('EXISTS', key) == 1 then return {0, id} end
-redis.call('HSET', key, unpack(ARGV, 9))
-redis.call('ZADD', P .. 'jobs', 0, id)
-redis.call('ZADD', P .. 'state:queued', 0, id)
-redis.call('ZADD', P .. 'pending', score, id)
-if idem ~= '' then redis.call('SET', P .. 'idem:' .. idem, id, 'EX', ttl) end
-redis.call('XADD', key .. ':events', 'MAXLEN', '~', maxlen, '*', 'type', 'state', 'attempt', 1, 'time', now, 'data', data)
-return {1, id}
+return out
 `)
 
 // transitionScript moves a job from one of the allowed states to another.

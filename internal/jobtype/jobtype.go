@@ -174,6 +174,14 @@ func ValidArtifactName(name string) bool {
 	return true
 }
 
+// BatchResponse is the answer of POST /api/v1/jobs/batch: the jobs in the
+// order of the request, and how many of them an idempotency key named
+// already (stored before; nothing new was stored for those).
+type BatchResponse struct {
+	Jobs     []*Job `json:"jobs"`
+	Existing int    `json:"existing"`
+}
+
 // QueueStats is the answer of GET /api/v1/queues.
 type QueueStats struct {
 	// Pending counts jobs in Lathe's pending set, waiting for a place.
