@@ -5,19 +5,34 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/internal/jobtype"
 )
 
 // Node is a worker's heartbeat: who it is and what it offers.
 type Node struct {
-	Name        string    `json:"name"`
-	Incarnation string    `json:"incarnation"`
-	Backend     string    `json:"backend"`
-	Slots       int       `json:"slots"` // jobs it runs at once (CPU slots; GPUs come with #4)
-	GPUs        int       `json:"gpus"`
-	StartedAt   time.Time `json:"started_at"`
+	Name        string `json:"name"`
+	Incarnation string `json:"incarnation"`
+	Backend     string `json:"backend"`
+	// Slots is how many CPU-only jobs it runs at once (CPU slots); GPU jobs
+	// take GPUs, not slots.
+	Slots int `json:"slots"`
+	// GPUs is its GPU inventory at the last heartbeat (health included).
+	GPUs []jobtype.GPU `json:"gpus"`
+	// Driver and CUDA are the NVIDIA driver and CUDA versions ("" without).
+	Driver string `json:"driver,omitempty"`
+	CUDA   string `json:"cuda,omitempty"`
+	// Simulated is true when the GPUs are go-nvml's mock servers.
+	Simulated bool `json:"simulated,omitempty"`
+	// CheckpointRoot is where this node keeps checkpoints: storage shared
+	// by its pool, so another node can resume a job.
+	CheckpointRoot string    `json:"checkpoint_root,omitempty"`
+	StartedAt      time.Time `json:"started_at"`
 	// Host and PID identify the worker process, so that a restarted worker
 	// can tell its own dead predecessor from a live namesake.
 	Host   string    `json:"host,omitempty"`
@@ -86,11 +101,46 @@ func (s *Store) RemoveNode(ctx context.Context, name, incarnation string) error 
 // NodeStatus is a live node with its reservations.
 type NodeStatus struct {
 	Node
-	Reserved int `json:"reserved"`
+	// Reserved is how many jobs hold a reservation on the node (GPU and
+	// CPU); CPUReserved how many of those are CPU-only jobs (slots).
+	Reserved    int `json:"reserved"`
+	CPUReserved int `json:"cpu_reserved"`
+	// Reservations maps each job holding a reservation to it.
+	Reservations map[string]Reservation `json:"reservations"`
 }
 
-// Nodes returns the live nodes (heartbeat not expired) and how many slots
-// each has reserved.
+// Reservation is one job's hold on a node: its attempt and GPU indices
+// (none for a CPU-only job).
+type Reservation struct {
+	Attempt int   `json:"a"`
+	GPUs    []int `json:"g,omitempty"`
+}
+
+// GPUHolder returns the job holding GPU index idx, or "".
+func (n NodeStatus) GPUHolder(idx int) string {
+	for id, r := range n.Reservations {
+		for _, g := range r.GPUs {
+			if g == idx {
+				return id
+			}
+		}
+	}
+	return ""
+}
+
+// parseReservation reads a reservation value: {"a":attempt,"g":[…]}, or a
+// bare attempt number as written before GPU placement (a CPU slot).
+func parseReservation(v string) Reservation {
+	var r Reservation
+	if json.Unmarshal([]byte(v), &r) != nil {
+		n, _ := strconv.Atoi(v)
+		r = Reservation{Attempt: n}
+	}
+	return r
+}
+
+// Nodes returns the live nodes (heartbeat not expired), sorted by name,
+// with their reservations.
 func (s *Store) Nodes(ctx context.Context) ([]NodeStatus, error) {
 	names, err := s.rdb.SMembers(ctx, s.key("nodes")).Result()
 	if err != nil {
@@ -101,10 +151,10 @@ func (s *Store) Nodes(ctx context.Context) ([]NodeStatus, error) {
 	}
 	pipe := s.rdb.Pipeline()
 	gets := make([]*redis.StringCmd, len(names))
-	lens := make([]*redis.IntCmd, len(names))
+	res := make([]*redis.MapStringStringCmd, len(names))
 	for i, n := range names {
 		gets[i] = pipe.Get(ctx, s.key("node", n))
-		lens[i] = pipe.HLen(ctx, s.key("node", n, "reserved"))
+		res[i] = pipe.HGetAll(ctx, s.key("node", n, "reserved"))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("jobstore: nodes: %w", err)
@@ -124,8 +174,18 @@ func (s *Store) Nodes(ctx context.Context) ([]NodeStatus, error) {
 		if err := json.Unmarshal([]byte(v), &n); err != nil {
 			continue
 		}
-		out = append(out, NodeStatus{Node: n, Reserved: int(lens[i].Val())})
+		ns := NodeStatus{Node: n, Reservations: map[string]Reservation{}}
+		for id, v := range res[i].Val() {
+			r := parseReservation(v)
+			ns.Reservations[id] = r
+			ns.Reserved++
+			if len(r.GPUs) == 0 {
+				ns.CPUReserved++
+			}
+		}
+		out = append(out, ns)
 	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
 	if len(gone) > 0 {
 		_ = s.rdb.SRem(ctx, s.key("nodes"), gone...).Err() // best effort: the set only lists names to look at
 	}

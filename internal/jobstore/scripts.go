@@ -130,9 +130,14 @@ addevent(id, maxlen, 'state', evattempt, now, data)
 return reply(1, id)
 `)
 
-// dispatchScript reserves a slot on a node and moves a queued job to
-// dispatched, atomically. ARGV: prefix, id, attempt, node, capacity (slots
-// on the node), now ms, maxlen, event data, backend, gpus JSON, fence (” none).
+// dispatchScript reserves room on a node and moves a queued job to
+// dispatched, atomically. A GPU job reserves exactly its GPU indices and
+// fails (code 3) if any of them is held; a CPU-only job (no GPUs) takes one
+// of the node's CPU slots and fails if they are all held. The node's
+// reservations hash maps job id → {"a":attempt,"g":[indices]} (a bare
+// number is an older CPU reservation). ARGV: prefix, id, attempt, node, CPU
+// slots on the node, now ms, maxlen, event data, backend, gpus JSON, fence
+// (” none).
 var dispatchScript = redis.NewScript(luaCommon + `
 local id, want, node, cap, now, maxlen, data, backend, gpus = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 if fenced(ARGV[11] or '') then return {5, 'fenced', 0, 0} end
@@ -140,8 +145,26 @@ local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requeste
 if not cur[1] then return {-1, '', 0, 0} end
 if cur[1] ~= 'queued' or tonumber(cur[2]) ~= want or cur[3] == '1' then return reply(0, id) end
 local rkey = P .. 'node:' .. node .. ':reserved'
-if redis.call('HLEN', rkey) >= cap then return {3, 'full', want, 0} end
-redis.call('HSET', rkey, id, want)
+local asked = cjson.decode(gpus)
+local held = {}
+local cpu = 0
+local vals = redis.call('HVALS', rkey)
+for _, v in ipairs(vals) do
+  local ok, r = pcall(cjson.decode, v)
+  if ok and type(r) == 'table' and type(r['g']) == 'table' and #r['g'] > 0 then
+    for _, g in ipairs(r['g']) do held[tonumber(g)] = true end
+  else
+    cpu = cpu + 1
+  end
+end
+if #asked > 0 then
+  for _, g in ipairs(asked) do
+    if held[tonumber(g)] then return {3, 'full', want, 0} end
+  end
+elseif cpu >= cap then
+  return {3, 'full', want, 0}
+end
+redis.call('HSET', rkey, id, '{"a":' .. want .. ',"g":' .. gpus .. '}')
 redis.call('ZREM', P .. 'pending', id)
 setstate(id, 'queued', 'dispatched', now)
 redis.call('HSET', jobkey(id), 'node', node, 'backend', backend, 'gpus', gpus, 'dispatched_at', now)

@@ -174,6 +174,37 @@ func ValidArtifactName(name string) bool {
 	return true
 }
 
+// GPU is one GPU of a node as its worker last reported it (the heartbeat),
+// and the rows of GET /api/v1/gpus and `lathe gpus -o json`.
+type GPU struct {
+	// Node is the node the GPU is in (filled in by the API).
+	Node  string `json:"node"`
+	Index int    `json:"index"` // NVML's index on the node
+	UUID  string `json:"uuid"`
+	Name  string `json:"name"` // as NVML names it: "NVIDIA H100 80GB HBM3"
+	// Memory in MiB, as NVML reports it.
+	MemoryTotalMB uint64 `json:"memory_total_mb"`
+	MemoryUsedMB  uint64 `json:"memory_used_mb"`
+	MemoryFreeMB  uint64 `json:"memory_free_mb"`
+	// ForeignUsedMB is memory used by processes that are not Lathe's
+	// trainers; it counts against what placement sees as free.
+	ForeignUsedMB  uint64  `json:"foreign_used_mb"`
+	UtilizationPct int     `json:"utilization_pct"`
+	TemperatureC   int     `json:"temperature_c"`
+	PowerW         float64 `json:"power_w"`
+	ECCUncorrected uint64  `json:"ecc_uncorrected"`
+	// Healthy is false for a GPU that gets no new work; Unhealthy says why
+	// (a new uncorrected ECC error, an XID event, GPU lost, …).
+	Healthy   bool   `json:"healthy"`
+	Unhealthy string `json:"unhealthy,omitempty"`
+	// JobID is the job holding the GPU, "" when free (filled in by the API
+	// from the node's reservations).
+	JobID string `json:"job_id"`
+	// Simulated is true for GPUs of go-nvml's mock servers (--gpus
+	// simulated:…): not real hardware.
+	Simulated bool `json:"simulated"`
+}
+
 // BatchResponse is the answer of POST /api/v1/jobs/batch: the jobs in the
 // order of the request, and how many of them an idempotency key named
 // already (stored before; nothing new was stored for those).
