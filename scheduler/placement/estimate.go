@@ -1,0 +1,155 @@
+package placement
+
+import "cmp"
+
+// gpuSim is one node's GPUs during the estimate replay.
+type gpuSim struct {
+	rel   []int64 // rank → expected free, ns after now; never if unhealthy
+	order []int   // ranks by (rel, rank)
+}
+
+// estimate fills in the estimated start of every waiting job. It replays the
+// waiting jobs in queue order over the expected release times of every GPU
+// and CPU slot (running jobs at their estimates, jobs assigned this round at
+// now + their estimate): the head starts on its reservation, every other job
+// at the earliest time some node has what it needs after the jobs replayed
+// before it took theirs, and then holds it for its own estimate. It is a
+// best effort, not a promise: jobs end early or late, and a later, shorter
+// job may backfill ahead. Costs O(nodes) per waiting job, O(GPUs per node)
+// where a node's GPUs are not all of the job's model.
+func (p *planner) estimate() {
+	var gs []gpuSim
+	var cs []cpuSim
+	for i := range p.out {
+		o := &p.out[i]
+		if o.placed {
+			continue
+		}
+		j := &p.pending[i]
+		switch {
+		case o.shape != nil:
+			if gs == nil {
+				gs = p.newGPUSims()
+			}
+			o.start = p.replayGPU(gs, i, o.shape, j.Request.GPUs, j)
+		case o.cpu:
+			if cs == nil {
+				cs = make([]cpuSim, len(p.nodes))
+				for ni := range p.nodes {
+					cs[ni] = newCPUSim(&p.nodes[ni])
+				}
+			}
+			o.start = p.replayCPU(cs, i, max(j.Request.CPUSlots, 1), j)
+		}
+	}
+}
+
+func (p *planner) newGPUSims() []gpuSim {
+	gs := make([]gpuSim, len(p.nodes))
+	for ni := range p.nodes {
+		n := &p.nodes[ni]
+		s := gpuSim{rel: make([]int64, len(n.gpus)), order: make([]int, len(n.gpus))}
+		for r := range n.gpus {
+			s.rel[r], s.order[r] = n.gpus[r].release, r
+		}
+		s.sort()
+		gs[ni] = s
+	}
+	return gs
+}
+
+// sort restores order after some rel changed (insertion sort: nodes are
+// small and the order is nearly right).
+func (s *gpuSim) sort() {
+	o := s.order
+	for a := 1; a < len(o); a++ {
+		for b := a; b > 0 && s.less(o[b], o[b-1]); b-- {
+			o[b], o[b-1] = o[b-1], o[b]
+		}
+	}
+}
+
+func (s *gpuSim) less(a, b int) bool {
+	if c := cmp.Compare(s.rel[a], s.rel[b]); c != 0 {
+		return c < 0
+	}
+	return a < b
+}
+
+// kth returns when k GPUs of shape sh are free on node ni in the replay.
+func (s *gpuSim) kth(sh *shape, ni, k int) int64 {
+	if sh.all[ni] {
+		// Every healthy GPU is feasible and unhealthy ones sort last.
+		return s.rel[s.order[k-1]]
+	}
+	n := 0
+	for _, r := range s.order {
+		if sh.match[ni][r] {
+			if n++; n == k {
+				return s.rel[r]
+			}
+		}
+	}
+	return never
+}
+
+// replayGPU places waiting job i in the replay and returns its start.
+func (p *planner) replayGPU(gs []gpuSim, i int, sh *shape, k int, j *Job) int64 {
+	if h := &p.gpuHead; h.set && h.job == i {
+		s := &gs[h.node]
+		end := endOf(h.at, j.Estimate)
+		for _, r := range h.ranks {
+			s.rel[r] = end
+		}
+		s.sort()
+		return h.at
+	}
+	at, best := never, -1
+	for ni := range gs {
+		if sh.static[ni] < k {
+			continue
+		}
+		if t := gs[ni].kth(sh, ni, k); t < at {
+			at, best = t, ni
+		}
+	}
+	if best < 0 {
+		return never
+	}
+	s, end, n := &gs[best], endOf(at, j.Estimate), 0
+	for _, r := range s.order {
+		if n == k {
+			break
+		}
+		if sh.match[best][r] {
+			s.rel[r] = end
+			n++
+		}
+	}
+	s.sort()
+	return at
+}
+
+// replayCPU places waiting CPU-only job i (c slots) in the replay and
+// returns its start.
+func (p *planner) replayCPU(cs []cpuSim, i, c int, j *Job) int64 {
+	at, best := never, -1
+	if h := &p.cpuHead; h.set && h.job == i {
+		at, best = h.at, h.node
+	} else {
+		for ni := range cs {
+			if p.nodes[ni].cpuTotal < c {
+				continue
+			}
+			if t := slotsBy(0, cs[ni].rel, c); t < at {
+				at, best = t, ni
+			}
+		}
+	}
+	if best < 0 || at == never {
+		return never
+	}
+	s := &cs[best]
+	s.rel = addSlots(takeSlots(s.rel, c), endOf(at, j.Estimate), c)
+	return at
+}

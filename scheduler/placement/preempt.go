@@ -1,0 +1,224 @@
+package placement
+
+import (
+	"slices"
+	"strings"
+)
+
+// victim is a running job that may be stopped for the urgent head.
+type victim struct {
+	ri   int   // index in node.running
+	gain int   // feasible GPUs it would free for the head
+	held int   // GPUs it holds in all: what stopping it costs
+	ends int64 // expected end, ns after now
+}
+
+// victimSet is one way to make room on one node.
+type victimSet struct {
+	node    int
+	victims []victim
+	lost    int   // GPUs stopped
+	minEnds int64 // soonest expected end among the victims; never if none
+}
+
+// better reports whether a makes room more cheaply than b: fewer victims,
+// then fewer GPUs stopped, then victims further from their end. Equal sets
+// keep the one found first (lower node name, then lower job ids).
+func (a *victimSet) better(b *victimSet) bool {
+	if len(a.victims) != len(b.victims) {
+		return len(a.victims) < len(b.victims)
+	}
+	if a.lost != b.lost {
+		return a.lost < b.lost
+	}
+	return a.minEnds > b.minEnds
+}
+
+// preempt tries to make room for urgent head i (k GPUs of shape sh) by
+// stopping batch jobs. On success it records the head's reservation, the
+// Preemption (none when jobs already stopping make room) and the wait, and
+// returns true.
+func (p *planner) preempt(i int, sh *shape, k int) bool {
+	prio := p.pending[i].Priority
+	var best *victimSet
+	for ni := range p.nodes {
+		if sh.static[ni] < k {
+			continue
+		}
+		node := &p.nodes[ni]
+		gain := make([]int, len(node.running))
+		held := make([]int, len(node.running))
+		ready := 0 // feasible GPUs free now or held by jobs already stopping
+		for r := range node.gpus {
+			g := &node.gpus[r]
+			if g.free {
+				if sh.match[ni][r] {
+					ready++
+				}
+				continue
+			}
+			ri, ok := node.runIdx[g.holder]
+			if !ok {
+				continue
+			}
+			held[ri]++
+			if !sh.match[ni][r] {
+				continue
+			}
+			if node.running[ri].Stopping {
+				ready++
+			} else {
+				gain[ri]++
+			}
+		}
+		var vs []victim
+		for ri, run := range node.running {
+			if gain[ri] > 0 && !run.Stopping && run.Preemptible && run.Priority == PriorityBatch && run.Priority > prio {
+				vs = append(vs, victim{ri: ri, gain: gain[ri], held: held[ri], ends: after(p.now, run.EndsAt)})
+			}
+		}
+		set, ok := chooseVictims(vs, k-ready)
+		if !ok {
+			continue
+		}
+		set.node = ni
+		if best == nil || set.better(best) {
+			best = &set
+		}
+	}
+	if best == nil {
+		return false
+	}
+
+	ni, node := best.node, &p.nodes[best.node]
+	stop := make(map[string]bool, len(best.victims)) // lookups only
+	ids := make([]string, 0, len(best.victims))
+	for _, v := range best.victims {
+		id := node.running[v.ri].JobID
+		stop[id] = true
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	cand := make([]bool, len(node.gpus))
+	for r := range node.gpus {
+		g := &node.gpus[r]
+		if !sh.match[ni][r] {
+			continue
+		}
+		ri, ok := node.runIdx[g.holder]
+		cand[r] = g.free || stop[g.holder] || (ok && node.running[ri].Stopping)
+	}
+	ranks := pickGPUs(cand, k)
+	p.setGPUHead(i, ni, ranks, 0)
+	gpus := p.gpuIndices(ni, ranks)
+	if len(ids) == 0 {
+		p.wait(i, WaitPreempting, string(WaitPreempting)+": waiting for preempted jobs to stop on "+node.name, sh)
+		return true
+	}
+	// Every GPU of a victim frees up once it stops: expected now, for the
+	// estimates of the jobs behind. None is given out this round: they are
+	// still held.
+	for r := range node.gpus {
+		if stop[node.gpus[r].holder] {
+			node.gpus[r].release = 0
+		}
+	}
+	p.plan.Preempt = append(p.plan.Preempt, Preemption{ForJobID: p.pending[i].ID, Node: node.name, Victims: ids, GPUs: gpus})
+	p.wait(i, WaitPreempting, string(WaitPreempting)+": stopping batch jobs "+strings.Join(ids, ", ")+" on "+node.name+" for GPUs "+fmtInts(gpus), sh)
+	return true
+}
+
+// maxEnumerate bounds the victim subsets examined on one node; past it the
+// choice is greedy (still the fewest victims, cost ties broken heuristically).
+const maxEnumerate = 1 << 14
+
+// chooseVictims returns the cheapest set of vs whose gains add up to need:
+// the fewest victims first (exactly), then by victimSet.better. vs is in job
+// id order. ok is false when all of vs together are not enough.
+func chooseVictims(vs []victim, need int) (set victimSet, ok bool) {
+	set.minEnds = never
+	if need <= 0 {
+		return set, true
+	}
+	// The fewest victims: the largest gains first.
+	byGain := slices.Clone(vs)
+	slices.SortStableFunc(byGain, func(a, b victim) int {
+		switch {
+		case a.gain != b.gain:
+			return b.gain - a.gain
+		case a.held != b.held:
+			return a.held - b.held
+		case a.ends != b.ends:
+			if a.ends > b.ends {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	m, sum := 0, 0
+	for m < len(byGain) && sum < need {
+		sum += byGain[m].gain
+		m++
+	}
+	if sum < need {
+		return set, false
+	}
+	if binomial(len(vs), m) > maxEnumerate {
+		return makeSet(byGain[:m]), true
+	}
+	var best victimSet
+	found := false
+	idx := make([]int, m)
+	for x := range idx {
+		idx[x] = x
+	}
+	pick := make([]victim, m)
+	for {
+		g := 0
+		for x, v := range idx {
+			pick[x] = vs[v]
+			g += vs[v].gain
+		}
+		if g >= need {
+			if s := makeSet(pick); !found || s.better(&best) {
+				best, found = s, true
+			}
+		}
+		// Next combination in lexicographic order.
+		x := m - 1
+		for x >= 0 && idx[x] == len(vs)-m+x {
+			x--
+		}
+		if x < 0 {
+			break
+		}
+		idx[x]++
+		for y := x + 1; y < m; y++ {
+			idx[y] = idx[y-1] + 1
+		}
+	}
+	return best, true
+}
+
+// makeSet copies vs into a victimSet with its costs.
+func makeSet(vs []victim) victimSet {
+	s := victimSet{victims: slices.Clone(vs), minEnds: never}
+	for _, v := range vs {
+		s.lost += v.held
+		s.minEnds = min(s.minEnds, v.ends)
+	}
+	return s
+}
+
+// binomial returns n choose k, saturating well above maxEnumerate.
+func binomial(n, k int) int {
+	r := 1
+	for x := 1; x <= k; x++ {
+		r = r * (n - k + x) / x
+		if r > maxEnumerate*4 {
+			return r
+		}
+	}
+	return r
+}
