@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/lathe-ml/lathe/backends/local/nvmlinventory"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 )
 
@@ -25,9 +26,28 @@ type Config struct {
 	// Node is this worker's unique node name; default the host name. A
 	// second live worker with the same name is refused at start.
 	Node string
-	// Slots is how many attempts run at once (CPU slots); default 2. GPU
-	// slots come with the NVML backend (issue #4).
+	// Slots is how many CPU-only attempts run at once (CPU slots); default
+	// 2. GPU jobs take GPUs, not slots; asynq's concurrency is Slots plus
+	// the number of GPUs.
 	Slots int
+	// GPUs is the node's GPU inventory (backends/local/nvmlinventory: real
+	// NVML, or go-nvml's mock servers for --gpus simulated:…). Nil: no GPUs,
+	// CPU jobs only.
+	GPUs nvmlinventory.Source
+	// CheckpointRoot is where checkpoints live, one folder per job. On a
+	// pool of several nodes it must be storage they all mount at the same
+	// path, so that another node can resume a job. Default DataDir/checkpoints.
+	CheckpointRoot string
+	// MonitorInterval is how often a running GPU job's GPUs are sampled
+	// (utilisation, memory, power, temperature); default 5s.
+	MonitorInterval time.Duration
+	// HangTimeout: a GPU job whose GPUs all sit at 0% utilisation with no
+	// progress line for this long is stopped and retried; default 15m.
+	HangTimeout time.Duration
+	// SeriesPoints caps each job's downsampled GPU series: when full,
+	// neighbouring points are averaged in pairs and the step doubles;
+	// default 360.
+	SeriesPoints int
 	// DataDir holds work folders, checkpoints and the default artifact
 	// folder. Required.
 	DataDir string
@@ -95,6 +115,21 @@ func (c Config) withDefaults() (Config, error) {
 	c.DataDir = abs
 	if c.Slots <= 0 {
 		c.Slots = 2
+	}
+	if c.GPUs == nil {
+		c.GPUs = nvmlinventory.None()
+	}
+	if c.CheckpointRoot == "" {
+		c.CheckpointRoot = filepath.Join(c.DataDir, "checkpoints")
+	}
+	if c.MonitorInterval <= 0 {
+		c.MonitorInterval = 5 * time.Second
+	}
+	if c.HangTimeout <= 0 {
+		c.HangTimeout = 15 * time.Minute
+	}
+	if c.SeriesPoints <= 1 {
+		c.SeriesPoints = 360
 	}
 	if c.ScriptsDir == "" {
 		c.ScriptsDir = filepath.Join(c.DataDir, "scripts")

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobstore"
@@ -41,6 +42,7 @@ type eventSink struct {
 	logs     []string
 	kick     chan struct{}
 	onStart  func(pid int) // called once the trainer started (pidfile)
+	progress atomic.Int64  // unix ms of the last progress line (or the start)
 	done     chan struct{}
 	closed   chan struct{}
 }
@@ -74,6 +76,7 @@ func (s *eventSink) add(e jobstore.EventIn) {
 // Started records that the trainer process started (the start latency
 // benchmark reads this event's time).
 func (s *eventSink) Started(pid int) {
+	s.progress.Store(time.Now().UnixMilli())
 	if s.onStart != nil {
 		s.onStart(pid)
 	}
@@ -85,6 +88,7 @@ func (s *eventSink) Event(ev runner.TrainerEvent) {
 	in := jobstore.EventIn{Type: ev.Kind, Data: ev.Raw}
 	switch ev.Kind {
 	case runner.EventProgress:
+		s.progress.Store(time.Now().UnixMilli())
 		p := jobtype.Progress{Step: ev.Step, TotalSteps: ev.TotalSteps, Epoch: ev.Epoch, Loss: ev.Loss,
 			LearningRate: ev.LearningRate, SamplesPerS: ev.SamplesPerS}
 		b, _ := json.Marshal(p)

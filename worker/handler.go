@@ -111,7 +111,7 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 	}
 	workDir := filepath.Join(w.cfg.DataDir, "work", job.ID, strconv.Itoa(attempt))
 	outDir := filepath.Join(workDir, "output")
-	ckptDir := filepath.Join(w.cfg.DataDir, "checkpoints", job.ID)
+	ckptDir := filepath.Join(w.cfg.CheckpointRoot, job.ID)
 	for _, d := range []string{outDir, ckptDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fail(jobtype.ReasonInternal, fmt.Sprintf("make %s: %v", d, err))
@@ -121,6 +121,34 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 	specJSON, _ := json.MarshalIndent(job.Spec, "", "  ")
 	if err := os.WriteFile(specFile, specJSON, 0o644); err != nil {
 		return fail(jobtype.ReasonInternal, fmt.Sprintf("write %s: %v", specFile, err))
+	}
+
+	visible, simulated, err := w.pinGPUs(taskCtx, job.GPUs)
+	if err != nil {
+		log.Warn("cannot pin the reserved GPUs; requeueing", slog.Any("err", err))
+		return func(ctx context.Context) error {
+			return w.store.Requeue(ctx, job.ID, attempt, "gpu", err.Error())
+		}
+	}
+	env := []string{
+		"LATHE_JOB_ID=" + job.ID,
+		"LATHE_ATTEMPT=" + strconv.Itoa(attempt),
+		"LATHE_JOB_FILE=" + specFile,
+		"LATHE_OUTPUT_DIR=" + outDir,
+		"LATHE_CHECKPOINT_DIR=" + ckptDir,
+		"CUDA_VISIBLE_DEVICES=" + visible,
+	}
+	if simulated {
+		env = append(env, "LATHE_SIMULATED_GPUS=1")
+	}
+	if len(job.GPUs) > 0 {
+		sim := "0"
+		if simulated {
+			sim = "1"
+		}
+		if err := w.store.Annotate(taskCtx, job.ID, attempt, "cuda_visible_devices", visible, "simulated_gpus", sim); err != nil {
+			log.Warn("record CUDA_VISIBLE_DEVICES on the job", slog.Any("err", err))
+		}
 	}
 
 	runCtx, cancel := context.WithCancelCause(taskCtx)
@@ -136,19 +164,29 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 
 	sink := newEventSink(w.store, job.ID, attempt, log, cancel)
 	pids := filepath.Join(w.cfg.DataDir, "pids")
-	sink.onStart = func(pid int) { w.writePidfile(pids, job.ID, attempt, pid, log) }
+	trainerPID := 0
+	sink.onStart = func(pid int) {
+		trainerPID = pid
+		w.writePidfile(pids, job.ID, attempt, pid, log)
+		w.trackTrainer(pid, true)
+		for _, g := range job.GPUs {
+			w.cfg.GPUs.SetLoad(g, pid, true)
+		}
+	}
+	defer func() {
+		if trainerPID != 0 {
+			w.trackTrainer(trainerPID, false)
+			for _, g := range job.GPUs {
+				w.cfg.GPUs.SetLoad(g, trainerPID, false)
+			}
+		}
+	}()
 	defer removePidfile(pids, job.ID, attempt)
 	go sink.loop()
+	go w.monitor(runCtx, cancel, log, job.ID, job.GPUs, sink)
 	res := runner.Run(runCtx, runner.Config{
-		Argv: argv,
-		Env: []string{
-			"LATHE_JOB_ID=" + job.ID,
-			"LATHE_ATTEMPT=" + strconv.Itoa(attempt),
-			"LATHE_JOB_FILE=" + specFile,
-			"LATHE_OUTPUT_DIR=" + outDir,
-			"LATHE_CHECKPOINT_DIR=" + ckptDir,
-			"CUDA_VISIBLE_DEVICES=",
-		},
+		Argv:      argv,
+		Env:       env,
 		Dir:       workDir,
 		KillGrace: w.cfg.KillGrace,
 		Logger:    log,
@@ -183,6 +221,21 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 			return func(ctx context.Context) error {
 				return w.store.Requeue(ctx, job.ID, attempt, "fenced", "the worker lost Redis for half the lease; resuming from the last checkpoint")
 			}
+		case errors.Is(cause, errPreempted):
+			return func(ctx context.Context) error {
+				cur, err := w.store.Get(ctx, job.ID)
+				if err != nil {
+					return err
+				}
+				log.Info("preempted; back to the queue, resuming from the checkpoint", slog.String("for", cur.PreemptRequested))
+				return w.store.Preempted(ctx, job.ID, attempt, cur.PreemptRequested)
+			}
+		case errors.Is(cause, errHung):
+			msg := fmt.Sprintf("GPUs idle and no progress line for %s", w.cfg.HangTimeout)
+			if attempt >= w.cfg.MaxAttempts {
+				return fail(jobtype.ReasonHung, fmt.Sprintf("%s; %d attempts used", msg, attempt))
+			}
+			return func(ctx context.Context) error { return w.store.Requeue(ctx, job.ID, attempt, jobtype.ReasonHung, msg) }
 		case errors.Is(cause, errShutdown):
 			return func(ctx context.Context) error {
 				return w.store.Requeue(ctx, job.ID, attempt, "worker shutdown", "the worker stopped; resuming from the last checkpoint")
@@ -247,6 +300,10 @@ func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, 
 				cancel(runner.ErrCancelled)
 				return
 			}
+		case errors.Is(err, jobstore.ErrPreemptRequested):
+			log.Info("preemption asked; stopping the trainer (it checkpoints on SIGTERM)")
+			cancel(errPreempted)
+			return
 		case errors.Is(err, jobstore.ErrConflict) || errors.Is(err, jobstore.ErrNotFound):
 			log.Warn("lease lost: the store moved on; stopping the trainer", slog.Any("err", err))
 			cancel(errLost)

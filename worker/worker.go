@@ -15,6 +15,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lathe-ml/lathe/backends/local/nvmlinventory"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 )
@@ -37,6 +38,10 @@ type Worker struct {
 	started  bool
 	stopped  bool
 	inflight sync.WaitGroup
+
+	invMu    sync.Mutex
+	inv      nvmlinventory.Inventory // last reading
+	trainers map[int]struct{}        // pids (= process groups) of running trainers
 }
 
 // errShutdown is the cause given to running attempts when the worker stops.
@@ -50,7 +55,7 @@ func New(rdb redis.UniversalClient, store *jobstore.Store, cfg Config) (*Worker,
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	w := &Worker{cfg: cfg, rdb: rdb, store: store, incarnation: hex.EncodeToString(b[:]),
+	w := &Worker{cfg: cfg, rdb: rdb, store: store, incarnation: hex.EncodeToString(b[:]), trainers: map[int]struct{}{},
 		log: cfg.Logger.With(slog.String("component", "worker"), slog.String("node", cfg.Node))}
 	w.stopCtx, w.stopFn = context.WithCancelCause(context.Background())
 	return w, nil
@@ -64,8 +69,10 @@ func (w *Worker) Incarnation() string { return w.incarnation }
 
 func (w *Worker) nodeInfo() jobstore.Node {
 	host, _ := os.Hostname()
+	inv := w.lastInventory()
 	return jobstore.Node{Name: w.cfg.Node, Incarnation: w.incarnation, Backend: "local", Slots: w.cfg.Slots,
-		Host: host, PID: os.Getpid()}
+		GPUs: w.nodeGPUs(inv), Driver: inv.Driver, CUDA: inv.CUDA, Simulated: inv.Simulated,
+		CheckpointRoot: w.cfg.CheckpointRoot, Host: host, PID: os.Getpid()}
 }
 
 // predecessorDead reports whether p, a heartbeat under this node's name,
@@ -87,6 +94,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.started {
 		return errors.New("worker: already started")
 	}
+	inv, err := w.readInventory(ctx)
+	if err != nil {
+		return fmt.Errorf("worker: read GPU inventory: %w", err)
+	}
 	n := w.nodeInfo()
 	n.StartedAt = time.Now().UTC()
 	if err := w.store.Heartbeat(ctx, n, w.cfg.HeartbeatTTL, true, predecessorDead); err != nil {
@@ -98,7 +109,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.purgeStaleTasks(ctx)
 	w.srv = asynq.NewServerFromRedisClient(w.rdb, asynq.Config{
-		Concurrency:       w.cfg.Slots,
+		Concurrency:       w.cfg.Slots + len(inv.GPUs),
 		Queues:            map[string]int{jobtype.NodeQueue(w.cfg.Node): 1},
 		TaskCheckInterval: w.cfg.TaskCheckInterval,
 		ShutdownTimeout:   w.cfg.ShutdownTimeout,
@@ -115,7 +126,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.hbDone = make(chan struct{})
 	go w.heartbeat(n)
 	w.started = true
-	w.log.Info("worker started", slog.Int("slots", w.cfg.Slots), slog.String("incarnation", w.incarnation),
+	w.log.Info("worker started", slog.Int("slots", w.cfg.Slots), slog.Int("gpus", len(inv.GPUs)),
+		slog.Bool("simulated_gpus", inv.Simulated), slog.String("incarnation", w.incarnation),
 		slog.String("queue", jobtype.NodeQueue(w.cfg.Node)))
 	return nil
 }
@@ -132,6 +144,12 @@ func (w *Worker) heartbeat(n jobstore.Node) {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(w.stopCtx, w.cfg.HeartbeatTTL/3)
+		if _, err := w.readInventory(ctx); err != nil {
+			w.log.Warn("heartbeat: read GPU inventory; sending the last reading", slog.Any("err", err))
+		}
+		started := n.StartedAt
+		n = w.nodeInfo()
+		n.StartedAt = started
 		err := w.store.Heartbeat(ctx, n, w.cfg.HeartbeatTTL, false)
 		cancel()
 		switch {

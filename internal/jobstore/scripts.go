@@ -241,7 +241,52 @@ end
 return reply(1, id)
 `)
 
+// preemptScript asks a job's attempt to make room for an urgent job: a
+// running attempt gets preempt_requested (its worker sees it at the next
+// lease renewal, stops the trainer, which checkpoints, and requeues it); a
+// dispatched attempt that has not started goes straight back to queued as
+// the next attempt. ARGV: prefix, id, attempt, now, maxlen, for-job id,
+// pending score, fence (” none).
+var preemptScript = redis.NewScript(luaCommon + `
+local id, want, now, maxlen, forjob, score = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+if fenced(ARGV[8] or '') then return {5, 'fenced', 0, 0} end
+local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt')
+if not cur[1] then return {-1, '', 0, 0} end
+if tonumber(cur[2]) ~= want then return reply(0, id) end
+if cur[1] == 'dispatched' then
+  release(id)
+  setstate(id, 'dispatched', 'queued', now)
+  redis.call('HINCRBY', jobkey(id), 'preemptions', 1)
+  redis.call('HSET', jobkey(id), 'attempt', want + 1, 'node', '', 'backend', '', 'gpus', '[]', 'preempt_requested', '')
+  redis.call('ZADD', P .. 'pending', score, id)
+  addevent(id, maxlen, 'state', want + 1, now, cjson.encode({from = 'dispatched', to = 'queued', reason = 'preempted', error = 'preempted for ' .. forjob .. ' before it started'}))
+  return reply(1, id)
+end
+if cur[1] ~= 'running' then return reply(0, id) end
+local prev = redis.call('HGET', jobkey(id), 'preempt_requested')
+if not prev or prev == '' then
+  redis.call('HSET', jobkey(id), 'preempt_requested', forjob)
+  addevent(id, maxlen, 'preempt', want, now, cjson.encode({['for'] = forjob}))
+end
+return reply(1, id)
+`)
+
+// annotateScript sets fields on a job while attempt is its current one and
+// it runs (what the trainer was given). ARGV: prefix, id, attempt, then
+// field/value pairs.
+var annotateScript = redis.NewScript(luaCommon + `
+local id, want = ARGV[2], tonumber(ARGV[3])
+local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt')
+if not cur[1] then return {-1, '', 0, 0} end
+if tonumber(cur[2]) ~= want or (cur[1] ~= 'running' and cur[1] ~= 'dispatched') then return reply(0, id) end
+local fields = {}
+for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('HSET', jobkey(id), unpack(fields))
+return reply(1, id)
+`)
+
 // renewScript extends the lease of a running attempt held by incarnation.
+// Code 7: renewed, and a preemption was asked.
 // ARGV: prefix, id, attempt, incarnation, now, lease ms.
 var renewScript = redis.NewScript(luaCommon + `
 local id, want, inc, now, lease = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -249,6 +294,8 @@ local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'incarnation')
 if not cur[1] then return {-1, '', 0, 0} end
 if cur[1] ~= 'running' or tonumber(cur[2]) ~= want or cur[3] ~= inc then return reply(0, id) end
 redis.call('HSET', jobkey(id), 'lease_until', now + lease)
+local pre = redis.call('HGET', jobkey(id), 'preempt_requested')
+if pre and pre ~= '' then return {7, 'running', want, 0} end
 return reply(1, id)
 `)
 
@@ -289,7 +336,7 @@ if not st then
   return {-1, '', 0, 0}
 end
 if not terminal(st) then return reply(0, id) end
-redis.call('DEL', jobkey(id), evkey(id))
+redis.call('DEL', jobkey(id), evkey(id), jobkey(id) .. ':gpu')
 redis.call('ZREM', P .. 'jobs', id)
 redis.call('ZREM', statekey(st), id)
 return {1, st, 0, 0}

@@ -282,7 +282,8 @@ func (s *Store) createMany(ctx context.Context, njs []NewJob) ([]Created, []erro
 
 var jobFields = []string{"id", "name", "state", "reason", "error", "attempt", "backend", "node", "gpus",
 	"progress", "metrics", "artifacts", "output_uri", "cancel_requested", "submitter", "team",
-	"created_at", "updated_at", "started_at", "finished_at", "spec"}
+	"created_at", "updated_at", "started_at", "finished_at", "spec",
+	"preempt_requested", "cuda_visible_devices", "preemptions", "simulated_gpus"}
 
 // Get returns the job's record, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (*jobtype.Job, error) {
@@ -305,6 +306,10 @@ func decodeJob(id string, vals []any) (*jobtype.Job, error) {
 		Backend: str(6), Node: str(7), OutputURI: str(12), CancelRequested: str(13) == "1",
 		Submitter: str(14), Team: str(15)}
 	j.Attempt, _ = strconv.Atoi(str(5))
+	j.PreemptRequested = str(21)
+	j.CUDAVisibleDevices = str(22)
+	j.Preemptions, _ = strconv.Atoi(str(23))
+	j.SimulatedGPUs = str(24) == "1"
 	var errs []error
 	dec := func(i int, v any) {
 		if s := str(i); s != "" {

@@ -232,10 +232,68 @@ func (s *Store) Renew(ctx context.Context, id string, attempt int, incarnation s
 	if err != nil {
 		return false, err
 	}
+	if r.code == 7 {
+		return false, fmt.Errorf("jobstore: renew %s: %w", id, ErrPreemptRequested)
+	}
 	if r.code != 1 {
 		return r.cancel, &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("renew needs running attempt %d of incarnation %s", attempt, incarnation)}
 	}
 	return r.cancel, nil
+}
+
+// Annotate sets field/value pairs on job id while attempt is current and
+// dispatched or running (e.g. the CUDA_VISIBLE_DEVICES its trainer got).
+func (s *Store) Annotate(ctx context.Context, id string, attempt int, fieldValues ...any) error {
+	r, err := s.run(ctx, "annotate", id, annotateScript, append([]any{attempt}, fieldValues...)...)
+	if err != nil {
+		return err
+	}
+	if r.code != 1 {
+		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("annotate needs attempt %d running", attempt)}
+	}
+	return nil
+}
+
+// ErrPreemptRequested is returned by Renew (which did renew the lease) when
+// the attempt is asked to stop for an urgent job.
+var ErrPreemptRequested = errors.New("preemption requested")
+
+// RequestPreempt asks attempt of job id to make room for job forJob: a
+// running attempt is flagged (its worker stops the trainer at the next
+// renewal and calls Preempted); a dispatched one is requeued at once.
+func (s *Store) RequestPreempt(ctx context.Context, id string, attempt int, forJob string, fence ...Fence) error {
+	j, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	score := strconv.FormatFloat(PendingScore(j.Spec.Priority, j.CreatedAt), 'f', 0, 64)
+	r, err := s.run(ctx, "preempt", id, preemptScript, attempt, ms(s.now()), s.cfg.EventsMaxLen, forJob, score, fenceArg(fence))
+	if err != nil {
+		return err
+	}
+	switch r.code {
+	case 1:
+		return nil
+	case 5:
+		return fmt.Errorf("jobstore: preempt %s: %w", id, ErrFenced)
+	default:
+		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("preempt needs running or dispatched attempt %d", attempt)}
+	}
+}
+
+// Preempted ends a running attempt that stopped for a preemption (its
+// trainer checkpointed): the job goes back to queued as the next attempt,
+// resuming from its checkpoint, with reason "preempted". A preemption is
+// not a failure.
+func (s *Store) Preempted(ctx context.Context, id string, attempt int, forJob string) error {
+	j, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	score := strconv.FormatFloat(PendingScore(j.Spec.Priority, j.CreatedAt), 'f', 0, 64)
+	return s.transitionScore(ctx, id, attempt, []jobtype.State{jobtype.StateRunning}, jobtype.StateQueued,
+		jobtype.StateChange{To: jobtype.StateQueued, Reason: jobtype.ReasonPreempted, Error: "preempted for " + forJob},
+		"release,requeue", score, "preempt_requested", "", "preemptions", j.Preemptions+1)
 }
 
 // Lease is a running attempt and when its lease ends.

@@ -55,6 +55,8 @@ const (
 	ReasonExit      = "exit"      // trainer exited non-zero; retries exhausted
 	ReasonCancelled = "cancelled" // the user asked
 	ReasonInternal  = "internal"  // Lathe itself could not run the attempt
+	ReasonPreempted = "preempted" // stopped for an urgent job; queued again (not a failure)
+	ReasonHung      = "hung"      // GPUs idle and no progress for hang_timeout; retried
 )
 
 // Progress is the latest progress line of the running attempt.
@@ -96,13 +98,27 @@ type Job struct {
 	Artifacts       []Artifact         `json:"artifacts"`
 	OutputURI       string             `json:"output_uri,omitempty"`
 	CancelRequested bool               `json:"cancel_requested,omitempty"`
-	Submitter       string             `json:"submitter,omitempty"`
-	Team            string             `json:"team,omitempty"`
-	CreatedAt       time.Time          `json:"created_at"`
-	UpdatedAt       time.Time          `json:"updated_at"`
-	StartedAt       *time.Time         `json:"started_at,omitempty"`
-	FinishedAt      *time.Time         `json:"finished_at,omitempty"`
-	Spec            jobspec.Spec       `json:"spec"`
+	// PreemptRequested names the urgent job this one is being preempted
+	// for, while its trainer checkpoints and stops ("" otherwise).
+	PreemptRequested string `json:"preempt_requested,omitempty"`
+	// Preemptions counts how often the job was preempted.
+	Preemptions int `json:"preemptions,omitempty"`
+	// CUDAVisibleDevices is what the current attempt's trainer was given
+	// (the reserved GPUs' UUIDs).
+	CUDAVisibleDevices string `json:"cuda_visible_devices,omitempty"`
+	// SimulatedGPUs is true when the GPUs are go-nvml's mock servers and
+	// the trainer ran on the CPU (LATHE_SIMULATED_GPUS=1).
+	SimulatedGPUs bool `json:"simulated_gpus,omitempty"`
+	// Wait says why a queued job waits, where it stands and when it should
+	// start, as the leader's last placement round saw it.
+	Wait       *WaitInfo    `json:"wait,omitempty"`
+	Submitter  string       `json:"submitter,omitempty"`
+	Team       string       `json:"team,omitempty"`
+	CreatedAt  time.Time    `json:"created_at"`
+	UpdatedAt  time.Time    `json:"updated_at"`
+	StartedAt  *time.Time   `json:"started_at,omitempty"`
+	FinishedAt *time.Time   `json:"finished_at,omitempty"`
+	Spec       jobspec.Spec `json:"spec"`
 }
 
 // Event types in a job's event stream.
@@ -172,6 +188,15 @@ func ValidArtifactName(name string) bool {
 		}
 	}
 	return true
+}
+
+// WaitInfo is a queued job's place in line (from the last placement round).
+type WaitInfo struct {
+	Position       int        `json:"position"`
+	EstimatedStart *time.Time `json:"estimated_start,omitempty"`
+	Code           string     `json:"code"`
+	Reason         string     `json:"reason"`
+	At             time.Time  `json:"at"` // when the round ran
 }
 
 // GPU is one GPU of a node as its worker last reported it (the heartbeat),

@@ -118,3 +118,6 @@ func (noGPUs) Close() error                            { return nil }
 func noSuchGPU(index int) error {
 	return fmt.Errorf("%w: index %d", ErrNoSuchGPU, index)
 }
+
+// None returns the Source of a machine without GPUs: 0 GPUs, CPU jobs only.
+func None() Source { return noGPUs{} }
