@@ -1,0 +1,48 @@
+package jobstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/internal/jobtype"
+)
+
+// SetWaits replaces the waiting jobs' places in line (the leader writes
+// them after each placement round): one hash, job id → WaitInfo JSON.
+func (s *Store) SetWaits(ctx context.Context, waits map[string]jobtype.WaitInfo) error {
+	vals := make([]any, 0, 2*len(waits))
+	for id, w := range waits {
+		b, _ := json.Marshal(w)
+		vals = append(vals, id, b)
+	}
+	pipe := s.rdb.TxPipeline()
+	pipe.Del(ctx, s.key("waits"))
+	if len(vals) > 0 {
+		pipe.HSet(ctx, s.key("waits"), vals...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("jobstore: set waits: %w", err)
+	}
+	return nil
+}
+
+// WaitOf returns job id's place in line from the last placement round, or
+// nil when the round did not list it (placed, not queued, or no round yet).
+func (s *Store) WaitOf(ctx context.Context, id string) (*jobtype.WaitInfo, error) {
+	v, err := s.rdb.HGet(ctx, s.key("waits"), id).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jobstore: wait of %s: %w", id, err)
+	}
+	var w jobtype.WaitInfo
+	if err := json.Unmarshal([]byte(v), &w); err != nil {
+		return nil, fmt.Errorf("jobstore: wait of %s: %w", id, err)
+	}
+	return &w, nil
+}
