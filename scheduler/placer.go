@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"sort"
 	"time"
 
 	"github.com/hibiken/asynq"
 
+	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/scheduler/placement"
 )
 
 func (s *Scheduler) placeLoop(ctx context.Context) {
@@ -41,95 +42,180 @@ func (s *Scheduler) placeLoop(ctx context.Context) {
 	}
 }
 
-// placeOnce places pending jobs in order (priority, then submit time) on
-// nodes with a free slot. It stops at the first job that fits nowhere: a
-// later job never jumps it (backfill that provably does not delay it comes
-// with GPU placement).
+// placeOnce runs one placement round: it reads a snapshot (live local
+// nodes with their GPUs and reservations, the jobs holding them, the first
+// PlaceScan pending jobs), asks the pure placement package for a plan (best
+// fit, EASY backfill, preemption; scheduler/placement/doc.go), then carries
+// it out: each assignment is reserved and moved to dispatched in one script
+// (the script refuses a GPU another job holds, so a stale snapshot loses
+// instead of double-booking), then enqueued; victims of a preemption are
+// asked to stop; every waiting job's place in line is written for
+// `lathe status`.
 func (s *Scheduler) placeOnce(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	nodes, err := s.store.Nodes(ctx)
+	snap, jobs, err := s.snapshot(ctx)
 	if err != nil {
-		s.log.Warn("placer: list nodes", slog.Any("err", err))
+		s.log.Warn("placer: snapshot", slog.Any("err", err))
 		return
 	}
-	free := 0
-	for _, n := range nodes {
-		free += max(0, n.Slots-n.Reserved)
-	}
-	if free == 0 {
-		return
-	}
-	ids, err := s.store.Pending(ctx, free+16)
-	if err != nil {
-		s.log.Warn("placer: read pending set", slog.Any("err", err))
-		return
-	}
-	jobs, err := s.store.GetMany(ctx, ids)
-	if err != nil {
-		s.log.Warn("placer: read jobs", slog.Any("err", err))
-		return
-	}
-	for _, j := range jobs {
-		if j.State != jobtype.StateQueued {
-			continue
-		}
-		placed, stop := s.placeJob(ctx, j, nodes)
-		if stop {
-			return
-		}
-		if placed {
-			for i := range nodes {
-				if nodes[i].Name == j.Node {
-					nodes[i].Reserved++
-				}
+	if len(snap.Pending) == 0 {
+		if s.hadWaits {
+			if err := s.store.SetWaits(ctx, nil); err == nil {
+				s.hadWaits = false
 			}
 		}
+		return
+	}
+	plan := placement.Place(snap)
+	for _, a := range plan.Assign {
+		j := jobs[a.JobID]
+		capacity := 0
+		for _, n := range snap.Nodes {
+			if n.Name == a.Node {
+				capacity = n.CPUSlots
+			}
+		}
+		err := s.store.Dispatch(ctx, j.ID, j.Attempt, a.Node, "local", capacity, a.GPUs, s.leaderFence())
+		switch {
+		case err == nil:
+			s.enqueue(ctx, j.ID, j.Attempt, a.Node, j.Spec.MaxRuntime.D())
+		case errors.Is(err, jobstore.ErrNodeFull), errors.Is(err, jobstore.ErrConflict):
+			// The snapshot went stale (a reservation or a cancel meanwhile): next round.
+			s.log.Debug("placer: dispatch lost to a newer state", slog.String("job_id", j.ID), slog.Any("err", err))
+		case errors.Is(err, jobstore.ErrFenced):
+			s.log.Warn("placer: no longer the leader; stopping this round")
+			s.fence.Store(jobstore.Fence(""))
+			return
+		default:
+			s.log.Warn("placer: dispatch", slog.String("job_id", j.ID), slog.Any("err", err))
+			return
+		}
+	}
+	for _, p := range plan.Preempt {
+		for _, v := range p.Victims {
+			vj := jobs[v]
+			if vj == nil {
+				continue
+			}
+			err := s.store.RequestPreempt(ctx, vj.ID, vj.Attempt, p.ForJobID, s.leaderFence())
+			if err != nil {
+				s.log.Warn("placer: preempt", slog.String("job_id", v), slog.String("for", p.ForJobID), slog.Any("err", err))
+				continue
+			}
+			s.log.Info("preempting a batch job for an urgent one", slog.String("job_id", v), slog.String("for", p.ForJobID),
+				slog.String("node", p.Node))
+		}
+	}
+	now := time.Now().UTC()
+	waits := make(map[string]jobtype.WaitInfo, len(plan.Waits))
+	for _, w := range plan.Waits {
+		wi := jobtype.WaitInfo{Position: w.Position, Code: string(w.Code), Reason: w.Reason, At: now}
+		if !w.EstimatedStart.IsZero() {
+			t := w.EstimatedStart.UTC()
+			wi.EstimatedStart = &t
+		}
+		waits[w.JobID] = wi
+	}
+	if err := s.store.SetWaits(ctx, waits); err != nil {
+		s.log.Warn("placer: write waits", slog.Any("err", err))
+	} else {
+		s.hadWaits = len(waits) > 0
 	}
 }
 
-// placeJob tries nodes, fullest-first among those with room (packing keeps
-// whole nodes free for bigger work), and enqueues the attempt.
-func (s *Scheduler) placeJob(ctx context.Context, j *jobtype.Job, nodes []jobstore.NodeStatus) (placed, stop bool) {
-	if j.Spec.Resources.GPUs > 0 {
-		// Refused at submit; a job that got here another way waits, logged.
-		s.log.Warn("placer: GPU job cannot be placed until the NVML backend exists", slog.String("job_id", j.ID))
-		return false, false
+// snapshot reads what one placement round looks at. jobs maps every job it
+// names (pending and holding reservations) to its record.
+func (s *Scheduler) snapshot(ctx context.Context) (placement.Snapshot, map[string]*jobtype.Job, error) {
+	snap := placement.Snapshot{Now: time.Now()}
+	nodes, err := s.store.Nodes(ctx)
+	if err != nil {
+		return snap, nil, err
 	}
-	cands := make([]jobstore.NodeStatus, 0, len(nodes))
+	ids, err := s.store.Pending(ctx, s.cfg.PlaceScan)
+	if err != nil {
+		return snap, nil, err
+	}
+	var holders []string
 	for _, n := range nodes {
-		if n.Backend == "local" && n.Reserved < n.Slots {
-			cands = append(cands, n)
-		}
-	}
-	sort.SliceStable(cands, func(a, b int) bool {
-		fa, fb := cands[a].Slots-cands[a].Reserved, cands[b].Slots-cands[b].Reserved
-		if fa != fb {
-			return fa < fb
-		}
-		return cands[a].Name < cands[b].Name
-	})
-	for _, n := range cands {
-		err := s.store.Dispatch(ctx, j.ID, j.Attempt, n.Name, "local", n.Slots, nil, s.leaderFence())
-		switch {
-		case err == nil:
-			j.Node = n.Name
-			s.enqueue(ctx, j.ID, j.Attempt, n.Name, j.Spec.MaxRuntime.D())
-			return true, false
-		case errors.Is(err, jobstore.ErrNodeFull):
+		if n.Backend != "local" {
 			continue
-		case errors.Is(err, jobstore.ErrConflict):
-			return false, false // cancelled or placed by someone else meanwhile
-		case errors.Is(err, jobstore.ErrFenced):
-			s.log.Warn("placer: no longer the leader; stopping this pass")
-			s.fence.Store(jobstore.Fence(""))
-			return false, true
-		default:
-			s.log.Warn("placer: dispatch", slog.String("job_id", j.ID), slog.Any("err", err))
-			return false, true
+		}
+		for id := range n.Reservations {
+			holders = append(holders, id)
 		}
 	}
-	return false, true
+	all, err := s.store.GetMany(ctx, append(ids, holders...))
+	if err != nil {
+		return snap, nil, err
+	}
+	jobs := make(map[string]*jobtype.Job, len(all))
+	for _, j := range all {
+		if j != nil {
+			jobs[j.ID] = j
+		}
+	}
+	for _, id := range ids {
+		j := jobs[id]
+		if j == nil || j.State != jobtype.StateQueued {
+			continue
+		}
+		snap.Pending = append(snap.Pending, placement.Job{ID: j.ID, Priority: placementPriority(j.Spec.Priority),
+			Request: placement.Request{GPUs: j.Spec.Resources.GPUs, MinMemoryMB: uint64(j.Spec.Resources.GPUMemoryGB * 1024),
+				Models: j.Spec.Resources.GPUModels, CPUSlots: 1},
+			Estimate: s.estimate(j)})
+	}
+	for _, n := range nodes {
+		if n.Backend != "local" {
+			continue
+		}
+		pn := placement.Node{Name: n.Name, CPUSlots: n.Slots, CPUSlotsUsed: n.CPUReserved}
+		for _, g := range n.GPUs {
+			pn.GPUs = append(pn.GPUs, placement.GPU{Index: g.Index, UUID: g.UUID, Name: g.Name,
+				MemoryTotalMB: g.MemoryTotalMB, ForeignUsedMB: g.ForeignUsedMB, Healthy: g.Healthy,
+				JobID: n.GPUHolder(g.Index)})
+		}
+		for id, r := range n.Reservations {
+			run := placement.Running{JobID: id, Priority: placement.PriorityNormal, GPUs: r.GPUs, EndsAt: snap.Now}
+			if len(r.GPUs) == 0 {
+				run.CPUSlots = 1
+			}
+			if j := jobs[id]; j != nil {
+				run.Priority = placementPriority(j.Spec.Priority)
+				start := j.UpdatedAt
+				if j.StartedAt != nil {
+					start = *j.StartedAt
+				}
+				run.EndsAt = start.Add(s.estimate(j))
+				run.Preemptible = j.Spec.Priority == jobspec.PriorityBatch && j.State == jobtype.StateRunning
+				run.Stopping = j.PreemptRequested != ""
+			}
+			pn.Running = append(pn.Running, run)
+		}
+		snap.Nodes = append(snap.Nodes, pn)
+	}
+	return snap, jobs, nil
+}
+
+// estimate is a job's expected runtime for placement: its max_runtime (the
+// deployment's default when unset), an upper bound, so that a backfilled
+// job can never run past the head's reservation. (Estimates learned from
+// finished jobs come with routing, issue #5.)
+func (s *Scheduler) estimate(j *jobtype.Job) time.Duration {
+	if d := j.Spec.MaxRuntime.D(); d > 0 {
+		return d
+	}
+	return s.cfg.Defaults.MaxRuntime
+}
+
+func placementPriority(p jobspec.Priority) int {
+	switch p {
+	case jobspec.PriorityUrgent:
+		return placement.PriorityUrgent
+	case jobspec.PriorityBatch:
+		return placement.PriorityBatch
+	}
+	return placement.PriorityNormal
 }
 
 // enqueue puts attempt of job id on node's queue. A failure is logged and

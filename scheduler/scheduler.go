@@ -51,6 +51,10 @@ type Config struct {
 	// RedisTimeout bounds each request's Redis work, so the API answers 503
 	// within 2 s when Redis is away; default 1.5s.
 	RedisTimeout time.Duration
+	// PlaceScan is how many pending jobs (in queue order) one placement
+	// round looks at; default 10000. Jobs beyond wait for a later round and
+	// get no place in line until then.
+	PlaceScan int
 	// PlaceInterval is how often the placer looks at the pending set when
 	// nothing wakes it; default 500ms.
 	PlaceInterval time.Duration
@@ -127,6 +131,9 @@ func (c Config) withDefaults() Config {
 	if c.RedisTimeout <= 0 {
 		c.RedisTimeout = 1500 * time.Millisecond
 	}
+	if c.PlaceScan <= 0 {
+		c.PlaceScan = 10000
+	}
 	if c.PlaceInterval <= 0 {
 		c.PlaceInterval = 500 * time.Millisecond
 	}
@@ -182,6 +189,7 @@ type Scheduler struct {
 	massSince time.Time    // when a mass lease expiry was first seen (placer goroutine only)
 	tokenSums [][32]byte   // sha256 of each token's secret, for constant-time comparison
 	fence     atomic.Value // jobstore.Fence of the current term, "" when not leading
+	hadWaits  bool         // the last placement round wrote waiting jobs (placer goroutine only)
 }
 
 // New returns a Scheduler over rdb; Start runs it.

@@ -1,0 +1,224 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lathe-ml/lathe/backends/local/nvmlinventory"
+	"github.com/lathe-ml/lathe/internal/fileuri"
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/worker"
+)
+
+// GPU placement tests: a real redis-server, the real scheduler (placer,
+// dispatch scripts, asynq) and a real worker, whose GPUs are go-nvml's
+// dgxh100 mock server (a fake: nvmlinventory's simulated GPUs). The trainer
+// is a /bin/sh stand-in for the reference trainer (cmd/lathed's end-to-end
+// tests run the real one): it records the CUDA_VISIBLE_DEVICES it got,
+// prints progress from the step its checkpoint holds, checkpoints on
+// SIGTERM, and ends when the test creates its release file.
+const gpuTrainer = `#!/bin/sh
+step=0
+[ -f "$LATHE_CHECKPOINT_DIR/step" ] && step=$(cat "$LATHE_CHECKPOINT_DIR/step")
+echo "start step=$step cvd=$CUDA_VISIBLE_DEVICES sim=$LATHE_SIMULATED_GPUS"
+trap 'echo $step > "$LATHE_CHECKPOINT_DIR/step"; echo "{\"event\":\"checkpoint\",\"step\":$step,\"path\":\"step\"}"; exit 143' TERM
+while [ ! -f "$RELEASE_DIR/$LATHE_JOB_ID" ]; do
+  step=$((step+1))
+  echo "{\"event\":\"progress\",\"step\":$step,\"total_steps\":100000,\"loss\":1.0}"
+  sleep 0.05
+done
+printf 'adapter' > "$LATHE_OUTPUT_DIR/adapter_model.safetensors"
+echo '{"event":"artifact","path":"adapter_model.safetensors","format":"safetensors","bytes":7}'
+echo '{"event":"done","metrics":{"train_loss":1.0}}'
+`
+
+type gpuBundle struct {
+	ctx     context.Context
+	store   *jobstore.Store
+	s       *scheduler.Scheduler
+	release string
+	dir     string
+}
+
+func gpuSetup(t *testing.T) gpuBundle {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	store := jobstore.New(rdb, jobstore.Config{})
+	dir := t.TempDir()
+	release := filepath.Join(dir, "release")
+	if err := os.MkdirAll(release, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	trainer := filepath.Join(dir, "trainer.sh")
+	if err := os.WriteFile(trainer, []byte(strings.ReplaceAll(gpuTrainer, "$RELEASE_DIR", release)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	src, err := nvmlinventory.Open(ctx, "simulated:dgxh100", "gpu1", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = src.Close() })
+	w, err := worker.New(rdb, store, worker.Config{Node: "gpu1", Slots: 1, DataDir: filepath.Join(dir, "w"), Logger: quiet,
+		GPUs: src, KillGrace: 5 * time.Second, Trainers: map[string][]string{"reference": {trainer}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	s := scheduler.New(rdb, store, scheduler.Config{Listen: "127.0.0.1:0", Logger: quiet, PlaceInterval: 50 * time.Millisecond,
+		Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(filepath.Join(dir, "out"))}})
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	return gpuBundle{ctx: ctx, store: store, s: s, release: release, dir: dir}
+}
+
+func (b gpuBundle) submit(t *testing.T, name string, gpus int, prio string) string {
+	t.Helper()
+	body := fmt.Sprintf(`{"name":%q,"base_model":"tiny-char","dataset":"file:///d.jsonl","priority":%q,"resources":{"gpus":%d}}`, name, prio, gpus)
+	code, out := do(t, "POST", "http://"+b.s.Addr()+"/api/v1/jobs", body, nil)
+	if code != 201 {
+		t.Fatalf("submit %s: %d %s", name, code, out)
+	}
+	return jobOf(t, out).ID
+}
+
+func (b gpuBundle) waitFor(t *testing.T, id, what string, cond func(*jobtype.Job) bool) *jobtype.Job {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		j, err := b.store.Get(b.ctx, id)
+		if err == nil && cond(j) {
+			return j
+		}
+		if err == nil && j.State.Terminal() {
+			t.Fatalf("job %s ended %s (%s: %s) before %s", id, j.State, j.Reason, j.Error, what)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: %s not reached in 60s; last %+v %v", id, what, j, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func running(j *jobtype.Job) bool   { return j.State == jobtype.StateRunning && j.Progress.Step > 0 }
+func succeeded(j *jobtype.Job) bool { return j.State == jobtype.StateSucceeded }
+
+// TestThreeFourGPUJobsOnEight: on one 8-GPU node, two 4-GPU jobs run at once
+// on disjoint GPUs (the CUDA_VISIBLE_DEVICES each trainer got is on its
+// job), the third waits with a reason and a place in line, and runs when
+// one of the first two ends.
+func TestThreeFourGPUJobsOnEight(t *testing.T) {
+	b := gpuSetup(t)
+	a := b.submit(t, "a", 4, "normal")
+	c := b.submit(t, "b", 4, "normal")
+	d := b.submit(t, "c", 4, "normal")
+	ja := b.waitFor(t, a, "running", running)
+	jc := b.waitFor(t, c, "running", running)
+	if ja.Node != "gpu1" || len(ja.GPUs) != 4 || len(jc.GPUs) != 4 {
+		t.Fatalf("placed: a on %s %v, b %v", ja.Node, ja.GPUs, jc.GPUs)
+	}
+	seen := map[string]bool{}
+	for _, j := range []*jobtype.Job{ja, jc} {
+		if !j.SimulatedGPUs {
+			t.Errorf("job %s not marked as on simulated GPUs", j.ID)
+		}
+		uu := strings.Split(j.CUDAVisibleDevices, ",")
+		if len(uu) != 4 {
+			t.Fatalf("job %s CUDA_VISIBLE_DEVICES %q", j.ID, j.CUDAVisibleDevices)
+		}
+		for i, u := range uu {
+			if u != nvmlinventory.SimulatedUUID("gpu1", j.GPUs[i]) || seen[u] {
+				t.Fatalf("job %s got %s for GPU %d (or a GPU twice)", j.ID, u, j.GPUs[i])
+			}
+			seen[u] = true
+		}
+	}
+	// The third waits, with a reason; its place in line is written.
+	var w *jobtype.WaitInfo
+	for deadline := time.Now().Add(30 * time.Second); w == nil; {
+		w, _ = b.store.WaitOf(b.ctx, d)
+		if time.Now().After(deadline) {
+			t.Fatal("no wait info for the third job")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if jd, _ := b.store.Get(b.ctx, d); jd.State != jobtype.StateQueued || w.Position != 1 || !strings.Contains(w.Reason, "4") {
+		t.Fatalf("third job: state %s wait %+v", jd.State, w)
+	}
+	// a ends; the third takes its GPUs.
+	if err := os.WriteFile(filepath.Join(b.release, a), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, a, "succeeded", succeeded)
+	jd := b.waitFor(t, d, "running", running)
+	if fmt.Sprint(jd.GPUs) != fmt.Sprint(ja.GPUs) {
+		t.Fatalf("third job got %v, the freed GPUs were %v", jd.GPUs, ja.GPUs)
+	}
+	for _, id := range []string{c, d} {
+		_ = os.WriteFile(filepath.Join(b.release, id), nil, 0o644)
+		b.waitFor(t, id, "succeeded", succeeded)
+	}
+}
+
+// TestUrgentPreemptsBatch: an urgent 8-GPU job submitted while two batch
+// 4-GPU jobs run preempts both (SIGTERM → checkpoint → queued); the urgent
+// job runs; then both resume from their checkpoints (step > 0 at start)
+// and succeed.
+func TestUrgentPreemptsBatch(t *testing.T) {
+	b := gpuSetup(t)
+	x := b.submit(t, "x", 4, "batch")
+	y := b.submit(t, "y", 4, "batch")
+	b.waitFor(t, x, "running", func(j *jobtype.Job) bool { return running(j) && j.Progress.Step >= 3 })
+	b.waitFor(t, y, "running", func(j *jobtype.Job) bool { return running(j) && j.Progress.Step >= 3 })
+	u := b.submit(t, "u", 8, "urgent")
+	ju := b.waitFor(t, u, "running", running)
+	if len(ju.GPUs) != 8 {
+		t.Fatalf("urgent job on %v", ju.GPUs)
+	}
+	for _, id := range []string{x, y} {
+		j, _ := b.store.Get(b.ctx, id)
+		if j.State != jobtype.StateQueued || j.Preemptions != 1 || j.Attempt != 2 {
+			t.Fatalf("batch job %s while the urgent one runs: state %s, preemptions %d, attempt %d", id, j.State, j.Preemptions, j.Attempt)
+		}
+	}
+	_ = os.WriteFile(filepath.Join(b.release, u), nil, 0o644)
+	b.waitFor(t, u, "succeeded", succeeded)
+	for _, id := range []string{x, y} {
+		// The second attempt's trainer says which step it started from.
+		var startLine string
+		for deadline := time.Now().Add(60 * time.Second); startLine == ""; time.Sleep(20 * time.Millisecond) {
+			evs, err := b.store.Events(b.ctx, id, "", 5000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range evs {
+				if e.Type == jobtype.EventLog && e.Attempt == 2 && strings.Contains(string(e.Data), "start step=") {
+					startLine = string(e.Data)
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s: no second attempt started", id)
+			}
+		}
+		if strings.Contains(startLine, "start step=0 ") {
+			t.Fatalf("job %s's second attempt did not resume from its checkpoint: %s", id, startLine)
+		}
+		_ = os.WriteFile(filepath.Join(b.release, id), nil, 0o644)
+		b.waitFor(t, id, "succeeded", succeeded)
+	}
+}
