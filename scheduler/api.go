@@ -45,7 +45,10 @@ func (s *Scheduler) routes() http.Handler {
 	mux.HandleFunc("POST /api/v1/jobs/{id}/retry", s.withAuth(RoleSubmitter, s.retryJob))
 	mux.HandleFunc("GET /api/v1/jobs/{id}/events", s.withAuth(RoleViewer, s.events))
 	mux.HandleFunc("GET /api/v1/jobs/{id}/artifacts/{name}", s.withAuth(RoleViewer, s.artifact))
+	mux.HandleFunc("GET /api/v1/jobs/{id}/gpu", s.withAuth(RoleViewer, s.gpuSeries))
 	mux.HandleFunc("GET /api/v1/queues", s.withAuth(RoleViewer, s.queues))
+	mux.HandleFunc("GET /api/v1/gpus", s.withAuth(RoleViewer, s.listGPUs))
+	mux.HandleFunc("GET /api/v1/nodes", s.withAuth(RoleViewer, s.listNodes))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	return mux
 }
@@ -276,6 +279,8 @@ func (s *Scheduler) admissible(spec *jobspec.Spec) []jobspec.FieldError {
 	return fe
 }
 
+// get answers one job; a queued job carries its place in line from the
+// leader's last placement round (wait), when that round listed it.
 func (s *Scheduler) get(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
@@ -284,7 +289,104 @@ func (s *Scheduler) get(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if job.State == jobtype.StateQueued {
+		// The wait is a hint: without it the job is still the answer.
+		if wait, err := s.store.WaitOf(ctx, job.ID); err != nil {
+			s.log.Debug("wait of queued job", slog.String("job_id", job.ID), slog.Any("err", err))
+		} else {
+			job.Wait = wait
+		}
+	}
 	writeJSON(w, http.StatusOK, job)
+}
+
+// gpuSeries answers a job's downsampled GPU series (no points when it
+// never ran on GPUs); 404 for an unknown job.
+func (s *Scheduler) gpuSeries(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	id := r.PathValue("id")
+	if _, err := s.store.Get(ctx, id); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	series, err := s.store.GPUSeriesOf(ctx, id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, series)
+}
+
+// listGPUs answers every GPU of every live node, as its last heartbeat
+// reported it, with the job holding it.
+func (s *Scheduler) listGPUs(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	nodes, err := s.store.Nodes(ctx)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"gpus": gpuRows(nodes)})
+}
+
+// listNodes answers one row per live node.
+func (s *Scheduler) listNodes(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	nodes, err := s.store.Nodes(ctx)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rows := make([]jobtype.NodeInfo, len(nodes))
+	for i, n := range nodes {
+		rows[i] = nodeInfo(n)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"nodes": rows})
+}
+
+// gpuRows lists the GPUs of nodes, sorted by node then index, with Node and
+// JobID filled in (JobID "" for a free GPU). It is never nil.
+func gpuRows(nodes []jobstore.NodeStatus) []jobtype.GPU {
+	out := []jobtype.GPU{}
+	for _, n := range nodes {
+		for _, g := range n.GPUs {
+			g.Node = n.Name
+			g.JobID = n.GPUHolder(g.Index)
+			g.Simulated = g.Simulated || n.Simulated
+			out = append(out, g)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b jobtype.GPU) int {
+		if c := strings.Compare(a.Node, b.Node); c != 0 {
+			return c
+		}
+		return a.Index - b.Index
+	})
+	return out
+}
+
+// nodeInfo is n's row of GET /api/v1/nodes.
+func nodeInfo(n jobstore.NodeStatus) jobtype.NodeInfo {
+	ni := jobtype.NodeInfo{Name: n.Name, Backend: n.Backend, Host: n.Host, Incarnation: n.Incarnation,
+		StartedAt: n.StartedAt, SeenAt: n.SeenAt, Slots: n.Slots, CPUReserved: n.CPUReserved,
+		GPUs: len(n.GPUs), Driver: n.Driver, CUDA: n.CUDA, Simulated: n.Simulated,
+		CheckpointRoot: n.CheckpointRoot, Jobs: make([]string, 0, len(n.Reservations))}
+	for _, g := range n.GPUs {
+		switch {
+		case !g.Healthy:
+			ni.GPUsUnhealthy++
+		case n.GPUHolder(g.Index) == "":
+			ni.GPUsFree++
+		}
+	}
+	for id := range n.Reservations {
+		ni.Jobs = append(ni.Jobs, id)
+	}
+	slices.Sort(ni.Jobs)
+	return ni
 }
 
 func (s *Scheduler) list(w http.ResponseWriter, r *http.Request) {

@@ -222,3 +222,48 @@ func TestUrgentPreemptsBatch(t *testing.T) {
 		b.waitFor(t, id, "succeeded", succeeded)
 	}
 }
+
+// TestDispatchedToDeadNode: a job dispatched to a node whose heartbeat then
+// expires, before any worker claimed it, goes back to the queue as the next
+// attempt (it would otherwise wait for ever on a queue nobody reads).
+func TestDispatchedToDeadNode(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	store := jobstore.New(rdb, jobstore.Config{})
+	ctx := context.Background()
+	if err := store.Heartbeat(ctx, jobstore.Node{Name: "ghost", Incarnation: "i", Backend: "local", Slots: 1}, time.Second, true); err != nil {
+		t.Fatal(err)
+	}
+	s := scheduler.New(rdb, store, scheduler.Config{Listen: "127.0.0.1:0", Logger: quiet, PlaceInterval: 50 * time.Millisecond,
+		RepairAfter: 200 * time.Millisecond, Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(t.TempDir())}})
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	code, out := do(t, "POST", "http://"+s.Addr()+"/api/v1/jobs", goodSpec, nil)
+	if code != 201 {
+		t.Fatalf("submit: %d %s", code, out)
+	}
+	id := jobOf(t, out).ID
+	sawDispatched := false
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		j, err := store.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sawDispatched = sawDispatched || (j.State == jobtype.StateDispatched && j.Node == "ghost")
+		if j.State == jobtype.StateQueued && j.Attempt == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job stuck: %s attempt %d on %q", j.State, j.Attempt, j.Node)
+		}
+	}
+	if !sawDispatched {
+		t.Fatal("the job was never dispatched to the ghost node (the test did not test anything)")
+	}
+	nodes, _ := store.Nodes(ctx)
+	if len(nodes) != 0 {
+		t.Fatalf("the ghost node is still listed: %+v", nodes)
+	}
+}

@@ -254,8 +254,27 @@ func (s *Scheduler) repairOnce(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	nodes, err := s.store.Nodes(ctx)
+	if err != nil {
+		return
+	}
+	live := map[string]bool{}
+	for _, n := range nodes {
+		live[n.Name] = true
+	}
 	for _, j := range jobs {
 		if j.State != jobtype.StateDispatched || time.Since(j.UpdatedAt) < s.cfg.RepairAfter {
+			continue
+		}
+		if !live[j.Node] {
+			// Its node died before claiming it (heartbeat expired): no one
+			// will take the task; the attempt goes back to the queue and is
+			// placed again. A worker that comes back finds its claim stale.
+			s.log.Warn("repair: dispatched to a node that is gone; requeueing", slog.String("job_id", j.ID),
+				slog.Int("attempt", j.Attempt), slog.String("node", j.Node))
+			if err := s.store.Requeue(ctx, j.ID, j.Attempt, "node lost", "node "+j.Node+" stopped heartbeating before the attempt started"); err != nil {
+				s.log.Warn("repair: requeue", slog.String("job_id", j.ID), slog.Any("err", err))
+			}
 			continue
 		}
 		q, tid := jobtype.NodeQueue(j.Node), jobtype.TaskID(j.ID, j.Attempt)

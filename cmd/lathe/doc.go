@@ -13,7 +13,8 @@
 //	    (a live progress bar on a terminal, plain lines otherwise; with
 //	    -o json only the final Job is printed on stdout). --dry-run prints
 //	    the spec as the scheduler normalised it, storing nothing.
-//	lathe status ID          one job: state, attempt, node, GPUs, progress, losses, error, artifacts
+//	lathe status ID          one job: state, attempt, node, GPUs, progress, losses, error, artifacts;
+//	                         for a queued job its place in line, estimated start and why it waits
 //	lathe list [--state S] [--limit N]
 //	                         jobs, newest first (ID NAME STATE ATTEMPT STEP LOSS AGE)
 //	lathe logs ID [-f]       log lines, and [progress]/[eval]/[checkpoint]/[state] lines
@@ -21,10 +22,14 @@
 //	lathe pull ID [--to DIR] download every artifact (default ./<job-name>-<id>/),
 //	                         sha256-verified, written atomically
 //	lathe queues             pending set, jobs per state, backend queues
+//	lathe gpus               every GPU of every live node (NODE IDX NAME MEM UTIL TEMP HEALTH JOB),
+//	                         simulated ones marked, why unhealthy ones are, under the table
+//	lathe nodes              live nodes: GPUs free and unhealthy, CPU slots, driver, CUDA, jobs
 //
 // The scheduler address comes from --server, else LATHE_SERVER, else
 // http://127.0.0.1:8080; a bearer token, if the scheduler wants one, from
-// LATHE_TOKEN. -o json prints the API's objects.
+// LATHE_TOKEN. -o json prints the API's objects (for gpus and nodes, a JSON
+// array of them).
 //
 // Exit codes:
 //

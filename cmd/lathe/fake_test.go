@@ -46,6 +46,9 @@ type fakeScheduler struct {
 	fail *failure
 	// pageSize caps a list page below the asked limit when > 0.
 	pageSize int
+	// gpus and nodes are served as GET /api/v1/gpus and /api/v1/nodes.
+	gpus  []jobtype.GPU
+	nodes []jobtype.NodeInfo
 }
 
 type failure struct {
@@ -76,6 +79,24 @@ func newFakeScheduler(t *testing.T) *fakeScheduler {
 			"by_state": map[string]int{"queued": 2, "running": 1, "succeeded": 7},
 			"queues":   []map[string]any{{"name": "node:host1", "pending": 1, "active": 1}},
 		})
+	})
+	mux.HandleFunc("GET /api/v1/gpus", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		gpus := f.gpus
+		if gpus == nil {
+			gpus = []jobtype.GPU{}
+		}
+		writeJSONStatus(w, 200, map[string]any{"gpus": gpus})
+	})
+	mux.HandleFunc("GET /api/v1/nodes", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		nodes := f.nodes
+		if nodes == nil {
+			nodes = []jobtype.NodeInfo{}
+		}
+		writeJSONStatus(w, 200, map[string]any{"nodes": nodes})
 	})
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()

@@ -58,8 +58,9 @@ func orDash(s string) string {
 	return s
 }
 
-// printJob writes the status table of one job.
-func printJob(w io.Writer, j *jobtype.Job) error {
+// printJob writes the status table of one job; now places a queued job's
+// estimated start ("in 12m").
+func printJob(w io.Writer, j *jobtype.Job, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	state := string(j.State)
 	if j.Reason != "" {
@@ -67,6 +68,9 @@ func printJob(w io.Writer, j *jobtype.Job) error {
 	}
 	if j.CancelRequested && !j.State.Terminal() {
 		state += ", cancel requested"
+	}
+	if j.PreemptRequested != "" && !j.State.Terminal() {
+		state += ", being preempted for " + j.PreemptRequested
 	}
 	node := j.Node
 	if j.Backend != "" && node != "" {
@@ -78,6 +82,10 @@ func printJob(w io.Writer, j *jobtype.Job) error {
 	for i, g := range j.GPUs {
 		gpus[i] = strconv.Itoa(g)
 	}
+	gpuCell := orDash(strings.Join(gpus, ","))
+	if j.SimulatedGPUs {
+		gpuCell += " (simulated GPUs)"
+	}
 	evalLoss := "-"
 	if v, ok := j.Metrics["eval_loss"]; ok {
 		evalLoss = fmtFloat(v)
@@ -86,14 +94,25 @@ func printJob(w io.Writer, j *jobtype.Job) error {
 		{"ID", j.ID},
 		{"Name", j.Name},
 		{"State", state},
+	}
+	rows = append(rows, waitRows(j.Wait, now)...)
+	rows = append(rows, [][2]string{
 		{"Attempt", strconv.Itoa(j.Attempt)},
 		{"Node", orDash(node)},
-		{"GPUs", orDash(strings.Join(gpus, ","))},
+		{"GPUs", gpuCell},
+	}...)
+	if j.CUDAVisibleDevices != "" {
+		rows = append(rows, [2]string{"CUDA_VISIBLE_DEVICES", j.CUDAVisibleDevices})
+	}
+	if j.Preemptions > 0 {
+		rows = append(rows, [2]string{"Preempted", plural(j.Preemptions, "time")})
+	}
+	rows = append(rows, [][2]string{
 		{"Progress", fmtStep(j.Progress)},
 		{"Loss", fmtLoss(j.Progress)},
 		{"Eval loss", evalLoss},
 		{"Error", orDash(j.Error)},
-	}
+	}...)
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
 	}
@@ -112,4 +131,46 @@ func printJob(w io.Writer, j *jobtype.Job) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d bytes\tsha256 %s\n", label, a.Path, a.Bytes, orDash(sum))
 	}
 	return tw.Flush()
+}
+
+// waitRows are a queued job's place in line: "Position: 3 in line",
+// "Estimated start: 2026-12-02 15:04 (in 12m)" (or "unknown") and
+// "Waiting: <reason>"; none without a wait.
+func waitRows(wi *jobtype.WaitInfo, now time.Time) [][2]string {
+	if wi == nil {
+		return nil
+	}
+	start := "unknown"
+	if wi.EstimatedStart != nil {
+		t := *wi.EstimatedStart
+		start = t.In(now.Location()).Format("2006-01-02 15:04")
+		switch d := t.Sub(now); {
+		case d >= time.Minute:
+			start += " (in " + fmtAge(d) + ")"
+		case d > -time.Minute:
+			start += " (now)"
+		default:
+			start += " (" + fmtAge(-d) + " overdue)"
+		}
+	}
+	reason := wi.Reason
+	switch {
+	case reason == "":
+		reason = orDash(wi.Code)
+	case wi.Code != "":
+		reason += " (" + wi.Code + ")"
+	}
+	return [][2]string{
+		{"Position", strconv.Itoa(wi.Position) + " in line"},
+		{"Estimated start", start},
+		{"Waiting", reason},
+	}
+}
+
+// plural is "1 time", "3 times".
+func plural(n int, unit string) string {
+	if n == 1 {
+		return "1 " + unit
+	}
+	return strconv.Itoa(n) + " " + unit + "s"
 }

@@ -104,6 +104,8 @@ Exit codes: 0 success; 1 the job failed or was cancelled, or the API refused;
 		a.retryCmd(),
 		a.pullCmd(),
 		a.queuesCmd(),
+		a.gpusCmd(),
+		a.nodesCmd(),
 	)
 	return root
 }

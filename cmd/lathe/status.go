@@ -17,7 +17,7 @@ func (a *app) statusCmd() *cobra.Command {
 			if a.output == outJSON {
 				return writeJSON(a.stdout, job)
 			}
-			return printJob(a.stdout, job)
+			return printJob(a.stdout, job, a.now())
 		}),
 	}
 }

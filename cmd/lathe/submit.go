@@ -220,7 +220,7 @@ func (a *app) wait(ctx context.Context, c *apiclient.Client, job *jobtype.Job) e
 		if err := writeJSON(a.stdout, final); err != nil {
 			return err
 		}
-	} else if err := printJob(a.stdout, final); err != nil {
+	} else if err := printJob(a.stdout, final, a.now()); err != nil {
 		return err
 	}
 	switch final.State {

@@ -1,0 +1,48 @@
+package apiclient
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/lathe-ml/lathe/internal/jobtype"
+)
+
+// GPUs returns every GPU of every live node (GET /api/v1/gpus), sorted by
+// node then index, each with the job holding it (JobID "" when free).
+func (c *Client) GPUs(ctx context.Context) ([]jobtype.GPU, error) {
+	var out struct {
+		GPUs []jobtype.GPU `json:"gpus"`
+	}
+	if err := c.call(ctx, http.MethodGet, "/api/v1/gpus", nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	if out.GPUs == nil {
+		out.GPUs = []jobtype.GPU{}
+	}
+	return out.GPUs, nil
+}
+
+// Nodes returns one row per live node (GET /api/v1/nodes), sorted by name.
+func (c *Client) Nodes(ctx context.Context) ([]jobtype.NodeInfo, error) {
+	var out struct {
+		Nodes []jobtype.NodeInfo `json:"nodes"`
+	}
+	if err := c.call(ctx, http.MethodGet, "/api/v1/nodes", nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	if out.Nodes == nil {
+		out.Nodes = []jobtype.NodeInfo{}
+	}
+	return out.Nodes, nil
+}
+
+// GPUSeries returns the job's downsampled GPU series (GET
+// /api/v1/jobs/{id}/gpu): no points when it never ran on GPUs, an
+// *APIError with Code "not_found" when there is no such job.
+func (c *Client) GPUSeries(ctx context.Context, id string) (*jobtype.GPUSeries, error) {
+	var s jobtype.GPUSeries
+	if err := c.call(ctx, http.MethodGet, jobPath(id, "/gpu"), nil, nil, nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
