@@ -846,20 +846,30 @@ def _on_signal(signum, frame):
 
 
 def pick_device(job):
+    """The device to train on, announced in one log line ("device: cpu (...)" or
+    "device: cuda (...)") that says what the trainer was given. Simulated GPUs
+    (LATHE_SIMULATED_GPUS=1) mean the CPU whatever torch sees: their UUIDs match
+    no real GPU. Otherwise cuda:0 when the job asks for GPUs (resources.gpus >= 1)
+    and CUDA sees one (Lathe puts the reserved GPUs' UUIDs in
+    CUDA_VISIBLE_DEVICES), else the CPU."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    given = "CUDA_VISIBLE_DEVICES unset" if visible is None else "CUDA_VISIBLE_DEVICES=" + visible
     if os.environ.get("LATHE_SIMULATED_GPUS") == "1":
-        log("LATHE_SIMULATED_GPUS=1: the GPUs are simulated, running on the CPU")
+        log("device: cpu (LATHE_SIMULATED_GPUS=1, %s): the GPUs are simulated" % given)
         return torch.device("cpu")
     gpus = int((job.get("resources") or {}).get("gpus") or 0)
     if gpus > 0 and torch.cuda.is_available():
-        dev = torch.device("cuda", 0)
-        log("running on %s (CUDA_VISIBLE_DEVICES=%s)" % (torch.cuda.get_device_name(0), os.environ.get("CUDA_VISIBLE_DEVICES", "")))
-        if gpus > 1:
-            log("the reference trainer uses one GPU; %d were allocated" % gpus)
-        return dev
+        n = torch.cuda.device_count()
+        note = ""
+        if gpus > 1 or n > 1:
+            note = "; the reference trainer uses one GPU, resources.gpus=%d" % gpus
+        log("device: cuda (%d GPU%s visible, %s; using cuda:0, %s%s)"
+            % (n, "" if n == 1 else "s", given, torch.cuda.get_device_name(0), note))
+        return torch.device("cuda", 0)
     if gpus > 0:
-        log("resources.gpus=%d but CUDA is not available: running on the CPU" % gpus)
+        log("device: cpu (resources.gpus=%d but CUDA sees no GPU, %s)" % (gpus, given))
     else:
-        log("resources.gpus=0: running on the CPU")
+        log("device: cpu (resources.gpus=0, %s)" % given)
     return torch.device("cpu")
 
 

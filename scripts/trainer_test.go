@@ -147,7 +147,9 @@ type trainer struct {
 	run    run
 }
 
-func startTrainer(t *testing.T, scripts, jobFile, outDir, ckptDir string) *trainer {
+// startTrainer starts the trainer with the contract's environment, on
+// simulated GPUs (so on the CPU); env entries given override those.
+func startTrainer(t *testing.T, scripts, jobFile, outDir, ckptDir string, env ...string) *trainer {
 	t.Helper()
 	cmd := exec.Command(python, filepath.Join(scripts, TrainLoRAFile))
 	cmd.Env = append(os.Environ(),
@@ -160,6 +162,7 @@ func startTrainer(t *testing.T, scripts, jobFile, outDir, ckptDir string) *train
 		"LATHE_SIMULATED_GPUS=1",
 		"PYTHONDONTWRITEBYTECODE=1",
 	)
+	cmd.Env = append(cmd.Env, env...) // os/exec keeps the last value of a repeated key
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -228,9 +231,9 @@ func (tr *trainer) wait() *run {
 	return &tr.run
 }
 
-func runTrainer(t *testing.T, scripts, jobFile, outDir, ckptDir string) *run {
+func runTrainer(t *testing.T, scripts, jobFile, outDir, ckptDir string, env ...string) *run {
 	t.Helper()
-	return startTrainer(t, scripts, jobFile, outDir, ckptDir).wait()
+	return startTrainer(t, scripts, jobFile, outDir, ckptDir, env...).wait()
 }
 
 func num(t *testing.T, ev map[string]any, key string) float64 {
@@ -587,6 +590,50 @@ func fileSHA(t *testing.T, path string) string {
 	}
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])
+}
+
+// TestTrainerDevice runs 2-step jobs and checks the one "device:" log line.
+// Simulated GPUs (LATHE_SIMULATED_GPUS=1, with the fake UUIDs a worker on
+// --gpus simulated:… passes) must run on the CPU and succeed; so must a GPU
+// job whose CUDA_VISIBLE_DEVICES is empty (CUDA then sees no GPU, even on a
+// machine that has some). The cuda branch needs a GPU and is not run here.
+func TestTrainerDevice(t *testing.T) {
+	t.Parallel()
+	scripts := scriptDir(t)
+	cases := []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"simulated GPUs", []string{"LATHE_SIMULATED_GPUS=1", "CUDA_VISIBLE_DEVICES=GPU-x"},
+			"device: cpu (LATHE_SIMULATED_GPUS=1, CUDA_VISIBLE_DEVICES=GPU-x)"},
+		{"no GPU visible", []string{"LATHE_SIMULATED_GPUS=", "CUDA_VISIBLE_DEVICES="},
+			"device: cpu (resources.gpus=1 but CUDA sees no GPU, CUDA_VISIBLE_DEVICES=)"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			work := t.TempDir()
+			spec := jobSpec(t)
+			tr := spec["training"].(map[string]any)
+			tr["max_steps"], tr["checkpoint_every"], tr["eval_every"] = 2, 2, 2
+			delete(spec, "eval_dataset")
+			jobFile := writeJob(t, work, spec)
+			r := runTrainer(t, scripts, jobFile, filepath.Join(work, "out"), filepath.Join(work, "ckpt"), c.env...)
+			if r.code != 0 || len(r.ofKind("done")) != 1 {
+				t.Fatalf("trainer failed:\n%s", r)
+			}
+			var device []string
+			for _, l := range r.logs {
+				if strings.HasPrefix(l, "[train_lora] device: ") {
+					device = append(device, l)
+				}
+			}
+			if len(device) != 1 || !strings.HasPrefix(device[0], "[train_lora] "+c.want) {
+				t.Fatalf("device log lines %q, want one starting %q:\n%s", device, c.want, r)
+			}
+		})
+	}
 }
 
 func TestTrainerPermanentErrorsExit3(t *testing.T) {

@@ -7,10 +7,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/lathe-ml/lathe/backends/local/nvmlinventory"
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/scheduler"
@@ -66,6 +68,12 @@ type workerSection struct {
 	HeartbeatTTL      duration `yaml:"heartbeat_ttl"`
 	TaskCheckInterval duration `yaml:"task_check_interval"`
 	LeaseTTL          duration `yaml:"lease_ttl"`
+	// GPUs is a --gpus value: auto, none or simulated:<server>; "" = auto.
+	GPUs string `yaml:"gpus"`
+	// CheckpointRoot: a relative path is relative to the config file.
+	CheckpointRoot  string   `yaml:"checkpoint_root"`
+	MonitorInterval duration `yaml:"monitor_interval"`
+	HangTimeout     duration `yaml:"hang_timeout"`
 }
 
 type jobsSection struct {
@@ -87,10 +95,53 @@ type duration time.Duration
 func (d *duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := jobspec.ParseDuration(n.Value)
 	if err != nil || v < 0 {
-		return fmt.Errorf("line %d: %q is not a duration like 10s or 2h", n.Line, n.Value)
+		return &durationError{line: n.Line, column: n.Column, value: n.Value}
 	}
 	*d = duration(v)
 	return nil
+}
+
+// durationError is a value that is not a duration; loadConfig names its key.
+type durationError struct {
+	line, column int
+	value        string
+}
+
+func (e *durationError) Error() string {
+	return fmt.Sprintf("line %d: %q is not a duration like 10s or 2h", e.line, e.value)
+}
+
+// keyAt returns the dotted key ("worker.kill_grace") whose value starts at
+// line:column of doc, or "" when there is none.
+func keyAt(doc []byte, line, column int) string {
+	var root yaml.Node
+	if yaml.Unmarshal(doc, &root) != nil {
+		return ""
+	}
+	var walk func(n *yaml.Node, path string) string
+	walk = func(n *yaml.Node, path string) string {
+		if n.Kind != yaml.MappingNode {
+			return ""
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := k.Value
+			if path != "" {
+				p = path + "." + k.Value
+			}
+			if v.Line == line && v.Column == column {
+				return p
+			}
+			if found := walk(v, p); found != "" {
+				return found
+			}
+		}
+		return ""
+	}
+	if len(root.Content) == 0 {
+		return ""
+	}
+	return walk(root.Content[0], "")
 }
 
 func (d duration) D() time.Duration { return time.Duration(d) }
@@ -108,10 +159,25 @@ func loadConfig(path string) (*fileConfig, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		var de *durationError
+		if errors.As(err, &de) {
+			if key := keyAt(b, de.line, de.column); key != "" {
+				return nil, fmt.Errorf("config %s: %s = %q: not a duration like 10s or 2h (line %d)", path, key, de.value, de.line)
+			}
+		}
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	if c.DataDir != "" && !filepath.IsAbs(c.DataDir) {
 		c.DataDir = filepath.Join(filepath.Dir(path), c.DataDir)
+	}
+	if g := c.Worker.GPUs; g != "" {
+		if _, err := nvmlinventory.ParseGPUsFlag(g); err != nil {
+			return nil, fmt.Errorf("config %s: worker.gpus = %q: want auto, none or simulated:<server>, the server one of %s",
+				path, g, strings.Join(nvmlinventory.SimulatedServers(), ", "))
+		}
+	}
+	if r := c.Worker.CheckpointRoot; r != "" && !filepath.IsAbs(r) {
+		c.Worker.CheckpointRoot = filepath.Join(filepath.Dir(path), r)
 	}
 	for i, tag := range c.Routing.DefaultResidency {
 		if !jobspec.ValidResidencyTag(tag) {

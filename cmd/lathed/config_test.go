@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +23,97 @@ func TestExampleConfigLoads(t *testing.T) {
 	}
 	if argv := c.Trainers["reference"]; len(argv) != 2 || argv[0] != "/usr/bin/python3" {
 		t.Fatalf("reference trainer %v", argv)
+	}
+	if w := c.Worker; w.GPUs != "auto" || w.CheckpointRoot != "" || w.MonitorInterval.D() != 5*time.Second || w.HangTimeout.D() != 15*time.Minute {
+		t.Fatalf("example config's GPU keys: %+v", w)
+	}
+}
+
+func TestConfigGPUKeys(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "lathe.yaml")
+	body := "worker:\n  gpus: simulated:dgxh100\n  checkpoint_root: shared/ckpt\n  monitor_interval: 250ms\n  hang_timeout: 1h30m\n"
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := loadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := c.Worker
+	if w.GPUs != "simulated:dgxh100" || w.CheckpointRoot != filepath.Join(dir, "shared", "ckpt") ||
+		w.MonitorInterval.D() != 250*time.Millisecond || w.HangTimeout.D() != 90*time.Minute {
+		t.Fatalf("worker section %+v", w)
+	}
+	for _, v := range []string{"auto", "none", "simulated:dgxa100", "simulated:dgxh200", "simulated:dgxb200"} {
+		os.WriteFile(p, []byte("worker:\n  gpus: "+v+"\n  checkpoint_root: /mnt/shared/ckpt\n"), 0o644)
+		if c, err := loadConfig(p); err != nil || c.Worker.GPUs != v || c.Worker.CheckpointRoot != "/mnt/shared/ckpt" {
+			t.Errorf("gpus: %s: %+v, %v", v, c, err)
+		}
+	}
+}
+
+// Bad worker GPU values: the error names the key and the value.
+func TestConfigGPUKeyErrors(t *testing.T) {
+	dir := t.TempDir()
+	for body, want := range map[string]string{
+		"worker:\n  gpus: all\n":                  `worker.gpus = "all"`,
+		"worker:\n  gpus: simulated:dgx1\n":       `worker.gpus = "simulated:dgx1"`,
+		"worker:\n  gpus: simulated\n":            `worker.gpus = "simulated"`,
+		"worker:\n  gpus: \"simulated:\"\n":       `worker.gpus = "simulated:"`,
+		"worker:\n  monitor_interval: often\n":    `worker.monitor_interval = "often"`,
+		"worker:\n  monitor_interval: -5s\n":      `worker.monitor_interval = "-5s"`,
+		"worker:\n  hang_timeout: 15\n":           `worker.hang_timeout = "15"`,
+		"worker: {slots: 2, hang_timeout: never}": `worker.hang_timeout = "never"`,
+		"worker:\n  gpu: auto\n":                  "field gpu not found",
+		"worker:\n  checkpoint_root: [a, b]\n":    "line 2",
+	} {
+		p := filepath.Join(dir, "bad.yaml")
+		os.WriteFile(p, []byte(body), 0o644)
+		_, err := loadConfig(p)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want one containing %s", body, err, want)
+		}
+	}
+}
+
+// --gpus wins over worker.gpus; the file's value wins over the flag's default.
+func TestConfigGPUsValue(t *testing.T) {
+	file := &fileConfig{Worker: workerSection{GPUs: "none"}}
+	for _, c := range []struct {
+		o    opts
+		fc   *fileConfig
+		want string
+	}{
+		{opts{gpus: "auto"}, &fileConfig{}, "auto"},
+		{opts{gpus: "auto"}, file, "none"},
+		{opts{gpus: "simulated:dgxh100", gpusSet: true}, file, "simulated:dgxh100"},
+		{opts{gpus: "auto", gpusSet: true}, file, "auto"},
+	} {
+		if got := gpusValue(&c.o, c.fc); got != c.want {
+			t.Errorf("gpusValue(%+v, %+v) = %q, want %q", c.o, c.fc.Worker, got, c.want)
+		}
+	}
+}
+
+// A bad --gpus stops lathed before it does anything (no Redis is needed to
+// see it), with an error naming the flag and the value.
+func TestConfigGPUsFlagValidatedAtStart(t *testing.T) {
+	for _, args := range [][]string{
+		{"worker", "--gpus", "simulated:dgx1", "--redis-url", "redis://127.0.0.1:1/0", "--data-dir", t.TempDir()},
+		{"up", "--gpus", "gpu0", "--data-dir", t.TempDir()},
+		{"worker", "--gpus", "", "--redis-url", "redis://127.0.0.1:1/0", "--data-dir", t.TempDir()},
+	} {
+		var out, errb bytes.Buffer
+		cmd := newRootCmd(&out, &errb)
+		cmd.SetArgs(args)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := cmd.ExecuteContext(ctx)
+		cancel()
+		want := fmt.Sprintf("--gpus %q", args[2])
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: error %v, want one containing %s", args, err, want)
+		}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/lathe-ml/lathe/backends/local/nvmlinventory"
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
@@ -31,6 +32,8 @@ type opts struct {
 	redisURL   string
 	node       string
 	slots      int
+	gpus       string
+	gpusSet    bool // --gpus was given: it wins over worker.gpus
 	backend    string
 	logLevel   string
 	redisWait  time.Duration
@@ -59,13 +62,18 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	addWorker := func(c *cobra.Command) {
 		c.Flags().StringVar(&o.node, "node", "", "unique node name (default the host name)")
 		c.Flags().IntVar(&o.slots, "slots", 0, "attempts run at once (CPU slots; default 2)")
+		c.Flags().StringVar(&o.gpus, "gpus", "auto", "GPUs: auto (NVML; 0 GPUs without the driver), none, or simulated:"+
+			strings.Join(nvmlinventory.SimulatedServers(), "|")+" (fake GPUs, jobs run on the CPU)")
 	}
 
 	up := &cobra.Command{
 		Use:   "up",
 		Short: "Scheduler and local worker in one process, with its own Redis unless --redis-url is given",
 		Args:  cobra.NoArgs,
-		RunE:  func(c *cobra.Command, _ []string) error { return run(c.Context(), o, stderr, true, true) },
+		RunE: func(c *cobra.Command, _ []string) error {
+			o.gpusSet = c.Flags().Changed("gpus")
+			return run(c.Context(), o, stderr, true, true)
+		},
 	}
 	addListen(up)
 	addWorker(up)
@@ -88,6 +96,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 			default:
 				return fmt.Errorf("--backend %q: must be local (aws comes with issue #6)", o.backend)
 			}
+			o.gpusSet = c.Flags().Changed("gpus")
 			return run(c.Context(), o, stderr, false, true)
 		},
 	}
@@ -110,6 +119,11 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 	log, err := newLogger(stderr, o.logLevel)
 	if err != nil {
 		return err
+	}
+	if o.gpusSet {
+		if _, err := nvmlinventory.ParseGPUsFlag(o.gpus); err != nil {
+			return err
+		}
 	}
 	fc, err := loadConfig(o.configPath)
 	if err != nil {
@@ -183,8 +197,21 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 		if err := writeScripts(scriptsDir); err != nil {
 			return err
 		}
+		node := firstNonEmpty(o.node, fc.Worker.Node)
+		if node == "" {
+			if node, err = os.Hostname(); err != nil {
+				return fmt.Errorf("--node not given and no host name: %w", err)
+			}
+		}
+		gpus, err := nvmlinventory.Open(ctx, gpusValue(o, fc), node, log)
+		if err != nil {
+			return err
+		}
+		// stops run in reverse: the worker stops before its GPUs close.
+		stops = append(stops, func(context.Context) error { return gpus.Close() })
 		w, err := worker.New(rdb, store, worker.Config{
-			Node: firstNonEmpty(o.node, fc.Worker.Node), Slots: firstPositive(o.slots, fc.Worker.Slots),
+			Node: node, Slots: firstPositive(o.slots, fc.Worker.Slots), GPUs: gpus,
+			CheckpointRoot: fc.Worker.CheckpointRoot, MonitorInterval: fc.Worker.MonitorInterval.D(), HangTimeout: fc.Worker.HangTimeout.D(),
 			DataDir: dataDir, ScriptsDir: scriptsDir, Trainers: copyTrainers(trainers),
 			MaxAttempts: fc.Worker.MaxAttempts, KillGrace: killGrace, HeartbeatTTL: fc.Worker.HeartbeatTTL.D(),
 			TaskCheckInterval: fc.Worker.TaskCheckInterval.D(), LeaseTTL: fc.Worker.LeaseTTL.D(), AllowedRoots: roots, Logger: log,
@@ -238,6 +265,15 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 	<-ctx.Done()
 	log.Info("shutting down")
 	return nil
+}
+
+// gpusValue is the --gpus value in force: the flag when given, else
+// worker.gpus from the file, else the flag's default (auto).
+func gpusValue(o *opts, fc *fileConfig) string {
+	if o.gpusSet {
+		return o.gpus
+	}
+	return firstNonEmpty(fc.Worker.GPUs, o.gpus)
 }
 
 func writeScripts(dir string) error {
