@@ -1,0 +1,78 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/redistest"
+)
+
+// BenchmarkPlaceRound10kOn64x8 times one whole placement round of the
+// leader against a real redis-server: 10,000 pending jobs of mixed sizes
+// (1, 2, 4 and 8 GPUs, a few CPU-only; urgent, normal and batch) onto 64
+// nodes of 8 GPUs, all free: reading the snapshot, the pure plan, every
+// dispatch script (reservation) and asynq enqueue of the jobs that fit, and
+// the places in line of the rest. Node heartbeats are written directly (no
+// worker processes), the jobs with CreateMany; neither is timed.
+func BenchmarkPlaceRound10kOn64x8(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client()
+	store := jobstore.New(rdb, jobstore.Config{})
+	s := New(rdb, store, Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Defaults: jobspec.Defaults{OutputURI: "file:///tmp/lathe-bench"}})
+	ctx := context.Background()
+	placed := 0
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		for n := range 64 {
+			gpus := make([]jobtype.GPU, 8)
+			for g := range gpus {
+				gpus[g] = jobtype.GPU{Index: g, UUID: fmt.Sprintf("GPU-%d-%d", n, g), Name: "NVIDIA H100 80GB HBM3",
+					MemoryTotalMB: 81920, Healthy: true}
+			}
+			if err := store.Heartbeat(ctx, jobstore.Node{Name: fmt.Sprintf("node-%02d", n), Incarnation: "i", Backend: "local",
+				Slots: 4, GPUs: gpus}, time.Hour, true); err != nil {
+				b.Fatal(err)
+			}
+		}
+		prios := []jobspec.Priority{jobspec.PriorityBatch, jobspec.PriorityNormal, jobspec.PriorityNormal, jobspec.PriorityUrgent}
+		sizes := []int{1, 2, 4, 8, 1, 2, 0, 4}
+		for batch := 0; batch < 10; batch++ {
+			njs := make([]jobstore.NewJob, 1000)
+			for k := range njs {
+				n := batch*1000 + k
+				spec := &jobspec.Spec{Name: "bench", BaseModel: "tiny-char", Dataset: "file:///d.jsonl", Trainer: "reference",
+					Priority: prios[n%len(prios)], LoRA: jobspec.LoRA{Rank: 8, Alpha: 16}, Training: jobspec.Training{Epochs: 1, LearningRate: 1e-4, BatchSize: 8},
+					Resources: jobspec.Resources{GPUs: sizes[n%len(sizes)]}, MaxRuntime: jobspec.Duration(time.Duration(1+n%12) * time.Hour)}
+				njs[k] = jobstore.NewJob{Spec: spec, OutputURI: "file:///tmp/lathe-bench/{id}"}
+			}
+			if _, err := store.CreateMany(ctx, njs); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		s.placeOnce(ctx)
+		b.StopTimer()
+		ids, err := store.IDsInState(ctx, jobtype.StateDispatched, 20000)
+		if err != nil {
+			b.Fatal(err)
+		}
+		placed = len(ids)
+		if placed == 0 {
+			b.Fatal("the round placed nothing")
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(placed), "placed/round")
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/round")
+}
