@@ -263,9 +263,6 @@ func (s *Scheduler) admissible(spec *jobspec.Spec) []jobspec.FieldError {
 	if !slices.Contains(s.cfg.Trainers, spec.Trainer) {
 		fe = append(fe, jobspec.FieldError{Field: "trainer", Value: spec.Trainer, Message: fmt.Sprintf("not a trainer of this deployment (have %s)", strings.Join(s.cfg.Trainers, ", "))})
 	}
-	if spec.Resources.GPUs > 0 {
-		fe = append(fe, jobspec.FieldError{Field: "resources.gpus", Value: strconv.Itoa(spec.Resources.GPUs), Message: "GPU placement through NVML is not built yet (issue #4); use gpus: 0"})
-	}
 	for _, f := range []struct{ name, uri string }{{"dataset", spec.Dataset}, {"eval_dataset", spec.EvalDataset}, {"output.uri", spec.Output.URI}} {
 		if strings.HasPrefix(f.uri, "s3://") {
 			fe = append(fe, jobspec.FieldError{Field: f.name, Value: f.uri, Message: "s3:// needs the AWS backend, which is not built yet (issue #6); use file://"})
