@@ -45,11 +45,17 @@ type gpuBundle struct {
 	ctx     context.Context
 	store   *jobstore.Store
 	s       *scheduler.Scheduler
+	sim     *nvmlinventory.Simulated
 	release string
 	dir     string
 }
 
 func gpuSetup(t *testing.T) gpuBundle {
+	t.Helper()
+	return gpuSetupWith(t, gpuTrainer, func(*worker.Config) {})
+}
+
+func gpuSetupWith(t *testing.T, trainerBody string, tweak func(*worker.Config)) gpuBundle {
 	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client()
@@ -60,17 +66,23 @@ func gpuSetup(t *testing.T) gpuBundle {
 		t.Fatal(err)
 	}
 	trainer := filepath.Join(dir, "trainer.sh")
-	if err := os.WriteFile(trainer, []byte(strings.ReplaceAll(gpuTrainer, "$RELEASE_DIR", release)), 0o755); err != nil {
+	if err := os.WriteFile(trainer, []byte(strings.ReplaceAll(trainerBody, "$RELEASE_DIR", release)), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	src, err := nvmlinventory.Open(ctx, "simulated:dgxh100", "gpu1", quiet)
+	sim, err := nvmlinventory.NewSimulated("dgxh100", "gpu1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := nvmlinventory.New(sim, nvmlinventory.Options{Logger: quiet, Simulated: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = src.Close() })
-	w, err := worker.New(rdb, store, worker.Config{Node: "gpu1", Slots: 1, DataDir: filepath.Join(dir, "w"), Logger: quiet,
-		GPUs: src, KillGrace: 5 * time.Second, Trainers: map[string][]string{"reference": {trainer}}})
+	wcfg := worker.Config{Node: "gpu1", Slots: 1, DataDir: filepath.Join(dir, "w"), Logger: quiet,
+		GPUs: src, KillGrace: 5 * time.Second, Trainers: map[string][]string{"reference": {trainer}}}
+	tweak(&wcfg)
+	w, err := worker.New(rdb, store, wcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +96,7 @@ func gpuSetup(t *testing.T) gpuBundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Stop(context.Background()) })
-	return gpuBundle{ctx: ctx, store: store, s: s, release: release, dir: dir}
+	return gpuBundle{ctx: ctx, store: store, s: s, sim: sim, release: release, dir: dir}
 }
 
 func (b gpuBundle) submit(t *testing.T, name string, gpus int, prio string) string {
@@ -266,4 +278,86 @@ func TestDispatchedToDeadNode(t *testing.T) {
 	if len(nodes) != 0 {
 		t.Fatalf("the ghost node is still listed: %+v", nodes)
 	}
+}
+
+// TestHungJobRetried: a job whose GPUs sit at 0% (the fake's Stall hook)
+// with no progress line for hang_timeout is stopped and retried; when its
+// attempts are used up it fails with reason "hung".
+func TestHungJobRetried(t *testing.T) {
+	const hung = `#!/bin/sh
+echo '{"event":"progress","step":1,"total_steps":10,"loss":2.0}'
+trap 'exit 143' TERM
+while :; do sleep 0.05; done
+`
+	b := gpuSetupWith(t, hung, func(c *worker.Config) {
+		c.MonitorInterval, c.HangTimeout, c.MaxAttempts = 20*time.Millisecond, 300*time.Millisecond, 2
+	})
+	for i := range 8 {
+		if err := b.sim.Stall(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := b.submit(t, "hung", 2, "normal")
+	j := b.waitFor(t, id, "failed", func(j *jobtype.Job) bool { return j.State.Terminal() })
+	if j.State != jobtype.StateFailed || j.Reason != jobtype.ReasonHung || j.Attempt != 2 {
+		t.Fatalf("hung job ended %s (%s: %s) at attempt %d; want failed, hung, attempt 2", j.State, j.Reason, j.Error, j.Attempt)
+	}
+	evs, _ := b.store.Events(b.ctx, id, "", 1000)
+	retried := false
+	for _, e := range evs {
+		retried = retried || (e.Type == jobtype.EventState && strings.Contains(string(e.Data), `"reason":"hung"`) && e.Attempt == 2)
+	}
+	if !retried {
+		t.Fatal("the first hung attempt was not retried with reason hung")
+	}
+	series, err := b.store.GPUSeriesOf(b.ctx, id)
+	if err != nil || len(series.Points) == 0 || len(series.Points[0].GPUs) != 2 {
+		t.Fatalf("GPU series of the hung job: %+v %v", series, err)
+	}
+}
+
+// TestUnhealthyGPUsGetNoWork: a GPU that NVML reports lost and one with a
+// new uncorrected ECC error (the fake's hooks) are marked unhealthy with
+// the reason, and placement gives them to nobody: a 4-GPU job runs on
+// healthy ones, an 8-GPU job waits saying it cannot fit.
+func TestUnhealthyGPUsGetNoWork(t *testing.T) {
+	b := gpuSetupWith(t, gpuTrainer, func(c *worker.Config) { c.HeartbeatTTL = 900 * time.Millisecond })
+	if err := b.sim.LoseGPU(7); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.sim.AddECCErrors(3, 1); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		nodes, err := b.store.Nodes(b.ctx)
+		if err == nil && len(nodes) == 1 && len(nodes[0].GPUs) == 8 && !nodes[0].GPUs[7].Healthy && !nodes[0].GPUs[3].Healthy {
+			if !strings.Contains(nodes[0].GPUs[7].Unhealthy, "lost") || !strings.Contains(strings.ToLower(nodes[0].GPUs[3].Unhealthy), "ecc") {
+				t.Fatalf("unhealthy reasons: %q, %q", nodes[0].GPUs[7].Unhealthy, nodes[0].GPUs[3].Unhealthy)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the heartbeat never showed GPUs 3 and 7 unhealthy: %+v", nodes)
+		}
+	}
+	big := b.submit(t, "big", 8, "urgent")
+	small := b.submit(t, "small", 4, "normal")
+	js := b.waitFor(t, small, "running", running)
+	for _, g := range js.GPUs {
+		if g == 3 || g == 7 {
+			t.Fatalf("the 4-GPU job got unhealthy GPU %d (%v)", g, js.GPUs)
+		}
+	}
+	var w *jobtype.WaitInfo
+	for deadline := time.Now().Add(30 * time.Second); w == nil; time.Sleep(20 * time.Millisecond) {
+		w, _ = b.store.WaitOf(b.ctx, big)
+		if time.Now().After(deadline) {
+			t.Fatal("no wait info for the 8-GPU job")
+		}
+	}
+	if w.Code != "cannot fit anywhere" {
+		t.Fatalf("8-GPU job with 6 healthy GPUs waits with %+v", w)
+	}
+	_ = os.WriteFile(filepath.Join(b.release, small), nil, 0o644)
+	b.waitFor(t, small, "succeeded", succeeded)
 }

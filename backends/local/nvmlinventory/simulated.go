@@ -84,6 +84,7 @@ type simDevice struct {
 	foreign  []nvml.ProcessInfo
 	lost     bool
 	ecc      uint64
+	stalled  bool // busy but computing nothing (Stall)
 }
 
 var _ nvml.Device = (*simDevice)(nil)
@@ -140,6 +141,13 @@ func (s *Simulated) SetLoad(index, pid int, busy bool) {
 	if !busy {
 		d.pid = 0
 	}
+}
+
+// Stall is a test hook: GPU index keeps its job's process and memory but
+// computes nothing (0% utilisation), as under a hung job (a deadlocked
+// collective, a stuck data loader).
+func (s *Simulated) Stall(index int) error {
+	return s.change(index, func(d *simDevice) { d.stalled = true })
 }
 
 // LoseGPU is a test hook: from now on GPU index answers ERROR_GPU_IS_LOST, to the
@@ -342,7 +350,7 @@ func (d *simDevice) GetUtilizationRates() (nvml.Utilization, nvml.Return) {
 	var u nvml.Utilization
 	ret := d.read(func() nvml.Return {
 		d.util = 0
-		if d.busy {
+		if d.busy && !d.stalled {
 			d.util = uint32(busyUtilMin + d.readings*busyUtilStep%busyUtilSpan)
 			d.readings++
 			u.Memory = d.util / 2
