@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -38,6 +40,7 @@ func (s *Scheduler) placeLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-s.wake:
+			s.lastFP = "" // a submit, retry or cancel: always a full round
 		}
 	}
 }
@@ -54,11 +57,31 @@ func (s *Scheduler) placeLoop(ctx context.Context) {
 func (s *Scheduler) placeOnce(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	snap, jobs, err := s.snapshot(ctx)
+	nodes, err := s.store.Nodes(ctx)
+	if err != nil {
+		s.log.Warn("placer: nodes", slog.Any("err", err))
+		return
+	}
+	pending, err := s.store.PendingCount(ctx)
+	if err != nil {
+		s.log.Warn("placer: pending count", slog.Any("err", err))
+		return
+	}
+	// A round costs a read of every scanned pending job: skip it while
+	// nothing it depends on changed (pending count, reservations, GPU
+	// health and foreign memory) and the last round placed nothing, but
+	// still run one every placeRefresh so places in line stay fresh.
+	fp := fingerprint(pending, nodes)
+	if fp == s.lastFP && time.Since(s.lastRound) < placeRefresh {
+		return
+	}
+	snap, jobs, err := s.snapshot(ctx, nodes)
 	if err != nil {
 		s.log.Warn("placer: snapshot", slog.Any("err", err))
 		return
 	}
+	s.lastRound = time.Now()
+	s.lastFP = fp
 	if len(snap.Pending) == 0 {
 		if s.hadWaits {
 			if err := s.store.SetWaits(ctx, nil); err == nil {
@@ -68,6 +91,9 @@ func (s *Scheduler) placeOnce(ctx context.Context) {
 		return
 	}
 	plan := placement.Place(snap)
+	if len(plan.Assign) > 0 || len(plan.Preempt) > 0 {
+		s.lastFP = "" // the round changed things: look again next tick
+	}
 	for _, a := range plan.Assign {
 		j := jobs[a.JobID]
 		capacity := 0
@@ -126,12 +152,8 @@ func (s *Scheduler) placeOnce(ctx context.Context) {
 
 // snapshot reads what one placement round looks at. jobs maps every job it
 // names (pending and holding reservations) to its record.
-func (s *Scheduler) snapshot(ctx context.Context) (placement.Snapshot, map[string]*jobtype.Job, error) {
+func (s *Scheduler) snapshot(ctx context.Context, nodes []jobstore.NodeStatus) (placement.Snapshot, map[string]*jobtype.Job, error) {
 	snap := placement.Snapshot{Now: time.Now()}
-	nodes, err := s.store.Nodes(ctx)
-	if err != nil {
-		return snap, nil, err
-	}
 	ids, err := s.store.Pending(ctx, s.cfg.PlaceScan)
 	if err != nil {
 		return snap, nil, err
@@ -195,6 +217,22 @@ func (s *Scheduler) snapshot(ctx context.Context) (placement.Snapshot, map[strin
 		snap.Nodes = append(snap.Nodes, pn)
 	}
 	return snap, jobs, nil
+}
+
+// placeRefresh bounds how long the placer skips rounds while nothing changed.
+const placeRefresh = 5 * time.Second
+
+// fingerprint sums up what a placement round depends on besides time.
+func fingerprint(pending int64, nodes []jobstore.NodeStatus) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d", pending)
+	for _, n := range nodes {
+		fmt.Fprintf(&b, "|%s:%s:%d:%d", n.Name, n.Incarnation, n.Reserved, n.Slots)
+		for _, g := range n.GPUs {
+			fmt.Fprintf(&b, ",%d:%t:%d", g.Index, g.Healthy, g.ForeignUsedMB>>10)
+		}
+	}
+	return b.String()
 }
 
 // estimate is a job's expected runtime for placement: its max_runtime (the

@@ -190,6 +190,8 @@ type Scheduler struct {
 	tokenSums [][32]byte   // sha256 of each token's secret, for constant-time comparison
 	fence     atomic.Value // jobstore.Fence of the current term, "" when not leading
 	hadWaits  bool         // the last placement round wrote waiting jobs (placer goroutine only)
+	lastFP    string       // fingerprint of the last placement round's inputs (placer goroutine only)
+	lastRound time.Time    // when the last full placement round ran (placer goroutine only)
 }
 
 // New returns a Scheduler over rdb; Start runs it.
