@@ -361,3 +361,40 @@ func TestUnhealthyGPUsGetNoWork(t *testing.T) {
 	_ = os.WriteFile(filepath.Join(b.release, small), nil, 0o644)
 	b.waitFor(t, small, "succeeded", succeeded)
 }
+
+// TestForeignMemoryCounts: memory a process that is not Lathe's holds on a
+// GPU (the fake's AddForeignProcess) is reported as foreign and counts
+// against free memory: a job asking for 40 GB per GPU is not given a GPU
+// with 60 GB of its 80 taken.
+func TestForeignMemoryCounts(t *testing.T) {
+	b := gpuSetupWith(t, gpuTrainer, func(c *worker.Config) { c.HeartbeatTTL = 900 * time.Millisecond })
+	for _, g := range []int{0, 1, 2, 3, 4, 5, 6} {
+		if err := b.sim.AddForeignProcess(g, 999000+g, 60000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		nodes, _ := b.store.Nodes(b.ctx)
+		if len(nodes) == 1 && len(nodes[0].GPUs) == 8 && nodes[0].GPUs[0].ForeignUsedMB == 60000 {
+			if nodes[0].GPUs[7].ForeignUsedMB != 0 || nodes[0].GPUs[0].MemoryUsedMB < 60000 {
+				t.Fatalf("GPU readings: %+v", nodes[0].GPUs)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the heartbeat never showed the foreign process: %+v", nodes)
+		}
+	}
+	body := `{"name":"mem","base_model":"tiny-char","dataset":"file:///d.jsonl","resources":{"gpus":1,"gpu_memory_gb":40}}`
+	code, out := do(t, "POST", "http://"+b.s.Addr()+"/api/v1/jobs", body, nil)
+	if code != 201 {
+		t.Fatalf("submit: %d %s", code, out)
+	}
+	id := jobOf(t, out).ID
+	j := b.waitFor(t, id, "running", running)
+	if len(j.GPUs) != 1 || j.GPUs[0] != 7 {
+		t.Fatalf("a 40 GB job got GPUs %v; only GPU 7 has 40 GB free", j.GPUs)
+	}
+	_ = os.WriteFile(filepath.Join(b.release, id), nil, 0o644)
+	b.waitFor(t, id, "succeeded", succeeded)
+}
