@@ -232,8 +232,8 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 			}
 		case errors.Is(cause, errHung):
 			msg := fmt.Sprintf("GPUs idle and no progress line for %s", w.cfg.HangTimeout)
-			if attempt >= w.cfg.MaxAttempts {
-				return fail(jobtype.ReasonHung, fmt.Sprintf("%s; %d attempts used", msg, attempt))
+			if used := attempt - job.Preemptions; used >= w.cfg.MaxAttempts {
+				return fail(jobtype.ReasonHung, fmt.Sprintf("%s; %d attempts used", msg, used))
 			}
 			return func(ctx context.Context) error { return w.store.Requeue(ctx, job.ID, attempt, jobtype.ReasonHung, msg) }
 		case errors.Is(cause, errShutdown):
@@ -260,8 +260,9 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 		}
 	default: // Failed: retryable
 		msg := fmt.Sprintf("trainer failed (%s): %s", exitDesc(res), sink.lastLogs())
-		if attempt >= w.cfg.MaxAttempts {
-			return fail(jobtype.ReasonExit, fmt.Sprintf("%s; %d attempts used", msg, attempt))
+		// Attempts ended by a preemption are not failures: they do not count.
+		if used := attempt - job.Preemptions; used >= w.cfg.MaxAttempts {
+			return fail(jobtype.ReasonExit, fmt.Sprintf("%s; %d attempts used", msg, used))
 		}
 		log.Warn("attempt failed; retrying as a new attempt", slog.String("error", msg))
 		return func(ctx context.Context) error { return w.store.Requeue(ctx, job.ID, attempt, jobtype.ReasonExit, msg) }
