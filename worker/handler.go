@@ -160,7 +160,11 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 	}
 	stopWatch := context.AfterFunc(w.stopCtx, func() { cancel(errShutdown) })
 	defer stopWatch()
-	go w.keepLease(runCtx, cancel, log, job.ID, attempt)
+	// The watchdog stops the trainer even when this process cannot run
+	// (SIGSTOP): fed on each lease renewal, it fires when keepLease would
+	// fence, so the trainer is gone before the scheduler may reap.
+	wd := runner.NewWatchdog(w.cfg.LeaseTTL / 2)
+	go w.keepLease(runCtx, cancel, log, job.ID, attempt, wd)
 
 	sink := newEventSink(w.store, job.ID, attempt, log, cancel)
 	pids := filepath.Join(w.cfg.DataDir, "pids")
@@ -189,6 +193,7 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 		Env:       env,
 		Dir:       workDir,
 		KillGrace: w.cfg.KillGrace,
+		Watchdog:  wd,
 		Logger:    log,
 	}, sink)
 	sink.close() // every trainer event is in the stream before the end is written
@@ -259,6 +264,14 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 			}
 		}
 	default: // Failed: retryable
+		if wd.Starved() {
+			// The watchdog stopped it: this worker did not renew the lease
+			// in time (it was frozen), the trainer did not fail.
+			log.Warn("the watchdog stopped the trainer: the lease went unrenewed for half its length")
+			return func(ctx context.Context) error {
+				return w.store.Requeue(ctx, job.ID, attempt, "fenced", "the worker did not renew the lease for half its length; resuming from the last checkpoint")
+			}
+		}
 		msg := fmt.Sprintf("trainer failed (%s): %s", exitDesc(res), sink.lastLogs())
 		// Attempts ended by a preemption are not failures: they do not count.
 		if used := attempt - job.Preemptions; used >= w.cfg.MaxAttempts {
@@ -281,7 +294,7 @@ func exitDesc(r runner.Result) string {
 // path was missed still lands within a CancelPoll. When the store says the
 // attempt is no longer ours, the trainer is stopped (errLost); when Redis
 // cannot be reached for half the lease, too (errFenced).
-func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, id string, attempt int) {
+func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, id string, attempt int, wd *runner.Watchdog) {
 	t := time.NewTicker(w.cfg.CancelPoll)
 	defer t.Stop()
 	lastOK := time.Now()
@@ -297,6 +310,7 @@ func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, 
 		switch {
 		case err == nil:
 			lastOK = time.Now()
+			wd.Feed()
 			if req {
 				cancel(runner.ErrCancelled)
 				return

@@ -204,16 +204,11 @@ func TestTwoNodesKillWorker(t *testing.T) {
 // frozen worker is continued, and it must not run the job again nor change
 // its record: its claim is stale.
 //
-// Known product bug, so this test runs only with LATHE_TEST_FROZEN_WORKER=1
-// until the fix lands (then the gate goes): the frozen worker cannot stop
-// its trainer, whose parent-death signal never fires, and the scheduler
-// reaps the attempt once the lease ends and starts the next one on the
-// other node while the first trainer still trains and writes checkpoints
-// into the shared checkpoint root — two trainers of one job at once.
+// The frozen worker cannot stop its trainer itself (and the trainer's
+// parent-death signal never fires); its trainer's watchdog process
+// (worker/runner/watchdog.go), no longer fed lease renewals, stops it
+// before the scheduler may reap the attempt.
 func TestTwoNodesStoppedWorker(t *testing.T) {
-	if os.Getenv("LATHE_TEST_FROZEN_WORKER") == "" {
-		t.Skip("known bug: a SIGSTOPped worker's trainer runs on beside the next attempt on the other node; set LATHE_TEST_FROZEN_WORKER=1 to run")
-	}
 	n := startTwoNodes(t)
 	id := n.submit(t)
 	watch := watchAttempts(t, id)

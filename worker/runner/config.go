@@ -50,6 +50,9 @@ type Config struct {
 	// the group (setsid) still holds a pipe open; lines it writes later are
 	// lost. Zero means DefaultDrainTimeout; negative is invalid.
 	DrainTimeout time.Duration
+	// Watchdog, when not nil, stops the trainer's group when the caller
+	// stops feeding it (see Watchdog); nil: no watchdog.
+	Watchdog *Watchdog
 	// Logger receives the runner's own records; nil discards them.
 	Logger *slog.Logger
 }

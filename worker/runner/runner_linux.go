@@ -145,6 +145,12 @@ func (a *attempt) run(ctx context.Context) Result {
 	a.log = a.log.With(slog.Int("pid", a.pid))
 	a.log.Info("trainer started")
 	a.sink.started(a.pid)
+	if wd := a.cfg.Watchdog; wd != nil {
+		if _, err := wd.start(a.pid, a.cfg.KillGrace); err != nil {
+			a.log.Warn("trainer runs without a watchdog", slog.Any("error", err))
+		}
+		defer wd.stop()
+	}
 
 	a.readers.Add(2)
 	go a.read(StreamStdout, a.outR)

@@ -1,0 +1,114 @@
+//go:build linux
+
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// watchdogEnv, when set, makes a process that links this package the
+// watchdog of one trainer instead of whatever its main does: Run starts
+// /proc/self/exe with it. Its value is "<pgid>,<timeout ms>,<grace ms>".
+const watchdogEnv = "LATHE_RUNNER_WATCHDOG"
+
+func init() {
+	if v, ok := os.LookupEnv(watchdogEnv); ok {
+		os.Exit(watchdogMain(v))
+	}
+}
+
+// start starts the watchdog process for the trainer group pgid. The feed
+// pipe's read end is its fd 3; the write end stays in this process only
+// (close-on-exec), so the watchdog reads EOF once this process is gone.
+func (d *Watchdog) start(pgid int, grace time.Duration) (*exec.Cmd, error) {
+	if d.Timeout <= 0 {
+		return nil, fmt.Errorf("%w: Watchdog.Timeout %v", ErrInvalidConfig, d.Timeout)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("runner: watchdog pipe: %w", err)
+	}
+	defer r.Close()
+	cmd := &exec.Cmd{
+		// /proc/self/exe runs this very binary even if its file was
+		// replaced or deleted since it started.
+		Path:        "/proc/self/exe",
+		Args:        []string{"lathe-trainer-watchdog"},
+		Env:         []string{fmt.Sprintf("%s=%d,%d,%d", watchdogEnv, pgid, d.Timeout.Milliseconds(), grace.Milliseconds())},
+		ExtraFiles:  []*os.File{r},
+		Stderr:      os.Stderr,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pgid: pgid},
+	}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("runner: start watchdog: %w", err)
+	}
+	d.mu.Lock()
+	d.feed = w
+	d.mu.Unlock()
+	go func() { _ = cmd.Wait() }() // reap it whenever it ends
+	return cmd, nil
+}
+
+// stop closes the feed once the trainer's group is gone (the watchdog, a
+// member of the group, was killed with it).
+func (d *Watchdog) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.feed != nil {
+		d.feed.Close()
+		d.feed = nil
+	}
+}
+
+// watchdogMain is the watchdog process: it reads the feed pipe on fd 3 and,
+// when nothing comes for the timeout or the pipe ends, stops the group.
+func watchdogMain(spec string) int {
+	// It is a member of the group it (and the runner) signals.
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	f := strings.Split(spec, ",")
+	if len(f) != 3 {
+		fmt.Fprintf(os.Stderr, "lathe trainer watchdog: bad %s=%q\n", watchdogEnv, spec)
+		return 2
+	}
+	pgid, err1 := strconv.Atoi(f[0])
+	tms, err2 := strconv.Atoi(f[1])
+	gms, err3 := strconv.Atoi(f[2])
+	if err := errors.Join(err1, err2, err3); err != nil || pgid <= 1 || tms <= 0 {
+		fmt.Fprintf(os.Stderr, "lathe trainer watchdog: bad %s=%q\n", watchdogEnv, spec)
+		return 2
+	}
+	timeout, grace := time.Duration(tms)*time.Millisecond, time.Duration(gms)*time.Millisecond
+	// Non-blocking, so that the runtime poller serves read deadlines.
+	if err := syscall.SetNonblock(3, true); err != nil {
+		fmt.Fprintf(os.Stderr, "lathe trainer watchdog: fd 3: %v\n", err)
+		return 2
+	}
+	feed := os.NewFile(3, "lease-feed")
+	buf := make([]byte, 256)
+	why := ""
+	for why == "" {
+		_ = feed.SetReadDeadline(time.Now().Add(timeout))
+		if _, err := feed.Read(buf); err != nil {
+			why = "its worker is gone"
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				why = "no lease renewal from its worker for " + timeout.String()
+			}
+		}
+	}
+	fmt.Fprintf(os.Stderr, "lathe trainer watchdog: %s; stopping trainer process group %d (SIGTERM, SIGKILL after %s)\n", why, pgid, grace)
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	for deadline := time.Now().Add(grace); time.Now().Before(deadline) && !processExited(pgid); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL) // this process included
+	return 0
+}
