@@ -32,8 +32,17 @@ type Spec struct {
 	// MaxRuntime bounds one attempt's run time; reaching it fails the job
 	// with reason "timeout" (no retry). Zero means the daemon's default.
 	MaxRuntime Duration `json:"max_runtime,omitempty"`
+	// ExpectedRuntime is the submitter's estimate of the run time, used by
+	// routing (wait and cost estimates) instead of a learned one; 0 = learn
+	// it (steps × seconds per step of finished jobs) or fall back to
+	// MaxRuntime.
+	ExpectedRuntime Duration `json:"expected_runtime,omitempty"`
 	// BudgetUSD caps the job's cost; 0 means no per-job cap.
 	BudgetUSD float64 `json:"budget_usd,omitempty"`
+	// ValuePerHourUSD is what starting an hour sooner is worth to the
+	// submitter: routing then weighs waiting against paying for the cloud
+	// (and shows the trade). 0 = plain rules (stay local within MaxWait).
+	ValuePerHourUSD float64 `json:"value_per_hour_usd,omitempty"`
 	// Trainer names a trainer from the daemon's config; default "reference".
 	Trainer string `json:"trainer"`
 	// Output says where the artifacts go and in which formats.

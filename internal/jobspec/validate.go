@@ -234,7 +234,16 @@ func (s *Spec) Validate() []FieldError {
 	if s.MaxRuntime < 0 {
 		c.add("max_runtime", s.MaxRuntime.D().String(), "must not be negative")
 	}
+	if s.ExpectedRuntime < 0 {
+		c.add("expected_runtime", s.ExpectedRuntime.D().String(), "must not be negative")
+	}
 	c.float("budget_usd", s.BudgetUSD, func(f float64) string {
+		if f < 0 {
+			return "must not be negative"
+		}
+		return ""
+	})
+	c.float("value_per_hour_usd", s.ValuePerHourUSD, func(f float64) string {
 		if f < 0 {
 			return "must not be negative"
 		}
