@@ -34,6 +34,15 @@ type Config struct {
 	// NVML, or go-nvml's mock servers for --gpus simulated:…). Nil: no GPUs,
 	// CPU jobs only.
 	GPUs nvmlinventory.Source
+	// Site is the site this node is in (routing config: its local
+	// backend's site) and SiteTags that site's tags. The worker refuses,
+	// before anything runs, an attempt of a job whose residency tags are not
+	// all in SiteTags (a task put on its queue by hand, or a stale
+	// decision): the residency invariant is checked where the data would
+	// land. Empty Site: the deployment has no routing config, and the
+	// implicit site "local" carries [onprem].
+	Site     string
+	SiteTags []string
 	// CheckpointRoot is where checkpoints live, one folder per job. On a
 	// pool of several nodes it must be storage they all mount at the same
 	// path, so that another node can resume a job. Default DataDir/checkpoints.
@@ -115,6 +124,9 @@ func (c Config) withDefaults() (Config, error) {
 	c.DataDir = abs
 	if c.Slots <= 0 {
 		c.Slots = 2
+	}
+	if c.Site == "" {
+		c.Site, c.SiteTags = "local", []string{"onprem"}
 	}
 	if c.GPUs == nil {
 		c.GPUs = nvmlinventory.None()

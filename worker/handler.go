@@ -102,6 +102,10 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 			return w.store.Finish(ctx, job.ID, attempt, jobstore.Ending{State: jobtype.StateFailed, Reason: reason, Error: msg})
 		}
 	}
+	if missing := missingTags(job.Spec.Residency, w.cfg.SiteTags); len(missing) > 0 {
+		return fail(jobtype.ReasonResidency, fmt.Sprintf("node %s is in site %s (tags %s), which lacks residency tag(s) %s of the job: refused before anything ran",
+			w.cfg.Node, w.cfg.Site, strings.Join(w.cfg.SiteTags, ","), strings.Join(missing, ",")))
+	}
 	argv, err := w.trainerArgv(job.Spec.Trainer)
 	if err != nil {
 		return fail(jobtype.ReasonPermanent, err.Error())
@@ -206,6 +210,9 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 		arts, err := publishArtifacts(outDir, job.OutputURI, sink.artifacts())
 		if err != nil {
 			return fail(jobtype.ReasonInternal, "artifacts: "+err.Error())
+		}
+		for i := range arts {
+			arts[i].Residency, arts[i].Site = job.Spec.Residency, w.cfg.Site
 		}
 		metrics := sink.metrics()
 		return func(ctx context.Context) error {
@@ -369,4 +376,24 @@ func (w *Worker) checkPaths(job *jobtype.Job) error {
 		}
 	}
 	return nil
+}
+
+// missingTags returns the tags of want that have does not hold. An empty
+// want is treated as [onprem] (fail closed: the scheduler always stores the
+// effective residency, so this only matters for a record made by hand).
+func missingTags(want, have []string) []string {
+	if len(want) == 0 {
+		want = []string{"onprem"}
+	}
+	var out []string
+	for _, t := range want {
+		found := false
+		for _, h := range have {
+			found = found || h == t
+		}
+		if !found {
+			out = append(out, t)
+		}
+	}
+	return out
 }

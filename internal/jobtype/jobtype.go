@@ -57,6 +57,7 @@ const (
 	ReasonInternal  = "internal"  // Lathe itself could not run the attempt
 	ReasonPreempted = "preempted" // stopped for an urgent job; queued again (not a failure)
 	ReasonHung      = "hung"      // GPUs idle and no progress for hang_timeout; retried
+	ReasonResidency = "residency" // the attempt would have run in a site lacking one of the job's tags: refused
 )
 
 // Progress is the latest progress line of the running attempt.
@@ -75,6 +76,11 @@ type Artifact struct {
 	Format string `json:"format,omitempty"`
 	Bytes  int64  `json:"bytes"`
 	SHA256 string `json:"sha256"`
+	// Residency are the job's residency tags: an artifact inherits them,
+	// and may only be copied to sites that carry them all.
+	Residency []string `json:"residency,omitempty"`
+	// Site is where it was written.
+	Site string `json:"site,omitempty"`
 }
 
 // Job is a job's record as the store holds it and the API returns it.
