@@ -176,6 +176,8 @@ type NewJob struct {
 	Submitter      string
 	Team           string
 	IdempotencyKey string
+	// Route is the routing decision it was admitted under (nil: none).
+	Route *jobtype.RouteInfo
 }
 
 // Created is one job of a CreateMany: the job, and whether its idempotency
@@ -247,6 +249,9 @@ func (s *Store) createMany(ctx context.Context, njs []NewJob) ([]Created, []erro
 		if nj.Submitter != "" || nj.Team != "" {
 			fields = append(fields, "submitter", nj.Submitter, "team", nj.Team)
 		}
+		if nj.Route != nil {
+			fields = append(fields, "route", mustJSON(nj.Route))
+		}
 		args = append(args, id, nj.IdempotencyKey, strconv.FormatFloat(PendingScore(nj.Spec.Priority, now), 'f', 0, 64), len(fields))
 		args = append(args, fields...)
 	}
@@ -268,7 +273,7 @@ func (s *Store) createMany(ctx context.Context, njs []NewJob) ([]Created, []erro
 			// Stored as given: build the record here instead of reading it back.
 			out[i] = Created{Job: &jobtype.Job{ID: ids[i], Name: nj.Spec.Name, State: jobtype.StateQueued, Attempt: 1, GPUs: []int{},
 				Metrics: map[string]float64{}, Artifacts: []jobtype.Artifact{}, OutputURI: outs[i], Submitter: nj.Submitter,
-				Team: nj.Team, CreatedAt: t, UpdatedAt: t, Spec: *nj.Spec}}
+				Team: nj.Team, CreatedAt: t, UpdatedAt: t, Spec: *nj.Spec, Route: nj.Route}}
 		case 2:
 			j, err := s.Get(ctx, gotID)
 			out[i] = Created{Job: j, Existed: true}
@@ -283,7 +288,8 @@ func (s *Store) createMany(ctx context.Context, njs []NewJob) ([]Created, []erro
 var jobFields = []string{"id", "name", "state", "reason", "error", "attempt", "backend", "node", "gpus",
 	"progress", "metrics", "artifacts", "output_uri", "cancel_requested", "submitter", "team",
 	"created_at", "updated_at", "started_at", "finished_at", "spec",
-	"preempt_requested", "cuda_visible_devices", "preemptions", "simulated_gpus"}
+	"preempt_requested", "cuda_visible_devices", "preemptions", "simulated_gpus",
+	"route", "held", "cost_usd"}
 
 // Get returns the job's record, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (*jobtype.Job, error) {
@@ -310,6 +316,8 @@ func decodeJob(id string, vals []any) (*jobtype.Job, error) {
 	j.CUDAVisibleDevices = str(22)
 	j.Preemptions, _ = strconv.Atoi(str(23))
 	j.SimulatedGPUs = str(24) == "1"
+	j.Held = str(26)
+	j.CostUSD, _ = strconv.ParseFloat(str(27), 64)
 	var errs []error
 	dec := func(i int, v any) {
 		if s := str(i); s != "" {
@@ -323,6 +331,10 @@ func decodeJob(id string, vals []any) (*jobtype.Job, error) {
 	dec(10, &j.Metrics)
 	dec(11, &j.Artifacts)
 	dec(20, &j.Spec)
+	if str(25) != "" {
+		j.Route = &jobtype.RouteInfo{}
+		dec(25, j.Route)
+	}
 	if j.GPUs == nil {
 		j.GPUs = []int{}
 	}

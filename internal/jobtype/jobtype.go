@@ -115,6 +115,14 @@ type Job struct {
 	// SimulatedGPUs is true when the GPUs are go-nvml's mock servers and
 	// the trainer ran on the CPU (LATHE_SIMULATED_GPUS=1).
 	SimulatedGPUs bool `json:"simulated_gpus,omitempty"`
+	// Route is the routing decision the job runs under.
+	Route *RouteInfo `json:"route,omitempty"`
+	// Held says why a job is held (its routing decision no longer holds
+	// under the current config): it is not placed until it is feasible
+	// again or cancelled. "" = not held.
+	Held string `json:"held,omitempty"`
+	// CostUSD is the settled cost of the job's run (GPU-hours × price).
+	CostUSD float64 `json:"cost_usd,omitempty"`
 	// Wait says why a queued job waits, where it stands and when it should
 	// start, as the leader's last placement round saw it.
 	Wait       *WaitInfo    `json:"wait,omitempty"`
@@ -194,6 +202,22 @@ func ValidArtifactName(name string) bool {
 		}
 	}
 	return true
+}
+
+// RouteInfo is the routing decision a job runs under (the full record,
+// with every candidate, is in the ledger).
+type RouteInfo struct {
+	Backend     string    `json:"backend"`
+	Site        string    `json:"site"`
+	Kind        string    `json:"kind"` // local | aws
+	Waiting     bool      `json:"waiting,omitempty"`
+	Reasons     []string  `json:"reasons,omitempty"`
+	EstRuntimeS float64   `json:"est_runtime_s,omitempty"`
+	EstWaitS    float64   `json:"est_wait_s,omitempty"`
+	EstCostUSD  float64   `json:"est_cost_usd,omitempty"`
+	Path        string    `json:"path"` // what decided: submit, retry, spill-over, reload, preemption
+	DecidedAt   time.Time `json:"decided_at"`
+	LedgerSeq   int64     `json:"ledger_seq,omitempty"`
 }
 
 // WaitInfo is a queued job's place in line (from the last placement round).

@@ -1,0 +1,78 @@
+package jobstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/internal/jobtype"
+)
+
+var setRouteScript = redis.NewScript(luaCommon + `
+local id = ARGV[2]
+local st = redis.call('HGET', jobkey(id), 'state')
+if not st then return {-1, '', 0, 0} end
+if terminal(st) then return reply(0, id) end
+redis.call('HSET', jobkey(id), 'route', ARGV[3], 'held', ARGV[4])
+return reply(1, id)
+`)
+
+// SetRoute records a new routing decision (spill-over, retry, config
+// reload) and the held reason ("" = not held) on a job that has not ended.
+func (s *Store) SetRoute(ctx context.Context, id string, route *jobtype.RouteInfo, held string) error {
+	r, err := s.run(ctx, "set route", id, setRouteScript, mustJSON(route), held)
+	if err != nil {
+		return err
+	}
+	if r.code != 1 {
+		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: "set route needs a job that has not ended"}
+	}
+	return nil
+}
+
+// stepKey is the stats hash field of a base model on a GPU model.
+func stepKey(baseModel, gpuModel string) string {
+	return strings.ToLower(baseModel) + "|" + strings.ToLower(gpuModel)
+}
+
+var stepTimeScript = redis.NewScript(`
+local k, f, x = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local cur = tonumber(redis.call('HGET', k, f) or '0')
+if cur > 0 then x = 0.7 * cur + 0.3 * x end
+redis.call('HSET', k, f, string.format('%.6f', x))
+return 1
+`)
+
+// RecordStepTime folds secondsPerStep, measured on a finished job, into the
+// learned seconds per step of baseModel on gpuModel ("cpu" for CPU jobs):
+// an exponential moving average (weight 0.3 for the newest).
+func (s *Store) RecordStepTime(ctx context.Context, baseModel, gpuModel string, secondsPerStep float64) error {
+	if secondsPerStep <= 0 {
+		return nil
+	}
+	err := stepTimeScript.Run(ctx, s.rdb, nil, s.key("stats", "seconds_per_step"), stepKey(baseModel, gpuModel),
+		strconv.FormatFloat(secondsPerStep, 'f', 6, 64)).Err()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("jobstore: record step time: %w", err)
+	}
+	return nil
+}
+
+// StepTimes returns the learned seconds per step, keyed "base|gpu model".
+func (s *Store) StepTimes(ctx context.Context) (map[string]float64, error) {
+	m, err := s.rdb.HGetAll(ctx, s.key("stats", "seconds_per_step")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobstore: step times: %w", err)
+	}
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		if f, err := strconv.ParseFloat(v, 64); err == nil {
+			out[k] = f
+		}
+	}
+	return out, nil
+}
