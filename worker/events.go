@@ -43,6 +43,8 @@ type eventSink struct {
 	kick     chan struct{}
 	onStart  func(pid int) // called once the trainer started (pidfile)
 	progress atomic.Int64  // unix ms of the last progress line (or the start)
+	steps    atomic.Int64  // the last progress line's step, and the first one's
+	first    atomic.Int64
 	done     chan struct{}
 	closed   chan struct{}
 }
@@ -89,6 +91,8 @@ func (s *eventSink) Event(ev runner.TrainerEvent) {
 	switch ev.Kind {
 	case runner.EventProgress:
 		s.progress.Store(time.Now().UnixMilli())
+		s.steps.Store(int64(ev.Step))
+		s.first.CompareAndSwap(0, int64(ev.Step))
 		p := jobtype.Progress{Step: ev.Step, TotalSteps: ev.TotalSteps, Epoch: ev.Epoch, Loss: ev.Loss,
 			LearningRate: ev.LearningRate, SamplesPerS: ev.SamplesPerS}
 		b, _ := json.Marshal(p)

@@ -215,6 +215,7 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 			arts[i].Residency, arts[i].Site = job.Spec.Residency, w.cfg.Site
 		}
 		metrics := sink.metrics()
+		w.recordStepTime(job, res, sink, log)
 		return func(ctx context.Context) error {
 			return w.store.Finish(ctx, job.ID, attempt, jobstore.Ending{State: jobtype.StateSucceeded, Metrics: metrics, Artifacts: arts})
 		}
@@ -396,4 +397,28 @@ func missingTags(want, have []string) []string {
 		}
 	}
 	return out
+}
+
+// recordStepTime teaches routing how fast this base model trains on this
+// node's GPU model (or "cpu"): seconds per step of the attempt's own steps
+// (a resumed attempt counts from its first step).
+func (w *Worker) recordStepTime(job *jobtype.Job, res runner.Result, sink *eventSink, log *slog.Logger) {
+	steps := sink.steps.Load() - sink.first.Load() + 1
+	ran := res.Ended.Sub(res.Started)
+	if steps < 2 || ran <= 0 {
+		return
+	}
+	model := "cpu"
+	if len(job.GPUs) > 0 {
+		for _, g := range w.lastInventory().GPUs {
+			if g.Index == job.GPUs[0] {
+				model = g.Name
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := w.store.RecordStepTime(ctx, job.Spec.BaseModel, model, ran.Seconds()/float64(steps)); err != nil {
+		log.Warn("record step time", slog.Any("err", err))
+	}
 }
