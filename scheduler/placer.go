@@ -82,6 +82,7 @@ func (s *Scheduler) placeOnce(ctx context.Context) {
 	}
 	s.lastRound = time.Now()
 	s.lastFP = fp
+	s.publishPressure(ctx, snap, jobs)
 	if len(snap.Pending) == 0 {
 		if s.hadWaits {
 			if err := s.store.SetWaits(ctx, nil); err == nil {
@@ -233,6 +234,73 @@ func fingerprint(pending int64, nodes []jobstore.NodeStatus) string {
 		}
 	}
 	return b.String()
+}
+
+// publishPressure writes the local pool's queue pressure for routing: the
+// GPU-hours of pending jobs at each priority and the GPU-hours running jobs
+// still have, from the same snapshot the round placed from. Runtime
+// estimates are the routing ones (expected_runtime, learned seconds per
+// step × max_steps, else max_runtime), not placement's upper bound.
+func (s *Scheduler) publishPressure(ctx context.Context, snap placement.Snapshot, jobs map[string]*jobtype.Job) {
+	sps, _ := s.store.StepTimes(ctx)
+	var p jobstore.PoolPressure
+	healthy := 0
+	for _, n := range snap.Nodes {
+		for _, g := range n.GPUs {
+			if g.Healthy {
+				healthy++
+			}
+		}
+		for _, r := range n.Running {
+			left := r.EndsAt.Sub(snap.Now)
+			if j := jobs[r.JobID]; j != nil {
+				est := runtimeEstimate(j, sps, s.cfg.Defaults.MaxRuntime)
+				start := j.UpdatedAt
+				if j.StartedAt != nil {
+					start = *j.StartedAt
+				}
+				left = start.Add(est).Sub(snap.Now)
+			}
+			if left > 0 {
+				p.RunningGPUHours += left.Hours() * float64(len(r.GPUs))
+			}
+		}
+	}
+	for _, pj := range snap.Pending {
+		if j := jobs[pj.ID]; j != nil && pj.Priority >= 0 && pj.Priority < 3 {
+			p.PendingGPUHours[pj.Priority] += runtimeEstimate(j, sps, s.cfg.Defaults.MaxRuntime).Hours() * float64(pj.Request.GPUs)
+		}
+	}
+	p.HealthyGPUs = healthy
+	p.At = snap.Now.UTC()
+	if err := s.store.SetPoolPressure(ctx, "local", p); err != nil {
+		s.log.Warn("placer: publish pool pressure", slog.Any("err", err))
+	}
+}
+
+// runtimeEstimate is routing's estimate of a job's run time: its
+// expected_runtime, else max_steps × the learned seconds per step of its
+// base model (on any GPU model it ran on: the slowest), else max_runtime.
+func runtimeEstimate(j *jobtype.Job, sps map[string]float64, def time.Duration) time.Duration {
+	if d := j.Spec.ExpectedRuntime.D(); d > 0 {
+		return d
+	}
+	if j.Spec.Training.MaxSteps > 0 {
+		prefix := strings.ToLower(j.Spec.BaseModel) + "|"
+		worst := 0.0
+		for k, v := range sps {
+			if strings.HasPrefix(k, prefix) && v > worst {
+				worst = v
+			}
+		}
+		if worst > 0 {
+			return time.Duration(worst * float64(j.Spec.Training.MaxSteps) * float64(time.Second))
+		}
+	}
+	if d := j.Spec.MaxRuntime.D(); d > 0 {
+		return d
+	}
+	return def
 }
 
 // estimate is a job's expected runtime for placement: its max_runtime (the

@@ -2,10 +2,12 @@ package jobstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -75,4 +77,38 @@ func (s *Store) StepTimes(ctx context.Context) (map[string]float64, error) {
 		}
 	}
 	return out, nil
+}
+
+// PoolPressure is a local pool's queue pressure as the leader's last
+// placement round saw it: GPU-hours pending at each priority (0 urgent, 1
+// normal, 2 batch) and GPU-hours running jobs still have.
+type PoolPressure struct {
+	PendingGPUHours [3]float64 `json:"pending_gpu_hours"`
+	RunningGPUHours float64    `json:"running_gpu_hours"`
+	HealthyGPUs     int        `json:"healthy_gpus"`
+	At              time.Time  `json:"at"`
+}
+
+// SetPoolPressure stores pool's pressure (written every placement round).
+func (s *Store) SetPoolPressure(ctx context.Context, pool string, p PoolPressure) error {
+	if err := s.rdb.Set(ctx, s.key("pool", pool, "pressure"), mustJSON(p), 0).Err(); err != nil {
+		return fmt.Errorf("jobstore: pool pressure %s: %w", pool, err)
+	}
+	return nil
+}
+
+// PoolPressureOf reads pool's last pressure (zero when none yet).
+func (s *Store) PoolPressureOf(ctx context.Context, pool string) (PoolPressure, error) {
+	var p PoolPressure
+	v, err := s.rdb.Get(ctx, s.key("pool", pool, "pressure")).Result()
+	if errors.Is(err, redis.Nil) {
+		return p, nil
+	}
+	if err != nil {
+		return p, fmt.Errorf("jobstore: pool pressure %s: %w", pool, err)
+	}
+	if err := json.Unmarshal([]byte(v), &p); err != nil {
+		return p, fmt.Errorf("jobstore: pool pressure %s: %w", pool, err)
+	}
+	return p, nil
 }
