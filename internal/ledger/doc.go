@@ -1,0 +1,77 @@
+// Package ledger is Lathe's tamper-evident, append-only record of routing
+// decisions (DESIGN.md, "Routing"): every decision and every staging, with who
+// submitted it, its inputs, each candidate accepted or rejected and why, the
+// estimates, the choice and a hash of the config, appended to one Redis stream
+// that is never capped. Each record is chained to the one before by an
+// HMAC-SHA256 whose key lives outside Redis, in a file named in the config
+// (LoadKey, GenerateKey), so someone who can write to Redis but does not hold
+// the key cannot edit, delete or truncate records without Verify noticing.
+//
+// # Keys (prefix "lathe:" by default)
+//
+//	ledger        stream  one entry per record, never trimmed (XADD without MAXLEN)
+//	ledger:head   hash    seq and mac of the last record
+//
+// Each stream entry has exactly the fields seq, time, kind, job_id, team,
+// token, config_hash, body, prev and mac, in that order, holding the Record's
+// values as text (seq in decimal, time as below, body as JSON). An entry with
+// a field missing or an unknown one is unreadable, and Verify reports it.
+//
+// # Appending
+//
+// Append reads the head, fills in Seq (head + 1), Time, Prev (the head's MAC)
+// and MAC in Go, where the key is, and runs one Lua script that appends the
+// entry and moves the head only if the head is still what was read. If another
+// appender (a second scheduler) got there first, Append computes the record
+// again on top of the new head, so records are numbered 1, 2, 3, … with no gaps
+// however many appenders there are.
+//
+// # Canonical bytes and the MAC
+//
+// A record's MAC is the lower-case hex HMAC-SHA256, under the key, of its
+// canonical bytes: the netstrings (length in decimal ASCII, ":", the bytes,
+// ",") of these ten values, concatenated in this order:
+//
+//	"lathe-ledger/1"   a fixed tag naming this format
+//	seq                decimal, no sign or leading zeros ("17")
+//	time               Time in UTC as RFC 3339 with nanoseconds, trailing zeros dropped
+//	                   (Go's time.RFC3339Nano: "2025-03-01T12:00:00.5Z")
+//	kind, job_id, team, token, config_hash
+//	                   the strings' UTF-8 bytes ("" is "0:,")
+//	body               the Body bytes exactly as stored
+//	prev               the previous record's MAC in hex ("" for record 1)
+//
+// For example record 1 of kind "decision" with body {"a":1} at
+// 2025-03-01T12:00:00Z and every other field empty is
+//
+//	14:lathe-ledger/1,1:1,20:2025-03-01T12:00:00Z,8:decision,0:,0:,0:,0:,7:{"a":1},0:,
+//
+// Seq, Time and Prev are covered, so a record cannot be moved, re-dated or
+// spliced into another chain; MAC and StreamID are not (the stream id is
+// Redis's, and an honest restore may change it). Append stores Body as Go's
+// encoding/json writes a json.RawMessage (compact, with <, > and & escaped),
+// so the bytes that are MACed are the bytes an export carries, and reading an
+// export back with encoding/json gives them again. An export reformatted by
+// another tool (jq, a pretty-printer) no longer verifies.
+//
+// # Verifying
+//
+// Verify walks the stream in order and checks that every MAC is right under
+// the key, that Seq runs 1, 2, 3, … with no gap, that each Prev is the MAC of
+// the record before, and that the head names the last record. It reports every
+// problem it finds (up to 100), the first one naming the first record that is
+// wrong: "record 17 (stream id …): MAC mismatch: edited", "record 18 missing:
+// deleted (17 is followed by 19)", "head says 42 records, the stream ends at
+// 40: truncated". Recomputing the later MACs with another key does not help an
+// attacker: every recomputed record fails under the real key.
+//
+// What the chain alone cannot show is a tail removed together with a head
+// rewritten to match (the head is readable, so anyone can point it at the new
+// last record), or the stream and head both deleted. Publishing the head now
+// and then (Head, Export) closes that: VerifyAgainst and VerifyExport with a
+// head published earlier fail when no record with that MAC remains.
+//
+// Export writes the records as JSON lines, one Record per line in order, and
+// returns the head MAC; VerifyExport runs the same checks over such a file,
+// elsewhere, with the key.
+package ledger
