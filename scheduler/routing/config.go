@@ -1,0 +1,205 @@
+package routing
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+
+	"github.com/lathe-ml/lathe/internal/cost"
+)
+
+// Backend kinds.
+const (
+	// KindLocal is a local pool: the workers of lathed, in one site.
+	KindLocal = "local"
+	// KindAWS is an AWS backend: EC2 GPU instances bought per job.
+	KindAWS = "aws"
+)
+
+// Implicit names, used when the config file has no sites: one site
+// "local" tagged [onprem] holding one unpriced local backend "local", with
+// Redis and file:// data in it — a deployment without routing config routes
+// every job to its own workers, as before routing existed.
+const (
+	ImplicitSite    = "local"
+	ImplicitBackend = "local"
+)
+
+// DefaultResidency is routing.default_residency when the config gives none:
+// a job with no residency tags stays on premises (fail closed).
+var defaultResidency = []string{"onprem"}
+
+// Config is the routing part of lathed's config file: sites and their tags,
+// backends, where data lives, the default residency and the budgets. Build it
+// with ParseConfig, which validates it and precomputes what Decide needs;
+// treat it as read-only afterwards (copies share the precomputed index). The
+// zero Config behaves like an empty config file (the implicit single site);
+// a Config built by hand in Go is validated and indexed again on every Decide
+// call, and refused whole if invalid.
+type Config struct {
+	// Sites in config order. A site is a place with one legal standing
+	// (dc-frankfurt, aws-eu-central-1), with the residency tags it carries.
+	Sites []Site `json:"sites"`
+	// RedisSite is the site where Redis lives, and so job events and raw
+	// log lines: it must carry every tag of every job (ReasonLogSite).
+	RedisSite string `json:"redis_site"`
+	// Backends in config order (the order of Decision.Candidates and the
+	// first tie-break).
+	Backends []Backend `json:"backends"`
+	// Datasets says where data lives.
+	Datasets Datasets `json:"datasets"`
+	// DefaultResidency is applied to a job with no residency (or
+	// residency: []); never empty; default [onprem].
+	DefaultResidency []string `json:"default_residency"`
+	// TeamBudgetsUSD is the monthly budget of each team, in USD; a team not
+	// listed, or listed with 0, has none.
+	TeamBudgetsUSD map[string]float64 `json:"team_budgets_usd,omitempty"`
+	// Implicit is true when the file had no sites and the implicit single
+	// site and backend (ImplicitSite, ImplicitBackend) stand in.
+	Implicit bool `json:"implicit,omitempty"`
+
+	idx *index // built by ParseConfig; nil: build on use
+}
+
+// Site is a place with one legal standing and the residency tags it
+// carries (lower-case words, like job residency tags).
+type Site struct {
+	Name string   `json:"name"`
+	Tags []string `json:"tags"`
+}
+
+// Datasets says where data named by URI lives.
+type Datasets struct {
+	// FileSite is the site of file:// data and outputs. Default: the site of
+	// the local backends (an error if they are in different sites); "" when
+	// there is no local backend and none is given, and then a job touching
+	// a file:// URI is infeasible everywhere.
+	FileSite string `json:"file_site"`
+	// Buckets maps an S3 bucket to its site. A job naming a bucket not
+	// listed here is refused (ReasonBucketUnknown), never guessed.
+	Buckets map[string]string `json:"buckets,omitempty"`
+}
+
+// Backend is a place jobs run: a local pool (KindLocal) or a cloud backend
+// (KindAWS).
+type Backend struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+	Site string `json:"site"`
+	// CheckpointURI is where the backend's checkpoints go: file:// (in the
+	// backend's own site) or s3://bucket/prefix (the bucket's site). Empty
+	// on a local backend means file:// in its site.
+	CheckpointURI string `json:"checkpoint_uri,omitempty"`
+
+	// Price of a local backend's GPU-hour; nil: unpriced (cost 0, said so
+	// in the decision's reasons).
+	Price *Price `json:"price,omitempty"`
+
+	// Region of an aws backend (eu-central-1).
+	Region string `json:"region,omitempty"`
+	// BudgetUSDPerMonth of an aws backend; 0 = no backend budget.
+	BudgetUSDPerMonth float64 `json:"budget_usd_per_month,omitempty"`
+	// Spot: price (and buy) instances at spot prices.
+	Spot bool `json:"spot,omitempty"`
+	// InstanceTypes of an aws backend, in config order; never empty there.
+	InstanceTypes []InstanceType `json:"instance_types,omitempty"`
+}
+
+// Price is a local backend's price per GPU-hour: flat, or from the total
+// cost of ownership (exactly one of the two).
+type Price struct {
+	USDPerGPUHour float64   `json:"usd_per_gpu_hour,omitempty"`
+	TCO           *cost.TCO `json:"tco,omitempty"`
+}
+
+// InstanceType is an EC2 instance type an aws backend may buy.
+type InstanceType struct {
+	Name               string  `json:"name"`
+	GPUs               int     `json:"gpus"`
+	GPUModel           string  `json:"gpu_model"`
+	GPUMemoryGB        float64 `json:"gpu_memory_gb"`
+	OnDemandUSDPerHour float64 `json:"on_demand_usd_per_hour"`
+	// SpotUSDPerHour is required when the backend has spot: true.
+	SpotUSDPerHour float64 `json:"spot_usd_per_hour,omitempty"`
+}
+
+// USDPerHour is what one instance of t costs per hour: the spot price when
+// spot, else on demand.
+func (t InstanceType) USDPerHour(spot bool) float64 {
+	if spot {
+		return t.SpotUSDPerHour
+	}
+	return t.OnDemandUSDPerHour
+}
+
+// USDPerGPUHour is the effective price of one GPU-hour on local backend b:
+// the flat price, or cost.TCO.USDPerGPUHour of its TCO. It is 0 for an
+// unpriced local backend and for a cloud backend (priced per instance).
+func (b Backend) USDPerGPUHour() float64 {
+	if b.Kind != KindLocal || b.Price == nil {
+		return 0
+	}
+	if b.Price.TCO != nil {
+		return b.Price.TCO.USDPerGPUHour()
+	}
+	return b.Price.USDPerGPUHour
+}
+
+// Priced reports whether b has a price (a cloud backend always has; a local
+// one when price is configured).
+func (b Backend) Priced() bool { return b.Kind != KindLocal || b.Price != nil }
+
+// Backend returns the backend called name.
+func (c Config) Backend(name string) (Backend, bool) {
+	for _, b := range c.Backends {
+		if b.Name == name {
+			return b, true
+		}
+	}
+	return Backend{}, false
+}
+
+// Site returns the site called name.
+func (c Config) Site(name string) (Site, bool) {
+	for _, s := range c.Sites {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Site{}, false
+}
+
+// LocalPrices returns the effective $/GPU-hour of every local backend
+// (flat or from its TCO; 0 when unpriced), by backend name.
+func (c Config) LocalPrices() map[string]float64 {
+	out := make(map[string]float64)
+	for _, b := range c.Backends {
+		if b.Kind == KindLocal {
+			out[b.Name] = b.USDPerGPUHour()
+		}
+	}
+	return out
+}
+
+// Hash identifies the effective routing config: the hex sha256 of its
+// canonical JSON encoding (fields in a fixed order, maps sorted by key,
+// implicit defaults filled in). Two files that route alike byte for byte —
+// comments, key order of maps and unrelated sections aside — hash alike.
+// The ledger records it with every decision.
+func (c Config) Hash() string {
+	if x, err := c.index(); err == nil {
+		return x.hash
+	}
+	return hashOf(c) // an invalid Config built in Go: hashed as it stands
+}
+
+// hashOf is the sha256 of c's canonical JSON (its unexported index aside).
+func hashOf(c Config) string {
+	c.idx = nil
+	b, err := json.Marshal(c)
+	if err != nil { // not reached: ParseConfig refuses NaN and ±Inf
+		b = []byte(err.Error())
+	}
+	sum := sha256.Sum256(append([]byte("lathe-routing-config-v1\n"), b...))
+	return hex.EncodeToString(sum[:])
+}

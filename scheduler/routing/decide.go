@@ -1,0 +1,314 @@
+package routing
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/cost"
+)
+
+// Decide routes job over snapshot s: every backend is checked (residency,
+// GPU fit, budgets), estimated (runtime, cost, wait) and ranked (max_wait,
+// then price; or the value of time when the job gives one). It is a pure
+// function: the same job and snapshot give the same Decision, whatever the
+// map iteration order; it does no I/O and reads no clock. See the package
+// documentation for the rules.
+func Decide(job Job, s Snapshot) Decision {
+	return decide(&job, &s, checks)
+}
+
+// decide is Decide with the feasibility checks as a parameter (tests remove
+// one to show the residency property needs it).
+func decide(job *Job, s *Snapshot, cks []check) Decision {
+	x, err := s.Config.index()
+	if err != nil {
+		tags := job.Residency
+		if len(tags) == 0 {
+			tags = defaultResidency
+		}
+		return Decision{Refused: true, Residency: slices.Clone(tags), Reasons: []string{ReasonConfigInvalid + ": " + err.Error()}}
+	}
+	var e eval
+	e.init(x, job, s, make([]siteMemo, len(x.sites)))
+
+	n := len(x.backends)
+	d := Decision{Residency: slices.Clone(e.tags), Candidates: make([]Candidate, n)}
+	states := make([]candState, n)
+	for i := range x.backends {
+		b, st := &x.backends[i], &states[i]
+		e.prepare(b, st)
+		reason := ""
+		for k := range cks {
+			if reason = cks[k].fn(&e, b, st); reason != "" {
+				break
+			}
+		}
+		c := &d.Candidates[i]
+		*c = Candidate{
+			Backend: b.name, Site: x.sites[b.site].name, Kind: b.kind,
+			Feasible: reason == "", Reason: reason,
+			EstCostUSD: st.cost, EstRuntimeS: st.runtime.Seconds(),
+		}
+		if b.local {
+			c.EstWaitS = waitOut(st.waitS)
+		} else if st.ti >= 0 {
+			c.InstanceType, c.Spot = b.types[st.ti].name, b.spot
+		}
+	}
+
+	d.Reasons = append(d.Reasons, e.residencyReason())
+	chosen := e.choose(&d, states)
+	if chosen < 0 {
+		d.Refused = true
+		d.Reasons = append(d.Reasons, "refused: no backend is feasible")
+		for _, c := range d.Candidates {
+			d.Reasons = append(d.Reasons, c.Backend+": "+c.Reason)
+		}
+		return d
+	}
+	b, st := &x.backends[chosen], &states[chosen]
+	d.Backend, d.Site = b.name, x.sites[b.site].name
+	d.EstRuntime = st.runtime
+	d.EstGPUHours = cost.GPUHours(st.runtime, job.GPUs)
+	d.EstCostUSD = st.cost
+	d.Waiting = b.local && job.MaxWait > 0 && !(st.waitS <= job.MaxWait.Seconds())
+	d.Reasons = append(d.Reasons, e.runtimeReason(b, st), e.costReason(b, st))
+	if !b.local {
+		d.Reasons = append(d.Reasons, "cloud wait counts as 0: capacity is bought; instance provisioning time is not modelled")
+	}
+	e.staging(&d, b)
+	return d
+}
+
+// waitOut is a wait for Candidate.EstWaitS: -1 when unknown.
+func waitOut(s float64) float64 {
+	if math.IsInf(s, 1) || math.IsNaN(s) {
+		return -1
+	}
+	return s
+}
+
+// rankCost is the cost used to rank: unknown costs rank last.
+func rankCost(st *candState) float64 {
+	if !st.costKnown {
+		return math.Inf(1)
+	}
+	return st.cost
+}
+
+// choose picks the backend (index, or -1 when none is feasible) and writes
+// the reasons of the choice.
+func (e *eval) choose(d *Decision, states []candState) int {
+	j := e.job
+	if j.ValuePerHourUSD > 0 && !math.IsInf(j.ValuePerHourUSD, 0) {
+		return e.chooseByValue(d, states)
+	}
+	within, cloud, leastWait := -1, -1, -1
+	for i := range d.Candidates {
+		c, st := &d.Candidates[i], &states[i]
+		if !c.Feasible {
+			continue
+		}
+		if c.Kind != KindLocal {
+			if cloud < 0 || rankCost(st) < rankCost(&states[cloud]) {
+				cloud = i
+			}
+			continue
+		}
+		if leastWait < 0 || st.waitS < states[leastWait].waitS {
+			leastWait = i
+		}
+		if j.MaxWait <= 0 || st.waitS <= j.MaxWait.Seconds() {
+			if within < 0 || rankCost(st) < rankCost(&states[within]) {
+				within = i
+			}
+		}
+	}
+	switch {
+	case within >= 0:
+		w := states[within].waitS
+		if j.MaxWait <= 0 {
+			d.Reasons = append(d.Reasons, "local: max_wait is not set, so the job never bursts for queue pressure; "+
+				d.Candidates[within].Backend+" estimated wait "+fmtWait(w))
+		} else {
+			d.Reasons = append(d.Reasons, "local: estimated wait "+fmtWait(w)+" on "+d.Candidates[within].Backend+" is within max_wait "+j.MaxWait.String())
+		}
+		return within
+	case cloud >= 0:
+		if leastWait >= 0 {
+			d.Reasons = append(d.Reasons, "burst: local wait "+fmtWait(states[leastWait].waitS)+" on "+d.Candidates[leastWait].Backend+
+				" exceeds max_wait "+j.MaxWait.String()+"; the cheapest feasible cloud backend is "+d.Candidates[cloud].Backend)
+		} else {
+			d.Reasons = append(d.Reasons, "cloud: no local backend is feasible; the cheapest feasible cloud backend is "+d.Candidates[cloud].Backend)
+		}
+		return cloud
+	case leastWait >= 0:
+		d.Reasons = append(d.Reasons, "waiting: local wait "+fmtWait(states[leastWait].waitS)+" on "+d.Candidates[leastWait].Backend+
+			" exceeds max_wait "+j.MaxWait.String()+", and no cloud backend can take the job")
+		e.cloudRejections(d)
+		return leastWait
+	}
+	return -1
+}
+
+// cloudRejections adds why each cloud backend could not take the job.
+func (e *eval) cloudRejections(d *Decision) {
+	any := false
+	for _, c := range d.Candidates {
+		if c.Kind != KindLocal && !c.Feasible {
+			d.Reasons = append(d.Reasons, c.Backend+": "+c.Reason)
+			any = true
+		}
+	}
+	if !any {
+		d.Reasons = append(d.Reasons, "no cloud backend is configured")
+	}
+}
+
+// score is cost + wait hours × value per hour; +Inf when either is unknown.
+func (e *eval) score(st *candState) float64 {
+	return rankCost(st) + st.waitS/3600*e.job.ValuePerHourUSD
+}
+
+// chooseByValue picks the feasible backend with the least cost plus the
+// value of the time spent waiting, and writes the trade.
+func (e *eval) chooseByValue(d *Decision, states []candState) int {
+	best, bestLocal, bestCloud := -1, -1, -1
+	for i := range d.Candidates {
+		if !d.Candidates[i].Feasible {
+			continue
+		}
+		s := e.score(&states[i])
+		if best < 0 || s < e.score(&states[best]) {
+			best = i
+		}
+		if d.Candidates[i].Kind == KindLocal {
+			if bestLocal < 0 || s < e.score(&states[bestLocal]) {
+				bestLocal = i
+			}
+		} else if bestCloud < 0 || s < e.score(&states[bestCloud]) {
+			bestCloud = i
+		}
+	}
+	if best < 0 {
+		return -1
+	}
+	vph := e.job.ValuePerHourUSD
+	side := func(label string, i int) string {
+		if i < 0 {
+			return label + ": none feasible"
+		}
+		st := &states[i]
+		s := label + " " + d.Candidates[i].Backend + ": " + costText(st) + " + " + hoursText(st.waitS) + " wait × " + usd(vph) + "/h = "
+		if math.IsInf(e.score(st), 1) {
+			return s + "unbounded"
+		}
+		return s + usd(e.score(st))
+	}
+	d.Trade = "value of time " + usd(vph) + "/h: " + side("best local", bestLocal) + "; " + side("best cloud", bestCloud) +
+		" → " + d.Candidates[best].Backend
+	d.Reasons = append(d.Reasons, "value: "+d.Candidates[best].Backend+" has the least cost plus waiting time valued at "+usd(vph)+"/h (see trade); residency is never traded")
+	if d.Candidates[best].Kind == KindLocal {
+		if w := states[best].waitS; e.job.MaxWait > 0 && !(w <= e.job.MaxWait.Seconds()) {
+			e.cloudRejections(d)
+		}
+	}
+	return best
+}
+
+func costText(st *candState) string {
+	if !st.costKnown {
+		return "cost unknown"
+	}
+	return usd(st.cost)
+}
+
+func hoursText(waitS float64) string {
+	if math.IsInf(waitS, 1) {
+		return "unknown h"
+	}
+	return strconv.FormatFloat(waitS/3600, 'f', 2, 64) + " h"
+}
+
+// fmtWait writes a wait as a duration, or "unknown (no healthy GPUs)".
+func fmtWait(s float64) string {
+	if math.IsInf(s, 1) || math.IsNaN(s) {
+		return "unknown (no healthy GPUs)"
+	}
+	return seconds(s).Round(time.Second).String()
+}
+
+func (e *eval) residencyReason() string {
+	tags := "[" + strings.Join(e.tags, " ") + "]"
+	if e.defaulted {
+		return "residency " + tags + ": the job gives none, so routing.default_residency applies (fail closed)"
+	}
+	return "residency " + tags
+}
+
+// runtimeReason says which estimate the runtime comes from.
+func (e *eval) runtimeReason(b *backendInfo, st *candState) string {
+	j := e.job
+	switch st.rtSrc {
+	case rtExpected:
+		return "runtime " + st.runtime.String() + ": the job's expected_runtime"
+	case rtLearned:
+		return "runtime " + st.runtime.String() + ": max_steps " + strconv.Itoa(j.MaxSteps) + " × " +
+			strconv.FormatFloat(st.rate, 'g', 4, 64) + " s/step learned for " + j.BaseModel + " on " + st.rateModel
+	case rtMax:
+		return "runtime " + st.runtime.String() + ": max_runtime, an upper bound (no expected_runtime, and no learned seconds per step for " +
+			j.BaseModel + " on " + b.name + ")"
+	}
+	return "runtime unknown: no expected_runtime, learned seconds per step or max_runtime, so the cost is not estimated"
+}
+
+// costReason shows how the cost was worked out.
+func (e *eval) costReason(b *backendInfo, st *candState) string {
+	if b.local {
+		if !b.priced {
+			return "cost " + usd(0) + ": local backend " + b.name + " is unpriced (no price in the config)"
+		}
+		return "cost " + costText(st) + ": " + strconv.FormatFloat(cost.GPUHours(st.runtime, e.job.GPUs), 'f', 2, 64) +
+			" GPU-hours × " + usd(b.usd) + "/GPU-hour on " + b.name
+	}
+	t := &b.types[st.ti]
+	price := "on demand"
+	if b.spot {
+		price = "spot"
+	}
+	return "cost " + costText(st) + ": " + strconv.FormatFloat(st.runtime.Hours(), 'f', 2, 64) + " h × " + usd(t.usdPerHr) +
+		"/h (" + price + ") for a whole " + t.name + " (" + strconv.Itoa(t.gpus) + " × " + t.model + ")"
+}
+
+// staging lists the data the decision moves between sites, each allowed
+// because both sites carry every tag (the checks said so).
+func (e *eval) staging(d *Decision, b *backendInfo) {
+	x := e.x
+	compute := x.sites[b.site].name
+	add := func(what, uri, from, to string) {
+		d.Staging = append(d.Staging, Staging{What: what, URI: uri, FromSite: from, ToSite: to})
+		d.Reasons = append(d.Reasons, "staging: "+what+" "+uri+" moves from site "+from+" to site "+to+"; both carry "+
+			"["+strings.Join(e.tags, " ")+"]")
+	}
+	for _, l := range []*loc{&e.dataset, &e.evalSet} {
+		if l.kind == locSite && l.site != b.site {
+			add(l.what, l.uri, x.sites[l.site].name, compute)
+		}
+	}
+	if b.ckptSite != b.site {
+		add("checkpoints", b.ckptURI, compute, x.sites[b.ckptSite].name)
+	}
+	if l := &e.output; l.kind == locSite && l.site != b.site {
+		uri := l.uri
+		if uri == "" {
+			uri = "file://"
+		}
+		add("output", uri, compute, x.sites[l.site].name)
+	}
+	if x.redis != b.site {
+		add("raw logs", "redis", compute, x.sites[x.redis].name)
+	}
+}

@@ -1,0 +1,319 @@
+package routing
+
+import (
+	"math"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/lathe-ml/lathe/internal/cost"
+)
+
+// Where a runtime estimate came from.
+const (
+	rtUnknown  = iota
+	rtExpected // the job's expected_runtime
+	rtLearned  // max_steps × learned seconds per step
+	rtMax      // max_runtime, an upper bound
+)
+
+// maxEstimate caps estimates so the arithmetic stays in range (100 years).
+const maxEstimate = 100 * 365 * 24 * time.Hour
+
+// candState is what the checks and the ranking know of one backend for the
+// job: GPU fit, the instance type, the estimates.
+type candState struct {
+	fits bool
+	ti   int // aws: index in backendInfo.types of the chosen type; -1: none
+	most int // the most matching GPUs on one node / in one type (for reasons)
+
+	runtime   time.Duration
+	rtSrc     int
+	rate      float64 // learned seconds per step, when rtSrc == rtLearned
+	rateModel string
+	cost      float64
+	costKnown bool // false: no runtime estimate on a priced backend
+	waitS     float64
+}
+
+// prepare works out fit and estimates of job on backend b.
+func (e *eval) prepare(b *backendInfo, st *candState) {
+	*st = candState{ti: -1}
+	if b.local {
+		e.fitLocal(b, st)
+		e.waitLocal(b, st)
+	} else {
+		e.fitCloud(b, st)
+	}
+}
+
+// gpuMatches reports whether a GPU of this model and memory serves the job.
+func (e *eval) gpuMatches(model string, memGB float64) bool {
+	if memGB < e.job.GPUMemoryGB {
+		return false
+	}
+	if len(e.job.GPUModels) == 0 {
+		return true
+	}
+	for _, m := range e.job.GPUModels {
+		if containsFold(model, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// fitLocal: some node has ≥ GPUs healthy matching GPUs; a job with no GPUs
+// always fits (CPU slots are not modelled here).
+func (e *eval) fitLocal(b *backendInfo, st *candState) {
+	pool := e.s.Pools[b.name]
+	want := e.job.GPUs
+	if want <= 0 {
+		st.fits = true
+		e.runtimeFor(st, "cpu", true)
+		e.costLocal(b, st)
+		return
+	}
+	for _, n := range pool.Nodes {
+		have := 0
+		for _, g := range n.GPUs {
+			if g.Healthy > 0 && e.gpuMatches(g.Model, g.MemoryGB) {
+				have += g.Healthy
+			}
+		}
+		st.most = max(st.most, have)
+	}
+	st.fits = st.most >= want
+	// Runtime: the slowest learned rate among the models that could take
+	// the job (placement may choose any of them).
+	first := true
+	if st.fits && e.needRate() {
+		for _, n := range pool.Nodes {
+			have := 0
+			for _, g := range n.GPUs {
+				if g.Healthy > 0 && e.gpuMatches(g.Model, g.MemoryGB) {
+					have += g.Healthy
+				}
+			}
+			if have < want {
+				continue
+			}
+			for _, g := range n.GPUs {
+				if g.Healthy > 0 && e.gpuMatches(g.Model, g.MemoryGB) {
+					if r, ok := e.rate(g.Model); ok && (first || r > st.rate) {
+						st.rate, st.rateModel, first = r, g.Model, false
+					}
+				}
+			}
+		}
+	}
+	e.runtimeFor(st, "", !first)
+	e.costLocal(b, st)
+}
+
+func (e *eval) costLocal(b *backendInfo, st *candState) {
+	switch {
+	case !b.priced || b.usd == 0 || e.job.GPUs <= 0:
+		st.costKnown = true // nothing to pay, whatever the runtime
+	case st.rtSrc != rtUnknown:
+		st.cost, st.costKnown = cost.GPUHours(st.runtime, e.job.GPUs)*b.usd, true
+	}
+}
+
+// fitCloud chooses the instance type with the lowest estimated cost among
+// those with ≥ GPUs GPUs of a matching model and memory (any type for a job
+// with no GPUs); ties go to the lower hourly price, then config order.
+func (e *eval) fitCloud(b *backendInfo, st *candState) {
+	var best candState
+	found := false
+	for i := range b.types {
+		t := &b.types[i]
+		if e.job.GPUs > 0 && !e.gpuMatches(t.model, t.memGB) {
+			continue
+		}
+		if t.gpus > st.most {
+			st.most = t.gpus
+		}
+		if t.gpus < e.job.GPUs {
+			continue
+		}
+		var c candState
+		c.ti = i
+		if e.job.GPUs <= 0 {
+			e.runtimeFor(&c, "cpu", true)
+		} else {
+			r, ok := 0.0, false
+			if e.needRate() {
+				r, ok = e.rate(t.model)
+			}
+			c.rate, c.rateModel = r, t.model
+			e.runtimeFor(&c, "", ok)
+		}
+		if c.rtSrc != rtUnknown {
+			c.cost, c.costKnown = c.runtime.Hours()*t.usdPerHr, true
+		} else if t.usdPerHr == 0 {
+			c.costKnown = true
+		}
+		if !found || better(&c, &best) {
+			c.fits = true
+			best, found = c, true
+		}
+	}
+	most := st.most
+	if found {
+		*st = best
+	}
+	st.most = most
+}
+
+// better: known cost beats unknown, then lower cost; the types are already
+// in price order, so a tie keeps the earlier.
+func better(a, b *candState) bool {
+	if a.costKnown != b.costKnown {
+		return a.costKnown
+	}
+	return a.costKnown && a.cost < b.cost
+}
+
+// needRate: the runtime comes from a learned rate only without
+// expected_runtime and with max_steps.
+func (e *eval) needRate() bool {
+	return e.job.ExpectedRuntime <= 0 && e.job.MaxSteps > 0 && len(e.s.SecondsPerStep) > 0
+}
+
+// runtimeFor fills st's runtime: expected_runtime, else max_steps × the
+// learned rate (st.rate, or the "cpu" rate when cpu), else max_runtime.
+func (e *eval) runtimeFor(st *candState, cpu string, haveRate bool) {
+	j := e.job
+	if cpu != "" {
+		haveRate = false
+		if e.needRate() {
+			st.rate, haveRate = e.rate(cpu)
+			st.rateModel = cpu
+		}
+	}
+	switch {
+	case j.ExpectedRuntime > 0:
+		st.runtime, st.rtSrc = min(j.ExpectedRuntime, maxEstimate), rtExpected
+	case j.MaxSteps > 0 && haveRate:
+		secs := float64(j.MaxSteps) * st.rate
+		st.runtime, st.rtSrc = seconds(secs), rtLearned
+	case j.MaxRuntime > 0:
+		st.runtime, st.rtSrc = min(j.MaxRuntime, maxEstimate), rtMax
+	default:
+		st.runtime, st.rtSrc = 0, rtUnknown
+	}
+}
+
+// seconds converts to a Duration, capped at maxEstimate.
+func seconds(s float64) time.Duration {
+	if !(s < maxEstimate.Seconds()) {
+		return maxEstimate
+	}
+	if s <= 0 {
+		return 0
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
+// rate looks up the learned seconds per step of the job's base model on
+// model, without allocating for ASCII names.
+func (e *eval) rate(model string) (float64, bool) {
+	m := e.s.SecondsPerStep
+	var buf [128]byte
+	k, ok := appendLower(buf[:0], e.job.BaseModel)
+	if ok {
+		k = append(k, '|')
+		k, ok = appendLower(k, model)
+	}
+	var r float64
+	var found bool
+	if ok {
+		r, found = m[string(k)]
+	} else {
+		r, found = m[strings.ToLower(e.job.BaseModel)+"|"+strings.ToLower(model)]
+	}
+	if !found || !(r > 0) || math.IsInf(r, 0) {
+		return 0, false
+	}
+	return r, true
+}
+
+// appendLower appends ASCII s lower-cased; false when s is not ASCII.
+func appendLower(b []byte, s string) ([]byte, bool) {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			return b, false
+		}
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	return b, true
+}
+
+// containsFold reports whether sub is in s, ignoring ASCII case (and any
+// case, more slowly, for other text).
+func containsFold(s, sub string) bool {
+	if len(sub) == 0 {
+		return true
+	}
+	for i := 0; i < len(sub); i++ {
+		if sub[i] >= utf8.RuneSelf {
+			return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
+		}
+	}
+	for i := 0; i+len(sub) <= len(s); i++ {
+		j := 0
+		for j < len(sub) && lowerASCII(s[i+j]) == lowerASCII(sub[j]) {
+			j++
+		}
+		if j == len(sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// waitLocal: AssumeWait when set; 0 for a job with no GPUs (CPU slots are
+// not modelled); else the GPU-hours ahead at priority ≤ the job's over the
+// healthy GPUs; +Inf with no healthy GPUs.
+func (e *eval) waitLocal(b *backendInfo, st *candState) {
+	pool := e.s.Pools[b.name]
+	switch {
+	case pool.AssumeWait != nil:
+		st.waitS = max(0, min(pool.AssumeWait.Seconds(), maxEstimate.Seconds()))
+	case e.job.GPUs <= 0:
+		st.waitS = 0
+	default:
+		healthy := pool.HealthyGPUs
+		if healthy <= 0 {
+			for _, n := range pool.Nodes {
+				for _, g := range n.GPUs {
+					healthy += max(g.Healthy, 0)
+				}
+			}
+		}
+		if healthy <= 0 {
+			st.waitS = math.Inf(1)
+			return
+		}
+		p := min(max(e.job.Priority, 0), 2)
+		ahead := 0.0
+		for i := 0; i <= p; i++ {
+			if v := pool.GPUHoursAhead[i]; v > 0 && !math.IsInf(v, 0) {
+				ahead += v
+			}
+		}
+		st.waitS = min(ahead/float64(healthy)*3600, maxEstimate.Seconds())
+	}
+}

@@ -1,0 +1,393 @@
+package routing
+
+import (
+	"math"
+	"strconv"
+	"strings"
+)
+
+// check is one feasibility concern: it returns "" when backend b can take
+// the job, else a reason starting with one of the Reason* constants. A
+// check reads the job, the snapshot and b's prepared state; it changes
+// nothing but the evaluation's memos.
+type check struct {
+	name string
+	// residency: the check keeps data inside the job's tags (the property
+	// test shows that removing any one of these lets data out).
+	residency bool
+	fn        func(e *eval, b *backendInfo, st *candState) string
+}
+
+// checks are the feasibility checks in the order Decide runs them; the first
+// failing one is the candidate's Reason. Tests pass Decide's core a copy
+// with one removed; nothing else changes it.
+var checks = []check{
+	{"known locations", true, checkKnownLocations},
+	{"compute site", true, checkComputeSite},
+	{"dataset site", true, checkDatasetSite},
+	{"eval dataset site", true, checkEvalDatasetSite},
+	{"checkpoint site", true, checkCheckpointSite},
+	{"output site", true, checkOutputSite},
+	{"log site", true, checkLogSite},
+	{"gpu fit", false, checkGPUFit},
+	{"job budget", false, checkJobBudget},
+	{"team budget", false, checkTeamBudget},
+	{"backend budget", false, checkBackendBudget},
+}
+
+// Where a URI lives.
+type locKind uint8
+
+const (
+	locNone          locKind = iota // no URI: touches nothing
+	locSite                         // in site loc.site
+	locUnknownBucket                // s3:// bucket not in datasets.buckets
+	locNoFileSite                   // file:// with no datasets.file_site
+	locBadScheme                    // neither file:// nor s3://
+)
+
+type loc struct {
+	what, uri, bucket string
+	kind              locKind
+	site              int
+}
+
+// memo is a reason computed once per decision.
+type memo struct {
+	done bool
+	r    string
+}
+
+// siteMemo holds the reasons that depend only on a site.
+type siteMemo struct {
+	compute memo
+	log     memo
+}
+
+// eval is one Decide call: the job, its effective tags as a set, where its
+// data lives, and memos so that 100 backends in a few sites build each
+// reason once.
+type eval struct {
+	x         *index
+	job       *Job
+	s         *Snapshot
+	tags      []string // effective residency
+	defaulted bool     // tags came from the config default
+	want      tagSet
+	unknown   bool // a tag no site carries
+	dataset   loc
+	evalSet   loc
+	output    loc
+	dataMemo  [3]memo // dataset, eval dataset, output
+	knownMemo memo
+	sites     []siteMemo
+}
+
+func (e *eval) init(x *index, job *Job, s *Snapshot, sites []siteMemo) {
+	e.x, e.job, e.s, e.sites = x, job, s, sites
+	e.tags = job.Residency
+	if len(e.tags) == 0 {
+		e.tags, e.defaulted = x.defTags, true
+	}
+	for _, t := range e.tags {
+		if i, ok := x.tagIdx[t]; ok {
+			e.want.add(i)
+		} else {
+			e.unknown = true
+		}
+	}
+	e.dataset = e.locate("dataset", job.Dataset, false)
+	e.evalSet = e.locate("eval dataset", job.EvalDataset, false)
+	e.output = e.locate("output", job.Output, true)
+}
+
+// locate finds the site of uri; an empty uri touches nothing, except an
+// empty output, which is the daemon's default output folder (file://).
+func (e *eval) locate(what, uri string, emptyIsFile bool) loc {
+	l := loc{what: what, uri: uri, site: -1}
+	switch {
+	case uri == "" && !emptyIsFile:
+		l.kind = locNone
+	case uri == "" || strings.HasPrefix(uri, "file://"):
+		if e.x.fileSite < 0 {
+			l.kind = locNoFileSite
+		} else {
+			l.kind, l.site = locSite, e.x.fileSite
+		}
+	case strings.HasPrefix(uri, "s3://"):
+		l.bucket, _ = s3Bucket(uri)
+		if i, ok := e.x.buckets[l.bucket]; ok {
+			l.kind, l.site = locSite, i
+		} else {
+			l.kind = locUnknownBucket
+		}
+	default:
+		l.kind = locBadScheme
+	}
+	return l
+}
+
+// carries reports whether site i carries every effective tag of the job.
+func (e *eval) carries(i int) bool {
+	return !e.unknown && e.x.sites[i].tags.covers(&e.want)
+}
+
+// lacks writes "site NAME [tags] lacks a, b".
+func (e *eval) lacks(i int) string {
+	return "site " + e.x.sites[i].label + " lacks " + e.missing(i)
+}
+
+// inSiteLacking writes "site NAME [tags], which lacks a, b".
+func (e *eval) inSiteLacking(i int) string {
+	return "site " + e.x.sites[i].label + ", which lacks " + e.missing(i)
+}
+
+// missing lists the effective tags site i does not carry, in job order.
+func (e *eval) missing(i int) string {
+	si := &e.x.sites[i]
+	var b strings.Builder
+	n := 0
+	for k, t := range e.tags {
+		if ti, ok := e.x.tagIdx[t]; ok && si.tags.has(ti) {
+			continue
+		}
+		dup := false
+		for _, u := range e.tags[:k] {
+			dup = dup || u == t
+		}
+		if dup {
+			continue
+		}
+		if n > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(t)
+		n++
+	}
+	return b.String()
+}
+
+// dataCheck is the residency check of a URI the job names: its site, when
+// it has one, carries every tag (checkKnownLocations refuses the others).
+func (e *eval) dataCheck(l *loc, reason string, m *memo) string {
+	if l.kind != locSite || e.carries(l.site) {
+		return ""
+	}
+	if !m.done {
+		m.done, m.r = true, reason+": "+l.what+" "+uriText(l.uri)+" is in "+e.inSiteLacking(l.site)
+	}
+	return m.r
+}
+
+func uriText(uri string) string {
+	if uri == "" {
+		return "(the default output folder, file://)"
+	}
+	return uri
+}
+
+// checkKnownLocations: every URI the job names has a known site: an s3://
+// bucket listed in datasets.buckets (never guessed), file:// with a
+// datasets.file_site, and no other scheme.
+func checkKnownLocations(e *eval, _ *backendInfo, _ *candState) string {
+	m := &e.knownMemo
+	if m.done {
+		return m.r
+	}
+	m.done = true
+	for _, l := range [...]*loc{&e.dataset, &e.evalSet, &e.output} {
+		switch l.kind {
+		case locUnknownBucket:
+			m.r = ReasonBucketUnknown + ": " + l.what + " " + l.uri + " names bucket " + strconv.Quote(l.bucket)
+		case locNoFileSite:
+			m.r = ReasonNoSite + ": " + l.what + " " + uriText(l.uri) + " is file:// and there is no datasets.file_site"
+		case locBadScheme:
+			m.r = ReasonNoSite + ": " + l.what + " " + l.uri + " is neither file:// nor s3://"
+		default:
+			continue
+		}
+		return m.r
+	}
+	return ""
+}
+
+// checkComputeSite: the backend's site carries every tag.
+func checkComputeSite(e *eval, b *backendInfo, _ *candState) string {
+	if e.carries(b.site) {
+		return ""
+	}
+	m := &e.sites[b.site].compute
+	if !m.done {
+		m.done, m.r = true, ReasonComputeSite+": "+e.lacks(b.site)
+	}
+	return m.r
+}
+
+// checkDatasetSite: the dataset's site carries every tag (and is known).
+func checkDatasetSite(e *eval, _ *backendInfo, _ *candState) string {
+	return e.dataCheck(&e.dataset, ReasonDatasetSite, &e.dataMemo[0])
+}
+
+// checkEvalDatasetSite: the eval dataset's site carries every tag.
+func checkEvalDatasetSite(e *eval, _ *backendInfo, _ *candState) string {
+	return e.dataCheck(&e.evalSet, ReasonEvalDatasetSite, &e.dataMemo[1])
+}
+
+// checkOutputSite: the output's site carries every tag.
+func checkOutputSite(e *eval, _ *backendInfo, _ *candState) string {
+	return e.dataCheck(&e.output, ReasonOutputSite, &e.dataMemo[2])
+}
+
+// checkCheckpointSite: the site of the backend's checkpoints carries every
+// tag.
+func checkCheckpointSite(e *eval, b *backendInfo, _ *candState) string {
+	if e.carries(b.ckptSite) {
+		return ""
+	}
+	uri := b.ckptURI
+	if uri == "" {
+		uri = "file://"
+	}
+	return ReasonCheckpointSite + ": checkpoints " + uri + " go to " + e.inSiteLacking(b.ckptSite)
+}
+
+// checkLogSite: raw log lines stream into Redis, so redis_site carries
+// every tag. (A cloud backend keeping raw logs in its own site is issue #6.)
+func checkLogSite(e *eval, _ *backendInfo, _ *candState) string {
+	if e.carries(e.x.redis) {
+		return ""
+	}
+	m := &e.sites[e.x.redis].log
+	if !m.done {
+		m.done, m.r = true, ReasonLogSite+": "+e.lacks(e.x.redis)
+	}
+	return m.r
+}
+
+// checkGPUFit: a node of the pool, or an instance type, has the GPUs.
+func checkGPUFit(e *eval, b *backendInfo, st *candState) string {
+	if st.fits {
+		return ""
+	}
+	need := e.describeNeed()
+	if b.local {
+		pool, ok := e.s.Pools[b.name]
+		if !ok || len(pool.Nodes) == 0 {
+			return ReasonNoGPUFit + ": needs " + need + "; the pool has no GPUs (no state for it)"
+		}
+		return ReasonNoGPUFit + ": needs " + need + "; the most such healthy GPUs on one node is " + strconv.Itoa(st.most)
+	}
+	if st.most == 0 {
+		return ReasonNoGPUFit + ": needs " + need + "; no instance type has such GPUs"
+	}
+	return ReasonNoGPUFit + ": needs " + need + "; the largest matching instance type has " + strconv.Itoa(st.most)
+}
+
+// describeNeed writes "2 GPUs", "8 × H100 or A100 ≥80 GB".
+func (e *eval) describeNeed() string {
+	j := e.job
+	n := strconv.Itoa(j.GPUs)
+	if len(j.GPUModels) == 0 && j.GPUMemoryGB <= 0 {
+		if j.GPUs == 1 {
+			return "1 GPU"
+		}
+		return n + " GPUs"
+	}
+	s := n + " ×"
+	if len(j.GPUModels) > 0 {
+		s += " " + strings.Join(j.GPUModels, " or ")
+	}
+	if j.GPUMemoryGB > 0 {
+		s += " ≥" + strconv.FormatFloat(j.GPUMemoryGB, 'g', -1, 64) + " GB"
+	}
+	return s
+}
+
+// hasCost reports whether running on b costs anything (a budget applies).
+func hasCost(e *eval, b *backendInfo, st *candState) bool {
+	if b.local {
+		return b.priced && b.usd > 0 && e.job.GPUs > 0
+	}
+	return st.ti < 0 || b.types[st.ti].usdPerHr > 0
+}
+
+// overBudget says why the estimated cost does not fit in left, or "".
+func overBudget(st *candState, left float64, what string) string {
+	if !st.costKnown {
+		return "the runtime is unknown (no expected_runtime, learned rate or max_runtime), so the cost cannot be held to " + what
+	}
+	if !(st.cost <= left) {
+		return "estimated " + usd(st.cost) + " > " + what
+	}
+	return ""
+}
+
+// checkJobBudget: the estimated cost is within the job's budget_usd.
+func checkJobBudget(e *eval, b *backendInfo, st *candState) string {
+	if e.job.BudgetUSD <= 0 || !hasCost(e, b, st) {
+		return ""
+	}
+	if r := overBudget(st, e.job.BudgetUSD, "budget_usd "+usd(e.job.BudgetUSD)); r != "" {
+		return ReasonJobBudget + ": " + r
+	}
+	return ""
+}
+
+// checkTeamBudget: the estimated cost is within what is left of the team's
+// monthly budget (the tighter of the config's and the snapshot's limit).
+func checkTeamBudget(e *eval, b *backendInfo, st *candState) string {
+	if !hasCost(e, b, st) {
+		return ""
+	}
+	sp := e.s.TeamSpend[e.job.Team]
+	limit := tighter(e.x.teams[e.job.Team], sp.LimitUSD)
+	if limit <= 0 {
+		return ""
+	}
+	left := limit - sp.SpentUSD - sp.ReservedUSD
+	if r := overBudget(st, left, spendText(left, limit, sp)); r != "" {
+		return ReasonTeamBudget + ": team " + strconv.Quote(e.job.Team) + ": " + r
+	}
+	return ""
+}
+
+// checkBackendBudget: a cloud backend's estimated cost is within what is
+// left of its monthly budget.
+func checkBackendBudget(e *eval, b *backendInfo, st *candState) string {
+	if b.local || !hasCost(e, b, st) {
+		return ""
+	}
+	sp := e.s.BackendSpend[b.name]
+	limit := tighter(b.budget, sp.LimitUSD)
+	if limit <= 0 {
+		return ""
+	}
+	left := limit - sp.SpentUSD - sp.ReservedUSD
+	if r := overBudget(st, left, spendText(left, limit, sp)); r != "" {
+		return ReasonBackendBudget + ": " + r
+	}
+	return ""
+}
+
+// tighter is the smaller positive limit of a and b; 0 when neither is.
+func tighter(a, b float64) float64 {
+	switch {
+	case !(a > 0):
+		return max(b, 0)
+	case !(b > 0):
+		return a
+	}
+	return min(a, b)
+}
+
+func spendText(left, limit float64, sp Spend) string {
+	return usd(max(left, 0)) + " left of " + usd(limit) + " this month (spent " + usd(sp.SpentUSD) + ", reserved " + usd(sp.ReservedUSD) + ")"
+}
+
+// usd writes "$12.34".
+func usd(v float64) string {
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		return "$" + strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	return "$" + strconv.FormatFloat(v, 'f', 2, 64)
+}

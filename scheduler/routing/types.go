@@ -1,0 +1,137 @@
+package routing
+
+import "time"
+
+// Job is what routing needs of a job: where its data is, what it asks for,
+// and what it may cost. The scheduler fills it from the normalised spec.
+type Job struct {
+	ID, Team string
+	// Residency as submitted; empty: Config.DefaultResidency.
+	Residency []string
+	// Dataset, EvalDataset and Output are URIs: file:///… (in
+	// datasets.file_site) or s3://bucket/key (in the bucket's site). An
+	// empty Dataset or EvalDataset touches nothing; an empty Output is the
+	// daemon's default output folder, which is file://.
+	Dataset, EvalDataset, Output string
+	GPUs                         int
+	GPUMemoryGB                  float64
+	// GPUModels are case-insensitive substrings of GPU model names ("H100"
+	// matches "NVIDIA H100 80GB HBM3"); any of them will do; none: any model.
+	GPUModels []string
+	// Priority: 0 urgent, 1 normal, 2 batch.
+	Priority int
+	// MaxWait is the longest the job may wait for the local pool before it
+	// bursts to a cloud backend; 0 = no limit: it never bursts for queue
+	// pressure.
+	MaxWait time.Duration
+	// BudgetUSD caps the job's estimated cost; 0 = none.
+	BudgetUSD float64
+	// ExpectedRuntime is the user's estimate; 0: estimate it.
+	ExpectedRuntime time.Duration
+	MaxSteps        int
+	BaseModel       string
+	MaxRuntime      time.Duration
+	// ValuePerHourUSD is what an hour of earlier completion is worth to the
+	// job's owner; 0 = plain rules (max_wait, then price).
+	ValuePerHourUSD float64
+}
+
+// Pool is a local backend's state, as the leader's last placement round saw
+// it.
+type Pool struct {
+	Nodes []PoolNode
+	// GPUHoursAhead is the GPU-hours queued or running ahead, by priority
+	// 0..2: work at priority ≤ p is ahead of a job of priority p.
+	GPUHoursAhead [3]float64
+	// HealthyGPUs in the pool; 0: the sum over Nodes.
+	HealthyGPUs int
+	// AssumeWait, when set, replaces the estimated wait (what-if:
+	// lathe route --assume-wait).
+	AssumeWait *time.Duration
+}
+
+// PoolNode is one node of a local pool: its healthy GPUs grouped by model.
+type PoolNode struct {
+	Name string
+	GPUs []PoolGPU
+}
+
+// PoolGPU is a group of GPUs of one model on one node.
+type PoolGPU struct {
+	// Model as the node reports it (NVML: "NVIDIA H100 80GB HBM3").
+	Model    string
+	MemoryGB float64
+	Healthy  int
+}
+
+// Spend is one month of spending against a budget, in USD.
+type Spend struct {
+	// LimitUSD of the month; 0 = none. The config's budget applies too: the
+	// tighter of the two wins.
+	LimitUSD    float64
+	SpentUSD    float64
+	ReservedUSD float64
+}
+
+// Snapshot is everything Decide looks at. Decide does not modify it.
+type Snapshot struct {
+	// Now is when the decision is made (recorded; the rules do not use it
+	// yet).
+	Now    time.Time
+	Config Config
+	// Pools by local backend name; a missing pool has 0 GPUs.
+	Pools map[string]Pool
+	// BackendSpend by cloud backend name, this month.
+	BackendSpend map[string]Spend
+	// TeamSpend by team, this month.
+	TeamSpend map[string]Spend
+	// SecondsPerStep learned from finished jobs, keyed
+	// lower(BaseModel)+"|"+lower(GPU model) ("cpu" for a job with no GPUs).
+	SecondsPerStep map[string]float64
+}
+
+// Candidate is one backend's verdict for a job.
+type Candidate struct {
+	Backend, Site, Kind string
+	Feasible            bool
+	// Reason is "" when feasible, else one of the Reason* constants, ": ",
+	// and the details.
+	Reason string
+	// EstWaitS is the estimated wait in seconds; -1: unknown (a local pool
+	// with no healthy GPUs).
+	EstWaitS    float64
+	EstCostUSD  float64
+	EstRuntimeS float64
+	// InstanceType chosen on a cloud backend (the cheapest that fits).
+	InstanceType string
+	Spot         bool
+}
+
+// Staging is data a decision moves between sites.
+type Staging struct {
+	// What: "dataset", "eval dataset", "checkpoints", "output", "raw logs".
+	What, URI, FromSite, ToSite string
+}
+
+// Decision is where a job goes and why.
+type Decision struct {
+	// Backend and Site chosen; "" when refused.
+	Backend, Site string
+	// Refused: no backend is feasible (the API answers 4xx with Reasons).
+	Refused bool
+	// Waiting: the chosen backend is local and the estimated wait is beyond
+	// max_wait (no cloud backend could take it; Reasons say why).
+	Waiting bool
+	// Residency is the effective tags.
+	Residency []string
+	Reasons   []string
+	// Candidates holds every backend, in config order.
+	Candidates  []Candidate
+	Staging     []Staging
+	EstRuntime  time.Duration
+	EstGPUHours float64
+	EstCostUSD  float64
+	// Trade shows the wait-vs-burst arithmetic when the job has
+	// ValuePerHourUSD.
+	Trade string
+}

@@ -1,0 +1,383 @@
+package routing
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/lathe-ml/lathe/internal/cost"
+	"github.com/lathe-ml/lathe/internal/fileuri"
+)
+
+// maxTags is the most distinct tags the sites may carry together (the tag
+// sets are bitmasks of maxTags bits).
+const maxTags = 256
+
+// validTag: ^[a-z][a-z0-9-]{0,31}$, the rule of job residency tags
+// (jobspec.ValidResidencyTag).
+func validTag(s string) bool {
+	if s == "" || len(s) > 32 || s[0] < 'a' || s[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if b := s[i]; !(b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// validName: ^[a-z0-9][a-z0-9-]{0,62}$, for sites and backends (a backend
+// name is part of its queue's name, cloud:<backend>).
+func validName(s string) bool {
+	if s == "" || len(s) > 63 || s[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; !(b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// validInstanceType: ^[a-z0-9][a-z0-9.-]{0,62}$ (p5.48xlarge).
+func validInstanceType(s string) bool {
+	if s == "" || len(s) > 63 || s[0] == '-' || s[0] == '.' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; !(b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '-' || b == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// validBucket: ^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$ (S3's rule).
+func validBucket(s string) bool {
+	if len(s) < 3 || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		ok := b >= 'a' && b <= 'z' || b >= '0' && b <= '9'
+		if !ok && (i == 0 || i == len(s)-1 || b != '.' && b != '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// s3Bucket returns the bucket of an s3://bucket/key URI.
+func s3Bucket(uri string) (string, bool) {
+	rest, ok := strings.CutPrefix(uri, "s3://")
+	if !ok {
+		return "", false
+	}
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		rest = rest[:i]
+	}
+	return rest, true
+}
+
+// checker collects the rules' problems, skipping fields the decoder already
+// reported and showing values as written where the decoder saw them.
+type checker struct {
+	errs []FieldError
+	d    *decoder // nil for a Config built in Go
+}
+
+func (c *checker) add(field, value, msg string) {
+	if c.d != nil {
+		if c.d.bad[field] {
+			return
+		}
+		if raw, ok := c.d.raw[field]; ok {
+			value = raw
+		}
+	}
+	c.errs = append(c.errs, FieldError{Field: field, Value: truncate(value), Message: msg})
+}
+
+func (c *checker) present(field string, set bool) bool {
+	if c.d != nil {
+		return c.d.present[field]
+	}
+	return set
+}
+
+func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+func (c *checker) nonNegative(field string, f float64) {
+	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+		c.add(field, fmtFloat(f), "must be a finite number ≥ 0")
+	}
+}
+
+// normalize fills in the implicit config and the defaults; validate then
+// checks the result.
+func normalize(c *Config) {
+	if len(c.Sites) == 0 && len(c.Backends) == 0 && c.RedisSite == "" && c.Datasets.FileSite == "" && len(c.Datasets.Buckets) == 0 {
+		c.Sites = []Site{{Name: ImplicitSite, Tags: []string{"onprem"}}}
+		c.Backends = []Backend{{Name: ImplicitBackend, Kind: KindLocal, Site: ImplicitSite}}
+		c.RedisSite = ImplicitSite
+		c.Datasets.FileSite = ImplicitSite
+		c.Implicit = true
+	}
+	if len(c.DefaultResidency) == 0 {
+		c.DefaultResidency = slices.Clone(defaultResidency)
+	}
+	if c.Datasets.FileSite == "" {
+		var sites []string
+		for _, b := range c.Backends {
+			if b.Kind == KindLocal && !slices.Contains(sites, b.Site) {
+				sites = append(sites, b.Site)
+			}
+		}
+		if len(sites) == 1 {
+			c.Datasets.FileSite = sites[0]
+		}
+	}
+	for i := range c.Sites {
+		if c.Sites[i].Tags == nil {
+			c.Sites[i].Tags = []string{}
+		}
+	}
+}
+
+// validate checks the rules between fields of a normalised config.
+func validate(cfg *Config, d *decoder) []FieldError {
+	c := &checker{d: d}
+	sites := map[string]bool{}
+	distinct := map[string]bool{}
+	for _, s := range cfg.Sites {
+		p := join("sites", s.Name)
+		if !validName(s.Name) {
+			c.add(p, s.Name, "a site name must be a lower-case word: a-z, 0-9 and '-', at most 63 characters")
+		}
+		if sites[s.Name] {
+			c.add(p, s.Name, "duplicate site")
+		}
+		sites[s.Name] = true
+		for i, t := range s.Tags {
+			tp := p + "[" + strconv.Itoa(i) + "]"
+			switch {
+			case !validTag(t):
+				c.add(tp, t, "a tag must be a lower-case word: a letter, then a-z, 0-9 and '-', at most 32 characters")
+			case slices.Contains(s.Tags[:i], t):
+				c.add(tp, t, "duplicate tag")
+			}
+			distinct[t] = true
+		}
+	}
+	if len(distinct) > maxTags {
+		c.add("sites", strconv.Itoa(len(distinct)), "the sites carry more than "+strconv.Itoa(maxTags)+" distinct tags")
+	}
+	siteRef := func(field, v, what string) {
+		switch {
+		case v == "":
+			c.add(field, "", "is required: "+what)
+		case !sites[v]:
+			c.add(field, v, "is not a site (sites lists "+siteList(cfg.Sites)+")")
+		}
+	}
+
+	siteRef("redis_site", cfg.RedisSite, "the site where Redis runs (job events and raw log lines live there)")
+
+	if cfg.Datasets.FileSite != "" {
+		siteRef("datasets.file_site", cfg.Datasets.FileSite, "")
+	} else if !c.present("datasets.file_site", false) {
+		var local []string
+		for _, b := range cfg.Backends {
+			if b.Kind == KindLocal && b.Site != "" && !slices.Contains(local, b.Site) {
+				local = append(local, b.Site)
+			}
+		}
+		if len(local) > 1 {
+			c.add("datasets.file_site", "", "is required: the local backends are in several sites ("+strings.Join(local, ", ")+"), so where file:// data lives is not obvious")
+		}
+	} else {
+		c.add("datasets.file_site", "", "must not be empty")
+	}
+	for _, name := range sortedKeys(cfg.Datasets.Buckets) {
+		p := join("datasets.buckets", name)
+		if !validBucket(name) {
+			c.add(p, name, "is not an S3 bucket name")
+		}
+		siteRef(p, cfg.Datasets.Buckets[name], "the site of the bucket")
+	}
+
+	for i, t := range cfg.DefaultResidency {
+		if !validTag(t) {
+			c.add("routing.default_residency["+strconv.Itoa(i)+"]", t, "a tag must be a lower-case word: a letter, then a-z, 0-9 and '-', at most 32 characters")
+		}
+	}
+	for _, team := range sortedKeys(cfg.TeamBudgetsUSD) {
+		p := join("budgets.teams", team)
+		if team == "" {
+			c.add(p, "", "a team name must not be empty")
+		}
+		c.nonNegative(p, cfg.TeamBudgetsUSD[team])
+	}
+
+	if len(cfg.Backends) == 0 {
+		c.add("backends", "", "is required: at least one backend to run jobs on")
+	}
+	names := map[string]bool{}
+	for _, b := range cfg.Backends {
+		validateBackend(c, cfg, b, names, siteRef)
+	}
+	return c.errs
+}
+
+func validateBackend(c *checker, cfg *Config, b Backend, names map[string]bool, siteRef func(field, v, what string)) {
+	p := join("backends", b.Name)
+	if !validName(b.Name) {
+		c.add(p, b.Name, "a backend name must be a lower-case word: a-z, 0-9 and '-', at most 63 characters")
+	}
+	if names[b.Name] {
+		c.add(p, b.Name, "duplicate backend")
+	}
+	names[b.Name] = true
+	siteRef(p+".site", b.Site, "the site the backend computes in")
+
+	switch u := b.CheckpointURI; {
+	case u == "" && b.Kind == KindAWS:
+		c.add(p+".checkpoint_uri", "", "is required for kind aws: where its checkpoints go (s3://bucket/prefix, or file:// on the instance)")
+	case u == "":
+	case strings.HasPrefix(u, "file://"):
+		if _, err := fileuri.Path(u); err != nil {
+			c.add(p+".checkpoint_uri", u, "must be file:///absolute/path or s3://bucket/prefix")
+		}
+	case strings.HasPrefix(u, "s3://"):
+		bucket, _ := s3Bucket(u)
+		if _, ok := cfg.Datasets.Buckets[bucket]; !ok {
+			c.add(p+".checkpoint_uri", u, "bucket "+strconv.Quote(bucket)+" is not listed in datasets.buckets (its site must be known)")
+		}
+	default:
+		c.add(p+".checkpoint_uri", u, "must be file:///absolute/path or s3://bucket/prefix")
+	}
+
+	awsOnly := func(field string, set bool) {
+		if c.present(p+"."+field, set) {
+			c.add(p+"."+field, "", "only for kind aws")
+		}
+	}
+	switch b.Kind {
+	case KindLocal:
+		awsOnly("region", b.Region != "")
+		awsOnly("budget_usd_per_month", b.BudgetUSDPerMonth != 0)
+		awsOnly("spot", b.Spot)
+		awsOnly("instance_types", b.InstanceTypes != nil)
+		if b.Price != nil {
+			validatePrice(c, p+".price", *b.Price)
+		}
+	case KindAWS:
+		if c.present(p+".price", b.Price != nil) {
+			c.add(p+".price", "", "only for kind local (an aws backend is priced per instance type)")
+		}
+		if b.Region == "" {
+			c.add(p+".region", "", "is required for kind aws")
+		}
+		c.nonNegative(p+".budget_usd_per_month", b.BudgetUSDPerMonth)
+		if len(b.InstanceTypes) == 0 {
+			c.add(p+".instance_types", "", "is required for kind aws: at least one instance type")
+		}
+		seen := map[string]bool{}
+		for _, t := range b.InstanceTypes {
+			tp := join(p+".instance_types", t.Name)
+			if !validInstanceType(t.Name) {
+				c.add(tp, t.Name, "is not an instance type name (a-z, 0-9, '.' and '-')")
+			}
+			if seen[t.Name] {
+				c.add(tp, t.Name, "duplicate instance type")
+			}
+			seen[t.Name] = true
+			if t.GPUs < 1 {
+				c.add(tp+".gpus", strconv.Itoa(t.GPUs), "must be at least 1")
+			}
+			if strings.TrimSpace(t.GPUModel) == "" {
+				c.add(tp+".gpu_model", t.GPUModel, "is required (H100, L40S…)")
+			}
+			if math.IsNaN(t.GPUMemoryGB) || math.IsInf(t.GPUMemoryGB, 0) || t.GPUMemoryGB <= 0 {
+				c.add(tp+".gpu_memory_gb", fmtFloat(t.GPUMemoryGB), "must be a number > 0")
+			}
+			if !c.present(tp+".on_demand_usd_per_hour", true) {
+				c.add(tp+".on_demand_usd_per_hour", "", "is required")
+			} else {
+				c.nonNegative(tp+".on_demand_usd_per_hour", t.OnDemandUSDPerHour)
+			}
+			c.nonNegative(tp+".spot_usd_per_hour", t.SpotUSDPerHour)
+			if b.Spot && !c.present(tp+".spot_usd_per_hour", t.SpotUSDPerHour > 0) {
+				c.add(tp+".spot_usd_per_hour", "", "is required: the backend has spot: true")
+			}
+		}
+	case "":
+		c.add(p+".kind", "", "is required: local or aws")
+	default:
+		c.add(p+".kind", b.Kind, "must be local or aws")
+	}
+}
+
+func validatePrice(c *checker, p string, pr Price) {
+	flat := c.present(p+".usd_per_gpu_hour", pr.USDPerGPUHour != 0)
+	switch {
+	case flat && pr.TCO != nil:
+		c.add(p, "", "give usd_per_gpu_hour or tco, not both")
+	case !flat && pr.TCO == nil:
+		c.add(p, "", "needs usd_per_gpu_hour or tco")
+	}
+	c.nonNegative(p+".usd_per_gpu_hour", pr.USDPerGPUHour)
+	if pr.TCO == nil {
+		return
+	}
+	err := pr.TCO.Validate()
+	if err == nil {
+		return
+	}
+	var fes []*cost.FieldError
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			var fe *cost.FieldError
+			if errors.As(e, &fe) {
+				fes = append(fes, fe)
+			}
+		}
+	}
+	if len(fes) == 0 {
+		c.add(p+".tco", "", err.Error())
+		return
+	}
+	for _, fe := range fes {
+		key := fe.Field
+		for _, k := range tcoKeys {
+			if k[1] == fe.Field {
+				key = k[0]
+			}
+		}
+		c.add(p+".tco."+key, fmtFloat(fe.Value), fe.Rule)
+	}
+}
+
+func siteList(sites []Site) string {
+	if len(sites) == 0 {
+		return "none"
+	}
+	names := make([]string, len(sites))
+	for i, s := range sites {
+		names[i] = s.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
