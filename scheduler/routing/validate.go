@@ -102,6 +102,15 @@ func (c *checker) add(field, value, msg string) {
 	c.errs = append(c.errs, FieldError{Field: field, Value: truncate(value), Message: msg})
 }
 
+// name reports a bad name of an entry (site, backend, bucket, instance
+// type): the value is the name itself, not what the entry holds.
+func (c *checker) name(field, name, msg string) {
+	if c.d != nil && c.d.bad[field] {
+		return
+	}
+	c.errs = append(c.errs, FieldError{Field: field, Value: truncate(name), Message: msg})
+}
+
 func (c *checker) present(field string, set bool) bool {
 	if c.d != nil {
 		return c.d.present[field]
@@ -156,10 +165,10 @@ func validate(cfg *Config, d *decoder) []FieldError {
 	for _, s := range cfg.Sites {
 		p := join("sites", s.Name)
 		if !validName(s.Name) {
-			c.add(p, s.Name, "a site name must be a lower-case word: a-z, 0-9 and '-', at most 63 characters")
+			c.name(p, s.Name, "a site name must be a lower-case word: a-z, 0-9 and '-', at most 63 characters")
 		}
 		if sites[s.Name] {
-			c.add(p, s.Name, "duplicate site")
+			c.name(p, s.Name, "duplicate site")
 		}
 		sites[s.Name] = true
 		for i, t := range s.Tags {
@@ -205,7 +214,7 @@ func validate(cfg *Config, d *decoder) []FieldError {
 	for _, name := range sortedKeys(cfg.Datasets.Buckets) {
 		p := join("datasets.buckets", name)
 		if !validBucket(name) {
-			c.add(p, name, "is not an S3 bucket name")
+			c.name(p, name, "is not an S3 bucket name")
 		}
 		siteRef(p, cfg.Datasets.Buckets[name], "the site of the bucket")
 	}
@@ -236,10 +245,10 @@ func validate(cfg *Config, d *decoder) []FieldError {
 func validateBackend(c *checker, cfg *Config, b Backend, names map[string]bool, siteRef func(field, v, what string)) {
 	p := join("backends", b.Name)
 	if !validName(b.Name) {
-		c.add(p, b.Name, "a backend name must be a lower-case word: a-z, 0-9 and '-', at most 63 characters")
+		c.name(p, b.Name, "a backend name must be a lower-case word: a-z, 0-9 and '-', at most 63 characters")
 	}
 	if names[b.Name] {
-		c.add(p, b.Name, "duplicate backend")
+		c.name(p, b.Name, "duplicate backend")
 	}
 	names[b.Name] = true
 	siteRef(p+".site", b.Site, "the site the backend computes in")
@@ -290,10 +299,10 @@ func validateBackend(c *checker, cfg *Config, b Backend, names map[string]bool, 
 		for _, t := range b.InstanceTypes {
 			tp := join(p+".instance_types", t.Name)
 			if !validInstanceType(t.Name) {
-				c.add(tp, t.Name, "is not an instance type name (a-z, 0-9, '.' and '-')")
+				c.name(tp, t.Name, "is not an instance type name (a-z, 0-9, '.' and '-')")
 			}
 			if seen[t.Name] {
-				c.add(tp, t.Name, "duplicate instance type")
+				c.name(tp, t.Name, "duplicate instance type")
 			}
 			seen[t.Name] = true
 			if t.GPUs < 1 {
