@@ -332,7 +332,7 @@ func validateBackend(c *checker, cfg *Config, b Backend, names map[string]bool, 
 }
 
 func validatePrice(c *checker, p string, pr Price) {
-	flat := c.present(p+".usd_per_gpu_hour", pr.USDPerGPUHour != 0)
+	flat := c.present(p+".usd_per_gpu_hour", pr.TCO == nil || pr.USDPerGPUHour != 0)
 	switch {
 	case flat && pr.TCO != nil:
 		c.add(p, "", "give usd_per_gpu_hour or tco, not both")
