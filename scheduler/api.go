@@ -115,10 +115,6 @@ func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "job cannot run on this deployment", Code: "invalid", Fields: fe})
 		return
 	}
-	if r.URL.Query().Get("dry_run") == "true" {
-		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "spec": spec})
-		return
-	}
 	key := r.Header.Get("Idempotency-Key")
 	if len(key) > 200 {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "Idempotency-Key longer than 200 bytes", Code: "invalid"})
@@ -126,16 +122,28 @@ func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.rctx(r)
 	defer cancel()
-	out := strings.TrimRight(spec.Output.URI, "/") + "/{id}"
 	p := principalOf(r)
+	dry := r.URL.Query().Get("dry_run") == "true"
+	adm, ok := s.admit(ctx, w, r, p, spec, dry)
+	if !ok {
+		return
+	}
+	if dry {
+		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "spec": spec, "route": adm.route})
+		return
+	}
+	out := strings.TrimRight(spec.Output.URI, "/") + "/{id}"
 	if key != "" {
 		key = p.Name + ":" + key // one token's key never returns another's job
 	}
-	job, existed, err := s.store.Create(ctx, jobstore.NewJob{Spec: spec, OutputURI: out, IdempotencyKey: key,
-		Submitter: p.Name, Team: p.Team})
+	job, existed, err := s.store.Create(ctx, jobstore.NewJob{ID: adm.id, Spec: spec, OutputURI: out, IdempotencyKey: key,
+		Submitter: p.Name, Team: p.Team, Route: adm.route})
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	if !existed {
+		s.reserveBudget(ctx, s.routing(), job, adm.decision)
 	}
 	s.Wake()
 	status := http.StatusCreated
@@ -225,10 +233,19 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.rctx(r)
 	defer cancel()
+	decisions, ok := s.admitBatch(ctx, w, r, p, njs)
+	if !ok {
+		return
+	}
 	created, err := s.store.CreateMany(ctx, njs)
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	for i, c := range created {
+		if !c.Existed {
+			s.reserveBudget(ctx, s.routing(), c.Job, decisions[i])
+		}
 	}
 	s.Wake()
 	resp := jobtype.BatchResponse{Jobs: make([]*jobtype.Job, len(created))}

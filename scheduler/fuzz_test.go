@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/scheduler"
@@ -25,7 +26,7 @@ func FuzzSubmit(f *testing.F) {
 	srv := redistest.Start(f)
 	rdb := srv.Client()
 	s := scheduler.New(rdb, jobstore.New(rdb, jobstore.Config{}), scheduler.Config{Logger: quiet, MaxBodyBytes: 64 << 10,
-		Trainers: []string{"reference"}})
+		Trainers: []string{"reference"}, Defaults: jobspec.Defaults{OutputURI: "file:///tmp/lathe-fuzz-out"}})
 	h := s.Handler()
 	f.Fuzz(func(t *testing.T, body, query string) {
 		req := httptest.NewRequest("POST", "/api/v1/jobs", strings.NewReader(body))

@@ -15,6 +15,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/scheduler/placement"
+	"github.com/lathe-ml/lathe/scheduler/routing"
 )
 
 func (s *Scheduler) placeLoop(ctx context.Context) {
@@ -83,7 +84,7 @@ func (s *Scheduler) placeOnce(ctx context.Context) {
 	s.lastRound = time.Now()
 	s.lastFP = fp
 	s.publishPressure(ctx, snap, jobs)
-	if len(snap.Pending) == 0 {
+	if len(snap.Pending) == 0 && len(s.offWaits) == 0 {
 		if s.hadWaits {
 			if err := s.store.SetWaits(ctx, nil); err == nil {
 				s.hadWaits = false
@@ -135,7 +136,10 @@ func (s *Scheduler) placeOnce(ctx context.Context) {
 		}
 	}
 	now := time.Now().UTC()
-	waits := make(map[string]jobtype.WaitInfo, len(plan.Waits))
+	waits := make(map[string]jobtype.WaitInfo, len(plan.Waits)+len(s.offWaits))
+	for _, w := range s.offWaits {
+		waits[w.id] = jobtype.WaitInfo{Code: w.code, Reason: w.reason, At: now}
+	}
 	for _, w := range plan.Waits {
 		wi := jobtype.WaitInfo{Position: w.Position, Code: string(w.Code), Reason: w.Reason, At: now}
 		if !w.EstimatedStart.IsZero() {
@@ -178,9 +182,46 @@ func (s *Scheduler) snapshot(ctx context.Context, nodes []jobstore.NodeStatus) (
 			jobs[j.ID] = j
 		}
 	}
+	s.offWaits = s.offWaits[:0]
+	redecided := 0
 	for _, id := range ids {
 		j := jobs[id]
 		if j == nil || j.State != jobtype.StateQueued {
+			continue
+		}
+		// Every attempt is routed before it is placed: a retry, a requeue
+		// and a preemption are decided again by the same function, and so
+		// is a local job waiting past its max_wait (spill-over).
+		path := ""
+		switch {
+		case j.Route == nil:
+			path = "placement" // stored before routing existed, or by hand
+		case j.Route.Preemptions != j.Preemptions:
+			path = "preemption"
+		case j.Route.Attempt != j.Attempt:
+			path = "retry"
+		case j.Held == "" && j.Route.Kind == routing.KindLocal && j.Spec.MaxWait > 0 && snap.Now.Sub(j.Route.DecidedAt) > j.Spec.MaxWait.D():
+			path = "spill-over"
+		}
+		if path != "" {
+			if redecided >= maxRedecisions {
+				s.offWaits = append(s.offWaits, offWait{j.ID, "routing", "waiting for its routing decision (" + path + ")"})
+				continue
+			}
+			redecided++
+			ri, held, err := s.reroute(ctx, j, path)
+			if err != nil {
+				return snap, nil, err
+			}
+			j.Route, j.Held = ri, held
+		}
+		if j.Held != "" {
+			s.offWaits = append(s.offWaits, offWait{j.ID, "held", "held: " + j.Held})
+			continue
+		}
+		if j.Route != nil && j.Route.Kind != "" && j.Route.Kind != routing.KindLocal {
+			s.offWaits = append(s.offWaits, offWait{j.ID, "cloud", fmt.Sprintf("routed to %s (site %s): launching cloud instances is issue #6, not built yet; it waits there",
+				j.Route.Backend, j.Route.Site)})
 			continue
 		}
 		snap.Pending = append(snap.Pending, placement.Job{ID: j.ID, Priority: placementPriority(j.Spec.Priority),
@@ -219,6 +260,14 @@ func (s *Scheduler) snapshot(ctx context.Context, nodes []jobstore.NodeStatus) (
 	}
 	return snap, jobs, nil
 }
+
+// offWait is a queued job the placer does not place (held, routed to a
+// cloud backend, or not routed yet), with the reason shown in its status.
+type offWait struct{ id, code, reason string }
+
+// maxRedecisions bounds the routing decisions one placement round makes
+// (each one is a ledger record); the rest wait for the next round.
+const maxRedecisions = 200
 
 // placeRefresh bounds how long the placer skips rounds while nothing changed.
 const placeRefresh = 5 * time.Second
@@ -273,6 +322,28 @@ func (s *Scheduler) publishPressure(ctx context.Context, snap placement.Snapshot
 	}
 	p.HealthyGPUs = healthy
 	p.At = snap.Now.UTC()
+	for _, n := range snap.Nodes {
+		cn := jobstore.CapacityNode{Name: n.Name}
+		for _, g := range n.GPUs {
+			mem := float64(g.MemoryTotalMB) / 1024
+			merged := false
+			for i := range cn.GPUs {
+				if cn.GPUs[i].Model == g.Name && cn.GPUs[i].MemoryGB == mem {
+					cn.GPUs[i].Count++
+					merged = true
+				}
+			}
+			if !merged {
+				cn.GPUs = append(cn.GPUs, jobstore.CapacityGPU{Model: g.Name, MemoryGB: mem, Count: 1})
+			}
+		}
+		p.Capacity = append(p.Capacity, cn)
+	}
+	if len(p.Capacity) == 0 {
+		if prev, err := s.store.PoolPressureOf(ctx, "local"); err == nil {
+			p.Capacity = prev.Capacity // no node live: keep what was last seen
+		}
+	}
 	if err := s.store.SetPoolPressure(ctx, "local", p); err != nil {
 		s.log.Warn("placer: publish pool pressure", slog.Any("err", err))
 	}

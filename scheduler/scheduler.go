@@ -29,7 +29,9 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
+	"github.com/lathe-ml/lathe/scheduler/routing"
 )
 
 // Config configures a Scheduler. Zero values take the defaults stated.
@@ -51,6 +53,13 @@ type Config struct {
 	// RedisTimeout bounds each request's Redis work, so the API answers 503
 	// within 2 s when Redis is away; default 1.5s.
 	RedisTimeout time.Duration
+	// Routing is the routing config (sites, backends, buckets, budgets);
+	// the zero value is routing's implicit one: one site "local" [onprem]
+	// with one local backend, as a deployment without routing config.
+	Routing routing.Config
+	// Ledger records every routing decision; nil records nothing (tests
+	// that do not look at it). lathed always sets it.
+	Ledger *ledger.Ledger
 	// PlaceScan is how many pending jobs (in queue order) one placement
 	// round looks at; default 10000. Jobs beyond wait for a later round and
 	// get no place in line until then.
@@ -186,12 +195,14 @@ type Scheduler struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 
-	massSince time.Time    // when a mass lease expiry was first seen (placer goroutine only)
-	tokenSums [][32]byte   // sha256 of each token's secret, for constant-time comparison
-	fence     atomic.Value // jobstore.Fence of the current term, "" when not leading
-	hadWaits  bool         // the last placement round wrote waiting jobs (placer goroutine only)
-	lastFP    string       // fingerprint of the last placement round's inputs (placer goroutine only)
-	lastRound time.Time    // when the last full placement round ran (placer goroutine only)
+	massSince time.Time                  // when a mass lease expiry was first seen (placer goroutine only)
+	tokenSums [][32]byte                 // sha256 of each token's secret, for constant-time comparison
+	fence     atomic.Value               // jobstore.Fence of the current term, "" when not leading
+	hadWaits  bool                       // the last placement round wrote waiting jobs (placer goroutine only)
+	route     atomic.Pointer[routeState] // the routing config in force
+	offWaits  []offWait                  // placer goroutine only
+	lastFP    string                     // fingerprint of the last placement round's inputs (placer goroutine only)
+	lastRound time.Time                  // when the last full placement round ran (placer goroutine only)
 }
 
 // New returns a Scheduler over rdb; Start runs it.
@@ -202,6 +213,15 @@ func New(rdb redis.UniversalClient, store *jobstore.Store, cfg Config) *Schedule
 		log: cfg.Logger.With(slog.String("component", "scheduler")), wake: make(chan struct{}, 1)}
 	s.follow = store
 	s.fence.Store(jobstore.Fence(""))
+	rc := cfg.Routing
+	if len(rc.Sites) == 0 {
+		implicit, err := routing.ParseConfig(nil)
+		if err != nil {
+			panic("scheduler: routing's implicit config does not parse: " + err.Error()) // a bug in routing, not input
+		}
+		rc = implicit
+	}
+	s.route.Store(&routeState{cfg: rc, hash: rc.Hash()})
 	for _, t := range cfg.Tokens {
 		s.tokenSums = append(s.tokenSums, sha256.Sum256([]byte(t.Secret)))
 	}

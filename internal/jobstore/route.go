@@ -87,6 +87,23 @@ type PoolPressure struct {
 	RunningGPUHours float64    `json:"running_gpu_hours"`
 	HealthyGPUs     int        `json:"healthy_gpus"`
 	At              time.Time  `json:"at"`
+	// Capacity is the pool's GPUs per node, healthy or not, as last seen
+	// with a node live: what routing judges a GPU request against when no
+	// node is live (a restart must not make GPU jobs infeasible).
+	Capacity []CapacityNode `json:"capacity,omitempty"`
+}
+
+// CapacityNode is one node's GPUs by model and memory.
+type CapacityNode struct {
+	Name string        `json:"name"`
+	GPUs []CapacityGPU `json:"gpus"`
+}
+
+// CapacityGPU is a count of one GPU model with one memory size.
+type CapacityGPU struct {
+	Model    string  `json:"model"`
+	MemoryGB float64 `json:"memory_gb"`
+	Count    int     `json:"count"`
 }
 
 // SetPoolPressure stores pool's pressure (written every placement round).

@@ -171,6 +171,9 @@ func PendingScore(p jobspec.Priority, submitted time.Time) float64 {
 
 // NewJob is what Create needs.
 type NewJob struct {
+	// ID is the job's id when the caller drew it already (NewID, e.g. to
+	// record a decision under it first); "" draws one.
+	ID             string
 	Spec           *jobspec.Spec // normalised
 	OutputURI      string        // where the per-job folder goes (file://…/<id>)
 	Submitter      string
@@ -236,7 +239,12 @@ func (s *Store) createMany(ctx context.Context, njs []NewJob) ([]Created, []erro
 	ids := make([]string, len(njs))
 	outs := make([]string, len(njs))
 	for i, nj := range njs {
-		id := NewID(now)
+		id := nj.ID
+		if id == "" {
+			id = NewID(now)
+		} else if !ValidID(id) {
+			return nil, nil, fmt.Errorf("jobstore: create: invalid job id %q", id)
+		}
 		ids[i] = id
 		specJSON, err := json.Marshal(nj.Spec)
 		if err != nil {

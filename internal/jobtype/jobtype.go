@@ -207,15 +207,19 @@ func ValidArtifactName(name string) bool {
 // RouteInfo is the routing decision a job runs under (the full record,
 // with every candidate, is in the ledger).
 type RouteInfo struct {
-	Backend     string    `json:"backend"`
-	Site        string    `json:"site"`
-	Kind        string    `json:"kind"` // local | aws
-	Waiting     bool      `json:"waiting,omitempty"`
-	Reasons     []string  `json:"reasons,omitempty"`
-	EstRuntimeS float64   `json:"est_runtime_s,omitempty"`
-	EstWaitS    float64   `json:"est_wait_s,omitempty"`
-	EstCostUSD  float64   `json:"est_cost_usd,omitempty"`
-	Path        string    `json:"path"` // what decided: submit, retry, spill-over, reload, preemption
+	Backend     string   `json:"backend"`
+	Site        string   `json:"site"`
+	Kind        string   `json:"kind"` // local | aws
+	Waiting     bool     `json:"waiting,omitempty"`
+	Reasons     []string `json:"reasons,omitempty"`
+	EstRuntimeS float64  `json:"est_runtime_s,omitempty"`
+	EstWaitS    float64  `json:"est_wait_s,omitempty"`
+	EstCostUSD  float64  `json:"est_cost_usd,omitempty"`
+	Path        string   `json:"path"` // what decided: submit, retry, spill-over, reload, preemption
+	// Attempt and Preemptions are the job's when decided: a later attempt
+	// (a retry, a requeue, a preemption) is decided again before placement.
+	Attempt     int       `json:"attempt"`
+	Preemptions int       `json:"preemptions,omitempty"`
 	DecidedAt   time.Time `json:"decided_at"`
 	LedgerSeq   int64     `json:"ledger_seq,omitempty"`
 }

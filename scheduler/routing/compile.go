@@ -32,6 +32,7 @@ type index struct {
 	backends []backendInfo
 	defTags  []string
 	teams    map[string]float64
+	models   []string // distinct GPU models of the instance types
 }
 
 type siteInfo struct {
@@ -57,6 +58,7 @@ type backendInfo struct {
 type typeInfo struct {
 	name     string
 	gpus     int
+	modelID  int // in index.models
 	model    string
 	memGB    float64
 	usdPerHr float64
@@ -128,7 +130,12 @@ func buildIndex(c Config) *index {
 			bi.ckptSite = x.buckets[bucket]
 		}
 		for _, t := range b.InstanceTypes {
-			bi.types = append(bi.types, typeInfo{name: t.Name, gpus: t.GPUs, model: t.GPUModel, memGB: t.GPUMemoryGB, usdPerHr: t.USDPerHour(b.Spot)})
+			id := slices.Index(x.models, t.GPUModel)
+			if id < 0 {
+				id = len(x.models)
+				x.models = append(x.models, t.GPUModel)
+			}
+			bi.types = append(bi.types, typeInfo{name: t.Name, gpus: t.GPUs, modelID: id, model: x.models[id], memGB: t.GPUMemoryGB, usdPerHr: t.USDPerHour(b.Spot)})
 		}
 		slices.SortStableFunc(bi.types, func(a, b typeInfo) int { return cmp.Compare(a.usdPerHr, b.usdPerHr) })
 		x.backends = append(x.backends, bi)

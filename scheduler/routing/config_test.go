@@ -115,19 +115,22 @@ backends:
 	}
 }
 
-// TestParseConfigErrors: one row per kind of error, each reported at its
-// path with its value.
-func TestParseConfigErrors(t *testing.T) {
+// configErrorCase is a config with one kind of error, and the error
+// expected at its path.
+type configErrorCase struct {
+	name, src, field, value, msg string
+}
+
+// configErrorCases has one case per kind of error (also the fuzz seeds).
+func configErrorCases() []configErrorCase {
 	replace := func(old, new string) string {
 		if !strings.Contains(briefConfig, old) {
-			t.Fatalf("briefConfig lacks %q", old)
+			panic("briefConfig lacks " + old)
 		}
 		return strings.Replace(briefConfig, old, new, 1)
 	}
 	twoLocalSites := strings.Replace(replace("  file_site: dc-frankfurt\n", ""), "  aws-eu:\n", "  local-2: {kind: local, site: aws-us-east-1}\n  aws-eu:\n", 1)
-	cases := []struct {
-		name, src, field, value, msg string
-	}{
+	return []configErrorCase{
 		{"unknown key in a section", replace("    region: eu-central-1\n", "    region: eu-central-1\n    zone: a\n"), "backends.aws-eu.zone", "", "unknown field"},
 		{"unknown key in datasets", replace("  file_site: dc-frankfurt\n", "  file_site: dc-frankfurt\n  roots: [/data]\n"), "datasets.roots", "", "unknown field"},
 		{"unknown key in routing", replace("  default_residency: [onprem]\n", "  default_residency: [onprem]\n  strategy: cheapest\n"), "routing.strategy", "", "unknown field"},
@@ -187,6 +190,12 @@ func TestParseConfigErrors(t *testing.T) {
 		{"no backends", "sites: {a: [onprem]}\nredis_site: a\n", "backends", "", "at least one backend"},
 		{"backends without sites", "backends: {local: {kind: local, site: local}}\n", "backends.local.site", "local", "is not a site"},
 	}
+}
+
+// TestParseConfigErrors: one row per kind of error, each reported at its
+// path with its value.
+func TestParseConfigErrors(t *testing.T) {
+	cases := configErrorCases()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig([]byte(tc.src))

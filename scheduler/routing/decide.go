@@ -31,20 +31,45 @@ func decide(job *Job, s *Snapshot, cks []check) Decision {
 		}
 		return Decision{Refused: true, Residency: slices.Clone(tags), Reasons: []string{ReasonConfigInvalid + ": " + err.Error()}}
 	}
-	var e eval
-	e.init(x, job, s, make([]siteMemo, len(x.sites)))
+	e := newEval(x, job, s)
 
 	n := len(x.backends)
 	d := Decision{Residency: slices.Clone(e.tags), Candidates: make([]Candidate, n)}
-	states := make([]candState, n)
+	// The states stay on the stack for up to stackBackends backends.
+	var stack [stackBackends]candState
+	states := stack[:0]
+	if n <= len(stack) {
+		states = stack[:n]
+	} else {
+		states = make([]candState, n)
+	}
+	// Checks of the job alone (where its data lives, where its logs go) give
+	// every backend the same answer: run them once. The first that fails
+	// ends every backend's list there; only the backend checks before it run
+	// per backend, in their order, so each Reason is still the first failing
+	// check in cks.
+	var buf [16]checkID
+	perBackend, jobReason := buf[:0], ""
+	for k := range cks {
+		if !cks[k].id.jobLevel() {
+			perBackend = append(perBackend, cks[k].id)
+		} else if jobReason = e.run(cks[k].id, nil, nil); jobReason != "" {
+			break
+		}
+	}
 	for i := range x.backends {
 		b, st := &x.backends[i], &states[i]
-		e.prepare(b, st)
 		reason := ""
-		for k := range cks {
-			if reason = cks[k].fn(&e, b, st); reason != "" {
+		for _, id := range perBackend {
+			if reason = e.run(id, b, st); reason != "" {
 				break
 			}
+		}
+		if reason == "" {
+			reason = jobReason
+		}
+		if reason == "" {
+			e.prepare(b, st) // for the estimates, had a test removed every check that needs them
 		}
 		c := &d.Candidates[i]
 		*c = Candidate{
@@ -52,9 +77,11 @@ func decide(job *Job, s *Snapshot, cks []check) Decision {
 			Feasible: reason == "", Reason: reason,
 			EstCostUSD: st.cost, EstRuntimeS: st.runtime.Seconds(),
 		}
-		if b.local {
+		switch {
+		case !st.ready: // refused for residency before any estimate
+		case b.local:
 			c.EstWaitS = waitOut(st.waitS)
-		} else if st.ti >= 0 {
+		case st.ti >= 0:
 			c.InstanceType, c.Spot = b.types[st.ti].name, b.spot
 		}
 	}
@@ -64,9 +91,7 @@ func decide(job *Job, s *Snapshot, cks []check) Decision {
 	if chosen < 0 {
 		d.Refused = true
 		d.Reasons = append(d.Reasons, "refused: no backend is feasible")
-		for _, c := range d.Candidates {
-			d.Reasons = append(d.Reasons, c.Backend+": "+c.Reason)
-		}
+		d.Reasons = appendRejections(d.Reasons, d.Candidates, false)
 		return d
 	}
 	b, st := &x.backends[chosen], &states[chosen]
@@ -82,6 +107,10 @@ func decide(job *Job, s *Snapshot, cks []check) Decision {
 	e.staging(&d, b)
 	return d
 }
+
+// stackBackends is how many backends' working state decide keeps on the
+// stack (about 10 KB) instead of allocating it.
+const stackBackends = 128
 
 // waitOut is a wait for Candidate.EstWaitS: -1 when unknown.
 func waitOut(s float64) float64 {
@@ -156,16 +185,56 @@ func (e *eval) choose(d *Decision, states []candState) int {
 
 // cloudRejections adds why each cloud backend could not take the job.
 func (e *eval) cloudRejections(d *Decision) {
-	any := false
-	for _, c := range d.Candidates {
-		if c.Kind != KindLocal && !c.Feasible {
-			d.Reasons = append(d.Reasons, c.Backend+": "+c.Reason)
-			any = true
-		}
-	}
-	if !any {
+	n := len(d.Reasons)
+	d.Reasons = appendRejections(d.Reasons, d.Candidates, true)
+	if len(d.Reasons) == n {
 		d.Reasons = append(d.Reasons, "no cloud backend is configured")
 	}
+}
+
+// appendRejections appends why the infeasible candidates (only the cloud
+// ones when cloudOnly) were refused, one line per distinct reason, naming
+// its backends in config order: "aws-0, aws-3: compute site lacks …". With
+// 100 backends in a few sites that is a few lines, not a hundred.
+func appendRejections(reasons []string, cands []Candidate, cloudOnly bool) []string {
+	skip := func(c *Candidate) bool { return c.Feasible || cloudOnly && c.Kind == KindLocal }
+	var done [stackBackends]bool
+	var more []bool
+	if len(cands) > len(done) {
+		more = make([]bool, len(cands))
+	}
+	seen := func(i int) *bool {
+		if more != nil {
+			return &more[i]
+		}
+		return &done[i]
+	}
+	for i := range cands {
+		c := &cands[i]
+		if skip(c) || *seen(i) {
+			continue
+		}
+		size := len(c.Backend) + 2 + len(c.Reason)
+		for k := i + 1; k < len(cands); k++ {
+			if o := &cands[k]; !skip(o) && o.Reason == c.Reason {
+				size += 2 + len(o.Backend)
+			}
+		}
+		var b strings.Builder
+		b.Grow(size)
+		b.WriteString(c.Backend)
+		for k := i + 1; k < len(cands); k++ {
+			if o := &cands[k]; !skip(o) && o.Reason == c.Reason {
+				*seen(k) = true
+				b.WriteString(", ")
+				b.WriteString(o.Backend)
+			}
+		}
+		b.WriteString(": ")
+		b.WriteString(c.Reason)
+		reasons = append(reasons, b.String())
+	}
+	return reasons
 }
 
 // score is cost + wait hours × value per hour; +Inf when either is unknown.

@@ -186,7 +186,7 @@ func TestIssueScenarios(t *testing.T) {
 		name:    "an eu job whose dataset bucket is in aws-us-east-1 is refused",
 		job:     euUSData,
 		cands:   map[string]string{"local": ReasonDatasetSite, "aws-eu": ReasonDatasetSite, "aws-us": ReasonComputeSite},
-		reasons: []string{"refused: no backend is feasible", "local: " + ReasonDatasetSite + ": dataset s3://lathe-us-data/support/train.jsonl is in site aws-us-east-1 [cloud us], which lacks eu"},
+		reasons: []string{"refused: no backend is feasible", "local, aws-eu: " + ReasonDatasetSite + ": dataset s3://lathe-us-data/support/train.jsonl is in site aws-us-east-1 [cloud us], which lacks eu"},
 	}, {
 		name:    "a us job whose output is file:// on the [onprem eu] site is refused",
 		cfg:     withRedisIn("aws-us-east-1"),
@@ -228,7 +228,7 @@ func TestResidencyRules(t *testing.T) {
 		name:    "unlisted dataset bucket: refused everywhere, never guessed",
 		job:     unknownBucket,
 		cands:   map[string]string{"local": ReasonBucketUnknown, "aws-eu": ReasonBucketUnknown, "aws-us": ReasonBucketUnknown},
-		reasons: []string{`local: ` + ReasonBucketUnknown + `: dataset s3://mystery-bucket/train.jsonl names bucket "mystery-bucket"`},
+		reasons: []string{`local, aws-eu, aws-us: ` + ReasonBucketUnknown + `: dataset s3://mystery-bucket/train.jsonl names bucket "mystery-bucket"`},
 	}, {
 		name:  "unlisted eval bucket",
 		job:   unknownEval,

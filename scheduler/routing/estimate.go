@@ -11,10 +11,10 @@ import (
 
 // Where a runtime estimate came from.
 const (
-	rtUnknown  = iota
-	rtExpected // the job's expected_runtime
-	rtLearned  // max_steps × learned seconds per step
-	rtMax      // max_runtime, an upper bound
+	rtUnknown  uint8 = iota
+	rtExpected       // the job's expected_runtime
+	rtLearned        // max_steps × learned seconds per step
+	rtMax            // max_runtime, an upper bound
 )
 
 // maxEstimate caps estimates so the arithmetic stays in range (100 years).
@@ -23,31 +23,42 @@ const maxEstimate = 100 * 365 * 24 * time.Hour
 // candState is what the checks and the ranking know of one backend for the
 // job: GPU fit, the instance type, the estimates.
 type candState struct {
-	fits bool
-	ti   int // aws: index in backendInfo.types of the chosen type; -1: none
-	most int // the most matching GPUs on one node / in one type (for reasons)
+	ready     bool // prepare ran
+	known     bool // local: the snapshot has the pool
+	hasNodes  bool // local: the pool has nodes
+	fits      bool
+	costKnown bool  // false: no runtime estimate on a priced backend
+	rtSrc     uint8 // rtExpected, rtLearned, rtMax or rtUnknown
+	ti        int   // aws: index in backendInfo.types of the chosen type; -1: none
+	most      int   // the most matching GPUs on one node / in one type (for reasons)
 
 	runtime   time.Duration
-	rtSrc     int
 	rate      float64 // learned seconds per step, when rtSrc == rtLearned
 	rateModel string
 	cost      float64
-	costKnown bool // false: no runtime estimate on a priced backend
 	waitS     float64
 }
 
-// prepare works out fit and estimates of job on backend b.
+// prepare works out fit and estimates of job on backend b, once: the
+// checks that need them call it, so a backend refused for residency costs
+// no more than its site checks.
 func (e *eval) prepare(b *backendInfo, st *candState) {
-	*st = candState{ti: -1}
+	if st.ready {
+		return
+	}
+	*st = candState{ready: true, ti: -1}
 	if b.local {
-		e.fitLocal(b, st)
-		e.waitLocal(b, st)
+		pool, known := e.s.Pools[b.name]
+		st.known, st.hasNodes = known, len(pool.Nodes) > 0
+		e.fitLocal(b, &pool, st)
+		e.waitLocal(&pool, st)
 	} else {
 		e.fitCloud(b, st)
 	}
 }
 
 // gpuMatches reports whether a GPU of this model and memory serves the job.
+// The last answer is kept: the nodes of a pool mostly repeat one model.
 func (e *eval) gpuMatches(model string, memGB float64) bool {
 	if memGB < e.job.GPUMemoryGB {
 		return false
@@ -55,18 +66,49 @@ func (e *eval) gpuMatches(model string, memGB float64) bool {
 	if len(e.job.GPUModels) == 0 {
 		return true
 	}
+	if c := &e.lastMatch; c.valid && c.model == model {
+		return c.ok
+	}
+	ok := false
 	for _, m := range e.job.GPUModels {
 		if containsFold(model, m) {
-			return true
+			ok = true
+			break
 		}
 	}
-	return false
+	e.lastMatch = matchMemo{valid: true, model: model, ok: ok}
+	return ok
+}
+
+// typeMatches is gpuMatches for an instance type, with the answer on its
+// model kept per decision.
+func (e *eval) typeMatches(t *typeInfo) bool {
+	if t.memGB < e.job.GPUMemoryGB {
+		return false
+	}
+	if t.modelID >= len(e.typeMatch) {
+		return e.gpuMatches(t.model, t.memGB)
+	}
+	m := &e.typeMatch[t.modelID]
+	if *m == 0 {
+		*m = 2
+		if e.gpuMatches(t.model, t.memGB) {
+			*m = 1
+		}
+	}
+	return *m == 1
+}
+
+// matchMemo is gpuMatches' last answer on models (memory aside).
+type matchMemo struct {
+	valid bool
+	model string
+	ok    bool
 }
 
 // fitLocal: some node has ≥ GPUs healthy matching GPUs; a job with no GPUs
 // always fits (CPU slots are not modelled here).
-func (e *eval) fitLocal(b *backendInfo, st *candState) {
-	pool := e.s.Pools[b.name]
+func (e *eval) fitLocal(b *backendInfo, pool *Pool, st *candState) {
 	want := e.job.GPUs
 	if want <= 0 {
 		st.fits = true
@@ -74,21 +116,25 @@ func (e *eval) fitLocal(b *backendInfo, st *candState) {
 		e.costLocal(b, st)
 		return
 	}
-	for _, n := range pool.Nodes {
+	for i := range pool.Nodes {
 		have := 0
-		for _, g := range n.GPUs {
+		for _, g := range pool.Nodes[i].GPUs {
 			if g.Healthy > 0 && e.gpuMatches(g.Model, g.MemoryGB) {
 				have += g.Healthy
 			}
 		}
 		st.most = max(st.most, have)
+		if have >= want {
+			break // fits; most only explains a misfit
+		}
 	}
 	st.fits = st.most >= want
 	// Runtime: the slowest learned rate among the models that could take
 	// the job (placement may choose any of them).
 	first := true
 	if st.fits && e.needRate() {
-		for _, n := range pool.Nodes {
+		for i := range pool.Nodes {
+			n := &pool.Nodes[i]
 			have := 0
 			for _, g := range n.GPUs {
 				if g.Healthy > 0 && e.gpuMatches(g.Model, g.MemoryGB) {
@@ -128,7 +174,7 @@ func (e *eval) fitCloud(b *backendInfo, st *candState) {
 	found := false
 	for i := range b.types {
 		t := &b.types[i]
-		if e.job.GPUs > 0 && !e.gpuMatches(t.model, t.memGB) {
+		if e.job.GPUs > 0 && !e.typeMatches(t) {
 			continue
 		}
 		if t.gpus > st.most {
@@ -163,7 +209,7 @@ func (e *eval) fitCloud(b *backendInfo, st *candState) {
 	if found {
 		*st = best
 	}
-	st.most = most
+	st.ready, st.most = true, most
 }
 
 // better: known cost beats unknown, then lower cost; the types are already
@@ -287,8 +333,7 @@ func lowerASCII(c byte) byte {
 // waitLocal: AssumeWait when set; 0 for a job with no GPUs (CPU slots are
 // not modelled); else the GPU-hours ahead at priority ≤ the job's over the
 // healthy GPUs; +Inf with no healthy GPUs.
-func (e *eval) waitLocal(b *backendInfo, st *candState) {
-	pool := e.s.Pools[b.name]
+func (e *eval) waitLocal(pool *Pool, st *candState) {
 	switch {
 	case pool.AssumeWait != nil:
 		st.waitS = max(0, min(pool.AssumeWait.Seconds(), maxEstimate.Seconds()))

@@ -6,33 +6,91 @@ import (
 	"strings"
 )
 
-// check is one feasibility concern: it returns "" when backend b can take
-// the job, else a reason starting with one of the Reason* constants. A
-// check reads the job, the snapshot and b's prepared state; it changes
-// nothing but the evaluation's memos.
+// check is one feasibility concern: its function returns "" when backend
+// b can take the job, else a reason starting with one of the Reason*
+// constants. A check reads the job, the snapshot and b's state (calling
+// prepare first when it needs fit or estimates); it changes nothing but the
+// evaluation's memos and that state. Checks are named by an id and run
+// through a switch, not a function value, so that the evaluation stays on
+// the stack.
 type check struct {
 	name string
 	// residency: the check keeps data inside the job's tags (the property
 	// test shows that removing any one of these lets data out).
 	residency bool
-	fn        func(e *eval, b *backendInfo, st *candState) string
+	id        checkID
 }
+
+type checkID uint8
+
+const (
+	idKnownLocations checkID = iota
+	idComputeSite
+	idDatasetSite
+	idEvalDatasetSite
+	idCheckpointSite
+	idOutputSite
+	idLogSite
+	idGPUFit
+	idJobBudget
+	idTeamBudget
+	idBackendBudget
+)
 
 // checks are the feasibility checks in the order Decide runs them; the first
 // failing one is the candidate's Reason. Tests pass Decide's core a copy
 // with one removed; nothing else changes it.
 var checks = []check{
-	{"known locations", true, checkKnownLocations},
-	{"compute site", true, checkComputeSite},
-	{"dataset site", true, checkDatasetSite},
-	{"eval dataset site", true, checkEvalDatasetSite},
-	{"checkpoint site", true, checkCheckpointSite},
-	{"output site", true, checkOutputSite},
-	{"log site", true, checkLogSite},
-	{"gpu fit", false, checkGPUFit},
-	{"job budget", false, checkJobBudget},
-	{"team budget", false, checkTeamBudget},
-	{"backend budget", false, checkBackendBudget},
+	{"known locations", true, idKnownLocations},
+	{"compute site", true, idComputeSite},
+	{"dataset site", true, idDatasetSite},
+	{"eval dataset site", true, idEvalDatasetSite},
+	{"checkpoint site", true, idCheckpointSite},
+	{"output site", true, idOutputSite},
+	{"log site", true, idLogSite},
+	{"gpu fit", false, idGPUFit},
+	{"job budget", false, idJobBudget},
+	{"team budget", false, idTeamBudget},
+	{"backend budget", false, idBackendBudget},
+}
+
+// jobLevel reports whether the check looks at the job alone, so that it
+// answers alike for every backend (run passes it no backend).
+func (id checkID) jobLevel() bool {
+	switch id {
+	case idKnownLocations, idDatasetSite, idEvalDatasetSite, idOutputSite, idLogSite:
+		return true
+	}
+	return false
+}
+
+// run runs check id on backend b (nil for a job-level check).
+func (e *eval) run(id checkID, b *backendInfo, st *candState) string {
+	switch id {
+	case idKnownLocations:
+		return checkKnownLocations(e)
+	case idComputeSite:
+		return checkComputeSite(e, b)
+	case idDatasetSite:
+		return checkDatasetSite(e)
+	case idEvalDatasetSite:
+		return checkEvalDatasetSite(e)
+	case idCheckpointSite:
+		return checkCheckpointSite(e, b)
+	case idOutputSite:
+		return checkOutputSite(e)
+	case idLogSite:
+		return checkLogSite(e)
+	case idGPUFit:
+		return checkGPUFit(e, b, st)
+	case idJobBudget:
+		return checkJobBudget(e, b, st)
+	case idTeamBudget:
+		return checkTeamBudget(e, b, st)
+	case idBackendBudget:
+		return checkBackendBudget(e, b, st)
+	}
+	panic("routing: unknown check")
 }
 
 // Where a URI lives.
@@ -68,23 +126,43 @@ type siteMemo struct {
 // data lives, and memos so that 100 backends in a few sites build each
 // reason once.
 type eval struct {
-	x         *index
-	job       *Job
-	s         *Snapshot
-	tags      []string // effective residency
-	defaulted bool     // tags came from the config default
-	want      tagSet
-	unknown   bool // a tag no site carries
-	dataset   loc
-	evalSet   loc
-	output    loc
-	dataMemo  [3]memo // dataset, eval dataset, output
-	knownMemo memo
-	sites     []siteMemo
+	x          *index
+	job        *Job
+	s          *Snapshot
+	tags       []string // effective residency
+	defaulted  bool     // tags came from the config default
+	want       tagSet
+	unknown    bool // a tag no site carries
+	dataset    loc
+	evalSet    loc
+	output     loc
+	dataMemo   [3]memo // dataset, eval dataset, output
+	knownMemo  memo
+	siteBuf    [16]siteMemo // by site index (see site)
+	siteMore   []siteMemo
+	lastMatch  matchMemo
+	need       string // describeNeed, once computed
+	lastMisfit misfit
+	team       teamBudget
+	typeMatch  [64]int8 // by index.models id: 0 unknown, 1 matches, 2 not
 }
 
-func (e *eval) init(x *index, job *Job, s *Snapshot, sites []siteMemo) {
-	e.x, e.job, e.s, e.sites = x, job, s, sites
+// site is the memo of site i.
+func (e *eval) site(i int) *siteMemo {
+	if i < len(e.siteBuf) {
+		return &e.siteBuf[i]
+	}
+	return &e.siteMore[i-len(e.siteBuf)]
+}
+
+// newEval starts the evaluation of job over s. It returns the eval by value
+// so that the caller's copy stays on the stack.
+func newEval(x *index, job *Job, s *Snapshot) eval {
+	var e eval
+	e.x, e.job, e.s = x, job, s
+	if n := len(x.sites) - len(e.siteBuf); n > 0 {
+		e.siteMore = make([]siteMemo, n)
+	}
 	e.tags = job.Residency
 	if len(e.tags) == 0 {
 		e.tags, e.defaulted = x.defTags, true
@@ -96,27 +174,28 @@ func (e *eval) init(x *index, job *Job, s *Snapshot, sites []siteMemo) {
 			e.unknown = true
 		}
 	}
-	e.dataset = e.locate("dataset", job.Dataset, false)
-	e.evalSet = e.locate("eval dataset", job.EvalDataset, false)
-	e.output = e.locate("output", job.Output, true)
+	e.dataset = x.locate("dataset", job.Dataset, false)
+	e.evalSet = x.locate("eval dataset", job.EvalDataset, false)
+	e.output = x.locate("output", job.Output, true)
+	return e
 }
 
 // locate finds the site of uri; an empty uri touches nothing, except an
 // empty output, which is the daemon's default output folder (file://).
-func (e *eval) locate(what, uri string, emptyIsFile bool) loc {
+func (x *index) locate(what, uri string, emptyIsFile bool) loc {
 	l := loc{what: what, uri: uri, site: -1}
 	switch {
 	case uri == "" && !emptyIsFile:
 		l.kind = locNone
 	case uri == "" || strings.HasPrefix(uri, "file://"):
-		if e.x.fileSite < 0 {
+		if x.fileSite < 0 {
 			l.kind = locNoFileSite
 		} else {
-			l.kind, l.site = locSite, e.x.fileSite
+			l.kind, l.site = locSite, x.fileSite
 		}
 	case strings.HasPrefix(uri, "s3://"):
 		l.bucket, _ = s3Bucket(uri)
-		if i, ok := e.x.buckets[l.bucket]; ok {
+		if i, ok := x.buckets[l.bucket]; ok {
 			l.kind, l.site = locSite, i
 		} else {
 			l.kind = locUnknownBucket
@@ -189,7 +268,7 @@ func uriText(uri string) string {
 // checkKnownLocations: every URI the job names has a known site: an s3://
 // bucket listed in datasets.buckets (never guessed), file:// with a
 // datasets.file_site, and no other scheme.
-func checkKnownLocations(e *eval, _ *backendInfo, _ *candState) string {
+func checkKnownLocations(e *eval) string {
 	m := &e.knownMemo
 	if m.done {
 		return m.r
@@ -212,11 +291,11 @@ func checkKnownLocations(e *eval, _ *backendInfo, _ *candState) string {
 }
 
 // checkComputeSite: the backend's site carries every tag.
-func checkComputeSite(e *eval, b *backendInfo, _ *candState) string {
+func checkComputeSite(e *eval, b *backendInfo) string {
 	if e.carries(b.site) {
 		return ""
 	}
-	m := &e.sites[b.site].compute
+	m := &e.site(b.site).compute
 	if !m.done {
 		m.done, m.r = true, ReasonComputeSite+": "+e.lacks(b.site)
 	}
@@ -224,23 +303,23 @@ func checkComputeSite(e *eval, b *backendInfo, _ *candState) string {
 }
 
 // checkDatasetSite: the dataset's site carries every tag (and is known).
-func checkDatasetSite(e *eval, _ *backendInfo, _ *candState) string {
+func checkDatasetSite(e *eval) string {
 	return e.dataCheck(&e.dataset, ReasonDatasetSite, &e.dataMemo[0])
 }
 
 // checkEvalDatasetSite: the eval dataset's site carries every tag.
-func checkEvalDatasetSite(e *eval, _ *backendInfo, _ *candState) string {
+func checkEvalDatasetSite(e *eval) string {
 	return e.dataCheck(&e.evalSet, ReasonEvalDatasetSite, &e.dataMemo[1])
 }
 
 // checkOutputSite: the output's site carries every tag.
-func checkOutputSite(e *eval, _ *backendInfo, _ *candState) string {
+func checkOutputSite(e *eval) string {
 	return e.dataCheck(&e.output, ReasonOutputSite, &e.dataMemo[2])
 }
 
 // checkCheckpointSite: the site of the backend's checkpoints carries every
 // tag.
-func checkCheckpointSite(e *eval, b *backendInfo, _ *candState) string {
+func checkCheckpointSite(e *eval, b *backendInfo) string {
 	if e.carries(b.ckptSite) {
 		return ""
 	}
@@ -253,11 +332,11 @@ func checkCheckpointSite(e *eval, b *backendInfo, _ *candState) string {
 
 // checkLogSite: raw log lines stream into Redis, so redis_site carries
 // every tag. (A cloud backend keeping raw logs in its own site is issue #6.)
-func checkLogSite(e *eval, _ *backendInfo, _ *candState) string {
+func checkLogSite(e *eval) string {
 	if e.carries(e.x.redis) {
 		return ""
 	}
-	m := &e.sites[e.x.redis].log
+	m := &e.site(e.x.redis).log
 	if !m.done {
 		m.done, m.r = true, ReasonLogSite+": "+e.lacks(e.x.redis)
 	}
@@ -266,26 +345,59 @@ func checkLogSite(e *eval, _ *backendInfo, _ *candState) string {
 
 // checkGPUFit: a node of the pool, or an instance type, has the GPUs.
 func checkGPUFit(e *eval, b *backendInfo, st *candState) string {
+	e.prepare(b, st)
 	if st.fits {
 		return ""
 	}
-	need := e.describeNeed()
+	kind := misfitCloud
 	if b.local {
-		pool, ok := e.s.Pools[b.name]
-		if !ok || len(pool.Nodes) == 0 {
-			return ReasonNoGPUFit + ": needs " + need + "; the pool has no GPUs (no state for it)"
+		kind = misfitLocal
+		if !st.known || !st.hasNodes {
+			kind = misfitNoPool
 		}
-		return ReasonNoGPUFit + ": needs " + need + "; the most such healthy GPUs on one node is " + strconv.Itoa(st.most)
 	}
-	if st.most == 0 {
-		return ReasonNoGPUFit + ": needs " + need + "; no instance type has such GPUs"
+	m := &e.lastMisfit
+	if m.r != "" && m.kind == kind && m.most == st.most {
+		return m.r // the same words as the last misfit: one string for both
 	}
-	return ReasonNoGPUFit + ": needs " + need + "; the largest matching instance type has " + strconv.Itoa(st.most)
+	need := e.describeNeed()
+	var r string
+	switch {
+	case kind == misfitNoPool:
+		r = ReasonNoGPUFit + ": needs " + need + "; the pool has no GPUs (no state for it)"
+	case kind == misfitLocal:
+		r = ReasonNoGPUFit + ": needs " + need + "; the most such healthy GPUs on one node is " + strconv.Itoa(st.most)
+	case st.most == 0:
+		r = ReasonNoGPUFit + ": needs " + need + "; no instance type has such GPUs"
+	default:
+		r = ReasonNoGPUFit + ": needs " + need + "; the largest matching instance type has " + strconv.Itoa(st.most)
+	}
+	*m = misfit{kind: kind, most: st.most, r: r}
+	return r
 }
 
-// describeNeed writes "2 GPUs", "8 × H100 or A100 ≥80 GB".
+// misfit is the last GPU misfit reason, reused while the next is the same.
+type misfit struct {
+	kind int
+	most int
+	r    string
+}
+
+const (
+	misfitLocal = iota
+	misfitNoPool
+	misfitCloud
+)
+
+// describeNeed writes "2 GPUs", "8 × H100 or A100 ≥80 GB" (once).
 func (e *eval) describeNeed() string {
-	j := e.job
+	if e.need == "" {
+		e.need = e.job.describeNeed()
+	}
+	return e.need
+}
+
+func (j *Job) describeNeed() string {
 	n := strconv.Itoa(j.GPUs)
 	if len(j.GPUModels) == 0 && j.GPUMemoryGB <= 0 {
 		if j.GPUs == 1 {
@@ -311,23 +423,25 @@ func hasCost(e *eval, b *backendInfo, st *candState) bool {
 	return st.ti < 0 || b.types[st.ti].usdPerHr > 0
 }
 
-// overBudget says why the estimated cost does not fit in left, or "".
-func overBudget(st *candState, left float64, what string) string {
+// overBudget says why the estimated cost does not fit in left, or "";
+// what describes the budget (called only to explain a refusal).
+func overBudget(st *candState, left float64, what func() string) string {
 	if !st.costKnown {
-		return "the runtime is unknown (no expected_runtime, learned rate or max_runtime), so the cost cannot be held to " + what
+		return "the runtime is unknown (no expected_runtime, learned rate or max_runtime), so the cost cannot be held to " + what()
 	}
 	if !(st.cost <= left) {
-		return "estimated " + usd(st.cost) + " > " + what
+		return "estimated " + usd(st.cost) + " > " + what()
 	}
 	return ""
 }
 
 // checkJobBudget: the estimated cost is within the job's budget_usd.
 func checkJobBudget(e *eval, b *backendInfo, st *candState) string {
+	e.prepare(b, st)
 	if e.job.BudgetUSD <= 0 || !hasCost(e, b, st) {
 		return ""
 	}
-	if r := overBudget(st, e.job.BudgetUSD, "budget_usd "+usd(e.job.BudgetUSD)); r != "" {
+	if r := overBudget(st, e.job.BudgetUSD, func() string { return "budget_usd " + usd(e.job.BudgetUSD) }); r != "" {
 		return ReasonJobBudget + ": " + r
 	}
 	return ""
@@ -336,24 +450,37 @@ func checkJobBudget(e *eval, b *backendInfo, st *candState) string {
 // checkTeamBudget: the estimated cost is within what is left of the team's
 // monthly budget (the tighter of the config's and the snapshot's limit).
 func checkTeamBudget(e *eval, b *backendInfo, st *candState) string {
+	e.prepare(b, st)
 	if !hasCost(e, b, st) {
 		return ""
 	}
-	sp := e.s.TeamSpend[e.job.Team]
-	limit := tighter(e.x.teams[e.job.Team], sp.LimitUSD)
-	if limit <= 0 {
+	t := &e.team
+	if !t.done {
+		t.done = true
+		t.sp = e.s.TeamSpend[e.job.Team]
+		t.limit = tighter(e.x.teams[e.job.Team], t.sp.LimitUSD)
+		t.left = t.limit - t.sp.SpentUSD - t.sp.ReservedUSD
+	}
+	if t.limit <= 0 {
 		return ""
 	}
-	left := limit - sp.SpentUSD - sp.ReservedUSD
-	if r := overBudget(st, left, spendText(left, limit, sp)); r != "" {
+	if r := overBudget(st, t.left, func() string { return spendText(t.left, t.limit, t.sp) }); r != "" {
 		return ReasonTeamBudget + ": team " + strconv.Quote(e.job.Team) + ": " + r
 	}
 	return ""
 }
 
+// teamBudget is the job's team's budget this month, looked up once.
+type teamBudget struct {
+	done        bool
+	sp          Spend
+	limit, left float64
+}
+
 // checkBackendBudget: a cloud backend's estimated cost is within what is
 // left of its monthly budget.
 func checkBackendBudget(e *eval, b *backendInfo, st *candState) string {
+	e.prepare(b, st)
 	if b.local || !hasCost(e, b, st) {
 		return ""
 	}
@@ -363,7 +490,7 @@ func checkBackendBudget(e *eval, b *backendInfo, st *candState) string {
 		return ""
 	}
 	left := limit - sp.SpentUSD - sp.ReservedUSD
-	if r := overBudget(st, left, spendText(left, limit, sp)); r != "" {
+	if r := overBudget(st, left, func() string { return spendText(left, limit, sp) }); r != "" {
 		return ReasonBackendBudget + ": " + r
 	}
 	return ""

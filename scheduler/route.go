@@ -1,0 +1,397 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/ledger"
+	"github.com/lathe-ml/lathe/scheduler/routing"
+)
+
+// Routing: every decision goes through routing.Decide (pure) over a
+// snapshot read here, and every decision is a ledger record. Paths:
+// submit (api.go), every later attempt before it is placed (retry, requeue,
+// preemption: placer.go), spill-over (a local job waiting past its
+// max_wait) and a config reload (SetRouting).
+
+// routeState is the routing config in force and its hash.
+type routeState struct {
+	cfg  routing.Config
+	hash string
+}
+
+func (s *Scheduler) routing() *routeState { return s.route.Load() }
+
+// SetRouting replaces the routing config (a config reload) and checks every
+// job that has not ended against it: a job no longer feasible where it is
+// routed is held with the reason (never moved); a held job feasible again
+// is released. Each change is a ledger record.
+func (s *Scheduler) SetRouting(ctx context.Context, cfg routing.Config) error {
+	s.route.Store(&routeState{cfg: cfg, hash: cfg.Hash()})
+	s.log.Info("routing config loaded", slog.String("config_hash", cfg.Hash()), slog.Int("backends", len(cfg.Backends)))
+	return s.recheckAll(ctx)
+}
+
+// Assumptions are what-ifs for an explain: a local pool's wait, a
+// backend's spend this month.
+type Assumptions struct {
+	Wait  map[string]time.Duration
+	Spent map[string]float64
+}
+
+// routingJob is the routing view of a job.
+func routingJob(spec *jobspec.Spec, id, team, outputURI string) routing.Job {
+	out := outputURI
+	if out == "" {
+		out = spec.Output.URI
+	}
+	return routing.Job{ID: id, Team: team, Residency: spec.Residency, Dataset: spec.Dataset, EvalDataset: spec.EvalDataset,
+		Output: out, GPUs: spec.Resources.GPUs, GPUMemoryGB: spec.Resources.GPUMemoryGB, GPUModels: spec.Resources.GPUModels,
+		Priority: spec.Priority.Rank(), MaxWait: spec.MaxWait.D(), BudgetUSD: spec.BudgetUSD,
+		ExpectedRuntime: spec.ExpectedRuntime.D(), MaxSteps: spec.Training.MaxSteps, BaseModel: spec.BaseModel,
+		MaxRuntime: spec.MaxRuntime.D(), ValuePerHourUSD: spec.ValuePerHourUSD}
+}
+
+// snapshotFor reads what a routing decision looks at.
+func (s *Scheduler) snapshotFor(ctx context.Context, rs *routeState, as Assumptions) (routing.Snapshot, error) {
+	now := time.Now()
+	snap := routing.Snapshot{Now: now, Config: rs.cfg, Pools: map[string]routing.Pool{},
+		BackendSpend: map[string]routing.Spend{}, TeamSpend: map[string]routing.Spend{}}
+	nodes, err := s.store.Nodes(ctx)
+	if err != nil {
+		return snap, err
+	}
+	local := ""
+	var scopes []string
+	for _, b := range rs.cfg.Backends {
+		if b.Kind == routing.KindLocal && local == "" {
+			local = b.Name // the workers of this deployment form its (first) local pool
+		}
+		scopes = append(scopes, "backend:"+b.Name)
+	}
+	for team := range rs.cfg.TeamBudgetsUSD {
+		scopes = append(scopes, "team:"+team)
+	}
+	if local != "" {
+		// Feasibility is judged against the pool's hardware, healthy or not
+		// (an unhealthy GPU may come back; placement skips it, and the job
+		// waits), of the live nodes, or as last seen when none is live (a
+		// restart must not make GPU jobs infeasible). The wait counts
+		// healthy GPUs only.
+		pool := routing.Pool{}
+		pr, err := s.store.PoolPressureOf(ctx, "local")
+		if err != nil {
+			return snap, err
+		}
+		add := func(pn *routing.PoolNode, model string, mem float64, n int) {
+			for i := range pn.GPUs {
+				if pn.GPUs[i].Model == model && pn.GPUs[i].MemoryGB == mem {
+					pn.GPUs[i].Healthy += n
+					return
+				}
+			}
+			pn.GPUs = append(pn.GPUs, routing.PoolGPU{Model: model, MemoryGB: mem, Healthy: n})
+		}
+		for _, n := range nodes {
+			if n.Backend != "local" {
+				continue
+			}
+			pn := routing.PoolNode{Name: n.Name}
+			for _, g := range n.GPUs {
+				add(&pn, g.Name, float64(g.MemoryTotalMB)/1024, 1)
+				if g.Healthy {
+					pool.HealthyGPUs++
+				}
+			}
+			pool.Nodes = append(pool.Nodes, pn)
+		}
+		if len(pool.Nodes) == 0 {
+			for _, cn := range pr.Capacity {
+				pn := routing.PoolNode{Name: cn.Name}
+				for _, g := range cn.GPUs {
+					add(&pn, g.Model, g.MemoryGB, g.Count)
+				}
+				pool.Nodes = append(pool.Nodes, pn)
+			}
+		}
+		pool.GPUHoursAhead = [3]float64{pr.PendingGPUHours[0] + pr.RunningGPUHours, pr.PendingGPUHours[1], pr.PendingGPUHours[2]}
+		if d, ok := as.Wait[local]; ok {
+			pool.AssumeWait = &d
+		}
+		snap.Pools[local] = pool
+	}
+	month := jobstore.Month(now)
+	spends, err := s.store.Spends(ctx, month, scopes)
+	if err != nil {
+		return snap, err
+	}
+	for _, b := range rs.cfg.Backends {
+		sp := spends["backend:"+b.Name]
+		rsp := routing.Spend{LimitUSD: b.BudgetUSDPerMonth, SpentUSD: sp.SpentUSD, ReservedUSD: sp.ReservedUSD}
+		if v, ok := as.Spent[b.Name]; ok {
+			rsp.SpentUSD, rsp.ReservedUSD = v, 0
+		}
+		snap.BackendSpend[b.Name] = rsp
+	}
+	for team, limit := range rs.cfg.TeamBudgetsUSD {
+		sp := spends["team:"+team]
+		snap.TeamSpend[team] = routing.Spend{LimitUSD: limit, SpentUSD: sp.SpentUSD, ReservedUSD: sp.ReservedUSD}
+	}
+	if snap.SecondsPerStep, err = s.store.StepTimes(ctx); err != nil {
+		return snap, err
+	}
+	return snap, nil
+}
+
+// ledgerBody is what a decision record holds besides its header: the job
+// as routing saw it, the inputs that vary, and the whole decision (every
+// candidate with its reason and estimates, the choice).
+type ledgerBody struct {
+	Path     string                   `json:"path"`
+	Job      routing.Job              `json:"job"`
+	Name     string                   `json:"name,omitempty"`
+	Attempt  int                      `json:"attempt,omitempty"`
+	Pools    map[string]routing.Pool  `json:"pools"`
+	Spend    map[string]routing.Spend `json:"backend_spend"`
+	Teams    map[string]routing.Spend `json:"team_spend,omitempty"`
+	Decision routing.Decision         `json:"decision"`
+}
+
+// record appends a decision (and its stagings) to the ledger; it returns
+// the decision record's sequence number (0 without a ledger).
+func (s *Scheduler) record(ctx context.Context, rs *routeState, p principal, path, name string, attempt int, job routing.Job, snap routing.Snapshot, d routing.Decision) (int64, error) {
+	if s.cfg.Ledger == nil {
+		return 0, nil
+	}
+	body, err := json.Marshal(ledgerBody{Path: path, Job: job, Name: name, Attempt: attempt, Pools: snap.Pools,
+		Spend: snap.BackendSpend, Teams: snap.TeamSpend, Decision: d})
+	if err != nil {
+		return 0, fmt.Errorf("scheduler: ledger record: %w", err)
+	}
+	kind := "decision"
+	if d.Refused {
+		kind = "refusal"
+	}
+	rec, err := s.cfg.Ledger.Append(ctx, ledger.Record{Kind: kind, JobID: job.ID, Team: p.Team, Token: p.Name,
+		ConfigHash: rs.hash, Body: body})
+	if err != nil {
+		return 0, fmt.Errorf("scheduler: ledger record: %w", err)
+	}
+	for _, st := range d.Staging {
+		b, _ := json.Marshal(map[string]any{"staging": st, "decision_seq": rec.Seq, "residency": d.Residency, "backend": d.Backend})
+		if _, err := s.cfg.Ledger.Append(ctx, ledger.Record{Kind: "staging", JobID: job.ID, Team: p.Team, Token: p.Name,
+			ConfigHash: rs.hash, Body: b}); err != nil {
+			return rec.Seq, fmt.Errorf("scheduler: ledger staging record: %w", err)
+		}
+	}
+	return rec.Seq, nil
+}
+
+// routeInfo condenses a decision for the job record.
+func routeInfo(d routing.Decision, path string, attempt, preemptions int, seq int64) *jobtype.RouteInfo {
+	ri := &jobtype.RouteInfo{Backend: d.Backend, Site: d.Site, Waiting: d.Waiting, Reasons: d.Reasons,
+		EstRuntimeS: d.EstRuntime.Seconds(), EstCostUSD: d.EstCostUSD, Path: path, DecidedAt: time.Now().UTC(),
+		LedgerSeq: seq, Attempt: attempt, Preemptions: preemptions}
+	for _, c := range d.Candidates {
+		if c.Backend == d.Backend {
+			ri.Kind, ri.EstWaitS = c.Kind, c.EstWaitS
+		}
+	}
+	return ri
+}
+
+// reserveBudget reserves a routed job's estimated cost against its
+// backend's and its team's monthly budgets. A race lost against another
+// admission (ErrOverBudget) makes the route wait with the reason.
+func (s *Scheduler) reserveBudget(ctx context.Context, rs *routeState, job *jobtype.Job, d routing.Decision) {
+	if d.EstCostUSD <= 0 || d.Backend == "" {
+		return
+	}
+	b, _ := rs.cfg.Backend(d.Backend)
+	scopes := []jobstore.BudgetScope{{Scope: "backend:" + d.Backend, Limit: b.BudgetUSDPerMonth}}
+	if job.Team != "" {
+		scopes = append(scopes, jobstore.BudgetScope{Scope: "team:" + job.Team, Limit: rs.cfg.TeamBudgetsUSD[job.Team]})
+	}
+	err := s.store.Reserve(ctx, job.ID, jobstore.Month(time.Now()), d.EstCostUSD, scopes)
+	if err == nil {
+		return
+	}
+	s.log.Warn("budget reservation refused after the decision (another admission won the race); the job waits", slog.String("job_id", job.ID), slog.Any("err", err))
+	if job.Route != nil {
+		job.Route.Waiting = true
+		job.Route.Reasons = append(job.Route.Reasons, "budget: "+err.Error())
+		_ = s.store.SetRoute(ctx, job.ID, job.Route, "budget reservation refused: "+err.Error())
+	}
+}
+
+// reroute decides again for a job that is about to be placed under a new
+// attempt (retry, requeue, preemption), or that is re-checked (spill-over,
+// config reload). It records the decision and stores the new route; a
+// refused job is held with the reasons. It returns the job's new route.
+func (s *Scheduler) reroute(ctx context.Context, j *jobtype.Job, path string) (*jobtype.RouteInfo, string, error) {
+	rs := s.routing()
+	snap, err := s.snapshotFor(ctx, rs, Assumptions{})
+	if err != nil {
+		return nil, "", err
+	}
+	rj := routingJob(&j.Spec, j.ID, j.Team, j.OutputURI)
+	d := routing.Decide(rj, snap)
+	seq, err := s.record(ctx, rs, principal{Name: j.Submitter, Team: j.Team}, path, j.Name, j.Attempt, rj, snap, d)
+	if err != nil {
+		return nil, "", err
+	}
+	held := ""
+	if d.Refused {
+		held = "no backend may run it now (" + path + "): " + strings.Join(d.Reasons, "; ")
+		ri := j.Route
+		if ri == nil {
+			ri = routeInfo(d, path, j.Attempt, j.Preemptions, seq)
+		}
+		ri.Attempt, ri.Preemptions = j.Attempt, j.Preemptions // decided (and held) for this attempt
+		if err := s.store.SetRoute(ctx, j.ID, ri, held); err != nil {
+			return nil, "", err
+		}
+		s.log.Warn("job held: no longer feasible", slog.String("job_id", j.ID), slog.String("path", path), slog.String("why", held))
+		return ri, held, nil
+	}
+	ri := routeInfo(d, path, j.Attempt, j.Preemptions, seq)
+	if err := s.store.SetRoute(ctx, j.ID, ri, ""); err != nil {
+		return nil, "", err
+	}
+	return ri, "", nil
+}
+
+// recheckAll re-decides every queued job (config reload). Running jobs
+// keep running where they are (never moved); their next attempt is decided
+// again before it is placed.
+func (s *Scheduler) recheckAll(ctx context.Context) error {
+	ids, err := s.store.IDsInState(ctx, jobtype.StateQueued, 100000)
+	if err != nil {
+		return err
+	}
+	jobs, err := s.store.GetMany(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		if j == nil || j.State != jobtype.StateQueued {
+			continue
+		}
+		if _, _, err := s.reroute(ctx, j, "config reload"); err != nil {
+			return err
+		}
+	}
+	s.Wake()
+	return nil
+}
+
+// admission is a submit's routing outcome.
+type admission struct {
+	id       string
+	decision routing.Decision
+	route    *jobtype.RouteInfo
+}
+
+// RefusedError is the body of a 422 answer: no backend may run the job.
+type refusedError struct {
+	Error    string           `json:"error"`
+	Code     string           `json:"code"`
+	Reasons  []string         `json:"reasons"`
+	Decision routing.Decision `json:"decision"`
+}
+
+// admit decides where a submitted job goes, before it is stored. A refusal
+// is recorded in the ledger and answered 422 with every backend's reason
+// (the job is not stored: nothing is parked silently); otherwise the
+// decision is recorded under the job's id, drawn here. A dry run decides
+// and records nothing.
+func (s *Scheduler) admit(ctx context.Context, w http.ResponseWriter, r *http.Request, p principal, spec *jobspec.Spec, dry bool) (admission, bool) {
+	rs := s.routing()
+	snap, err := s.snapshotFor(ctx, rs, Assumptions{})
+	if err != nil {
+		s.fail(w, r, err)
+		return admission{}, false
+	}
+	id := jobstore.NewID(time.Now())
+	out := strings.TrimRight(spec.Output.URI, "/") + "/" + id
+	rj := routingJob(spec, id, p.Team, out)
+	d := routing.Decide(rj, snap)
+	if dry {
+		return admission{id: id, decision: d, route: routeInfo(d, "submit", 1, 0, 0)}, true
+	}
+	if d.Refused {
+		rj.ID = ""
+		if _, err := s.record(ctx, rs, p, "submit", spec.Name, 0, rj, snap, d); err != nil {
+			s.fail(w, r, err)
+			return admission{}, false
+		}
+		writeJSON(w, http.StatusUnprocessableEntity, refusedError{Error: "no backend may run this job; nothing was stored",
+			Code: "refused", Reasons: d.Reasons, Decision: d})
+		return admission{}, false
+	}
+	seq, err := s.record(ctx, rs, p, "submit", spec.Name, 1, rj, snap, d)
+	if err != nil {
+		s.fail(w, r, err)
+		return admission{}, false
+	}
+	return admission{id: id, decision: d, route: routeInfo(d, "submit", 1, 0, seq)}, true
+}
+
+// admitBatch decides every job of a batch on one snapshot. One refusal
+// refuses the batch (422, each refused job's reasons under "jobs[i]",
+// every refusal recorded), and nothing is stored; otherwise each decision
+// is recorded under its job's id and njs get their ids and routes.
+func (s *Scheduler) admitBatch(ctx context.Context, w http.ResponseWriter, r *http.Request, p principal, njs []jobstore.NewJob) ([]routing.Decision, bool) {
+	rs := s.routing()
+	snap, err := s.snapshotFor(ctx, rs, Assumptions{})
+	if err != nil {
+		s.fail(w, r, err)
+		return nil, false
+	}
+	now := time.Now()
+	ds := make([]routing.Decision, len(njs))
+	rjs := make([]routing.Job, len(njs))
+	var reasons []string
+	for i := range njs {
+		id := jobstore.NewID(now)
+		rjs[i] = routingJob(njs[i].Spec, id, p.Team, strings.TrimRight(njs[i].Spec.Output.URI, "/")+"/"+id)
+		ds[i] = routing.Decide(rjs[i], snap)
+		njs[i].ID = id
+		if ds[i].Refused {
+			for _, why := range ds[i].Reasons {
+				reasons = append(reasons, fmt.Sprintf("jobs[%d]: %s", i, why))
+			}
+		}
+	}
+	if len(reasons) > 0 {
+		for i := range njs {
+			if ds[i].Refused {
+				rjs[i].ID = ""
+				if _, err := s.record(ctx, rs, p, "submit", njs[i].Spec.Name, 0, rjs[i], snap, ds[i]); err != nil {
+					s.fail(w, r, err)
+					return nil, false
+				}
+			}
+		}
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": "no backend may run some jobs of the batch; nothing was stored",
+			"code": "refused", "reasons": reasons})
+		return nil, false
+	}
+	for i := range njs {
+		seq, err := s.record(ctx, rs, p, "submit", njs[i].Spec.Name, 1, rjs[i], snap, ds[i])
+		if err != nil {
+			s.fail(w, r, err)
+			return nil, false
+		}
+		njs[i].Route = routeInfo(ds[i], "submit", 1, 0, seq)
+	}
+	return ds, true
+}
