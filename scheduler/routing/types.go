@@ -92,46 +92,52 @@ type Snapshot struct {
 
 // Candidate is one backend's verdict for a job.
 type Candidate struct {
-	Backend, Site, Kind string
-	Feasible            bool
+	Backend  string `json:"backend"`
+	Site     string `json:"site"`
+	Kind     string `json:"kind"`
+	Feasible bool   `json:"feasible"`
 	// Reason is "" when feasible, else one of the Reason* constants, ": ",
 	// and the details.
-	Reason string
+	Reason string `json:"reason"`
 	// EstWaitS is the estimated wait in seconds; -1: unknown (a local pool
 	// with no healthy GPUs).
-	EstWaitS    float64
-	EstCostUSD  float64
-	EstRuntimeS float64
+	EstWaitS    float64 `json:"est_wait_s"`
+	EstCostUSD  float64 `json:"est_cost_usd"`
+	EstRuntimeS float64 `json:"est_runtime_s"`
 	// InstanceType chosen on a cloud backend (the cheapest that fits).
-	InstanceType string
-	Spot         bool
+	InstanceType string `json:"instance_type,omitempty"`
+	Spot         bool   `json:"spot,omitempty"`
 }
 
 // Staging is data a decision moves between sites.
 type Staging struct {
 	// What: "dataset", "eval dataset", "checkpoints", "output", "raw logs".
-	What, URI, FromSite, ToSite string
+	What     string `json:"what"`
+	URI      string `json:"uri"`
+	FromSite string `json:"from_site"`
+	ToSite   string `json:"to_site"`
 }
 
 // Decision is where a job goes and why.
 type Decision struct {
 	// Backend and Site chosen; "" when refused.
-	Backend, Site string
+	Backend string `json:"backend"`
+	Site    string `json:"site"`
 	// Refused: no backend is feasible (the API answers 4xx with Reasons).
-	Refused bool
+	Refused bool `json:"refused"`
 	// Waiting: the chosen backend is local and the estimated wait is beyond
 	// max_wait (no cloud backend could take it; Reasons say why).
-	Waiting bool
+	Waiting bool `json:"waiting"`
 	// Residency is the effective tags.
-	Residency []string
-	Reasons   []string
+	Residency []string `json:"residency"`
+	Reasons   []string `json:"reasons"`
 	// Candidates holds every backend, in config order.
-	Candidates  []Candidate
-	Staging     []Staging
-	EstRuntime  time.Duration
-	EstGPUHours float64
-	EstCostUSD  float64
+	Candidates  []Candidate   `json:"candidates"`
+	Staging     []Staging     `json:"staging"`
+	EstRuntime  time.Duration `json:"est_runtime_ns"`
+	EstGPUHours float64       `json:"est_gpu_hours"`
+	EstCostUSD  float64       `json:"est_cost_usd"`
 	// Trade shows the wait-vs-burst arithmetic when the job has
 	// ValuePerHourUSD.
-	Trade string
+	Trade string `json:"trade,omitempty"`
 }
