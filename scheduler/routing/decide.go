@@ -131,7 +131,7 @@ func rankCost(st *candState) float64 {
 // choose picks the backend (index, or -1 when none is feasible) and writes
 // the reasons of the choice.
 func (e *eval) choose(d *Decision, states []candState) int {
-	j := e.job
+	j := &e.job
 	if j.ValuePerHourUSD > 0 && !math.IsInf(j.ValuePerHourUSD, 0) {
 		return e.chooseByValue(d, states)
 	}
@@ -320,7 +320,7 @@ func (e *eval) residencyReason() string {
 
 // runtimeReason says which estimate the runtime comes from.
 func (e *eval) runtimeReason(b *backendInfo, st *candState) string {
-	j := e.job
+	j := &e.job
 	switch st.rtSrc {
 	case rtExpected:
 		return "runtime " + st.runtime.String() + ": the job's expected_runtime"
@@ -357,27 +357,28 @@ func (e *eval) costReason(b *backendInfo, st *candState) string {
 func (e *eval) staging(d *Decision, b *backendInfo) {
 	x := e.x
 	compute := x.sites[b.site].name
-	add := func(what, uri, from, to string) {
-		d.Staging = append(d.Staging, Staging{What: what, URI: uri, FromSite: from, ToSite: to})
-		d.Reasons = append(d.Reasons, "staging: "+what+" "+uri+" moves from site "+from+" to site "+to+"; both carry "+
-			"["+strings.Join(e.tags, " ")+"]")
-	}
-	for _, l := range []*loc{&e.dataset, &e.evalSet} {
+	tags := "[" + strings.Join(e.tags, " ") + "]"
+	for _, l := range [...]*loc{&e.dataset, &e.evalSet} {
 		if l.kind == locSite && l.site != b.site {
-			add(l.what, l.uri, x.sites[l.site].name, compute)
+			d.addStaging(l.what, l.uri, x.sites[l.site].name, compute, tags)
 		}
 	}
 	if b.ckptSite != b.site {
-		add("checkpoints", b.ckptURI, compute, x.sites[b.ckptSite].name)
+		d.addStaging("checkpoints", b.ckptURI, compute, x.sites[b.ckptSite].name, tags)
 	}
 	if l := &e.output; l.kind == locSite && l.site != b.site {
 		uri := l.uri
 		if uri == "" {
 			uri = "file://"
 		}
-		add("output", uri, compute, x.sites[l.site].name)
+		d.addStaging("output", uri, compute, x.sites[l.site].name, tags)
 	}
 	if x.redis != b.site {
-		add("raw logs", "redis", compute, x.sites[x.redis].name)
+		d.addStaging("raw logs", "redis", compute, x.sites[x.redis].name, tags)
 	}
+}
+
+func (d *Decision) addStaging(what, uri, from, to, tags string) {
+	d.Staging = append(d.Staging, Staging{What: what, URI: uri, FromSite: from, ToSite: to})
+	d.Reasons = append(d.Reasons, "staging: "+what+" "+uri+" moves from site "+from+" to site "+to+"; both carry "+tags)
 }

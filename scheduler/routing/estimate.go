@@ -230,7 +230,7 @@ func (e *eval) needRate() bool {
 // runtimeFor fills st's runtime: expected_runtime, else max_steps × the
 // learned rate (st.rate, or the "cpu" rate when cpu), else max_runtime.
 func (e *eval) runtimeFor(st *candState, cpu string, haveRate bool) {
-	j := e.job
+	j := &e.job
 	if cpu != "" {
 		haveRate = false
 		if e.needRate() {

@@ -127,8 +127,8 @@ type siteMemo struct {
 // reason once.
 type eval struct {
 	x          *index
-	job        *Job
-	s          *Snapshot
+	job        Job // a copy: the eval holds no pointer into the caller's data, so it stays on the stack
+	s          snapMaps
 	tags       []string // effective residency
 	defaulted  bool     // tags came from the config default
 	want       tagSet
@@ -147,6 +147,14 @@ type eval struct {
 	typeMatch  [64]int8 // by index.models id: 0 unknown, 1 matches, 2 not
 }
 
+// snapMaps are the maps of the Snapshot that the checks read.
+type snapMaps struct {
+	Pools          map[string]Pool
+	BackendSpend   map[string]Spend
+	TeamSpend      map[string]Spend
+	SecondsPerStep map[string]float64
+}
+
 // site is the memo of site i.
 func (e *eval) site(i int) *siteMemo {
 	if i < len(e.siteBuf) {
@@ -159,7 +167,8 @@ func (e *eval) site(i int) *siteMemo {
 // so that the caller's copy stays on the stack.
 func newEval(x *index, job *Job, s *Snapshot) eval {
 	var e eval
-	e.x, e.job, e.s = x, job, s
+	e.x, e.job = x, *job
+	e.s = snapMaps{Pools: s.Pools, BackendSpend: s.BackendSpend, TeamSpend: s.TeamSpend, SecondsPerStep: s.SecondsPerStep}
 	if n := len(x.sites) - len(e.siteBuf); n > 0 {
 		e.siteMore = make([]siteMemo, n)
 	}
@@ -211,20 +220,16 @@ func (e *eval) carries(i int) bool {
 	return !e.unknown && e.x.sites[i].tags.covers(&e.want)
 }
 
-// lacks writes "site NAME [tags] lacks a, b".
-func (e *eval) lacks(i int) string {
-	return "site " + e.x.sites[i].label + " lacks " + e.missing(i)
-}
-
-// inSiteLacking writes "site NAME [tags], which lacks a, b".
-func (e *eval) inSiteLacking(i int) string {
-	return "site " + e.x.sites[i].label + ", which lacks " + e.missing(i)
-}
-
-// missing lists the effective tags site i does not carry, in job order.
-func (e *eval) missing(i int) string {
+// lacking writes head + "site NAME [tags]" + which + the effective tags the
+// site lacks, in job order ("…, which lacks eu, us"), in one allocation.
+func (e *eval) lacking(head string, i int, which string) string {
 	si := &e.x.sites[i]
 	var b strings.Builder
+	b.Grow(len(head) + 5 + len(si.label) + len(which) + 16)
+	b.WriteString(head)
+	b.WriteString("site ")
+	b.WriteString(si.label)
+	b.WriteString(which)
 	n := 0
 	for k, t := range e.tags {
 		if ti, ok := e.x.tagIdx[t]; ok && si.tags.has(ti) {
@@ -253,7 +258,7 @@ func (e *eval) dataCheck(l *loc, reason string, m *memo) string {
 		return ""
 	}
 	if !m.done {
-		m.done, m.r = true, reason+": "+l.what+" "+uriText(l.uri)+" is in "+e.inSiteLacking(l.site)
+		m.done, m.r = true, e.lacking(reason+": "+l.what+" "+uriText(l.uri)+" is in ", l.site, ", which lacks ")
 	}
 	return m.r
 }
@@ -297,7 +302,7 @@ func checkComputeSite(e *eval, b *backendInfo) string {
 	}
 	m := &e.site(b.site).compute
 	if !m.done {
-		m.done, m.r = true, ReasonComputeSite+": "+e.lacks(b.site)
+		m.done, m.r = true, e.lacking(ReasonComputeSite+": ", b.site, " lacks ")
 	}
 	return m.r
 }
@@ -327,7 +332,7 @@ func checkCheckpointSite(e *eval, b *backendInfo) string {
 	if uri == "" {
 		uri = "file://"
 	}
-	return ReasonCheckpointSite + ": checkpoints " + uri + " go to " + e.inSiteLacking(b.ckptSite)
+	return e.lacking(ReasonCheckpointSite+": checkpoints "+uri+" go to ", b.ckptSite, ", which lacks ")
 }
 
 // checkLogSite: raw log lines stream into Redis, so redis_site carries
@@ -338,7 +343,7 @@ func checkLogSite(e *eval) string {
 	}
 	m := &e.site(e.x.redis).log
 	if !m.done {
-		m.done, m.r = true, ReasonLogSite+": "+e.lacks(e.x.redis)
+		m.done, m.r = true, e.lacking(ReasonLogSite+": ", e.x.redis, " lacks ")
 	}
 	return m.r
 }
