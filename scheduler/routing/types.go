@@ -90,7 +90,8 @@ type Snapshot struct {
 	SecondsPerStep map[string]float64
 }
 
-// Candidate is one backend's verdict for a job.
+// Candidate is one backend's verdict for a job. Its estimates are zero
+// when a residency check refused it (nothing is estimated there).
 type Candidate struct {
 	Backend  string `json:"backend"`
 	Site     string `json:"site"`
@@ -125,8 +126,11 @@ type Decision struct {
 	Site    string `json:"site"`
 	// Refused: no backend is feasible (the API answers 4xx with Reasons).
 	Refused bool `json:"refused"`
-	// Waiting: the chosen backend is local and the estimated wait is beyond
-	// max_wait (no cloud backend could take it; Reasons say why).
+	// Waiting: the chosen backend is local and its estimated wait is beyond
+	// max_wait (or unknown): no cloud backend could take the job (Reasons
+	// say why, budgets included), or, with ValuePerHourUSD, waiting came out
+	// cheaper (Trade). The job stays queued for the local pool and may spill
+	// over later, through Decide again.
 	Waiting bool `json:"waiting"`
 	// Residency is the effective tags.
 	Residency []string `json:"residency"`

@@ -92,7 +92,7 @@ type checker struct {
 
 func (c *checker) add(field, value, msg string) {
 	if c.d != nil {
-		if c.d.bad[field] {
+		if c.underBad(field) {
 			return
 		}
 		if raw, ok := c.d.raw[field]; ok {
@@ -102,10 +102,24 @@ func (c *checker) add(field, value, msg string) {
 	c.errs = append(c.errs, FieldError{Field: field, Value: truncate(value), Message: msg})
 }
 
+// underBad reports whether field, or a field above it, was already
+// reported by the decoder (a backend that is not a mapping has no site to
+// complain about).
+func (c *checker) underBad(field string) bool {
+	for i := len(field); i > 0; i-- {
+		if i == len(field) || field[i] == '.' || field[i] == '[' {
+			if c.d.bad[field[:i]] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // name reports a bad name of an entry (site, backend, bucket, instance
 // type): the value is the name itself, not what the entry holds.
 func (c *checker) name(field, name, msg string) {
-	if c.d != nil && c.d.bad[field] {
+	if c.d != nil && c.underBad(field) {
 		return
 	}
 	c.errs = append(c.errs, FieldError{Field: field, Value: truncate(name), Message: msg})

@@ -1,0 +1,171 @@
+package scheduler
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/ledger"
+	"github.com/lathe-ml/lathe/scheduler/routing"
+)
+
+// ExplainResponse is the answer of POST /api/v1/route: the decision the
+// same function would make now, nothing stored and nothing recorded.
+type ExplainResponse struct {
+	routing.Decision
+	ConfigHash string `json:"config_hash"`
+}
+
+// explain runs routing on a spec without submitting it. Query:
+// assume_wait=BACKEND=DURATION and assume_spent=BACKEND=USD (repeatable)
+// state a what-if for the pressure and budget inputs.
+func (s *Scheduler) explain(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "read body: " + err.Error(), Code: "invalid"})
+		return
+	}
+	spec, err := jobspec.Parse(body)
+	if err != nil {
+		var ve *jobspec.ValidationError
+		if errors.As(err, &ve) {
+			writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid job spec", Code: "invalid", Fields: ve.Errors})
+			return
+		}
+		writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error(), Code: "invalid"})
+		return
+	}
+	spec.Normalize(s.cfg.Defaults)
+	as, fe := ParseAssumptions(r.URL.Query()["assume_wait"], r.URL.Query()["assume_spent"])
+	if len(fe) > 0 {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid what-if", Code: "invalid", Fields: fe})
+		return
+	}
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	rs := s.routing()
+	snap, err := s.snapshotFor(ctx, rs, as)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	p := principalOf(r)
+	d := routing.Decide(routingJob(spec, "", p.Team, strings.TrimRight(spec.Output.URI, "/")+"/<id>"), snap)
+	writeJSON(w, http.StatusOK, ExplainResponse{Decision: d, ConfigHash: rs.hash})
+}
+
+// ParseAssumptions reads BACKEND=DURATION and BACKEND=USD what-ifs; every
+// bad one is a field error naming it.
+func ParseAssumptions(waits, spents []string) (Assumptions, []jobspec.FieldError) {
+	as := Assumptions{Wait: map[string]time.Duration{}, Spent: map[string]float64{}}
+	var fe []jobspec.FieldError
+	for _, v := range waits {
+		b, d, ok := strings.Cut(v, "=")
+		dur, err := jobspec.ParseDuration(d)
+		if !ok || b == "" || err != nil || dur < 0 {
+			fe = append(fe, jobspec.FieldError{Field: "assume_wait", Value: v, Message: "want BACKEND=DURATION, like local=3h"})
+			continue
+		}
+		as.Wait[b] = dur
+	}
+	for _, v := range spents {
+		b, u, ok := strings.Cut(v, "=")
+		usd, err := strconv.ParseFloat(u, 64)
+		if !ok || b == "" || err != nil || usd < 0 || usd != usd {
+			fe = append(fe, jobspec.FieldError{Field: "assume_spent", Value: v, Message: "want BACKEND=USD, like aws-eu=5000"})
+			continue
+		}
+		as.Spent[b] = usd
+	}
+	return as, fe
+}
+
+// audit lists ledger records, all or one job's (?job=ID), oldest first,
+// at most limit (default 1000) after seq ?after=N.
+func (s *Scheduler) audit(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Ledger == nil {
+		writeJSON(w, http.StatusNotImplemented, apiError{Error: "this scheduler keeps no ledger", Code: "unavailable"})
+		return
+	}
+	q := r.URL.Query()
+	limit, after := 1000, int64(0)
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100000 {
+			writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid limit", Code: "invalid", Fields: []jobspec.FieldError{{Field: "limit", Value: v, Message: "must be 1–100000"}}})
+			return
+		}
+		limit = n
+	}
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid after", Code: "invalid", Fields: []jobspec.FieldError{{Field: "after", Value: v, Message: "must be a record number ≥ 0"}}})
+			return
+		}
+		after = n
+	}
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	out := []ledger.Record{}
+	errEnough := errors.New("enough")
+	err := s.cfg.Ledger.Range(ctx, q.Get("job"), func(rec ledger.Record) error {
+		if rec.Seq <= after {
+			return nil
+		}
+		out = append(out, rec)
+		if len(out) >= limit {
+			return errEnough
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"records": out})
+}
+
+// auditVerify checks the whole chain with the key (and against a head
+// published earlier, ?head=MAC). 200 with the report when intact, 409 with
+// it when not.
+func (s *Scheduler) auditVerify(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Ledger == nil {
+		writeJSON(w, http.StatusNotImplemented, apiError{Error: "this scheduler keeps no ledger", Code: "unavailable"})
+		return
+	}
+	rep, err := s.cfg.Ledger.VerifyAgainst(r.Context(), r.URL.Query().Get("head"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if len(rep.Problems) > 0 {
+		status = http.StatusConflict
+	}
+	writeJSON(w, status, rep)
+}
+
+// auditExport streams the ledger as JSON lines (ledger.VerifyExport reads
+// them back); the head MAC it ends at, to publish, is in the
+// X-Lathe-Ledger-Head trailer, and the record count in X-Lathe-Ledger-Records.
+func (s *Scheduler) auditExport(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Ledger == nil {
+		writeJSON(w, http.StatusNotImplemented, apiError{Error: "this scheduler keeps no ledger", Code: "unavailable"})
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Trailer", "X-Lathe-Ledger-Head, X-Lathe-Ledger-Records")
+	head, n, err := s.cfg.Ledger.Export(r.Context(), w)
+	if err != nil {
+		// The status is sent; a client sees no head trailer and must not trust the file.
+		s.log.Warn("audit export failed", "err", err)
+		return
+	}
+	w.Header().Set("X-Lathe-Ledger-Head", head)
+	w.Header().Set("X-Lathe-Ledger-Records", strconv.FormatInt(n, 10))
+}
