@@ -25,7 +25,7 @@ const (
 	ImplicitBackend = "local"
 )
 
-// DefaultResidency is routing.default_residency when the config gives none:
+// defaultResidency is routing.default_residency when the config gives none:
 // a job with no residency tags stays on premises (fail closed).
 var defaultResidency = []string{"onprem"}
 
