@@ -16,6 +16,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/routing"
 )
 
 // fileConfig is the daemon's config file (configs/lathe.yaml documents
@@ -29,6 +30,24 @@ type fileConfig struct {
 	Routing   routingSection      `yaml:"routing"`
 	Trainers  map[string][]string `yaml:"trainers"`
 	Auth      authSection         `yaml:"auth"`
+	Ledger    ledgerSection       `yaml:"ledger"`
+	// The routing sections: scheduler/routing.ParseConfig reads and
+	// validates them (strictly, every bad field at once); here they are
+	// only allowed.
+	Sites     yaml.Node `yaml:"sites"`
+	RedisSite yaml.Node `yaml:"redis_site"`
+	Backends  yaml.Node `yaml:"backends"`
+	Datasets  yaml.Node `yaml:"datasets"`
+	Budgets   yaml.Node `yaml:"budgets"`
+
+	// route is the parsed routing config (the implicit one without a file).
+	route routing.Config
+}
+
+type ledgerSection struct {
+	// KeyFile holds the ledger's HMAC key (hex, mode 0600), outside Redis;
+	// default <data_dir>/ledger.key, made on first start.
+	KeyFile string `yaml:"key_file"`
 }
 
 type authSection struct {
@@ -87,6 +106,23 @@ type jobsSection struct {
 
 type routingSection struct {
 	DefaultResidency []string `yaml:"default_residency"`
+}
+
+// loadRouting parses the routing sections of the config file at path (""
+// = routing's implicit config: one site "local" [onprem]).
+func loadRouting(path string) (routing.Config, error) {
+	var b []byte
+	if path != "" {
+		var err error
+		if b, err = os.ReadFile(path); err != nil {
+			return routing.Config{}, fmt.Errorf("config: %w", err)
+		}
+	}
+	rc, err := routing.ParseConfig(b)
+	if err != nil {
+		return routing.Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return rc, nil
 }
 
 // duration reads "10s", "2h" from YAML.
@@ -149,6 +185,11 @@ func (d duration) D() time.Duration { return time.Duration(d) }
 // loadConfig reads path ("" = no file: all defaults). Unknown keys are errors.
 func loadConfig(path string) (*fileConfig, error) {
 	c := &fileConfig{}
+	rc, err := loadRouting(path)
+	if err != nil {
+		return nil, err
+	}
+	c.route = rc
 	if path == "" {
 		return c, nil
 	}
@@ -188,6 +229,9 @@ func loadConfig(path string) (*fileConfig, error) {
 		if _, err := fileuri.Path(u); err != nil {
 			return nil, fmt.Errorf("config %s: jobs.default_output_uri: %w", path, err)
 		}
+	}
+	if f := c.Ledger.KeyFile; f != "" && !filepath.IsAbs(f) {
+		c.Ledger.KeyFile = filepath.Join(filepath.Dir(path), f)
 	}
 	if f := c.Auth.TokensFile; f != "" && !filepath.IsAbs(f) {
 		c.Auth.TokensFile = filepath.Join(filepath.Dir(path), f)

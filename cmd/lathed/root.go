@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,8 +21,10 @@ import (
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/routing"
 	"github.com/lathe-ml/lathe/scripts"
 	"github.com/lathe-ml/lathe/worker"
 )
@@ -209,7 +214,9 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 		}
 		// stops run in reverse: the worker stops before its GPUs close.
 		stops = append(stops, func(context.Context) error { return gpus.Close() })
+		site, siteTags := localSite(fc.route)
 		w, err := worker.New(rdb, store, worker.Config{
+			Site: site, SiteTags: siteTags,
 			Node: node, Slots: firstPositive(o.slots, fc.Worker.Slots), GPUs: gpus,
 			CheckpointRoot: fc.Worker.CheckpointRoot, MonitorInterval: fc.Worker.MonitorInterval.D(), HangTimeout: fc.Worker.HangTimeout.D(),
 			DataDir: dataDir, ScriptsDir: scriptsDir, Trainers: copyTrainers(trainers),
@@ -246,11 +253,16 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			return fmt.Errorf("--listen %s reaches beyond loopback and no API tokens are configured: refusing to run an open API there. Add auth.tokens to the config (see configs/lathe.yaml), or listen on 127.0.0.1", listen)
 		}
 		out := firstNonEmpty(fc.Jobs.DefaultOutputURI, fileuri.FromPath(filepath.Join(dataDir, "artifacts")))
+		led, err := openLedger(rdb, fc, dataDir, log)
+		if err != nil {
+			return err
+		}
 		s := scheduler.New(rdb, store, scheduler.Config{
 			Listen: listen, Tokens: tokens, AllowedRoots: roots,
 			KeepFinished: fc.Jobs.KeepFinished, FinishedTTL: fc.Jobs.FinishedTTL.D(),
-			Defaults: jobspec.Defaults{MaxRuntime: fc.Jobs.DefaultMaxRuntime.D(), Residency: fc.Routing.DefaultResidency,
+			Defaults: jobspec.Defaults{MaxRuntime: fc.Jobs.DefaultMaxRuntime.D(), Residency: fc.route.DefaultResidency,
 				OutputURI: out},
+			Routing: fc.route, Ledger: led,
 			Trainers: names, KillGrace: killGrace, PlaceInterval: fc.Scheduler.PlaceInterval.D(),
 			RepairAfter: fc.Scheduler.RepairAfter.D(), ReapGrace: fc.Scheduler.ReapGrace.D(), LeaderTTL: fc.Scheduler.LeaderTTL.D(),
 			FollowRedis: followRDB, Logger: log,
@@ -259,6 +271,7 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			return err
 		}
 		stops = append(stops, s.Stop)
+		go reloadOnHUP(ctx, o.configPath, s, log)
 		log.Info("lathe is up", slog.String("api", "http://"+s.Addr()), slog.String("data_dir", dataDir),
 			slog.String("redis", redactURL(url)))
 	}
@@ -337,4 +350,64 @@ func loopbackOnly(listen string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// localSite is the site of the routing config's first local backend (the
+// pool this deployment's workers form) and its tags.
+func localSite(rc routing.Config) (string, []string) {
+	for _, b := range rc.Backends {
+		if b.Kind == routing.KindLocal {
+			if st, ok := rc.Site(b.Site); ok {
+				return st.Name, st.Tags
+			}
+		}
+	}
+	return "", nil
+}
+
+// openLedger loads (or, the first time, makes) the ledger's HMAC key: a
+// file outside Redis, ledger.key_file or <data_dir>/ledger.key.
+func openLedger(rdb redis.UniversalClient, fc *fileConfig, dataDir string, log *slog.Logger) (*ledger.Ledger, error) {
+	keyFile := fc.Ledger.KeyFile
+	if keyFile == "" {
+		keyFile = filepath.Join(dataDir, "ledger.key")
+	}
+	if _, err := os.Stat(keyFile); errors.Is(err, os.ErrNotExist) {
+		if err := ledger.GenerateKey(keyFile); err != nil {
+			return nil, fmt.Errorf("ledger.key_file: %w", err)
+		}
+		log.Warn("made a new ledger key: keep it safe and outside Redis; without it the ledger cannot be verified",
+			slog.String("key_file", keyFile))
+	}
+	key, err := ledger.LoadKey(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("ledger.key_file: %w", err)
+	}
+	return ledger.New(rdb, key, firstNonEmpty(fc.Redis.KeyPrefix, "lathe:")), nil
+}
+
+// reloadOnHUP re-reads the routing sections of the config file on SIGHUP
+// and hands them to the scheduler (jobs no longer feasible are held, never
+// moved). Other sections, and the worker, need a restart.
+func reloadOnHUP(ctx context.Context, path string, s *scheduler.Scheduler, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		rc, err := loadRouting(path)
+		if err != nil {
+			log.Error("SIGHUP: config not reloaded; the old routing config stays", slog.Any("err", err))
+			continue
+		}
+		if err := s.SetRouting(ctx, rc); err != nil {
+			log.Error("SIGHUP: re-checking jobs against the new routing config", slog.Any("err", err))
+			continue
+		}
+		log.Info("SIGHUP: routing config reloaded", slog.String("config_hash", rc.Hash()))
+	}
 }
