@@ -22,7 +22,7 @@ func (s *Scheduler) placeLoop(ctx context.Context) {
 	defer close(s.done)
 	t := time.NewTicker(s.cfg.PlaceInterval)
 	defer t.Stop()
-	lastRepair, lastPrune := time.Time{}, time.Time{}
+	lastRepair, lastPrune, lastSettle := time.Time{}, time.Time{}, time.Time{}
 	for {
 		if s.lead(ctx) {
 			s.reapOnce(ctx)
@@ -34,6 +34,10 @@ func (s *Scheduler) placeLoop(ctx context.Context) {
 			if time.Since(lastPrune) >= time.Minute {
 				s.pruneOnce(ctx)
 				lastPrune = time.Now()
+			}
+			if time.Since(lastSettle) >= settleEvery {
+				s.settleOnce(ctx)
+				lastSettle = time.Now()
 			}
 		}
 		select {
@@ -259,6 +263,44 @@ func (s *Scheduler) snapshot(ctx context.Context, nodes []jobstore.NodeStatus) (
 		snap.Nodes = append(snap.Nodes, pn)
 	}
 	return snap, jobs, nil
+}
+
+// settleEvery is how often the leader settles the budget reservations of
+// jobs that ended.
+const settleEvery = 2 * time.Second
+
+// settleOnce settles the budget reservation of every job that ended: its
+// reservation is released and its actual cost counted — GPU-hours it ran
+// (started to finished, × its GPUs) × its backend's price per GPU-hour. A
+// job that never started costs nothing. Cloud costs come with issue #6.
+func (s *Scheduler) settleOnce(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ids, err := s.store.OpenReservations(ctx)
+	if err != nil || len(ids) == 0 {
+		return
+	}
+	jobs, err := s.store.GetMany(ctx, ids)
+	if err != nil {
+		return
+	}
+	rs := s.routing()
+	for _, j := range jobs {
+		if j == nil || !j.State.Terminal() {
+			continue
+		}
+		actual := 0.0
+		if j.StartedAt != nil && j.FinishedAt != nil && j.Route != nil {
+			if b, ok := rs.cfg.Backend(j.Route.Backend); ok && b.Kind == routing.KindLocal {
+				actual = j.FinishedAt.Sub(*j.StartedAt).Hours() * float64(j.Spec.Resources.GPUs) * b.USDPerGPUHour()
+			}
+		}
+		if err := s.store.Settle(ctx, j.ID, actual); err != nil {
+			s.log.Warn("settle budget", slog.String("job_id", j.ID), slog.Any("err", err))
+			continue
+		}
+		s.log.Debug("budget settled", slog.String("job_id", j.ID), slog.Float64("usd", actual))
+	}
 }
 
 // offWait is a queued job the placer does not place (held, routed to a

@@ -318,3 +318,49 @@ func TestAuditVerifyAPI(t *testing.T) {
 	}
 	_ = os.Remove
 }
+
+// TestBudgetReservedAndSettled: admission reserves the estimated cost
+// against the backend's month; when the job ends the leader releases the
+// reservation and counts what it ran (GPU-hours × the local price).
+func TestBudgetReservedAndSettled(t *testing.T) {
+	b := routeSetup(t, routeConfig)
+	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i", Backend: "local", Slots: 1,
+		GPUs: []jobtype.GPU{{Index: 0, Name: "NVIDIA L40S", MemoryTotalMB: 49152, Healthy: true}}}, time.Minute, true); err != nil {
+		t.Fatal(err)
+	}
+	code, body := do(t, "POST", b.url+"/api/v1/jobs", spec("paid", `["eu"]`, `,"expected_runtime":"2h","resources":{"gpus":1}`), nil)
+	if code != 201 {
+		t.Fatalf("submit: %d %s", code, body)
+	}
+	j := jobOf(t, body)
+	if j.Route.Backend != "local" || j.Route.EstCostUSD != 2.2 {
+		t.Fatalf("route: %+v", j.Route)
+	}
+	month := jobstore.Month(time.Now())
+	sp, _ := b.store.Spends(b.ctx, month, []string{"backend:local"})
+	if sp["backend:local"].ReservedUSD != 2.2 {
+		t.Fatalf("reserved at admission: %+v", sp)
+	}
+	b.waitRoute(t, j.ID, "dispatched", func(j *jobtype.Job) bool { return j.State == jobtype.StateDispatched })
+	if out, err := b.store.Claim(b.ctx, j.ID, 1, "n1", "i", time.Minute); err != nil || out != jobstore.Claimed {
+		t.Fatalf("claim: %v %v", out, err)
+	}
+	if err := b.store.Finish(b.ctx, j.ID, 1, jobstore.Ending{State: jobtype.StateSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		sp, _ = b.store.Spends(b.ctx, month, []string{"backend:local"})
+		if sp["backend:local"].ReservedUSD == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never settled: %+v", sp)
+		}
+	}
+	got, _ := b.store.Get(b.ctx, j.ID)
+	ran := got.FinishedAt.Sub(*got.StartedAt).Hours()
+	want := ran * 1.10
+	if d := sp["backend:local"].SpentUSD - want; d > 1e-6 || d < -1e-6 || got.CostUSD != sp["backend:local"].SpentUSD {
+		t.Fatalf("spent %v, job cost %v; want %v (%.6f h × $1.10)", sp["backend:local"].SpentUSD, got.CostUSD, want, ran)
+	}
+}
