@@ -71,12 +71,10 @@ func decide(job *Job, s *Snapshot, cks []check) Decision {
 		if reason == "" {
 			e.prepare(b, st) // for the estimates, had a test removed every check that needs them
 		}
-		c := &d.Candidates[i]
-		*c = Candidate{
-			Backend: b.name, Site: x.sites[b.site].name, Kind: b.kind,
-			Feasible: reason == "", Reason: reason,
-			EstCostUSD: st.cost, EstRuntimeS: st.runtime.Seconds(),
-		}
+		c := &d.Candidates[i] // zeroed: set field by field (no struct copy)
+		c.Backend, c.Site, c.Kind = b.name, x.sites[b.site].name, b.kind
+		c.Feasible, c.Reason = reason == "", reason
+		c.EstCostUSD, c.EstRuntimeS = st.cost, st.runtime.Seconds()
 		switch {
 		case !st.ready: // refused for residency before any estimate
 		case b.local:
@@ -280,9 +278,9 @@ func (e *eval) chooseByValue(d *Decision, states []candState) int {
 	d.Trade = "value of time " + usd(vph) + "/h: " + side("best local", bestLocal) + "; " + side("best cloud", bestCloud) +
 		" → " + d.Candidates[best].Backend
 	d.Reasons = append(d.Reasons, "value: "+d.Candidates[best].Backend+" has the least cost plus waiting time valued at "+usd(vph)+"/h (see trade); residency is never traded")
-	if d.Candidates[best].Kind == KindLocal {
+	if bestCloud < 0 && d.Candidates[best].Kind == KindLocal {
 		if w := states[best].waitS; e.job.MaxWait > 0 && !(w <= e.job.MaxWait.Seconds()) {
-			e.cloudRejections(d)
+			e.cloudRejections(d) // waiting past max_wait because no cloud could take it
 		}
 	}
 	return best
