@@ -79,7 +79,9 @@ func benchJobs() []Job {
 	us.Dataset, us.Output = "s3://data-us/train", "s3://data-us/out"
 	bucket := eu
 	bucket.Dataset, bucket.Output, bucket.Residency, bucket.ValuePerHourUSD = "s3://data-eu/train", "s3://data-eu/out", []string{"eu"}, 20
-	return []Job{eu, onprem, bucket, us}
+	usFileOut := us // output on the [onprem …] file site: refused on every backend
+	usFileOut.Output = "file:///out/u"
+	return []Job{eu, onprem, bucket, us, usFileOut}
 }
 
 // BenchmarkDecide100Backends: decisions per second over 100 backends. The
@@ -122,7 +124,7 @@ func TestBench100Decisions(t *testing.T) {
 		kind     string
 		refused  bool
 		feasible int
-	}{{KindAWS, false, 40}, {KindLocal, false, 20}, {KindLocal, false, 40}, {"", true, 0}}
+	}{{KindAWS, false, 40}, {KindLocal, false, 20}, {KindLocal, false, 40}, {KindAWS, false, 20}, {"", true, 0}}
 	for i, j := range benchJobs() {
 		d := Decide(j, s)
 		feasible := 0

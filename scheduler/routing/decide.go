@@ -371,8 +371,11 @@ func (e *eval) staging(d *Decision, b *backendInfo) {
 		}
 		d.addStaging("output", uri, compute, x.sites[l.site].name, tags)
 	}
-	if x.redis != b.site {
-		d.addStaging("raw logs", "redis", compute, x.sites[x.redis].name, tags)
+	if ls := e.logSite(b); ls != b.site {
+		d.addStaging("raw logs", "redis", compute, x.sites[ls].name, tags)
+	} else if !b.local && x.redis != b.site {
+		d.Reasons = append(d.Reasons, "raw logs stay in site "+compute+" (redis_site "+x.sites[x.redis].name+
+			" lacks a tag; only control-plane metadata crosses); keeping them there is the cloud agent's job, issue #6")
 	}
 }
 

@@ -148,10 +148,11 @@ func TestIssueScenarios(t *testing.T) {
 			}
 		},
 	}, {
-		name:    "the same us job is refused while Redis (raw logs) is in dc-frankfurt (issue #6)",
+		name:    "the same us job goes to aws-us with Redis in dc-frankfurt: its raw logs stay in aws-us-east-1 (DESIGN.md)",
 		job:     usJob,
-		cands:   map[string]string{"local": ReasonComputeSite, "aws-eu": ReasonComputeSite, "aws-us": ReasonLogSite},
-		reasons: []string{"aws-us: " + ReasonLogSite + ": site dc-frankfurt [onprem eu] lacks us"},
+		backend: "aws-us",
+		cands:   map[string]string{"local": ReasonComputeSite, "aws-eu": ReasonComputeSite, "aws-us": ""},
+		reasons: []string{"raw logs stay in site aws-us-east-1 (redis_site dc-frankfurt lacks a tag; only control-plane metadata crosses); keeping them there is the cloud agent's job, issue #6"},
 	}, {
 		name:    "an untagged job is treated as [onprem]",
 		job:     baseJob(),

@@ -320,7 +320,13 @@ func (o *oracle) violations(j Job, d Decision) []string {
 			continue
 		}
 		feasible++
-		places := [][2]string{{"compute", o.sites[c.Backend]}, {"checkpoints", o.ckpts[c.Backend]}, {"raw logs", o.cfg.RedisSite}}
+		// Raw logs: Redis for a local attempt, or for a cloud one when
+		// redis_site carries the tags; else the cloud backend's own site.
+		logs := o.cfg.RedisSite
+		if c.Kind != KindLocal && !o.ok(o.cfg.RedisSite, eff) {
+			logs = o.sites[c.Backend]
+		}
+		places := [][2]string{{"compute", o.sites[c.Backend]}, {"checkpoints", o.ckpts[c.Backend]}, {"raw logs", logs}}
 		for _, u := range [][2]string{{"dataset", j.Dataset}, {"eval dataset", j.EvalDataset}, {"output", outSite}} {
 			if s, touches := dataSite(u[1]); touches {
 				places = append(places, [2]string{u[0], s})
