@@ -285,10 +285,6 @@ func (s *Scheduler) admissible(spec *jobspec.Spec) []jobspec.FieldError {
 		fe = append(fe, jobspec.FieldError{Field: "trainer", Value: spec.Trainer, Message: fmt.Sprintf("not a trainer of this deployment (have %s)", strings.Join(s.cfg.Trainers, ", "))})
 	}
 	for _, f := range []struct{ name, uri string }{{"dataset", spec.Dataset}, {"eval_dataset", spec.EvalDataset}, {"output.uri", spec.Output.URI}} {
-		if strings.HasPrefix(f.uri, "s3://") {
-			fe = append(fe, jobspec.FieldError{Field: f.name, Value: f.uri, Message: "s3:// needs the AWS backend, which is not built yet (issue #6); use file://"})
-			continue
-		}
 		if p, err := fileuri.Path(f.uri); err == nil && s.cfg.AllowedRoots != nil && !s.cfg.AllowedRoots.Allows(p) {
 			fe = append(fe, jobspec.FieldError{Field: f.name, Value: f.uri,
 				Message: fmt.Sprintf("not under an allowed root of this deployment (jobs.allowed_roots: %s)", strings.Join(s.cfg.AllowedRoots, ", "))})

@@ -130,7 +130,7 @@ func TestSubmitRefusals(t *testing.T) {
 	}{
 		{"bad fields", `{"name":"Bad Name","base_model":"tiny-char","dataset":"http://x","lora":{"rank":-4},"priority":"sometimes","colour":1}`, 400,
 			[]string{"name", "dataset", "lora.rank", "priority", "colour"}},
-		{"s3 not built yet", `{"name":"s","base_model":"tiny-char","dataset":"s3://bucket/key.jsonl"}`, 400, []string{"dataset"}},
+		{"s3 bucket not listed", `{"name":"s","base_model":"tiny-char","dataset":"s3://bucket/key.jsonl"}`, 422, nil},
 		{"unknown trainer", `{"name":"t","base_model":"tiny-char","dataset":"file:///d","trainer":"axolotl"}`, 400, []string{"trainer"}},
 		{"not json", `{{{`, 400, nil},
 		{"too large", `{"name":"` + strings.Repeat("a", 5000) + `"}`, 413, nil},

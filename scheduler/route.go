@@ -324,6 +324,7 @@ func (s *Scheduler) admit(ctx context.Context, w http.ResponseWriter, r *http.Re
 	out := strings.TrimRight(spec.Output.URI, "/") + "/" + id
 	rj := routingJob(spec, id, p.Team, out)
 	d := routing.Decide(rj, snap)
+	d = localS3(d, spec, rs)
 	if dry {
 		return admission{id: id, decision: d, route: routeInfo(d, "submit", 1, 0, 0)}, true
 	}
@@ -363,7 +364,7 @@ func (s *Scheduler) admitBatch(ctx context.Context, w http.ResponseWriter, r *ht
 	for i := range njs {
 		id := jobstore.NewID(now)
 		rjs[i] = routingJob(njs[i].Spec, id, p.Team, strings.TrimRight(njs[i].Spec.Output.URI, "/")+"/"+id)
-		ds[i] = routing.Decide(rjs[i], snap)
+		ds[i] = localS3(routing.Decide(rjs[i], snap), njs[i].Spec, rs)
 		njs[i].ID = id
 		if ds[i].Refused {
 			for _, why := range ds[i].Reasons {
@@ -394,4 +395,26 @@ func (s *Scheduler) admitBatch(ctx context.Context, w http.ResponseWriter, r *ht
 		njs[i].Route = routeInfo(ds[i], "submit", 1, 0, seq)
 	}
 	return ds, true
+}
+
+// localS3 refuses a decision that would run a job with s3:// data on the
+// local pool: residency may allow it (the bucket's site carries the tags),
+// but staging s3 data onto local workers is issue #6, not built yet. A job
+// routed to a cloud backend keeps its decision (and waits there).
+func localS3(d routing.Decision, spec *jobspec.Spec, rs *routeState) routing.Decision {
+	if d.Refused || d.Backend == "" {
+		return d
+	}
+	if b, ok := rs.cfg.Backend(d.Backend); !ok || b.Kind != routing.KindLocal {
+		return d
+	}
+	for _, u := range []string{spec.Dataset, spec.EvalDataset, spec.Output.URI} {
+		if strings.HasPrefix(u, "s3://") {
+			d.Refused, d.Waiting = true, false
+			d.Reasons = append(d.Reasons, d.Backend+": "+u+": reading or writing s3:// on the local pool needs staging, which is issue #6 (not built yet); use file:// data for local jobs")
+			d.Backend, d.Site = "", ""
+			return d
+		}
+	}
+	return d
 }
