@@ -25,6 +25,21 @@
 //	lathe gpus               every GPU of every live node (NODE IDX NAME MEM UTIL TEMP HEALTH JOB),
 //	                         simulated ones marked, why unhealthy ones are, under the table
 //	lathe nodes              live nodes: GPUs free and unhealthy, CPU slots, driver, CUDA, jobs
+//	lathe route --explain FILE [--config FILE] [--assume-wait B=DUR]... [--assume-spent B=USD]...
+//	                         where the job would run and why: the choice, the reasons, every
+//	                         backend (feasible, est. wait and cost, why refused), the staging;
+//	                         --config decides offline from lathed's config file (local GPU
+//	                         capacity assumed to fit); exit 1 when refused
+//	lathe cost FILE [same flags as route]
+//	                         est. run time, GPU-hours and cost on every backend
+//	lathe cost breakeven [--purchase-usd-per-gpu …] [--cloud-usd-per-gpu-hour …] …
+//	                         months after which owning a GPU beats renting it (offline)
+//	lathe audit [--job ID] [--after N] [--limit N]
+//	                         the routing ledger (SEQ TIME KIND JOB TEAM TOKEN BACKEND PATH)
+//	lathe audit verify [--head MAC] | --export FILE --key FILE [--head MAC]
+//	                         check the ledger's chain (exit 1 with every problem)
+//	lathe audit export [--to FILE]
+//	                         the ledger as JSON lines; the head to publish on stderr
 //
 // The scheduler address comes from --server, else LATHE_SERVER, else
 // http://127.0.0.1:8080; a bearer token, if the scheduler wants one, from
@@ -34,9 +49,13 @@
 // Exit codes:
 //
 //	0  success (submit --wait: the job succeeded)
-//	1  the job failed or was cancelled (submit --wait), or the API refused (not found, conflict, …)
+//	1  the job failed or was cancelled (submit --wait), or the API refused (not found, conflict, …);
+//	   route --explain and cost: no backend may run the job; audit verify: the ledger is not intact;
+//	   audit export: the export was cut short
 //	2  usage error, or an invalid job spec (every bad field is printed as
-//	   `error: lora.rank = "-4": must be …`)
+//	   `error: lora.rank = "-4": must be …`), or a job no backend may run as
+//	   written (submit answered 422 refused: every reason is printed as
+//	   `refused: …`; nothing was stored)
 //	3  no scheduler answered, or it answered that Redis is down (503 unavailable)
 //	130 interrupted (a submitted job keeps running)
 package main

@@ -15,7 +15,7 @@ import (
 const (
 	exitOK          = 0   // success; for submit --wait, the job succeeded
 	exitFailed      = 1   // the job failed or was cancelled, or the API said no
-	exitUsage       = 2   // bad flags or arguments, or an invalid job spec
+	exitUsage       = 2   // bad flags or arguments, an invalid job spec, or one no backend may run (refused)
 	exitUnreachable = 3   // no scheduler answered, or it cannot reach Redis
 	exitInterrupted = 130 // Ctrl-C; a submitted job keeps running
 )
@@ -79,6 +79,14 @@ func report(stderr io.Writer, server string, err error) int {
 		case ae.Unavailable():
 			fmt.Fprintf(stderr, "lathe: the scheduler at %s is unavailable (HTTP %d): %s\n", server, ae.Status, ae.Message)
 			return exitUnreachable
+		case ae.Code == apiclient.CodeRefused:
+			// The job cannot run as written (residency, data sites, GPUs,
+			// budgets): like an invalid spec, it needs changing.
+			for _, r := range ae.Reasons {
+				fmt.Fprintf(stderr, "refused: %s\n", r)
+			}
+			fmt.Fprintf(stderr, "lathe: the scheduler refused the job: %s\n(lathe route --explain FILE shows every backend and why)\n", ae.Message)
+			return exitUsage
 		case ae.Code == apiclient.CodeInvalid || len(ae.Fields) > 0:
 			printFieldErrors(stderr, ae.Fields)
 			fmt.Fprintf(stderr, "lathe: the scheduler rejected the request: %s\n", ae.Message)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -14,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lathe-ml/lathe/internal/apiclient"
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/ledger"
 )
 
 // fakeScheduler is a stand-in for the Lathe scheduler in the CLI's tests:
@@ -49,6 +52,20 @@ type fakeScheduler struct {
 	// gpus and nodes are served as GET /api/v1/gpus and /api/v1/nodes.
 	gpus  []jobtype.GPU
 	nodes []jobtype.NodeInfo
+
+	// explain is answered to POST /api/v1/route (a canned decision: the
+	// fake does not route), after the spec is checked as the scheduler does.
+	explain apiclient.Explanation
+	// ledgerKey chains records, the ledger served under /api/v1/audit: each
+	// record's MAC is computed with it as the real ledger does, so that
+	// audit/verify (ledger.VerifyExport over the fake's own export) and an
+	// offline verify of an export see a real chain. Tests tamper with
+	// records directly.
+	ledgerKey []byte
+	records   []ledger.Record
+	// cutExport makes /api/v1/audit/export end without its trailers, as a
+	// scheduler that failed part-way does.
+	cutExport bool
 }
 
 type failure struct {
@@ -65,9 +82,14 @@ func newFakeScheduler(t *testing.T) *fakeScheduler {
 		files:      map[string]map[string][]byte{},
 		finalState: jobtype.StateSucceeded,
 		steps:      20,
+		ledgerKey:  bytes.Repeat([]byte{0x5a}, ledger.MinKeySize),
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/jobs", f.submit)
+	mux.HandleFunc("POST /api/v1/route", f.route)
+	mux.HandleFunc("GET /api/v1/audit", f.audit)
+	mux.HandleFunc("GET /api/v1/audit/verify", f.auditVerify)
+	mux.HandleFunc("GET /api/v1/audit/export", f.auditExport)
 	mux.HandleFunc("GET /api/v1/jobs", f.list)
 	mux.HandleFunc("GET /api/v1/jobs/{id}", f.get)
 	mux.HandleFunc("POST /api/v1/jobs/{id}/cancel", f.cancel)
@@ -320,4 +342,105 @@ func (f *fakeScheduler) artifact(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("X-Lathe-SHA256", sha256Hex(b))
 	w.Write(b)
+}
+
+// route answers POST /api/v1/route with f.explain after checking the spec
+// and the what-ifs as the scheduler does (400 invalid with fields).
+func (f *fakeScheduler) route(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	if _, err := jobspec.Parse(body); err != nil {
+		writeJSONStatus(w, 400, map[string]any{"error": "invalid job spec", "code": "invalid", "fields": err.(*jobspec.ValidationError).Errors})
+		return
+	}
+	for _, v := range r.URL.Query()["assume_wait"] {
+		if b, d, ok := strings.Cut(v, "="); !ok || b == "" || d == "" {
+			writeJSONStatus(w, 400, map[string]any{"error": "invalid what-if", "code": "invalid",
+				"fields": []jobspec.FieldError{{Field: "assume_wait", Value: v, Message: "want BACKEND=DURATION"}}})
+			return
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	writeJSONStatus(w, 200, f.explain)
+}
+
+// addRecord appends a ledger record, chained and MACed as ledger.Append
+// does.
+func (f *fakeScheduler) addRecord(kind, jobID, team, token string, body any) ledger.Record {
+	b, err := json.Marshal(body)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := ledger.Record{Seq: int64(len(f.records) + 1), Time: time.Date(2026, 12, 2, 12, 0, len(f.records), 0, time.UTC),
+		Kind: kind, JobID: jobID, Team: team, Token: token, ConfigHash: "cfg1", Body: b}
+	if n := len(f.records); n > 0 {
+		r.Prev = f.records[n-1].MAC
+	}
+	r.MAC = ledger.ComputeMAC(f.ledgerKey, r)
+	r.StreamID = fmt.Sprintf("%d-0", r.Seq)
+	f.records = append(f.records, r)
+	return r
+}
+
+func (f *fakeScheduler) audit(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	after, _ := strconv.ParseInt(q.Get("after"), 10, 64)
+	limit := 1000
+	if v := q.Get("limit"); v != "" {
+		limit, _ = strconv.Atoi(v)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := []ledger.Record{}
+	for _, rec := range f.records {
+		if rec.Seq > after && (q.Get("job") == "" || rec.JobID == q.Get("job")) && len(out) < limit {
+			out = append(out, rec)
+		}
+	}
+	writeJSONStatus(w, 200, map[string]any{"records": out})
+}
+
+// exportLines writes the fake's records as ledger.Export does.
+func (f *fakeScheduler) exportLines(w io.Writer) (head string, n int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	enc := json.NewEncoder(w)
+	for _, rec := range f.records {
+		enc.Encode(rec)
+		head = rec.MAC
+	}
+	return head, int64(len(f.records))
+}
+
+// auditVerify checks the fake's records with ledger.VerifyExport: 200 with
+// the report when intact, 409 with it when not.
+func (f *fakeScheduler) auditVerify(w http.ResponseWriter, r *http.Request) {
+	var buf bytes.Buffer
+	f.exportLines(&buf)
+	rep, err := ledger.VerifyExport(&buf, f.ledgerKey, r.URL.Query().Get("head"))
+	if err != nil {
+		apiError(w, 500, "internal", err.Error())
+		return
+	}
+	status := 200
+	if len(rep.Problems) > 0 {
+		status = 409
+	}
+	writeJSONStatus(w, status, rep)
+}
+
+func (f *fakeScheduler) auditExport(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Trailer", "X-Lathe-Ledger-Head, X-Lathe-Ledger-Records")
+	head, n := f.exportLines(w)
+	f.mu.Lock()
+	cut := f.cutExport
+	f.mu.Unlock()
+	if cut {
+		return
+	}
+	w.Header().Set("X-Lathe-Ledger-Head", head)
+	w.Header().Set("X-Lathe-Ledger-Records", strconv.FormatInt(n, 10))
 }

@@ -72,7 +72,8 @@ func (a *app) rootCmd() *cobra.Command {
 the token, if any, comes from LATHE_TOKEN).
 
 Exit codes: 0 success; 1 the job failed or was cancelled, or the API refused;
-2 usage error or invalid job spec; 3 scheduler unreachable or Redis down.`,
+2 usage error, invalid job spec, or a job no backend may run as written
+(submit refused with reasons); 3 scheduler unreachable or Redis down.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
@@ -106,6 +107,9 @@ Exit codes: 0 success; 1 the job failed or was cancelled, or the API refused;
 		a.queuesCmd(),
 		a.gpusCmd(),
 		a.nodesCmd(),
+		a.routeCmd(),
+		a.costCmd(),
+		a.auditCmd(),
 	)
 	return root
 }

@@ -62,6 +62,17 @@ or not at all. --wait and --dry-run take one FILE.`,
 // readSpec reads and locally validates the spec in file ("-": stdin) and
 // returns it as the JSON to send.
 func (a *app) readSpec(stdin io.Reader, file string) ([]byte, error) {
+	spec, err := a.parseSpec(stdin, file)
+	if err != nil {
+		return nil, err
+	}
+	return spec.JSON(), nil
+}
+
+// parseSpec reads and locally validates the spec in file ("-": stdin),
+// relative local paths resolved against file's folder; every bad field is
+// printed on stderr and the error exits with exitUsage.
+func (a *app) parseSpec(stdin io.Reader, file string) (*jobspec.Spec, error) {
 	var (
 		data []byte
 		err  error
@@ -89,7 +100,7 @@ func (a *app) readSpec(stdin io.Reader, file string) ([]byte, error) {
 		}
 		return nil, usageErrorf("%s: %w; nothing was submitted", file, err)
 	}
-	return spec.JSON(), nil
+	return spec, nil
 }
 
 func (a *app) submit(ctx context.Context, stdin io.Reader, file, key string, wait, dryRun bool) error {

@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -103,8 +104,10 @@ func (c *Client) newRequest(ctx context.Context, method, path string, q url.Valu
 
 // send performs req. A transport failure is returned as ErrUnreachable unless
 // the caller's own context (parent) ended first, in which case its error is
-// returned. An error status is returned as *APIError, with the body closed.
-func (c *Client) send(parent context.Context, req *http.Request) (*http.Response, error) {
+// returned. An error status is returned as *APIError, with the body closed,
+// unless it is one of also (an answer the endpoint documents as a result,
+// like audit/verify's 409).
+func (c *Client) send(parent context.Context, req *http.Request, also ...int) (*http.Response, error) {
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if perr := parent.Err(); perr != nil {
@@ -112,7 +115,7 @@ func (c *Client) send(parent context.Context, req *http.Request) (*http.Response
 		}
 		return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+	if (resp.StatusCode < 200 || resp.StatusCode > 299) && !slices.Contains(also, resp.StatusCode) {
 		defer resp.Body.Close()
 		return nil, decodeAPIError(resp)
 	}
@@ -122,36 +125,43 @@ func (c *Client) send(parent context.Context, req *http.Request) (*http.Response
 // call performs one non-streaming JSON call bounded by the request timeout
 // and decodes a 2xx answer into out (when out is non-nil).
 func (c *Client) call(ctx context.Context, method, path string, q url.Values, body []byte, hdr http.Header, out any) error {
+	_, err := c.callStatus(ctx, method, path, q, body, hdr, nil, out)
+	return err
+}
+
+// callStatus is call that also decodes the answers of the statuses in also
+// into out (instead of making them an *APIError), and returns the status.
+func (c *Client) callStatus(ctx context.Context, method, path string, q url.Values, body []byte, hdr http.Header, also []int, out any) (int, error) {
 	tctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
 	defer cancel()
 	req, err := c.newRequest(tctx, method, path, q, body)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for k, vs := range hdr {
 		for _, v := range vs {
 			req.Header.Add(k, v)
 		}
 	}
-	resp, err := c.send(ctx, req)
+	resp, err := c.send(ctx, req, also...)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxJSONBody))
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("apiclient: %s %s: %w", method, path, ctx.Err())
+			return resp.StatusCode, fmt.Errorf("apiclient: %s %s: %w", method, path, ctx.Err())
 		}
-		return fmt.Errorf("%w: %s %s: reading the answer: %w", ErrUnreachable, method, path, err)
+		return resp.StatusCode, fmt.Errorf("%w: %s %s: reading the answer: %w", ErrUnreachable, method, path, err)
 	}
 	if out == nil {
-		return nil
+		return resp.StatusCode, nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("apiclient: %s %s: decoding the answer: %w", method, path, err)
+		return resp.StatusCode, fmt.Errorf("apiclient: %s %s: decoding the answer: %w", method, path, err)
 	}
-	return nil
+	return resp.StatusCode, nil
 }
 
 // jobPath returns /api/v1/jobs/<id><suffix> with id escaped.

@@ -26,6 +26,7 @@ const (
 	CodeNotFound    = "not_found"   // 404: no such job or artifact
 	CodeConflict    = "conflict"    // 409: the transition isn't allowed; State holds the job's state
 	CodeTooLarge    = "too_large"   // 413: the body is over the limit
+	CodeRefused     = "refused"     // 422: no backend may run the job (or a job of the batch); Reasons says why
 	CodeUnavailable = "unavailable" // 503: the scheduler cannot reach Redis
 	CodeInternal    = "internal"    // 500: anything else
 )
@@ -41,6 +42,9 @@ type APIError struct {
 	Fields []jobspec.FieldError
 	// State is the job's current state in a 409 "conflict" answer.
 	State string
+	// Reasons of a 422 "refused" answer: why no backend may run the job,
+	// one line each (a batch's are prefixed "jobs[i]: ").
+	Reasons []string
 }
 
 // Error formats e as "scheduler answered <status> <code>: <message>".
@@ -59,6 +63,9 @@ func (e *APIError) Error() string {
 	for _, f := range e.Fields {
 		fmt.Fprintf(&b, "; %s: %s", f.Field, f.Message)
 	}
+	for _, r := range e.Reasons {
+		b.WriteString("; " + r)
+	}
 	return b.String()
 }
 
@@ -74,6 +81,8 @@ type errorBody struct {
 	Code   string               `json:"code"`
 	Fields []jobspec.FieldError `json:"fields"`
 	State  string               `json:"state"`
+	// Reasons is set in a 422 "refused" answer.
+	Reasons []string `json:"reasons"`
 }
 
 // decodeAPIError reads resp's body (up to 64 KiB) into an *APIError.
@@ -82,7 +91,7 @@ func decodeAPIError(resp *http.Response) *APIError {
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var body errorBody
 	if err := json.Unmarshal(data, &body); err == nil && (body.Error != "" || body.Code != "") {
-		e.Code, e.Message, e.Fields, e.State = body.Code, body.Error, body.Fields, body.State
+		e.Code, e.Message, e.Fields, e.State, e.Reasons = body.Code, body.Error, body.Fields, body.State, body.Reasons
 		return e
 	}
 	msg := strings.TrimSpace(string(data))

@@ -1,0 +1,501 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/lathe-ml/lathe/internal/apiclient"
+	"github.com/lathe-ml/lathe/internal/cost"
+	"github.com/lathe-ml/lathe/internal/fileuri"
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/scheduler/routing"
+)
+
+// offlineNote is said by every offline explanation: lathe cannot see the
+// local pool's GPUs, so it assumes the job fits there.
+const offlineNote = "offline: local GPU capacity assumed to fit"
+
+// routeFlags are the flags `lathe route --explain` and `lathe cost FILE`
+// share.
+type routeFlags struct {
+	// config is lathed's config file: decide offline with its routing
+	// sections instead of asking the scheduler.
+	config string
+	// waits and spents are what-ifs as written: BACKEND=DURATION and
+	// BACKEND=USD.
+	waits, spents []string
+}
+
+// addRouteFlags adds --config, --assume-wait and --assume-spent to cmd.
+func addRouteFlags(cmd *cobra.Command) *routeFlags {
+	rf := &routeFlags{}
+	f := cmd.Flags()
+	f.StringVar(&rf.config, "config", "", "decide offline, with the routing sections of this lathed config file (no scheduler needed)")
+	f.StringArrayVar(&rf.waits, "assume-wait", nil, "what-if: a local backend's queue wait, BACKEND=DURATION (like local=3h); repeatable")
+	f.StringArrayVar(&rf.spents, "assume-spent", nil, "what-if: a backend's spend this month, BACKEND=USD (like aws-eu=5000); repeatable")
+	return rf
+}
+
+func (a *app) routeCmd() *cobra.Command {
+	var explain bool
+	var rf *routeFlags
+	cmd := &cobra.Command{
+		Use:   "route --explain FILE",
+		Short: "Explain where a job spec would run and why, without submitting it",
+		Long: `lathe route --explain FILE shows where the scheduler would route the job
+spec in FILE now, and why: the choice, the reasons, every backend with
+whether it is feasible, its estimated wait and cost and why it was refused,
+and the data that would be staged between sites. Nothing is submitted,
+stored or recorded. The spec is read and checked as 'lathe submit' does.
+
+--assume-wait BACKEND=DURATION and --assume-spent BACKEND=USD state a
+what-if in place of the scheduler's own figure (a local pool's queue wait;
+a backend's spend this month), for example to see where a job would go
+when the local queue is 3h deep.
+
+With --config FILE (lathed's config file), the decision is made here,
+offline, with the routing sections of that file and no scheduler: the
+local pool's GPUs are then unknown and assumed to fit the job, its queue is
+taken as empty and every backend's spend as $0, unless --assume-wait and
+--assume-spent say otherwise.
+
+Exit codes: 0 a backend is chosen (also when the job would wait for the
+local pool); 1 refused: no backend may run the job as written; 2 usage
+error, invalid spec, config or what-if.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if !explain {
+				return usageErrorf("%s only explains for now: lathe route --explain FILE", cmd.CommandPath())
+			}
+			if len(args) != 1 {
+				return usageErrorf("%s --explain takes one job spec FILE, got %d", cmd.CommandPath(), len(args))
+			}
+			return nil
+		},
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			return a.routeExplain(cmd.Context(), cmd.InOrStdin(), args[0], rf, false)
+		}),
+	}
+	cmd.Flags().BoolVar(&explain, "explain", false, "show the routing decision for FILE and why (required)")
+	rf = addRouteFlags(cmd)
+	return cmd
+}
+
+// explanation is what route --explain and cost print with -o json: the
+// routing decision, the config it was made under and, offline, what was
+// assumed.
+type explanation struct {
+	routing.Decision
+	ConfigHash string `json:"config_hash"`
+	// Offline: decided here from a config file (--config), not by the
+	// scheduler.
+	Offline bool `json:"offline,omitempty"`
+	// Notes say what an offline decision assumed.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// routeExplain decides where the spec in file would go (online, or offline
+// with --config), prints it as a route explanation or, asCost, as costs,
+// and exits 1 when the job is refused.
+func (a *app) routeExplain(ctx context.Context, stdin io.Reader, file string, rf *routeFlags, asCost bool) error {
+	wi, err := parseWhatIf(rf.waits, rf.spents)
+	if err != nil {
+		return err
+	}
+	spec, err := a.parseSpec(stdin, file)
+	if err != nil {
+		return err
+	}
+	var ex *explanation
+	if rf.config != "" {
+		ex, err = a.explainOffline(spec, rf.config, wi)
+	} else {
+		var e *apiclient.Explanation
+		if e, err = a.client().Explain(ctx, spec.JSON(), wi); err == nil {
+			ex = &explanation{Decision: e.Decision, ConfigHash: e.ConfigHash}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case a.output == outJSON:
+		err = writeJSON(a.stdout, ex)
+	case asCost:
+		err = printCost(a.stdout, ex, spec)
+	default:
+		err = printRoute(a.stdout, ex, spec)
+	}
+	if err != nil {
+		return err
+	}
+	if ex.Refused {
+		return failedErrorf("refused: no backend may run this job as written")
+	}
+	return nil
+}
+
+// parseWhatIf reads --assume-wait BACKEND=DURATION and --assume-spent
+// BACKEND=USD values (the scheduler's rules: a duration ≥ 0 like 3h or 1d,
+// a finite USD amount ≥ 0); a bad one is a usage error naming the flag and
+// the value. A backend given twice keeps the last value.
+func parseWhatIf(waits, spents []string) (apiclient.WhatIf, error) {
+	wi := apiclient.WhatIf{Wait: map[string]time.Duration{}, Spent: map[string]float64{}}
+	for _, v := range waits {
+		b, d, ok := strings.Cut(v, "=")
+		dur, err := jobspec.ParseDuration(d)
+		if !ok || b == "" || d == "" || err != nil || dur < 0 {
+			return wi, usageErrorf("--assume-wait %q: want BACKEND=DURATION, like local=3h", v)
+		}
+		wi.Wait[b] = dur
+	}
+	for _, v := range spents {
+		b, u, ok := strings.Cut(v, "=")
+		usd, err := strconv.ParseFloat(u, 64)
+		if !ok || b == "" || err != nil || usd < 0 || math.IsNaN(usd) || math.IsInf(usd, 0) {
+			return wi, usageErrorf("--assume-spent %q: want BACKEND=USD, like aws-eu=5000", v)
+		}
+		wi.Spent[b] = usd
+	}
+	return wi, nil
+}
+
+// explainOffline decides with the routing sections of lathed's config file
+// at path, as the scheduler would, except that what only the scheduler
+// knows is assumed (see offlineNote and Notes). The spec gets the daemon's
+// defaults first, from the same file.
+func (a *app) explainOffline(spec *jobspec.Spec, path string, wi apiclient.WhatIf) (*explanation, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageErrorf("--config: %w", err)
+	}
+	cfg, err := routing.ParseConfig(data)
+	if err != nil {
+		var ce *routing.ConfigError
+		if errors.As(err, &ce) {
+			for _, fe := range ce.Errors {
+				fmt.Fprintf(a.stderr, "error: %s\n", fe.Error())
+			}
+			return nil, usageErrorf("--config %s: %d problem(s) in the routing config", path, len(ce.Errors))
+		}
+		return nil, usageErrorf("--config %s: %w", path, err)
+	}
+	def, err := daemonDefaults(data, path)
+	if err != nil {
+		return nil, err
+	}
+	def.Residency = cfg.DefaultResidency
+	spec.Normalize(def)
+
+	// A what-if must name a backend of the config (a wait: a local one).
+	for _, b := range sortedKeys(wi.Wait) {
+		be, ok := cfg.Backend(b)
+		switch {
+		case !ok:
+			return nil, usageErrorf("--assume-wait %s=%s: %s has no backend %q (backends: %s)", b, wi.Wait[b], path, b, backendNames(cfg))
+		case be.Kind != routing.KindLocal:
+			return nil, usageErrorf("--assume-wait %s=%s: %s is a %s backend; only a local backend has a queue to wait in (a cloud wait counts as 0)", b, wi.Wait[b], b, be.Kind)
+		}
+	}
+	for _, b := range sortedKeys(wi.Spent) {
+		if _, ok := cfg.Backend(b); !ok {
+			return nil, usageErrorf("--assume-spent %s=%g: %s has no backend %q (backends: %s)", b, wi.Spent[b], path, b, backendNames(cfg))
+		}
+	}
+
+	snap := routing.Snapshot{Now: a.now(), Config: cfg, Pools: map[string]routing.Pool{},
+		BackendSpend: map[string]routing.Spend{}, TeamSpend: map[string]routing.Spend{}}
+	notes := []string{offlineNote}
+	anyLocal := false
+	for _, b := range cfg.Backends {
+		if b.Kind == routing.KindLocal {
+			anyLocal = true
+			pool := assumedPool(spec)
+			if d, ok := wi.Wait[b.Name]; ok {
+				pool.AssumeWait = &d
+			}
+			snap.Pools[b.Name] = pool
+		}
+		sp := routing.Spend{LimitUSD: b.BudgetUSDPerMonth}
+		if v, ok := wi.Spent[b.Name]; ok {
+			sp.SpentUSD = v
+		}
+		snap.BackendSpend[b.Name] = sp
+	}
+	if anyLocal && len(wi.Wait) == 0 {
+		notes = append(notes, "offline: the local queue is taken as empty (wait 0); --assume-wait states one")
+	}
+	if len(wi.Spent) == 0 {
+		notes = append(notes, "offline: every backend's spend this month is taken as $0; --assume-spent states one")
+	}
+	notes = append(notes, "offline: run times are the spec's expected_runtime or max_runtime; none is learned from finished jobs")
+	job := routingJob(spec, strings.TrimRight(spec.Output.URI, "/")+"/<id>")
+	d := routing.Decide(job, snap)
+	return &explanation{Decision: d, ConfigHash: cfg.Hash(), Offline: true, Notes: notes}, nil
+}
+
+// assumedPool is a local pool of one synthetic node whose GPUs match the
+// job's request exactly (the first of gpu_models, or "any"; gpu_memory_gb,
+// or 80 GB; as many as it asks for): offline, the real inventory is unknown.
+func assumedPool(spec *jobspec.Spec) routing.Pool {
+	r := spec.Resources
+	if r.GPUs <= 0 {
+		return routing.Pool{Nodes: []routing.PoolNode{{Name: "assumed"}}}
+	}
+	model := "any"
+	if len(r.GPUModels) > 0 {
+		model = r.GPUModels[0]
+	}
+	mem := r.GPUMemoryGB
+	if mem <= 0 {
+		mem = 80
+	}
+	return routing.Pool{HealthyGPUs: r.GPUs, Nodes: []routing.PoolNode{{Name: "assumed",
+		GPUs: []routing.PoolGPU{{Model: model, MemoryGB: mem, Healthy: r.GPUs}}}}}
+}
+
+// routingJob is the routing view of a normalised spec, as the scheduler
+// builds it (scheduler/route.go routingJob; keep the two alike). An
+// explanation has no id and no team.
+func routingJob(spec *jobspec.Spec, outputURI string) routing.Job {
+	return routing.Job{Residency: spec.Residency, Dataset: spec.Dataset, EvalDataset: spec.EvalDataset,
+		Output: outputURI, GPUs: spec.Resources.GPUs, GPUMemoryGB: spec.Resources.GPUMemoryGB, GPUModels: spec.Resources.GPUModels,
+		Priority: spec.Priority.Rank(), MaxWait: spec.MaxWait.D(), BudgetUSD: spec.BudgetUSD,
+		ExpectedRuntime: spec.ExpectedRuntime.D(), MaxSteps: spec.Training.MaxSteps, BaseModel: spec.BaseModel,
+		MaxRuntime: spec.MaxRuntime.D(), ValuePerHourUSD: spec.ValuePerHourUSD}
+}
+
+// daemonDefaults reads the job defaults lathed applies to every spec from
+// its config file (data): jobs.default_max_runtime and the default output
+// folder (jobs.default_output_uri, else <data_dir>/artifacts, data_dir
+// relative to the file, default lathe-data beside it — lathed resolves its
+// default against its working folder instead, which only moves the folder
+// within the same file:// site).
+func daemonDefaults(data []byte, path string) (jobspec.Defaults, error) {
+	var fc struct {
+		DataDir string `yaml:"data_dir"`
+		Jobs    struct {
+			DefaultMaxRuntime string `yaml:"default_max_runtime"`
+			DefaultOutputURI  string `yaml:"default_output_uri"`
+		} `yaml:"jobs"`
+	}
+	if err := yaml.Unmarshal(data, &fc); err != nil {
+		return jobspec.Defaults{}, usageErrorf("--config %s: %v", path, err)
+	}
+	maxRuntime, err := jobspec.ParseDuration(fc.Jobs.DefaultMaxRuntime)
+	if err != nil {
+		return jobspec.Defaults{}, usageErrorf("--config %s: jobs.default_max_runtime: %v", path, err)
+	}
+	out := fc.Jobs.DefaultOutputURI
+	if out == "" {
+		dir := fc.DataDir
+		if dir == "" {
+			dir = "lathe-data"
+		}
+		if !filepath.IsAbs(dir) {
+			base, err := filepath.Abs(filepath.Dir(path))
+			if err != nil {
+				return jobspec.Defaults{}, usageErrorf("--config %s: %v", path, err)
+			}
+			dir = filepath.Join(base, dir)
+		}
+		out = fileuri.FromPath(filepath.Join(dir, "artifacts"))
+	}
+	return jobspec.Defaults{MaxRuntime: maxRuntime, OutputURI: out}, nil
+}
+
+func backendNames(cfg routing.Config) string {
+	names := make([]string, len(cfg.Backends))
+	for i, b := range cfg.Backends {
+		names[i] = b.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// choiceLine is the first line of an explanation: "→ aws-eu (site
+// aws-eu-central-1)", "refused: …" or "waits for local (site …): …".
+func choiceLine(ex *explanation, spec *jobspec.Spec) string {
+	d := &ex.Decision
+	switch {
+	case d.Refused:
+		return "refused: no backend may run this job as written"
+	case d.Waiting:
+		wait := "unknown"
+		for _, c := range d.Candidates {
+			if c.Backend == d.Backend {
+				wait = fmtWaitS(c.EstWaitS)
+			}
+		}
+		return fmt.Sprintf("waits for %s (site %s): estimated wait %s exceeds max_wait %s, and no cloud backend takes it now",
+			d.Backend, d.Site, wait, shortDur(spec.MaxWait.D()))
+	default:
+		return fmt.Sprintf("→ %s (site %s)", d.Backend, d.Site)
+	}
+}
+
+// printRoute writes an explanation: the choice, the offline notes, the
+// reasons, every candidate, the staging.
+func printRoute(w io.Writer, ex *explanation, spec *jobspec.Spec) error {
+	d := &ex.Decision
+	fmt.Fprintln(w, choiceLine(ex, spec))
+	for _, n := range ex.Notes {
+		fmt.Fprintln(w, n)
+	}
+	fmt.Fprintln(w, "\nReasons:")
+	for _, r := range d.Reasons {
+		fmt.Fprintf(w, "  %s\n", r)
+	}
+	if d.Trade != "" {
+		fmt.Fprintf(w, "  trade: %s\n", d.Trade)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BACKEND\tSITE\tFEASIBLE\tEST.WAIT\tEST.COST\tREASON")
+	for _, c := range d.Candidates {
+		feasible, wait := "yes", fmtWaitS(c.EstWaitS)
+		if !c.Feasible {
+			feasible = "no"
+			if c.EstWaitS == 0 {
+				wait = "-"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Backend, c.Site, feasible, wait, fmtCost(c), orDash(c.Reason))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(d.Staging) > 0 {
+		fmt.Fprintln(w, "\nStaging:")
+		for _, s := range d.Staging {
+			fmt.Fprintf(w, "  %s %s: %s → %s\n", s.What, s.URI, s.FromSite, s.ToSite)
+		}
+	}
+	if ex.ConfigHash != "" {
+		fmt.Fprintf(w, "\nRouting config %s\n", ex.ConfigHash)
+	}
+	return nil
+}
+
+// printCost writes an explanation as costs: the choice with its estimates,
+// then every candidate's run time, GPU-hours and cost, feasible ones first
+// (cheapest first), then the infeasible ones with their reason.
+func printCost(w io.Writer, ex *explanation, spec *jobspec.Spec) error {
+	d := &ex.Decision
+	line := choiceLine(ex, spec)
+	if !d.Refused {
+		line += fmt.Sprintf(": est. runtime %s, %s GPU-hours, %s", fmtRuntime(d.EstRuntime.Seconds()),
+			fmtGPUHours(d.EstGPUHours), fmtUSD(d.EstCostUSD))
+	}
+	fmt.Fprintln(w, line)
+	for _, n := range ex.Notes {
+		fmt.Fprintln(w, n)
+	}
+	if d.Refused {
+		for _, r := range d.Reasons {
+			fmt.Fprintf(w, "  %s\n", r)
+		}
+	}
+	cands := slices.Clone(d.Candidates)
+	slices.SortStableFunc(cands, func(x, y routing.Candidate) int {
+		switch {
+		case x.Feasible != y.Feasible:
+			if x.Feasible {
+				return -1
+			}
+			return 1
+		case x.Feasible && x.EstCostUSD != y.EstCostUSD:
+			if x.EstCostUSD < y.EstCostUSD {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BACKEND\tSITE\tINSTANCE\tEST.RUNTIME\tGPU-HOURS\tEST.COST\tNOTE")
+	for _, c := range cands {
+		inst := orDash(c.InstanceType)
+		if c.Spot {
+			inst += " (spot)"
+		}
+		runtime, hours := "-", "-"
+		if c.Feasible || c.EstRuntimeS > 0 {
+			runtime = fmtRuntime(c.EstRuntimeS)
+			if c.EstRuntimeS > 0 {
+				hours = fmtGPUHours(cost.GPUHours(time.Duration(c.EstRuntimeS*float64(time.Second)), spec.Resources.GPUs))
+			}
+		}
+		note := "feasible"
+		switch {
+		case !c.Feasible:
+			note = "infeasible: " + c.Reason
+		case c.Backend == d.Backend:
+			note = "chosen"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Backend, c.Site, inst, runtime, hours, fmtCost(c), note)
+	}
+	return tw.Flush()
+}
+
+// fmtCost is a candidate's estimated cost: "$3.72"; "-" when infeasible
+// with no estimate.
+func fmtCost(c routing.Candidate) string {
+	if !c.Feasible && c.EstCostUSD == 0 {
+		return "-"
+	}
+	return fmtUSD(c.EstCostUSD)
+}
+
+func fmtUSD(v float64) string { return fmt.Sprintf("$%.2f", v) }
+
+func fmtGPUHours(h float64) string { return strconv.FormatFloat(h, 'f', 2, 64) }
+
+// fmtWaitS is an estimated wait in seconds: "3h", "0s"; "unknown" for -1.
+func fmtWaitS(s float64) string {
+	if s < 0 || math.IsNaN(s) {
+		return "unknown"
+	}
+	return shortDur(time.Duration(s * float64(time.Second)))
+}
+
+// fmtRuntime is an estimated run time in seconds; 0 means unknown.
+func fmtRuntime(s float64) string {
+	if s <= 0 || math.IsNaN(s) {
+		return "unknown"
+	}
+	return shortDur(time.Duration(s * float64(time.Second)))
+}
+
+// shortDur is d to the second without zero tails: "10h", "3h30m", "45s".
+func shortDur(d time.Duration) string {
+	s := d.Round(time.Second).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
