@@ -54,7 +54,7 @@ func (s *Scheduler) explain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalOf(r)
-	d := routing.Decide(routingJob(spec, "", p.Team, strings.TrimRight(spec.Output.URI, "/")+"/<id>"), snap)
+	d := localS3(routing.Decide(routingJob(spec, "", p.Team, strings.TrimRight(spec.Output.URI, "/")+"/<id>"), snap), spec, rs)
 	writeJSON(w, http.StatusOK, ExplainResponse{Decision: d, ConfigHash: rs.hash})
 }
 

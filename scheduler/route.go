@@ -397,24 +397,7 @@ func (s *Scheduler) admitBatch(ctx context.Context, w http.ResponseWriter, r *ht
 	return ds, true
 }
 
-// localS3 refuses a decision that would run a job with s3:// data on the
-// local pool: residency may allow it (the bucket's site carries the tags),
-// but staging s3 data onto local workers is issue #6, not built yet. A job
-// routed to a cloud backend keeps its decision (and waits there).
+// localS3 applies routing.RefuseLocalS3 to a spec's URIs.
 func localS3(d routing.Decision, spec *jobspec.Spec, rs *routeState) routing.Decision {
-	if d.Refused || d.Backend == "" {
-		return d
-	}
-	if b, ok := rs.cfg.Backend(d.Backend); !ok || b.Kind != routing.KindLocal {
-		return d
-	}
-	for _, u := range []string{spec.Dataset, spec.EvalDataset, spec.Output.URI} {
-		if strings.HasPrefix(u, "s3://") {
-			d.Refused, d.Waiting = true, false
-			d.Reasons = append(d.Reasons, d.Backend+": "+u+": reading or writing s3:// on the local pool needs staging, which is issue #6 (not built yet); use file:// data for local jobs")
-			d.Backend, d.Site = "", ""
-			return d
-		}
-	}
-	return d
+	return routing.RefuseLocalS3(d, rs.cfg, spec.Dataset, spec.EvalDataset, spec.Output.URI)
 }

@@ -242,7 +242,7 @@ func (a *app) explainOffline(spec *jobspec.Spec, path string, wi apiclient.WhatI
 	}
 	notes = append(notes, "offline: run times are the spec's expected_runtime or max_runtime; none is learned from finished jobs")
 	job := routingJob(spec, strings.TrimRight(spec.Output.URI, "/")+"/<id>")
-	d := routing.Decide(job, snap)
+	d := routing.RefuseLocalS3(routing.Decide(job, snap), cfg, spec.Dataset, spec.EvalDataset, spec.Output.URI)
 	return &explanation{Decision: d, ConfigHash: cfg.Hash(), Offline: true, Notes: notes}, nil
 }
 
