@@ -93,28 +93,39 @@ func (s *Scheduler) rctx(r *http.Request) (context.Context, context.CancelFunc) 
 	return context.WithTimeout(r.Context(), s.cfg.RedisTimeout)
 }
 
-func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
+// readSpec reads the request body as a job spec (strict parse) and
+// normalises it with the deployment's defaults; on a bad body it answers
+// (413, or 400 with every bad field) and returns false.
+func (s *Scheduler) readSpec(w http.ResponseWriter, r *http.Request) (*jobspec.Spec, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			writeJSON(w, http.StatusRequestEntityTooLarge, apiError{Error: fmt.Sprintf("body over %d bytes", s.cfg.MaxBodyBytes), Code: "too_large"})
-			return
+			return nil, false
 		}
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "read body: " + err.Error(), Code: "invalid"})
-		return
+		return nil, false
 	}
 	spec, err := jobspec.Parse(body)
 	if err != nil {
 		var ve *jobspec.ValidationError
 		if errors.As(err, &ve) {
 			writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid job spec", Code: "invalid", Fields: ve.Errors})
-			return
+			return nil, false
 		}
 		writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error(), Code: "invalid"})
-		return
+		return nil, false
 	}
 	spec.Normalize(s.cfg.Defaults)
+	return spec, true
+}
+
+func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
+	spec, ok := s.readSpec(w, r)
+	if !ok {
+		return
+	}
 	if fe := s.admissible(spec); len(fe) > 0 {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "job cannot run on this deployment", Code: "invalid", Fields: fe})
 		return

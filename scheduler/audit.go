@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -24,22 +23,10 @@ type ExplainResponse struct {
 // assume_wait=BACKEND=DURATION and assume_spent=BACKEND=USD (repeatable)
 // state a what-if for the pressure and budget inputs.
 func (s *Scheduler) explain(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "read body: " + err.Error(), Code: "invalid"})
+	spec, ok := s.readSpec(w, r)
+	if !ok {
 		return
 	}
-	spec, err := jobspec.Parse(body)
-	if err != nil {
-		var ve *jobspec.ValidationError
-		if errors.As(err, &ve) {
-			writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid job spec", Code: "invalid", Fields: ve.Errors})
-			return
-		}
-		writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error(), Code: "invalid"})
-		return
-	}
-	spec.Normalize(s.cfg.Defaults)
 	as, fe := ParseAssumptions(r.URL.Query()["assume_wait"], r.URL.Query()["assume_spent"])
 	if len(fe) > 0 {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid what-if", Code: "invalid", Fields: fe})

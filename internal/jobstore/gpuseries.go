@@ -5,30 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobtype"
 )
 
-// GPUSample is one point of a job's GPU series: the mean readings of its
-// GPUs over the point's step, from time T (unix ms).
-type GPUSample struct {
-	T    int64        `json:"t"`
-	GPUs []GPUReading `json:"gpus"`
-}
-
-// GPUReading is one GPU's readings in a GPUSample.
-type GPUReading struct {
-	Index  int     `json:"index"`
-	Util   float64 `json:"utilization_pct"`
-	MemMB  float64 `json:"memory_used_mb"`
-	PowerW float64 `json:"power_w"`
-	TempC  float64 `json:"temperature_c"`
-}
-
-// GPUSeries is a job's downsampled GPU series.
-type GPUSeries struct {
-	// Step is the time one point covers.
-	Step   time.Duration `json:"step_ns"`
-	Points []GPUSample   `json:"points"`
-}
+// The GPU series types are jobtype's (the API and CLI read them too).
+type (
+	GPUSample  = jobtype.GPUSample
+	GPUReading = jobtype.GPUReading
+	GPUSeries  = jobtype.GPUSeries
+)
 
 // AppendGPUSample adds a point to job id's GPU series (step: what a point
 // covers now).

@@ -32,10 +32,8 @@ type NodeInfo struct {
 	Jobs []string `json:"jobs"`
 }
 
-// GPUSeries is a job's downsampled GPU series, the answer of
-// GET /api/v1/jobs/{id}/gpu. Its JSON is that of jobstore.GPUSeries, which
-// the scheduler writes; this copy is for readers that must not import the
-// store (the CLI).
+// GPUSeries is a job's downsampled GPU series (the worker writes it
+// through jobstore), the answer of GET /api/v1/jobs/{id}/gpu.
 type GPUSeries struct {
 	// Step is the time one point covers (JSON: nanoseconds).
 	Step   time.Duration `json:"step_ns"`
