@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
 )
 
 // MaxConfigBytes is the largest config file ParseConfig reads (4 MiB).
@@ -20,35 +22,12 @@ const maxErrors = 100
 // maxValueLen bounds FieldError.Value, in runes.
 const maxValueLen = 200
 
-// FieldError is one problem with one field of the routing config, like
-// jobspec.FieldError.
-type FieldError struct {
-	// Field is the dotted path as written in the file:
-	// "backends.aws-eu.instance_types.p5.48xlarge.gpus", "sites.eu[1]";
-	// "" for the document as a whole.
-	Field string `json:"field"`
-	// Value is the offending value as written, cut to 200 characters; ""
-	// when missing or when there is no single value.
-	Value string `json:"value"`
-	// Message says what is wrong; it does not repeat Field.
-	Message string `json:"message"`
-}
-
-// Error formats e as `field: message (got "value")`.
-func (e FieldError) Error() string {
-	var b strings.Builder
-	if e.Field != "" {
-		b.WriteString(e.Field)
-		b.WriteString(": ")
-	}
-	b.WriteString(e.Message)
-	if e.Value != "" {
-		b.WriteString(" (got ")
-		b.WriteString(strconv.Quote(e.Value))
-		b.WriteString(")")
-	}
-	return b.String()
-}
+// FieldError is one problem with one field of the routing config: the
+// job spec's type (Field is the dotted path as written in the file,
+// "backends.aws-eu.instance_types.p5.48xlarge.gpus"; Value the offending
+// value cut to 200 characters; Message what is wrong), so the API and the
+// CLI report both alike.
+type FieldError = jobspec.FieldError
 
 // ConfigError is the error ParseConfig returns for a routing config it
 // cannot accept. Errors lists every problem found — decoding problems in
