@@ -1,0 +1,486 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/lathe-ml/lathe/worker/runner"
+)
+
+// Defaults of Config.
+const (
+	DefaultKillGrace          = 90 * time.Second
+	DefaultIMDSPollInterval   = 5 * time.Second
+	DefaultEventBatchLines    = 500
+	DefaultEventFlushInterval = time.Second
+	DefaultShutdownMargin     = 15 * time.Minute
+)
+
+// putTimeout bounds one object upload.
+const putTimeout = 5 * time.Minute
+
+// errSpot is the cancel cause when a spot interruption notice arrived.
+var errSpot = errors.New("agent: spot interruption notice")
+
+// Config says what the agent runs and how. Only cmd fills it; Run applies
+// the defaults.
+type Config struct {
+	// JobURI is s3://BUCKET/PREFIX/JOB_ID/ATTEMPT/job.json. Required.
+	JobURI string
+	// S3 is the client for every S3 call. Required.
+	S3 *s3.Client
+	// WorkDir is where the attempt's files go (WorkDir/JOB_ID/ATTEMPT/:
+	// data, output, checkpoints). Empty means os.TempDir()/lathe-agent.
+	WorkDir string
+	// TrainerArgv, when set, is the trainer's command line instead of
+	// Job.TrainerArgv. It is never run through a shell.
+	TrainerArgv []string
+	// Env holds extra KEY=VALUE entries for the trainer, after the LATHE_*
+	// ones (e.g. LATHE_SIMULATED_GPUS=1 to play an instance on a CPU).
+	// CUDA_VISIBLE_DEVICES is left unset unless given here: the trainer
+	// sees every GPU of the instance it rented.
+	Env []string
+	// KillGrace is how long the trainer has after SIGTERM before SIGKILL.
+	// Zero means DefaultKillGrace (90s, within a spot notice's two
+	// minutes, leaving time to upload the checkpoint).
+	KillGrace time.Duration
+	// IMDSEndpoint is the metadata service's base URL. Empty means
+	// DefaultIMDSEndpoint. Without an answering IMDS the attempt runs on,
+	// blind to spot notices (logged).
+	IMDSEndpoint string
+	// IMDSPollInterval is how often the spot notice is polled. Zero means
+	// DefaultIMDSPollInterval.
+	IMDSPollInterval time.Duration
+	// EventBatchLines cuts an events batch at this many lines. Zero means
+	// DefaultEventBatchLines.
+	EventBatchLines int
+	// EventFlushInterval cuts an events batch at least this often when
+	// there are lines. Zero means DefaultEventFlushInterval.
+	EventFlushInterval time.Duration
+	// ShutdownMargin: the guard calls Shutdown by itself this long after
+	// max_runtime_s has passed since the trainer started (since Run started,
+	// while the trainer has not: stuck downloads), when the attempt has not
+	// ended by then (a trainer that survives SIGKILL, a stuck upload). It
+	// must cover KillGrace plus the final uploads. Zero means
+	// DefaultShutdownMargin.
+	ShutdownMargin time.Duration
+	// Shutdown powers the instance off (the instance is launched with
+	// InstanceInitiatedShutdownBehavior=terminate). Run calls it at most
+	// once: at the end, after status.json, or from the guard. Nil means
+	// running `shutdown -h now`. Tests must set it.
+	Shutdown func(ctx context.Context) error
+	// Logger receives the agent's records; nil discards them.
+	Logger *slog.Logger
+
+	// store replaces the S3 adapter (tests).
+	store objectStore
+}
+
+func (cfg Config) normalise() (Config, JobURI, error) {
+	uri, err := ParseJobURI(cfg.JobURI)
+	if err != nil {
+		return cfg, uri, fmt.Errorf("agent: --job: %w", err)
+	}
+	if cfg.store == nil {
+		if cfg.S3 == nil {
+			return cfg, uri, errors.New("agent: no S3 client")
+		}
+		cfg.store = s3Store{cfg.S3}
+	}
+	if cfg.WorkDir == "" {
+		cfg.WorkDir = filepath.Join(os.TempDir(), "lathe-agent")
+	}
+	if cfg.KillGrace <= 0 {
+		cfg.KillGrace = DefaultKillGrace
+	}
+	if cfg.IMDSEndpoint == "" {
+		cfg.IMDSEndpoint = DefaultIMDSEndpoint
+	}
+	if cfg.IMDSPollInterval <= 0 {
+		cfg.IMDSPollInterval = DefaultIMDSPollInterval
+	}
+	if cfg.EventBatchLines <= 0 {
+		cfg.EventBatchLines = DefaultEventBatchLines
+	}
+	if cfg.EventFlushInterval <= 0 {
+		cfg.EventFlushInterval = DefaultEventFlushInterval
+	}
+	if cfg.ShutdownMargin <= 0 {
+		cfg.ShutdownMargin = DefaultShutdownMargin
+	}
+	if cfg.Shutdown == nil {
+		cfg.Shutdown = shutdownNow
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return cfg, uri, nil
+}
+
+// shutdownNow is the default Config.Shutdown.
+func shutdownNow(ctx context.Context) error {
+	out, err := exec.CommandContext(ctx, "shutdown", "-h", "now").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("shutdown -h now: %w: %s", err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// Run runs the attempt cfg.JobURI names, to the end: it reads job.json,
+// stages the datasets and the job's checkpoints, runs the trainer, uploads
+// events, checkpoints and artifacts, writes status.json and calls
+// cfg.Shutdown (see the package doc).
+//
+// Run writes status.json on every path once cfg is usable, after
+// everything else, retrying a few times; the returned Status is what it
+// wrote. The error is non-nil when the configuration is unusable, when
+// status.json could not be written, or when Shutdown failed. An unusable
+// cfg (JobURI that does not parse, no S3 client) returns at once, writing
+// nothing and not calling Shutdown. Cancelling ctx
+// stops the trainer (SIGTERM, its checkpoint uploaded) and ends in
+// StatePreempted.
+func Run(ctx context.Context, cfg Config) (st Status, err error) {
+	cfg, uri, err := cfg.normalise()
+	if err != nil {
+		// Nowhere to report to; cmd decides what to do (Shutdown is not
+		// called, so a typo on a workstation does not power it off).
+		return Status{State: StateFailed, ExitCode: -1, Error: err.Error(), FinishedAt: time.Now().UTC()}, err
+	}
+	log := cfg.Logger.With(slog.String("job_id", uri.JobID), slog.Int("attempt", uri.Attempt))
+	a := &agent{cfg: cfg, uri: uri, log: log, st: cfg.store}
+	// Uploads outlive ctx: a stopped agent still reports.
+	bg := context.WithoutCancel(ctx)
+	a.events = newEventUploader(a.st, uri, cfg.EventBatchLines, cfg.EventFlushInterval, log)
+	go a.events.loop(bg)
+
+	defer func() {
+		if evErr := a.events.close(bg); evErr != nil {
+			log.Error("events upload failed", slog.Any("error", evErr))
+		}
+		st.FinishedAt = time.Now().UTC()
+		if werr := a.writeStatus(bg, st); werr != nil {
+			err = errors.Join(err, werr)
+		}
+		err = errors.Join(err, a.shutdown(bg, "the attempt is over"))
+	}()
+	return a.run(ctx, bg), nil
+}
+
+// agent is the state of one Run.
+type agent struct {
+	cfg    Config
+	uri    JobURI
+	log    *slog.Logger
+	st     objectStore
+	events *eventUploader
+	ckpt   *checkpoints
+
+	shutOnce sync.Once
+	shutErr  error
+}
+
+func (a *agent) failed(msg string, args ...any) Status {
+	m := fmt.Sprintf(msg, args...)
+	a.log.Error("attempt failed", slog.String("error", m))
+	a.events.note("attempt failed: " + m)
+	return Status{State: StateFailed, ExitCode: -1, Error: m}
+}
+
+// run does the attempt and returns its status (FinishedAt unset).
+func (a *agent) run(ctx, bg context.Context) Status {
+	started := time.Now()
+	job, err := a.readJob(ctx)
+	if err != nil {
+		return a.failed("%v", err)
+	}
+	// The guard: shut down by itself when the attempt outlives its
+	// max_runtime by the margin, whatever is stuck.
+	// It counts from Run's start (stuck downloads) and again from the
+	// trainer's start (sink.Started), so it always comes after the
+	// max_runtime timer.
+	guard := time.AfterFunc(time.Until(started.Add(job.MaxRuntime()+a.cfg.ShutdownMargin)), func() {
+		a.log.Error("max_runtime plus the margin passed: shutting the instance down",
+			slog.Duration("max_runtime", job.MaxRuntime()), slog.Duration("margin", a.cfg.ShutdownMargin))
+		_ = a.shutdown(context.Background(), "guard: max_runtime plus margin passed")
+	})
+	defer guard.Stop()
+
+	work := filepath.Join(a.cfg.WorkDir, a.uri.JobID, strconv.Itoa(a.uri.Attempt))
+	dataDir, outDir, ckptDir := filepath.Join(work, "data"), filepath.Join(work, "output"), filepath.Join(work, "checkpoints")
+	for _, d := range []string{dataDir, outDir, ckptDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return a.failed("make %s: %v", d, err)
+		}
+	}
+	spec := job.Spec
+	if spec.Dataset, err = a.fetch(ctx, job.Dataset, filepath.Join(dataDir, "train")); err != nil {
+		return a.failed("dataset: %v", err)
+	}
+	if job.EvalDataset != "" {
+		if spec.EvalDataset, err = a.fetch(ctx, job.EvalDataset, filepath.Join(dataDir, "eval")); err != nil {
+			return a.failed("eval dataset: %v", err)
+		}
+	}
+	specFile := filepath.Join(work, JobObject)
+	specJSON, _ := json.MarshalIndent(spec, "", "  ")
+	if err := os.WriteFile(specFile, specJSON, 0o644); err != nil {
+		return a.failed("write %s: %v", specFile, err)
+	}
+
+	prefix, _ := ParseS3URI(job.CheckpointPrefix)
+	a.ckpt = newCheckpoints(a.st, prefix, ckptDir, a.log, a.events.note)
+	restored, err := a.ckpt.restore(ctx)
+	if err != nil {
+		return a.failed("restore checkpoints from %s: %v", job.CheckpointPrefix, err)
+	}
+	if len(restored) > 0 {
+		a.events.note(fmt.Sprintf("restored checkpoints %v from %s", restored, job.CheckpointPrefix))
+	}
+
+	argv := a.cfg.TrainerArgv
+	if len(argv) == 0 {
+		argv = job.TrainerArgv
+	}
+	if len(argv) == 0 {
+		return a.failed("no trainer command: job.json has no trainer_argv and the agent was given none")
+	}
+	env := append([]string{
+		"LATHE_JOB_ID=" + job.JobID,
+		"LATHE_ATTEMPT=" + strconv.Itoa(job.Attempt),
+		"LATHE_JOB_FILE=" + specFile,
+		"LATHE_OUTPUT_DIR=" + outDir,
+		"LATHE_CHECKPOINT_DIR=" + ckptDir,
+	}, a.cfg.Env...)
+
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := time.AfterFunc(job.MaxRuntime(), func() { cancel(runner.ErrTimeout) })
+	defer timer.Stop()
+	watchCtx, stopWatch := context.WithCancel(runCtx)
+	defer stopWatch()
+	go watchSpot(watchCtx, a.cfg.IMDSEndpoint, a.cfg.IMDSPollInterval, a.log, func(n SpotNotice) {
+		a.log.Warn("spot interruption notice: stopping the trainer", slog.String("action", n.Action), slog.String("time", n.Time))
+		a.events.note(fmt.Sprintf("spot interruption notice (%s at %s): SIGTERM to the trainer", n.Action, n.Time))
+		cancel(errSpot)
+	})
+	go a.ckpt.loop(bg)
+
+	sink := &sink{a: a, onStart: func() { guard.Reset(job.MaxRuntime() + a.cfg.ShutdownMargin) }}
+	res := runner.Run(runCtx, runner.Config{
+		Argv:      argv,
+		Env:       env,
+		Dir:       work,
+		KillGrace: a.cfg.KillGrace,
+		Logger:    a.log,
+	}, sink)
+	stopWatch()
+	cause := context.Cause(runCtx)
+	a.log.Info("trainer exited", slog.String("outcome", res.Outcome.String()), slog.Int("exit_code", res.ExitCode), slog.String("signal", res.Signal))
+	a.events.note(fmt.Sprintf("trainer exited: %s, exit code %d %s", res.Outcome, res.ExitCode, res.Signal))
+
+	ckptErr := a.ckpt.finish(bg)
+	st := Status{ExitCode: res.ExitCode, Metrics: sink.metrics, Checkpoint: a.ckpt.newest()}
+	switch res.Outcome {
+	case runner.Succeeded:
+		arts, err := uploadArtifacts(bg, a.st, a.uri, outDir, sink.artifacts)
+		if err != nil {
+			st.State, st.Error = StateFailed, "artifacts: "+err.Error()
+			a.events.note("attempt failed: " + st.Error)
+			return st
+		}
+		st.State, st.Artifacts = StateSucceeded, arts
+		a.events.note(fmt.Sprintf("%d artifact(s) uploaded", len(arts)))
+	case runner.TimedOut:
+		st.State, st.Error = StateTimeout, fmt.Sprintf("max_runtime %s reached", job.MaxRuntime())
+	case runner.Cancelled:
+		st.State = StatePreempted
+		if errors.Is(cause, errSpot) {
+			st.Error = "spot interruption notice"
+		} else {
+			st.Error = fmt.Sprintf("the agent was stopped: %v", cause)
+		}
+	case runner.StartFailed:
+		st.State, st.Error = StateFailed, fmt.Sprintf("trainer did not start: %v", res.Err)
+	default: // Failed, Permanent
+		st.State, st.Error = StateFailed, fmt.Sprintf("trainer failed (exit %d%s): %s", res.ExitCode, sigDesc(res.Signal), sink.lastLogs())
+	}
+	if ckptErr != nil && st.State != StateSucceeded {
+		st.Error += "; checkpoint upload failed: " + ckptErr.Error()
+	}
+	return st
+}
+
+func sigDesc(sig string) string {
+	if sig == "" {
+		return ""
+	}
+	return ", " + sig
+}
+
+// readJob reads and checks job.json.
+func (a *agent) readJob(ctx context.Context) (*Job, error) {
+	var raw []byte
+	err := retry(ctx, 3, func(ctx context.Context) error {
+		gctx, cancel := context.WithTimeout(ctx, putTimeout)
+		defer cancel()
+		body, err := a.st.Get(gctx, a.uri.Bucket, a.uri.Key(JobObject))
+		if err != nil {
+			return err
+		}
+		defer body.Close()
+		raw, err = io.ReadAll(io.LimitReader(body, 16<<20))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read job: %w", err)
+	}
+	var job Job
+	if err := json.Unmarshal(raw, &job); err != nil {
+		return nil, fmt.Errorf("read job s3://%s/%s: %w", a.uri.Bucket, a.uri.Key(JobObject), err)
+	}
+	if err := job.validate(a.uri); err != nil {
+		return nil, fmt.Errorf("job s3://%s/%s: %w", a.uri.Bucket, a.uri.Key(JobObject), err)
+	}
+	return &job, nil
+}
+
+// fetch downloads an s3:// object to dst plus the key's extension and
+// returns the local file's file:// URI.
+func (a *agent) fetch(ctx context.Context, s3uri, dst string) (string, error) {
+	u, err := ParseS3URI(s3uri)
+	if err != nil {
+		return "", err
+	}
+	dst += path.Ext(u.Key)
+	var n int64
+	err = retry(ctx, 3, func(ctx context.Context) error {
+		var err error
+		n, err = download(ctx, a.st, u.Bucket, u.Key, dst)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	a.events.note(fmt.Sprintf("downloaded %s (%d bytes)", s3uri, n))
+	abs, err := filepath.Abs(dst)
+	if err != nil {
+		return "", err
+	}
+	return "file://" + filepath.ToSlash(abs), nil
+}
+
+// writeStatus puts status.json, trying a few times.
+func (a *agent) writeStatus(ctx context.Context, st Status) error {
+	b, _ := json.MarshalIndent(st, "", "  ")
+	err := retry(ctx, 5, func(ctx context.Context) error {
+		pctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		return a.st.Put(pctx, a.uri.Bucket, a.uri.Key(StatusObject), bytes.NewReader(b), int64(len(b)))
+	})
+	if err != nil {
+		a.log.Error("status.json not written", slog.Any("error", err), slog.String("state", st.State))
+		return fmt.Errorf("agent: write status: %w", err)
+	}
+	a.log.Info("status written", slog.String("state", st.State), slog.Int("exit_code", st.ExitCode))
+	return nil
+}
+
+// shutdown calls cfg.Shutdown once.
+func (a *agent) shutdown(ctx context.Context, why string) error {
+	a.shutOnce.Do(func() {
+		a.log.Info("shutting the instance down", slog.String("why", why))
+		a.shutErr = a.cfg.Shutdown(ctx)
+		if a.shutErr != nil {
+			a.log.Error("shutdown failed", slog.Any("error", a.shutErr))
+		}
+	})
+	return a.shutErr
+}
+
+// retry calls f up to tries times, waiting 1s, 2s, 4s… between tries, and
+// returns the last error. A missing object is not retried.
+func retry(ctx context.Context, tries int, f func(context.Context) error) error {
+	var err error
+	wait := time.Second
+	for i := 0; i < tries; i++ {
+		if err = f(ctx); err == nil || errors.Is(err, errNotFound) {
+			return err
+		}
+		if i == tries-1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+	return err
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// lastLogLines is how many trailing log lines a failure's error quotes.
+const lastLogLines = 8
+
+// sink receives the trainer's output (runner.Sink): every line goes to the
+// events, checkpoints to the uploader, artifacts and metrics are kept.
+// runner calls it one call at a time; the fields are read after Run.
+type sink struct {
+	a         *agent
+	artifacts []runner.TrainerEvent
+	metrics   map[string]float64
+	logs      []string
+	onStart   func()
+}
+
+var _ runner.Sink = (*sink)(nil)
+
+func (s *sink) Started(pid int) {
+	s.onStart()
+	s.a.events.note(fmt.Sprintf("trainer started (pid %d)", pid))
+}
+
+func (s *sink) Event(ev runner.TrainerEvent) {
+	if !ev.Known() {
+		s.Log(runner.StreamStdout, string(ev.Raw))
+		return
+	}
+	s.a.events.add(ev.Kind, ev.Raw)
+	switch ev.Kind {
+	case runner.EventCheckpoint:
+		s.a.ckpt.report(ev.Path)
+	case runner.EventArtifact:
+		s.artifacts = append(s.artifacts, ev)
+	case runner.EventDone:
+		s.metrics = ev.Metrics
+	}
+}
+
+func (s *sink) Log(stream, line string) {
+	s.a.events.add(TypeLog, logData(stream, line))
+	s.logs = append(s.logs, line)
+	if len(s.logs) > lastLogLines {
+		s.logs = s.logs[len(s.logs)-lastLogLines:]
+	}
+}
+
+func (s *sink) lastLogs() string {
+	b, _ := json.Marshal(s.logs)
+	return string(b)
+}

@@ -1,0 +1,512 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/lathe-ml/lathe/backends/aws/imdsfake"
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/mototest"
+)
+
+const (
+	bucket = "lathe-agent-test"
+	prefix = "runs"
+)
+
+// testBundle holds what a test's agent runs against: the real aws-sdk-go-v2
+// S3 client talking to moto_server (a FAKE of S3, see mototest) and
+// imdsfake (a FAKE of IMDSv2).
+type testBundle struct {
+	ctx  context.Context
+	s3   *s3.Client
+	imds *imdsfake.Server
+	repo string
+
+	mu        sync.Mutex
+	shutdowns int
+	onShut    func()
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	ctx := t.Context()
+	moto := mototest.Start(t)
+	client := s3.NewFromConfig(moto.Config(ctx), mototest.S3PathStyle)
+	_, err := client.CreateBucket(ctx, &s3.CreateBucketInput{
+		Bucket: aws.String(bucket),
+		CreateBucketConfiguration: &types.CreateBucketConfiguration{
+			LocationConstraint: types.BucketLocationConstraint(mototest.Region),
+		},
+	})
+	if err != nil {
+		t.Fatalf("create bucket: %v", err)
+	}
+	imds := imdsfake.New()
+	t.Cleanup(imds.Close)
+	_, file, _, _ := runtime.Caller(0)
+	repo := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	b := &testBundle{ctx: ctx, s3: client, imds: imds, repo: repo}
+	b.putFile(t, "data/train.jsonl", filepath.Join(repo, "configs/examples/data/tiny-train.jsonl"))
+	b.putFile(t, "data/eval.jsonl", filepath.Join(repo, "configs/examples/data/tiny-eval.jsonl"))
+	return b
+}
+
+func (b *testBundle) put(t *testing.T, key string, data []byte) {
+	t.Helper()
+	_, err := b.s3.PutObject(b.ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader(data)})
+	if err != nil {
+		t.Fatalf("put %s: %v", key, err)
+	}
+}
+
+func (b *testBundle) putFile(t *testing.T, key, src string) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.put(t, key, data)
+}
+
+func (b *testBundle) get(t *testing.T, key string) []byte {
+	t.Helper()
+	out, err := b.s3.GetObject(b.ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	defer out.Body.Close()
+	data, err := io.ReadAll(out.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func (b *testBundle) list(t *testing.T, p string) []string {
+	t.Helper()
+	keys, err := s3Store{b.s3}.List(b.ctx, bucket, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// events reads every events batch of an attempt, in order.
+func (b *testBundle) events(t *testing.T, id string, attempt int) []EventLine {
+	t.Helper()
+	var out []EventLine
+	for _, k := range b.list(t, prefix+"/"+id+"/"+strconv.Itoa(attempt)+"/"+EventsFolder) {
+		for _, line := range strings.Split(strings.TrimSpace(string(b.get(t, k))), "\n") {
+			var e EventLine
+			if err := json.Unmarshal([]byte(line), &e); err != nil {
+				t.Fatalf("%s: bad line %q: %v", k, line, err)
+			}
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (b *testBundle) job(id string, attempt int, maxRuntimeS int64, argv []string) Job {
+	return Job{
+		JobID:   id,
+		Attempt: attempt,
+		Spec: jobspec.Spec{
+			Name: "agent-test", BaseModel: "tiny-char",
+			Dataset:     "s3://" + bucket + "/data/train.jsonl",
+			EvalDataset: "s3://" + bucket + "/data/eval.jsonl",
+			LoRA:        jobspec.LoRA{Rank: 4, Alpha: 8, TargetModules: []string{"q_proj", "v_proj"}},
+			Training:    jobspec.Training{MaxSteps: 6, BatchSize: 8, LearningRate: 0.02, Seed: 42, CheckpointEvery: 2, EvalEvery: 3},
+			Residency:   []string{"eu"}, Priority: jobspec.PriorityNormal, Trainer: "reference",
+		},
+		Dataset:          "s3://" + bucket + "/data/train.jsonl",
+		EvalDataset:      "s3://" + bucket + "/data/eval.jsonl",
+		CheckpointPrefix: "s3://" + bucket + "/" + prefix + "/" + id + "/" + CheckpointsFolder,
+		MaxRuntimeS:      maxRuntimeS,
+		TrainerArgv:      argv,
+	}
+}
+
+// config writes job.json and returns a Config for it whose Shutdown only
+// counts (and runs onShut).
+func (b *testBundle) config(t *testing.T, job Job) Config {
+	t.Helper()
+	data, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := prefix + "/" + job.JobID + "/" + strconv.Itoa(job.Attempt) + "/" + JobObject
+	b.put(t, key, data)
+	return Config{
+		JobURI:             "s3://" + bucket + "/" + key,
+		S3:                 b.s3,
+		WorkDir:            t.TempDir(),
+		Env:                []string{"LATHE_SIMULATED_GPUS=1", "LATHE_TORCH_THREADS=2"},
+		KillGrace:          30 * time.Second,
+		IMDSEndpoint:       b.imds.URL(),
+		IMDSPollInterval:   20 * time.Millisecond,
+		EventBatchLines:    4,
+		EventFlushInterval: 50 * time.Millisecond,
+		Shutdown: func(context.Context) error {
+			b.mu.Lock()
+			b.shutdowns++
+			f := b.onShut
+			b.mu.Unlock()
+			if f != nil {
+				f()
+			}
+			return nil
+		},
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
+	}
+}
+
+func (b *testBundle) shutdownCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.shutdowns
+}
+
+// status reads status.json and checks that it matches what Run returned.
+func (b *testBundle) status(t *testing.T, id string, attempt int, got Status) Status {
+	t.Helper()
+	var st Status
+	if err := json.Unmarshal(b.get(t, prefix+"/"+id+"/"+strconv.Itoa(attempt)+"/"+StatusObject), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.State != got.State || st.ExitCode != got.ExitCode || st.Error != got.Error {
+		t.Fatalf("status.json %+v differs from Run's %+v", st, got)
+	}
+	return st
+}
+
+func hasType(evs []EventLine, typ string) bool {
+	for _, e := range evs {
+		if e.Type == typ {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRunReferenceTrainer runs the real reference trainer
+// (scripts/train_lora.py with /usr/bin/python3 and torch, on the CPU) on the
+// tiny example data: the artifacts land in S3 with the sha256 the trainer
+// reported, the events and checkpoints are uploaded, status.json says
+// succeeded, and the instance is shut down once.
+func TestRunReferenceTrainer(t *testing.T) {
+	b := setup(t)
+	job := b.job("job-ok", 1, 600, []string{"/usr/bin/python3", filepath.Join(b.repo, "scripts", "train_lora.py")})
+	cfg := b.config(t, job)
+
+	got, err := Run(b.ctx, cfg)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got.State != StateSucceeded || got.ExitCode != 0 {
+		t.Fatalf("status %+v, want succeeded", got)
+	}
+	st := b.status(t, "job-ok", 1, got)
+	if len(st.Artifacts) == 0 {
+		t.Fatal("no artifacts in status.json")
+	}
+
+	evs := b.events(t, "job-ok", 1)
+	for _, typ := range []string{"progress", "eval", "checkpoint", "artifact", "done", TypeLog} {
+		if !hasType(evs, typ) {
+			t.Errorf("no %s line in the uploaded events", typ)
+		}
+	}
+	reported := map[string]string{}
+	for _, e := range evs {
+		if e.Type == "artifact" {
+			var a struct{ Path, SHA256 string }
+			if err := json.Unmarshal(e.Data, &a); err != nil {
+				t.Fatal(err)
+			}
+			reported[a.Path] = a.SHA256
+		}
+	}
+	for _, a := range st.Artifacts {
+		data := b.get(t, prefix+"/job-ok/1/"+ArtifactsFolder+a.Name)
+		sum := sha256.Sum256(data)
+		if hex.EncodeToString(sum[:]) != a.SHA256 || int64(len(data)) != a.Bytes {
+			t.Errorf("artifact %s in S3: %d bytes sha256 %x; status says %d bytes %s", a.Name, len(data), sum, a.Bytes, a.SHA256)
+		}
+		if reported[a.Name] != a.SHA256 {
+			t.Errorf("artifact %s: trainer reported sha256 %q, uploaded %s", a.Name, reported[a.Name], a.SHA256)
+		}
+	}
+	if _, ok := reported["adapter_model.safetensors"]; !ok {
+		t.Errorf("reported artifacts %v lack adapter_model.safetensors", reported)
+	}
+	ckpts := b.list(t, prefix+"/job-ok/"+CheckpointsFolder)
+	if !slicesContainSuffix(ckpts, "/"+completeMarker) {
+		t.Errorf("no complete checkpoint uploaded: %v", ckpts)
+	}
+	if st.Checkpoint == "" {
+		t.Error("status.json names no checkpoint")
+	}
+	if n := b.shutdownCount(); n != 1 {
+		t.Errorf("Shutdown called %d times, want 1", n)
+	}
+}
+
+func slicesContainSuffix(keys []string, suffix string) bool {
+	for _, k := range keys {
+		if strings.HasSuffix(k, suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+// standIn is a STAND-IN for a trainer (a /bin/sh script, not the reference
+// trainer) that follows the trainer contract: it resumes from the newest
+// ckpt-N/trainer_state.json in LATHE_CHECKPOINT_DIR (and says so in a log
+// line "resumed from step N"), prints a progress line about every 50ms, and
+// on SIGTERM writes ckpt-STEP, prints the checkpoint event and exits 143.
+// Once resumed (step > 0) it stops by itself after 3 more steps with an
+// artifact and exit 0. With STANDIN_IGNORE_TERM=1 it carries on after
+// SIGTERM (a stuck trainer), touching STANDIN_PIDFILE.term, and writes its
+// pid to STANDIN_PIDFILE.
+const standIn = `#!/bin/sh
+step=0
+for d in "$LATHE_CHECKPOINT_DIR"/ckpt-*; do
+	[ -f "$d/trainer_state.json" ] || continue
+	s=${d##*/ckpt-}
+	[ "$s" -gt "$step" ] && step=$s
+done
+echo "resumed from step $step"
+start=$step
+if [ "$STANDIN_IGNORE_TERM" = 1 ]; then
+	trap 'echo "SIGTERM ignored"; touch "$STANDIN_PIDFILE.term"' TERM
+	echo $$ > "$STANDIN_PIDFILE"
+else
+	trap 'mkdir -p "$LATHE_CHECKPOINT_DIR/ckpt-$step" && echo "{\"step\":$step}" > "$LATHE_CHECKPOINT_DIR/ckpt-$step/trainer_state.json" && echo "{\"event\":\"checkpoint\",\"step\":$step,\"path\":\"ckpt-$step\"}"; exit 143' TERM
+fi
+while :; do
+	step=$((step+1))
+	echo "{\"event\":\"progress\",\"step\":$step,\"total_steps\":1000}"
+	if [ "$start" -gt 0 ] && [ "$step" -ge $((start+3)) ]; then
+		echo "adapter of step $step" > "$LATHE_OUTPUT_DIR/adapter.txt"
+		echo "{\"event\":\"artifact\",\"path\":\"adapter.txt\",\"format\":\"text\",\"bytes\":$(wc -c < "$LATHE_OUTPUT_DIR/adapter.txt")}"
+		echo '{"event":"done","metrics":{"train_loss":1.5}}'
+		exit 0
+	fi
+	sleep 0.05
+done
+`
+
+func writeStandIn(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "standin-trainer.sh")
+	if err := os.WriteFile(p, []byte(standIn), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// waitFor polls cond until it holds, failing the test after a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type runResult struct {
+	st  Status
+	err error
+}
+
+func runAsync(ctx context.Context, cfg Config) <-chan runResult {
+	ch := make(chan runResult, 1)
+	go func() {
+		st, err := Run(ctx, cfg)
+		ch <- runResult{st, err}
+	}()
+	return ch
+}
+
+// TestSpotInterruptionThenResume plays a spot interruption with imdsfake
+// (a FAKE IMDSv2) once the first progress line is in S3: the stand-in
+// trainer gets SIGTERM, its checkpoint is uploaded and status.json says
+// preempted. Attempt 2 then downloads that checkpoint before the start (the
+// stand-in says the step it resumed from) and succeeds.
+func TestSpotInterruptionThenResume(t *testing.T) {
+	b := setup(t)
+	sh := writeStandIn(t)
+	job := b.job("job-spot", 1, 600, []string{"/bin/sh", sh})
+	done := runAsync(b.ctx, b.config(t, job))
+
+	waitFor(t, "a progress line in S3", func() bool { return hasType(b.events(t, "job-spot", 1), "progress") })
+	b.imds.Interrupt("terminate", time.Now().Add(2*time.Minute))
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Run: %v", r.err)
+	}
+	if r.st.State != StatePreempted {
+		t.Fatalf("status %+v, want preempted", r.st)
+	}
+	st := b.status(t, "job-spot", 1, r.st)
+	if st.Checkpoint == "" {
+		t.Fatal("status.json names no checkpoint")
+	}
+	ckptKey := prefix + "/job-spot/" + CheckpointsFolder + st.Checkpoint + "/" + completeMarker
+	var state struct{ Step int }
+	if err := json.Unmarshal(b.get(t, ckptKey), &state); err != nil {
+		t.Fatal(err)
+	}
+	if state.Step < 1 || "ckpt-"+strconv.Itoa(state.Step) != st.Checkpoint {
+		t.Fatalf("checkpoint %s holds step %d", st.Checkpoint, state.Step)
+	}
+	if n := b.shutdownCount(); n != 1 {
+		t.Errorf("Shutdown called %d times, want 1", n)
+	}
+
+	// Attempt 2, on a "new instance" (a fresh work folder), resumes.
+	job2 := b.job("job-spot", 2, 600, []string{"/bin/sh", sh})
+	b.imds.Close()
+	b.imds = imdsfake.New() // the new instance has no notice
+	t.Cleanup(b.imds.Close)
+	got, err := Run(b.ctx, b.config(t, job2))
+	if err != nil {
+		t.Fatalf("Run attempt 2: %v", err)
+	}
+	if got.State != StateSucceeded {
+		t.Fatalf("attempt 2: %+v, want succeeded", got)
+	}
+	b.status(t, "job-spot", 2, got)
+	want := "resumed from step " + strconv.Itoa(state.Step)
+	found := false
+	for _, e := range b.events(t, "job-spot", 2) {
+		if e.Type == TypeLog && strings.Contains(string(e.Data), want) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("attempt 2's events lack %q", want)
+	}
+	if len(got.Artifacts) != 1 || got.Artifacts[0].Name != "adapter.txt" {
+		t.Errorf("attempt 2 artifacts %+v", got.Artifacts)
+	}
+}
+
+// TestMaxRuntime stops the stand-in trainer at a max_runtime of one second:
+// status timeout, its checkpoint uploaded.
+func TestMaxRuntime(t *testing.T) {
+	b := setup(t)
+	job := b.job("job-slow", 1, 1, []string{"/bin/sh", writeStandIn(t)})
+	got, err := Run(b.ctx, b.config(t, job))
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got.State != StateTimeout {
+		t.Fatalf("status %+v, want timeout", got)
+	}
+	st := b.status(t, "job-slow", 1, got)
+	if st.Checkpoint == "" || len(b.list(t, prefix+"/job-slow/"+CheckpointsFolder+st.Checkpoint+"/")) == 0 {
+		t.Errorf("checkpoint %q not in S3", st.Checkpoint)
+	}
+	if n := b.shutdownCount(); n != 1 {
+		t.Errorf("Shutdown called %d times, want 1", n)
+	}
+}
+
+// TestGuardShutsDownAStuckAttempt: the stand-in ignores SIGTERM and the kill
+// grace is long, so the attempt is stuck past max_runtime; the guard calls
+// Shutdown by itself (max_runtime + margin). The test's Shutdown plays the
+// power-off by killing the trainer's process group, which ends the attempt.
+func TestGuardShutsDownAStuckAttempt(t *testing.T) {
+	b := setup(t)
+	job := b.job("job-stuck", 1, 1, []string{"/bin/sh", writeStandIn(t)})
+	cfg := b.config(t, job)
+	pidfile := filepath.Join(t.TempDir(), "pid")
+	cfg.Env = append(cfg.Env, "STANDIN_IGNORE_TERM=1", "STANDIN_PIDFILE="+pidfile)
+	cfg.KillGrace = 10 * time.Minute
+	cfg.ShutdownMargin = 10 * time.Millisecond
+	byGuard := make(chan bool, 1)
+	b.onShut = func() {
+		// The max_runtime timer fired first: the trainer saw its SIGTERM.
+		// (Not waitFor: this runs on the guard's goroutine, where
+		// t.Fatal is not allowed.)
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(pidfile + ".term"); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("the stand-in never got SIGTERM")
+				break
+			}
+		}
+		data, err := os.ReadFile(pidfile)
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil || pid <= 1 {
+			t.Errorf("stand-in pid file: %q, %v", data, err)
+		} else if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("kill the trainer's group: %v", err)
+		}
+		byGuard <- true
+	}
+	done := runAsync(b.ctx, cfg)
+	<-byGuard
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Run: %v", r.err)
+	}
+	if r.st.State != StateTimeout {
+		t.Fatalf("status %+v, want timeout", r.st)
+	}
+	b.status(t, "job-stuck", 1, r.st)
+	if n := b.shutdownCount(); n != 1 {
+		t.Errorf("Shutdown called %d times, want 1 (the guard's)", n)
+	}
+}
+
+// TestBadJob: a job.json whose ids do not match its key fails the attempt
+// with a status.json saying why, and still shuts down.
+func TestBadJob(t *testing.T) {
+	b := setup(t)
+	job := b.job("job-bad", 1, 60, []string{"/bin/true"})
+	cfg := b.config(t, job)
+	cfg.JobURI = strings.Replace(cfg.JobURI, "/job-bad/1/", "/job-bad/2/", 1)
+	job.Attempt = 1
+	data, _ := json.Marshal(job)
+	b.put(t, prefix+"/job-bad/2/"+JobObject, data)
+	got, err := Run(b.ctx, cfg)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got.State != StateFailed || !strings.Contains(got.Error, "attempt 1 does not match") {
+		t.Fatalf("status %+v", got)
+	}
+	b.status(t, "job-bad", 2, got)
+	if n := b.shutdownCount(); n != 1 {
+		t.Errorf("Shutdown called %d times, want 1", n)
+	}
+}
