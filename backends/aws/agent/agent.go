@@ -177,7 +177,13 @@ func Run(ctx context.Context, cfg Config) (st Status, err error) {
 		}
 		err = errors.Join(err, a.shutdown(bg, "the attempt is over"))
 	}()
-	return a.run(ctx, bg), nil
+	st = a.run(ctx, bg)
+	if st.State == StateFailed && st.ExitCode == -1 && ctx.Err() != nil {
+		// Stopped before the trainer could run (during the downloads):
+		// nothing failed, the attempt was interrupted.
+		st.State, st.Error = StatePreempted, fmt.Sprintf("the agent was stopped: %v (%s)", context.Cause(ctx), st.Error)
+	}
+	return st, nil
 }
 
 // agent is the state of one Run.

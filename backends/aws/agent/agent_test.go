@@ -286,8 +286,9 @@ func slicesContainSuffix(keys []string, suffix string) bool {
 // ckpt-N/trainer_state.json in LATHE_CHECKPOINT_DIR (and says so in a log
 // line "resumed from step N"), prints a progress line about every 50ms, and
 // on SIGTERM writes ckpt-STEP, prints the checkpoint event and exits 143.
-// Once resumed (step > 0) it stops by itself after 3 more steps with an
-// artifact and exit 0. With STANDIN_IGNORE_TERM=1 it carries on after
+// Once resumed (step > 0), or from the start with STANDIN_FINISH=1, it
+// stops by itself after 3 more steps with an artifact (its sha256 reported
+// wrong with STANDIN_BAD_SHA=1) and exit 0. With STANDIN_IGNORE_TERM=1 it carries on after
 // SIGTERM (a stuck trainer), touching STANDIN_PIDFILE.term, and writes its
 // pid to STANDIN_PIDFILE.
 const standIn = `#!/bin/sh
@@ -308,9 +309,11 @@ fi
 while :; do
 	step=$((step+1))
 	echo "{\"event\":\"progress\",\"step\":$step,\"total_steps\":1000}"
-	if [ "$start" -gt 0 ] && [ "$step" -ge $((start+3)) ]; then
+	if { [ "$start" -gt 0 ] || [ "$STANDIN_FINISH" = 1 ]; } && [ "$step" -ge $((start+3)) ]; then
 		echo "adapter of step $step" > "$LATHE_OUTPUT_DIR/adapter.txt"
-		echo "{\"event\":\"artifact\",\"path\":\"adapter.txt\",\"format\":\"text\",\"bytes\":$(wc -c < "$LATHE_OUTPUT_DIR/adapter.txt")}"
+		sum=$(sha256sum "$LATHE_OUTPUT_DIR/adapter.txt" | cut -d' ' -f1)
+		[ "$STANDIN_BAD_SHA" = 1 ] && sum=0000000000000000000000000000000000000000000000000000000000000000
+		echo "{\"event\":\"artifact\",\"path\":\"adapter.txt\",\"format\":\"text\",\"bytes\":$(wc -c < "$LATHE_OUTPUT_DIR/adapter.txt"),\"sha256\":\"$sum\"}"
 		echo '{"event":"done","metrics":{"train_loss":1.5}}'
 		exit 0
 	fi
@@ -508,5 +511,49 @@ func TestBadJob(t *testing.T) {
 	b.status(t, "job-bad", 2, got)
 	if n := b.shutdownCount(); n != 1 {
 		t.Errorf("Shutdown called %d times, want 1", n)
+	}
+}
+
+// TestAgentStoppedIsPreempted: cancelling Run's context (the agent gets
+// SIGTERM as the instance goes down without a notice seen) stops the
+// stand-in trainer, uploads its checkpoint and ends in preempted.
+func TestAgentStoppedIsPreempted(t *testing.T) {
+	b := setup(t)
+	job := b.job("job-stop", 1, 600, []string{"/bin/sh", writeStandIn(t)})
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	done := runAsync(ctx, b.config(t, job))
+	waitFor(t, "a progress line in S3", func() bool { return hasType(b.events(t, "job-stop", 1), "progress") })
+	cancel()
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Run: %v", r.err)
+	}
+	if r.st.State != StatePreempted || !strings.Contains(r.st.Error, "the agent was stopped") {
+		t.Fatalf("status %+v, want preempted by a stop", r.st)
+	}
+	st := b.status(t, "job-stop", 1, r.st)
+	if st.Checkpoint == "" || len(b.list(t, prefix+"/job-stop/"+CheckpointsFolder+st.Checkpoint+"/")) == 0 {
+		t.Errorf("checkpoint %q not in S3", st.Checkpoint)
+	}
+}
+
+// TestArtifactChecksumMismatch: an artifact whose sha256 differs from the
+// trainer's report fails the attempt and is not counted as uploaded.
+func TestArtifactChecksumMismatch(t *testing.T) {
+	b := setup(t)
+	job := b.job("job-sha", 1, 600, []string{"/bin/sh", writeStandIn(t)})
+	cfg := b.config(t, job)
+	cfg.Env = append(cfg.Env, "STANDIN_FINISH=1", "STANDIN_BAD_SHA=1")
+	got, err := Run(b.ctx, cfg)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got.State != StateFailed || got.ExitCode != 0 || !strings.Contains(got.Error, "trainer reported sha256") {
+		t.Fatalf("status %+v, want failed on the checksum", got)
+	}
+	b.status(t, "job-sha", 1, got)
+	if keys := b.list(t, prefix+"/job-sha/1/"+ArtifactsFolder); len(keys) != 0 {
+		t.Errorf("artifacts uploaded despite the mismatch: %v", keys)
 	}
 }

@@ -42,12 +42,23 @@ func newCheckpoints(st objectStore, prefix S3URI, dir string, log *slog.Logger, 
 		uploaded: map[string]bool{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 }
 
-// restore downloads every object under the prefix into dir and returns the
-// folders found.
+// restore downloads the checkpoints under the prefix into dir and returns
+// the folders it downloaded. When some folder holds the complete marker
+// (trainer_state.json), only the newest such folder (by its trailing step
+// number) is downloaded: S3 keeps every checkpoint of the job, the trainer
+// needs one. Otherwise everything under the prefix is.
 func (c *checkpoints) restore(ctx context.Context) ([]string, error) {
 	keys, err := c.st.List(ctx, c.bucket, c.prefix)
 	if err != nil {
 		return nil, err
+	}
+	newest := ""
+	for _, k := range keys {
+		rel := strings.TrimPrefix(k, c.prefix)
+		top, rest, _ := strings.Cut(rel, "/")
+		if rest == completeMarker && (newest == "" || stepOf(top) > stepOf(newest)) {
+			newest = top
+		}
 	}
 	folders := map[string]bool{}
 	for _, k := range keys {
@@ -58,10 +69,17 @@ func (c *checkpoints) restore(ctx context.Context) ([]string, error) {
 		if !filepath.IsLocal(rel) {
 			return nil, fmt.Errorf("checkpoint key %q leaves the checkpoint folder", k)
 		}
-		if _, err := download(ctx, c.st, c.bucket, k, filepath.Join(c.dir, filepath.FromSlash(rel))); err != nil {
+		top, _, _ := strings.Cut(rel, "/")
+		if newest != "" && top != newest {
+			continue
+		}
+		err := retry(ctx, 3, func(ctx context.Context) error {
+			_, err := download(ctx, c.st, c.bucket, k, filepath.Join(c.dir, filepath.FromSlash(rel)))
+			return err
+		})
+		if err != nil {
 			return nil, err
 		}
-		top, _, _ := strings.Cut(rel, "/")
 		folders[top] = true
 	}
 	out := make([]string, 0, len(folders))

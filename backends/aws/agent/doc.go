@@ -37,9 +37,11 @@
 // every Config.EventBatchLines lines or every Config.EventFlushInterval,
 // whichever comes first.
 //
-// Before the trainer starts, everything under the checkpoint prefix is
-// downloaded into LATHE_CHECKPOINT_DIR (the trainer resumes from the newest
-// complete folder). Each checkpoint the trainer reports is uploaded while it
+// Before the trainer starts, the newest complete checkpoint folder under
+// the checkpoint prefix (by its trailing step number; complete: it holds
+// trainer_state.json) is downloaded into LATHE_CHECKPOINT_DIR, and the
+// trainer resumes from it; when no folder is complete, everything under the
+// prefix is downloaded. Each checkpoint the trainer reports is uploaded while it
 // runs, and every complete checkpoint folder not yet uploaded is uploaded
 // once more after the trainer has exited (after a SIGTERM, this is the one it
 // saved on the way out). Checkpoint folders the trainer deletes locally are

@@ -117,6 +117,7 @@ func (u *eventUploader) cut() {
 		b, _ := json.Marshal(EventLine{T: time.Now().UnixMilli(), Type: TypeLog,
 			Data: logData(StreamAgent, "log lines dropped while S3 was unreachable: "+itoa(u.dropped))})
 		u.pending = append(u.pending, append(b, '\n'))
+		u.held++
 		u.dropped = 0
 	}
 }
