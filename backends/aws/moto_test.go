@@ -1,0 +1,221 @@
+package aws
+
+// Integration tests: the real aws-sdk-go-v2 EC2 client against moto_server,
+// an emulator of EC2 (not AWS itself), started per test by mototest. Where
+// EC2 behaviour moto lacks is needed (capacity errors, throttling, a
+// failing DescribeInstances), faultProxy, a fake that sits between the SDK
+// and moto, answers chosen calls with EC2's XML error and forwards the rest.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
+
+	"github.com/lathe-ml/lathe/internal/mototest"
+)
+
+// testBundle is one moto_server with a VPC, two subnets, a security group,
+// an instance profile and an AMI, and a Config for them.
+type testBundle struct {
+	moto   *mototest.Server
+	ec2    *ec2.Client // straight to moto, for checks
+	cfg    Config
+	sleeps []time.Duration
+	mu     sync.Mutex
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	ctx := context.Background()
+	srv := mototest.Start(t)
+	awsCfg := srv.Config(ctx)
+	ec := ec2.NewFromConfig(awsCfg)
+
+	vpc, err := ec.CreateVpc(ctx, &ec2.CreateVpcInput{CidrBlock: aws.String("10.0.0.0/16")})
+	if err != nil {
+		t.Fatalf("CreateVpc: %v", err)
+	}
+	var subnets []string
+	for i, cidr := range []string{"10.0.1.0/24", "10.0.2.0/24"} {
+		sn, err := ec.CreateSubnet(ctx, &ec2.CreateSubnetInput{
+			VpcId: vpc.Vpc.VpcId, CidrBlock: aws.String(cidr),
+			AvailabilityZone: aws.String(fmt.Sprintf("%s%c", mototest.Region, 'a'+i)),
+		})
+		if err != nil {
+			t.Fatalf("CreateSubnet: %v", err)
+		}
+		subnets = append(subnets, aws.ToString(sn.Subnet.SubnetId))
+	}
+	sg, err := ec.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{
+		GroupName: aws.String("lathe-workers"), Description: aws.String("lathe"), VpcId: vpc.Vpc.VpcId,
+	})
+	if err != nil {
+		t.Fatalf("CreateSecurityGroup: %v", err)
+	}
+	if _, err := iam.NewFromConfig(awsCfg).CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{
+		InstanceProfileName: aws.String("lathe-instance"),
+	}); err != nil {
+		t.Fatalf("CreateInstanceProfile: %v", err)
+	}
+	imgs, err := ec.DescribeImages(ctx, &ec2.DescribeImagesInput{Owners: []string{"amazon"}})
+	if err != nil || len(imgs.Images) == 0 {
+		t.Fatalf("DescribeImages: %v (%d images)", err, len(imgs.Images))
+	}
+	return &testBundle{
+		moto: srv,
+		ec2:  ec,
+		cfg: Config{
+			Cluster:         "test-cluster",
+			Backend:         "aws-eu",
+			Region:          mototest.Region,
+			AMI:             aws.ToString(imgs.Images[0].ImageId),
+			Subnets:         subnets,
+			SecurityGroups:  []string{aws.ToString(sg.GroupId)},
+			InstanceProfile: "lathe-instance",
+			Spot:            SpotNever,
+			InstanceTypes: []InstanceType{
+				{Name: "g5.xlarge", OnDemandUSDPerHour: 1.006, SpotUSDPerHour: 0.45},
+				{Name: "g5.12xlarge", OnDemandUSDPerHour: 5.672, SpotUSDPerHour: 2.10},
+				{Name: "p4d.24xlarge", OnDemandUSDPerHour: 32.77},
+				{Name: "g6e.xlarge", OnDemandUSDPerHour: 1.861, SpotUSDPerHour: 0.80},
+			},
+		},
+	}
+}
+
+// backend builds a Backend on endpoint (moto's URL, or a proxy's) with the
+// given config; the throttling backoff's sleeps are recorded, not slept,
+// and its jitter is 0.5.
+func (tb *testBundle) backend(t *testing.T, endpoint string, cfg Config, mod ...func(*aws.Config)) *Backend {
+	t.Helper()
+	awsCfg := mototest.ConfigFor(context.Background(), t, endpoint)
+	for _, m := range mod {
+		m(&awsCfg)
+	}
+	cfg.EndpointURL = endpoint
+	b, err := New(context.Background(), cfg, WithAWSConfig(awsCfg),
+		WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil))),
+		WithJitter(func() float64 { return 0.5 }),
+		WithSleep(func(ctx context.Context, d time.Duration) error {
+			tb.mu.Lock()
+			tb.sleeps = append(tb.sleeps, d)
+			tb.mu.Unlock()
+			return ctx.Err()
+		}))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return b
+}
+
+// motoInstances lists every instance moto holds that is not terminated,
+// tagged or not, read straight from moto.
+func (tb *testBundle) motoInstances(t *testing.T) []ec2types.Instance {
+	t.Helper()
+	out, err := tb.ec2.DescribeInstances(context.Background(), &ec2.DescribeInstancesInput{
+		Filters: []ec2types.Filter{{Name: aws.String("instance-state-name"), Values: liveStates}},
+	})
+	if err != nil {
+		t.Fatalf("DescribeInstances (moto): %v", err)
+	}
+	var all []ec2types.Instance
+	for _, r := range out.Reservations {
+		all = append(all, r.Instances...)
+	}
+	return all
+}
+
+// faultProxy is a fake EC2 front: it forwards every request to moto except
+// those a rule answers with EC2's XML error body. It counts actions.
+type faultProxy struct {
+	*httptest.Server
+	mu     sync.Mutex
+	calls  map[string]int // action → requests seen (answered or forwarded)
+	faults []fault
+}
+
+// fault answers requests of action (and, when set, instance type) with
+// code and status, times times (0: always).
+type fault struct {
+	action, instanceType string
+	code                 string
+	status               int
+	times                int
+	used                 int
+}
+
+func newFaultProxy(t *testing.T, target string) *faultProxy {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &faultProxy{calls: map[string]int{}}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		form, _ := url.ParseQuery(string(body))
+		action := form.Get("Action")
+		p.mu.Lock()
+		p.calls[action]++
+		var hit *fault
+		for i := range p.faults {
+			f := &p.faults[i]
+			if f.action == action && (f.instanceType == "" || f.instanceType == form.Get("InstanceType")) &&
+				(f.times == 0 || f.used < f.times) {
+				f.used++
+				hit = f
+				break
+			}
+		}
+		p.mu.Unlock()
+		if hit == nil {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
+		w.WriteHeader(hit.status)
+		fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>
+<Response><Errors><Error><Code>%s</Code><Message>fault injected by the test proxy for %s</Message></Error></Errors><RequestID>7a62c49f-347e-4fc4-9331-6e8eEXAMPLE</RequestID></Response>`,
+			hit.code, action)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (p *faultProxy) add(f fault) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.faults = append(p.faults, f)
+}
+
+func (p *faultProxy) count(action string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls[action]
+}
+
+// testWriter sends log lines to t.Log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
