@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -81,7 +82,8 @@ type Config struct {
 	// Shutdown powers the instance off (the instance is launched with
 	// InstanceInitiatedShutdownBehavior=terminate). Run calls it at most
 	// once: at the end, after status.json, or from the guard. Nil means
-	// running `shutdown -h now`. Tests must set it.
+	// running `shutdown -h now`; in a test binary (testing.Testing) nil is
+	// refused, so that no test can power off the machine it runs on.
 	Shutdown func(ctx context.Context) error
 	// Logger receives the agent's records; nil discards them.
 	Logger *slog.Logger
@@ -123,6 +125,11 @@ func (cfg Config) normalise() (Config, JobURI, error) {
 		cfg.ShutdownMargin = DefaultShutdownMargin
 	}
 	if cfg.Shutdown == nil {
+		if testing.Testing() {
+			// A test that forgot the hook must not power off the machine
+			// running it.
+			return cfg, uri, errors.New("agent: Config.Shutdown must be set in tests")
+		}
 		cfg.Shutdown = shutdownNow
 	}
 	if cfg.Logger == nil {
@@ -172,7 +179,7 @@ func Run(ctx context.Context, cfg Config) (st Status, err error) {
 			log.Error("events upload failed", slog.Any("error", evErr))
 		}
 		st.FinishedAt = time.Now().UTC()
-		if werr := a.writeStatus(bg, st); werr != nil {
+		if werr := a.writeStatus(bg, st, true); werr != nil {
 			err = errors.Join(err, werr)
 		}
 		err = errors.Join(err, a.shutdown(bg, "the attempt is over"))
@@ -197,6 +204,9 @@ type agent struct {
 
 	shutOnce sync.Once
 	shutErr  error
+
+	statusMu     sync.Mutex
+	finalWritten bool
 }
 
 func (a *agent) failed(msg string, args ...any) Status {
@@ -221,6 +231,13 @@ func (a *agent) run(ctx, bg context.Context) Status {
 	guard := time.AfterFunc(time.Until(started.Add(job.MaxRuntime()+a.cfg.ShutdownMargin)), func() {
 		a.log.Error("max_runtime plus the margin passed: shutting the instance down",
 			slog.Duration("max_runtime", job.MaxRuntime()), slog.Duration("margin", a.cfg.ShutdownMargin))
+		// Bounded: the shutdown must not wait long on a broken S3.
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = a.writeStatus(sctx, Status{
+			State: StateTimeout, ExitCode: -1, FinishedAt: time.Now().UTC(),
+			Error: fmt.Sprintf("the attempt was still running %s after max_runtime %s: the agent's guard shut the instance down", a.cfg.ShutdownMargin, job.MaxRuntime()),
+		}, false)
 		_ = a.shutdown(context.Background(), "guard: max_runtime plus margin passed")
 	})
 	defer guard.Stop()
@@ -389,8 +406,14 @@ func (a *agent) fetch(ctx context.Context, s3uri, dst string) (string, error) {
 	return "file://" + filepath.ToSlash(abs), nil
 }
 
-// writeStatus puts status.json, trying a few times.
-func (a *agent) writeStatus(ctx context.Context, st Status) error {
+// writeStatus puts status.json, trying a few times. The guard's write
+// (final false) never replaces Run's own (final true).
+func (a *agent) writeStatus(ctx context.Context, st Status, final bool) error {
+	a.statusMu.Lock()
+	defer a.statusMu.Unlock()
+	if a.finalWritten {
+		return nil
+	}
 	b, _ := json.MarshalIndent(st, "", "  ")
 	err := retry(ctx, 5, func(ctx context.Context) error {
 		pctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -401,6 +424,7 @@ func (a *agent) writeStatus(ctx context.Context, st Status) error {
 		a.log.Error("status.json not written", slog.Any("error", err), slog.String("state", st.State))
 		return fmt.Errorf("agent: write status: %w", err)
 	}
+	a.finalWritten = final
 	a.log.Info("status written", slog.String("state", st.State), slog.Int("exit_code", st.ExitCode))
 	return nil
 }

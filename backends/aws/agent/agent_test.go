@@ -467,6 +467,17 @@ func TestGuardShutsDownAStuckAttempt(t *testing.T) {
 				break
 			}
 		}
+		// The guard wrote its status before shutting down.
+		if out, err := b.s3.GetObject(b.ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(prefix + "/job-stuck/1/" + StatusObject)}); err != nil {
+			t.Errorf("no status.json when the guard shuts down: %v", err)
+		} else {
+			var st Status
+			err := json.NewDecoder(out.Body).Decode(&st)
+			out.Body.Close()
+			if err != nil || st.State != StateTimeout || !strings.Contains(st.Error, "guard") {
+				t.Errorf("guard's status.json: %+v, %v", st, err)
+			}
+		}
 		data, err := os.ReadFile(pidfile)
 		pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
 		if err != nil || pid <= 1 {

@@ -54,6 +54,8 @@
 // interruption notice, or the agent itself stopped before the trainer ended:
 // the trainer got SIGTERM and its checkpoint was uploaded) or timeout (the
 // job's max_runtime_s passed). The instance is then shut down through
-// Config.Shutdown; a guard calls it by itself max_runtime_s plus
-// Config.ShutdownMargin after the start if the agent is stuck.
+// Config.Shutdown. A guard calls it by itself max_runtime_s plus
+// Config.ShutdownMargin after the trainer's start if the attempt is stuck,
+// having first written a status.json of its own (timeout, exit_code -1); a
+// status written by the end of Run replaces it, never the reverse.
 package agent

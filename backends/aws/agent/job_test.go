@@ -1,6 +1,9 @@
 package agent
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestParseJobURI(t *testing.T) {
 	for _, tc := range []struct {
@@ -40,5 +43,14 @@ func TestStepOf(t *testing.T) {
 		if got := stepOf(in); got != want {
 			t.Errorf("stepOf(%q) = %d, want %d", in, got, want)
 		}
+	}
+}
+
+// TestNoDefaultShutdownInTests: Run refuses a Config without Shutdown in a
+// test binary instead of powering the machine off.
+func TestNoDefaultShutdownInTests(t *testing.T) {
+	_, err := Run(t.Context(), Config{JobURI: "s3://b/p/j/1/job.json", store: newMemStore()})
+	if err == nil || !strings.Contains(err.Error(), "Shutdown must be set") {
+		t.Fatalf("Run without Shutdown in a test: %v", err)
 	}
 }
