@@ -73,6 +73,14 @@ func (s *Server) Interrupt(action string, t time.Time) {
 	s.notice = b
 }
 
+// ExpireTokens makes every token handed out so far invalid, as if their TTL
+// had passed.
+func (s *Server) ExpireTokens() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.tokens)
+}
+
 // Polls is how many instance-action requests with a valid token were served.
 func (s *Server) Polls() int {
 	s.mu.Lock()
