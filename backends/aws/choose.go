@@ -109,32 +109,65 @@ func (b *Backend) ChooseTypes(ctx context.Context, req Request) ([]Choice, error
 	for i, t := range b.cfg.InstanceTypes {
 		names[i] = ec2types.InstanceType(t.Name)
 	}
-	infos := map[string]ec2types.InstanceTypeInfo{}
-	in := &ec2.DescribeInstanceTypesInput{InstanceTypes: names}
-	for {
-		out, err := b.ec2.DescribeInstanceTypes(ctx, in)
-		if err != nil {
-			return nil, fmt.Errorf("aws: describe instance types %v: %w", names, err)
+	infos, err := b.describeTypes(ctx, names)
+	if err != nil && unknownType(err) {
+		// One unknown name fails the whole call; ask per type so the
+		// others still serve, and say which is unknown.
+		infos, err = map[string]ec2types.InstanceTypeInfo{}, nil
+		for _, n := range names {
+			one, e := b.describeTypes(ctx, []ec2types.InstanceType{n})
+			if unknownType(e) {
+				b.log.Warn("aws: allowed instance type unknown to EC2 in this region; skipped",
+					"instance_type", string(n), "region", b.cfg.Region)
+				continue
+			}
+			if e != nil {
+				err = e
+				break
+			}
+			for k, v := range one {
+				infos[k] = v
+			}
 		}
-		for _, it := range out.InstanceTypes {
-			infos[string(it.InstanceType)] = it
-		}
-		if aws.ToString(out.NextToken) == "" {
-			break
-		}
-		in.NextToken = out.NextToken
+	}
+	if err != nil {
+		return nil, fmt.Errorf("aws: describe instance types %v: %w", names, err)
 	}
 	fits := make([]gpuFit, 0, len(b.cfg.InstanceTypes))
 	for _, t := range b.cfg.InstanceTypes {
 		info, ok := infos[t.Name]
 		if !ok {
-			b.log.Warn("aws: allowed instance type not offered", "instance_type", t.Name)
 			fits = append(fits, gpuFit{name: t.Name})
 			continue
 		}
 		fits = append(fits, fitGPUs(t.Name, info.GpuInfo, req))
 	}
 	return rankChoices(b.cfg, fits), nil
+}
+
+// unknownType reports EC2's (and moto's) error for an instance type name it
+// does not know: InvalidInstanceType, or InvalidInstanceType.NotFound.
+func unknownType(err error) bool {
+	return err != nil && strings.HasPrefix(errorCode(err), "InvalidInstanceType")
+}
+
+// describeTypes runs DescribeInstanceTypes for names over every page.
+func (b *Backend) describeTypes(ctx context.Context, names []ec2types.InstanceType) (map[string]ec2types.InstanceTypeInfo, error) {
+	infos := map[string]ec2types.InstanceTypeInfo{}
+	in := &ec2.DescribeInstanceTypesInput{InstanceTypes: names}
+	for {
+		out, err := b.ec2.DescribeInstanceTypes(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range out.InstanceTypes {
+			infos[string(it.InstanceType)] = it
+		}
+		if aws.ToString(out.NextToken) == "" {
+			return infos, nil
+		}
+		in.NextToken = out.NextToken
+	}
 }
 
 // fitGPUs counts the GPUs of a type that match req's models and memory.

@@ -27,6 +27,7 @@ func choiceNames(cs []Choice) []string {
 // catalogue has g5.xlarge 1×A10G 22888 MiB, g5.12xlarge 4×A10G,
 // p4d.24xlarge 8×A100 40960 MiB, g6e.xlarge 1×L40S 45776 MiB).
 func TestChooseTypesMotoCatalogue(t *testing.T) {
+	t.Parallel()
 	tb := setup(t)
 	ctx := context.Background()
 	cases := []struct {
@@ -65,7 +66,10 @@ func TestChooseTypesMotoCatalogue(t *testing.T) {
 			}
 		})
 	}
-	b := tb.backend(t, tb.moto.URL(), tb.cfg)
+	// An allowed name EC2 does not know is skipped; the others still serve.
+	cfg := tb.cfg
+	cfg.InstanceTypes = append([]InstanceType{{Name: "x9.nosuch", OnDemandUSDPerHour: 0.01}}, cfg.InstanceTypes...)
+	b := tb.backend(t, tb.moto.URL(), cfg)
 	got, err := b.ChooseTypes(ctx, Request{JobID: "j", Attempt: 1, GPUs: 8, GPUModels: []string{"A100"}})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("p4d: %v %v", got, err)
@@ -75,10 +79,50 @@ func TestChooseTypesMotoCatalogue(t *testing.T) {
 	}
 }
 
+// TestNewFromEnvironment: with no aws.Config given, New reads the standard
+// AWS environment (here pointing at moto, an emulator, through
+// AWS_ENDPOINT_URL), and Config.EndpointURL overrides it.
+func TestNewFromEnvironment(t *testing.T) {
+	tb := setup(t)
+	ctx := context.Background()
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	t.Setenv("AWS_SESSION_TOKEN", "")
+	t.Setenv("AWS_PROFILE", "")
+	t.Setenv("AWS_CONFIG_FILE", "/dev/null")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+	t.Setenv("AWS_REGION", "us-east-1") // Config.Region wins
+	t.Setenv("AWS_ENDPOINT_URL", tb.moto.URL())
+
+	b, err := New(ctx, tb.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Launch(ctx, Request{JobID: "job-env", Attempt: 1, GPUs: 1})
+	if err != nil {
+		t.Fatalf("Launch from the environment: %v", err)
+	}
+	if n := len(tb.motoInstances(t)); n != 1 {
+		t.Fatalf("moto holds %d instances", n)
+	}
+
+	t.Setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1") // nothing listens there
+	cfg := tb.cfg
+	cfg.EndpointURL = tb.moto.URL()
+	b, err = New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst, err := b.Describe(ctx, res.Instance.ID); err != nil || inst.ID != res.Instance.ID {
+		t.Fatalf("Describe through EndpointURL: %+v %v", inst, err)
+	}
+}
+
 // TestLaunchSetsTagsShutdownAndUserData launches on moto (an emulator) and
 // reads back what EC2 would hold: the five tags on the instance and its
 // volume, terminate-on-shutdown, the user data, profile, subnet and groups.
 func TestLaunchSetsTagsShutdownAndUserData(t *testing.T) {
+	t.Parallel()
 	tb := setup(t)
 	ctx := context.Background()
 	cfg := tb.cfg
@@ -168,6 +212,7 @@ func TestLaunchSetsTagsShutdownAndUserData(t *testing.T) {
 // ClientToken, so only the tags can guard) and moto holds exactly one; a new
 // attempt gets its own.
 func TestLaunchTwiceSameAttemptOneInstance(t *testing.T) {
+	t.Parallel()
 	tb := setup(t)
 	ctx := context.Background()
 	b := tb.backend(t, tb.moto.URL(), tb.cfg)
@@ -210,6 +255,7 @@ func TestLaunchTwiceSameAttemptOneInstance(t *testing.T) {
 // 500, as EC2 does); Launch tries the next subnet, then the next choice,
 // and the SDK does not retry the 500 on its own.
 func TestLaunchInsufficientCapacityNextChoice(t *testing.T) {
+	t.Parallel()
 	tb := setup(t)
 	ctx := context.Background()
 	p := newFaultProxy(t, tb.moto.URL())
@@ -242,6 +288,7 @@ func TestLaunchInsufficientCapacityNextChoice(t *testing.T) {
 // TestLaunchNoCapacityAnywhere: every choice in every subnet refused →
 // ErrNoCapacity listing each attempt with its code; nothing launched.
 func TestLaunchNoCapacityAnywhere(t *testing.T) {
+	t.Parallel()
 	tb := setup(t)
 	p := newFaultProxy(t, tb.moto.URL())
 	p.add(fault{action: "RunInstances", instanceType: "g5.xlarge", code: "InsufficientInstanceCapacity", status: 500})
@@ -281,6 +328,7 @@ func TestLaunchNoCapacityAnywhere(t *testing.T) {
 // calls RunInstances, whether or not the attempt already has an instance.
 // The SDK's own retries are off here so the test does not wait for them.
 func TestLaunchFindFailureLaunchesNothing(t *testing.T) {
+	t.Parallel()
 	tb := setup(t)
 	ctx := context.Background()
 	p := newFaultProxy(t, tb.moto.URL())
@@ -320,6 +368,7 @@ func TestLaunchFindFailureLaunchesNothing(t *testing.T) {
 // error after a bounded number of retries with growing waits, nothing
 // launched.
 func TestLaunchThrottledRetries(t *testing.T) {
+	t.Parallel()
 	tb := setup(t)
 	ctx := context.Background()
 	p := newFaultProxy(t, tb.moto.URL())
@@ -363,6 +412,7 @@ func TestLaunchThrottledRetries(t *testing.T) {
 // TestTerminateIdempotent: terminating twice succeeds, an unknown id is
 // success, and an instance Lathe did not launch is refused and left running.
 func TestTerminateIdempotent(t *testing.T) {
+	t.Parallel()
 	tb := setup(t)
 	ctx := context.Background()
 	b := tb.backend(t, tb.moto.URL(), tb.cfg)
@@ -405,6 +455,7 @@ func TestTerminateIdempotent(t *testing.T) {
 // instances, another cluster's and an untagged one, and checks what the
 // reconciler would see and terminate.
 func TestFindManagedAndOrphans(t *testing.T) {
+	t.Parallel()
 	tb := setup(t)
 	ctx := context.Background()
 	b := tb.backend(t, tb.moto.URL(), tb.cfg)
