@@ -31,8 +31,8 @@ const (
 	DefaultShutdownMargin     = 15 * time.Minute
 )
 
-// putTimeout bounds one object upload.
-const putTimeout = 5 * time.Minute
+// getTimeout bounds reading job.json.
+const getTimeout = time.Minute
 
 // errSpot is the cancel cause when a spot interruption notice arrived.
 var errSpot = errors.New("agent: spot interruption notice")
@@ -183,6 +183,7 @@ func Run(ctx context.Context, cfg Config) (st Status, err error) {
 			err = errors.Join(err, werr)
 		}
 		err = errors.Join(err, a.shutdown(bg, "the attempt is over"))
+		a.stopGuard()
 	}()
 	st = a.run(ctx, bg)
 	if st.State == StateFailed && st.ExitCode == -1 && ctx.Err() != nil {
@@ -207,6 +208,23 @@ type agent struct {
 
 	statusMu     sync.Mutex
 	finalWritten bool
+
+	guardMu sync.Mutex
+	guard   *time.Timer
+}
+
+func (a *agent) setGuard(t *time.Timer) {
+	a.guardMu.Lock()
+	defer a.guardMu.Unlock()
+	a.guard = t
+}
+
+func (a *agent) stopGuard() {
+	a.guardMu.Lock()
+	defer a.guardMu.Unlock()
+	if a.guard != nil {
+		a.guard.Stop()
+	}
 }
 
 func (a *agent) failed(msg string, args ...any) Status {
@@ -228,6 +246,8 @@ func (a *agent) run(ctx, bg context.Context) Status {
 	// It counts from Run's start (stuck downloads) and again from the
 	// trainer's start (sink.Started), so it always comes after the
 	// max_runtime timer.
+	// It stays armed after run returns, until Run has shut down: the final
+	// uploads are covered too.
 	guard := time.AfterFunc(time.Until(started.Add(job.MaxRuntime()+a.cfg.ShutdownMargin)), func() {
 		a.log.Error("max_runtime plus the margin passed: shutting the instance down",
 			slog.Duration("max_runtime", job.MaxRuntime()), slog.Duration("margin", a.cfg.ShutdownMargin))
@@ -240,7 +260,7 @@ func (a *agent) run(ctx, bg context.Context) Status {
 		}, false)
 		_ = a.shutdown(context.Background(), "guard: max_runtime plus margin passed")
 	})
-	defer guard.Stop()
+	a.setGuard(guard)
 
 	work := filepath.Join(a.cfg.WorkDir, a.uri.JobID, strconv.Itoa(a.uri.Attempt))
 	dataDir, outDir, ckptDir := filepath.Join(work, "data"), filepath.Join(work, "output"), filepath.Join(work, "checkpoints")
@@ -358,7 +378,7 @@ func sigDesc(sig string) string {
 func (a *agent) readJob(ctx context.Context) (*Job, error) {
 	var raw []byte
 	err := retry(ctx, 3, func(ctx context.Context) error {
-		gctx, cancel := context.WithTimeout(ctx, putTimeout)
+		gctx, cancel := context.WithTimeout(ctx, getTimeout)
 		defer cancel()
 		body, err := a.st.Get(gctx, a.uri.Bucket, a.uri.Key(JobObject))
 		if err != nil {
@@ -409,7 +429,11 @@ func (a *agent) fetch(ctx context.Context, s3uri, dst string) (string, error) {
 // writeStatus puts status.json, trying a few times. The guard's write
 // (final false) never replaces Run's own (final true).
 func (a *agent) writeStatus(ctx context.Context, st Status, final bool) error {
-	a.statusMu.Lock()
+	if final {
+		a.statusMu.Lock()
+	} else if !a.statusMu.TryLock() {
+		return nil // Run is writing its own: the guard does not wait on it
+	}
 	defer a.statusMu.Unlock()
 	if a.finalWritten {
 		return nil

@@ -54,10 +54,9 @@ func uploadArtifacts(ctx context.Context, st objectStore, uri JobURI, outDir str
 		if r.Bytes != 0 && r.Bytes != n {
 			return nil, fmt.Errorf("artifact %s: trainer reported %d bytes, file has %d", r.Path, r.Bytes, n)
 		}
+		// No timeout of its own (artifacts may be large): the guard bounds it.
 		err = retry(ctx, 3, func(ctx context.Context) error {
-			pctx, cancel := context.WithTimeout(ctx, putTimeout)
-			defer cancel()
-			put, err := uploadFile(pctx, st, uri.Bucket, uri.Key(ArtifactsFolder+r.Path), src)
+			put, err := uploadFile(ctx, st, uri.Bucket, uri.Key(ArtifactsFolder+r.Path), src)
 			if err == nil && put != n {
 				err = fmt.Errorf("file changed during the upload: %d bytes hashed, %d sent", n, put)
 			}

@@ -26,6 +26,9 @@ const TypeLog = "log"
 // StreamAgent is the stream of the agent's own log lines in the events.
 const StreamAgent = "agent"
 
+// eventsPutTimeout bounds one events batch upload.
+const eventsPutTimeout = 30 * time.Second
+
 // maxBufferedLines bounds the lines held while S3 is unreachable; log lines
 // beyond it are counted and dropped (events are always kept).
 const maxBufferedLines = 200000
@@ -133,7 +136,7 @@ func (u *eventUploader) upload(ctx context.Context) error {
 		}
 		b, seq := u.pending[0], u.seq
 		u.mu.Unlock()
-		pctx, cancel := context.WithTimeout(ctx, putTimeout)
+		pctx, cancel := context.WithTimeout(ctx, eventsPutTimeout)
 		err := u.st.Put(pctx, u.uri.Bucket, u.uri.EventsKey(seq), bytes.NewReader(b), int64(len(b)))
 		cancel()
 		if err != nil {
