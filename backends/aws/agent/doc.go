@@ -42,15 +42,17 @@
 // trainer_state.json) is downloaded into LATHE_CHECKPOINT_DIR, and the
 // trainer resumes from it; when no folder is complete, everything under the
 // prefix is downloaded. Each checkpoint the trainer reports is uploaded while it
-// runs, and every complete checkpoint folder not yet uploaded is uploaded
-// once more after the trainer has exited (after a SIGTERM, this is the one it
+// runs, and every folder of LATHE_CHECKPOINT_DIR not yet uploaded (names
+// starting with "." left out) is uploaded after the trainer has exited (after a SIGTERM, this is the one it
 // saved on the way out). Checkpoint folders the trainer deletes locally are
 // not deleted from S3.
 //
 // # Endings
 //
 // [Status.State] is succeeded (exit 0 and every artifact uploaded), failed
-// (any other exit; exit_code 3 means permanent), preempted (a spot
+// (any other exit, exit_code 3 meaning permanent; an artifact that does not
+// match its report; a setup failure such as a missing dataset, exit_code -1),
+// preempted (a spot
 // interruption notice, or the agent itself stopped before the trainer ended:
 // the trainer got SIGTERM and its checkpoint was uploaded) or timeout (the
 // job's max_runtime_s passed). The instance is then shut down through
