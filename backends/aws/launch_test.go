@@ -511,3 +511,88 @@ func TestFindManagedAndOrphans(t *testing.T) {
 		t.Fatalf("young orphans = %v", young)
 	}
 }
+
+// TestLaunchSpotRefusedFallsBackToOnDemand: with spot "prefer", the fake
+// proxy refuses every spot request (SpotMaxPriceTooLow, then
+// MaxSpotInstanceCountExceeded); Launch tries every spot choice in every
+// subnet, then launches the cheapest on-demand choice on moto.
+func TestLaunchSpotRefusedFallsBackToOnDemand(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	p := newFaultProxy(t, tb.moto.URL())
+	p.add(fault{action: "RunInstances", market: "spot", instanceType: "g5.xlarge", code: "SpotMaxPriceTooLow", status: 400})
+	p.add(fault{action: "RunInstances", market: "spot", code: "MaxSpotInstanceCountExceeded", status: 400})
+	cfg := tb.cfg
+	cfg.Spot = SpotPrefer
+	b := tb.backend(t, p.URL, cfg)
+	res, err := b.Launch(context.Background(), Request{JobID: "job-spot", Attempt: 1, GPUs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range res.Attempts {
+		got = append(got, a.Choice.String()+"/"+a.Code)
+	}
+	want := []string{
+		"g5.xlarge spot/SpotMaxPriceTooLow", "g5.xlarge spot/SpotMaxPriceTooLow",
+		"g6e.xlarge spot/MaxSpotInstanceCountExceeded", "g6e.xlarge spot/MaxSpotInstanceCountExceeded",
+		"g5.12xlarge spot/MaxSpotInstanceCountExceeded", "g5.12xlarge spot/MaxSpotInstanceCountExceeded",
+		"g5.xlarge on-demand/",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("attempts = %v\nwant       %v", got, want)
+	}
+	inst, err := b.Describe(context.Background(), res.Instance.ID)
+	if err != nil || inst.Spot || inst.Type != "g5.xlarge" {
+		t.Fatalf("instance = %+v %v", inst, err)
+	}
+}
+
+// TestLaunchOtherErrorStops: an error that is neither capacity nor
+// throttling (here UnauthorizedOperation through the fake proxy) ends
+// Launch at once, without trying other choices.
+func TestLaunchOtherErrorStops(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	p := newFaultProxy(t, tb.moto.URL())
+	p.add(fault{action: "RunInstances", code: "UnauthorizedOperation", status: 403})
+	b := tb.backend(t, p.URL, tb.cfg)
+	res, err := b.Launch(context.Background(), Request{JobID: "job-denied", Attempt: 1, GPUs: 1})
+	if err == nil || errors.Is(err, ErrNoCapacity) || errorCode(err) != "UnauthorizedOperation" {
+		t.Fatalf("err = %v", err)
+	}
+	if len(res.Attempts) != 1 || p.count("RunInstances") != 1 {
+		t.Fatalf("attempts = %+v, calls = %d", res.Attempts, p.count("RunInstances"))
+	}
+}
+
+// TestDescribeFailureIsNotGone: while DescribeInstances fails (the fake
+// proxy), Describe's error is not ErrNotFound and Terminate refuses to act,
+// so a transient API error never terminates a running instance.
+func TestDescribeFailureIsNotGone(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	ctx := context.Background()
+	p := newFaultProxy(t, tb.moto.URL())
+	b := tb.backend(t, p.URL, tb.cfg, func(c *aws.Config) { c.RetryMaxAttempts = 1 })
+	res, err := b.Launch(ctx, Request{JobID: "job-d", Attempt: 1, GPUs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.add(fault{action: "DescribeInstances", code: "Unavailable", status: 503, times: 2})
+	if _, err := b.Describe(ctx, res.Instance.ID); err == nil || errors.Is(err, ErrNotFound) {
+		t.Fatalf("Describe err = %v, want a non-NotFound error", err)
+	}
+	if err := b.Terminate(ctx, res.Instance.ID); err == nil {
+		t.Fatal("Terminate succeeded without knowing the instance")
+	}
+	if n := p.count("TerminateInstances"); n != 0 {
+		t.Fatalf("TerminateInstances called %d times", n)
+	}
+	if _, err := b.FindManaged(ctx); err != nil {
+		t.Fatalf("FindManaged after the faults: %v", err)
+	}
+	if inst, err := b.Describe(ctx, res.Instance.ID); err != nil || inst.Gone() {
+		t.Fatalf("instance = %+v %v", inst, err)
+	}
+}

@@ -153,6 +153,7 @@ type faultProxy struct {
 // code and status, times times (0: always).
 type fault struct {
 	action, instanceType string
+	market               string // "spot" matches spot requests, "on-demand" the others; "" both
 	code                 string
 	status               int
 	times                int
@@ -177,7 +178,12 @@ func newFaultProxy(t *testing.T, target string) *faultProxy {
 		var hit *fault
 		for i := range p.faults {
 			f := &p.faults[i]
+			market := "on-demand"
+			if form.Get("InstanceMarketOptions.MarketType") == "spot" {
+				market = "spot"
+			}
 			if f.action == action && (f.instanceType == "" || f.instanceType == form.Get("InstanceType")) &&
+				(f.market == "" || f.market == market) &&
 				(f.times == 0 || f.used < f.times) {
 				f.used++
 				hit = f
