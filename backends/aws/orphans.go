@@ -53,3 +53,19 @@ func Cost(launch, end time.Time, usdPerHour float64) float64 {
 	}
 	return d.Seconds() * usdPerHour / 3600
 }
+
+// Price returns the configured price per hour of an instance: the spot
+// price for a spot instance (the on-demand price when none is configured),
+// else the on-demand price; 0 for a type not in the allowed list.
+func (b *Backend) Price(inst Instance) float64 {
+	for _, t := range b.cfg.InstanceTypes {
+		if t.Name != inst.Type {
+			continue
+		}
+		if inst.Spot && t.SpotUSDPerHour > 0 {
+			return t.SpotUSDPerHour
+		}
+		return t.OnDemandUSDPerHour
+	}
+	return 0
+}

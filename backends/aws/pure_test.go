@@ -243,3 +243,26 @@ func TestCost(t *testing.T) {
 // noEnv keeps the developer's AWS environment out of New; these tests make
 // no AWS call.
 var noEnv = WithAWSConfig(aws.Config{})
+
+// TestPrice: spot price for spot instances, on-demand otherwise.
+func TestPrice(t *testing.T) {
+	cfg := validConfig()
+	cfg.InstanceTypes = append(cfg.InstanceTypes, InstanceType{Name: "p4d.24xlarge", OnDemandUSDPerHour: 32.77})
+	b, err := New(context.Background(), cfg, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		inst Instance
+		want float64
+	}{
+		{Instance{Type: "g5.xlarge", Spot: true}, 0.45},
+		{Instance{Type: "g5.xlarge"}, 1.006},
+		{Instance{Type: "p4d.24xlarge", Spot: true}, 32.77},
+		{Instance{Type: "m5.large"}, 0},
+	} {
+		if got := b.Price(c.inst); got != c.want {
+			t.Errorf("Price(%+v) = %v, want %v", c.inst, got, c.want)
+		}
+	}
+}

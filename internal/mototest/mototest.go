@@ -12,6 +12,7 @@ package mototest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -70,13 +72,30 @@ func isShim(p string) bool {
 
 // Start launches moto_server on a free loopback port, waits until it answers
 // and kills it at test cleanup. It calls tb.Fatal when moto_server is
-// missing or does not come up.
+// missing or does not come up. Should another process take the port first,
+// it starts again on another port (three tries).
 func Start(tb testing.TB) *Server {
 	tb.Helper()
 	bin, err := Binary()
 	if err != nil {
 		tb.Fatalf("mototest: %v", err)
 	}
+	for try := 1; ; try++ {
+		s, err := start(tb, bin)
+		if err == nil {
+			return s
+		}
+		if !errors.Is(err, errPortTaken) || try == 3 {
+			tb.Fatalf("mototest: %v", err)
+		}
+		tb.Logf("mototest: %v; trying another port", err)
+	}
+}
+
+var errPortTaken = errors.New("port taken by another process")
+
+func start(tb testing.TB, bin string) (*Server, error) {
+	tb.Helper()
 	dir := tb.TempDir()
 	port := freePort(tb)
 	s := &Server{addr: "127.0.0.1:" + strconv.Itoa(port), dir: dir, tb: tb, done: make(chan struct{})}
@@ -85,35 +104,44 @@ func Start(tb testing.TB) *Server {
 	logPath := filepath.Join(dir, "moto.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
-		tb.Fatalf("mototest: %v", err)
+		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		tb.Fatalf("mototest: start %s: %v", bin, err)
+		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	s.cmd = cmd
 	go func() { _ = cmd.Wait(); logf.Close(); close(s.done) }()
 	tb.Cleanup(s.kill)
 
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(30 * time.Second)
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := client.Get(s.URL() + "/moto-api/")
 		if err == nil {
 			resp.Body.Close()
-			return s
+			// The port was free a moment ago; make sure the server that
+			// answered is ours, not another test's that took the port.
+			owns, known := listensOn(cmd.Process.Pid, port)
+			if owns || !known {
+				return s, nil
+			}
+			err = fmt.Errorf("%s answered by another process", s.addr)
 		}
 		select {
 		case <-s.done:
 			log, _ := os.ReadFile(logPath)
-			tb.Fatalf("mototest: moto_server exited before answering on %s:\n%s", s.addr, log)
+			if strings.Contains(string(log), "Address already in use") {
+				return nil, fmt.Errorf("moto_server on %s: %w", s.addr, errPortTaken)
+			}
+			return nil, fmt.Errorf("moto_server exited before answering on %s:\n%s", s.addr, log)
 		default:
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(logPath)
-			tb.Fatalf("mototest: moto_server on %s did not answer: %v\n%s", s.addr, err, log)
+			return nil, fmt.Errorf("moto_server on %s did not answer: %v\n%s", s.addr, err, log)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -157,6 +185,39 @@ func (s *Server) kill() {
 	_ = s.cmd.Process.Kill()
 	<-s.done
 	s.cmd = nil
+}
+
+// listensOn reports whether process pid holds a listening TCP socket on
+// port (from /proc); known is false where /proc cannot tell.
+func listensOn(pid, port int) (owns, known bool) {
+	inodes := map[string]bool{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fields := strings.Fields(line)
+			if len(fields) < 10 || fields[3] != "0A" { // 0A: LISTEN
+				continue
+			}
+			i := strings.LastIndexByte(fields[1], ':')
+			if p, err := strconv.ParseInt(fields[1][i+1:], 16, 32); err == nil && int(p) == port {
+				inodes[fields[9]] = true
+			}
+		}
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil || len(inodes) == 0 {
+		return false, false
+	}
+	for _, fd := range fds {
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if err == nil && strings.HasPrefix(l, "socket:[") && inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] {
+			return true, true
+		}
+	}
+	return false, true
 }
 
 func freePort(tb testing.TB) int {
