@@ -107,7 +107,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	wk.Flags().StringVar(&o.backend, "backend", "local", "worker backend: local")
 	addWorker(wk)
-	root.AddCommand(up, sched, wk)
+	root.AddCommand(up, sched, wk, agentCmd(stderr, &o.logLevel))
 	return root
 }
 
