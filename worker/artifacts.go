@@ -25,19 +25,9 @@ func publishArtifacts(outDir, outputURI string, reported []runner.TrainerEvent) 
 	if err != nil {
 		return nil, err
 	}
-	if len(reported) == 0 {
-		entries, err := os.ReadDir(outDir)
-		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", outDir, err)
-		}
-		for _, e := range entries {
-			if e.Type().IsRegular() {
-				reported = append(reported, runner.TrainerEvent{Path: e.Name()})
-			}
-		}
-		if len(reported) == 0 {
-			return nil, fmt.Errorf("the trainer wrote no artifacts in %s", outDir)
-		}
+	reported, err = runner.ArtifactsIn(outDir, reported)
+	if err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		return nil, fmt.Errorf("make %s: %w", dest, err)

@@ -19,19 +19,9 @@ import (
 // artifacts/. With no report, every regular file at the top of outDir is
 // an artifact (as for the local worker).
 func uploadArtifacts(ctx context.Context, st objectStore, uri JobURI, outDir string, reported []runner.TrainerEvent) ([]Artifact, error) {
-	if len(reported) == 0 {
-		entries, err := os.ReadDir(outDir)
-		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", outDir, err)
-		}
-		for _, e := range entries {
-			if e.Type().IsRegular() {
-				reported = append(reported, runner.TrainerEvent{Path: e.Name()})
-			}
-		}
-		if len(reported) == 0 {
-			return nil, fmt.Errorf("the trainer wrote no artifacts in %s", outDir)
-		}
+	reported, err := runner.ArtifactsIn(outDir, reported)
+	if err != nil {
+		return nil, err
 	}
 	seen := map[string]bool{}
 	out := make([]Artifact, 0, len(reported))
