@@ -66,12 +66,19 @@ type typeInfo struct {
 
 // compile normalises and validates c and builds its index; d is the
 // decoder's record of the file (nil for a Config built in Go).
+//
+// The defaults are written into copies of the sites and backends, never
+// into the caller's: Decide compiles a Config built in Go on every call, and
+// calls may share it.
 func compile(c Config, d *decoder) (Config, []FieldError) {
 	c.idx = nil
+	c.Sites = slices.Clone(c.Sites)
+	c.Backends = slices.Clone(c.Backends)
 	normalize(&c)
 	if errs := validate(&c, d); len(errs) > 0 {
 		return Config{}, errs
 	}
+	launchDefaults(&c)
 	c.idx = buildIndex(c)
 	return c, nil
 }

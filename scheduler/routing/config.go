@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"strings"
 
 	"github.com/lathe-ml/lathe/internal/cost"
 )
@@ -14,6 +16,26 @@ const (
 	KindLocal = "local"
 	// KindAWS is an AWS backend: EC2 GPU instances bought per job.
 	KindAWS = "aws"
+)
+
+// Spot policies of an aws backend (Backend.SpotPolicy; the config's
+// spot key).
+const (
+	// SpotNever buys on-demand instances only (spot: false, or no spot key).
+	SpotNever = "never"
+	// SpotPrefer tries spot for every instance type, then on demand
+	// (spot: true, or spot: prefer).
+	SpotPrefer = "prefer"
+	// SpotOnly buys spot instances only (spot: only).
+	SpotOnly = "only"
+)
+
+// Defaults of an aws backend's launch settings (see Backend).
+const (
+	// DefaultMaxInstances is max_instances when the config gives none.
+	DefaultMaxInstances = 8
+	// DefaultAgentPath is agent_path when the config gives none.
+	DefaultAgentPath = "/usr/local/bin/lathed"
 )
 
 // Implicit names, used when the config file has no sites: one site
@@ -99,10 +121,75 @@ type Backend struct {
 	Region string `json:"region,omitempty"`
 	// BudgetUSDPerMonth of an aws backend; 0 = no backend budget.
 	BudgetUSDPerMonth float64 `json:"budget_usd_per_month,omitempty"`
-	// Spot: price (and buy) instances at spot prices.
+	// Spot: price (and buy) instances at spot prices; true exactly when
+	// SpotPolicy is SpotPrefer or SpotOnly.
 	Spot bool `json:"spot,omitempty"`
+	// SpotPolicy of an aws backend: SpotNever, SpotPrefer or SpotOnly (the
+	// config's spot: true is prefer; false, or no spot key, never). Empty on
+	// a local backend.
+	SpotPolicy string `json:"spot_policy,omitempty"`
 	// InstanceTypes of an aws backend, in config order; never empty there.
 	InstanceTypes []InstanceType `json:"instance_types,omitempty"`
+
+	// The launch settings of an aws backend, read by the AWS worker (lathed
+	// worker --backend aws). Routing needs none of them, so each is optional
+	// when parsing; LaunchReady says whether the backend can launch. Each
+	// is an error on a local backend.
+
+	// AMI is the image the instances boot ("ami-…"); lathed is on it.
+	AMI string `json:"ami,omitempty"`
+	// Subnets the instances launch in ("subnet-…"), tried in order.
+	Subnets []string `json:"subnets,omitempty"`
+	// SecurityGroups of the instances ("sg-…"); none: the VPC's default.
+	SecurityGroups []string `json:"security_groups,omitempty"`
+	// InstanceProfile is the IAM instance profile (name or ARN) the
+	// instances run as: their S3 access (no keys go into user data).
+	InstanceProfile string `json:"instance_profile,omitempty"`
+	// KeyName is an EC2 key pair for SSH; empty: none.
+	KeyName string `json:"key_name,omitempty"`
+	// WorkURI is where the backend's attempts live (job.json, staged
+	// datasets, events, artifacts): s3://bucket or s3://bucket/prefix, with
+	// the bucket listed in datasets.buckets in the backend's own site, so the
+	// data of a job staged there stays in the site the job computes in.
+	// Default: CheckpointURI, when that is s3:// in the backend's own site.
+	WorkURI string `json:"work_uri,omitempty"`
+	// MaxInstances is how many instances of the backend run at once, at
+	// most (> 0); default DefaultMaxInstances.
+	MaxInstances int `json:"max_instances,omitempty"`
+	// AgentPath is the absolute path of the lathed binary on the AMI (it
+	// goes into the instance's user-data script: only A-Z, a-z, 0-9, '/',
+	// '.', '_' and '-'); default DefaultAgentPath.
+	AgentPath string `json:"agent_path,omitempty"`
+}
+
+// LaunchReady returns nil when aws backend b has everything the AWS worker
+// needs to launch its instances — an ami, at least one subnet, an
+// instance_profile and an s3:// work_uri — and otherwise an error naming
+// every missing key by its path (backends.<name>.<key>). Routing to b needs
+// none of them; launching does. For a backend of another kind it returns an
+// error saying b is not a cloud backend.
+func (b Backend) LaunchReady() error {
+	if b.Kind != KindAWS {
+		return fmt.Errorf("backend %s is not a cloud backend (kind %q): it launches no instances", b.Name, b.Kind)
+	}
+	p := join("backends", b.Name) + "."
+	var missing []string
+	if b.AMI == "" {
+		missing = append(missing, p+"ami")
+	}
+	if len(b.Subnets) == 0 {
+		missing = append(missing, p+"subnets")
+	}
+	if strings.TrimSpace(b.InstanceProfile) == "" {
+		missing = append(missing, p+"instance_profile")
+	}
+	if bucket, ok := s3Bucket(b.WorkURI); !ok || bucket == "" {
+		missing = append(missing, p+"work_uri")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("backend %s cannot launch: missing %s", b.Name, strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // Price is a local backend's price per GPU-hour: flat, or from the total
@@ -119,7 +206,8 @@ type InstanceType struct {
 	GPUModel           string  `json:"gpu_model"`
 	GPUMemoryGB        float64 `json:"gpu_memory_gb"`
 	OnDemandUSDPerHour float64 `json:"on_demand_usd_per_hour"`
-	// SpotUSDPerHour is required when the backend has spot: true.
+	// SpotUSDPerHour is required when the backend buys spot (spot: true,
+	// prefer or only).
 	SpotUSDPerHour float64 `json:"spot_usd_per_hour,omitempty"`
 }
 

@@ -55,7 +55,10 @@ func TestParseConfigExample(t *testing.T) {
 		Backends: []Backend{
 			{Name: "local", Kind: KindLocal, Site: "dc-frankfurt", CheckpointURI: "file:///shared/ckpt", Price: &Price{TCO: &tco}},
 			{Name: "aws-eu", Kind: KindAWS, Site: "aws-eu-central-1", Region: "eu-central-1", CheckpointURI: "s3://lathe-eu-ckpt/",
-				BudgetUSDPerMonth: 5000, InstanceTypes: []InstanceType{
+				BudgetUSDPerMonth: 5000, SpotPolicy: SpotNever,
+				// the launch defaults: the checkpoint bucket is in the backend's site
+				WorkURI: "s3://lathe-eu-ckpt/", MaxInstances: DefaultMaxInstances, AgentPath: DefaultAgentPath,
+				InstanceTypes: []InstanceType{
 					{Name: "p5.48xlarge", GPUs: 8, GPUModel: "H100", GPUMemoryGB: 80, OnDemandUSDPerHour: 55.04, SpotUSDPerHour: 30},
 					{Name: "g6e.xlarge", GPUs: 1, GPUModel: "L40S", GPUMemoryGB: 48, OnDemandUSDPerHour: 1.86},
 				}},
@@ -130,7 +133,7 @@ func configErrorCases() []configErrorCase {
 		return strings.Replace(briefConfig, old, new, 1)
 	}
 	twoLocalSites := strings.Replace(replace("  file_site: dc-frankfurt\n", ""), "  aws-eu:\n", "  local-2: {kind: local, site: aws-us-east-1}\n  aws-eu:\n", 1)
-	return []configErrorCase{
+	return append([]configErrorCase{
 		{"unknown key in a section", replace("    region: eu-central-1\n", "    region: eu-central-1\n    zone: a\n"), "backends.aws-eu.zone", "", "unknown field"},
 		{"unknown key in datasets", replace("  file_site: dc-frankfurt\n", "  file_site: dc-frankfurt\n  roots: [/data]\n"), "datasets.roots", "", "unknown field"},
 		{"unknown key in routing", replace("  default_residency: [onprem]\n", "  default_residency: [onprem]\n  strategy: cheapest\n"), "routing.strategy", "", "unknown field"},
@@ -139,7 +142,7 @@ func configErrorCases() []configErrorCase {
 		{"wrong type: fraction", replace("gpus: 8,", "gpus: 8.5,"), "backends.aws-eu.instance_types.p5.48xlarge.gpus", "8.5", "must be a whole number"},
 		{"wrong type: number for a word", replace("redis_site: dc-frankfurt", "redis_site: 12"), "redis_site", "12", "must be a string"},
 		{"wrong type: list for a mapping", replace("  teams: {ml-research: 2000}", "  teams: [ml-research]"), "budgets.teams", "", "must be a mapping"},
-		{"wrong type: bool", replace("    spot: false\n", "    spot: sometimes\n"), "backends.aws-eu.spot", "sometimes", "must be true or false"},
+		{"spot neither bool nor policy", replace("    spot: false\n", "    spot: sometimes\n"), "backends.aws-eu.spot", "sometimes", "is not a spot policy: want true, false, prefer, never or only"},
 		{"wrong type: price", replace("on_demand_usd_per_hour: 1.86}", "on_demand_usd_per_hour: cheap}"), "backends.aws-eu.instance_types.g6e.xlarge.on_demand_usd_per_hour", "cheap", "must be a number"},
 		{"infinite price", replace("on_demand_usd_per_hour: 1.86}", "on_demand_usd_per_hour: .inf}"), "backends.aws-eu.instance_types.g6e.xlarge.on_demand_usd_per_hour", ".inf", "must be a finite number"},
 		{"upper-case tag", replace("[onprem, eu, de]", "[onprem, EU, de]"), "sites.dc-frankfurt[1]", "EU", "lower-case word"},
@@ -173,6 +176,11 @@ func configErrorCases() []configErrorCase {
 		{"tco unknown key", replace("pue: 1.3,", "pue: 1.3, cooling: 3,"), "backends.local.price.tco.cooling", "", "unknown field"},
 		{"price on an aws backend", replace("    budget_usd_per_month: 5000\n", "    budget_usd_per_month: 5000\n    price: {usd_per_gpu_hour: 2}\n"), "backends.aws-eu.price", "", "only for kind local"},
 		{"instance types on a local backend", replace("    checkpoint_uri: file:///shared/ckpt\n", "    checkpoint_uri: file:///shared/ckpt\n    spot: true\n"), "backends.local.spot", "true", "only for kind aws"},
+		{"spot only without a spot price", replace("    spot: false\n", "    spot: only\n"), "backends.aws-eu.instance_types.g6e.xlarge.spot_usd_per_hour", "", "(spot: only)"},
+		{"spot policy in capitals", replace("    spot: false\n", "    spot: Prefer\n"), "backends.aws-eu.spot", "Prefer", "want true, false, prefer, never or only"},
+		{"spot quoted true", replace("    spot: false\n", "    spot: \"true\"\n"), "backends.aws-eu.spot", "true", "without quotes"},
+		{"spot as a number", replace("    spot: false\n", "    spot: 1\n"), "backends.aws-eu.spot", "1", "want true, false, prefer, never or only"},
+		{"spot as a list", replace("    spot: false\n", "    spot: [prefer]\n"), "backends.aws-eu.spot", "", "must be true, false, prefer, never or only, not a list"},
 		{"unknown kind", replace("    kind: aws\n", "    kind: gcp\n"), "backends.aws-eu.kind", "gcp", "must be local or aws"},
 		{"missing kind", replace("    kind: aws\n", ""), "backends.aws-eu.kind", "", "is required"},
 		{"aws without region", replace("    region: eu-central-1\n", ""), "backends.aws-eu.region", "", "is required"},
@@ -186,10 +194,11 @@ func configErrorCases() []configErrorCase {
 		{"bad backend name", replace("  aws-eu:\n", "  aws_eu:\n"), "backends.aws_eu", "aws_eu", "backend name"},
 		{"several local sites, no file_site", twoLocalSites, "datasets.file_site", "", "local backends are in several sites (dc-frankfurt, aws-us-east-1)"},
 		{"not a mapping", "- sites\n", "", "", "must be a mapping of sections"},
+		{"tag index after a refused tag", replace("[cloud, us]", "[12, us, us]"), "sites.aws-us-east-1[2]", "us", "duplicate tag"},
 		{"bad YAML", "sites: [\n", "", "", "invalid YAML"},
 		{"no backends", "sites: {a: [onprem]}\nredis_site: a\n", "backends", "", "at least one backend"},
 		{"backends without sites", "backends: {local: {kind: local, site: local}}\n", "backends.local.site", "local", "is not a site"},
-	}
+	}, launchErrorCases(replace)...)
 }
 
 // TestParseConfigErrors: one row per kind of error, each reported at its

@@ -99,7 +99,7 @@
 // local = cost.GPUHours(runtime, gpus) × the backend's $/GPU-hour (flat, or
 // cost.TCO.USDPerGPUHour; an unpriced backend costs 0 and says so); cloud =
 // runtime hours × the instance's hourly price (on demand, or spot with
-// spot: true) — instances are whole, so a 1-GPU job on an 8-GPU type pays
+// spot: true, prefer or only) — instances are whole, so a 1-GPU job on an 8-GPU type pays
 // for 8. Wait on a local pool: Pool.AssumeWait when set (what-if), else the
 // GPU-hours ahead at the job's priority or higher over the pool's healthy
 // GPUs, unknown (EstWaitS −1) with none; 0 for a job with no GPUs. A cloud

@@ -183,7 +183,25 @@ func (d *decoder) backend(name, path string, n *yaml.Node) Backend {
 		case "budget_usd_per_month":
 			b.BudgetUSDPerMonth, _ = d.float(p, v)
 		case "spot":
-			b.Spot, _ = d.bool(p, v)
+			if policy, ok := d.spot(p, v); ok {
+				b.SpotPolicy, b.Spot = policy, policy != SpotNever
+			}
+		case "ami":
+			b.AMI, _ = d.str(p, v)
+		case "subnets":
+			b.Subnets, _ = d.strList(p, v)
+		case "security_groups":
+			b.SecurityGroups, _ = d.strList(p, v)
+		case "instance_profile":
+			b.InstanceProfile, _ = d.str(p, v)
+		case "key_name":
+			b.KeyName, _ = d.str(p, v)
+		case "work_uri":
+			b.WorkURI, _ = d.str(p, v)
+		case "max_instances":
+			b.MaxInstances, _ = d.int(p, v)
+		case "agent_path":
+			b.AgentPath, _ = d.str(p, v)
 		case "price":
 			b.Price = d.price(p, v)
 		case "instance_types":
@@ -422,7 +440,35 @@ func (d *decoder) bool(path string, n *yaml.Node) (bool, bool) {
 	return b, true
 }
 
-// strList decodes a sequence of strings; null is an empty list.
+// spotWords is what the spot key takes.
+const spotWords = "true, false, prefer, never or only"
+
+// spot decodes an aws backend's spot key: true (SpotPrefer), false
+// (SpotNever) or a policy word.
+func (d *decoder) spot(path string, n *yaml.Node) (string, bool) {
+	if !d.scalar(path, n, spotWords) {
+		return "", false
+	}
+	var b bool
+	switch {
+	case n.Tag == "!!bool" && n.Decode(&b) == nil:
+		if b {
+			return SpotPrefer, true
+		}
+		return SpotNever, true
+	case n.Tag == "!!str" && (n.Value == SpotNever || n.Value == SpotPrefer || n.Value == SpotOnly):
+		return n.Value, true
+	case n.Tag == "!!str" && (strings.EqualFold(n.Value, "true") || strings.EqualFold(n.Value, "false")):
+		d.fail(path, n, "must be true or false without quotes, or a spot policy: want "+spotWords)
+		return "", false
+	}
+	d.fail(path, n, "is not a spot policy: want "+spotWords)
+	return "", false
+}
+
+// strList decodes a sequence of strings; null is an empty list. A bad item
+// is reported and stands as "" in the list, so the rules name the items
+// after it by their index as written.
 func (d *decoder) strList(path string, n *yaml.Node) ([]string, bool) {
 	if isNull(n) {
 		return nil, true
@@ -437,18 +483,18 @@ func (d *decoder) strList(path string, n *yaml.Node) ([]string, bool) {
 		p := path + "[" + strconv.Itoa(i) + "]"
 		if d.alias(p, item) {
 			ok = false
+			out = append(out, "")
 			continue
 		}
 		if isNull(item) {
 			d.fail(p, nil, "must be a string, not null")
 			ok = false
+			out = append(out, "")
 			continue
 		}
 		s, good := d.str(p, item)
 		ok = ok && good
-		if good {
-			out = append(out, s)
-		}
+		out = append(out, s)
 	}
 	return out, ok
 }

@@ -169,6 +169,14 @@ func normalize(c *Config) {
 			c.Sites[i].Tags = []string{}
 		}
 	}
+	for i := range c.Backends {
+		if b := &c.Backends[i]; b.Kind == KindAWS && b.SpotPolicy == "" {
+			b.SpotPolicy = SpotNever
+			if b.Spot {
+				b.SpotPolicy = SpotPrefer
+			}
+		}
+	}
 }
 
 // validate checks the rules between fields of a normalised config.
@@ -193,7 +201,9 @@ func validate(cfg *Config, d *decoder) []FieldError {
 			case slices.Contains(s.Tags[:i], t):
 				c.add(tp, t, "duplicate tag")
 			}
-			distinct[t] = true
+			if t != "" { // "" stands for an item the decoder refused
+				distinct[t] = true
+			}
 		}
 	}
 	if len(distinct) > maxTags {
@@ -293,8 +303,16 @@ func validateBackend(c *checker, cfg *Config, b Backend, names map[string]bool, 
 	case KindLocal:
 		awsOnly("region", b.Region != "")
 		awsOnly("budget_usd_per_month", b.BudgetUSDPerMonth != 0)
-		awsOnly("spot", b.Spot)
+		awsOnly("spot", b.Spot || b.SpotPolicy != "")
 		awsOnly("instance_types", b.InstanceTypes != nil)
+		awsOnly("ami", b.AMI != "")
+		awsOnly("subnets", b.Subnets != nil)
+		awsOnly("security_groups", b.SecurityGroups != nil)
+		awsOnly("instance_profile", b.InstanceProfile != "")
+		awsOnly("key_name", b.KeyName != "")
+		awsOnly("work_uri", b.WorkURI != "")
+		awsOnly("max_instances", b.MaxInstances != 0)
+		awsOnly("agent_path", b.AgentPath != "")
 		if b.Price != nil {
 			validatePrice(c, p+".price", *b.Price)
 		}
@@ -306,6 +324,19 @@ func validateBackend(c *checker, cfg *Config, b Backend, names map[string]bool, 
 			c.add(p+".region", "", "is required for kind aws")
 		}
 		c.nonNegative(p+".budget_usd_per_month", b.BudgetUSDPerMonth)
+		switch b.SpotPolicy {
+		case SpotNever, SpotPrefer, SpotOnly:
+			if b.Spot != (b.SpotPolicy != SpotNever) { // only in a Config built in Go
+				c.add(p+".spot", strconv.FormatBool(b.Spot), "disagrees with the spot policy "+strconv.Quote(b.SpotPolicy)+": Spot must be true exactly when SpotPolicy is prefer or only")
+			}
+		default:
+			c.add(p+".spot", b.SpotPolicy, "is not a spot policy: want "+spotWords)
+		}
+		spotWord := b.SpotPolicy // as written, where the file gave it
+		if c.d != nil && c.d.raw[p+".spot"] != "" {
+			spotWord = c.d.raw[p+".spot"]
+		}
+		validateLaunch(c, cfg, p, b)
 		if len(b.InstanceTypes) == 0 {
 			c.add(p+".instance_types", "", "is required for kind aws: at least one instance type")
 		}
@@ -335,7 +366,7 @@ func validateBackend(c *checker, cfg *Config, b Backend, names map[string]bool, 
 			}
 			c.nonNegative(tp+".spot_usd_per_hour", t.SpotUSDPerHour)
 			if b.Spot && !c.present(tp+".spot_usd_per_hour", t.SpotUSDPerHour > 0) {
-				c.add(tp+".spot_usd_per_hour", "", "is required: the backend has spot: true")
+				c.add(tp+".spot_usd_per_hour", "", "is required: the backend buys spot (spot: "+spotWord+")")
 			}
 		}
 	case "":
@@ -343,6 +374,141 @@ func validateBackend(c *checker, cfg *Config, b Backend, names map[string]bool, 
 	default:
 		c.add(p+".kind", b.Kind, "must be local or aws")
 	}
+}
+
+// validateLaunch checks the launch settings of aws backend b at path p,
+// those the config gives: none is required to route (LaunchReady says what
+// launching lacks).
+func validateLaunch(c *checker, cfg *Config, p string, b Backend) {
+	if c.present(p+".ami", b.AMI != "") && (!strings.HasPrefix(b.AMI, "ami-") || len(b.AMI) <= len("ami-")) {
+		c.add(p+".ami", b.AMI, "must be an image id: ami-…")
+	}
+	ids := func(key string, list []string, prefix, what string) {
+		for i, s := range list {
+			ip := p + "." + key + "[" + strconv.Itoa(i) + "]"
+			switch {
+			case !strings.HasPrefix(s, prefix) || len(s) <= len(prefix):
+				c.add(ip, s, "must be a "+what+" id: "+prefix+"…")
+			case slices.Contains(list[:i], s):
+				c.add(ip, s, "duplicate "+what)
+			}
+		}
+	}
+	ids("subnets", b.Subnets, "subnet-", "subnet")
+	ids("security_groups", b.SecurityGroups, "sg-", "security group")
+	if c.present(p+".instance_profile", b.InstanceProfile != "") && !validInstanceProfile(b.InstanceProfile) {
+		c.add(p+".instance_profile", b.InstanceProfile, "must be an IAM instance profile name (1 to 128 of A-Z, a-z, 0-9 and +=,.@_-) or ARN (arn:aws:iam::ACCOUNT:instance-profile/NAME)")
+	}
+	if c.present(p+".key_name", b.KeyName != "") && !validKeyName(b.KeyName) {
+		c.add(p+".key_name", b.KeyName, "must be an EC2 key pair name: not blank, at most 255 printable ASCII characters")
+	}
+	if c.present(p+".work_uri", b.WorkURI != "") {
+		bucket, ok := s3Bucket(b.WorkURI)
+		site, listed := cfg.Datasets.Buckets[bucket]
+		_, known := cfg.Site(b.Site)
+		switch {
+		case !ok || bucket == "":
+			c.add(p+".work_uri", b.WorkURI, "must be s3://bucket or s3://bucket/prefix: where the backend's attempts live (job.json, staged datasets, events, artifacts)")
+		case !listed:
+			c.add(p+".work_uri", b.WorkURI, "bucket "+strconv.Quote(bucket)+" is not listed in datasets.buckets (its site must be known)")
+		case known && site != b.Site:
+			c.add(p+".work_uri", b.WorkURI, "bucket "+strconv.Quote(bucket)+" is in site "+site+", not in the backend's site "+b.Site+": the data of a job staged there must stay in the site it computes in")
+		}
+	}
+	if c.present(p+".max_instances", b.MaxInstances != 0) && b.MaxInstances <= 0 {
+		c.add(p+".max_instances", strconv.Itoa(b.MaxInstances), "must be a whole number > 0: how many instances of the backend may run at once")
+	}
+	if c.present(p+".agent_path", b.AgentPath != "") && !validAgentPath(b.AgentPath) {
+		c.add(p+".agent_path", b.AgentPath, "must be the absolute path of lathed on the AMI: '/' then only A-Z, a-z, 0-9, '/', '.', '_' and '-' (it goes into the instance's user-data script)")
+	}
+}
+
+// launchDefaults fills in the launch settings an aws backend left out:
+// max_instances, agent_path, and work_uri from an s3:// checkpoint_uri in
+// the backend's own site (one in another site is no place to stage a job's
+// data: work_uri stays empty, and LaunchReady says so).
+func launchDefaults(cfg *Config) {
+	for i := range cfg.Backends {
+		b := &cfg.Backends[i]
+		if b.Kind != KindAWS {
+			continue
+		}
+		if b.MaxInstances == 0 {
+			b.MaxInstances = DefaultMaxInstances
+		}
+		if b.AgentPath == "" {
+			b.AgentPath = DefaultAgentPath
+		}
+		if bucket, ok := s3Bucket(b.CheckpointURI); ok && b.WorkURI == "" && bucket != "" && cfg.Datasets.Buckets[bucket] == b.Site {
+			b.WorkURI = b.CheckpointURI
+		}
+	}
+}
+
+// validInstanceProfile: an IAM instance profile name, ^[\w+=,.@-]{1,128}$,
+// or its ARN, arn:PARTITION:iam::ACCOUNT:instance-profile/[PATH/]NAME.
+func validInstanceProfile(s string) bool {
+	name := s
+	if rest, ok := strings.CutPrefix(s, "arn:"); ok {
+		parts := strings.SplitN(rest, ":", 5) // partition, iam, "", account, instance-profile/…
+		if len(parts) != 5 || !strings.HasPrefix(parts[0], "aws") || parts[1] != "iam" || parts[2] != "" || len(parts[3]) != 12 || strings.Trim(parts[3], "0123456789") != "" {
+			return false
+		}
+		path, ok := strings.CutPrefix(parts[4], "instance-profile/")
+		if !ok {
+			return false
+		}
+		if i := strings.LastIndexByte(path, '/'); i >= 0 {
+			for _, seg := range strings.Split(path[:i], "/") {
+				if !profileName(seg) {
+					return false
+				}
+			}
+			path = path[i+1:]
+		}
+		name = path
+	}
+	return profileName(name)
+}
+
+func profileName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || strings.IndexByte("+=,.@_-", b) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// validKeyName: an EC2 key pair name, not blank, at most 255 printable
+// ASCII characters.
+func validKeyName(s string) bool {
+	if strings.TrimSpace(s) == "" || len(s) > 255 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// validAgentPath: ^/[A-Za-z0-9/._-]*$ — an absolute path that is safe in a
+// shell script unquoted.
+func validAgentPath(s string) bool {
+	if !strings.HasPrefix(s, "/") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '/' || b == '.' || b == '_' || b == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func validatePrice(c *checker, p string, pr Price) {
