@@ -22,9 +22,17 @@ func (s *Scheduler) placeLoop(ctx context.Context) {
 	defer close(s.done)
 	t := time.NewTicker(s.cfg.PlaceInterval)
 	defer t.Stop()
-	lastRepair, lastPrune, lastSettle := time.Time{}, time.Time{}, time.Time{}
+	lastRepair, lastPrune, lastSettle, lastReconcile := time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	wasLeader := false
 	for {
-		if s.lead(ctx) {
+		leader := s.lead(ctx)
+		if leader && (!wasLeader || time.Since(lastReconcile) >= s.cfg.ReconcileEvery) {
+			// At the start of each term, then every ReconcileEvery.
+			s.reconcileOnce(ctx)
+			lastReconcile = time.Now()
+		}
+		wasLeader = leader
+		if leader {
 			s.reapOnce(ctx)
 			s.placeOnce(ctx)
 			if time.Since(lastRepair) >= s.cfg.RepairAfter/2 {
@@ -88,6 +96,9 @@ func (s *Scheduler) placeOnce(ctx context.Context) {
 	s.lastRound = time.Now()
 	s.lastFP = fp
 	s.publishPressure(ctx, snap, jobs)
+	if !s.dispatchCloud(ctx, nodes) {
+		return
+	}
 	if len(snap.Pending) == 0 && len(s.offWaits) == 0 {
 		if s.hadWaits {
 			if err := s.store.SetWaits(ctx, nil); err == nil {
@@ -187,6 +198,7 @@ func (s *Scheduler) snapshot(ctx context.Context, nodes []jobstore.NodeStatus) (
 		}
 	}
 	s.offWaits = s.offWaits[:0]
+	s.cloudPending = s.cloudPending[:0]
 	redecided := 0
 	for _, id := range ids {
 		j := jobs[id]
@@ -224,8 +236,7 @@ func (s *Scheduler) snapshot(ctx context.Context, nodes []jobstore.NodeStatus) (
 			continue
 		}
 		if j.Route != nil && j.Route.Kind != "" && j.Route.Kind != routing.KindLocal {
-			s.offWaits = append(s.offWaits, offWait{j.ID, "cloud", fmt.Sprintf("routed to %s (site %s): launching cloud instances is issue #6, not built yet; it waits there",
-				j.Route.Backend, j.Route.Site)})
+			s.cloudPending = append(s.cloudPending, j)
 			continue
 		}
 		snap.Pending = append(snap.Pending, placement.Job{ID: j.ID, Priority: placementPriority(j.Spec.Priority),
@@ -272,7 +283,8 @@ const settleEvery = 2 * time.Second
 // settleOnce settles the budget reservation of every job that ended: its
 // reservation is released and its actual cost counted — GPU-hours it ran
 // (started to finished, × its GPUs) × its backend's price per GPU-hour. A
-// job that never started costs nothing. Cloud costs come with issue #6.
+// job that never started costs nothing; a cloud attempt's instance cost is
+// on the job already (jobstore.AddCost).
 func (s *Scheduler) settleOnce(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -289,10 +301,13 @@ func (s *Scheduler) settleOnce(ctx context.Context) {
 		if j == nil || !j.State.Terminal() {
 			continue
 		}
-		actual := 0.0
+		// Cloud attempts added their instances' cost to the job as each
+		// instance ended (the AWS worker); a local last attempt adds its
+		// GPU-hours here.
+		actual := j.CostUSD
 		if j.StartedAt != nil && j.FinishedAt != nil && j.Route != nil {
 			if b, ok := rs.cfg.Backend(j.Route.Backend); ok && b.Kind == routing.KindLocal {
-				actual = j.FinishedAt.Sub(*j.StartedAt).Hours() * float64(j.Spec.Resources.GPUs) * b.USDPerGPUHour()
+				actual += j.FinishedAt.Sub(*j.StartedAt).Hours() * float64(j.Spec.Resources.GPUs) * b.USDPerGPUHour()
 			}
 		}
 		if err := s.store.Settle(ctx, j.ID, actual); err != nil {
@@ -306,6 +321,54 @@ func (s *Scheduler) settleOnce(ctx context.Context) {
 // offWait is a queued job the placer does not place (held, routed to a
 // cloud backend, or not routed yet), with the reason shown in its status.
 type offWait struct{ id, code, reason string }
+
+// dispatchCloud moves the queued jobs routed to a cloud backend onto that
+// backend's queue (CloudNode), where its AWS worker claims them before it
+// launches anything. The node's reservations count the backend's instances,
+// up to its max_instances. A job whose backend has no live AWS worker, or
+// no instance to spare, waits with the reason. It returns false when the
+// leader was fenced (the round must stop).
+func (s *Scheduler) dispatchCloud(ctx context.Context, nodes []jobstore.NodeStatus) bool {
+	if len(s.cloudPending) == 0 {
+		return true
+	}
+	live := map[string]bool{}
+	for _, n := range nodes {
+		live[n.Name] = true
+	}
+	rs := s.routing()
+	for _, j := range s.cloudPending {
+		b, ok := rs.cfg.Backend(j.Route.Backend)
+		node := jobtype.CloudNode(j.Route.Backend)
+		switch {
+		case !ok:
+			// The config changed under it; recheckAll holds or moves it.
+			s.offWaits = append(s.offWaits, offWait{j.ID, "cloud", fmt.Sprintf("routed to %s, which is no longer in the config", j.Route.Backend)})
+			continue
+		case !live[node]:
+			s.offWaits = append(s.offWaits, offWait{j.ID, "cloud", fmt.Sprintf("routed to %s (site %s): no AWS worker for it is running (lathed worker --backend aws --aws-backend %s); it waits there",
+				b.Name, b.Site, b.Name)})
+			continue
+		}
+		err := s.store.Dispatch(ctx, j.ID, j.Attempt, node, b.Name, b.MaxInstances, nil, s.leaderFence())
+		switch {
+		case err == nil:
+			s.enqueue(ctx, j.ID, j.Attempt, node, j.Spec.MaxRuntime.D())
+			s.lastFP = ""
+		case errors.Is(err, jobstore.ErrNodeFull):
+			s.offWaits = append(s.offWaits, offWait{j.ID, "cloud", fmt.Sprintf("routed to %s (site %s): all %d of its instances (max_instances) are in use; it waits there",
+				b.Name, b.Site, b.MaxInstances)})
+		case errors.Is(err, jobstore.ErrConflict):
+		case errors.Is(err, jobstore.ErrFenced):
+			s.log.Warn("placer: no longer the leader; stopping this round")
+			s.fence.Store(jobstore.Fence(""))
+			return false
+		default:
+			s.log.Warn("placer: dispatch to cloud", slog.String("job_id", j.ID), slog.Any("err", err))
+		}
+	}
+	return true
+}
 
 // maxRedecisions bounds the routing decisions one placement round makes
 // (each one is a ledger record); the rest wait for the next round.
@@ -485,7 +548,7 @@ func (s *Scheduler) repairOnce(ctx context.Context) {
 		if j.State != jobtype.StateDispatched || time.Since(j.UpdatedAt) < s.cfg.RepairAfter {
 			continue
 		}
-		if !live[j.Node] {
+		if !live[j.Node] && !jobtype.IsCloudNode(j.Node) {
 			// Its node died before claiming it (heartbeat expired): no one
 			// will take the task; the attempt goes back to the queue and is
 			// placed again. A worker that comes back finds its claim stale.
@@ -530,6 +593,17 @@ func (s *Scheduler) reapOnce(ctx context.Context) {
 	}
 	now := time.Now()
 	var expired []jobstore.Lease
+	local := leases[:0]
+	for _, l := range leases {
+		// A cloud attempt's lease says which AWS worker watches it; when it
+		// lapses the instance may still run fine, so the attempt is never
+		// reaped: the backend's next worker adopts it, and the reconciler
+		// terminates instances whose attempt is no longer live.
+		if !jobtype.IsCloudNode(l.Node) {
+			local = append(local, l)
+		}
+	}
+	leases = local
 	for _, l := range leases {
 		if !l.Until.IsZero() && now.After(l.Until.Add(s.cfg.ReapGrace)) {
 			expired = append(expired, l)

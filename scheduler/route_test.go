@@ -259,7 +259,7 @@ func TestSpillOver(t *testing.T) {
 			break
 		}
 	}
-	if w == nil || !strings.Contains(w.Reason, "aws-eu") || !strings.Contains(w.Reason, "#6") {
+	if w == nil || !strings.Contains(w.Reason, "aws-eu") || !strings.Contains(w.Reason, "no AWS worker") {
 		t.Fatalf("the job routed to aws-eu waits with %+v", w)
 	}
 }

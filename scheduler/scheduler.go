@@ -29,6 +29,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/scheduler/routing"
@@ -108,6 +109,16 @@ type Config struct {
 	// follows (SSE), so many `lathe logs -f` cannot take every connection
 	// of the API's pool; default the API's own client.
 	FollowRedis redis.UniversalClient
+	// Clouds are the cloud backends the leader's reconciler watches, by
+	// backend name (lathed builds them from the aws backends of the
+	// config). Nil: no reconciler.
+	Clouds map[string]CloudInstances
+	// ReconcileEvery is how often the reconciler runs (and once when a
+	// scheduler becomes the leader); default 3m.
+	ReconcileEvery time.Duration
+	// ReconcileGrace: an instance younger than this is never terminated as
+	// an orphan (its attempt may not be recorded as live yet); default 10m.
+	ReconcileGrace time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -167,6 +178,12 @@ func (c Config) withDefaults() Config {
 	if c.ReapGrace <= 0 {
 		c.ReapGrace = 5 * time.Second
 	}
+	if c.ReconcileEvery <= 0 {
+		c.ReconcileEvery = 3 * time.Minute
+	}
+	if c.ReconcileGrace <= 0 {
+		c.ReconcileGrace = 10 * time.Minute
+	}
 	if c.MassExpiryWait <= 0 {
 		c.MassExpiryWait = 2 * time.Minute
 	}
@@ -201,8 +218,11 @@ type Scheduler struct {
 	hadWaits  bool                       // the last placement round wrote waiting jobs (placer goroutine only)
 	route     atomic.Pointer[routeState] // the routing config in force
 	offWaits  []offWait                  // placer goroutine only
-	lastFP    string                     // fingerprint of the last placement round's inputs (placer goroutine only)
-	lastRound time.Time                  // when the last full placement round ran (placer goroutine only)
+	rec       reconcileCounters
+	// cloudPending are the queued jobs of the round routed to a cloud backend.
+	cloudPending []*jobtype.Job // placer goroutine only
+	lastFP       string         // fingerprint of the last placement round's inputs (placer goroutine only)
+	lastRound    time.Time      // when the last full placement round ran (placer goroutine only)
 }
 
 // New returns a Scheduler over rdb; Start runs it.

@@ -73,6 +73,11 @@ func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
 // record writes an attempt's end, retrying for a while if Redis is away:
 // the store must hear it, whatever happened to the task's context.
 func (w *Worker) record(log *slog.Logger, write func(ctx context.Context) error) error {
+	return recordEnd(log, write)
+}
+
+// recordEnd is record for the local and the cloud worker.
+func recordEnd(log *slog.Logger, write func(ctx context.Context) error) error {
 	var err error
 	for i, delay := 0, 100*time.Millisecond; i < 20; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

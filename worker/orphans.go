@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
@@ -127,21 +128,27 @@ func procStartTime(pid int) (uint64, error) {
 // (asynq never retries them: MaxRetry 0). Pending tasks that are still
 // current stay. A task the store still wants is never removed.
 func (w *Worker) purgeStaleTasks(ctx context.Context) {
-	insp := asynq.NewInspectorFromRedisClient(w.rdb)
-	q := jobtype.NodeQueue(w.cfg.Node)
+	purgeStaleTasks(ctx, w.rdb, w.store, w.cfg.Node, w.log)
+}
+
+// purgeStaleTasks deletes the tasks of node's queue whose attempt is no
+// longer dispatched to node, and its archived tasks (local and cloud workers).
+func purgeStaleTasks(ctx context.Context, rdb redis.UniversalClient, store *jobstore.Store, node string, log *slog.Logger) {
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	q := jobtype.NodeQueue(node)
 	purged := 0
 	pending, err := insp.ListPendingTasks(q, asynq.PageSize(1000))
 	if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
-		w.log.Warn("purge: list pending tasks", slog.Any("err", err))
+		log.Warn("purge: list pending tasks", slog.Any("err", err))
 	}
 	for _, ti := range pending {
 		var p jobtype.TaskPayload
 		if json.Unmarshal(ti.Payload, &p) != nil || !jobstore.ValidID(p.JobID) {
 			continue // malformed: the handler drops it with a log line
 		}
-		j, err := w.store.Get(ctx, p.JobID)
+		j, err := store.Get(ctx, p.JobID)
 		stale := errors.Is(err, jobstore.ErrNotFound) ||
-			(err == nil && (j.State != jobtype.StateDispatched || j.Attempt != p.Attempt || j.Node != w.cfg.Node))
+			(err == nil && (j.State != jobtype.StateDispatched || j.Attempt != p.Attempt || j.Node != node))
 		if stale && insp.DeleteTask(q, ti.ID) == nil {
 			purged++
 		}
@@ -150,6 +157,6 @@ func (w *Worker) purgeStaleTasks(ctx context.Context) {
 		purged += n
 	}
 	if purged > 0 {
-		w.log.Info("purged stale tasks from the node's queue", slog.Int("tasks", purged))
+		log.Info("purged stale tasks from the node's queue", slog.Int("tasks", purged))
 	}
 }

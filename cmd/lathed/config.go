@@ -31,6 +31,12 @@ type fileConfig struct {
 	Trainers  map[string][]string `yaml:"trainers"`
 	Auth      authSection         `yaml:"auth"`
 	Ledger    ledgerSection       `yaml:"ledger"`
+	// Cluster is this deployment's name: the lathe:cluster tag of its cloud
+	// instances (the reconciler terminates orphans of its own cluster
+	// only). Default "lathe"; two deployments sharing an AWS account must
+	// differ.
+	Cluster string     `yaml:"cluster"`
+	AWS     awsSection `yaml:"aws"`
 	// The routing sections: scheduler/routing.ParseConfig reads and
 	// validates them (strictly, every bad field at once); here they are
 	// only allowed.
@@ -77,6 +83,10 @@ type schedulerSection struct {
 	RepairAfter   duration `yaml:"repair_after"`
 	ReapGrace     duration `yaml:"reap_grace"`
 	LeaderTTL     duration `yaml:"leader_ttl"`
+	// The cloud reconciler (leader only): how often, and the age below
+	// which an instance is never an orphan.
+	ReconcileEvery duration `yaml:"reconcile_every"`
+	ReconcileGrace duration `yaml:"reconcile_grace"`
 }
 
 type workerSection struct {

@@ -40,6 +40,8 @@ type opts struct {
 	gpus       string
 	gpusSet    bool // --gpus was given: it wins over worker.gpus
 	backend    string
+	awsBackend string
+	endpoint   string
 	logLevel   string
 	redisWait  time.Duration
 }
@@ -97,16 +99,22 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 			switch o.backend {
 			case "local":
 			case "aws":
-				return fmt.Errorf("--backend aws: the AWS backend is not built yet (issue #6)")
+				if o.awsBackend == "" {
+					return fmt.Errorf("--backend aws needs --aws-backend NAME (an aws backend of the config)")
+				}
 			default:
-				return fmt.Errorf("--backend %q: must be local (aws comes with issue #6)", o.backend)
+				return fmt.Errorf("--backend %q: must be local or aws", o.backend)
 			}
 			o.gpusSet = c.Flags().Changed("gpus")
 			return run(c.Context(), o, stderr, false, true)
 		},
 	}
-	wk.Flags().StringVar(&o.backend, "backend", "local", "worker backend: local")
+	wk.Flags().StringVar(&o.backend, "backend", "local", "worker backend: local (this machine's GPUs) or aws (launches EC2 instances for one aws backend)")
+	wk.Flags().StringVar(&o.awsBackend, "aws-backend", "", "with --backend aws: the aws backend of the config this worker runs")
 	addWorker(wk)
+	for _, c := range []*cobra.Command{up, sched, wk} {
+		c.Flags().StringVar(&o.endpoint, "endpoint-url", "", "EC2/S3-compatible endpoint for the aws backends (path-style S3); default AWS (or AWS_ENDPOINT_URL)")
+	}
 	root.AddCommand(up, sched, wk, agentCmd(stderr, &o.logLevel))
 	return root
 }
@@ -197,7 +205,14 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			_ = stops[i](sctx)
 		}
 	}()
-	if withWorker {
+	endpoint := firstNonEmpty(o.endpoint, fc.AWS.EndpointURL)
+	if withWorker && o.backend == "aws" {
+		c, err := startCloudWorker(ctx, rdb, store, fc, o.awsBackend, endpoint, dataDir, roots, log)
+		if err != nil {
+			return err
+		}
+		stops = append(stops, c.Stop)
+	} else if withWorker {
 		scriptsDir := filepath.Join(dataDir, "scripts")
 		if err := writeScripts(scriptsDir); err != nil {
 			return err
@@ -266,6 +281,8 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			Trainers: names, KillGrace: killGrace, PlaceInterval: fc.Scheduler.PlaceInterval.D(),
 			RepairAfter: fc.Scheduler.RepairAfter.D(), ReapGrace: fc.Scheduler.ReapGrace.D(), LeaderTTL: fc.Scheduler.LeaderTTL.D(),
 			FollowRedis: followRDB, Logger: log,
+			Clouds:         cloudReconcilers(ctx, fc.route, firstNonEmpty(fc.Cluster, defaultCluster), endpoint, log),
+			ReconcileEvery: fc.Scheduler.ReconcileEvery.D(), ReconcileGrace: fc.Scheduler.ReconcileGrace.D(),
 		})
 		if err := s.Start(ctx); err != nil {
 			return err

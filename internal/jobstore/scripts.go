@@ -189,8 +189,10 @@ if cur[3] == '1' then
   addevent(id, maxlen, 'state', want, now, cdata)
   return {4, 'cancelled', want, 1}
 end
-setstate(id, 'dispatched', 'running', now)
-redis.call('HSET', jobkey(id), 'started_at', now, 'incarnation', inc, 'lease_until', tonumber(now) + tonumber(ARGV[10]))
+local to = ARGV[11] or 'running'
+setstate(id, 'dispatched', to, now)
+if to == 'running' then redis.call('HSET', jobkey(id), 'started_at', now) end
+redis.call('HSET', jobkey(id), 'incarnation', inc, 'lease_until', tonumber(now) + tonumber(ARGV[10]))
 addevent(id, maxlen, 'state', want, now, rdata)
 return reply(1, id)
 `)
@@ -204,11 +206,11 @@ var appendScript = redis.NewScript(luaCommon + `
 local id, want, maxlen = ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested')
 if not cur[1] then return {-1, '', 0, 0} end
-if cur[1] ~= 'running' or tonumber(cur[2]) ~= want then return reply(0, id) end
+if (cur[1] ~= 'running' and cur[1] ~= 'provisioning') or tonumber(cur[2]) ~= want then return reply(0, id) end
 local i = 5
 while i + 4 <= #ARGV do
   local typ, t, data, field, value = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4]
-  addevent(id, maxlen, typ, want, t, data)
+  if typ ~= '' then addevent(id, maxlen, typ, want, t, data) end
   if field ~= '' then redis.call('HSET', jobkey(id), field, value) end
   i = i + 5
 end
@@ -278,7 +280,7 @@ var annotateScript = redis.NewScript(luaCommon + `
 local id, want = ARGV[2], tonumber(ARGV[3])
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt')
 if not cur[1] then return {-1, '', 0, 0} end
-if tonumber(cur[2]) ~= want or (cur[1] ~= 'running' and cur[1] ~= 'dispatched') then return reply(0, id) end
+if tonumber(cur[2]) ~= want or (cur[1] ~= 'running' and cur[1] ~= 'dispatched' and cur[1] ~= 'provisioning') then return reply(0, id) end
 local fields = {}
 for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', jobkey(id), unpack(fields))
@@ -292,7 +294,7 @@ var renewScript = redis.NewScript(luaCommon + `
 local id, want, inc, now, lease = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'incarnation')
 if not cur[1] then return {-1, '', 0, 0} end
-if cur[1] ~= 'running' or tonumber(cur[2]) ~= want or cur[3] ~= inc then return reply(0, id) end
+if (cur[1] ~= 'running' and cur[1] ~= 'provisioning') or tonumber(cur[2]) ~= want or cur[3] ~= inc then return reply(0, id) end
 redis.call('HSET', jobkey(id), 'lease_until', now + lease)
 local pre = redis.call('HGET', jobkey(id), 'preempt_requested')
 if pre and pre ~= '' then return {7, 'running', want, 0} end
@@ -340,4 +342,18 @@ redis.call('DEL', jobkey(id), evkey(id), jobkey(id) .. ':gpu')
 redis.call('ZREM', P .. 'jobs', id)
 redis.call('ZREM', statekey(st), id)
 return {1, st, 0, 0}
+`)
+
+// adoptScript hands a provisioning or running attempt from one worker
+// incarnation (gone) to another on the same node: the incarnation and lease
+// change only if the attempt, node and old incarnation are still the ones
+// the caller saw. ARGV: prefix, id, attempt, node, old incarnation, new
+// incarnation, now ms, lease ms.
+var adoptScript = redis.NewScript(luaCommon + `
+local id, want, node, old, inc, now, lease = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
+local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'node', 'incarnation')
+if not cur[1] then return {-1, '', 0, 0} end
+if (cur[1] ~= 'running' and cur[1] ~= 'provisioning') or tonumber(cur[2]) ~= want or cur[3] ~= node or (cur[4] or '') ~= old then return reply(0, id) end
+redis.call('HSET', jobkey(id), 'incarnation', inc, 'lease_until', now + lease)
+return reply(1, id)
 `)

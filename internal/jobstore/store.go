@@ -297,7 +297,7 @@ var jobFields = []string{"id", "name", "state", "reason", "error", "attempt", "b
 	"progress", "metrics", "artifacts", "output_uri", "cancel_requested", "submitter", "team",
 	"created_at", "updated_at", "started_at", "finished_at", "spec",
 	"preempt_requested", "cuda_visible_devices", "preemptions", "simulated_gpus",
-	"route", "held", "cost_usd"}
+	"route", "held", "cost_usd", "instance", "incarnation", "lease_until"}
 
 // Get returns the job's record, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (*jobtype.Job, error) {
@@ -342,6 +342,14 @@ func decodeJob(id string, vals []any) (*jobtype.Job, error) {
 	if str(25) != "" {
 		j.Route = &jobtype.RouteInfo{}
 		dec(25, j.Route)
+	}
+	if str(28) != "" {
+		j.Instance = &jobtype.Instance{}
+		dec(28, j.Instance)
+	}
+	j.Incarnation = str(29)
+	if t := msTime(str(30)); !t.IsZero() {
+		j.LeaseUntil = &t
 	}
 	if j.GPUs == nil {
 		j.GPUs = []int{}

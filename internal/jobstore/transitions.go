@@ -60,7 +60,7 @@ const (
 func (s *Store) Claim(ctx context.Context, id string, attempt int, node, incarnation string, lease time.Duration) (ClaimOutcome, error) {
 	rdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateRunning, Node: node})
 	cdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled})
-	r, err := s.run(ctx, "claim", id, claimScript, attempt, node, incarnation, ms(s.now()), s.cfg.EventsMaxLen, rdata, cdata, lease.Milliseconds())
+	r, err := s.run(ctx, "claim", id, claimScript, attempt, node, incarnation, ms(s.now()), s.cfg.EventsMaxLen, rdata, cdata, lease.Milliseconds(), string(jobtype.StateRunning))
 	if err != nil {
 		return 0, err
 	}
@@ -74,9 +74,10 @@ func (s *Store) Claim(ctx context.Context, id string, attempt int, node, incarna
 	}
 }
 
-// EventIn is one event to append to a running attempt's stream. Field and
-// Value, when Field is set, update the record in the same script (progress,
-// metrics, artifacts as JSON).
+// EventIn is one event to append to a running (or provisioning) attempt's
+// stream. Field and Value, when Field is set, update the record in the same
+// script (progress, metrics, artifacts as JSON). An EventIn with an empty
+// Type adds no event and only updates the field.
 type EventIn struct {
 	Type  string
 	Time  time.Time
@@ -152,7 +153,7 @@ func (s *Store) Finish(ctx context.Context, id string, attempt int, e Ending) er
 	if e.Artifacts != nil {
 		fields = append(fields, "artifacts", mustJSON(e.Artifacts))
 	}
-	return s.transition(ctx, id, attempt, []jobtype.State{jobtype.StateRunning, jobtype.StateDispatched}, e.State,
+	return s.transition(ctx, id, attempt, []jobtype.State{jobtype.StateRunning, jobtype.StateProvisioning, jobtype.StateDispatched}, e.State,
 		jobtype.StateChange{To: e.State, Reason: e.Reason, Error: e.Error}, "release", fields...)
 }
 
@@ -165,7 +166,7 @@ func (s *Store) Requeue(ctx context.Context, id string, attempt int, reason, err
 		return err
 	}
 	score := strconv.FormatFloat(PendingScore(j.Spec.Priority, j.CreatedAt), 'f', 0, 64)
-	return s.transitionScore(ctx, id, attempt, []jobtype.State{jobtype.StateRunning, jobtype.StateDispatched}, jobtype.StateQueued,
+	return s.transitionScore(ctx, id, attempt, []jobtype.State{jobtype.StateRunning, jobtype.StateProvisioning, jobtype.StateDispatched}, jobtype.StateQueued,
 		jobtype.StateChange{To: jobtype.StateQueued, Reason: reason, Error: errMsg}, "release,requeue", score, "error", errMsg)
 }
 

@@ -121,8 +121,16 @@ type Job struct {
 	// under the current config): it is not placed until it is feasible
 	// again or cancelled. "" = not held.
 	Held string `json:"held,omitempty"`
-	// CostUSD is the settled cost of the job's run (GPU-hours × price).
+	// Incarnation is the worker process that owns the running (or
+	// provisioning) attempt, and LeaseUntil when its lease ends.
+	Incarnation string     `json:"incarnation,omitempty"`
+	LeaseUntil  *time.Time `json:"lease_until,omitempty"`
+	// CostUSD is the cost of the job's run: local GPU-hours × price, plus
+	// every cloud attempt's instance time × its price (added as each
+	// instance ends).
 	CostUSD float64 `json:"cost_usd,omitempty"`
+	// Instance is the cloud instance of the current (or last) cloud attempt.
+	Instance *Instance `json:"instance,omitempty"`
 	// Wait says why a queued job waits, where it stands and when it should
 	// start, as the leader's last placement round saw it.
 	Wait       *WaitInfo    `json:"wait,omitempty"`
@@ -186,8 +194,42 @@ func TaskID(jobID string, attempt int) string {
 	return fmt.Sprintf("%s:%d", jobID, attempt)
 }
 
-// NodeQueue is the asynq queue of a local worker node.
-func NodeQueue(node string) string { return "node:" + node }
+// NodeQueue is the asynq queue of a worker node: "node:<name>" for a local
+// node, the node name itself for a cloud backend's node ("cloud:<backend>").
+func NodeQueue(node string) string {
+	if IsCloudNode(node) {
+		return node
+	}
+	return "node:" + node
+}
+
+// CloudNode is the node name (and asynq queue) of cloud backend b's
+// attempts: "cloud:<b>". Its AWS worker heartbeats under this name, and the
+// node's reservations count the backend's instances.
+func CloudNode(backend string) string { return "cloud:" + backend }
+
+// IsCloudNode reports whether node names a cloud backend (CloudNode).
+func IsCloudNode(node string) bool { return strings.HasPrefix(node, "cloud:") }
+
+// Instance is the cloud instance of a job's current (or last) cloud
+// attempt, as the AWS worker launched or found it.
+type Instance struct {
+	ID      string `json:"id"`
+	Attempt int    `json:"attempt"`
+	Backend string `json:"backend"`
+	Region  string `json:"region,omitempty"`
+	Type    string `json:"type"`
+	// Market is "spot" or "on-demand".
+	Market     string    `json:"market"`
+	Subnet     string    `json:"subnet,omitempty"`
+	LaunchTime time.Time `json:"launch_time"`
+	// USDPerHour is the configured price the attempt's cost is computed at.
+	USDPerHour float64 `json:"usd_per_hour"`
+	// State is EC2's state when the worker last looked.
+	State string `json:"state,omitempty"`
+	// TerminatedAt is when the worker saw it terminated (its cost ends).
+	TerminatedAt *time.Time `json:"terminated_at,omitempty"`
+}
 
 // ValidArtifactName reports whether name is a plain file name Lathe accepts
 // for an artifact: non-empty, at most 255 bytes, no "/" or "\", not "." or

@@ -89,7 +89,7 @@ type Config struct {
 	Logger *slog.Logger
 
 	// store replaces the S3 adapter (tests).
-	store objectStore
+	store ObjectStore
 }
 
 func (cfg Config) normalise() (Config, JobURI, error) {
@@ -101,7 +101,7 @@ func (cfg Config) normalise() (Config, JobURI, error) {
 		if cfg.S3 == nil {
 			return cfg, uri, errors.New("agent: no S3 client")
 		}
-		cfg.store = s3Store{cfg.S3}
+		cfg.store = S3Store{cfg.S3}
 	}
 	if cfg.WorkDir == "" {
 		cfg.WorkDir = filepath.Join(os.TempDir(), "lathe-agent")
@@ -199,7 +199,7 @@ type agent struct {
 	cfg    Config
 	uri    JobURI
 	log    *slog.Logger
-	st     objectStore
+	st     ObjectStore
 	events *eventUploader
 	ckpt   *checkpoints
 
@@ -412,7 +412,7 @@ func (a *agent) fetch(ctx context.Context, s3uri, dst string) (string, error) {
 	var n int64
 	err = retry(ctx, 3, func(ctx context.Context) error {
 		var err error
-		n, err = download(ctx, a.st, u.Bucket, u.Key, dst)
+		n, err = Download(ctx, a.st, u.Bucket, u.Key, dst)
 		return err
 	})
 	if err != nil {
@@ -471,7 +471,7 @@ func retry(ctx context.Context, tries int, f func(context.Context) error) error 
 	var err error
 	wait := time.Second
 	for i := 0; i < tries; i++ {
-		if err = f(ctx); err == nil || errors.Is(err, errNotFound) {
+		if err = f(ctx); err == nil || errors.Is(err, ErrNotFound) {
 			return err
 		}
 		if i == tries-1 {

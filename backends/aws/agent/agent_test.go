@@ -104,7 +104,7 @@ func (b *testBundle) get(t *testing.T, key string) []byte {
 
 func (b *testBundle) list(t *testing.T, p string) []string {
 	t.Helper()
-	keys, err := s3Store{b.s3}.List(b.ctx, bucket, p)
+	keys, err := S3Store{b.s3}.List(b.ctx, bucket, p)
 	if err != nil {
 		t.Fatal(err)
 	}

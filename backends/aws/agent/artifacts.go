@@ -18,7 +18,7 @@ import (
 // checks its size and sha256 against the report, and puts it under
 // artifacts/. With no report, every regular file at the top of outDir is
 // an artifact (as for the local worker).
-func uploadArtifacts(ctx context.Context, st objectStore, uri JobURI, outDir string, reported []runner.TrainerEvent) ([]Artifact, error) {
+func uploadArtifacts(ctx context.Context, st ObjectStore, uri JobURI, outDir string, reported []runner.TrainerEvent) ([]Artifact, error) {
 	reported, err := runner.ArtifactsIn(outDir, reported)
 	if err != nil {
 		return nil, err
@@ -46,7 +46,7 @@ func uploadArtifacts(ctx context.Context, st objectStore, uri JobURI, outDir str
 		}
 		// No timeout of its own (artifacts may be large): the guard bounds it.
 		err = retry(ctx, 3, func(ctx context.Context) error {
-			put, err := uploadFile(ctx, st, uri.Bucket, uri.Key(ArtifactsFolder+r.Path), src)
+			put, err := UploadFile(ctx, st, uri.Bucket, uri.Key(ArtifactsFolder+r.Path), src)
 			if err == nil && put != n {
 				err = fmt.Errorf("file changed during the upload: %d bytes hashed, %d sent", n, put)
 			}

@@ -21,7 +21,7 @@ const completeMarker = "trainer_state.json"
 // prefix: restore before the start, upload as the trainer reports them, and
 // a last sync after it exits.
 type checkpoints struct {
-	st     objectStore
+	st     ObjectStore
 	bucket string
 	prefix string // key prefix, ending in "/"
 	dir    string
@@ -37,7 +37,7 @@ type checkpoints struct {
 	stopped  chan struct{}
 }
 
-func newCheckpoints(st objectStore, prefix S3URI, dir string, log *slog.Logger, notes func(string)) *checkpoints {
+func newCheckpoints(st ObjectStore, prefix S3URI, dir string, log *slog.Logger, notes func(string)) *checkpoints {
 	return &checkpoints{st: st, bucket: prefix.Bucket, prefix: prefix.Key, dir: dir, log: log, notes: notes,
 		uploaded: map[string]bool{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 }
@@ -74,7 +74,7 @@ func (c *checkpoints) restore(ctx context.Context) ([]string, error) {
 			continue
 		}
 		err := retry(ctx, 3, func(ctx context.Context) error {
-			_, err := download(ctx, c.st, c.bucket, k, filepath.Join(c.dir, filepath.FromSlash(rel)))
+			_, err := Download(ctx, c.st, c.bucket, k, filepath.Join(c.dir, filepath.FromSlash(rel)))
 			return err
 		})
 		if err != nil {
@@ -197,7 +197,7 @@ func (c *checkpoints) uploadFolder(ctx context.Context, name string) error {
 	var total int64
 	for _, f := range files {
 		rel, _ := filepath.Rel(c.dir, f)
-		n, err := uploadFile(ctx, c.st, c.bucket, c.prefix+filepath.ToSlash(rel), f)
+		n, err := UploadFile(ctx, c.st, c.bucket, c.prefix+filepath.ToSlash(rel), f)
 		if os.IsNotExist(err) {
 			c.log.Info("checkpoint gone during its upload (the trainer pruned it)", slog.String("checkpoint", name))
 			return nil

@@ -36,7 +36,7 @@ const maxBufferedLines = 200000
 // eventUploader cuts the lines it is given into numbered batches and puts
 // each batch under events/ once, in order.
 type eventUploader struct {
-	st       objectStore
+	st       ObjectStore
 	uri      JobURI
 	log      *slog.Logger
 	lines    int
@@ -55,7 +55,7 @@ type eventUploader struct {
 	stopped chan struct{}
 }
 
-func newEventUploader(st objectStore, uri JobURI, lines int, interval time.Duration, log *slog.Logger) *eventUploader {
+func newEventUploader(st ObjectStore, uri JobURI, lines int, interval time.Duration, log *slog.Logger) *eventUploader {
 	return &eventUploader{st: st, uri: uri, log: log, lines: lines, interval: interval, seq: 1,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 }

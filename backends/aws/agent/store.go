@@ -13,11 +13,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 )
 
-// objectStore is the agent's whole use of S3. Bodies given to Put must be
-// seekable (the SDK refuses unseekable bodies over plain HTTP).
-type objectStore interface {
+// ObjectStore is the agent's whole use of S3 (and the AWS worker's, which
+// reads and writes the same layout). Bodies given to Put must be seekable
+// (the SDK refuses unseekable bodies over plain HTTP).
+type ObjectStore interface {
 	// Get returns the object's body; the caller closes it. A missing object
-	// is an error wrapping errNotFound.
+	// is an error wrapping ErrNotFound.
 	Get(ctx context.Context, bucket, key string) (io.ReadCloser, error)
 	// Put writes size bytes of body to the object.
 	Put(ctx context.Context, bucket, key string, body io.ReadSeeker, size int64) error
@@ -25,27 +26,30 @@ type objectStore interface {
 	List(ctx context.Context, bucket, prefix string) ([]string, error)
 }
 
-// errNotFound is wrapped by objectStore.Get for a missing object.
-var errNotFound = errors.New("agent: no such object")
+// ErrNotFound is wrapped by ObjectStore.Get for a missing object.
+var ErrNotFound = errors.New("agent: no such object")
 
-// s3Store is the objectStore over an S3 client.
-type s3Store struct{ c *s3.Client }
+// S3Store is the ObjectStore over an S3 client.
+type S3Store struct{ c *s3.Client }
 
-var _ objectStore = s3Store{}
+// NewS3Store returns the ObjectStore of client c.
+func NewS3Store(c *s3.Client) S3Store { return S3Store{c} }
 
-func (s s3Store) Get(ctx context.Context, bucket, key string) (io.ReadCloser, error) {
+var _ ObjectStore = S3Store{}
+
+func (s S3Store) Get(ctx context.Context, bucket, key string) (io.ReadCloser, error) {
 	out, err := s.c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 	if err != nil {
 		var nk *types.NoSuchKey
 		if errors.As(err, &nk) {
-			return nil, fmt.Errorf("get s3://%s/%s: %w", bucket, key, errNotFound)
+			return nil, fmt.Errorf("get s3://%s/%s: %w", bucket, key, ErrNotFound)
 		}
 		return nil, fmt.Errorf("get s3://%s/%s: %w", bucket, key, err)
 	}
 	return out.Body, nil
 }
 
-func (s s3Store) Put(ctx context.Context, bucket, key string, body io.ReadSeeker, size int64) error {
+func (s S3Store) Put(ctx context.Context, bucket, key string, body io.ReadSeeker, size int64) error {
 	_, err := s.c.PutObject(ctx, &s3.PutObjectInput{
 		Bucket: aws.String(bucket), Key: aws.String(key), Body: body, ContentLength: aws.Int64(size),
 	})
@@ -55,7 +59,7 @@ func (s s3Store) Put(ctx context.Context, bucket, key string, body io.ReadSeeker
 	return nil
 }
 
-func (s s3Store) List(ctx context.Context, bucket, prefix string) ([]string, error) {
+func (s S3Store) List(ctx context.Context, bucket, prefix string) ([]string, error) {
 	var keys []string
 	p := s3.NewListObjectsV2Paginator(s.c, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String(prefix)})
 	for p.HasMorePages() {
@@ -72,7 +76,7 @@ func (s s3Store) List(ctx context.Context, bucket, prefix string) ([]string, err
 
 // download writes the object to dst (through a temporary file renamed into
 // place) and returns its size.
-func download(ctx context.Context, st objectStore, bucket, key, dst string) (int64, error) {
+func Download(ctx context.Context, st ObjectStore, bucket, key, dst string) (int64, error) {
 	body, err := st.Get(ctx, bucket, key)
 	if err != nil {
 		return 0, err
@@ -100,7 +104,7 @@ func download(ctx context.Context, st objectStore, bucket, key, dst string) (int
 }
 
 // uploadFile puts the file at src (an *os.File body, seekable).
-func uploadFile(ctx context.Context, st objectStore, bucket, key, src string) (int64, error) {
+func UploadFile(ctx context.Context, st ObjectStore, bucket, key, src string) (int64, error) {
 	f, err := os.Open(src)
 	if err != nil {
 		return 0, err

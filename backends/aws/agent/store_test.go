@@ -15,7 +15,7 @@ import (
 	"testing"
 )
 
-// memStore is an in-memory FAKE objectStore with state, for unit tests of
+// memStore is an in-memory FAKE ObjectStore with state, for unit tests of
 // the parts above it; failPuts makes the next n Puts fail.
 type memStore struct {
 	mu       sync.Mutex
@@ -30,7 +30,7 @@ func (m *memStore) Get(_ context.Context, bucket, key string) (io.ReadCloser, er
 	defer m.mu.Unlock()
 	b, ok := m.objs[bucket+"/"+key]
 	if !ok {
-		return nil, fmt.Errorf("get %s/%s: %w", bucket, key, errNotFound)
+		return nil, fmt.Errorf("get %s/%s: %w", bucket, key, ErrNotFound)
 	}
 	return io.NopCloser(bytes.NewReader(b)), nil
 }
@@ -66,7 +66,7 @@ func (m *memStore) List(_ context.Context, bucket, prefix string) ([]string, err
 	return keys, nil
 }
 
-var _ objectStore = (*memStore)(nil)
+var _ ObjectStore = (*memStore)(nil)
 
 // TestEventBatches: lines are cut into numbered batches of at most
 // EventBatchLines, in order; a failed upload keeps its batch and number.

@@ -1,0 +1,145 @@
+package jobstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/internal/jobtype"
+)
+
+// The store side of cloud attempts (issue #6). A cloud attempt is claimed
+// dispatched → provisioning by its backend's AWS worker before any instance
+// is launched (the attempt record in Redis that a launch needs), becomes
+// running when the agent on the instance reports its first event, and ends
+// through Finish, Requeue or CloudPreempted like a local attempt. Its lease
+// says which worker process watches it; a cloud attempt whose lease expired
+// is not reaped (its instance may be running fine): the backend's next
+// worker adopts it (Adopt), and the leader's reconciler terminates
+// instances whose attempt is no longer live.
+
+// ClaimCloud takes attempt of job id for the cloud node (CloudNode of its
+// backend): dispatched → provisioning with a lease held by incarnation, or
+// → cancelled when a cancel was asked. Nothing has been launched yet.
+func (s *Store) ClaimCloud(ctx context.Context, id string, attempt int, node, incarnation string, lease time.Duration) (ClaimOutcome, error) {
+	pdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateProvisioning, Node: node})
+	cdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled})
+	r, err := s.run(ctx, "claim", id, claimScript, attempt, node, incarnation, ms(s.now()), s.cfg.EventsMaxLen, pdata, cdata,
+		lease.Milliseconds(), string(jobtype.StateProvisioning))
+	if err != nil {
+		return 0, err
+	}
+	switch r.code {
+	case 1:
+		return Claimed, nil
+	case 4:
+		return ClaimCancelled, nil
+	default:
+		return ClaimStale, nil
+	}
+}
+
+// Adopt moves the lease of a provisioning or running attempt on node from
+// incarnation old (a worker process that is gone) to incarnation inc. It
+// returns a *ConflictError when the attempt, its node or its incarnation
+// changed since the caller read them.
+func (s *Store) Adopt(ctx context.Context, id string, attempt int, node, old, inc string, lease time.Duration) error {
+	r, err := s.run(ctx, "adopt", id, adoptScript, attempt, node, old, inc, ms(s.now()), lease.Milliseconds())
+	if err != nil {
+		return err
+	}
+	if r.code != 1 {
+		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("adopt needs attempt %d on %s held by %q", attempt, node, old)}
+	}
+	return nil
+}
+
+// Started moves a provisioning attempt to running (its trainer started on
+// the instance) and sets started_at.
+func (s *Store) Started(ctx context.Context, id string, attempt int, at time.Time) error {
+	return s.transition(ctx, id, attempt, []jobtype.State{jobtype.StateProvisioning}, jobtype.StateRunning,
+		jobtype.StateChange{From: jobtype.StateProvisioning, To: jobtype.StateRunning}, "", "started_at", ms(at))
+}
+
+// CloudPreempted ends a provisioning or running cloud attempt that the
+// cloud took back (a spot interruption: its checkpoint is in S3): the job
+// goes back to queued as the next attempt, routed again and resuming from
+// the checkpoint, with reason "preempted". Like a local preemption it is not
+// a failure (Preemptions counts it).
+func (s *Store) CloudPreempted(ctx context.Context, id string, attempt int, why string) error {
+	j, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	score := strconv.FormatFloat(PendingScore(j.Spec.Priority, j.CreatedAt), 'f', 0, 64)
+	return s.transitionScore(ctx, id, attempt, []jobtype.State{jobtype.StateRunning, jobtype.StateProvisioning}, jobtype.StateQueued,
+		jobtype.StateChange{To: jobtype.StateQueued, Reason: jobtype.ReasonPreempted, Error: why},
+		"release,requeue", score, "error", why, "preemptions", j.Preemptions+1)
+}
+
+// AddAttemptCost adds usd, the cost of attempt's cloud instance (its time ×
+// price, known when the instance ended), to the job's cost, once per
+// attempt: a worker that adopts the attempt and records it again adds
+// nothing. It reports whether this call added it. The leader's budget
+// settlement counts the job's cost.
+func (s *Store) AddAttemptCost(ctx context.Context, id string, attempt int, usd float64) (bool, error) {
+	if !(usd >= 0) {
+		usd = 0
+	}
+	n, err := addCostScript.Run(ctx, s.rdb, nil, s.cfg.Prefix, id, attempt, strconv.FormatFloat(usd, 'f', 6, 64)).Int()
+	if err != nil {
+		return false, fmt.Errorf("jobstore: add cost of %s attempt %d: %w", id, attempt, err)
+	}
+	if n < 0 {
+		return false, fmt.Errorf("jobstore: add cost of %s attempt %d: %w", id, attempt, ErrNotFound)
+	}
+	return n == 1, nil
+}
+
+var addCostScript = redis.NewScript(`
+local jk = ARGV[1] .. 'job:' .. ARGV[2]
+if redis.call('EXISTS', jk) == 0 then return -1 end
+if redis.call('HSETNX', jk, 'cost_attempt_' .. ARGV[3], ARGV[4]) == 0 then return 0 end
+redis.call('HINCRBYFLOAT', jk, 'cost_usd', ARGV[4])
+return 1
+`)
+
+// NodeAttempts returns the jobs whose current attempt is provisioning or
+// running on node (at most n of each state).
+func (s *Store) NodeAttempts(ctx context.Context, node string, n int) ([]*jobtype.Job, error) {
+	var ids []string
+	for _, st := range []jobtype.State{jobtype.StateProvisioning, jobtype.StateRunning} {
+		got, err := s.IDsInState(ctx, st, n)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, got...)
+	}
+	jobs, err := s.GetMany(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := jobs[:0]
+	for _, j := range jobs {
+		if j != nil && j.Node == node && (j.State == jobtype.StateProvisioning || j.State == jobtype.StateRunning) {
+			out = append(out, j)
+		}
+	}
+	return out, nil
+}
+
+// Field reads one field of job id's record ("" when unset).
+func (s *Store) Field(ctx context.Context, id, field string) (string, error) {
+	v, err := s.rdb.HGet(ctx, s.key("job", id), field).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("jobstore: read %s of %s: %w", field, id, err)
+	}
+	return v, nil
+}

@@ -1,0 +1,159 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/lathe-ml/lathe/backends/aws"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+)
+
+// CloudInstances is what the reconciler needs of a cloud backend
+// (*aws.Backend): this cluster's managed instances, and terminating one.
+type CloudInstances interface {
+	FindManaged(ctx context.Context) ([]aws.Instance, error)
+	Terminate(ctx context.Context, instanceID string) error
+}
+
+// ReconcileStats counts the reconciler's work since the scheduler started.
+type ReconcileStats struct {
+	Passes     int64 `json:"passes"`
+	Failures   int64 `json:"failures"`   // passes of a backend that could not list or read
+	Terminated int64 `json:"terminated"` // orphaned instances terminated
+	Cancelled  int64 `json:"cancelled"`  // attempts ended cancelled by it (their worker gone)
+}
+
+type reconcileCounters struct{ passes, failures, terminated, cancelled atomic.Int64 }
+
+// ReconcileStats returns the reconciler's counters.
+func (s *Scheduler) ReconcileStats() ReconcileStats {
+	c := &s.rec
+	return ReconcileStats{Passes: c.passes.Load(), Failures: c.failures.Load(), Terminated: c.terminated.Load(), Cancelled: c.cancelled.Load()}
+}
+
+// reconcileOnce (leader only) terminates every instance tagged
+// lathe:managed=true with this cluster, older than ReconcileGrace, that is
+// not the live attempt of its job (fail closed: a missing job, a missing or
+// bad tag, an ended or cancelled job, another attempt, another backend).
+// A failure to list instances or to read the store terminates nothing.
+// When the terminated instance's attempt has a cancel asked and no worker
+// holds its lease (the AWS worker is down), the reconciler also ends the
+// attempt cancelled, with its cost.
+func (s *Scheduler) reconcileOnce(ctx context.Context) {
+	if len(s.cfg.Clouds) == 0 {
+		return
+	}
+	names := make([]string, 0, len(s.cfg.Clouds))
+	for n := range s.cfg.Clouds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		s.reconcileBackend(ctx, name, s.cfg.Clouds[name])
+	}
+}
+
+func (s *Scheduler) reconcileBackend(ctx context.Context, backend string, api CloudInstances) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	s.rec.passes.Add(1)
+	log := s.log.With(slog.String("component", "reconciler"), slog.String("backend", backend))
+	insts, err := api.FindManaged(ctx)
+	if err != nil {
+		s.rec.failures.Add(1)
+		log.Warn("list managed instances failed; terminating nothing this pass", slog.Any("err", err))
+		return
+	}
+	live := map[string]int{}
+	jobs := map[string]*jobtype.Job{}
+	for _, in := range insts {
+		if in.Tags[aws.TagBackend] != backend {
+			continue // another backend's (same cluster): its own pass
+		}
+		id, _, ok := in.JobAttempt()
+		if !ok || jobs[id] != nil {
+			continue
+		}
+		j, err := s.store.Get(ctx, id)
+		switch {
+		case errors.Is(err, jobstore.ErrNotFound):
+			continue // no job: not live
+		case err != nil:
+			s.rec.failures.Add(1)
+			log.Warn("read the store failed; terminating nothing this pass", slog.Any("err", err))
+			return
+		}
+		jobs[id] = j
+		if liveCloudAttempt(j, backend) {
+			live[id] = j.Attempt
+		}
+	}
+	var mine []aws.Instance
+	for _, in := range insts {
+		if in.Tags[aws.TagBackend] == backend {
+			mine = append(mine, in)
+		}
+	}
+	for _, in := range aws.Orphans(mine, live, time.Now(), s.cfg.ReconcileGrace) {
+		id, attempt, _ := in.JobAttempt()
+		why := "no job " + id
+		if j := jobs[id]; j != nil {
+			why = fmt.Sprintf("job %s is %s at attempt %d, cancel asked: %v", id, j.State, j.Attempt, j.CancelRequested)
+		}
+		if err := api.Terminate(ctx, in.ID); err != nil {
+			s.rec.failures.Add(1)
+			log.Warn("terminate orphaned instance failed", slog.String("instance_id", in.ID), slog.Any("err", err))
+			continue
+		}
+		n := s.rec.terminated.Add(1)
+		log.Warn("terminated an instance without a live attempt", slog.String("instance_id", in.ID),
+			slog.String("job_id", id), slog.Int("attempt", attempt), slog.String("why", why),
+			slog.Duration("age", time.Since(in.LaunchTime).Round(time.Second)), slog.Int64("terminated_total", n))
+		if j := jobs[id]; j != nil {
+			s.endCancelledCloudAttempt(ctx, log, j, attempt, in)
+		}
+	}
+}
+
+// liveCloudAttempt: the job's current attempt runs on backend and may go
+// on (not ended, no cancel asked).
+func liveCloudAttempt(j *jobtype.Job, backend string) bool {
+	switch j.State {
+	case jobtype.StateDispatched, jobtype.StateProvisioning, jobtype.StateRunning:
+	default:
+		return false
+	}
+	return !j.CancelRequested && j.Node == jobtype.CloudNode(backend)
+}
+
+// endCancelledCloudAttempt writes cancelled for an attempt whose instance
+// the reconciler terminated because a cancel was asked, when no AWS worker
+// holds its lease (one that does ends it itself).
+func (s *Scheduler) endCancelledCloudAttempt(ctx context.Context, log *slog.Logger, j *jobtype.Job, attempt int, in aws.Instance) {
+	if !j.CancelRequested || j.Attempt != attempt || (j.State != jobtype.StateProvisioning && j.State != jobtype.StateRunning) {
+		return
+	}
+	if j.LeaseUntil != nil && time.Now().Before(j.LeaseUntil.Add(s.cfg.ReapGrace)) {
+		return // its worker is watching: it writes the end
+	}
+	if j.Instance != nil && j.Instance.ID == in.ID {
+		cost := aws.Cost(j.Instance.LaunchTime, time.Now(), j.Instance.USDPerHour)
+		if _, err := s.store.AddAttemptCost(ctx, j.ID, attempt, cost); err != nil {
+			log.Warn("record the instance's cost", slog.String("job_id", j.ID), slog.Any("err", err))
+		}
+	}
+	err := s.store.Finish(ctx, j.ID, attempt, jobstore.Ending{State: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled,
+		Error: "cancelled while its AWS worker was down; the reconciler terminated instance " + in.ID})
+	if err != nil {
+		log.Warn("end the cancelled attempt", slog.String("job_id", j.ID), slog.Any("err", err))
+		return
+	}
+	s.rec.cancelled.Add(1)
+	log.Info("cancelled attempt ended by the reconciler", slog.String("job_id", j.ID), slog.Int("attempt", attempt), slog.String("instance_id", in.ID))
+}

@@ -1,0 +1,431 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/backends/aws"
+	"github.com/lathe-ml/lathe/backends/aws/agent"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/ledger"
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
+	"github.com/lathe-ml/lathe/scheduler/routing"
+)
+
+// CloudLauncher is what the AWS worker needs of backends/aws: *aws.Backend.
+type CloudLauncher interface {
+	// Launch makes sure the attempt has one instance (found by its tags
+	// first, or launched) and returns it.
+	Launch(ctx context.Context, req aws.Request) (aws.LaunchResult, error)
+	// Describe returns one instance; an error wrapping aws.ErrNotFound when
+	// EC2 does not know it, any other error says nothing about it.
+	Describe(ctx context.Context, instanceID string) (aws.Instance, error)
+	// Terminate terminates a managed instance (idempotent).
+	Terminate(ctx context.Context, instanceID string) error
+	// Price is the configured price of an instance, per hour.
+	Price(inst aws.Instance) float64
+}
+
+// CloudConfig configures the AWS worker of one cloud backend. Zero values
+// take the defaults stated.
+type CloudConfig struct {
+	// Routing is the daemon's routing config: the backend's settings, the
+	// sites and their tags, where buckets and file:// data live, Redis's
+	// site. Required.
+	Routing routing.Config
+	// Backend names the aws backend this worker runs. Required; it must be
+	// ready to launch (routing.Backend.LaunchReady).
+	Backend string
+	// EC2 launches, watches and terminates the backend's instances.
+	// Required.
+	EC2 CloudLauncher
+	// S3 reads and writes the backend's work bucket (job.json, staged
+	// data, events, status, artifacts) and s3:// outputs. Required.
+	S3 agent.ObjectStore
+	// Ledger records each dataset copy before it is made. Nil: a file://
+	// dataset cannot be staged (the attempt fails with the reason; fail
+	// closed).
+	Ledger *ledger.Ledger
+	// DataDir holds temporary downloads (artifacts on their way to a
+	// file:// output). Required.
+	DataDir string
+	// AllowedRoots are the folders a file:// dataset or output must be
+	// under (symbolic links resolved). Nil: no restriction.
+	AllowedRoots pathpolicy.Roots
+	// MaxAttempts is how many attempts a job gets before a retryable
+	// failure is final; default 3. Spot interruptions do not count.
+	MaxAttempts int
+	// DefaultMaxRuntime is used for a job without max_runtime; default 24h.
+	DefaultMaxRuntime time.Duration
+	// LeaseTTL is the length of the lease on each watched attempt; default
+	// 30s. An attempt whose lease lapsed is adopted by the backend's next
+	// worker; it is never reaped (its instance may be running fine).
+	LeaseTTL time.Duration
+	// HeartbeatTTL of the backend's node (CloudNode); default 15s.
+	HeartbeatTTL time.Duration
+	// PollInterval is how often each attempt renews its lease, reads its new
+	// events and status from S3 and describes its instance; default 5s.
+	PollInterval time.Duration
+	// LaunchRetry is the wait before launching again after every choice in
+	// every subnet was refused for capacity (or the API failed); default
+	// 1m. The job waits in its backend's site meanwhile; it never changes
+	// site on its own.
+	LaunchRetry time.Duration
+	// StatusGrace is how long an instance may be gone without a status.json
+	// before the attempt counts as lost; default 2m.
+	StatusGrace time.Duration
+	// ShutdownMargin is the agent's (agent.DefaultShutdownMargin): with no
+	// status by launch + max_runtime + ShutdownMargin + StatusGrace, the
+	// worker terminates the instance and the job fails (timeout).
+	ShutdownMargin time.Duration
+	// TaskCheckInterval is how often an idle worker polls its queue;
+	// default 100ms.
+	TaskCheckInterval time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c CloudConfig) withDefaults() (CloudConfig, routing.Backend, error) {
+	b, ok := c.Routing.Backend(c.Backend)
+	switch {
+	case c.Backend == "":
+		return c, b, errors.New("worker: aws: --aws-backend is required (an aws backend of the config)")
+	case !ok:
+		return c, b, fmt.Errorf("worker: aws: backend %q is not in the config", c.Backend)
+	case b.Kind != routing.KindAWS:
+		return c, b, fmt.Errorf("worker: aws: backend %q is kind %q, not aws", c.Backend, b.Kind)
+	}
+	if err := b.LaunchReady(); err != nil {
+		return c, b, fmt.Errorf("worker: aws: %w", err)
+	}
+	if _, err := agent.ParseS3URI(b.WorkURI); err != nil {
+		return c, b, fmt.Errorf("worker: aws: backends.%s.work_uri %q: %w", b.Name, b.WorkURI, err)
+	}
+	if _, err := agent.ParseS3URI(b.CheckpointURI); err != nil {
+		return c, b, fmt.Errorf("worker: aws: backends.%s.checkpoint_uri %q: an attempt on an instance resumes from S3, so it must be s3://: %w",
+			b.Name, b.CheckpointURI, err)
+	}
+	if c.EC2 == nil || c.S3 == nil {
+		return c, b, errors.New("worker: aws: EC2 and S3 clients are required")
+	}
+	if c.DataDir == "" {
+		return c, b, errors.New("worker: aws: data dir is required")
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 3
+	}
+	if c.DefaultMaxRuntime <= 0 {
+		c.DefaultMaxRuntime = 24 * time.Hour
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 30 * time.Second
+	}
+	if c.HeartbeatTTL <= 0 {
+		c.HeartbeatTTL = 15 * time.Second
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 5 * time.Second
+	}
+	if c.PollInterval > c.LeaseTTL/3 {
+		c.PollInterval = c.LeaseTTL / 3
+	}
+	if c.LaunchRetry <= 0 {
+		c.LaunchRetry = time.Minute
+	}
+	if c.StatusGrace <= 0 {
+		c.StatusGrace = 2 * time.Minute
+	}
+	if c.ShutdownMargin <= 0 {
+		c.ShutdownMargin = agent.DefaultShutdownMargin
+	}
+	if c.TaskCheckInterval <= 0 {
+		c.TaskCheckInterval = 100 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, b, nil
+}
+
+// Cloud is the AWS worker of one cloud backend (`lathed worker --backend
+// aws`). It heartbeats as the backend's node (jobtype.CloudNode), consumes
+// its queue, and for each attempt: claims it (the attempt record in Redis,
+// before anything is launched), re-checks residency, stages a file://
+// dataset to the backend's bucket (recorded in the ledger first), writes
+// job.json, launches the instance through backends/aws (found by its tags
+// first, so a second run launches nothing), and watches it: lease renewal
+// (and cancel), the agent's events mirrored into the job, status.json, the
+// instance's state. It brings the artifacts to the job's output, terminates
+// the instance on every ending, records the instance's cost on the job, and
+// writes the attempt's end. Stopped, it detaches (instances keep running);
+// started again, it adopts its backend's attempts and re-attaches to their
+// instances by id or tags.
+type Cloud struct {
+	cfg         CloudConfig
+	b           routing.Backend
+	node        string
+	rdb         redis.UniversalClient
+	store       *jobstore.Store
+	log         *slog.Logger
+	incarnation string
+	srv         *asynq.Server
+
+	ctx    context.Context // cancelled (errDetach) when Stop begins
+	stop   context.CancelCauseFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	active map[string]bool // job ids watched by this process
+	state  int             // 0 new, 1 started, 2 stopped
+	hbDone chan struct{}
+}
+
+// errDetach is the cause given to watched attempts when the worker stops:
+// they stop watching and write nothing; their instances keep running.
+var errDetach = errors.New("aws worker stopping: detached from its instances")
+
+// NewCloud returns the AWS worker of cfg.Backend; Start runs it.
+func NewCloud(rdb redis.UniversalClient, store *jobstore.Store, cfg CloudConfig) (*Cloud, error) {
+	cfg, b, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	node := jobtype.CloudNode(b.Name)
+	c := &Cloud{cfg: cfg, b: b, node: node, rdb: rdb, store: store, incarnation: hex.EncodeToString(r[:]),
+		active: map[string]bool{},
+		log:    cfg.Logger.With(slog.String("component", "aws-worker"), slog.String("backend", b.Name))}
+	c.ctx, c.stop = context.WithCancelCause(context.Background())
+	return c, nil
+}
+
+// Node is the backend's node name (and queue): cloud:<backend>.
+func (c *Cloud) Node() string { return c.node }
+
+// Incarnation is this process's incarnation id.
+func (c *Cloud) Incarnation() string { return c.incarnation }
+
+func (c *Cloud) nodeInfo() jobstore.Node {
+	host, _ := os.Hostname()
+	return jobstore.Node{Name: c.node, Incarnation: c.incarnation, Backend: "aws", Slots: c.b.MaxInstances,
+		Host: host, PID: os.Getpid()}
+}
+
+// Start registers the backend's node (failing if another live AWS worker
+// runs it), adopts the attempts a previous worker left, and starts taking
+// the backend's queue.
+func (c *Cloud) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != 0 {
+		return errors.New("worker: aws: already started")
+	}
+	n := c.nodeInfo()
+	n.StartedAt = time.Now().UTC()
+	if err := c.store.Heartbeat(ctx, n, c.cfg.HeartbeatTTL, true, predecessorDead); err != nil {
+		return fmt.Errorf("worker: aws: register node %s: %w", c.node, err)
+	}
+	purgeStaleTasks(ctx, c.rdb, c.store, c.node, c.log)
+	c.srv = asynq.NewServerFromRedisClient(c.rdb, asynq.Config{
+		Concurrency:       4, // a handler only claims and hands over; watching runs apart
+		Queues:            map[string]int{c.node: 1},
+		TaskCheckInterval: c.cfg.TaskCheckInterval,
+		Logger:            slogAdapter{c.log.With(slog.String("component", "asynq"))},
+		IsFailure:         func(err error) bool { return err != nil },
+	})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc(jobtype.TaskType, c.handle)
+	if err := c.srv.Start(mux); err != nil {
+		return fmt.Errorf("worker: aws: start asynq server: %w", err)
+	}
+	c.hbDone = make(chan struct{})
+	go c.heartbeat(n)
+	c.wg.Add(1)
+	go c.adoptLoop()
+	c.state = 1
+	c.log.Info("aws worker started", slog.String("node", c.node), slog.String("site", c.b.Site),
+		slog.String("region", c.b.Region), slog.Int("max_instances", c.b.MaxInstances), slog.String("incarnation", c.incarnation))
+	return nil
+}
+
+// Stop stops taking tasks and detaches from every watched attempt: the
+// instances keep running and their attempts keep their state; the next
+// worker of the backend adopts them. Safe to call twice.
+func (c *Cloud) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	if c.state != 1 {
+		c.mu.Unlock()
+		return nil
+	}
+	c.state = 2
+	c.mu.Unlock()
+	c.srv.Stop()
+	c.stop(errDetach)
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		c.log.Warn("stop: attempts still detaching", slog.Any("err", ctx.Err()))
+	}
+	c.srv.Shutdown()
+	<-c.hbDone
+	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := c.store.RemoveNode(rctx, c.node, c.incarnation); err != nil {
+		c.log.Warn("stop: remove node heartbeat", slog.Any("err", err))
+	}
+	c.log.Info("aws worker stopped; its instances keep running and are adopted by the next one")
+	return nil
+}
+
+func (c *Cloud) heartbeat(n jobstore.Node) {
+	defer close(c.hbDone)
+	t := time.NewTicker(c.cfg.HeartbeatTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.HeartbeatTTL/3)
+		if err := c.store.Heartbeat(ctx, n, c.cfg.HeartbeatTTL, false); err != nil {
+			c.log.Warn("heartbeat failed; retrying", slog.Any("err", err))
+		}
+		cancel()
+	}
+}
+
+// handle claims a cloud attempt (dispatched → provisioning: the record in
+// Redis before anything is launched) and hands it to its watcher. It
+// returns nil whenever the store has the outcome, so asynq never retries.
+func (c *Cloud) handle(ctx context.Context, t *asynq.Task) error {
+	var p jobtype.TaskPayload
+	if err := json.Unmarshal(t.Payload(), &p); err != nil || !jobstore.ValidID(p.JobID) || p.Attempt < 1 {
+		c.log.Error("dropping malformed task", slog.String("payload", string(t.Payload())), slog.Any("err", err))
+		return fmt.Errorf("worker: aws: malformed task payload: %w", asynq.SkipRetry)
+	}
+	log := c.log.With(slog.String("job_id", p.JobID), slog.Int("attempt", p.Attempt))
+	if c.ctx.Err() != nil {
+		return fmt.Errorf("worker: aws: stopping, not claiming %s", jobtype.TaskID(p.JobID, p.Attempt))
+	}
+	out, err := c.store.ClaimCloud(ctx, p.JobID, p.Attempt, c.node, c.incarnation, c.cfg.LeaseTTL)
+	if err != nil {
+		if errors.Is(err, jobstore.ErrNotFound) {
+			log.Warn("task for a job the store does not know; dropping")
+			return nil
+		}
+		return fmt.Errorf("worker: aws: claim: %w", err)
+	}
+	switch out {
+	case jobstore.ClaimStale:
+		log.Info("stale attempt; nothing to do")
+		return nil
+	case jobstore.ClaimCancelled:
+		log.Info("cancelled before it was launched")
+		return nil
+	}
+	job, err := c.store.Get(ctx, p.JobID)
+	if err != nil {
+		return recordEnd(log, func(ctx context.Context) error {
+			return c.store.Finish(ctx, p.JobID, p.Attempt, jobstore.Ending{State: jobtype.StateFailed, Reason: jobtype.ReasonInternal, Error: err.Error()})
+		})
+	}
+	c.watch(job)
+	return nil
+}
+
+// adoptLoop takes over, at start and then every few polls, the backend's
+// provisioning and running attempts held by another incarnation (a worker
+// that stopped or died: only one live worker runs a backend's node).
+func (c *Cloud) adoptLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(3 * c.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		c.adoptOnce()
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Cloud) adoptOnce() {
+	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	defer cancel()
+	jobs, err := c.store.NodeAttempts(ctx, c.node, 10000)
+	if err != nil {
+		c.log.Warn("adopt: list the backend's attempts", slog.Any("err", err))
+		return
+	}
+	for _, j := range jobs {
+		if j.Incarnation == c.incarnation || c.watching(j.ID) {
+			continue
+		}
+		err := c.store.Adopt(ctx, j.ID, j.Attempt, c.node, j.Incarnation, c.incarnation, c.cfg.LeaseTTL)
+		if err != nil {
+			c.log.Info("adopt: attempt moved on", slog.String("job_id", j.ID), slog.Any("err", err))
+			continue
+		}
+		c.log.Info("adopted an attempt left by a previous worker; re-attaching", slog.String("job_id", j.ID),
+			slog.Int("attempt", j.Attempt), slog.String("from_incarnation", j.Incarnation))
+		if cur, err := c.store.Get(ctx, j.ID); err == nil {
+			c.watch(cur)
+		}
+	}
+}
+
+func (c *Cloud) watching(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.active[id]
+}
+
+// watch runs the attempt of job in its own goroutine until it ends (and
+// its end is recorded) or the worker detaches.
+func (c *Cloud) watch(job *jobtype.Job) {
+	c.mu.Lock()
+	if c.active[job.ID] || c.state == 2 {
+		c.mu.Unlock()
+		return
+	}
+	c.active[job.ID] = true
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.wg.Done()
+		defer func() {
+			c.mu.Lock()
+			delete(c.active, job.ID)
+			c.mu.Unlock()
+		}()
+		a := newCloudAttempt(c, job)
+		end := a.run(c.ctx)
+		if end != nil {
+			if err := recordEnd(a.log, end); err != nil {
+				a.log.Error("attempt end not recorded", slog.Any("err", err))
+			}
+		}
+	}()
+}
+
+// tmpDir is where an attempt's downloads go.
+func (c *Cloud) tmpDir(id string, attempt int) string {
+	return filepath.Join(c.cfg.DataDir, "cloud", c.b.Name, id, fmt.Sprint(attempt))
+}

@@ -1,0 +1,705 @@
+package worker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lathe-ml/lathe/backends/aws"
+	"github.com/lathe-ml/lathe/backends/aws/agent"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+)
+
+// EventCloud is the job event type of the AWS worker's notes: launch tries,
+// capacity refusals, the instance found or launched, terminations, staging.
+const EventCloud = "cloud"
+
+// cloudAttempt is one attempt watched by the AWS worker.
+type cloudAttempt struct {
+	c       *Cloud
+	job     *jobtype.Job
+	n       int
+	log     *slog.Logger
+	work    agent.S3URI // the attempt's prefix in the work bucket (ends in /)
+	jobURI  string      // s3://…/job.json
+	ckpt    string      // the job's checkpoint prefix (s3://…/JOB/checkpoints/)
+	inst    *jobtype.Instance
+	seq     int // next events batch to mirror
+	metrics map[string]float64
+	logs    bool // raw log lines may go into Redis (redis_site carries the job's tags)
+	started bool
+	gone    time.Time // when the instance was first seen gone without a status
+	lastLog []string
+}
+
+func newCloudAttempt(c *Cloud, job *jobtype.Job) *cloudAttempt {
+	work, _ := agent.ParseS3URI(c.b.WorkURI)
+	ck, _ := agent.ParseS3URI(c.b.CheckpointURI)
+	a := &cloudAttempt{c: c, job: job, n: job.Attempt,
+		log:     c.log.With(slog.String("job_id", job.ID), slog.Int("attempt", job.Attempt)),
+		metrics: map[string]float64{}, started: job.State == jobtype.StateRunning}
+	a.work = agent.S3URI{Bucket: work.Bucket, Key: joinKey(work.Key, job.ID, strconv.Itoa(job.Attempt)) + "/"}
+	a.jobURI = "s3://" + a.work.Bucket + "/" + a.work.Key + agent.JobObject
+	a.ckpt = "s3://" + ck.Bucket + "/" + joinKey(ck.Key, job.ID, strings.TrimSuffix(agent.CheckpointsFolder, "/")) + "/"
+	for k, v := range job.Metrics {
+		a.metrics[k] = v
+	}
+	if job.Instance != nil && job.Instance.Attempt == job.Attempt {
+		inst := *job.Instance
+		a.inst = &inst
+	}
+	return a
+}
+
+// joinKey joins S3 key parts with "/", dropping empty parts and slashes at
+// their ends.
+func joinKey(parts ...string) string {
+	var out []string
+	for _, p := range parts {
+		if p = strings.Trim(p, "/"); p != "" {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, "/")
+}
+
+type endFunc = func(context.Context) error
+
+// run carries the attempt to its end and returns the store write that
+// records it, or nil when there is nothing to write (detached, or the
+// attempt was lost to the store).
+func (a *cloudAttempt) run(ctx context.Context) endFunc {
+	if end := a.checkResidency(); end != nil {
+		return end
+	}
+	if a.inst == nil {
+		if seq, err := a.c.store.Field(ctx, a.job.ID, "cloud_events_seq"); err == nil && seq != "" {
+			a.seq, _ = strconv.Atoi(seq)
+		}
+		end, ok := a.launch(ctx)
+		if !ok {
+			return end
+		}
+	} else {
+		a.note(ctx, fmt.Sprintf("re-attached to instance %s (%s, %s)", a.inst.ID, a.inst.Type, a.inst.Market))
+		if seq, err := a.c.store.Field(ctx, a.job.ID, "cloud_events_seq"); err == nil && seq != "" {
+			a.seq, _ = strconv.Atoi(seq)
+		}
+	}
+	if a.seq < 1 {
+		a.seq = 1
+	}
+	return a.watchLoop(ctx)
+}
+
+// fail ends the attempt failed, for good.
+func (a *cloudAttempt) fail(reason, msg string) endFunc {
+	a.log.Error("attempt failed", slog.String("reason", reason), slog.String("error", msg))
+	return func(ctx context.Context) error {
+		return a.c.store.Finish(ctx, a.job.ID, a.n, jobstore.Ending{State: jobtype.StateFailed, Reason: reason, Error: msg})
+	}
+}
+
+// retryOrFail requeues a retryable failure as a new attempt (routed again),
+// or fails the job when its attempts are used up.
+func (a *cloudAttempt) retryOrFail(reason, msg string) endFunc {
+	if used := a.n - a.job.Preemptions; used >= a.c.cfg.MaxAttempts {
+		return a.fail(reason, fmt.Sprintf("%s; %d attempts used", msg, used))
+	}
+	a.log.Warn("attempt failed; retrying as a new attempt", slog.String("error", msg))
+	return func(ctx context.Context) error { return a.c.store.Requeue(ctx, a.job.ID, a.n, reason, msg) }
+}
+
+// checkResidency refuses, before anything is copied or launched, an
+// attempt whose job has a residency tag that the backend's site, or the
+// site of any place its data comes from or goes to, lacks (a task put on
+// the queue by hand, a stale decision).
+func (a *cloudAttempt) checkResidency() endFunc {
+	rc := a.c.cfg.Routing
+	want := a.job.Spec.Residency
+	if len(want) == 0 {
+		want = rc.DefaultResidency
+		if len(want) == 0 {
+			want = []string{"onprem"}
+		}
+	}
+	type place struct{ what, uri string }
+	places := []place{{"compute", ""}, {"dataset", a.job.Spec.Dataset}, {"eval_dataset", a.job.Spec.EvalDataset},
+		{"output", a.job.OutputURI}, {"checkpoints", a.c.b.CheckpointURI}, {"work_uri", a.c.b.WorkURI}}
+	for _, p := range places {
+		if p.what != "compute" && p.uri == "" {
+			continue
+		}
+		site := a.c.b.Site
+		if p.uri != "" {
+			site = a.siteOf(p.uri)
+		}
+		s, ok := rc.Site(site)
+		if site == "" || !ok {
+			return a.fail(jobtype.ReasonResidency, fmt.Sprintf("%s %s: its site is not known to the config: refused before anything was copied or launched", p.what, p.uri))
+		}
+		if miss := missingTags(want, s.Tags); len(miss) > 0 {
+			where := "backend " + a.c.b.Name
+			if p.uri != "" {
+				where = p.what + " " + p.uri
+			}
+			return a.fail(jobtype.ReasonResidency, fmt.Sprintf("%s is in site %s (tags %s), which lacks residency tag(s) %s of the job: refused before anything was copied or launched",
+				where, site, strings.Join(s.Tags, ","), strings.Join(miss, ",")))
+		}
+	}
+	if rs, ok := rc.Site(rc.RedisSite); ok && len(missingTags(want, rs.Tags)) == 0 {
+		a.logs = true
+	}
+	return nil
+}
+
+// siteOf is the site of a data URI: file:// in the file site, s3:// in its
+// bucket's site; "" when unknown.
+func (a *cloudAttempt) siteOf(uri string) string {
+	rc := a.c.cfg.Routing
+	switch {
+	case strings.HasPrefix(uri, "file:"):
+		if rc.Datasets.FileSite != "" {
+			return rc.Datasets.FileSite
+		}
+		for _, b := range rc.Backends {
+			if b.Kind == "local" {
+				return b.Site
+			}
+		}
+		return ""
+	case strings.HasPrefix(uri, "s3://"):
+		u, err := agent.ParseS3URI(uri)
+		if err != nil {
+			return ""
+		}
+		return rc.Datasets.Buckets[u.Bucket]
+	}
+	return ""
+}
+
+// note appends a cloud event to the job (control-plane metadata: it may
+// cross sites).
+func (a *cloudAttempt) note(ctx context.Context, msg string) {
+	a.log.Info(msg)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := a.c.store.Append(wctx, a.job.ID, a.n, []jobstore.EventIn{{Type: EventCloud,
+		Data: mustRaw(map[string]string{"backend": a.c.b.Name, "message": msg})}}); err != nil {
+		a.log.Debug("cloud event not written", slog.Any("err", err))
+	}
+}
+
+// launch stages the data, writes job.json and makes sure the attempt has
+// its instance. ok is false when the attempt ended (end, possibly nil).
+func (a *cloudAttempt) launch(ctx context.Context) (end endFunc, ok bool) {
+	maxRuntime := a.job.Spec.MaxRuntime.D()
+	if maxRuntime <= 0 {
+		maxRuntime = a.c.cfg.DefaultMaxRuntime
+	}
+	dataset, err := a.stage(ctx, "dataset", a.job.Spec.Dataset)
+	if err != nil {
+		return a.stagingFailed(ctx, "dataset", err), false
+	}
+	evalDataset := ""
+	if a.job.Spec.EvalDataset != "" {
+		if evalDataset, err = a.stage(ctx, "eval_dataset", a.job.Spec.EvalDataset); err != nil {
+			return a.stagingFailed(ctx, "eval_dataset", err), false
+		}
+	}
+	spec := a.job.Spec
+	spec.MaxRuntime = 0
+	aj := agent.Job{JobID: a.job.ID, Attempt: a.n, Spec: spec, Dataset: dataset, EvalDataset: evalDataset,
+		CheckpointPrefix: a.ckpt, MaxRuntimeS: int64(maxRuntime / time.Second)}
+	body, _ := json.MarshalIndent(aj, "", "  ")
+	if err := a.put(ctx, a.work.Bucket, a.work.Key+agent.JobObject, body); err != nil {
+		a.log.Warn("write job.json failed; will retry", slog.Any("err", err))
+		return a.waitAndRelaunch(ctx, "writing job.json to "+a.jobURI+" failed: "+err.Error())
+	}
+	req := aws.Request{JobID: a.job.ID, Attempt: a.n, GPUs: a.job.Spec.Resources.GPUs,
+		GPUMemoryGB: a.job.Spec.Resources.GPUMemoryGB, GPUModels: a.job.Spec.Resources.GPUModels,
+		UserData: UserData(a.c.b.AgentPath, a.jobURI)}
+	for {
+		res, err := a.c.cfg.EC2.Launch(ctx, req)
+		for _, t := range res.Attempts {
+			if t.Code != "" {
+				a.note(ctx, fmt.Sprintf("launch %s in %s refused: %s %s", t.Choice, t.Subnet, t.Code, t.Message))
+			}
+		}
+		if err == nil {
+			inst := res.Instance
+			price := a.c.cfg.EC2.Price(inst)
+			for _, t := range res.Attempts {
+				if t.InstanceID == inst.ID {
+					price = t.Choice.USDPerHour
+				}
+			}
+			market := "on-demand"
+			if inst.Spot {
+				market = "spot"
+			}
+			a.inst = &jobtype.Instance{ID: inst.ID, Attempt: a.n, Backend: a.c.b.Name, Region: a.c.b.Region, Type: inst.Type,
+				Market: market, Subnet: inst.SubnetID, LaunchTime: inst.LaunchTime.UTC(), USDPerHour: price, State: inst.State}
+			if a.inst.LaunchTime.IsZero() {
+				a.inst.LaunchTime = time.Now().UTC()
+			}
+			verb := "launched"
+			if res.Found {
+				verb = "found (launched before a restart)"
+			}
+			if err := a.c.store.Annotate(context.WithoutCancel(ctx), a.job.ID, a.n, "instance", string(mustRaw(a.inst))); err != nil {
+				a.log.Warn("record the instance on the job", slog.Any("err", err))
+			}
+			a.note(ctx, fmt.Sprintf("instance %s %s: %s %s in %s at $%.4f/h; agent job %s", inst.ID, verb, inst.Type, market,
+				inst.SubnetID, price, a.jobURI))
+			return nil, true
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil, false // detached
+		case errors.Is(err, aws.ErrNoFit):
+			return a.fail(jobtype.ReasonPermanent, "no instance type of backend "+a.c.b.Name+" fits the job's GPU request: "+err.Error()), false
+		case errors.Is(err, aws.ErrNoCapacity):
+			end, ok := a.waitAndRelaunch(ctx, fmt.Sprintf("no capacity for any instance type in any subnet of %s (site %s); the job waits in its site and tries again in %s",
+				a.c.b.Name, a.c.b.Site, a.c.cfg.LaunchRetry))
+			if !ok {
+				return end, false
+			}
+		default:
+			end, ok := a.waitAndRelaunch(ctx, fmt.Sprintf("launch failed (%v); trying again in %s", err, a.c.cfg.LaunchRetry))
+			if !ok {
+				return end, false
+			}
+		}
+	}
+}
+
+// waitAndRelaunch notes why, then waits LaunchRetry while keeping the lease
+// and honouring a cancel. ok is false when the attempt ended.
+func (a *cloudAttempt) waitAndRelaunch(ctx context.Context, why string) (endFunc, bool) {
+	a.note(ctx, why)
+	deadline := time.Now().Add(a.c.cfg.LaunchRetry)
+	t := time.NewTicker(a.c.cfg.PollInterval)
+	defer t.Stop()
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-t.C:
+		}
+		cancelled, lost := a.renew(ctx)
+		if lost {
+			return nil, false
+		}
+		if cancelled {
+			return a.cancelled(ctx), false
+		}
+	}
+	return nil, true
+}
+
+// stagingFailed ends an attempt whose data could not be staged: a refusal
+// (no ledger, a path outside the allowed roots) is permanent; an I/O error
+// is retried as a new attempt.
+func (a *cloudAttempt) stagingFailed(ctx context.Context, what string, err error) endFunc {
+	var perm *permanentError
+	if errors.As(err, &perm) {
+		return a.fail(jobtype.ReasonPermanent, what+": "+err.Error())
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return a.retryOrFail(jobtype.ReasonInternal, "staging "+what+": "+err.Error())
+}
+
+// renew extends the lease; cancelled is true when a cancel was asked, lost
+// when the store says the attempt is no longer this worker's. A transient
+// error is neither: the instance is left alone.
+func (a *cloudAttempt) renew(ctx context.Context) (cancelled, lost bool) {
+	rctx, cancel := context.WithTimeout(ctx, a.c.cfg.PollInterval)
+	defer cancel()
+	req, err := a.c.store.Renew(rctx, a.job.ID, a.n, a.c.incarnation, a.c.cfg.LeaseTTL)
+	switch {
+	case err == nil:
+		return req, false
+	case errors.Is(err, jobstore.ErrPreemptRequested):
+		return false, false // only local batch jobs are preempted by Lathe
+	case errors.Is(err, jobstore.ErrConflict), errors.Is(err, jobstore.ErrNotFound):
+		a.log.Warn("the store moved on from this attempt; no longer watching it", slog.Any("err", err))
+		return false, true
+	default:
+		a.log.Warn("lease renewal failed; the instance is left alone", slog.Any("err", err))
+		return false, false
+	}
+}
+
+// watchLoop follows the launched instance to the attempt's end.
+func (a *cloudAttempt) watchLoop(ctx context.Context) endFunc {
+	maxRuntime := a.job.Spec.MaxRuntime.D()
+	if maxRuntime <= 0 {
+		maxRuntime = a.c.cfg.DefaultMaxRuntime
+	}
+	deadline := a.inst.LaunchTime.Add(maxRuntime + a.c.cfg.ShutdownMargin + a.c.cfg.StatusGrace)
+	t := time.NewTicker(a.c.cfg.PollInterval)
+	defer t.Stop()
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				a.log.Info("detached; the instance keeps running", slog.String("instance_id", a.inst.ID))
+				return nil
+			case <-t.C:
+			}
+		}
+		cancelled, lost := a.renew(ctx)
+		if lost {
+			return nil
+		}
+		if cancelled {
+			return a.cancelled(ctx)
+		}
+		a.mirror(ctx)
+		st, found, err := a.status(ctx)
+		if err != nil {
+			a.log.Warn("read status.json failed; trying again", slog.Any("err", err))
+		}
+		if found {
+			a.mirror(ctx) // the events written before the status
+			return a.ended(ctx, st)
+		}
+		inst, err := a.c.cfg.EC2.Describe(ctx, a.inst.ID)
+		switch {
+		case err == nil && !inst.Gone():
+			a.gone = time.Time{}
+			if inst.State != a.inst.State {
+				a.inst.State = inst.State
+				_ = a.c.store.Annotate(context.WithoutCancel(ctx), a.job.ID, a.n, "instance", string(mustRaw(a.inst)))
+			}
+		case err == nil || errors.Is(err, aws.ErrNotFound):
+			state := "unknown to EC2"
+			if err == nil {
+				state = inst.State
+			}
+			if a.gone.IsZero() {
+				a.gone = time.Now()
+				a.note(ctx, fmt.Sprintf("instance %s is %s with no status.json yet; waiting %s for it", a.inst.ID, state, a.c.cfg.StatusGrace))
+			} else if time.Since(a.gone) > a.c.cfg.StatusGrace {
+				return a.lost(ctx, state)
+			}
+		case ctx.Err() != nil:
+		default:
+			// A failing DescribeInstances says nothing about the instance:
+			// never terminate or relaunch on it.
+			a.log.Warn("describe instance failed; leaving it alone", slog.String("instance_id", a.inst.ID), slog.Any("err", err))
+		}
+		if time.Now().After(deadline) {
+			a.note(ctx, fmt.Sprintf("no status from the agent by launch + max_runtime %s + margin; terminating %s", maxRuntime, a.inst.ID))
+			if end := a.terminate(ctx); end != nil {
+				return end
+			}
+			return a.fail(jobtype.ReasonTimeout, fmt.Sprintf("max_runtime %s reached (no status from the agent on %s)", maxRuntime, a.inst.ID))
+		}
+	}
+}
+
+// terminate terminates the attempt's instance (retrying while the worker
+// runs) and records its cost once. It returns a non-nil end only when the
+// worker detached meanwhile (nothing to write then: the next worker does
+// it).
+func (a *cloudAttempt) terminate(ctx context.Context) endFunc {
+	if a.inst == nil {
+		return nil
+	}
+	for i := 0; ; i++ {
+		err := a.c.cfg.EC2.Terminate(ctx, a.inst.ID)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, aws.ErrNotManaged) {
+			a.log.Error("instance is not managed by this cluster; not terminating it", slog.Any("err", err))
+			break
+		}
+		a.log.Warn("terminate failed; retrying", slog.String("instance_id", a.inst.ID), slog.Any("err", err))
+		select {
+		case <-ctx.Done():
+			return func(context.Context) error { return nil }
+		case <-time.After(a.c.cfg.PollInterval):
+		}
+	}
+	now := time.Now().UTC()
+	a.inst.State, a.inst.TerminatedAt = "terminated", &now
+	cost := aws.Cost(a.inst.LaunchTime, now, a.inst.USDPerHour)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if added, err := a.c.store.AddAttemptCost(wctx, a.job.ID, a.n, cost); err != nil {
+		a.log.Warn("record the instance's cost", slog.Any("err", err))
+	} else if added {
+		a.note(ctx, fmt.Sprintf("instance %s terminated; cost $%.4f (%s at $%.4f/h, per second, 60 s minimum)",
+			a.inst.ID, cost, now.Sub(a.inst.LaunchTime).Round(time.Second), a.inst.USDPerHour))
+	}
+	if err := a.c.store.Annotate(wctx, a.job.ID, a.n, "instance", string(mustRaw(a.inst))); err != nil {
+		a.log.Debug("record the terminated instance", slog.Any("err", err))
+	}
+	return nil
+}
+
+// cancelled terminates the instance and ends the attempt cancelled.
+func (a *cloudAttempt) cancelled(ctx context.Context) endFunc {
+	a.note(ctx, "cancel asked; terminating the instance")
+	if end := a.terminate(ctx); end != nil {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		return a.c.store.Finish(ctx, a.job.ID, a.n, jobstore.Ending{State: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled})
+	}
+}
+
+// lost ends an attempt whose instance went away without a status.
+func (a *cloudAttempt) lost(ctx context.Context, state string) endFunc {
+	if end := a.terminate(ctx); end != nil {
+		return nil
+	}
+	msg := fmt.Sprintf("instance %s ended (%s) without a status from its agent", a.inst.ID, state)
+	if a.inst.Market == "spot" {
+		msg += ": a spot reclaim; resuming from the last checkpoint"
+		return func(ctx context.Context) error { return a.c.store.CloudPreempted(ctx, a.job.ID, a.n, msg) }
+	}
+	return a.retryOrFail(jobtype.ReasonExit, msg)
+}
+
+// ended handles the agent's status.json.
+func (a *cloudAttempt) ended(ctx context.Context, st agent.Status) endFunc {
+	a.note(ctx, fmt.Sprintf("agent status %s (exit %d) %s", st.State, st.ExitCode, st.Error))
+	switch st.State {
+	case agent.StateSucceeded:
+		arts, err := a.collect(ctx, st.Artifacts)
+		if end := a.terminate(ctx); end != nil {
+			return nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return a.fail(jobtype.ReasonInternal, "artifacts: "+err.Error())
+		}
+		metrics := a.metricsWith(st.Metrics)
+		return func(ctx context.Context) error {
+			return a.c.store.Finish(ctx, a.job.ID, a.n, jobstore.Ending{State: jobtype.StateSucceeded, Metrics: metrics, Artifacts: arts})
+		}
+	case agent.StatePreempted:
+		if end := a.terminate(ctx); end != nil {
+			return nil
+		}
+		msg := "spot interruption on " + a.inst.ID + "; resuming from checkpoint " + st.Checkpoint
+		if st.Error != "" {
+			msg = st.Error + "; resuming from checkpoint " + st.Checkpoint
+		}
+		return func(ctx context.Context) error { return a.c.store.CloudPreempted(ctx, a.job.ID, a.n, msg) }
+	case agent.StateTimeout:
+		if end := a.terminate(ctx); end != nil {
+			return nil
+		}
+		return a.fail(jobtype.ReasonTimeout, "max_runtime reached on "+a.inst.ID+": "+st.Error)
+	default:
+		if end := a.terminate(ctx); end != nil {
+			return nil
+		}
+		if st.ExitCode == 3 {
+			return a.fail(jobtype.ReasonPermanent, "trainer exited 3 (permanent): "+st.Error)
+		}
+		return a.retryOrFail(jobtype.ReasonExit, fmt.Sprintf("attempt failed on %s (exit %d): %s", a.inst.ID, st.ExitCode, st.Error))
+	}
+}
+
+func (a *cloudAttempt) metricsWith(m map[string]float64) map[string]float64 {
+	out := make(map[string]float64, len(a.metrics)+len(m))
+	for k, v := range a.metrics {
+		out[k] = v
+	}
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// status reads status.json; found is false while the attempt runs.
+func (a *cloudAttempt) status(ctx context.Context) (agent.Status, bool, error) {
+	var st agent.Status
+	b, err := a.get(ctx, a.work.Bucket, a.work.Key+agent.StatusObject)
+	if errors.Is(err, agent.ErrNotFound) {
+		return st, false, nil
+	}
+	if err != nil {
+		return st, false, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, false, fmt.Errorf("status.json: %w", err)
+	}
+	return st, true, nil
+}
+
+// mirror copies the agent's new event batches into the job: progress,
+// metrics, checkpoints, artifacts; raw log lines only when Redis's site
+// carries the job's tags (otherwise they stay in the backend's bucket).
+// The batch counter is stored with them, so an adopting worker goes on
+// where this one stopped.
+func (a *cloudAttempt) mirror(ctx context.Context) {
+	keys, err := a.c.cfg.S3.List(ctx, a.work.Bucket, a.work.Key+agent.EventsFolder)
+	if err != nil {
+		a.log.Warn("list events failed; trying again", slog.Any("err", err))
+		return
+	}
+	seqs := map[int]string{}
+	for _, k := range keys {
+		name := strings.TrimSuffix(path.Base(k), ".jsonl")
+		if n, err := strconv.Atoi(name); err == nil && n >= a.seq {
+			seqs[n] = k
+		}
+	}
+	for {
+		key, ok := seqs[a.seq]
+		if !ok {
+			return
+		}
+		b, err := a.get(ctx, a.work.Bucket, key)
+		if err != nil {
+			a.log.Warn("read events batch failed; trying again", slog.String("key", key), slog.Any("err", err))
+			return
+		}
+		evs, first := a.convert(b)
+		if !a.started {
+			at := first
+			if at.IsZero() {
+				at = time.Now()
+			}
+			err := a.c.store.Started(ctx, a.job.ID, a.n, at)
+			if err != nil && !errors.Is(err, jobstore.ErrConflict) {
+				a.log.Warn("mark the attempt running", slog.Any("err", err))
+				return
+			}
+			a.started = true
+			if !a.logs {
+				evs = append([]jobstore.EventIn{{Type: EventCloud, Time: at, Data: mustRaw(map[string]string{"backend": a.c.b.Name,
+					"message": fmt.Sprintf("raw log lines of this attempt stay in s3://%s/%s%s (site %s): the Redis site lacks a residency tag of the job",
+						a.work.Bucket, a.work.Key, agent.EventsFolder, a.c.b.Site)})}}, evs...)
+			}
+		}
+		evs = append(evs, jobstore.EventIn{Field: "cloud_events_seq", Value: strconv.Itoa(a.seq + 1)})
+		if _, err := a.c.store.Append(ctx, a.job.ID, a.n, evs); err != nil {
+			a.log.Warn("mirror events failed; trying again", slog.Any("err", err))
+			return
+		}
+		a.seq++
+	}
+}
+
+// convert turns one events batch into job events.
+func (a *cloudAttempt) convert(b []byte) (evs []jobstore.EventIn, first time.Time) {
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 64*1024), 4*1024*1024)
+	for sc.Scan() {
+		var l agent.EventLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			continue
+		}
+		t := time.UnixMilli(l.T)
+		if first.IsZero() {
+			first = t
+		}
+		in := jobstore.EventIn{Type: l.Type, Time: t, Data: l.Data}
+		switch l.Type {
+		case jobtype.EventProgress:
+			var p jobtype.Progress
+			if json.Unmarshal(l.Data, &p) == nil {
+				in.Field, in.Value = "progress", string(mustRaw(p))
+			}
+		case jobtype.EventEval:
+			var e struct {
+				EvalLoss *float64 `json:"eval_loss"`
+			}
+			if json.Unmarshal(l.Data, &e) == nil && e.EvalLoss != nil {
+				a.metrics["eval_loss"] = *e.EvalLoss
+				in.Field, in.Value = "metrics", string(mustRaw(a.metrics))
+			}
+		case jobtype.EventDone:
+			var d struct {
+				Metrics map[string]float64 `json:"metrics"`
+			}
+			if json.Unmarshal(l.Data, &d) == nil {
+				for k, v := range d.Metrics {
+					a.metrics[k] = v
+				}
+				in.Field, in.Value = "metrics", string(mustRaw(a.metrics))
+			}
+		case jobtype.EventCheckpoint, jobtype.EventArtifact:
+		case agent.TypeLog:
+			var ll jobtype.LogLine
+			_ = json.Unmarshal(l.Data, &ll)
+			a.lastLog = append(a.lastLog, ll.Line)
+			if len(a.lastLog) > lastLogLines {
+				a.lastLog = a.lastLog[1:]
+			}
+			if !a.logs {
+				continue // raw lines stay in the backend's site
+			}
+			in.Type = jobtype.EventLog
+		default:
+			continue
+		}
+		if len(in.Data) == 0 {
+			in.Data = json.RawMessage(`{}`)
+		}
+		evs = append(evs, in)
+	}
+	return evs, first
+}
+
+func (a *cloudAttempt) get(ctx context.Context, bucket, key string) ([]byte, error) {
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	body, err := a.c.cfg.S3.Get(rctx, bucket, key)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	return io.ReadAll(io.LimitReader(body, 64<<20))
+}
+
+func (a *cloudAttempt) put(ctx context.Context, bucket, key string, b []byte) error {
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return a.c.cfg.S3.Put(rctx, bucket, key, bytes.NewReader(b), int64(len(b)))
+}
+
+// UserData is the instance's user data: a shell script, using only what
+// the AMI has, that runs the agent on the attempt's job.json. It holds no
+// credential (the instance profile gives the instance its S3 access).
+func UserData(agentPath, jobURI string) string {
+	return "#!/bin/sh\n" +
+		"# Lathe: run one job attempt (lathed worker --backend aws wrote this)\n" +
+		"exec " + agentPath + " agent --job " + jobURI + " >>/var/log/lathe-agent.log 2>&1\n"
+}
+
+// JobURIFromUserData returns the --job argument of user data written by
+// UserData ("" when there is none): what a test playing the instance runs.
+func JobURIFromUserData(userData string) string {
+	for _, line := range strings.Split(userData, "\n") {
+		f := strings.Fields(line)
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] == "--job" {
+				return f[i+1]
+			}
+		}
+	}
+	return ""
+}

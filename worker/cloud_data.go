@@ -1,0 +1,188 @@
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/lathe-ml/lathe/backends/aws/agent"
+	"github.com/lathe-ml/lathe/internal/fileuri"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/ledger"
+	"github.com/lathe-ml/lathe/worker/runner"
+)
+
+// permanentError is a refusal that no retry can fix.
+type permanentError struct{ msg string }
+
+func (e *permanentError) Error() string { return e.msg }
+
+func permanent(format string, args ...any) error {
+	return &permanentError{msg: fmt.Sprintf(format, args...)}
+}
+
+// LedgerKindStaging is the ledger record kind of a dataset copied to a
+// cloud backend's bucket.
+const LedgerKindStaging = "staging"
+
+// stagingRecord is the body of a staging ledger record.
+type stagingRecord struct {
+	What      string   `json:"what"` // dataset | eval_dataset
+	From      string   `json:"from"`
+	FromSite  string   `json:"from_site"`
+	To        string   `json:"to"`
+	ToSite    string   `json:"to_site"`
+	Backend   string   `json:"backend"`
+	Attempt   int      `json:"attempt"`
+	Bytes     int64    `json:"bytes"`
+	SHA256    string   `json:"sha256"`
+	Residency []string `json:"residency"`
+	Why       string   `json:"why"`
+}
+
+// stage returns the s3:// URI the agent downloads data named by uri from.
+// s3:// data is used where it is (its bucket's site carries the job's tags:
+// checkResidency). A file:// dataset is copied once per job to the
+// backend's work bucket, WORK/JOB/data/SHA-NAME; the copy is recorded in
+// the ledger before it is made, and without a ledger it is not made.
+func (a *cloudAttempt) stage(ctx context.Context, what, uri string) (string, error) {
+	switch {
+	case strings.HasPrefix(uri, "s3://"):
+		if _, err := agent.ParseS3URI(uri); err != nil {
+			return "", permanent("%s %q: %v", what, uri, err)
+		}
+		return uri, nil
+	case !strings.HasPrefix(uri, "file:"):
+		return "", permanent("%s %q: only file:// and s3:// data can reach a cloud instance", what, uri)
+	}
+	p, err := fileuri.Path(uri)
+	if err != nil {
+		return "", permanent("%s: %v", what, err)
+	}
+	if a.c.cfg.AllowedRoots != nil {
+		if err := a.c.cfg.AllowedRoots.CheckResolved(p); err != nil {
+			return "", permanent("%s: %v (worker.allowed_roots)", what, err)
+		}
+	}
+	size, sum, err := hashPath(p)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
+	work, _ := agent.ParseS3URI(a.c.b.WorkURI)
+	key := joinKey(work.Key, a.job.ID, "data", sum[:16]+"-"+filepath.Base(p))
+	to := "s3://" + work.Bucket + "/" + key
+	existing, err := a.c.cfg.S3.List(ctx, work.Bucket, key)
+	if err != nil {
+		return "", fmt.Errorf("%s: look for %s: %w", what, to, err)
+	}
+	for _, k := range existing {
+		if k == key {
+			return to, nil // staged by an earlier attempt (and recorded then)
+		}
+	}
+	if a.c.cfg.Ledger == nil {
+		return "", permanent("%s %s must be copied to %s, but this worker has no ledger key: a copy that cannot be recorded is not made", what, uri, to)
+	}
+	rec := stagingRecord{What: what, From: uri, FromSite: a.siteOf(uri), To: to, ToSite: a.c.b.Site, Backend: a.c.b.Name,
+		Attempt: a.n, Bytes: size, SHA256: sum, Residency: a.job.Spec.Residency,
+		Why: "the job was routed to " + a.c.b.Name + ", whose instances read data from S3"}
+	body, _ := json.Marshal(rec)
+	if _, err := a.c.cfg.Ledger.Append(ctx, ledger.Record{Kind: LedgerKindStaging, JobID: a.job.ID, Team: a.job.Team,
+		Token: a.job.Submitter, ConfigHash: a.c.cfg.Routing.Hash(), Body: body}); err != nil {
+		return "", fmt.Errorf("%s: record the copy in the ledger (not copied): %w", what, err)
+	}
+	if _, err := agent.UploadFile(ctx, a.c.cfg.S3, work.Bucket, key, p); err != nil {
+		return "", fmt.Errorf("%s: copy to %s: %w", what, to, err)
+	}
+	a.note(ctx, fmt.Sprintf("staged %s %s (%d bytes, sha256 %s) to %s (site %s); recorded in the ledger", what, uri, size, sum[:12], to, a.c.b.Site))
+	return to, nil
+}
+
+func hashPath(p string) (int64, string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return 0, "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return 0, "", err
+	}
+	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// collect brings a succeeded attempt's artifacts from the work bucket to
+// the job's output: a file:// output folder (copied through the worker,
+// checked against the sizes and digests the agent reported), or an s3://
+// output (copied there, checked the same way). checkResidency has checked
+// the output's site.
+func (a *cloudAttempt) collect(ctx context.Context, arts []agent.Artifact) ([]jobtype.Artifact, error) {
+	if len(arts) == 0 {
+		return nil, errors.New("the agent reported no artifacts")
+	}
+	tmp := a.c.tmpDir(a.job.ID, a.n)
+	if err := os.RemoveAll(tmp); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	reported := make([]runner.TrainerEvent, 0, len(arts))
+	for _, art := range arts {
+		if !jobtype.ValidArtifactName(art.Name) {
+			return nil, fmt.Errorf("artifact name %q: must be a plain file name", art.Name)
+		}
+		if _, err := agent.Download(ctx, a.c.cfg.S3, a.work.Bucket, a.work.Key+agent.ArtifactsFolder+art.Name, filepath.Join(tmp, art.Name)); err != nil {
+			return nil, err
+		}
+		reported = append(reported, runner.TrainerEvent{Kind: runner.EventArtifact, Path: art.Name, Format: art.Format, Bytes: art.Bytes, SHA256: art.SHA256})
+	}
+	out := a.job.OutputURI
+	site := a.siteOf(out)
+	var res []jobtype.Artifact
+	switch {
+	case strings.HasPrefix(out, "file:"):
+		got, err := publishArtifacts(tmp, out, reported)
+		if err != nil {
+			return nil, err
+		}
+		res = got
+	case strings.HasPrefix(out, "s3://"):
+		dest, err := agent.ParseS3URI(out)
+		if err != nil {
+			return nil, fmt.Errorf("output %q: %w", out, err)
+		}
+		for _, r := range reported {
+			p := filepath.Join(tmp, r.Path)
+			n, sum, err := hashPath(p)
+			if err != nil {
+				return nil, err
+			}
+			if (r.SHA256 != "" && r.SHA256 != sum) || (r.Bytes != 0 && r.Bytes != n) {
+				return nil, fmt.Errorf("artifact %s: reported %d bytes sha256 %s, the copy in S3 has %d bytes sha256 %s", r.Path, r.Bytes, r.SHA256, n, sum)
+			}
+			key := joinKey(dest.Key, r.Path)
+			if _, err := agent.UploadFile(ctx, a.c.cfg.S3, dest.Bucket, key, p); err != nil {
+				return nil, fmt.Errorf("artifact %s to s3://%s/%s: %w", r.Path, dest.Bucket, key, err)
+			}
+			res = append(res, jobtype.Artifact{Path: r.Path, Format: r.Format, Bytes: n, SHA256: sum})
+		}
+	default:
+		return nil, fmt.Errorf("output %q: want file:// or s3://", out)
+	}
+	for i := range res {
+		res[i].Residency, res[i].Site = a.job.Spec.Residency, site
+	}
+	a.log.Info("artifacts at the output", slog.String("output", out), slog.Int("artifacts", len(res)))
+	return res, nil
+}
