@@ -12,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/lathe-ml/lathe/internal/mototest"
 )
 
 func choiceNames(cs []Choice) []string {
@@ -258,8 +260,8 @@ func TestLaunchInsufficientCapacityNextChoice(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	ctx := context.Background()
-	p := newFaultProxy(t, tb.moto.URL())
-	p.add(fault{action: "RunInstances", instanceType: "g5.xlarge", code: "InsufficientInstanceCapacity", status: 500})
+	p := mototest.NewFaultProxy(t, tb.moto.URL())
+	p.Add(mototest.Fault{Action: "RunInstances", InstanceType: "g5.xlarge", Code: "InsufficientInstanceCapacity", Status: 500})
 	b := tb.backend(t, p.URL, tb.cfg)
 	res, err := b.Launch(ctx, Request{JobID: "job-ice", Attempt: 1, GPUs: 1})
 	if err != nil {
@@ -277,7 +279,7 @@ func TestLaunchInsufficientCapacityNextChoice(t *testing.T) {
 	if res.Instance.Type != "g6e.xlarge" {
 		t.Fatalf("launched %s", res.Instance.Type)
 	}
-	if n := p.count("RunInstances"); n != 3 {
+	if n := p.Count("RunInstances"); n != 3 {
 		t.Fatalf("RunInstances calls = %d, want 3 (no SDK retries of the 500)", n)
 	}
 	if n := len(tb.motoInstances(t)); n != 1 {
@@ -290,9 +292,9 @@ func TestLaunchInsufficientCapacityNextChoice(t *testing.T) {
 func TestLaunchNoCapacityAnywhere(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	p := newFaultProxy(t, tb.moto.URL())
-	p.add(fault{action: "RunInstances", instanceType: "g5.xlarge", code: "InsufficientInstanceCapacity", status: 500})
-	p.add(fault{action: "RunInstances", code: "VcpuLimitExceeded", status: 400})
+	p := mototest.NewFaultProxy(t, tb.moto.URL())
+	p.Add(mototest.Fault{Action: "RunInstances", InstanceType: "g5.xlarge", Code: "InsufficientInstanceCapacity", Status: 500})
+	p.Add(mototest.Fault{Action: "RunInstances", Code: "VcpuLimitExceeded", Status: 400})
 	cfg := tb.cfg
 	cfg.Spot = SpotPrefer
 	b := tb.backend(t, p.URL, cfg)
@@ -331,15 +333,15 @@ func TestLaunchFindFailureLaunchesNothing(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	ctx := context.Background()
-	p := newFaultProxy(t, tb.moto.URL())
+	p := mototest.NewFaultProxy(t, tb.moto.URL())
 	noRetry := func(c *aws.Config) { c.RetryMaxAttempts = 1 }
 	b := tb.backend(t, p.URL, tb.cfg, noRetry)
 
-	p.add(fault{action: "DescribeInstances", code: "Unavailable", status: 503, times: 1})
+	p.Add(mototest.Fault{Action: "DescribeInstances", Code: "Unavailable", Status: 503, Times: 1})
 	if _, err := b.Launch(ctx, Request{JobID: "job-a", Attempt: 1, GPUs: 1}); err == nil || !strings.Contains(err.Error(), "Unavailable") {
 		t.Fatalf("Launch err = %v, want the DescribeInstances error", err)
 	}
-	if n := p.count("RunInstances"); n != 0 {
+	if n := p.Count("RunInstances"); n != 0 {
 		t.Fatalf("RunInstances called %d times", n)
 	}
 	if n := len(tb.motoInstances(t)); n != 0 {
@@ -350,11 +352,11 @@ func TestLaunchFindFailureLaunchesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.add(fault{action: "DescribeInstances", code: "InternalError", status: 500, times: 1})
+	p.Add(mototest.Fault{Action: "DescribeInstances", Code: "InternalError", Status: 500, Times: 1})
 	if _, err := b.Launch(ctx, Request{JobID: "job-a", Attempt: 1, GPUs: 1}); err == nil {
 		t.Fatal("Launch succeeded through a failing DescribeInstances")
 	}
-	if n := p.count("RunInstances"); n != 1 {
+	if n := p.Count("RunInstances"); n != 1 {
 		t.Fatalf("RunInstances called %d times, want 1", n)
 	}
 	all := tb.motoInstances(t)
@@ -371,8 +373,8 @@ func TestLaunchThrottledRetries(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	ctx := context.Background()
-	p := newFaultProxy(t, tb.moto.URL())
-	p.add(fault{action: "RunInstances", code: "RequestLimitExceeded", status: 503, times: 1})
+	p := mototest.NewFaultProxy(t, tb.moto.URL())
+	p.Add(mototest.Fault{Action: "RunInstances", Code: "RequestLimitExceeded", Status: 503, Times: 1})
 	b := tb.backend(t, p.URL, tb.cfg)
 	res, err := b.Launch(ctx, Request{JobID: "job-t", Attempt: 1, GPUs: 1})
 	if err != nil {
@@ -387,13 +389,13 @@ func TestLaunchThrottledRetries(t *testing.T) {
 	}
 
 	tb.sleeps = nil
-	p.add(fault{action: "RunInstances", code: "RequestLimitExceeded", status: 503})
-	before := p.count("RunInstances")
+	p.Add(mototest.Fault{Action: "RunInstances", Code: "RequestLimitExceeded", Status: 503})
+	before := p.Count("RunInstances")
 	_, err = b.Launch(ctx, Request{JobID: "job-t2", Attempt: 1, GPUs: 1})
 	if err == nil || errors.Is(err, ErrNoCapacity) || errorCode(err) != "RequestLimitExceeded" {
 		t.Fatalf("err = %v, want RequestLimitExceeded", err)
 	}
-	if n := p.count("RunInstances") - before; n != maxThrottleRetries+1 {
+	if n := p.Count("RunInstances") - before; n != maxThrottleRetries+1 {
 		t.Fatalf("RunInstances calls = %d, want %d", n, maxThrottleRetries+1)
 	}
 	if len(tb.sleeps) != maxThrottleRetries {
@@ -519,9 +521,9 @@ func TestFindManagedAndOrphans(t *testing.T) {
 func TestLaunchSpotRefusedFallsBackToOnDemand(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	p := newFaultProxy(t, tb.moto.URL())
-	p.add(fault{action: "RunInstances", market: "spot", instanceType: "g5.xlarge", code: "SpotMaxPriceTooLow", status: 400})
-	p.add(fault{action: "RunInstances", market: "spot", code: "MaxSpotInstanceCountExceeded", status: 400})
+	p := mototest.NewFaultProxy(t, tb.moto.URL())
+	p.Add(mototest.Fault{Action: "RunInstances", Market: "spot", InstanceType: "g5.xlarge", Code: "SpotMaxPriceTooLow", Status: 400})
+	p.Add(mototest.Fault{Action: "RunInstances", Market: "spot", Code: "MaxSpotInstanceCountExceeded", Status: 400})
 	cfg := tb.cfg
 	cfg.Spot = SpotPrefer
 	b := tb.backend(t, p.URL, cfg)
@@ -554,15 +556,15 @@ func TestLaunchSpotRefusedFallsBackToOnDemand(t *testing.T) {
 func TestLaunchOtherErrorStops(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	p := newFaultProxy(t, tb.moto.URL())
-	p.add(fault{action: "RunInstances", code: "UnauthorizedOperation", status: 403})
+	p := mototest.NewFaultProxy(t, tb.moto.URL())
+	p.Add(mototest.Fault{Action: "RunInstances", Code: "UnauthorizedOperation", Status: 403})
 	b := tb.backend(t, p.URL, tb.cfg)
 	res, err := b.Launch(context.Background(), Request{JobID: "job-denied", Attempt: 1, GPUs: 1})
 	if err == nil || errors.Is(err, ErrNoCapacity) || errorCode(err) != "UnauthorizedOperation" {
 		t.Fatalf("err = %v", err)
 	}
-	if len(res.Attempts) != 1 || p.count("RunInstances") != 1 {
-		t.Fatalf("attempts = %+v, calls = %d", res.Attempts, p.count("RunInstances"))
+	if len(res.Attempts) != 1 || p.Count("RunInstances") != 1 {
+		t.Fatalf("attempts = %+v, calls = %d", res.Attempts, p.Count("RunInstances"))
 	}
 }
 
@@ -573,20 +575,20 @@ func TestDescribeFailureIsNotGone(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	ctx := context.Background()
-	p := newFaultProxy(t, tb.moto.URL())
+	p := mototest.NewFaultProxy(t, tb.moto.URL())
 	b := tb.backend(t, p.URL, tb.cfg, func(c *aws.Config) { c.RetryMaxAttempts = 1 })
 	res, err := b.Launch(ctx, Request{JobID: "job-d", Attempt: 1, GPUs: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.add(fault{action: "DescribeInstances", code: "Unavailable", status: 503, times: 2})
+	p.Add(mototest.Fault{Action: "DescribeInstances", Code: "Unavailable", Status: 503, Times: 2})
 	if _, err := b.Describe(ctx, res.Instance.ID); err == nil || errors.Is(err, ErrNotFound) {
 		t.Fatalf("Describe err = %v, want a non-NotFound error", err)
 	}
 	if err := b.Terminate(ctx, res.Instance.ID); err == nil {
 		t.Fatal("Terminate succeeded without knowing the instance")
 	}
-	if n := p.count("TerminateInstances"); n != 0 {
+	if n := p.Count("TerminateInstances"); n != 0 {
 		t.Fatalf("TerminateInstances called %d times", n)
 	}
 	if _, err := b.FindManaged(ctx); err != nil {

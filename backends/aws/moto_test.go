@@ -7,15 +7,9 @@ package aws
 // and moto, answers chosen calls with EC2's XML error and forwards the rest.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -138,83 +132,6 @@ func (tb *testBundle) motoInstances(t *testing.T) []ec2types.Instance {
 		all = append(all, r.Instances...)
 	}
 	return all
-}
-
-// faultProxy is a fake EC2 front: it forwards every request to moto except
-// those a rule answers with EC2's XML error body. It counts actions.
-type faultProxy struct {
-	*httptest.Server
-	mu     sync.Mutex
-	calls  map[string]int // action → requests seen (answered or forwarded)
-	faults []fault
-}
-
-// fault answers requests of action (and, when set, instance type) with
-// code and status, times times (0: always).
-type fault struct {
-	action, instanceType string
-	market               string // "spot" matches spot requests, "on-demand" the others; "" both
-	code                 string
-	status               int
-	times                int
-	used                 int
-}
-
-func newFaultProxy(t *testing.T, target string) *faultProxy {
-	t.Helper()
-	u, err := url.Parse(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &faultProxy{calls: map[string]int{}}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		form, _ := url.ParseQuery(string(body))
-		action := form.Get("Action")
-		p.mu.Lock()
-		p.calls[action]++
-		var hit *fault
-		for i := range p.faults {
-			f := &p.faults[i]
-			market := "on-demand"
-			if form.Get("InstanceMarketOptions.MarketType") == "spot" {
-				market = "spot"
-			}
-			if f.action == action && (f.instanceType == "" || f.instanceType == form.Get("InstanceType")) &&
-				(f.market == "" || f.market == market) &&
-				(f.times == 0 || f.used < f.times) {
-				f.used++
-				hit = f
-				break
-			}
-		}
-		p.mu.Unlock()
-		if hit == nil {
-			rp.ServeHTTP(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
-		w.WriteHeader(hit.status)
-		fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>
-<Response><Errors><Error><Code>%s</Code><Message>fault injected by the test proxy for %s</Message></Error></Errors><RequestID>7a62c49f-347e-4fc4-9331-6e8eEXAMPLE</RequestID></Response>`,
-			hit.code, action)
-	}))
-	t.Cleanup(p.Close)
-	return p
-}
-
-func (p *faultProxy) add(f fault) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.faults = append(p.faults, f)
-}
-
-func (p *faultProxy) count(action string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.calls[action]
 }
 
 // testWriter sends log lines to t.Log.
