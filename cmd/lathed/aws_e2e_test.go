@@ -1,0 +1,458 @@
+package main
+
+// End-to-end tests of the AWS backend (issue #6): the real lathed binaries
+// (scheduler, `worker --backend aws`, `agent`) and the real aws-sdk-go-v2
+// clients against moto_server, an emulator of EC2 and S3 (not AWS), behind
+// mototest.FaultProxy, a fake EC2 front that answers chosen calls with
+// EC2's errors. moto starts no VM and never runs user data, so the test
+// plays EC2's part: for each instance launched it reads the user data and
+// runs `lathed agent` with those arguments as a local process (pointed at
+// moto for S3 and at its own fake IMDS, backends/aws/imdsfake), and kills
+// that process when the instance is terminated.
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/lathe-ml/lathe/backends/aws/imdsfake"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/mototest"
+	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/worker"
+)
+
+const cloudCluster = "e2e"
+
+// cloudRig is one Redis, one moto_server with a VPC, two subnets, a
+// security group, an instance profile, an AMI and the work bucket, the
+// fault proxy in front of it, a lathed config for them, and the player of
+// EC2's part.
+type cloudRig struct {
+	t             *testing.T
+	lathed, lathe string
+	rs            *redistest.Server
+	moto          *mototest.Server
+	proxy         *mototest.FaultProxy
+	ec2           *ec2.Client // straight to moto, for checks
+	s3            *s3.Client
+	dir, cfgPath  string
+	env           []string
+	player        *ec2Player
+}
+
+func newCloudRig(t *testing.T, spot string) *cloudRig {
+	t.Helper()
+	requireTorch(t)
+	r := &cloudRig{t: t}
+	r.lathed, r.lathe = binaries(t)
+	r.rs = redistest.Start(t)
+	r.moto = mototest.Start(t)
+	r.proxy = mototest.NewFaultProxy(t, r.moto.URL())
+	ctx := t.Context()
+	awsCfg := r.moto.Config(ctx)
+	r.ec2 = ec2.NewFromConfig(awsCfg)
+	r.s3 = s3.NewFromConfig(awsCfg, mototest.S3PathStyle)
+	vpc, err := r.ec2.CreateVpc(ctx, &ec2.CreateVpcInput{CidrBlock: aws.String("10.0.0.0/16")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var subnets []string
+	for i, cidr := range []string{"10.0.1.0/24", "10.0.2.0/24"} {
+		sn, err := r.ec2.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: vpc.Vpc.VpcId, CidrBlock: aws.String(cidr),
+			AvailabilityZone: aws.String(fmt.Sprintf("%s%c", mototest.Region, 'a'+i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		subnets = append(subnets, aws.ToString(sn.Subnet.SubnetId))
+	}
+	sg, err := r.ec2.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{GroupName: aws.String("lathe-workers"),
+		Description: aws.String("lathe"), VpcId: vpc.Vpc.VpcId})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := iam.NewFromConfig(awsCfg).CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{
+		InstanceProfileName: aws.String("lathe-instance")}); err != nil {
+		t.Fatal(err)
+	}
+	imgs, err := r.ec2.DescribeImages(ctx, &ec2.DescribeImagesInput{Owners: []string{"amazon"}})
+	if err != nil || len(imgs.Images) == 0 {
+		t.Fatalf("DescribeImages: %v", err)
+	}
+	if _, err := r.s3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("lathe-eu-work"),
+		CreateBucketConfiguration: &s3types.CreateBucketConfiguration{LocationConstraint: s3types.BucketLocationConstraint(mototest.Region)}}); err != nil {
+		t.Fatal(err)
+	}
+	r.dir = t.TempDir()
+	root := repoRoot(t)
+	cfg := fmt.Sprintf(`cluster: %s
+sites:
+  dc-frankfurt: [onprem, eu]
+  aws-eu-central-1: [cloud, eu]
+redis_site: dc-frankfurt
+backends:
+  local:
+    kind: local
+    site: dc-frankfurt
+  aws-eu:
+    kind: aws
+    site: aws-eu-central-1
+    region: %s
+    checkpoint_uri: s3://lathe-eu-work/ckpt
+    work_uri: s3://lathe-eu-work/runs
+    ami: %s
+    subnets: [%s]
+    security_groups: [%s]
+    instance_profile: lathe-instance
+    spot: %s
+    instance_types:
+      g5.xlarge: {gpus: 1, gpu_model: A10G, gpu_memory_gb: 24, on_demand_usd_per_hour: 1.006, spot_usd_per_hour: 0.45}
+      g6e.xlarge: {gpus: 1, gpu_model: L40S, gpu_memory_gb: 48, on_demand_usd_per_hour: 1.861, spot_usd_per_hour: 0.80}
+datasets:
+  buckets: {lathe-eu-work: aws-eu-central-1}
+scheduler: {reconcile_every: 1s, reconcile_grace: 1s, leader_ttl: 2s}
+worker: {heartbeat_ttl: 3s}
+aws: {poll_interval: 300ms, launch_retry: 2s, status_grace: 3s, lease_ttl: 3s}
+jobs:
+  allowed_roots: [%s, %s]
+`, cloudCluster, mototest.Region, aws.ToString(imgs.Images[0].ImageId), strings.Join(subnets, ", "), aws.ToString(sg.GroupId), spot, root, r.dir)
+	r.cfgPath = filepath.Join(r.dir, "lathed.yaml")
+	if err := os.WriteFile(r.cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.env = []string{"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION=" + mototest.Region,
+		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null"}
+	r.player = startPlayer(t, r)
+	return r
+}
+
+// scheduler starts `lathed scheduler` on a free port and returns its URL.
+func (r *cloudRig) scheduler() (string, *daemon) {
+	port := redistest.FreePort(r.t)
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	d := startDaemonEnv(r.t, r.env, r.lathed, "scheduler", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--redis-url", r.rs.URL(),
+		"--config", r.cfgPath, "--data-dir", filepath.Join(r.dir, "data"), "--endpoint-url", r.proxy.URL)
+	waitHTTP(r.t, base, d)
+	return base, d
+}
+
+// worker starts `lathed worker --backend aws --aws-backend aws-eu`.
+func (r *cloudRig) worker() *daemon {
+	d := startDaemonEnv(r.t, r.env, r.lathed, "worker", "--backend", "aws", "--aws-backend", "aws-eu", "--redis-url", r.rs.URL(),
+		"--config", r.cfgPath, "--data-dir", filepath.Join(r.dir, "data"), "--endpoint-url", r.proxy.URL)
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(d.output(), "aws worker started"); time.Sleep(50 * time.Millisecond) {
+		select {
+		case <-d.done:
+			r.t.Fatalf("aws worker exited:\n%s", d.output())
+		default:
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("aws worker did not start:\n%s", d.output())
+		}
+	}
+	return d
+}
+
+// spec writes an [eu] job spec (one GPU: routed to aws-eu, no local GPU
+// can take it) with the repo's tiny dataset as file:// data, and returns
+// its path. extra lines are added.
+func (r *cloudRig) spec(name string, extra ...string) string {
+	root := repoRoot(r.t)
+	s := fmt.Sprintf(`name: %s
+base_model: tiny-char
+dataset: file://%s/configs/examples/data/tiny-train.jsonl
+eval_dataset: file://%s/configs/examples/data/tiny-eval.jsonl
+lora: {rank: 4, alpha: 8, target_modules: [q_proj, v_proj]}
+resources: {gpus: 1}
+residency: [eu]
+max_runtime: 10m
+`, name, root, root) + strings.Join(extra, "\n") + "\n"
+	p := filepath.Join(r.dir, name+".yaml")
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	return p
+}
+
+func (r *cloudRig) submit(base, spec string) string {
+	r.t.Helper()
+	out, errOut, code := cli(r.t, r.lathe, base, "submit", spec, "-o", "json")
+	if code != 0 {
+		r.t.Fatalf("submit: exit %d\n%s\n%s", code, out, errOut)
+	}
+	return decodeJob(r.t, out).ID
+}
+
+// instances returns the cluster's instances (any state) of job id, by
+// launch order.
+func (r *cloudRig) instances(id string) []ec2types.Instance {
+	r.t.Helper()
+	out, err := r.ec2.DescribeInstances(context.Background(), &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
+		{Name: aws.String("tag:lathe:cluster"), Values: []string{cloudCluster}},
+		{Name: aws.String("tag:lathe:job-id"), Values: []string{id}}}})
+	if err != nil {
+		r.t.Fatalf("DescribeInstances (moto): %v", err)
+	}
+	var all []ec2types.Instance
+	for _, res := range out.Reservations {
+		all = append(all, res.Instances...)
+	}
+	return all
+}
+
+// terminations counts TerminateInstances calls that named instance id.
+func (r *cloudRig) terminations(id string) int {
+	n := 0
+	for _, f := range r.proxy.Forms("TerminateInstances") {
+		for k, v := range f {
+			if strings.HasPrefix(k, "InstanceId") && len(v) > 0 && v[0] == id {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func tagOf(in ec2types.Instance, key string) string {
+	for _, t := range in.Tags {
+		if aws.ToString(t.Key) == key {
+			return aws.ToString(t.Value)
+		}
+	}
+	return ""
+}
+
+// ec2Player plays the instances: it runs `lathed agent` for each instance
+// of the cluster that moto reports pending or running, with the arguments
+// of its user data, and kills it when the instance is terminated.
+type ec2Player struct {
+	r      *cloudRig
+	mu     sync.Mutex
+	agents map[string]*agentProc // instance id →
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+type agentProc struct {
+	cmd  *exec.Cmd
+	imds *imdsfake.Server
+	job  string
+	out  *bytes.Buffer
+	mu   sync.Mutex
+	done chan struct{}
+}
+
+func (a *agentProc) output() string { a.mu.Lock(); defer a.mu.Unlock(); return a.out.String() }
+
+func startPlayer(t *testing.T, r *cloudRig) *ec2Player {
+	p := &ec2Player{r: r, agents: map[string]*agentProc{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go p.loop()
+	t.Cleanup(func() {
+		close(p.stop)
+		<-p.done
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for id, a := range p.agents {
+			_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
+			<-a.done
+			if t.Failed() {
+				t.Logf("agent on %s (%s):\n%s", id, a.job, a.output())
+			}
+		}
+	})
+	return p
+}
+
+func (p *ec2Player) loop() {
+	defer close(p.done)
+	ctx := context.Background()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-time.After(150 * time.Millisecond):
+		}
+		out, err := p.r.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
+			{Name: aws.String("tag:lathe:cluster"), Values: []string{cloudCluster}}}})
+		if err != nil {
+			continue
+		}
+		for _, res := range out.Reservations {
+			for _, in := range res.Instances {
+				id, state := aws.ToString(in.InstanceId), string(in.State.Name)
+				p.mu.Lock()
+				a := p.agents[id]
+				p.mu.Unlock()
+				switch {
+				case a == nil && (state == "pending" || state == "running"):
+					p.start(ctx, id)
+				case a != nil && (state == "terminated" || state == "shutting-down"):
+					_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL) // the machine is gone
+				}
+			}
+		}
+	}
+}
+
+func (p *ec2Player) start(ctx context.Context, id string) {
+	attr, err := p.r.ec2.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{InstanceId: aws.String(id),
+		Attribute: ec2types.InstanceAttributeNameUserData})
+	if err != nil || attr.UserData == nil {
+		return
+	}
+	ud, err := base64.StdEncoding.DecodeString(aws.ToString(attr.UserData.Value))
+	if err != nil {
+		return
+	}
+	job := worker.JobURIFromUserData(string(ud))
+	a := &agentProc{imds: imdsfake.New(), job: job, out: &bytes.Buffer{}, done: make(chan struct{})}
+	a.cmd = exec.Command(p.r.lathed, "agent", "--job", job, "--endpoint-url", p.r.moto.URL(), "--imds-endpoint", a.imds.URL(),
+		"--no-shutdown", "--work-dir", filepath.Join(p.r.dir, "instances", id))
+	a.cmd.Env = append(os.Environ(), p.r.env...)
+	a.cmd.Stdout = lockedWriter{&a.mu, a.out}
+	a.cmd.Stderr = lockedWriter{&a.mu, a.out}
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if job == "" || a.cmd.Start() != nil {
+		return
+	}
+	go func() { _ = a.cmd.Wait(); a.imds.Close(); close(a.done) }()
+	p.mu.Lock()
+	p.agents[id] = a
+	p.mu.Unlock()
+}
+
+// agent returns the agent process playing instance id (nil: none yet).
+func (p *ec2Player) agent(id string) *agentProc {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.agents[id]
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.w.Write(b) }
+
+// waitInstance waits until job id has n instances and returns them.
+func (r *cloudRig) waitInstance(id string, n int) []ec2types.Instance {
+	r.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if in := r.instances(id); len(in) >= n {
+			return in
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("job %s: %d instance(s) never launched", id, n)
+		}
+	}
+}
+
+// TestAWSEndToEnd: an [eu] job with one GPU runs on aws-eu end to end.
+// The first choice (g5.xlarge) is refused with InsufficientInstanceCapacity
+// (the proxy), so the next choice, g6e.xlarge, is launched, tagged, with
+// the agent's user data; the file:// dataset is staged to the work bucket
+// and the copy is in the ledger; DescribeInstances fails for a while during
+// the run, which neither terminates the instance nor launches another; the
+// artifacts arrive at the job's output folder; the instance is terminated
+// once; the cost is on the job.
+func TestAWSEndToEnd(t *testing.T) {
+	r := newCloudRig(t, "never")
+	r.proxy.Add(mototest.Fault{Action: "RunInstances", InstanceType: "g5.xlarge", Code: "InsufficientInstanceCapacity", Status: 500})
+	base, _ := r.scheduler()
+	r.worker()
+	id := r.submit(base, r.spec("cloud-e2e", "training: {epochs: 2, batch_size: 8, learning_rate: 0.02, seed: 42, checkpoint_every: 20, eval_every: 20}"))
+
+	insts := r.waitInstance(id, 1)
+	in := insts[0]
+	if got := string(in.InstanceType); got != "g6e.xlarge" {
+		t.Fatalf("launched %s, want g6e.xlarge (g5.xlarge had no capacity)", got)
+	}
+	for k, want := range map[string]string{"lathe:managed": "true", "lathe:cluster": cloudCluster, "lathe:job-id": id,
+		"lathe:attempt": "1", "lathe:backend": "aws-eu"} {
+		if got := tagOf(in, k); got != want {
+			t.Fatalf("tag %s = %q, want %q", k, got, want)
+		}
+	}
+	// The agent runs; then DescribeInstances fails for a while.
+	waitJob(t, base, id, 60*time.Second, "running on the instance", func(j jobtype.Job) bool { return j.State == jobtype.StateRunning })
+	r.proxy.Add(mototest.Fault{Action: "DescribeInstances", Code: "Unavailable", Status: 503})
+	failing := r.proxy.Count("DescribeInstances")
+	for deadline := time.Now().Add(20 * time.Second); r.proxy.Count("DescribeInstances") < failing+5; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker did not describe the instance while the proxy failed it")
+		}
+	}
+	if n := r.terminations(aws.ToString(in.InstanceId)); n != 0 {
+		t.Fatalf("the instance was terminated while DescribeInstances failed (%d calls)", n)
+	}
+	r.proxy.Clear()
+
+	j := waitJob(t, base, id, 120*time.Second, "succeeded", func(j jobtype.Job) bool { return j.State.Terminal() })
+	if j.State != jobtype.StateSucceeded {
+		t.Fatalf("job ended %s: %s", j.State, j.Error)
+	}
+	if n := len(r.instances(id)); n != 1 {
+		t.Fatalf("%d instances for one attempt", n)
+	}
+	if got := r.proxy.Count("RunInstances"); got != 3 { // g5 in two subnets refused, g6e launched
+		t.Fatalf("RunInstances called %d times, want 3", got)
+	}
+	iid := aws.ToString(in.InstanceId)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if cur := r.instances(id); len(cur) == 1 && cur[0].State.Name == ec2types.InstanceStateNameTerminated {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("instance not terminated after the job succeeded")
+		}
+	}
+	if n := r.terminations(iid); n != 1 {
+		t.Fatalf("instance terminated %d times, want once", n)
+	}
+	if j.Instance == nil || j.Instance.ID != iid || j.Instance.Type != "g6e.xlarge" || j.Instance.USDPerHour != 1.861 || j.CostUSD <= 0 {
+		t.Fatalf("instance and cost on the job: %+v cost %v", j.Instance, j.CostUSD)
+	}
+	if j.Instance.TerminatedAt == nil {
+		t.Fatalf("no termination time on the job's instance: %+v", j.Instance)
+	}
+	want := 1.861 / 3600 * 60 // 60 s minimum
+	if j.CostUSD+1e-9 < want {
+		t.Fatalf("cost %v below the 60 s minimum %v", j.CostUSD, want)
+	}
+	if len(j.Artifacts) == 0 {
+		t.Fatal("no artifacts")
+	}
+	dir := strings.TrimPrefix(j.OutputURI, "file://")
+	for _, a := range j.Artifacts {
+		if _, err := os.Stat(filepath.Join(dir, a.Path)); err != nil || a.Site != "dc-frankfurt" {
+			t.Fatalf("artifact %+v at the output: %v", a, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "adapter_model.safetensors")); err != nil {
+		t.Fatalf("adapter not at the output %s: %v", dir, err)
+	}
+	t.Logf("job %s: %s attempt %d instance %+v cost $%.5f artifacts %d", id, j.State, j.Attempt, *j.Instance, j.CostUSD, len(j.Artifacts))
+	out, errOut, code := cli(t, r.lathe, base, "audit", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"staging"`) || !strings.Contains(out, "s3://lathe-eu-work/runs/"+id+"/data/") {
+		t.Fatalf("no staging record in the ledger: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
