@@ -351,7 +351,11 @@ type lockedWriter struct {
 	w  io.Writer
 }
 
-func (l lockedWriter) Write(b []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.w.Write(b) }
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
 
 // waitInstance waits until job id has n instances and returns them.
 func (r *cloudRig) waitInstance(id string, n int) []ec2types.Instance {
