@@ -100,6 +100,7 @@ func (s *Scheduler) reconcileBackend(ctx context.Context, backend string, api Cl
 			mine = append(mine, in)
 		}
 	}
+	terminated := map[string]bool{}
 	for _, in := range aws.Orphans(mine, live, time.Now(), s.cfg.ReconcileGrace) {
 		id, attempt, _ := in.JobAttempt()
 		why := "no job " + id
@@ -115,10 +116,9 @@ func (s *Scheduler) reconcileBackend(ctx context.Context, backend string, api Cl
 		log.Warn("terminated an instance without a live attempt", slog.String("instance_id", in.ID),
 			slog.String("job_id", id), slog.Int("attempt", attempt), slog.String("why", why),
 			slog.Duration("age", time.Since(in.LaunchTime).Round(time.Second)), slog.Int64("terminated_total", n))
-		if j := jobs[id]; j != nil {
-			s.endCancelledCloudAttempt(ctx, log, j, attempt, in)
-		}
+		terminated[in.ID] = true
 	}
+	s.endCancelledCloudAttempts(ctx, log, backend, mine, terminated)
 }
 
 // liveCloudAttempt: the job's current attempt runs on backend and may go
@@ -132,28 +132,54 @@ func liveCloudAttempt(j *jobtype.Job, backend string) bool {
 	return !j.CancelRequested && j.Node == jobtype.CloudNode(backend)
 }
 
-// endCancelledCloudAttempt writes cancelled for an attempt whose instance
-// the reconciler terminated because a cancel was asked, when no AWS worker
-// holds its lease (one that does ends it itself).
-func (s *Scheduler) endCancelledCloudAttempt(ctx context.Context, log *slog.Logger, j *jobtype.Job, attempt int, in aws.Instance) {
-	if !j.CancelRequested || j.Attempt != attempt || (j.State != jobtype.StateProvisioning && j.State != jobtype.StateRunning) {
+// endCancelledCloudAttempts writes cancelled for the backend's attempts
+// whose cancel was asked while no AWS worker holds them (lease lapsed: a
+// worker that does ends them itself) and whose instance is gone (or never
+// was): terminated by this pass or earlier, or not launched yet. The
+// instance's cost, when the job records it, is added once.
+func (s *Scheduler) endCancelledCloudAttempts(ctx context.Context, log *slog.Logger, backend string, mine []aws.Instance, terminated map[string]bool) {
+	atts, err := s.store.NodeAttempts(ctx, jobtype.CloudNode(backend), 10000)
+	if err != nil {
+		log.Warn("list the backend's attempts", slog.Any("err", err))
 		return
 	}
-	if j.LeaseUntil != nil && time.Now().Before(j.LeaseUntil.Add(s.cfg.ReapGrace)) {
-		return // its worker is watching: it writes the end
-	}
-	if j.Instance != nil && j.Instance.ID == in.ID {
-		cost := aws.Cost(j.Instance.LaunchTime, time.Now(), j.Instance.USDPerHour)
-		if _, err := s.store.AddAttemptCost(ctx, j.ID, attempt, cost); err != nil {
-			log.Warn("record the instance's cost", slog.String("job_id", j.ID), slog.Any("err", err))
+	alive := map[string]bool{}
+	for _, in := range mine {
+		if !in.Gone() && !terminated[in.ID] {
+			alive[in.ID] = true
 		}
 	}
-	err := s.store.Finish(ctx, j.ID, attempt, jobstore.Ending{State: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled,
-		Error: "cancelled while its AWS worker was down; the reconciler terminated instance " + in.ID})
-	if err != nil {
-		log.Warn("end the cancelled attempt", slog.String("job_id", j.ID), slog.Any("err", err))
-		return
+	now := time.Now()
+	for _, j := range atts {
+		if !j.CancelRequested || (j.LeaseUntil != nil && now.Before(j.LeaseUntil.Add(s.cfg.ReapGrace))) {
+			continue
+		}
+		inst := j.Instance
+		if inst != nil && inst.Attempt != j.Attempt {
+			inst = nil
+		}
+		if inst != nil && alive[inst.ID] {
+			continue // still running: terminated by a later pass (it is no longer live)
+		}
+		if inst != nil {
+			end := now
+			if inst.TerminatedAt != nil {
+				end = *inst.TerminatedAt
+			}
+			if _, err := s.store.AddAttemptCost(ctx, j.ID, j.Attempt, aws.Cost(inst.LaunchTime, end, inst.USDPerHour)); err != nil {
+				log.Warn("record the instance's cost", slog.String("job_id", j.ID), slog.Any("err", err))
+			}
+		}
+		msg := "cancelled while its AWS worker was down"
+		if inst != nil {
+			msg += "; the reconciler made sure instance " + inst.ID + " is terminated"
+		}
+		err := s.store.Finish(ctx, j.ID, j.Attempt, jobstore.Ending{State: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled, Error: msg})
+		if err != nil {
+			log.Warn("end the cancelled attempt", slog.String("job_id", j.ID), slog.Any("err", err))
+			continue
+		}
+		s.rec.cancelled.Add(1)
+		log.Info("cancelled attempt ended by the reconciler", slog.String("job_id", j.ID), slog.Int("attempt", j.Attempt))
 	}
-	s.rec.cancelled.Add(1)
-	log.Info("cancelled attempt ended by the reconciler", slog.String("job_id", j.ID), slog.Int("attempt", attempt), slog.String("instance_id", in.ID))
 }

@@ -238,14 +238,14 @@ func (a *cloudAttempt) launch(ctx context.Context) (end endFunc, ok bool) {
 		}
 		if err == nil {
 			inst := res.Instance
-			price := a.c.cfg.EC2.Price(inst)
+			price, spot := a.c.cfg.EC2.Price(inst), inst.Spot
 			for _, t := range res.Attempts {
-				if t.InstanceID == inst.ID {
-					price = t.Choice.USDPerHour
+				if t.InstanceID == inst.ID { // launched now: the choice says what was bought
+					price, spot = t.Choice.USDPerHour, t.Choice.Spot
 				}
 			}
 			market := "on-demand"
-			if inst.Spot {
+			if spot {
 				market = "spot"
 			}
 			a.inst = &jobtype.Instance{ID: inst.ID, Attempt: a.n, Backend: a.c.b.Name, Region: a.c.b.Region, Type: inst.Type,

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -16,14 +17,14 @@ import (
 )
 
 // agentCmd is `lathed agent --job s3://BUCKET/PREFIX/JOB/ATTEMPT/job.json`,
-// what a cloud instance's user-data runs (backends/aws/agent). Issue #6's
-// worker side, which launches instances and writes job.json, is not built
-// yet; the agent runs on its own (and in the tests, as a local process in
-// the instance's role).
+// what a cloud instance's user-data runs (backends/aws/agent), written and
+// launched by `lathed worker --backend aws`; the tests run it as a local
+// process in the instance's role.
 func agentCmd(stderr io.Writer, logLevel *string) *cobra.Command {
 	var (
 		job, endpoint, workDir, imds string
 		noShutdown                   bool
+		imdsPoll                     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "agent --job s3://BUCKET/PREFIX/JOB_ID/ATTEMPT/job.json",
@@ -62,6 +63,7 @@ func agentCmd(stderr io.Writer, logLevel *string) *cobra.Command {
 			if imds != "" {
 				cfg.IMDSEndpoint = imds
 			}
+			cfg.IMDSPollInterval = imdsPoll
 			if noShutdown {
 				cfg.Shutdown = func(context.Context) error {
 					log.Warn("--no-shutdown: leaving the machine running")
@@ -84,6 +86,7 @@ func agentCmd(stderr io.Writer, logLevel *string) *cobra.Command {
 	f.StringVar(&endpoint, "endpoint-url", "", "an S3-compatible endpoint (path-style); default AWS (or AWS_ENDPOINT_URL)")
 	f.StringVar(&workDir, "work-dir", "", "local folder for data, checkpoints and outputs (default a new temporary one)")
 	f.StringVar(&imds, "imds-endpoint", "", "instance metadata service (default http://169.254.169.254)")
+	f.DurationVar(&imdsPoll, "imds-poll-interval", agent.DefaultIMDSPollInterval, "how often the spot interruption notice is polled")
 	f.BoolVar(&noShutdown, "no-shutdown", false, "do not shut the machine down at the end (tests, debugging)")
 	return cmd
 }

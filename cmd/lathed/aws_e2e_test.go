@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -325,7 +326,7 @@ func (p *ec2Player) start(ctx context.Context, id string) {
 	job := worker.JobURIFromUserData(string(ud))
 	a := &agentProc{imds: imdsfake.New(), job: job, out: &bytes.Buffer{}, done: make(chan struct{})}
 	a.cmd = exec.Command(p.r.lathed, "agent", "--job", job, "--endpoint-url", p.r.moto.URL(), "--imds-endpoint", a.imds.URL(),
-		"--no-shutdown", "--work-dir", filepath.Join(p.r.dir, "instances", id))
+		"--imds-poll-interval", "200ms", "--no-shutdown", "--work-dir", filepath.Join(p.r.dir, "instances", id))
 	a.cmd.Env = append(os.Environ(), p.r.env...)
 	a.cmd.Stdout = lockedWriter{&a.mu, a.out}
 	a.cmd.Stderr = lockedWriter{&a.mu, a.out}
@@ -458,5 +459,136 @@ func TestAWSEndToEnd(t *testing.T) {
 	out, errOut, code := cli(t, r.lathe, base, "audit", "-o", "json")
 	if code != 0 || !strings.Contains(out, `"staging"`) || !strings.Contains(out, "s3://lathe-eu-work/runs/"+id+"/data/") {
 		t.Fatalf("no staging record in the ledger: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// kill9 kills a daemon at once (no cleanup of its own).
+func kill9(t *testing.T, d *daemon) {
+	t.Helper()
+	_ = d.cmd.Process.Kill()
+	<-d.done
+}
+
+// TestAWSWorkerRestart: the AWS worker is killed (-9) while the job runs on
+// its instance and started again: the new worker adopts the attempt and
+// re-attaches to the instance (no second RunInstances, no second
+// instance), the job completes, and its instance is terminated once.
+func TestAWSWorkerRestart(t *testing.T) {
+	r := newCloudRig(t, "never")
+	base, _ := r.scheduler()
+	w := r.worker()
+	id := r.submit(base, r.spec("cloud-restart", "training: {epochs: 3, batch_size: 8, learning_rate: 0.02, seed: 42, checkpoint_every: 10, eval_every: 20}"))
+	waitJob(t, base, id, 60*time.Second, "running on the instance", func(j jobtype.Job) bool { return j.State == jobtype.StateRunning })
+	kill9(t, w)
+	if j := getJob(t, base, id); j.State.Terminal() {
+		t.Fatalf("the job ended before the worker was killed (%s): make it longer", j.State)
+	}
+	w2 := r.worker()
+	j := waitJob(t, base, id, 120*time.Second, "ended", func(j jobtype.Job) bool { return j.State.Terminal() })
+	if j.State != jobtype.StateSucceeded || j.Attempt != 1 {
+		t.Fatalf("job ended %s at attempt %d: %s", j.State, j.Attempt, j.Error)
+	}
+	if !strings.Contains(w2.output(), "adopted an attempt") {
+		t.Fatalf("the second worker did not adopt the attempt:\n%s", w2.output())
+	}
+	insts := r.instances(id)
+	if len(insts) != 1 || r.proxy.Count("RunInstances") != 1 {
+		t.Fatalf("%d instances, %d RunInstances calls for one attempt", len(insts), r.proxy.Count("RunInstances"))
+	}
+	iid := aws.ToString(insts[0].InstanceId)
+	for deadline := time.Now().Add(10 * time.Second); r.instances(id)[0].State.Name != ec2types.InstanceStateNameTerminated; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("instance not terminated")
+		}
+	}
+	if n := r.terminations(iid); n != 1 {
+		t.Fatalf("instance terminated %d times, want once", n)
+	}
+	if len(j.Artifacts) == 0 || j.CostUSD <= 0 {
+		t.Fatalf("artifacts %d, cost %v", len(j.Artifacts), j.CostUSD)
+	}
+}
+
+// TestAWSCancelWhileDown: the job runs on its instance; the scheduler and
+// the AWS worker are killed (-9); the job is cancelled through a second
+// scheduler; once that scheduler leads, its reconciler terminates the
+// instance (its attempt is no longer live) and, no worker holding the
+// attempt, ends it cancelled.
+func TestAWSCancelWhileDown(t *testing.T) {
+	r := newCloudRig(t, "never")
+	base, s1 := r.scheduler()
+	w := r.worker()
+	id := r.submit(base, r.spec("cloud-cancel", "training: {epochs: 20, batch_size: 8, learning_rate: 0.02, seed: 42, checkpoint_every: 20, eval_every: 50}"))
+	waitJob(t, base, id, 60*time.Second, "running on the instance", func(j jobtype.Job) bool { return j.State == jobtype.StateRunning })
+	kill9(t, w)
+	kill9(t, s1)
+	base2, s2 := r.scheduler()
+	if out, errOut, code := cli(t, r.lathe, base2, "cancel", id); code != 0 {
+		t.Fatalf("cancel through the second scheduler: exit %d\n%s\n%s", code, out, errOut)
+	}
+	iid := aws.ToString(r.instances(id)[0].InstanceId)
+	for deadline := time.Now().Add(60 * time.Second); r.instances(id)[0].State.Name != ec2types.InstanceStateNameTerminated; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("instance %s not terminated by the reconciler:\n%s", iid, s2.output())
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s2.output(), "terminated an instance without a live attempt"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the reconciler did not log its action:\n%s", s2.output())
+		}
+	}
+	j := waitJob(t, base2, id, 30*time.Second, "cancelled", func(j jobtype.Job) bool { return j.State.Terminal() })
+	if j.State != jobtype.StateCancelled || r.terminations(iid) != 1 || r.proxy.Count("RunInstances") != 1 {
+		t.Fatalf("job %s (%s); instance terminated %d times; %d RunInstances", j.State, j.Error, r.terminations(iid), r.proxy.Count("RunInstances"))
+	}
+}
+
+// TestAWSSpotInterruption: spot preferred, the job runs on a spot
+// instance; once a checkpoint is in S3, that instance's IMDS gives the
+// two-minute notice. The agent checkpoints and reports preempted, the
+// worker terminates the instance, the job goes back through routing as
+// attempt 2 (a preemption, not a failure), a new instance is launched, and
+// the trainer resumes from the checkpoint in S3 and succeeds.
+func TestAWSSpotInterruption(t *testing.T) {
+	r := newCloudRig(t, "prefer")
+	base, _ := r.scheduler()
+	r.worker()
+	id := r.submit(base, r.spec("cloud-spot", "training: {epochs: 8, batch_size: 8, learning_rate: 0.02, seed: 42, checkpoint_every: 5, eval_every: 50}"))
+	first := r.waitInstance(id, 1)[0]
+	iid := aws.ToString(first.InstanceId)
+	if string(first.InstanceType) != "g5.xlarge" {
+		t.Fatalf("first instance %s, want the cheapest spot choice g5.xlarge", first.InstanceType)
+	}
+	waitJob(t, base, id, 90*time.Second, "a checkpoint", func(j jobtype.Job) bool { return countEvents(t, base, id, "checkpoint") > 0 })
+	a := r.player.agent(iid)
+	if a == nil {
+		t.Fatal("no agent plays the first instance")
+	}
+	a.imds.Interrupt("terminate", time.Now().Add(2*time.Minute))
+	j := waitJob(t, base, id, 180*time.Second, "ended", func(j jobtype.Job) bool { return j.State.Terminal() })
+	if j.State != jobtype.StateSucceeded || j.Attempt != 2 || j.Preemptions != 1 {
+		t.Fatalf("job %s attempt %d preemptions %d: %s\nfirst agent:\n%s", j.State, j.Attempt, j.Preemptions, j.Error, a.output())
+	}
+	insts := r.instances(id)
+	if len(insts) != 2 {
+		t.Fatalf("%d instances, want 2 (one per attempt)", len(insts))
+	}
+	for _, in := range insts {
+		if in.State.Name != ec2types.InstanceStateNameTerminated {
+			t.Fatalf("instance %s (attempt %s) is %s", aws.ToString(in.InstanceId), tagOf(in, "lathe:attempt"), in.State.Name)
+		}
+	}
+	// Attempt 2 resumed: its first progress step is past the checkpoint.
+	firstStep := -1
+	for _, e := range events(t, base, id) {
+		if e.Type == jobtype.EventProgress && e.Attempt == 2 {
+			var p jobtype.Progress
+			_ = json.Unmarshal(e.Data, &p)
+			firstStep = p.Step
+			break
+		}
+	}
+	if firstStep <= 1 {
+		t.Fatalf("attempt 2 started at step %d: it did not resume from the checkpoint", firstStep)
 	}
 }
