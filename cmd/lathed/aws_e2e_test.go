@@ -33,6 +33,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lathe-ml/lathe/backends/aws/imdsfake"
 	"github.com/lathe-ml/lathe/internal/jobtype"
@@ -177,17 +179,25 @@ func (r *cloudRig) worker() *daemon {
 // its path. extra lines are added.
 func (r *cloudRig) spec(name string, extra ...string) string {
 	root := repoRoot(r.t)
-	s := fmt.Sprintf(`name: %s
-base_model: tiny-char
-dataset: file://%s/configs/examples/data/tiny-train.jsonl
-eval_dataset: file://%s/configs/examples/data/tiny-eval.jsonl
-lora: {rank: 4, alpha: 8, target_modules: [q_proj, v_proj]}
-resources: {gpus: 1}
-residency: [eu]
-max_runtime: 10m
-`, name, root, root) + strings.Join(extra, "\n") + "\n"
+	lines := []string{"name: " + name, "base_model: tiny-char",
+		"dataset: file://" + root + "/configs/examples/data/tiny-train.jsonl",
+		"eval_dataset: file://" + root + "/configs/examples/data/tiny-eval.jsonl",
+		"lora: {rank: 4, alpha: 8, target_modules: [q_proj, v_proj]}",
+		"resources: {gpus: 1}", "residency: [eu]", "max_runtime: 10m"}
+	for _, e := range extra { // a line for a key already there replaces it
+		k, _, _ := strings.Cut(e, ":")
+		replaced := false
+		for i, l := range lines {
+			if strings.HasPrefix(l, k+":") {
+				lines[i], replaced = e, true
+			}
+		}
+		if !replaced {
+			lines = append(lines, e)
+		}
+	}
 	p := filepath.Join(r.dir, name+".yaml")
-	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+	if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		r.t.Fatal(err)
 	}
 	return p
@@ -590,5 +600,93 @@ func TestAWSSpotInterruption(t *testing.T) {
 	}
 	if firstStep <= 1 {
 		t.Fatalf("attempt 2 started at step %d: it did not resume from the checkpoint", firstStep)
+	}
+}
+
+// TestAWSNeverForOnprem: with the AWS worker running and aws-eu ready to
+// launch, an [onprem] job (aws-eu's site lacks onprem) is never staged
+// nor launched on any path: at submit it goes local; waiting past its
+// max_wait (spill-over) it stays local; preempted by an urgent job it is
+// routed again to local; cancelled and retried, again local; a task for it
+// put by hand on aws-eu's queue does nothing (the store says it is not
+// dispatched there); and with its record forged to look dispatched to
+// aws-eu, the AWS worker refuses it (failed, reason residency) before
+// copying or launching anything. At the end no RunInstances call was made
+// and the work bucket holds nothing of these jobs.
+func TestAWSNeverForOnprem(t *testing.T) {
+	r := newCloudRig(t, "never")
+	port := redistest.FreePort(t)
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	up := startDaemonEnv(t, r.env, r.lathed, "up", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--redis-url", r.rs.URL(),
+		"--config", r.cfgPath, "--data-dir", filepath.Join(r.dir, "data"), "--endpoint-url", r.proxy.URL,
+		"--gpus", "simulated:dgxh100", "--node", "sim1")
+	waitHTTP(t, base, up)
+	w := r.worker()
+	route := func(id, path string) jobtype.Job {
+		t.Helper()
+		j := waitJob(t, base, id, 60*time.Second, "routing path "+path, func(j jobtype.Job) bool { return j.Route != nil && j.Route.Path == path })
+		if j.Route.Backend != "local" || j.Route.Site != "dc-frankfurt" {
+			t.Fatalf("%s decision for an [onprem] job: %+v", path, j.Route)
+		}
+		return j
+	}
+	long := "training: {epochs: 40, batch_size: 8, learning_rate: 0.02, seed: 42, checkpoint_every: 5, eval_every: 1000}"
+	batch := r.submit(base, r.spec("op-batch", "residency: [onprem]", "resources: {gpus: 8}", "priority: batch", long))
+	route(batch, "submit")
+	waitJob(t, base, batch, 60*time.Second, "running", func(j jobtype.Job) bool { return j.State == jobtype.StateRunning })
+	waiting := r.submit(base, r.spec("op-wait", "residency: [onprem]", "resources: {gpus: 8}", "max_wait: 1s", long))
+	route(waiting, "spill-over")
+	urgent := r.submit(base, r.spec("op-urgent", "residency: [onprem]", "resources: {gpus: 8}", "priority: urgent", long))
+	route(batch, "preemption")
+	for _, id := range []string{waiting, urgent, batch} {
+		if _, errOut, code := cli(t, r.lathe, base, "cancel", id); code != 0 {
+			t.Fatalf("cancel %s: exit %d %s", id, code, errOut)
+		}
+	}
+	waitJob(t, base, batch, 60*time.Second, "cancelled", func(j jobtype.Job) bool { return j.State == jobtype.StateCancelled })
+	if _, errOut, code := cli(t, r.lathe, base, "retry", batch); code != 0 {
+		t.Fatalf("retry: exit %d %s", code, errOut)
+	}
+	route(batch, "retry")
+	if _, errOut, code := cli(t, r.lathe, base, "cancel", batch); code != 0 {
+		t.Fatalf("cancel: exit %d %s", code, errOut)
+	}
+	j := waitJob(t, base, batch, 60*time.Second, "cancelled", func(j jobtype.Job) bool { return j.State == jobtype.StateCancelled })
+
+	// A task put by hand on aws-eu's queue: the store says no.
+	ctx := t.Context()
+	client := asynq.NewClientFromRedisClient(r.rs.Client())
+	payload, _ := json.Marshal(jobtype.TaskPayload{JobID: waiting, Attempt: 1})
+	if _, err := client.EnqueueContext(ctx, asynq.NewTask(jobtype.TaskType, payload), asynq.Queue(jobtype.CloudNode("aws-eu")), asynq.MaxRetry(0)); err != nil {
+		t.Fatal(err)
+	}
+	// A record forged to look dispatched to aws-eu, and its task.
+	rdb := r.rs.Client()
+	key := "lathe:job:" + batch
+	if err := rdb.HSet(ctx, key, "state", "dispatched", "node", jobtype.CloudNode("aws-eu"), "backend", "aws-eu", "cancel_requested", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.ZRem(ctx, "lathe:state:cancelled", batch)
+	rdb.ZAdd(ctx, "lathe:state:dispatched", redis.Z{Member: batch})
+	payload, _ = json.Marshal(jobtype.TaskPayload{JobID: batch, Attempt: j.Attempt})
+	if _, err := client.EnqueueContext(ctx, asynq.NewTask(jobtype.TaskType, payload), asynq.Queue(jobtype.CloudNode("aws-eu")), asynq.MaxRetry(0)); err != nil {
+		t.Fatal(err)
+	}
+	_ = client.Close()
+	j = waitJob(t, base, batch, 30*time.Second, "refused by the AWS worker", func(j jobtype.Job) bool { return j.State.Terminal() })
+	if j.State != jobtype.StateFailed || j.Reason != jobtype.ReasonResidency || !strings.Contains(j.Error, "lacks residency tag(s) onprem") {
+		t.Fatalf("forged dispatch to aws-eu: %s %s %q\n%s", j.State, j.Reason, j.Error, w.output())
+	}
+	if j := getJob(t, base, waiting); j.State != jobtype.StateCancelled {
+		t.Fatalf("the hand-queued task changed the job: %s", j.State)
+	}
+	if n := r.proxy.Count("RunInstances"); n != 0 {
+		t.Fatalf("%d RunInstances calls for [onprem] jobs", n)
+	}
+	for _, id := range []string{batch, waiting, urgent} {
+		out, err := r.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("lathe-eu-work"), Prefix: aws.String("runs/" + id + "/")})
+		if err != nil || len(out.Contents) != 0 {
+			t.Fatalf("work bucket holds %d objects of [onprem] job %s (%v)", len(out.Contents), id, err)
+		}
 	}
 }
