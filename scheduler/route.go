@@ -266,6 +266,13 @@ func (s *Scheduler) reroute(ctx context.Context, j *jobtype.Job, path string) (*
 	if err := s.store.SetRoute(ctx, j.ID, ri, ""); err != nil {
 		return nil, "", err
 	}
+	if !d.Waiting && path != "config reload" {
+		// A job that moves to a priced backend on a later attempt (spill-over
+		// to the cloud, a retry) reserves its estimate then; one that holds a
+		// reservation already keeps it (Reserve is a no-op).
+		j.Route = ri
+		s.reserveBudget(ctx, rs, j, d)
+	}
 	return ri, "", nil
 }
 

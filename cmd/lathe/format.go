@@ -104,6 +104,19 @@ func printJob(w io.Writer, j *jobtype.Job, now time.Time) error {
 	if j.CUDAVisibleDevices != "" {
 		rows = append(rows, [2]string{"CUDA_VISIBLE_DEVICES", j.CUDAVisibleDevices})
 	}
+	if j.Route != nil {
+		rows = append(rows, [2]string{"Route", j.Route.Backend + " (site " + j.Route.Site + ")"})
+	}
+	if in := j.Instance; in != nil {
+		cell := fmt.Sprintf("%s %s %s in %s, attempt %d, $%.4f/h", in.ID, in.Type, in.Market, orDash(in.Subnet), in.Attempt, in.USDPerHour)
+		if in.State != "" {
+			cell += ", " + in.State
+		}
+		rows = append(rows, [2]string{"Instance", cell})
+	}
+	if j.CostUSD > 0 {
+		rows = append(rows, [2]string{"Cost", fmt.Sprintf("$%.4f", j.CostUSD)})
+	}
 	if j.Preemptions > 0 {
 		rows = append(rows, [2]string{"Preempted", plural(j.Preemptions, "time")})
 	}

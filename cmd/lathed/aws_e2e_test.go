@@ -466,6 +466,10 @@ func TestAWSEndToEnd(t *testing.T) {
 		t.Fatalf("adapter not at the output %s: %v", dir, err)
 	}
 	t.Logf("job %s: %s attempt %d instance %+v cost $%.5f artifacts %d", id, j.State, j.Attempt, *j.Instance, j.CostUSD, len(j.Artifacts))
+	if out, errOut, code := cli(t, r.lathe, base, "status", id); code != 0 || !strings.Contains(out, "Instance:") ||
+		!strings.Contains(out, iid+" g6e.xlarge on-demand") || !strings.Contains(out, "Cost:") || !strings.Contains(out, "aws-eu (site aws-eu-central-1)") {
+		t.Fatalf("lathe status: exit %d\n%s\n%s", code, out, errOut)
+	}
 	out, errOut, code := cli(t, r.lathe, base, "audit", "-o", "json")
 	if code != 0 || !strings.Contains(out, `"staging"`) || !strings.Contains(out, "s3://lathe-eu-work/runs/"+id+"/data/") {
 		t.Fatalf("no staging record in the ledger: exit %d\n%s\n%s", code, out, errOut)

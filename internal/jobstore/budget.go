@@ -68,12 +68,16 @@ local v = redis.call('HMGET', jk, 'budget_reserved_usd', 'budget_month', 'budget
 if redis.call('SREM', P .. 'budget:open', id) == 0 then return 0 end
 local r = tonumber(v[1] or '0')
 if not v[2] or v[2] == '' then return 0 end
+-- actual is the job's whole cost so far; what an earlier settlement (before
+-- a retry) counted is not counted again.
+local before = tonumber(redis.call('HGET', jk, 'cost_settled_usd') or '0') or 0
+local delta = actual - before
 for scope in string.gmatch(v[3] or '', '%S+') do
   local k = P .. 'budget:' .. scope .. ':' .. v[2]
   redis.call('HINCRBYFLOAT', k, 'reserved', -r)
-  if actual > 0 then redis.call('HINCRBYFLOAT', k, 'spent', actual) end
+  if delta > 0 then redis.call('HINCRBYFLOAT', k, 'spent', delta) end
 end
-redis.call('HSET', jk, 'budget_reserved_usd', '0', 'cost_usd', ARGV[3])
+redis.call('HSET', jk, 'budget_reserved_usd', '0', 'cost_usd', ARGV[3], 'cost_settled_usd', ARGV[3])
 return 1
 `)
 
@@ -102,7 +106,9 @@ func (s *Store) Reserve(ctx context.Context, id, month string, amount float64, s
 }
 
 // Settle ends job id's reservation: the reserved amount is released and
-// actual is counted as spent in the same scopes and month. Safe to call
+// actual, the job's whole cost so far, is counted as spent in the same
+// scopes and month, less what an earlier settlement of the job (before a
+// retry) already counted. Safe to call
 // twice (the second finds nothing reserved and spends nothing).
 func (s *Store) Settle(ctx context.Context, id string, actual float64) error {
 	if err := settleScript.Run(ctx, s.rdb, nil, s.cfg.Prefix, id, strconv.FormatFloat(actual, 'f', 6, 64)).Err(); err != nil && !errors.Is(err, redis.Nil) {
