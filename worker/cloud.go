@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -314,39 +313,14 @@ func (c *Cloud) heartbeat(n jobstore.Node) {
 // Redis before anything is launched) and hands it to its watcher. It
 // returns nil whenever the store has the outcome, so asynq never retries.
 func (c *Cloud) handle(ctx context.Context, t *asynq.Task) error {
-	var p jobtype.TaskPayload
-	if err := json.Unmarshal(t.Payload(), &p); err != nil || !jobstore.ValidID(p.JobID) || p.Attempt < 1 {
-		c.log.Error("dropping malformed task", slog.String("payload", string(t.Payload())), slog.Any("err", err))
-		return fmt.Errorf("worker: aws: malformed task payload: %w", asynq.SkipRetry)
-	}
-	log := c.log.With(slog.String("job_id", p.JobID), slog.Int("attempt", p.Attempt))
-	if c.ctx.Err() != nil {
-		return fmt.Errorf("worker: aws: stopping, not claiming %s", jobtype.TaskID(p.JobID, p.Attempt))
-	}
-	out, err := c.store.ClaimCloud(ctx, p.JobID, p.Attempt, c.node, c.incarnation, c.cfg.LeaseTTL)
-	if err != nil {
-		if errors.Is(err, jobstore.ErrNotFound) {
-			log.Warn("task for a job the store does not know; dropping")
-			return nil
-		}
-		return fmt.Errorf("worker: aws: claim: %w", err)
-	}
-	switch out {
-	case jobstore.ClaimStale:
-		log.Info("stale attempt; nothing to do")
-		return nil
-	case jobstore.ClaimCancelled:
-		log.Info("cancelled before it was launched")
-		return nil
-	}
-	job, err := c.store.Get(ctx, p.JobID)
-	if err != nil {
-		return recordEnd(log, func(ctx context.Context) error {
-			return c.store.Finish(ctx, p.JobID, p.Attempt, jobstore.Ending{State: jobtype.StateFailed, Reason: jobtype.ReasonInternal, Error: err.Error()})
+	job, _, err := claimTask(ctx, t, c.log, c.store, func() bool { return c.ctx.Err() != nil },
+		func(ctx context.Context, id string, attempt int) (jobstore.ClaimOutcome, error) {
+			return c.store.ClaimCloud(ctx, id, attempt, c.node, c.incarnation, c.cfg.LeaseTTL)
 		})
+	if job != nil {
+		c.watch(job)
 	}
-	c.watch(job)
-	return nil
+	return err
 }
 
 // adoptLoop takes over, at start and then every few polls, the backend's

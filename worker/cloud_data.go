@@ -2,12 +2,9 @@ package worker
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -72,7 +69,7 @@ func (a *cloudAttempt) stage(ctx context.Context, what, uri string) (string, err
 			return "", permanent("%s: %v (worker.allowed_roots)", what, err)
 		}
 	}
-	size, sum, err := hashPath(p)
+	size, sum, err := agent.HashFile(p)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)
 	}
@@ -104,20 +101,6 @@ func (a *cloudAttempt) stage(ctx context.Context, what, uri string) (string, err
 	}
 	a.note(ctx, fmt.Sprintf("staged %s %s (%d bytes, sha256 %s) to %s (site %s); recorded in the ledger", what, uri, size, sum[:12], to, a.c.b.Site))
 	return to, nil
-}
-
-func hashPath(p string) (int64, string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return 0, "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return 0, "", err
-	}
-	return n, hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // collect brings a succeeded attempt's artifacts from the work bucket to
@@ -164,7 +147,7 @@ func (a *cloudAttempt) collect(ctx context.Context, arts []agent.Artifact) ([]jo
 		}
 		for _, r := range reported {
 			p := filepath.Join(tmp, r.Path)
-			n, sum, err := hashPath(p)
+			n, sum, err := agent.HashFile(p)
 			if err != nil {
 				return nil, err
 			}

@@ -32,42 +32,59 @@ var errFenced = errors.New("lease not renewed for half its length: self-fencing"
 // attempt's end was recorded in the store (or there was nothing to do), so
 // asynq never retries on its own.
 func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
-	var p jobtype.TaskPayload
-	if err := json.Unmarshal(t.Payload(), &p); err != nil || !jobstore.ValidID(p.JobID) || p.Attempt < 1 {
-		w.log.Error("dropping malformed task", slog.String("payload", string(t.Payload())), slog.Any("err", err))
-		return fmt.Errorf("worker: malformed task payload: %w", asynq.SkipRetry)
-	}
-	log := w.log.With(slog.String("job_id", p.JobID), slog.Int("attempt", p.Attempt))
 	w.inflight.Add(1)
 	defer w.inflight.Done()
-	if w.stopCtx.Err() != nil {
-		// Stopping: leave the task alone (asynq puts it back) without claiming.
-		return fmt.Errorf("worker: stopping, not claiming %s", jobtype.TaskID(p.JobID, p.Attempt))
+	job, log, err := claimTask(ctx, t, w.log, w.store, func() bool { return w.stopCtx.Err() != nil },
+		func(ctx context.Context, id string, attempt int) (jobstore.ClaimOutcome, error) {
+			return w.store.Claim(ctx, id, attempt, w.cfg.Node, w.incarnation, w.cfg.LeaseTTL)
+		})
+	if job == nil {
+		return err
 	}
-	out, err := w.store.Claim(ctx, p.JobID, p.Attempt, w.cfg.Node, w.incarnation, w.cfg.LeaseTTL)
+	end := w.runAttempt(ctx, log, job, job.Attempt)
+	return w.record(log, end)
+}
+
+// claimTask is the start of the local and the cloud handler: it parses the
+// attempt task, claims the attempt with claim, and returns the claimed job
+// and its logger. A nil job means there is nothing more to do, and err is
+// what the handler returns (nil when the store has the outcome; an error
+// only for asynq to put the task back or drop it, never to retry it).
+func claimTask(ctx context.Context, t *asynq.Task, base *slog.Logger, store *jobstore.Store, stopping func() bool,
+	claim func(ctx context.Context, id string, attempt int) (jobstore.ClaimOutcome, error)) (*jobtype.Job, *slog.Logger, error) {
+	var p jobtype.TaskPayload
+	if err := json.Unmarshal(t.Payload(), &p); err != nil || !jobstore.ValidID(p.JobID) || p.Attempt < 1 {
+		base.Error("dropping malformed task", slog.String("payload", string(t.Payload())), slog.Any("err", err))
+		return nil, base, fmt.Errorf("worker: malformed task payload: %w", asynq.SkipRetry)
+	}
+	log := base.With(slog.String("job_id", p.JobID), slog.Int("attempt", p.Attempt))
+	if stopping() {
+		// Stopping: leave the task alone (asynq puts it back) without claiming.
+		return nil, log, fmt.Errorf("worker: stopping, not claiming %s", jobtype.TaskID(p.JobID, p.Attempt))
+	}
+	out, err := claim(ctx, p.JobID, p.Attempt)
 	if err != nil {
 		if errors.Is(err, jobstore.ErrNotFound) {
 			log.Warn("task for a job the store does not know; dropping")
-			return nil
+			return nil, log, nil
 		}
-		return fmt.Errorf("worker: claim: %w", err)
+		return nil, log, fmt.Errorf("worker: claim: %w", err)
 	}
 	switch out {
 	case jobstore.ClaimStale:
 		log.Info("stale attempt; nothing to do")
-		return nil
+		return nil, log, nil
 	case jobstore.ClaimCancelled:
 		log.Info("cancelled before it started")
-		return nil
+		return nil, log, nil
 	}
-	job, err := w.store.Get(ctx, p.JobID)
+	job, err := store.Get(ctx, p.JobID)
 	if err != nil {
-		return w.record(log, func(ctx context.Context) error {
-			return w.store.Finish(ctx, p.JobID, p.Attempt, jobstore.Ending{State: jobtype.StateFailed, Reason: jobtype.ReasonInternal, Error: err.Error()})
+		return nil, log, recordEnd(log, func(ctx context.Context) error {
+			return store.Finish(ctx, p.JobID, p.Attempt, jobstore.Ending{State: jobtype.StateFailed, Reason: jobtype.ReasonInternal, Error: err.Error()})
 		})
 	}
-	end := w.runAttempt(ctx, log, job, p.Attempt)
-	return w.record(log, end)
+	return job, log, nil
 }
 
 // record writes an attempt's end, retrying for a while if Redis is away:

@@ -368,6 +368,23 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 	return l.w.Write(b)
 }
 
+// waitTerminated waits until every instance of job id is terminated.
+func (r *cloudRig) waitTerminated(id string, within time.Duration) {
+	r.t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
+		done := true
+		for _, in := range r.instances(id) {
+			done = done && in.State.Name == ec2types.InstanceStateNameTerminated
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("job %s: instances not terminated within %s", id, within)
+		}
+	}
+}
+
 // waitInstance waits until job id has n instances and returns them.
 func (r *cloudRig) waitInstance(id string, n int) []ec2types.Instance {
 	r.t.Helper()
@@ -432,14 +449,7 @@ func TestAWSEndToEnd(t *testing.T) {
 		t.Fatalf("RunInstances called %d times, want 3", got)
 	}
 	iid := aws.ToString(in.InstanceId)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if cur := r.instances(id); len(cur) == 1 && cur[0].State.Name == ec2types.InstanceStateNameTerminated {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("instance not terminated after the job succeeded")
-		}
-	}
+	r.waitTerminated(id, 10*time.Second)
 	if n := r.terminations(iid); n != 1 {
 		t.Fatalf("instance terminated %d times, want once", n)
 	}
@@ -510,11 +520,7 @@ func TestAWSWorkerRestart(t *testing.T) {
 		t.Fatalf("%d instances, %d RunInstances calls for one attempt", len(insts), r.proxy.Count("RunInstances"))
 	}
 	iid := aws.ToString(insts[0].InstanceId)
-	for deadline := time.Now().Add(10 * time.Second); r.instances(id)[0].State.Name != ec2types.InstanceStateNameTerminated; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("instance not terminated")
-		}
-	}
+	r.waitTerminated(id, 10*time.Second)
 	if n := r.terminations(iid); n != 1 {
 		t.Fatalf("instance terminated %d times, want once", n)
 	}
@@ -541,11 +547,7 @@ func TestAWSCancelWhileDown(t *testing.T) {
 		t.Fatalf("cancel through the second scheduler: exit %d\n%s\n%s", code, out, errOut)
 	}
 	iid := aws.ToString(r.instances(id)[0].InstanceId)
-	for deadline := time.Now().Add(60 * time.Second); r.instances(id)[0].State.Name != ec2types.InstanceStateNameTerminated; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("instance %s not terminated by the reconciler:\n%s", iid, s2.output())
-		}
-	}
+	r.waitTerminated(id, 60*time.Second)
 	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s2.output(), "terminated an instance without a live attempt"); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the reconciler did not log its action:\n%s", s2.output())

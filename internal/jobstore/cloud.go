@@ -26,21 +26,7 @@ import (
 // backend): dispatched → provisioning with a lease held by incarnation, or
 // → cancelled when a cancel was asked. Nothing has been launched yet.
 func (s *Store) ClaimCloud(ctx context.Context, id string, attempt int, node, incarnation string, lease time.Duration) (ClaimOutcome, error) {
-	pdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateProvisioning, Node: node})
-	cdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled})
-	r, err := s.run(ctx, "claim", id, claimScript, attempt, node, incarnation, ms(s.now()), s.cfg.EventsMaxLen, pdata, cdata,
-		lease.Milliseconds(), string(jobtype.StateProvisioning))
-	if err != nil {
-		return 0, err
-	}
-	switch r.code {
-	case 1:
-		return Claimed, nil
-	case 4:
-		return ClaimCancelled, nil
-	default:
-		return ClaimStale, nil
-	}
+	return s.claim(ctx, id, attempt, node, incarnation, lease, jobtype.StateProvisioning)
 }
 
 // Adopt moves the lease of a provisioning or running attempt on node from

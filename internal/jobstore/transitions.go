@@ -58,9 +58,15 @@ const (
 // process): dispatched → running with a lease of the given length, or →
 // cancelled when a cancel was asked.
 func (s *Store) Claim(ctx context.Context, id string, attempt int, node, incarnation string, lease time.Duration) (ClaimOutcome, error) {
-	rdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateRunning, Node: node})
+	return s.claim(ctx, id, attempt, node, incarnation, lease, jobtype.StateRunning)
+}
+
+// claim moves a dispatched attempt to (running or provisioning), or to
+// cancelled when a cancel was asked.
+func (s *Store) claim(ctx context.Context, id string, attempt int, node, incarnation string, lease time.Duration, to jobtype.State) (ClaimOutcome, error) {
+	rdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: to, Node: node})
 	cdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled})
-	r, err := s.run(ctx, "claim", id, claimScript, attempt, node, incarnation, ms(s.now()), s.cfg.EventsMaxLen, rdata, cdata, lease.Milliseconds(), string(jobtype.StateRunning))
+	r, err := s.run(ctx, "claim", id, claimScript, attempt, node, incarnation, ms(s.now()), s.cfg.EventsMaxLen, rdata, cdata, lease.Milliseconds(), string(to))
 	if err != nil {
 		return 0, err
 	}

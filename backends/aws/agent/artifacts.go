@@ -34,7 +34,7 @@ func uploadArtifacts(ctx context.Context, st ObjectStore, uri JobURI, outDir str
 		}
 		seen[r.Path] = true
 		src := filepath.Join(outDir, r.Path)
-		n, sum, err := hashFile(src)
+		n, sum, err := HashFile(src)
 		if err != nil {
 			return nil, fmt.Errorf("artifact %s: %w", r.Path, err)
 		}
@@ -61,7 +61,9 @@ func uploadArtifacts(ctx context.Context, st ObjectStore, uri JobURI, outDir str
 	return out, nil
 }
 
-func hashFile(p string) (int64, string, error) {
+// HashFile returns the size and hex sha256 of the file at p (the agent and
+// the AWS worker check artifacts with it).
+func HashFile(p string) (int64, string, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return 0, "", err
