@@ -222,9 +222,14 @@ func (a *cloudAttempt) launch(ctx context.Context) (end endFunc, ok bool) {
 	aj := agent.Job{JobID: a.job.ID, Attempt: a.n, Spec: spec, Dataset: dataset, EvalDataset: evalDataset,
 		CheckpointPrefix: a.ckpt, MaxRuntimeS: int64(maxRuntime / time.Second)}
 	body, _ := json.MarshalIndent(aj, "", "  ")
-	if err := a.put(ctx, a.work.Bucket, a.work.Key+agent.JobObject, body); err != nil {
-		a.log.Warn("write job.json failed; will retry", slog.Any("err", err))
-		return a.waitAndRelaunch(ctx, "writing job.json to "+a.jobURI+" failed: "+err.Error())
+	for {
+		err := a.put(ctx, a.work.Bucket, a.work.Key+agent.JobObject, body)
+		if err == nil {
+			break
+		}
+		if end, ok := a.waitAndRelaunch(ctx, fmt.Sprintf("writing job.json to %s failed (%v); trying again in %s", a.jobURI, err, a.c.cfg.LaunchRetry)); !ok {
+			return end, false
+		}
 	}
 	req := aws.Request{JobID: a.job.ID, Attempt: a.n, GPUs: a.job.Spec.Resources.GPUs,
 		GPUMemoryGB: a.job.Spec.Resources.GPUMemoryGB, GPUModels: a.job.Spec.Resources.GPUModels,
