@@ -445,6 +445,16 @@ func TestAWSEndToEnd(t *testing.T) {
 	if n := len(r.instances(id)); n != 1 {
 		t.Fatalf("%d instances for one attempt", n)
 	}
+	refusals := 0
+	for _, e := range events(t, base, id) {
+		if e.Type == worker.EventCloud && strings.Contains(string(e.Data), "g5.xlarge on-demand in subnet-") &&
+			strings.Contains(string(e.Data), "InsufficientInstanceCapacity") {
+			refusals++
+		}
+	}
+	if refusals != 2 {
+		t.Fatalf("%d capacity refusals among the job's events, want 2 (one per subnet)", refusals)
+	}
 	if got := r.proxy.Count("RunInstances"); got != 3 { // g5 in two subnets refused, g6e launched
 		t.Fatalf("RunInstances called %d times, want 3", got)
 	}
@@ -569,7 +579,8 @@ func TestAWSSpotInterruption(t *testing.T) {
 	r := newCloudRig(t, "prefer")
 	base, _ := r.scheduler()
 	r.worker()
-	id := r.submit(base, r.spec("cloud-spot", "training: {epochs: 8, batch_size: 8, learning_rate: 0.02, seed: 42, checkpoint_every: 5, eval_every: 50}"))
+	id := r.submit(base, r.spec("cloud-spot", "training: {epochs: 8, batch_size: 8, learning_rate: 0.02, seed: 42, checkpoint_every: 5, eval_every: 50}",
+		"output: {uri: s3://lathe-eu-work/models}"))
 	first := r.waitInstance(id, 1)[0]
 	iid := aws.ToString(first.InstanceId)
 	if string(first.InstanceType) != "g5.xlarge" {
@@ -593,6 +604,17 @@ func TestAWSSpotInterruption(t *testing.T) {
 		if in.State.Name != ec2types.InstanceStateNameTerminated {
 			t.Fatalf("instance %s (attempt %s) is %s", aws.ToString(in.InstanceId), tagOf(in, "lathe:attempt"), in.State.Name)
 		}
+	}
+	// The output is s3:// in an allowed site: the artifacts are there.
+	for _, a := range j.Artifacts {
+		key := "models/" + id + "/" + a.Path
+		obj, err := r.s3.HeadObject(t.Context(), &s3.HeadObjectInput{Bucket: aws.String("lathe-eu-work"), Key: aws.String(key)})
+		if err != nil || aws.ToInt64(obj.ContentLength) != a.Bytes || a.Site != "aws-eu-central-1" {
+			t.Fatalf("artifact %+v at s3://lathe-eu-work/%s: %v", a, key, err)
+		}
+	}
+	if len(j.Artifacts) == 0 {
+		t.Fatal("no artifacts")
 	}
 	// Attempt 2 resumed: its first progress step is past the checkpoint.
 	firstStep := -1
