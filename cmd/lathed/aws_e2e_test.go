@@ -635,7 +635,8 @@ func TestAWSSpotInterruption(t *testing.T) {
 // launch, an [onprem] job (aws-eu's site lacks onprem) is never staged
 // nor launched on any path: at submit it goes local; waiting past its
 // max_wait (spill-over) it stays local; preempted by an urgent job it is
-// routed again to local; cancelled and retried, again local; a task for it
+// routed again to local; at a config reload (SIGHUP) it stays local;
+// cancelled and retried, again local; a task for it
 // put by hand on aws-eu's queue does nothing (the store says it is not
 // dispatched there); and with its record forged to look dispatched to
 // aws-eu, the AWS worker refuses it (failed, reason residency) before
@@ -666,6 +667,9 @@ func TestAWSNeverForOnprem(t *testing.T) {
 	route(waiting, "spill-over")
 	urgent := r.submit(base, r.spec("op-urgent", "residency: [onprem]", "resources: {gpus: 8}", "priority: urgent", long))
 	route(batch, "preemption")
+	// A config reload decides every queued job again.
+	_ = up.cmd.Process.Signal(syscall.SIGHUP)
+	route(waiting, "config reload")
 	for _, id := range []string{waiting, urgent, batch} {
 		if _, errOut, code := cli(t, r.lathe, base, "cancel", id); code != 0 {
 			t.Fatalf("cancel %s: exit %d %s", id, code, errOut)
