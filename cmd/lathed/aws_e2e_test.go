@@ -722,3 +722,34 @@ func TestAWSNeverForOnprem(t *testing.T) {
 		}
 	}
 }
+
+// TestAWSNoCapacityWaits: every instance type in every subnet and market is
+// refused for capacity: the job waits in aws-eu's site (provisioning, the
+// reason among its events), never moving elsewhere and launching nothing;
+// when capacity comes back it launches there and succeeds.
+func TestAWSNoCapacityWaits(t *testing.T) {
+	r := newCloudRig(t, "never")
+	r.proxy.Add(mototest.Fault{Action: "RunInstances", Code: "InsufficientInstanceCapacity", Status: 500})
+	base, _ := r.scheduler()
+	r.worker()
+	id := r.submit(base, r.spec("cloud-nocap"))
+	waitJob(t, base, id, 60*time.Second, "waiting for capacity", func(j jobtype.Job) bool {
+		for _, e := range events(t, base, id) {
+			if e.Type == worker.EventCloud && strings.Contains(string(e.Data), "no capacity for any instance type in any subnet of aws-eu") {
+				return true
+			}
+		}
+		return false
+	})
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		j := getJob(t, base, id)
+		if j.State != jobtype.StateProvisioning || j.Route == nil || j.Route.Backend != "aws-eu" || len(r.instances(id)) != 0 {
+			t.Fatalf("while no capacity: %s route %+v, %d instances", j.State, j.Route, len(r.instances(id)))
+		}
+	}
+	r.proxy.Clear()
+	j := waitJob(t, base, id, 120*time.Second, "ended", func(j jobtype.Job) bool { return j.State.Terminal() })
+	if j.State != jobtype.StateSucceeded || j.Attempt != 1 || len(r.instances(id)) != 1 {
+		t.Fatalf("after capacity came back: %s attempt %d, %d instances: %s", j.State, j.Attempt, len(r.instances(id)), j.Error)
+	}
+}
