@@ -53,6 +53,7 @@ func (s *Scheduler) routes() http.Handler {
 	mux.HandleFunc("GET /api/v1/queues", s.withAuth(RoleViewer, s.queues))
 	mux.HandleFunc("GET /api/v1/gpus", s.withAuth(RoleViewer, s.listGPUs))
 	mux.HandleFunc("GET /api/v1/nodes", s.withAuth(RoleViewer, s.listNodes))
+	mux.HandleFunc("GET /api/v1/budgets", s.withAuth(RoleViewer, s.budgets))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	return mux
 }

@@ -107,6 +107,7 @@ Exit codes: 0 success; 1 the job failed or was cancelled, or the API refused;
 		a.queuesCmd(),
 		a.gpusCmd(),
 		a.nodesCmd(),
+		a.budgetsCmd(),
 		a.routeCmd(),
 		a.costCmd(),
 		a.auditCmd(),

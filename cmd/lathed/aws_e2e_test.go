@@ -490,6 +490,26 @@ func TestAWSEndToEnd(t *testing.T) {
 		!strings.Contains(out, iid+" g6e.xlarge on-demand") || !strings.Contains(out, "Cost:") || !strings.Contains(out, "aws-eu (site aws-eu-central-1)") {
 		t.Fatalf("lathe status: exit %d\n%s\n%s", code, out, errOut)
 	}
+	// The leader settles the job: its cost is aws-eu's spend this month.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, errOut, code := cli(t, r.lathe, base, "budgets", "-o", "json")
+		var b jobtype.Budgets
+		if code != 0 || json.Unmarshal([]byte(out), &b) != nil {
+			t.Fatalf("lathe budgets: exit %d\n%s\n%s", code, out, errOut)
+		}
+		spent := -1.0
+		for _, row := range b.Scopes {
+			if row.Scope == "backend:aws-eu" && row.ReservedUSD < 1e-9 {
+				spent = row.SpentUSD
+			}
+		}
+		if spent > j.CostUSD-1e-6 && spent < j.CostUSD+1e-6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("aws-eu's spend is not the job's cost %v:\n%s", j.CostUSD, out)
+		}
+	}
 	out, errOut, code := cli(t, r.lathe, base, "audit", "-o", "json")
 	if code != 0 || !strings.Contains(out, `"staging"`) || !strings.Contains(out, "s3://lathe-eu-work/runs/"+id+"/data/") {
 		t.Fatalf("no staging record in the ledger: exit %d\n%s\n%s", code, out, errOut)

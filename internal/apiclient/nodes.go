@@ -3,6 +3,7 @@ package apiclient
 import (
 	"context"
 	"net/http"
+	"net/url"
 
 	"github.com/lathe-ml/lathe/internal/jobtype"
 )
@@ -45,4 +46,16 @@ func (c *Client) GPUSeries(ctx context.Context, id string) (*jobtype.GPUSeries, 
 		return nil, err
 	}
 	return &s, nil
+}
+
+// Budgets returns a month's spend per backend and team (GET
+// /api/v1/budgets); month "" is the current one.
+func (c *Client) Budgets(ctx context.Context, month string) (jobtype.Budgets, error) {
+	var out jobtype.Budgets
+	q := url.Values{}
+	if month != "" {
+		q.Set("month", month)
+	}
+	err := c.call(ctx, http.MethodGet, "/api/v1/budgets", q, nil, nil, &out)
+	return out, err
 }

@@ -336,3 +336,22 @@ type QueueInfo struct {
 	Archived  int    `json:"archived"`
 	Completed int    `json:"completed"`
 }
+
+// Budgets is GET /api/v1/budgets: a month's spend per backend and team.
+type Budgets struct {
+	Month  string      `json:"month"` // YYYY-MM, UTC
+	Scopes []BudgetRow `json:"scopes"`
+}
+
+// BudgetRow is one scope ("backend:aws-eu", "team:ml") of a month.
+type BudgetRow struct {
+	Scope string `json:"scope"`
+	// Kind is the backend's kind (local, aws); "" for a team.
+	Kind string `json:"kind,omitempty"`
+	// LimitUSD is the monthly limit; 0 = none.
+	LimitUSD float64 `json:"limit_usd"`
+	// SpentUSD is what settled jobs cost; ReservedUSD what running and
+	// queued jobs hold as their estimate.
+	SpentUSD    float64 `json:"spent_usd"`
+	ReservedUSD float64 `json:"reserved_usd"`
+}

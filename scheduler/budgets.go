@@ -1,0 +1,61 @@
+package scheduler
+
+import (
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+)
+
+// budgets answers GET /api/v1/budgets[?month=YYYY-MM]: for each backend of
+// the config and each team (with a budget, or holding a token), the month's
+// limit, what was spent (settled jobs: local GPU-hours × price, cloud
+// instance time × price) and what is reserved by jobs not settled yet.
+func (s *Scheduler) budgets(w http.ResponseWriter, r *http.Request) {
+	month := r.URL.Query().Get("month")
+	if month == "" {
+		month = jobstore.Month(time.Now())
+	} else if _, err := time.Parse("2006-01", month); err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad month", Code: "invalid",
+			Fields: []jobspec.FieldError{{Field: "month", Value: month, Message: "want YYYY-MM"}}})
+		return
+	}
+	rs := s.routing()
+	limits := map[string]float64{}
+	kinds := map[string]string{}
+	for _, b := range rs.cfg.Backends {
+		limits["backend:"+b.Name] = b.BudgetUSDPerMonth
+		kinds["backend:"+b.Name] = b.Kind
+	}
+	for team, l := range rs.cfg.TeamBudgetsUSD {
+		limits["team:"+team] = l
+	}
+	for _, t := range s.cfg.Tokens {
+		if t.Team != "" {
+			if _, ok := limits["team:"+t.Team]; !ok {
+				limits["team:"+t.Team] = 0
+			}
+		}
+	}
+	scopes := make([]string, 0, len(limits))
+	for sc := range limits {
+		scopes = append(scopes, sc)
+	}
+	sort.Strings(scopes)
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	spends, err := s.store.Spends(ctx, month, scopes)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rows := make([]jobtype.BudgetRow, 0, len(scopes))
+	for _, sc := range scopes {
+		sp := spends[sc]
+		rows = append(rows, jobtype.BudgetRow{Scope: sc, Kind: kinds[sc], LimitUSD: limits[sc], SpentUSD: sp.SpentUSD, ReservedUSD: sp.ReservedUSD})
+	}
+	writeJSON(w, http.StatusOK, jobtype.Budgets{Month: month, Scopes: rows})
+}
