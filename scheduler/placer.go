@@ -22,17 +22,9 @@ func (s *Scheduler) placeLoop(ctx context.Context) {
 	defer close(s.done)
 	t := time.NewTicker(s.cfg.PlaceInterval)
 	defer t.Stop()
-	lastRepair, lastPrune, lastSettle, lastReconcile := time.Time{}, time.Time{}, time.Time{}, time.Time{}
-	wasLeader := false
+	lastRepair, lastPrune, lastSettle := time.Time{}, time.Time{}, time.Time{}
 	for {
-		leader := s.lead(ctx)
-		if leader && (!wasLeader || time.Since(lastReconcile) >= s.cfg.ReconcileEvery) {
-			// At the start of each term, then every ReconcileEvery.
-			s.reconcileOnce(ctx)
-			lastReconcile = time.Now()
-		}
-		wasLeader = leader
-		if leader {
+		if s.lead(ctx) {
 			s.reapOnce(ctx)
 			s.placeOnce(ctx)
 			if time.Since(lastRepair) >= s.cfg.RepairAfter/2 {

@@ -37,6 +37,40 @@ func (s *Scheduler) ReconcileStats() ReconcileStats {
 	return ReconcileStats{Passes: c.passes.Load(), Failures: c.failures.Load(), Terminated: c.terminated.Load(), Cancelled: c.cancelled.Load()}
 }
 
+// reconcileLoop runs the reconciler while this scheduler leads: at the
+// start of each term, then every ReconcileEvery. It runs apart from the
+// placer, so a slow or throttled EC2 API never holds placement up.
+func (s *Scheduler) reconcileLoop(ctx context.Context) {
+	defer close(s.recDone)
+	if len(s.cfg.Clouds) == 0 {
+		return
+	}
+	tick := s.cfg.LeaderTTL / 3
+	if tick > s.cfg.ReconcileEvery {
+		tick = s.cfg.ReconcileEvery
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var term jobstore.Fence
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f := s.leaderFence()
+		if f == "" {
+			term = ""
+			continue
+		}
+		if f != term || time.Since(last) >= s.cfg.ReconcileEvery {
+			term, last = f, time.Now()
+			s.reconcileOnce(ctx)
+		}
+	}
+}
+
 // reconcileOnce (leader only) terminates every instance tagged
 // lathe:managed=true with this cluster, older than ReconcileGrace, that is
 // not the live attempt of its job (fail closed: a missing job, a missing or

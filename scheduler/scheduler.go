@@ -219,6 +219,7 @@ type Scheduler struct {
 	route     atomic.Pointer[routeState] // the routing config in force
 	offWaits  []offWait                  // placer goroutine only
 	rec       reconcileCounters
+	recDone   chan struct{}
 	// cloudPending are the queued jobs of the round routed to a cloud backend.
 	cloudPending []*jobtype.Job // placer goroutine only
 	lastFP       string         // fingerprint of the last placement round's inputs (placer goroutine only)
@@ -284,6 +285,8 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	s.cancel = cancel
 	s.done = make(chan struct{})
 	go s.placeLoop(pctx)
+	s.recDone = make(chan struct{})
+	go s.reconcileLoop(pctx)
 	s.started = true
 	s.log.Info("scheduler started", slog.String("listen", ln.Addr().String()))
 	if len(s.cfg.Tokens) == 0 {
@@ -306,6 +309,7 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 	s.mu.Unlock()
 	s.cancel()
 	<-s.done
+	<-s.recDone
 	if f := s.leaderFence(); f != "" {
 		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = s.store.ReleaseLeadership(rctx, f)
