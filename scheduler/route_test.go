@@ -366,13 +366,13 @@ func TestBudgetReservedAndSettled(t *testing.T) {
 }
 
 // TestLocalS3Refused: residency may allow an s3 bucket's data on the local
-// pool, but staging s3 onto local workers is issue #6: such a job is refused
+// pool, but staging s3 onto local workers is not built: such a job is refused
 // with that reason, not stored to fail later.
 func TestLocalS3Refused(t *testing.T) {
 	cfg := strings.Replace(routeConfig, "lathe-eu-ckpt: aws-eu-central-1,", "lathe-eu-ckpt: aws-eu-central-1, lathe-fra-data: dc-frankfurt,", 1)
 	b := routeSetup(t, cfg)
 	code, body := do(t, "POST", b.url+"/api/v1/jobs", `{"name":"s","base_model":"tiny-char","dataset":"s3://lathe-fra-data/train.jsonl","residency":["onprem"]}`, nil)
-	if code != 422 || !strings.Contains(string(body), "issue #6") {
+	if code != 422 || !strings.Contains(string(body), "not built yet") {
 		t.Fatalf("s3 data on the local pool: %d %s", code, body)
 	}
 }

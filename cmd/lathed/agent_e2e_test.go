@@ -23,8 +23,8 @@ import (
 // run it, as a local process in the instance's role, against moto_server
 // (an emulator of S3) and the fake IMDS: the real reference trainer runs on
 // the job and dataset from S3, and status.json says succeeded with the
-// adapter among the artifacts. (Launching the instance and the worker side
-// are issue #6's remaining work.)
+// adapter among the artifacts. (aws_e2e_test.go runs it under the AWS
+// worker.)
 func TestAgentCommand(t *testing.T) {
 	requireTorch(t)
 	lathed, _ := binaries(t)

@@ -375,7 +375,7 @@ func (e *eval) staging(d *Decision, b *backendInfo) {
 		d.addStaging("raw logs", "redis", compute, x.sites[ls].name, tags)
 	} else if !b.local && x.redis != b.site {
 		d.Reasons = append(d.Reasons, "raw logs stay in site "+compute+" (redis_site "+x.sites[x.redis].name+
-			" lacks a tag; only control-plane metadata crosses); keeping them there is the cloud agent's job, issue #6")
+			" lacks a tag; only control-plane metadata crosses): the agent keeps them in the backend's bucket")
 	}
 }
 

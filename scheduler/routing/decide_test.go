@@ -152,7 +152,7 @@ func TestIssueScenarios(t *testing.T) {
 		job:     usJob,
 		backend: "aws-us",
 		cands:   map[string]string{"local": ReasonComputeSite, "aws-eu": ReasonComputeSite, "aws-us": ""},
-		reasons: []string{"raw logs stay in site aws-us-east-1 (redis_site dc-frankfurt lacks a tag; only control-plane metadata crosses); keeping them there is the cloud agent's job, issue #6"},
+		reasons: []string{"raw logs stay in site aws-us-east-1 (redis_site dc-frankfurt lacks a tag; only control-plane metadata crosses): the agent keeps them in the backend's bucket"},
 	}, {
 		name:    "an untagged job is treated as [onprem]",
 		job:     baseJob(),

@@ -64,9 +64,9 @@
 // tags: where it computes (the backend's site), where its dataset and eval
 // dataset come from, where its checkpoints go (the backend's
 // checkpoint_uri), where its output goes, and where its raw log lines go.
-// Raw log lines stream into Redis today, so redis_site must carry every tag
-// of every job it serves; a cloud backend keeping raw logs in its own site
-// is issue #6. A bucket not listed in datasets.buckets is refused, never
+// A local attempt's raw log lines stream into Redis, so redis_site must
+// carry every tag of every local job; a cloud attempt's stay in its
+// backend's bucket when redis_site lacks a tag. A bucket not listed in datasets.buckets is refused, never
 // guessed; so is a URI that is neither file:// nor s3://, and file:// when
 // there is no datasets.file_site. A tag no site carries refuses the job
 // everywhere. When the dataset (or eval dataset) is in another site than
@@ -143,7 +143,6 @@
 //   - Data transfer cost and time of staging; egress pricing.
 //   - A faster GPU's shorter runtime, except through learned seconds per step.
 //   - Queue pressure on a cloud backend's account (quotas, capacity).
-//   - Raw logs kept in a cloud site (issue #6): they go to Redis's site.
 //
 // # Tests
 //

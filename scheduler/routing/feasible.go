@@ -340,8 +340,8 @@ func checkCheckpointSite(e *eval, b *backendInfo) string {
 // attempt's go to Redis when redis_site carries the tags, and otherwise stay
 // in the backend's own site (DESIGN.md: "a cloud attempt's raw logs stay in
 // its site's bucket unless the Redis site satisfies the job's tags"), which
-// the compute check already holds to the tags; the cloud agent that keeps
-// them there is issue #6. See logSite.
+// the compute check already holds to the tags; the cloud agent keeps them
+// there and the AWS worker copies only metadata (docs/aws.md). See logSite.
 func checkLogSite(e *eval, b *backendInfo) string {
 	if e.carries(e.logSite(b)) {
 		return ""
