@@ -349,7 +349,13 @@ func (c *Cloud) adoptOnce() {
 		return
 	}
 	for _, j := range jobs {
-		if j.Incarnation == c.incarnation || c.watching(j.ID) {
+		if c.watching(j.ID) {
+			continue
+		}
+		if j.Incarnation == c.incarnation {
+			// Ours but unwatched: its watcher gave up writing its end
+			// (Redis away for long); watch it again.
+			c.watch(j)
 			continue
 		}
 		err := c.store.Adopt(ctx, j.ID, j.Attempt, c.node, j.Incarnation, c.incarnation, c.cfg.LeaseTTL)
@@ -391,9 +397,16 @@ func (c *Cloud) watch(job *jobtype.Job) {
 		}()
 		a := newCloudAttempt(c, job)
 		end := a.run(c.ctx)
-		if end != nil {
-			if err := recordEnd(a.log, end); err != nil {
-				a.log.Error("attempt end not recorded", slog.Any("err", err))
+		for end != nil {
+			err := recordEnd(a.log, end)
+			if err == nil {
+				return
+			}
+			a.log.Error("attempt end not recorded; trying again", slog.Any("err", err))
+			select {
+			case <-c.ctx.Done():
+				return // the next worker adopts it and ends it again
+			case <-time.After(c.cfg.PollInterval):
 			}
 		}
 	}()
