@@ -743,15 +743,21 @@ func TestAWSNeverForOnprem(t *testing.T) {
 	}
 }
 
-// TestAWSNoCapacityWaits: every instance type in every subnet and market is
-// refused for capacity: the job waits in aws-eu's site (provisioning, the
-// reason among its events), never moving elsewhere and launching nothing;
-// when capacity comes back it launches there and succeeds.
+// TestAWSNoCapacityWaits: with `lathed up --aws-backend aws-eu` (scheduler,
+// local worker without GPUs and the AWS worker in one process), every
+// instance type in every subnet and market is refused for capacity: the
+// job waits in aws-eu's site (provisioning, the reason among its events),
+// never moving elsewhere and launching nothing; when capacity comes back it
+// launches there and succeeds.
 func TestAWSNoCapacityWaits(t *testing.T) {
 	r := newCloudRig(t, "never")
 	r.proxy.Add(mototest.Fault{Action: "RunInstances", Code: "InsufficientInstanceCapacity", Status: 500})
-	base, _ := r.scheduler()
-	r.worker()
+	port := redistest.FreePort(t)
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	up := startDaemonEnv(t, r.env, r.lathed, "up", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--redis-url", r.rs.URL(),
+		"--config", r.cfgPath, "--data-dir", filepath.Join(r.dir, "data"), "--endpoint-url", r.proxy.URL,
+		"--gpus", "none", "--aws-backend", "aws-eu")
+	waitHTTP(t, base, up)
 	id := r.submit(base, r.spec("cloud-nocap"))
 	waitJob(t, base, id, 60*time.Second, "waiting for capacity", func(j jobtype.Job) bool {
 		for _, e := range events(t, base, id) {

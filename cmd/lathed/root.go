@@ -41,6 +41,7 @@ type opts struct {
 	gpusSet    bool // --gpus was given: it wins over worker.gpus
 	backend    string
 	awsBackend string
+	upClouds   []string // up --aws-backend: AWS workers run in the same process
 	endpoint   string
 	logLevel   string
 	redisWait  time.Duration
@@ -84,6 +85,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	addListen(up)
 	addWorker(up)
+	up.Flags().StringArrayVar(&o.upClouds, "aws-backend", nil, "also run the AWS worker of this aws backend of the config in this process (repeatable)")
 	sched := &cobra.Command{
 		Use:   "scheduler",
 		Short: "HTTP API and placement (needs --redis-url or redis.url)",
@@ -245,6 +247,20 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			return err
 		}
 		stops = append(stops, w.Stop)
+		if len(o.upClouds) > 0 {
+			// The AWS workers record staging in the ledger: make sure the
+			// key exists before the scheduler part would make it.
+			if _, err := openLedger(rdb, fc, dataDir, log); err != nil {
+				return err
+			}
+		}
+		for _, name := range o.upClouds {
+			c, err := startCloudWorker(ctx, rdb, store, fc, name, endpoint, dataDir, roots, log)
+			if err != nil {
+				return err
+			}
+			stops = append(stops, c.Stop)
+		}
 	}
 	if withScheduler {
 		names := []string{"reference"}
