@@ -273,20 +273,7 @@ func (c *Cloud) Stop(ctx context.Context) error {
 	c.mu.Unlock()
 	c.srv.Stop()
 	c.stop(errDetach)
-	done := make(chan struct{})
-	go func() { c.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		c.log.Warn("stop: attempts still detaching", slog.Any("err", ctx.Err()))
-	}
-	c.srv.Shutdown()
-	<-c.hbDone
-	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := c.store.RemoveNode(rctx, c.node, c.incarnation); err != nil {
-		c.log.Warn("stop: remove node heartbeat", slog.Any("err", err))
-	}
+	stopNode(ctx, c.srv, &c.wg, c.hbDone, c.store, c.node, c.incarnation, c.log, "stop: attempts still detaching")
 	c.log.Info("aws worker stopped; its instances keep running and are adopted by the next one")
 	return nil
 }

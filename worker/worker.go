@@ -177,20 +177,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Unlock()
 	w.srv.Stop() // no new tasks
 	w.stopFn(errShutdown)
-	done := make(chan struct{})
-	go func() { w.inflight.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		w.log.Warn("stop: attempts still running", slog.Any("err", ctx.Err()))
-	}
-	w.srv.Shutdown()
-	<-w.hbDone
-	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := w.store.RemoveNode(rctx, w.cfg.Node, w.incarnation); err != nil {
-		w.log.Warn("stop: remove node heartbeat", slog.Any("err", err))
-	}
+	stopNode(ctx, w.srv, &w.inflight, w.hbDone, w.store, w.cfg.Node, w.incarnation, w.log, "stop: attempts still running")
 	w.log.Info("worker stopped")
 	return nil
 }
@@ -203,3 +190,25 @@ func (a slogAdapter) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
 func (a slogAdapter) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...)) }
 func (a slogAdapter) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
 func (a slogAdapter) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)) }
+
+// stopNode is the end of a worker's Stop (local or cloud), once its asynq
+// server takes no task and its attempts were told to stop: it waits for
+// them up to ctx's deadline, shuts asynq down, waits for the heartbeat loop
+// and removes the node's heartbeat.
+func stopNode(ctx context.Context, srv *asynq.Server, running *sync.WaitGroup, hbDone <-chan struct{}, store *jobstore.Store,
+	node, incarnation string, log *slog.Logger, stillRunning string) {
+	done := make(chan struct{})
+	go func() { running.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		log.Warn(stillRunning, slog.Any("err", ctx.Err()))
+	}
+	srv.Shutdown()
+	<-hbDone
+	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := store.RemoveNode(rctx, node, incarnation); err != nil {
+		log.Warn("stop: remove node heartbeat", slog.Any("err", err))
+	}
+}
