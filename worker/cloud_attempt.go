@@ -233,7 +233,7 @@ func (a *cloudAttempt) launch(ctx context.Context) (end endFunc, ok bool) {
 	}
 	req := aws.Request{JobID: a.job.ID, Attempt: a.n, GPUs: a.job.Spec.Resources.GPUs,
 		GPUMemoryGB: a.job.Spec.Resources.GPUMemoryGB, GPUModels: a.job.Spec.Resources.GPUModels,
-		UserData: UserData(a.c.b.AgentPath, a.jobURI)}
+		UserData: UserData(a.c.b.AgentPath, a.c.b.Region, a.jobURI)}
 	for {
 		res, err := a.c.cfg.EC2.Launch(ctx, req)
 		for _, t := range res.Attempts {
@@ -689,10 +689,12 @@ func (a *cloudAttempt) put(ctx context.Context, bucket, key string, b []byte) er
 // UserData is the instance's user data: a shell script, using only what
 // the AMI has, that runs the agent on the attempt's job.json. It holds no
 // credential (the instance profile gives the instance its S3 access).
-func UserData(agentPath, jobURI string) string {
+// The region is given to the agent's AWS SDK (which does not ask the
+// instance metadata for it): the backend's buckets are in its region.
+func UserData(agentPath, region, jobURI string) string {
 	return "#!/bin/sh\n" +
 		"# Lathe: run one job attempt (lathed worker --backend aws wrote this)\n" +
-		"exec " + agentPath + " agent --job " + jobURI + " >>/var/log/lathe-agent.log 2>&1\n"
+		"AWS_REGION=" + region + " exec " + agentPath + " agent --job " + jobURI + " >>/var/log/lathe-agent.log 2>&1\n"
 }
 
 // JobURIFromUserData returns the --job argument of user data written by

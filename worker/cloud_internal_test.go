@@ -152,8 +152,8 @@ func TestCloudEventConversion(t *testing.T) {
 }
 
 func TestUserDataRoundTrip(t *testing.T) {
-	ud := UserData("/usr/local/bin/lathed", "s3://b/runs/j-1/3/job.json")
-	if !strings.HasPrefix(ud, "#!/bin/sh\n") || strings.Contains(strings.ToLower(ud), "secret") || strings.Contains(ud, "AWS_") {
+	ud := UserData("/usr/local/bin/lathed", "eu-central-1", "s3://b/runs/j-1/3/job.json")
+	if !strings.HasPrefix(ud, "#!/bin/sh\n") || !strings.Contains(ud, "AWS_REGION=eu-central-1 exec /usr/local/bin/lathed agent --job ") || strings.Contains(strings.ToLower(ud), "secret") || strings.Contains(ud, "AWS_ACCESS_KEY") || strings.Contains(ud, "AWS_SESSION_TOKEN") {
 		t.Fatalf("user data:\n%s", ud)
 	}
 	if got := JobURIFromUserData(ud); got != "s3://b/runs/j-1/3/job.json" {
