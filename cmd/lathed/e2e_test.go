@@ -41,7 +41,13 @@ func binaries(t *testing.T) (lathed, lathe string) {
 			return
 		}
 		for _, p := range []string{"lathed", "lathe"} {
-			out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, p), "github.com/lathe-ml/lathe/cmd/"+p).CombinedOutput()
+			args := []string{"build", "-o", filepath.Join(binDir, p)}
+			if os.Getenv("LATHE_E2E_RACE") == "1" {
+				// Binaries with the race detector: a daemon that reports a
+				// race fails its test (startDaemonEnv). Slow; not in CI.
+				args = append(args, "-race")
+			}
+			out, err := exec.Command("go", append(args, "github.com/lathe-ml/lathe/cmd/"+p)...).CombinedOutput()
 			if err != nil {
 				buildErr = fmt.Errorf("go build %s: %v\n%s", p, err, out)
 				return
@@ -111,6 +117,9 @@ func startDaemonEnv(t *testing.T, env []string, bin string, args ...string) *dae
 		case <-time.After(30 * time.Second):
 			_ = d.cmd.Process.Kill()
 			<-d.done
+		}
+		if strings.Contains(d.output(), "WARNING: DATA RACE") {
+			t.Errorf("%s %v reported a data race", filepath.Base(bin), args)
 		}
 		if t.Failed() {
 			t.Logf("%s %v logs:\n%s", filepath.Base(bin), args, d.output())
