@@ -112,6 +112,9 @@ func startCloudWorker(ctx context.Context, rdb redis.UniversalClient, store *job
 		}
 		return nil, fmt.Errorf("--aws-backend %q: want one of the config's aws backends %v", name, names)
 	}
+	if err := b.LaunchReady(); err != nil {
+		return nil, fmt.Errorf("--aws-backend %s: %w", name, err)
+	}
 	awsCfg, err := loadAWS(ctx, b.Region)
 	if err != nil {
 		return nil, err
