@@ -36,6 +36,9 @@ type CloudLauncher interface {
 	Terminate(ctx context.Context, instanceID string) error
 	// Price is the configured price of an instance, per hour.
 	Price(inst aws.Instance) float64
+	// DescribeBackend returns every instance of the backend (any state):
+	// one call for all watched instances.
+	DescribeBackend(ctx context.Context) ([]aws.Instance, error)
 }
 
 // CloudConfig configures the AWS worker of one cloud backend. Zero values
@@ -187,8 +190,15 @@ type Cloud struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	active map[string]bool // job ids watched by this process
-	state  int             // 0 new, 1 started, 2 stopped
-	hbDone chan struct{}
+
+	// The backend's instances as the last DescribeBackend saw them, shared
+	// by every watched attempt: one DescribeInstances per poll for all.
+	instMu  sync.Mutex
+	instAt  time.Time
+	instErr error
+	insts   map[string]aws.Instance
+	state   int // 0 new, 1 started, 2 stopped
+	hbDone  chan struct{}
 }
 
 // errDetach is the cause given to watched attempts when the worker stops:
@@ -402,4 +412,33 @@ func (c *Cloud) watch(job *jobtype.Job) {
 // tmpDir is where an attempt's downloads go.
 func (c *Cloud) tmpDir(id string, attempt int) string {
 	return filepath.Join(c.cfg.DataDir, "cloud", c.b.Name, id, fmt.Sprint(attempt))
+}
+
+// instance returns what EC2 says of instance id. The backend's instances
+// are described in one call at most once per PollInterval and shared by
+// every watched attempt; an instance that call did not list (a tag filter
+// not seeing it yet) is described on its own. An error says nothing about
+// the instance.
+func (c *Cloud) instance(ctx context.Context, id string) (aws.Instance, error) {
+	c.instMu.Lock()
+	if time.Since(c.instAt) >= c.cfg.PollInterval {
+		all, err := c.cfg.EC2.DescribeBackend(ctx)
+		c.instAt, c.instErr = time.Now(), err
+		if err == nil {
+			c.insts = make(map[string]aws.Instance, len(all))
+			for _, in := range all {
+				c.insts[in.ID] = in
+			}
+		}
+	}
+	in, ok := c.insts[id]
+	err := c.instErr
+	c.instMu.Unlock()
+	switch {
+	case err != nil:
+		return aws.Instance{}, err
+	case ok:
+		return in, nil
+	}
+	return c.cfg.EC2.Describe(ctx, id)
 }

@@ -382,7 +382,7 @@ func (a *cloudAttempt) watchLoop(ctx context.Context) endFunc {
 			a.mirror(ctx) // the events written before the status
 			return a.ended(ctx, st)
 		}
-		inst, err := a.c.cfg.EC2.Describe(ctx, a.inst.ID)
+		inst, err := a.c.instance(ctx, a.inst.ID)
 		switch {
 		case err == nil && !inst.Gone():
 			a.gone = time.Time{}

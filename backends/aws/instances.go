@@ -182,3 +182,19 @@ func (b *Backend) Terminate(ctx context.Context, instanceID string) error {
 		"job_id", inst.Tags[TagJobID], "attempt", inst.Tags[TagAttempt])
 	return nil
 }
+
+// DescribeBackend returns every instance this backend launched for this
+// cluster (tagged lathe:managed=true, lathe:cluster and lathe:backend) in
+// any state, terminated ones included while EC2 still lists them: one
+// paginated DescribeInstances for all the instances a worker watches.
+func (b *Backend) DescribeBackend(ctx context.Context) ([]Instance, error) {
+	out, err := b.describe(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
+		filter("tag:"+TagManaged, "true"),
+		filter("tag:"+TagCluster, b.cfg.Cluster),
+		filter("tag:"+TagBackend, b.cfg.Backend),
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("aws: describe the instances of backend %s: %w", b.cfg.Backend, err)
+	}
+	return out, nil
+}

@@ -500,6 +500,20 @@ func TestFindManagedAndOrphans(t *testing.T) {
 		t.Fatalf("FindManaged = %v, want %s %s %s", ids, a1, a2, b1)
 	}
 
+	// DescribeBackend: this backend's instances in every state, the
+	// terminated one included; not another cluster's, not an untagged one.
+	all, err := b.DescribeBackend(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]string{}
+	for _, in := range all {
+		states[in.ID] = in.State
+	}
+	if len(all) != 4 || states[gone] != "terminated" || states[a1] != "running" || states[theirs] != "" {
+		t.Fatalf("DescribeBackend = %v, want %s %s %s running and %s terminated", states, a1, a2, b1, gone)
+	}
+
 	later := managed[len(managed)-1].LaunchTime.Add(time.Hour)
 	orphans := Orphans(managed, map[string]int{"job-a": 2}, later, 10*time.Minute)
 	got := map[string]bool{}
