@@ -248,18 +248,12 @@ func (c *Cloud) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: aws: register node %s: %w", c.node, err)
 	}
 	purgeStaleTasks(ctx, c.rdb, c.store, c.node, c.log)
-	c.srv = asynq.NewServerFromRedisClient(c.rdb, asynq.Config{
-		Concurrency:       4, // a handler only claims and hands over; watching runs apart
-		Queues:            map[string]int{c.node: 1},
-		TaskCheckInterval: c.cfg.TaskCheckInterval,
-		Logger:            slogAdapter{c.log.With(slog.String("component", "asynq"))},
-		IsFailure:         func(err error) bool { return err != nil },
-	})
-	mux := asynq.NewServeMux()
-	mux.HandleFunc(jobtype.TaskType, c.handle)
-	if err := c.srv.Start(mux); err != nil {
-		return fmt.Errorf("worker: aws: start asynq server: %w", err)
+	// Concurrency 4: a handler only claims and hands over; watching runs apart.
+	srv, err := startServer(c.rdb, c.node, 4, c.cfg.TaskCheckInterval, 0, c.log, c.handle)
+	if err != nil {
+		return err
 	}
+	c.srv = srv
 	c.hbDone = make(chan struct{})
 	go c.heartbeat(n)
 	c.wg.Add(1)

@@ -108,20 +108,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		return err
 	}
 	w.purgeStaleTasks(ctx)
-	w.srv = asynq.NewServerFromRedisClient(w.rdb, asynq.Config{
-		Concurrency:       w.cfg.Slots + len(inv.GPUs),
-		Queues:            map[string]int{jobtype.NodeQueue(w.cfg.Node): 1},
-		TaskCheckInterval: w.cfg.TaskCheckInterval,
-		ShutdownTimeout:   w.cfg.ShutdownTimeout,
-		Logger:            slogAdapter{w.log.With(slog.String("component", "asynq"))},
-		// The store records every outcome; an error here only means the
-		// store could not be written, and asynq must not retry (MaxRetry 0).
-		IsFailure: func(err error) bool { return err != nil },
-	})
-	mux := asynq.NewServeMux()
-	mux.HandleFunc(jobtype.TaskType, w.handle)
-	if err := w.srv.Start(mux); err != nil {
-		return fmt.Errorf("worker: start asynq server: %w", err)
+	if w.srv, err = startServer(w.rdb, jobtype.NodeQueue(w.cfg.Node), w.cfg.Slots+len(inv.GPUs), w.cfg.TaskCheckInterval,
+		w.cfg.ShutdownTimeout, w.log, w.handle); err != nil {
+		return err
 	}
 	w.hbDone = make(chan struct{})
 	go w.heartbeat(n)
@@ -211,4 +200,26 @@ func stopNode(ctx context.Context, srv *asynq.Server, running *sync.WaitGroup, h
 	if err := store.RemoveNode(rctx, node, incarnation); err != nil {
 		log.Warn("stop: remove node heartbeat", slog.Any("err", err))
 	}
+}
+
+// startServer starts the asynq server of a worker's queue (local or cloud)
+// with handle for attempt tasks.
+func startServer(rdb redis.UniversalClient, queue string, concurrency int, taskCheck, shutdownTimeout time.Duration, log *slog.Logger,
+	handle func(context.Context, *asynq.Task) error) (*asynq.Server, error) {
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Concurrency:       concurrency,
+		Queues:            map[string]int{queue: 1},
+		TaskCheckInterval: taskCheck,
+		ShutdownTimeout:   shutdownTimeout,
+		Logger:            slogAdapter{log.With(slog.String("component", "asynq"))},
+		// The store records every outcome; an error here only means the
+		// store could not be written, and asynq must not retry (MaxRetry 0).
+		IsFailure: func(err error) bool { return err != nil },
+	})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc(jobtype.TaskType, handle)
+	if err := srv.Start(mux); err != nil {
+		return nil, fmt.Errorf("worker: start asynq server on %s: %w", queue, err)
+	}
+	return srv, nil
 }
