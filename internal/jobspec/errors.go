@@ -65,10 +65,14 @@ type ValidationError struct {
 }
 
 // Error lists every problem on one line, separated by "; ".
-func (e *ValidationError) Error() string {
+func (e *ValidationError) Error() string { return JoinFieldErrors("invalid job spec: ", e.Errors) }
+
+// JoinFieldErrors writes prefix and every problem on one line, separated
+// by "; " (the job spec's and the routing config's errors alike).
+func JoinFieldErrors(prefix string, errs []FieldError) string {
 	var b strings.Builder
-	b.WriteString("invalid job spec: ")
-	for i, fe := range e.Errors {
+	b.WriteString(prefix)
+	for i, fe := range errs {
 		if i > 0 {
 			b.WriteString("; ")
 		}
@@ -77,9 +81,12 @@ func (e *ValidationError) Error() string {
 	return b.String()
 }
 
-// truncate cuts s to maxValueLen runes, marking the cut with "…". It keeps
-// the result valid UTF-8 so it survives JSON encoding unchanged.
-func truncate(s string) string {
+func truncate(s string) string { return TruncateValue(s) }
+
+// TruncateValue cuts s to 200 runes for a FieldError's Value, marking the
+// cut with "…". It keeps the result valid UTF-8 so it survives JSON
+// encoding unchanged.
+func TruncateValue(s string) string {
 	if !utf8.ValidString(s) {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 	}

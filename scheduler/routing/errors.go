@@ -3,8 +3,6 @@ package routing
 import (
 	"errors"
 	"strconv"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 )
@@ -18,9 +16,6 @@ var ErrTooLarge = errors.New("routing: config too large")
 
 // maxErrors bounds how many problems one ConfigError carries.
 const maxErrors = 100
-
-// maxValueLen bounds FieldError.Value, in runes.
-const maxValueLen = 200
 
 // FieldError is one problem with one field of the routing config: the
 // job spec's type (Field is the dotted path as written in the file,
@@ -38,34 +33,11 @@ type ConfigError struct {
 
 // Error lists every problem on one line, separated by "; ".
 func (e *ConfigError) Error() string {
-	var b strings.Builder
-	b.WriteString("invalid routing config: ")
-	for i, fe := range e.Errors {
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		b.WriteString(fe.Error())
-	}
-	return b.String()
+	return jobspec.JoinFieldErrors("invalid routing config: ", e.Errors)
 }
 
-// truncate cuts s to maxValueLen runes, keeping it valid UTF-8.
-func truncate(s string) string {
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
-	}
-	if utf8.RuneCountInString(s) <= maxValueLen {
-		return s
-	}
-	n := 0
-	for i := range s {
-		if n == maxValueLen {
-			return s[:i] + "…"
-		}
-		n++
-	}
-	return s
-}
+// truncate cuts s for a FieldError's Value, as the job spec does.
+func truncate(s string) string { return jobspec.TruncateValue(s) }
 
 // capErrors keeps the first maxErrors problems and says how many it dropped.
 func capErrors(errs []FieldError) []FieldError {
