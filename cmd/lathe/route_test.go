@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,51 +14,17 @@ import (
 	"github.com/lathe-ml/lathe/scheduler/routing"
 )
 
-// routeConfig is scheduler/routing's issueConfig (helpers_test.go): a local
+// routeConfig is scheduler/routing's issueConfig (testdata/issue.yaml): a local
 // pool in dc-frankfurt [onprem eu], aws-eu in aws-eu-central-1 [cloud eu]
 // with a $5000 monthly budget, aws-us in aws-us-east-1 [cloud us], Redis
 // beside the local pool.
-const routeConfig = `
-data_dir: /var/lib/lathe        # another section: ignored here
-scheduler: {listen: 127.0.0.1:8080}
-sites:
-  dc-frankfurt: [onprem, eu]
-  aws-eu-central-1: [cloud, eu]
-  aws-us-east-1: [cloud, us]
-redis_site: dc-frankfurt
-backends:
-  local:
-    kind: local
-    site: dc-frankfurt
-    checkpoint_uri: file:///shared/ckpt
-    price: {usd_per_gpu_hour: 1.10}
-  aws-eu:
-    kind: aws
-    site: aws-eu-central-1
-    region: eu-central-1
-    checkpoint_uri: s3://lathe-eu-ckpt/
-    budget_usd_per_month: 5000
-    spot: false
-    instance_types:
-      p5.48xlarge: {gpus: 8, gpu_model: H100, gpu_memory_gb: 80, on_demand_usd_per_hour: 55.04, spot_usd_per_hour: 30.0}
-      g6e.xlarge:  {gpus: 1, gpu_model: L40S, gpu_memory_gb: 48, on_demand_usd_per_hour: 1.86}
-  aws-us:
-    kind: aws
-    site: aws-us-east-1
-    region: us-east-1
-    checkpoint_uri: s3://lathe-us-ckpt/runs
-    instance_types:
-      p5.48xlarge: {gpus: 8, gpu_model: H100, gpu_memory_gb: 80, on_demand_usd_per_hour: 55.04}
-      g6e.xlarge:  {gpus: 1, gpu_model: L40S, gpu_memory_gb: 48, on_demand_usd_per_hour: 1.86}
-datasets:
-  buckets: {lathe-eu-data: aws-eu-central-1, lathe-us-data: aws-us-east-1, lathe-eu-ckpt: aws-eu-central-1, lathe-us-ckpt: aws-us-east-1}
-routing:
-  default_residency: [onprem]
-budgets:
-  teams: {ml-research: 2000}
-trainers:
-  reference: ["/usr/bin/python3", "{scripts}/train_lora.py"]
-`
+var routeConfig = func() string {
+	b, err := os.ReadFile("../../scheduler/routing/testdata/issue.yaml")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
 
 // routeSpec is a 1-GPU, 2-hour job with file:// data in dc-frankfurt and
 // max_wait 1h; extra lines (residency, dataset, output) override.

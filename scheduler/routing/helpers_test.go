@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -9,47 +10,17 @@ import (
 // issueConfig is the config of the issue's scenarios: a local pool in an
 // [onprem eu] site, aws-eu in a [cloud eu] site and aws-us in a [cloud us]
 // site, Redis beside the local pool.
-const issueConfig = `
-data_dir: /var/lib/lathe        # another section: ignored here
-scheduler: {listen: 127.0.0.1:8080}
-sites:
-  dc-frankfurt: [onprem, eu]
-  aws-eu-central-1: [cloud, eu]
-  aws-us-east-1: [cloud, us]
-redis_site: dc-frankfurt
-backends:
-  local:
-    kind: local
-    site: dc-frankfurt
-    checkpoint_uri: file:///shared/ckpt
-    price: {usd_per_gpu_hour: 1.10}
-  aws-eu:
-    kind: aws
-    site: aws-eu-central-1
-    region: eu-central-1
-    checkpoint_uri: s3://lathe-eu-ckpt/
-    budget_usd_per_month: 5000
-    spot: false
-    instance_types:
-      p5.48xlarge: {gpus: 8, gpu_model: H100, gpu_memory_gb: 80, on_demand_usd_per_hour: 55.04, spot_usd_per_hour: 30.0}
-      g6e.xlarge:  {gpus: 1, gpu_model: L40S, gpu_memory_gb: 48, on_demand_usd_per_hour: 1.86}
-  aws-us:
-    kind: aws
-    site: aws-us-east-1
-    region: us-east-1
-    checkpoint_uri: s3://lathe-us-ckpt/runs
-    instance_types:
-      p5.48xlarge: {gpus: 8, gpu_model: H100, gpu_memory_gb: 80, on_demand_usd_per_hour: 55.04}
-      g6e.xlarge:  {gpus: 1, gpu_model: L40S, gpu_memory_gb: 48, on_demand_usd_per_hour: 1.86}
-datasets:
-  buckets: {lathe-eu-data: aws-eu-central-1, lathe-us-data: aws-us-east-1, lathe-eu-ckpt: aws-eu-central-1, lathe-us-ckpt: aws-us-east-1}
-routing:
-  default_residency: [onprem]
-budgets:
-  teams: {ml-research: 2000}
-trainers:
-  reference: ["/usr/bin/python3", "{scripts}/train_lora.py"]
-`
+var issueConfig = readTestdata("testdata/issue.yaml")
+
+// readTestdata returns a file of testdata, for configs shared with other
+// packages' tests.
+func readTestdata(p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
 
 func mustParse(t testing.TB, src string) Config {
 	t.Helper()
