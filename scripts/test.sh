@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Runs every test: formatting, vet, the docker-compose file, and go test
-# (with -race on the packages that run goroutines). Needs redis-server,
-# /usr/bin/python3 with torch, and docker-compose (.ci/run installs them).
+# Runs every test from a fresh machine: installs what the tests need when it
+# is missing (scripts/setup.sh --test: redis-server, python3-torch,
+# docker-compose; checks moto_server), then formatting, vet, the
+# docker-compose file, and go test (with -race on the packages that run
+# goroutines).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/setup.sh --test
 
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
