@@ -34,7 +34,7 @@ func bench100Config() string {
 	}
 	for i := range 60 {
 		b.WriteString("  aws-" + strconv.Itoa(i) + ":\n    kind: aws\n    site: cloud-" + strconv.Itoa(i%6) +
-			"\n    region: r" + strconv.Itoa(i%6) + "\n    checkpoint_uri: s3://ckpt-" + strconv.Itoa(i%6) + "/" + strconv.Itoa(i) +
+			"\n    region: eu-test-" + strconv.Itoa(i%6) + "\n    checkpoint_uri: s3://ckpt-" + strconv.Itoa(i%6) + "/" + strconv.Itoa(i) +
 			"\n    budget_usd_per_month: 50000\n    instance_types:\n" +
 			"      p5.48xlarge: {gpus: 8, gpu_model: H100, gpu_memory_gb: 80, on_demand_usd_per_hour: " + strconv.Itoa(50+i%9) + "}\n" +
 			"      p4d.24xlarge: {gpus: 8, gpu_model: A100, gpu_memory_gb: 40, on_demand_usd_per_hour: 32.77}\n" +
