@@ -130,9 +130,33 @@ func TestUnreachableServer(t *testing.T) {
 		if r.code != exitUnreachable {
 			t.Errorf("%v: exit %d, want %d; stderr:\n%s", args, r.code, exitUnreachable, r.stderr)
 		}
-		if !strings.Contains(r.stderr, "unreachable") || !strings.Contains(r.stderr, url) {
-			t.Errorf("%v: stderr does not say %s is unreachable:\n%s", args, url, r.stderr)
+		// A new user with no daemon running is told how to start one.
+		want := "lathe: no Lathe scheduler at " + url + " (connection refused). Start one with: lathed up   (or set --server / LATHE_SERVER)\n"
+		if r.stderr != want {
+			t.Errorf("%v: stderr\n%q\nwant\n%q", args, r.stderr, want)
 		}
+	}
+	// Another transport failure (a loopback listener that hangs up at once)
+	// says what it was, and the same way out.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	hangUp := "http://" + l.Addr().String()
+	r := lathe(t, hangUp, "queues")
+	if r.code != exitUnreachable || !strings.HasPrefix(r.stderr, "lathe: no Lathe scheduler answered at "+hangUp+" (") ||
+		!strings.Contains(r.stderr, "). Start one with: lathed up   (or set --server / LATHE_SERVER)\n") {
+		t.Errorf("hang-up: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
 
