@@ -634,6 +634,12 @@ func TestSubmitBoundsSpecRead(t *testing.T) {
 	if r.code != exitUsage || !strings.Contains(r.stderr, "/dev/zero: over 1048576 bytes") {
 		t.Errorf("route --explain /dev/zero: exit %d, stderr %q", r.code, r.stderr)
 	}
+	// lathed's config file, read by route --explain --config, is bounded too.
+	spec := writeFile(t, t.TempDir(), "job.yaml", validSpec)
+	r = lathe(t, f.srv.URL, "route", "--explain", spec, "--config", "/dev/zero")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--config /dev/zero: over 4194304 bytes") {
+		t.Errorf("route --explain --config /dev/zero: exit %d, stderr %q", r.code, r.stderr)
+	}
 	if len(f.bodies) != 0 {
 		t.Errorf("%d specs sent", len(f.bodies))
 	}

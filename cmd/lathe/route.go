@@ -177,9 +177,9 @@ func parseWhatIf(waits, spents []string) (apiclient.WhatIf, error) {
 // knows is assumed (see offlineNote and Notes). The spec gets the daemon's
 // defaults first, from the same file.
 func (a *app) explainOffline(spec *jobspec.Spec, path string, wi apiclient.WhatIf) (*explanation, error) {
-	data, err := os.ReadFile(path)
+	data, err := readConfigFile(path)
 	if err != nil {
-		return nil, usageErrorf("--config: %w", err)
+		return nil, err
 	}
 	cfg, err := routing.ParseConfig(data)
 	if err != nil {
@@ -248,6 +248,25 @@ func (a *app) explainOffline(spec *jobspec.Spec, path string, wi apiclient.WhatI
 	job := routing.JobFromSpec(spec, "", "", strings.TrimRight(spec.Output.URI, "/")+"/<id>")
 	d := routing.Decide(job, snap)
 	return &explanation{Decision: d, ConfigHash: cfg.Hash(), Offline: true, Notes: notes}, nil
+}
+
+// readConfigFile reads lathed's config file at path, at most
+// routing.MaxConfigBytes (what ParseConfig takes): a longer one (or
+// /dev/zero) is a usage error naming the file and the limit.
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, usageErrorf("--config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, routing.MaxConfigBytes+1))
+	if err != nil {
+		return nil, usageErrorf("--config: %w", err)
+	}
+	if len(data) > routing.MaxConfigBytes {
+		return nil, usageErrorf("--config %s: over %d bytes (4 MiB, the most a config file may hold): not read further", path, routing.MaxConfigBytes)
+	}
+	return data, nil
 }
 
 // assumedPool is a local pool of one synthetic node whose GPUs match the

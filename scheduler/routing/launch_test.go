@@ -163,6 +163,10 @@ func TestLaunchDefaults(t *testing.T) {
 			"", DefaultMaxInstances, DefaultAgentPath, false},
 		{"file:// checkpoints: no default", strings.NewReplacer("checkpoint_uri: s3://lathe-eu-ckpt/", "checkpoint_uri: file:///ckpt").Replace(briefConfig),
 			"", DefaultMaxInstances, DefaultAgentPath, false},
+		// work_uri goes into the user-data script: a checkpoint_uri whose key
+		// is not of its safe form is no default for it.
+		{"checkpoints with a shell command in the key: no default", strings.NewReplacer("checkpoint_uri: s3://lathe-eu-ckpt/", "checkpoint_uri: \"s3://lathe-eu-ckpt/$(reboot)'\"").Replace(briefConfig),
+			"", DefaultMaxInstances, DefaultAgentPath, false},
 		{"only the required keys", strings.Replace(briefConfig, "    spot: false\n", "    ami: ami-1\n    subnets: [subnet-1]\n    instance_profile: p\n", 1),
 			"s3://lathe-eu-ckpt/", DefaultMaxInstances, DefaultAgentPath, true},
 	}

@@ -432,8 +432,9 @@ func validateLaunch(c *checker, cfg *Config, p string, b Backend) {
 
 // launchDefaults fills in the launch settings an aws backend left out:
 // max_instances, agent_path, and work_uri from an s3:// checkpoint_uri in
-// the backend's own site (one in another site is no place to stage a job's
-// data: work_uri stays empty, and LaunchReady says so).
+// the backend's own site whose key is of work_uri's safe form (one in
+// another site is no place to stage a job's data, one with other characters
+// no value for user data: work_uri stays empty, and LaunchReady says so).
 func launchDefaults(cfg *Config) {
 	for i := range cfg.Backends {
 		b := &cfg.Backends[i]
@@ -446,7 +447,10 @@ func launchDefaults(cfg *Config) {
 		if b.AgentPath == "" {
 			b.AgentPath = DefaultAgentPath
 		}
-		if bucket, ok := s3Bucket(b.CheckpointURI); ok && b.WorkURI == "" && bucket != "" && cfg.Datasets.Buckets[bucket] == b.Site {
+		// work_uri goes into the instance's user data: only a checkpoint_uri
+		// of its safe form is a default for it.
+		if bucket, ok := s3Bucket(b.CheckpointURI); ok && b.WorkURI == "" && validBucket(bucket) && cfg.Datasets.Buckets[bucket] == b.Site &&
+			validS3Key(strings.TrimPrefix(b.CheckpointURI, "s3://"+bucket)) {
 			b.WorkURI = b.CheckpointURI
 		}
 	}
