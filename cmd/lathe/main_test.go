@@ -634,6 +634,25 @@ func TestSubmitBoundsSpecRead(t *testing.T) {
 	if r.code != exitUsage || !strings.Contains(r.stderr, "/dev/zero: over 1048576 bytes") {
 		t.Errorf("route --explain /dev/zero: exit %d, stderr %q", r.code, r.stderr)
 	}
+	// So is stdin.
+	var out, errOut bytes.Buffer
+	zero, err := os.Open("/dev/zero")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zero.Close()
+	root := newRootCmd(&out, &errOut, func(k string) string {
+		if k == "LATHE_SERVER" {
+			return f.srv.URL
+		}
+		return ""
+	})
+	root.SetIn(zero)
+	root.SetArgs([]string{"submit", "-"})
+	code := report(&errOut, f.srv.URL, root.ExecuteContext(context.Background()))
+	if code != exitUsage || !strings.Contains(errOut.String(), "stdin: over 1048576 bytes") {
+		t.Errorf("submit - < /dev/zero: exit %d, stderr %q", code, errOut.String())
+	}
 	// lathed's config file, read by route --explain --config, is bounded too.
 	spec := writeFile(t, t.TempDir(), "job.yaml", validSpec)
 	r = lathe(t, f.srv.URL, "route", "--explain", spec, "--config", "/dev/zero")

@@ -79,7 +79,7 @@ func (a *app) parseSpec(stdin io.Reader, file string) (*jobspec.Spec, error) {
 		dir  string
 	)
 	if file == "-" {
-		data, err = readBounded(stdin, "-")
+		data, err = readBounded(stdin, "stdin")
 		dir, _ = os.Getwd()
 	} else {
 		var f *os.File
