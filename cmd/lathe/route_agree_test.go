@@ -123,7 +123,10 @@ func daemonFromConfig(t *testing.T, path string, maxRuntime time.Duration) strin
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	store := jobstore.New(rdb, jobstore.Config{})
-	data, _ := os.ReadFile(path)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg, err := routing.ParseConfig(data)
 	if err != nil {
 		t.Fatal(err)
