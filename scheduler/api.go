@@ -149,13 +149,12 @@ func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := strings.TrimRight(spec.Output.URI, "/") + "/{id}"
-	if key != "" {
-		key = p.Name + ":" + key // one token's key never returns another's job
-	}
-	job, existed, err := s.store.Create(ctx, jobstore.NewJob{ID: adm.id, Spec: spec, OutputURI: out, IdempotencyKey: key,
+	job, existed, err := s.store.Create(ctx, jobstore.NewJob{ID: adm.id, Spec: spec, OutputURI: out, IdempotencyKey: idemKey(p, key, -1),
 		Submitter: p.Name, Team: p.Team, Route: adm.route})
 	if err != nil {
-		s.fail(w, r, err)
+		if !idemConflict(w, err, key, false) {
+			s.fail(w, r, err)
+		}
 		return
 	}
 	if !existed {
@@ -178,7 +177,8 @@ type batchRequest struct {
 // submitBatch stores up to jobstore.MaxCreateBatch jobs in one request and
 // one Redis script call, all or nothing: one bad spec (its errors named
 // "jobs[i].field") and nothing is stored. An Idempotency-Key applies to each
-// job as "KEY#i", so the same request sent again returns the same jobs.
+// job as item i of batch KEY (idemKey), so the same request sent again
+// returns the same jobs, and one with another spec under the key is a 409.
 func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 	limit := s.cfg.MaxBodyBytes * 16
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
@@ -229,11 +229,8 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 		for _, fe := range s.admissible(spec) {
 			fields = append(fields, prefixField(prefix, fe))
 		}
-		nj := jobstore.NewJob{Spec: spec, OutputURI: strings.TrimRight(spec.Output.URI, "/") + "/{id}", Submitter: p.Name, Team: p.Team}
-		if key != "" {
-			nj.IdempotencyKey = p.Name + ":" + key + "#" + strconv.Itoa(i)
-		}
-		njs = append(njs, nj)
+		njs = append(njs, jobstore.NewJob{Spec: spec, OutputURI: strings.TrimRight(spec.Output.URI, "/") + "/{id}", Submitter: p.Name, Team: p.Team,
+			IdempotencyKey: idemKey(p, key, i)})
 	}
 	if len(fields) > 0 {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid job specs in batch; nothing was stored", Code: "invalid", Fields: fields})
@@ -255,7 +252,9 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	created, err := s.store.CreateMany(ctx, njs)
 	if err != nil {
-		s.fail(w, r, err)
+		if !idemConflict(w, err, key, true) {
+			s.fail(w, r, err)
+		}
 		return
 	}
 	for i, c := range created {
@@ -278,6 +277,41 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("batch accepted", slog.Int("jobs", len(created)), slog.Int("existing", resp.Existing),
 		slog.String("first_job_id", created[0].Job.ID))
 	writeJSON(w, status, resp)
+}
+
+// idemKey is the store's key for a request's Idempotency-Key (key; "" for
+// none): scoped to the token (token names hold no ':' or '/'), and to a
+// single submit (TOKEN:KEY) or to job item of a batch (TOKEN/batch:KEY#i),
+// so that a single submit's "K#0" is never job 0 of batch "K". The store
+// also keeps a fingerprint of the spec and the team with it.
+func idemKey(p principal, key string, item int) string {
+	switch {
+	case key == "":
+		return ""
+	case item < 0:
+		return p.Name + ":" + key
+	default:
+		return p.Name + "/batch:" + key + "#" + strconv.Itoa(item)
+	}
+}
+
+// idemConflict answers 409 idempotency_conflict when err says the key was
+// used for another spec (or by another team), naming the key; it reports
+// whether it answered.
+func idemConflict(w http.ResponseWriter, err error, key string, batch bool) bool {
+	var ce *jobstore.IdempotencyConflictError
+	if !errors.As(err, &ce) {
+		return false
+	}
+	msg := fmt.Sprintf("Idempotency-Key %q was used before with another job spec (it names job %s): send that spec again to get the job, or use a new key for a new job; nothing was stored", key, ce.JobID)
+	switch {
+	case batch && ce.JobID == "":
+		msg = fmt.Sprintf("Idempotency-Key %q: jobs[%d] differs from another job of the batch with the same key; nothing was stored", key, ce.Index)
+	case batch:
+		msg = fmt.Sprintf("Idempotency-Key %q was used before with another batch: jobs[%d] differs from job %s; send that batch again to get its jobs, or use a new key; nothing was stored", key, ce.Index, ce.JobID)
+	}
+	writeJSON(w, http.StatusConflict, apiError{Error: msg, Code: "idempotency_conflict"})
+	return true
 }
 
 func prefixField(prefix string, fe jobspec.FieldError) jobspec.FieldError {

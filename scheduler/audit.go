@@ -41,7 +41,7 @@ func (s *Scheduler) explain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalOf(r)
-	d := localS3(routing.Decide(routingJob(spec, "", p.Team, strings.TrimRight(spec.Output.URI, "/")+"/<id>"), snap), spec, rs)
+	d := routing.Decide(routingJob(spec, "", p.Team, strings.TrimRight(spec.Output.URI, "/")+"/<id>"), snap)
 	writeJSON(w, http.StatusOK, ExplainResponse{Decision: d, ConfigHash: rs.hash})
 }
 

@@ -47,17 +47,9 @@ type Assumptions struct {
 	Spent map[string]float64
 }
 
-// routingJob is the routing view of a job.
+// routingJob is the routing view of a job (routing.JobFromSpec).
 func routingJob(spec *jobspec.Spec, id, team, outputURI string) routing.Job {
-	out := outputURI
-	if out == "" {
-		out = spec.Output.URI
-	}
-	return routing.Job{ID: id, Team: team, Residency: spec.Residency, Dataset: spec.Dataset, EvalDataset: spec.EvalDataset,
-		Output: out, GPUs: spec.Resources.GPUs, GPUMemoryGB: spec.Resources.GPUMemoryGB, GPUModels: spec.Resources.GPUModels,
-		Priority: spec.Priority.Rank(), MaxWait: spec.MaxWait.D(), BudgetUSD: spec.BudgetUSD,
-		ExpectedRuntime: spec.ExpectedRuntime.D(), MaxSteps: spec.Training.MaxSteps, BaseModel: spec.BaseModel,
-		MaxRuntime: spec.MaxRuntime.D(), ValuePerHourUSD: spec.ValuePerHourUSD}
+	return routing.JobFromSpec(spec, id, team, outputURI)
 }
 
 // snapshotFor reads what a routing decision looks at.
@@ -331,7 +323,6 @@ func (s *Scheduler) admit(ctx context.Context, w http.ResponseWriter, r *http.Re
 	out := strings.TrimRight(spec.Output.URI, "/") + "/" + id
 	rj := routingJob(spec, id, p.Team, out)
 	d := routing.Decide(rj, snap)
-	d = localS3(d, spec, rs)
 	if dry {
 		return admission{id: id, decision: d, route: routeInfo(d, "submit", 1, 0, 0)}, true
 	}
@@ -371,7 +362,7 @@ func (s *Scheduler) admitBatch(ctx context.Context, w http.ResponseWriter, r *ht
 	for i := range njs {
 		id := jobstore.NewID(now)
 		rjs[i] = routingJob(njs[i].Spec, id, p.Team, strings.TrimRight(njs[i].Spec.Output.URI, "/")+"/"+id)
-		ds[i] = localS3(routing.Decide(rjs[i], snap), njs[i].Spec, rs)
+		ds[i] = routing.Decide(rjs[i], snap)
 		njs[i].ID = id
 		if ds[i].Refused {
 			for _, why := range ds[i].Reasons {
@@ -402,9 +393,4 @@ func (s *Scheduler) admitBatch(ctx context.Context, w http.ResponseWriter, r *ht
 		njs[i].Route = routeInfo(ds[i], "submit", 1, 0, seq)
 	}
 	return ds, true
-}
-
-// localS3 applies routing.RefuseLocalS3 to a spec's URIs.
-func localS3(d routing.Decision, spec *jobspec.Spec, rs *routeState) routing.Decision {
-	return routing.RefuseLocalS3(d, rs.cfg, spec.Dataset, spec.EvalDataset, spec.Output.URI)
 }

@@ -130,18 +130,7 @@ func (c Config) withDefaults() Config {
 	if len(c.Trainers) == 0 {
 		c.Trainers = []string{"reference"}
 	}
-	if c.Defaults.MaxRuntime <= 0 {
-		c.Defaults.MaxRuntime = 24 * time.Hour
-	}
-	if len(c.Defaults.Residency) == 0 {
-		c.Defaults.Residency = []string{"onprem"}
-	}
-	if c.Defaults.Trainer == "" {
-		c.Defaults.Trainer = "reference"
-	}
-	if c.Defaults.Priority == "" {
-		c.Defaults.Priority = jobspec.PriorityNormal
-	}
+	c.Defaults = jobspec.DeploymentDefaults(c.Defaults)
 	if c.KillGrace <= 0 {
 		c.KillGrace = 10 * time.Second
 	}

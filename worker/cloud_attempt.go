@@ -691,22 +691,62 @@ func (a *cloudAttempt) put(ctx context.Context, bucket, key string, b []byte) er
 // credential (the instance profile gives the instance its S3 access).
 // The region is given to the agent's AWS SDK (which does not ask the
 // instance metadata for it): the backend's buckets are in its region.
+// Every value is one single-quoted shell word, so none is expanded or run
+// whatever it holds (config validation also allows only their documented
+// forms: routing's validRegion, validS3Key, validAgentPath).
 func UserData(agentPath, region, jobURI string) string {
+	return userData(agentPath, region, jobURI, agentLog)
+}
+
+// agentLog is where the instance's agent writes its output.
+const agentLog = "/var/log/lathe-agent.log"
+
+func userData(agentPath, region, jobURI, logPath string) string {
 	return "#!/bin/sh\n" +
 		"# Lathe: run one job attempt (lathed worker --backend aws wrote this)\n" +
-		"AWS_REGION=" + region + " exec " + agentPath + " agent --job " + jobURI + " >>/var/log/lathe-agent.log 2>&1\n"
+		"AWS_REGION=" + shellQuote(region) + " exec " + shellQuote(agentPath) + " agent --job " + shellQuote(jobURI) +
+		" >>" + shellQuote(logPath) + " 2>&1\n"
+}
+
+// shellQuote is s as one POSIX shell word: in single quotes, where each
+// single quote of s ends the quoted run, is written escaped (\') and opens a
+// new run. Nothing in it is expanded.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // JobURIFromUserData returns the --job argument of user data written by
-// UserData ("" when there is none): what a test playing the instance runs.
+// UserData, unquoted ("" when there is none): what a test playing the
+// instance runs.
 func JobURIFromUserData(userData string) string {
-	for _, line := range strings.Split(userData, "\n") {
-		f := strings.Fields(line)
-		for i := 0; i+1 < len(f); i++ {
-			if f[i] == "--job" {
-				return f[i+1]
+	i := strings.Index(userData, " --job ")
+	if i < 0 {
+		return ""
+	}
+	return shellWord(userData[i+len(" --job "):])
+}
+
+// shellWord reads the first shell word of s, as shellQuote writes words
+// (single-quoted runs and backslash-escaped characters).
+func shellWord(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\'':
+			j := strings.IndexByte(s[i+1:], '\'')
+			if j < 0 {
+				return b.String() + s[i+1:]
 			}
+			b.WriteString(s[i+1 : i+1+j])
+			i += j + 1
+		case c == '\\' && i+1 < len(s):
+			b.WriteByte(s[i+1])
+			i++
+		case c == ' ' || c == '\t' || c == '\n':
+			return b.String()
+		default:
+			b.WriteByte(c)
 		}
 	}
-	return ""
+	return b.String()
 }

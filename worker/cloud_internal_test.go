@@ -3,6 +3,9 @@ package worker
 import (
 	"encoding/json"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -153,7 +156,7 @@ func TestCloudEventConversion(t *testing.T) {
 
 func TestUserDataRoundTrip(t *testing.T) {
 	ud := UserData("/usr/local/bin/lathed", "eu-central-1", "s3://b/runs/j-1/3/job.json")
-	if !strings.HasPrefix(ud, "#!/bin/sh\n") || !strings.Contains(ud, "AWS_REGION=eu-central-1 exec /usr/local/bin/lathed agent --job ") || strings.Contains(strings.ToLower(ud), "secret") || strings.Contains(ud, "AWS_ACCESS_KEY") || strings.Contains(ud, "AWS_SESSION_TOKEN") {
+	if !strings.HasPrefix(ud, "#!/bin/sh\n") || !strings.Contains(ud, "AWS_REGION='eu-central-1' exec '/usr/local/bin/lathed' agent --job 's3://b/runs/j-1/3/job.json' ") || strings.Contains(strings.ToLower(ud), "secret") || strings.Contains(ud, "AWS_ACCESS_KEY") || strings.Contains(ud, "AWS_SESSION_TOKEN") {
 		t.Fatalf("user data:\n%s", ud)
 	}
 	if got := JobURIFromUserData(ud); got != "s3://b/runs/j-1/3/job.json" {
@@ -161,5 +164,54 @@ func TestUserDataRoundTrip(t *testing.T) {
 	}
 	if got := JobURIFromUserData("#!/bin/sh\necho hi\n"); got != "" {
 		t.Fatalf("no --job: %q", got)
+	}
+}
+
+// TestUserDataQuotesArguments: every value pasted into the user-data script
+// reaches the agent as one literal argument, whatever shell metacharacters
+// it holds (config validation refuses them too; this is the second wall).
+// The script runs under the real /bin/sh with a stand-in lathed (a small
+// /bin/sh script, at a path with a quote and a space in it, that writes its
+// environment's AWS_REGION and its arguments, NUL-separated, to a file).
+func TestUserDataQuotesArguments(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "argv")
+	bin := filepath.Join(dir, "it's a $(dir)")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	agentPath := filepath.Join(bin, "lathed")
+	stub := "#!/bin/sh\nprintf '%s\\0' \"$AWS_REGION\" \"$@\" >" + shellQuote(out) + "\n"
+	if err := os.WriteFile(agentPath, []byte(stub), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(dir, "pwned")
+	region := "eu-central-1; touch " + marker + "; `touch " + marker + "` $(touch " + marker + ")'\"\n touch " + marker
+	jobURI := "s3://b/it's/$(touch " + marker + ")/`touch " + marker + "`/a\nb;touch " + marker + "|x&y>z/job.json"
+	ud := userData(agentPath, region, jobURI, filepath.Join(dir, "agent.log"))
+
+	script := filepath.Join(dir, "user-data")
+	if err := os.WriteFile(script, []byte(ud), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command("/bin/sh", "-n", script).CombinedOutput(); err != nil {
+		t.Fatalf("sh -n: %v: %s\n%s", err, b, ud)
+	}
+	if b, err := exec.Command("/bin/sh", script).CombinedOutput(); err != nil {
+		t.Fatalf("sh: %v: %s\n%s", err, b, ud)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("the stand-in lathed did not run: %v\n%s", err, ud)
+	}
+	want := strings.Join([]string{region, "agent", "--job", jobURI}, "\x00") + "\x00"
+	if string(got) != want {
+		t.Errorf("the agent got %q, want %q\nscript:\n%s", got, want, ud)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("a value ran as a command\nscript:\n%s", ud)
+	}
+	if got := JobURIFromUserData(ud); got != jobURI {
+		t.Errorf("JobURIFromUserData = %q, want %q", got, jobURI)
 	}
 }

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"strings"
+	"syscall"
 
 	"github.com/lathe-ml/lathe/internal/apiclient"
 	"github.com/lathe-ml/lathe/internal/jobspec"
@@ -97,8 +100,12 @@ func report(stderr io.Writer, server string, err error) int {
 		}
 	}
 	if errors.Is(err, apiclient.ErrUnreachable) {
-		detail := strings.TrimPrefix(err.Error(), apiclient.ErrUnreachable.Error()+": ")
-		fmt.Fprintf(stderr, "lathe: the scheduler at %s is unreachable: %s\n(is lathed running? set --server or LATHE_SERVER)\n", server, detail)
+		// Most often nothing runs there yet: say how to start it.
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			fmt.Fprintf(stderr, "lathe: no Lathe scheduler at %s (connection refused). %s\n", server, startHint)
+		} else {
+			fmt.Fprintf(stderr, "lathe: no Lathe scheduler answered at %s (%s). %s\n", server, transportDetail(err), startHint)
+		}
 		return exitUnreachable
 	}
 	if errors.Is(err, context.Canceled) {
@@ -107,6 +114,23 @@ func report(stderr io.Writer, server string, err error) int {
 	}
 	fmt.Fprintf(stderr, "lathe: %v\nRun 'lathe --help' for usage.\n", err)
 	return exitUsage
+}
+
+// startHint is what a user with no scheduler running can do.
+const startHint = "Start one with: lathed up   (or set --server / LATHE_SERVER)"
+
+// transportDetail is the innermost reason of a failed request, without the
+// method and URL that net/http puts before it ("EOF", "i/o timeout").
+func transportDetail(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		err = ue.Err
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Err.Error()
+	}
+	return strings.TrimPrefix(err.Error(), apiclient.ErrUnreachable.Error()+": ")
 }
 
 // printFieldErrors prints one line per bad field:

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 )
@@ -129,9 +130,33 @@ func TestUnreachableServer(t *testing.T) {
 		if r.code != exitUnreachable {
 			t.Errorf("%v: exit %d, want %d; stderr:\n%s", args, r.code, exitUnreachable, r.stderr)
 		}
-		if !strings.Contains(r.stderr, "unreachable") || !strings.Contains(r.stderr, url) {
-			t.Errorf("%v: stderr does not say %s is unreachable:\n%s", args, url, r.stderr)
+		// A new user with no daemon running is told how to start one.
+		want := "lathe: no Lathe scheduler at " + url + " (connection refused). Start one with: lathed up   (or set --server / LATHE_SERVER)\n"
+		if r.stderr != want {
+			t.Errorf("%v: stderr\n%q\nwant\n%q", args, r.stderr, want)
 		}
+	}
+	// Another transport failure (a loopback listener that hangs up at once)
+	// says what it was, and the same way out.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	hangUp := "http://" + l.Addr().String()
+	r := lathe(t, hangUp, "queues")
+	if r.code != exitUnreachable || !strings.HasPrefix(r.stderr, "lathe: no Lathe scheduler answered at "+hangUp+" (") ||
+		!strings.Contains(r.stderr, "). Start one with: lathed up   (or set --server / LATHE_SERVER)\n") {
+		t.Errorf("hang-up: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
 
@@ -293,6 +318,14 @@ func TestLocalPathURI(t *testing.T) {
 		{"file:data/x.jsonl", "file:///spec/dir/data/x.jsonl", true},
 		{"/abs/x.jsonl", "file:///abs/x.jsonl", true},
 		{"file:/abs/x.jsonl", "file:///abs/x.jsonl", true},
+		// A path is a name, not a URI: a '%' in it stays a '%' (escaped in
+		// the URI), as do '#', '?' and spaces.
+		{"r%65l.jsonl", "file:///spec/dir/r%2565l.jsonl", true},
+		{"my data/a#1?.jsonl", "file:///spec/dir/my%20data/a%231%3F.jsonl", true},
+		{"/abs/100%.jsonl", "file:///abs/100%25.jsonl", true},
+		// A file: URI is a URI: its escapes mean what they say.
+		{"file:r%65l.jsonl", "file:///spec/dir/rel.jsonl", true},
+		{"file:a%2.jsonl", "", false},
 		{"file:///abs/x.jsonl", "", false},
 		{"file://host/x.jsonl", "", false},
 		{"s3://bucket/x.jsonl", "", false},
@@ -553,5 +586,80 @@ func TestQueues(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &q); err != nil || q.Pending != 2 {
 		t.Errorf("-o json: %v\n%s", err, r.stdout)
+	}
+}
+
+// TestSubmitRelativePathWithPercent: a dataset named r%65l.jsonl beside the
+// spec reaches the scheduler as a URI that fileuri (what the worker opens
+// through) reads back as that very file, not as rel.jsonl.
+func TestSubmitRelativePathWithPercent(t *testing.T) {
+	f := newFakeScheduler(t)
+	dir := t.TempDir()
+	spec := writeFile(t, dir, "job.yaml", "name: tiny-lora\nbase_model: tiny-char\ndataset: r%65l.jsonl\ntraining: {max_steps: 20}\n")
+	if r := lathe(t, f.srv.URL, "submit", spec); r.code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	var got jobspec.Spec
+	if len(f.bodies) != 1 || json.Unmarshal(f.bodies[0], &got) != nil {
+		t.Fatalf("bodies %q", f.bodies)
+	}
+	p, err := fileuri.Path(got.Dataset)
+	abs, _ := filepath.Abs(filepath.Join(dir, "r%65l.jsonl"))
+	if err != nil || p != abs {
+		t.Errorf("dataset %q opens %q (%v), want %q", got.Dataset, p, err, abs)
+	}
+}
+
+// TestSubmitBoundsSpecRead: a spec file that never ends (/dev/zero) or is
+// over the API's body limit is refused after reading at most the limit,
+// naming the file and the limit; nothing is sent.
+func TestSubmitBoundsSpecRead(t *testing.T) {
+	f := newFakeScheduler(t)
+	big := writeFile(t, t.TempDir(), "big.yaml", "name: x\n# "+strings.Repeat("a", jobspec.MaxSpecBytes)+"\n")
+	for _, file := range []string{"/dev/zero", big} {
+		done := make(chan result, 1)
+		go func() { done <- lathe(t, f.srv.URL, "submit", file) }()
+		var r result
+		select {
+		case r = <-done:
+		case <-time.After(time.Minute):
+			t.Fatalf("lathe submit %s still reading after a minute", file)
+		}
+		want := file + ": over 1048576 bytes (1 MiB, the most a job spec may hold): not read further; nothing was submitted"
+		if r.code != exitUsage || !strings.Contains(r.stderr, want) {
+			t.Errorf("submit %s: exit %d, stderr %q; want exit %d and %q", file, r.code, r.stderr, exitUsage, want)
+		}
+	}
+	r := lathe(t, f.srv.URL, "route", "--explain", "/dev/zero", "--config", "/nonexistent")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "/dev/zero: over 1048576 bytes") {
+		t.Errorf("route --explain /dev/zero: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// So is stdin.
+	var out, errOut bytes.Buffer
+	zero, err := os.Open("/dev/zero")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zero.Close()
+	root := newRootCmd(&out, &errOut, func(k string) string {
+		if k == "LATHE_SERVER" {
+			return f.srv.URL
+		}
+		return ""
+	})
+	root.SetIn(zero)
+	root.SetArgs([]string{"submit", "-"})
+	code := report(&errOut, f.srv.URL, root.ExecuteContext(context.Background()))
+	if code != exitUsage || !strings.Contains(errOut.String(), "stdin: over 1048576 bytes") {
+		t.Errorf("submit - < /dev/zero: exit %d, stderr %q", code, errOut.String())
+	}
+	// lathed's config file, read by route --explain --config, is bounded too.
+	spec := writeFile(t, t.TempDir(), "job.yaml", validSpec)
+	r = lathe(t, f.srv.URL, "route", "--explain", spec, "--config", "/dev/zero")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--config /dev/zero: over 4194304 bytes") {
+		t.Errorf("route --explain --config /dev/zero: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if len(f.bodies) != 0 {
+		t.Errorf("%d specs sent", len(f.bodies))
 	}
 }

@@ -177,9 +177,9 @@ func parseWhatIf(waits, spents []string) (apiclient.WhatIf, error) {
 // knows is assumed (see offlineNote and Notes). The spec gets the daemon's
 // defaults first, from the same file.
 func (a *app) explainOffline(spec *jobspec.Spec, path string, wi apiclient.WhatIf) (*explanation, error) {
-	data, err := os.ReadFile(path)
+	data, err := readConfigFile(path)
 	if err != nil {
-		return nil, usageErrorf("--config: %w", err)
+		return nil, err
 	}
 	cfg, err := routing.ParseConfig(data)
 	if err != nil {
@@ -197,7 +197,7 @@ func (a *app) explainOffline(spec *jobspec.Spec, path string, wi apiclient.WhatI
 		return nil, err
 	}
 	def.Residency = cfg.DefaultResidency
-	spec.Normalize(def)
+	spec.Normalize(jobspec.DeploymentDefaults(def)) // as the scheduler does (its Config.Defaults)
 
 	// A what-if must name a backend of the config (a wait: a local one).
 	for _, b := range sortedKeys(wi.Wait) {
@@ -220,7 +220,9 @@ func (a *app) explainOffline(spec *jobspec.Spec, path string, wi apiclient.WhatI
 	notes := []string{offlineNote}
 	anyLocal := false
 	for _, b := range cfg.Backends {
-		if b.Kind == routing.KindLocal {
+		// As the scheduler: this deployment's workers form its first local
+		// backend's pool (scheduler/route.go snapshotFor).
+		if b.Kind == routing.KindLocal && !anyLocal {
 			anyLocal = true
 			pool := assumedPool(spec)
 			if d, ok := wi.Wait[b.Name]; ok {
@@ -241,9 +243,30 @@ func (a *app) explainOffline(spec *jobspec.Spec, path string, wi apiclient.WhatI
 		notes = append(notes, "offline: every backend's spend this month is taken as $0; --assume-spent states one")
 	}
 	notes = append(notes, "offline: run times are the spec's expected_runtime or max_runtime; none is learned from finished jobs")
-	job := routingJob(spec, strings.TrimRight(spec.Output.URI, "/")+"/<id>")
-	d := routing.RefuseLocalS3(routing.Decide(job, snap), cfg, spec.Dataset, spec.EvalDataset, spec.Output.URI)
+	// The scheduler's explain decides on the same routing job (no id, and
+	// here no team) with the same function.
+	job := routing.JobFromSpec(spec, "", "", strings.TrimRight(spec.Output.URI, "/")+"/<id>")
+	d := routing.Decide(job, snap)
 	return &explanation{Decision: d, ConfigHash: cfg.Hash(), Offline: true, Notes: notes}, nil
+}
+
+// readConfigFile reads lathed's config file at path, at most
+// routing.MaxConfigBytes (what ParseConfig takes): a longer one (or
+// /dev/zero) is a usage error naming the file and the limit.
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, usageErrorf("--config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, routing.MaxConfigBytes+1))
+	if err != nil {
+		return nil, usageErrorf("--config: %w", err)
+	}
+	if len(data) > routing.MaxConfigBytes {
+		return nil, usageErrorf("--config %s: over %d bytes (4 MiB, the most a config file may hold): not read further", path, routing.MaxConfigBytes)
+	}
+	return data, nil
 }
 
 // assumedPool is a local pool of one synthetic node whose GPUs match the
@@ -266,19 +289,9 @@ func assumedPool(spec *jobspec.Spec) routing.Pool {
 		GPUs: []routing.PoolGPU{{Model: model, MemoryGB: mem, Healthy: r.GPUs}}}}}
 }
 
-// routingJob is the routing view of a normalised spec, as the scheduler
-// builds it (scheduler/route.go routingJob; keep the two alike). An
-// explanation has no id and no team.
-func routingJob(spec *jobspec.Spec, outputURI string) routing.Job {
-	return routing.Job{Residency: spec.Residency, Dataset: spec.Dataset, EvalDataset: spec.EvalDataset,
-		Output: outputURI, GPUs: spec.Resources.GPUs, GPUMemoryGB: spec.Resources.GPUMemoryGB, GPUModels: spec.Resources.GPUModels,
-		Priority: spec.Priority.Rank(), MaxWait: spec.MaxWait.D(), BudgetUSD: spec.BudgetUSD,
-		ExpectedRuntime: spec.ExpectedRuntime.D(), MaxSteps: spec.Training.MaxSteps, BaseModel: spec.BaseModel,
-		MaxRuntime: spec.MaxRuntime.D(), ValuePerHourUSD: spec.ValuePerHourUSD}
-}
-
 // daemonDefaults reads the job defaults lathed applies to every spec from
-// its config file (data): jobs.default_max_runtime and the default output
+// its config file (data), before jobspec.DeploymentDefaults fills in what
+// the file leaves out: jobs.default_max_runtime and the default output
 // folder (jobs.default_output_uri, else <data_dir>/artifacts, data_dir
 // relative to the file, default lathe-data beside it — lathed resolves its
 // default against its working folder instead, which only moves the folder

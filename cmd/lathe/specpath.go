@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/lathe-ml/lathe/internal/fileuri"
 )
 
 // uriScheme matches the scheme of a URI ("s3:", "file:", "https:").
@@ -78,8 +81,10 @@ func rewriteNode(n *yaml.Node, baseDir string) bool {
 }
 
 // localPathURI turns a bare path or a "file:path" URI without "//" into
-// "file://" + an absolute path, relative paths resolved against baseDir.
-// It returns false for anything else.
+// the file:// URI of an absolute path (escaped as a URI path: a bare
+// "r%65l.jsonl" stays that name; "file:r%65l.jsonl" is rel.jsonl),
+// relative paths resolved against baseDir. It returns false for anything
+// else.
 func localPathURI(v, baseDir string) (string, bool) {
 	var p string
 	switch {
@@ -90,6 +95,11 @@ func localPathURI(v, baseDir string) (string, bool) {
 		if strings.HasPrefix(p, "//") || p == "" {
 			return "", false // file:///abs (or file://host/…): leave it to validation
 		}
+		// A URI: its %-escapes mean what they say.
+		var err error
+		if p, err = url.PathUnescape(p); err != nil {
+			return "", false // validation names the bad escape
+		}
 	case uriScheme.MatchString(v):
 		return "", false // s3://…, https://…: not a local path
 	default:
@@ -98,5 +108,7 @@ func localPathURI(v, baseDir string) (string, bool) {
 	if !filepath.IsAbs(p) {
 		p = filepath.Join(baseDir, p)
 	}
-	return "file://" + filepath.ToSlash(filepath.Clean(p)), true
+	// A bare path is a file name, not a URI: a '%', '#', '?' or space in it
+	// is escaped, so that the URI names that very file.
+	return fileuri.FromPath(p), true
 }

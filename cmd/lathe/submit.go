@@ -79,13 +79,21 @@ func (a *app) parseSpec(stdin io.Reader, file string) (*jobspec.Spec, error) {
 		dir  string
 	)
 	if file == "-" {
-		data, err = io.ReadAll(io.LimitReader(stdin, jobspec.MaxSpecBytes+1))
+		data, err = readBounded(stdin, "stdin")
 		dir, _ = os.Getwd()
 	} else {
-		data, err = os.ReadFile(file)
+		var f *os.File
+		if f, err = os.Open(file); err == nil {
+			data, err = readBounded(f, file)
+			f.Close()
+		}
 		dir = filepath.Dir(file)
 	}
 	if err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return nil, err
+		}
 		return nil, usageErrorf("read job spec: %w", err)
 	}
 	if dir, err = filepath.Abs(dir); err != nil {
@@ -101,6 +109,21 @@ func (a *app) parseSpec(stdin io.Reader, file string) (*jobspec.Spec, error) {
 		return nil, usageErrorf("%s: %w; nothing was submitted", file, err)
 	}
 	return spec, nil
+}
+
+// readBounded reads a job spec from r (named name), at most
+// jobspec.MaxSpecBytes: the scheduler's body limit and the parser's. A
+// longer one (a huge file, /dev/zero) is a usage error naming the file and
+// the limit, after reading one byte past the limit and no more.
+func readBounded(r io.Reader, name string) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, jobspec.MaxSpecBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > jobspec.MaxSpecBytes {
+		return nil, usageErrorf("%s: over %d bytes (1 MiB, the most a job spec may hold): not read further; nothing was submitted", name, jobspec.MaxSpecBytes)
+	}
+	return data, nil
 }
 
 func (a *app) submit(ctx context.Context, stdin io.Reader, file, key string, wait, dryRun bool) error {

@@ -24,6 +24,9 @@ func FuzzParse(f *testing.F) {
 		"---\n---\n",
 		minimal + "lora: {alpha: .nan, rank: 0x10, dropout: 1e-1}\n",
 		minimal + "resources: {gpu_models: [\"RTX 4090\"], gpus: 8.0}\n",
+		"{\"name\":\"a\xffb\",\"base_model\":\"m\",\"dataset\":\"s3://bucket/key\"}",
+		`{"name":"j","base_model":"m\ud800","dataset":"s3://bucket/key","training":{"learning_rate":1e400}}`,
+		minimal + "training: {learning_rate: -1e400}\nlora: {rank: 1e400}\n",
 	} {
 		f.Add([]byte(s))
 	}

@@ -87,6 +87,31 @@ type Defaults struct {
 	OutputURI string
 }
 
+// DefaultMaxRuntime is the max_runtime of a job that gives none, on a
+// deployment whose config sets no jobs.default_max_runtime.
+const DefaultMaxRuntime = 24 * time.Hour
+
+// DeploymentDefaults returns d with what a deployment's config leaves out
+// filled in as the scheduler fills it: MaxRuntime DefaultMaxRuntime,
+// Residency [onprem] (fail closed), Trainer "reference", Priority normal.
+// The scheduler and `lathe route --explain --config` both normalise specs
+// with it, so that they decide on the same spec.
+func DeploymentDefaults(d Defaults) Defaults {
+	if d.MaxRuntime <= 0 {
+		d.MaxRuntime = DefaultMaxRuntime
+	}
+	if len(d.Residency) == 0 {
+		d.Residency = []string{"onprem"}
+	}
+	if d.Trainer == "" {
+		d.Trainer = defaultTrainer
+	}
+	if d.Priority == "" {
+		d.Priority = defaultPriority
+	}
+	return d
+}
+
 // Normalize applies the daemon's defaults d to the fields s leaves empty:
 // Residency, MaxRuntime, Output.URI, Priority and Trainer. It is idempotent
 // and keeps no reference to d's slices. It does not validate; call Validate

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
@@ -89,6 +90,9 @@ func docError(msg string) []FieldError { return []FieldError{{Message: msg}} }
 func parseDocument(data []byte) (*yaml.Node, []FieldError) {
 	var root *yaml.Node
 	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '{' && json.Valid(data) {
+		if errs := jsonTextErrors(data); errs != nil {
+			return nil, errs
+		}
 		n, err := jsonNode(data)
 		if err != nil { // not reached: json.Valid said yes
 			return nil, docError("invalid JSON: " + err.Error())
@@ -125,6 +129,52 @@ func parseDocument(data []byte) (*yaml.Node, []FieldError) {
 		return nil, []FieldError{{Value: render(root), Message: "a job spec must be a mapping of fields, not " + kindName(root)}}
 	}
 	return root, nil
+}
+
+// jsonTextErrors refuses JSON (valid by json.Valid) that is not UTF-8 text,
+// or that escapes half a UTF-16 surrogate pair: encoding/json would replace
+// either with U+FFFD and the spec would say something its author did not
+// write. yaml.v3 refuses both on the YAML path. The error says where.
+func jsonTextErrors(data []byte) []FieldError {
+	if utf8.Valid(data) && !bytes.Contains(data, []byte(`\u`)) {
+		return nil // the common case, at utf8.Valid's speed
+	}
+	where := func(off int) string {
+		line := 1 + bytes.Count(data[:off], []byte{'\n'})
+		col := off - bytes.LastIndexByte(data[:off], '\n')
+		return fmt.Sprintf("line %d, column %d (byte %d)", line, col, off)
+	}
+	surrogate := func(i int) (rune, bool) { // the \uXXXX escape at data[i:]
+		if i+6 > len(data) || data[i] != '\\' || data[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(data[i+2:i+6]), 16, 16)
+		return rune(v), err == nil && utf16.IsSurrogate(rune(v))
+	}
+	for i := 0; i < len(data); {
+		b := data[i]
+		switch {
+		case b >= utf8.RuneSelf:
+			r, size := utf8.DecodeRune(data[i:])
+			if r == utf8.RuneError && size <= 1 {
+				return docError("invalid JSON: not UTF-8 at " + where(i) + ": a job spec must be UTF-8 text")
+			}
+			i += size
+		case b == '\\' && i+1 < len(data):
+			// json.Valid passed: a backslash is an escape inside a string.
+			if r, ok := surrogate(i); ok {
+				if r2, ok2 := surrogate(i + 6); r < 0xdc00 && ok2 && r2 >= 0xdc00 {
+					i += 12 // a pair: one character
+					continue
+				}
+				return docError(fmt.Sprintf("invalid JSON: %s at %s is half a UTF-16 surrogate pair, not a character", data[i:i+6], where(i)))
+			}
+			i += 2
+		default:
+			i++
+		}
+	}
+	return nil
 }
 
 // aliasErrors reports every YAML anchor and alias in the tree. Lathe refuses
@@ -330,6 +380,10 @@ func (d *decoder) decodeInt(path string, n *yaml.Node, v reflect.Value) bool {
 		d.fail(path, n, "must be an integer, not "+kindName(n))
 		return false
 	}
+	if outOfRange(n) {
+		d.fail(path, n, "is out of range for a number")
+		return false
+	}
 	var i int64
 	switch n.Tag {
 	case "!!int":
@@ -369,12 +423,30 @@ func (d *decoder) decodeFloat(path string, n *yaml.Node, v reflect.Value) bool {
 		f, ok = nodeFloat64(n)
 	}
 	if !ok {
+		if outOfRange(n) {
+			d.fail(path, n, "is out of range for a number")
+			return false
+		}
 		d.fail(path, n, "must be a number, not "+kindName(n))
 		return false
 	}
 	v.SetFloat(f)
 	d.raw[path] = n.Value
 	return true
+}
+
+// outOfRange reports whether n is a number as written (a JSON number, or an
+// unquoted YAML scalar of the JSON number form) too large for a float64,
+// like 1e400: yaml.v3 resolves those to strings.
+func outOfRange(n *yaml.Node) bool {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!float" && !(n.Tag == "!!str" && n.Style == 0) {
+		return false
+	}
+	if end, _, ok := scanJSONNumber(n.Value, 0); !ok || end != len(n.Value) {
+		return false
+	}
+	_, err := strconv.ParseFloat(n.Value, 64)
+	return errors.Is(err, strconv.ErrRange)
 }
 
 // nodeInt64 reads n as n.Decode into an int64 does, and reports whether

@@ -403,3 +403,67 @@ func TestParseRoundTripRandom(t *testing.T) {
 		}
 	}
 }
+
+// TestParseJSONRefusesBadText: bytes that are not UTF-8, and \u escapes of
+// lone UTF-16 surrogates, are refused with where they are, as the YAML path
+// refuses them; encoding/json alone would turn either into U+FFFD.
+func TestParseJSONRefusesBadText(t *testing.T) {
+	const base = `{"base_model":"tiny-char","dataset":"file:///d/x.jsonl",`
+	for _, tc := range []struct {
+		name, src, want string
+	}{
+		{"bad byte in a value", base + "\"name\":\"a\xffb\"}", "invalid JSON: not UTF-8 at line 1, column 66 (byte 65): a job spec must be UTF-8 text"},
+		{"bad byte in a key", base + "\n\"na\xc3me\":\"ab\"}", "invalid JSON: not UTF-8 at line 2, column 4 (byte 60): a job spec must be UTF-8 text"},
+		{"truncated sequence at the end of a string", base + "\"name\":\"ab\xe2\x82\"}", "invalid JSON: not UTF-8 at line 1, column 67 (byte 66)"},
+		{"lone high surrogate", base + `"name":"ab\ud800"}`, `invalid JSON: \ud800 at line 1, column 67 (byte 66) is half a UTF-16 surrogate pair, not a character`},
+		{"lone low surrogate", base + `"name":"\udc00ab"}`, `invalid JSON: \udc00 at line 1, column 65 (byte 64) is half a UTF-16 surrogate pair`},
+		{"high surrogate then a letter", base + `"name":"\ud83dx"}`, `invalid JSON: \ud83d at line 1, column 65 (byte 64) is half a UTF-16 surrogate pair`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := fieldErrors(t, tc.src)
+			if len(got) != 1 || got[0].Field != "" || !strings.HasPrefix(got[0].Message, tc.want) {
+				t.Errorf("Parse(%q) errors %+v, want one document error %q", tc.src, got, tc.want)
+			}
+		})
+	}
+	// A real pair, and an escaped backslash before a u, are fine.
+	s := mustParse(t, `{"name":"ab","dataset":"file:///d/x.jsonl","base_model":"x\ud83d\ude00\\ud800"}`)
+	if s.BaseModel != "x\U0001F600\\ud800" {
+		t.Errorf("base_model %q", s.BaseModel)
+	}
+}
+
+// TestParseNumberOutOfRange: a number too large for a float64 is out of
+// range, in JSON and YAML alike (not "must be a number, not a number").
+func TestParseNumberOutOfRange(t *testing.T) {
+	for _, src := range []string{
+		minimal + "training: {learning_rate: 1e400}\n",
+		`{"name":"tiny","base_model":"tiny-char","dataset":"file:///d/x.jsonl","training":{"learning_rate":1e400}}`,
+	} {
+		got := fieldErrors(t, src)
+		want := []FieldError{{"training.learning_rate", "1e400", "is out of range for a number"}}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("Parse(%q) errors\n got %+v\nwant %+v", src, got, want)
+		}
+	}
+	for _, src := range []string{
+		minimal + "budget_usd: -1e400\n",
+		`{"name":"tiny","base_model":"tiny-char","dataset":"file:///d/x.jsonl","budget_usd":-1e400}`,
+	} {
+		got := fieldErrors(t, src)
+		want := []FieldError{{"budget_usd", "-1e400", "is out of range for a number"}}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("Parse(%q) errors\n got %+v\nwant %+v", src, got, want)
+		}
+	}
+	// An integer field given 1e400 is out of range too.
+	got := fieldErrors(t, minimal+"lora: {rank: 1e400}\n")
+	if want := []FieldError{{"lora.rank", "1e400", "is out of range for a number"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("rank 1e400: %+v", got)
+	}
+	// A quoted one is a string, as before.
+	got = fieldErrors(t, minimal+"training: {learning_rate: \"1e400\"}\n")
+	if want := []FieldError{{"training.learning_rate", "1e400", "must be a number, not a string"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("quoted 1e400: %+v", got)
+	}
+}

@@ -17,7 +17,7 @@ func TestCreateMany(t *testing.T) {
 	njs := []jobstore.NewJob{
 		{Spec: spec("a", jobspec.PriorityBatch), IdempotencyKey: "k1"},
 		{Spec: spec("b", jobspec.PriorityUrgent)},
-		{Spec: spec("c", jobspec.PriorityNormal), IdempotencyKey: "k1"},
+		{Spec: spec("a", jobspec.PriorityBatch), IdempotencyKey: "k1"},
 	}
 	res, err := s.CreateMany(ctx, njs)
 	if err != nil || len(res) != 3 {

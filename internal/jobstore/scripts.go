@@ -47,24 +47,53 @@ end
 
 // createScript stores new jobs, in one atomic call for a whole batch (one
 // job for a plain submit, several for a group commit or the batch endpoint).
-// For each job: if its idempotency key names a job already, that job is
-// returned and nothing is stored; else the record, the indexes, the pending
-// set and the first event are written. ARGV: prefix, idemTTL seconds, now ms,
-// maxlen, event data, n, then per job: id, idemKey (” none), pending score,
-// number of field/value entries, the field/value entries. Returns
-// {code, id, code, id, …}: 1 stored, 2 existing (id of the key's job),
-// 0 id collision.
+// First every idempotency key is checked, before anything is written: a key
+// whose value carries another fingerprint (spec and team) than the job's
+// refuses the whole call, as does one key given twice in the call with two
+// fingerprints; a key naming a job that is gone is forgotten. Then for each
+// job: if its key names a job, that job is returned and nothing is stored;
+// else the record (with the key in its 'idem' field, so deleting the job
+// deletes the key), the indexes, the pending set, the key (value "id fp")
+// and the first event are written. ARGV: prefix, idemTTL seconds, now ms,
+// maxlen, event data, n, then per job: id, idemKey (” none), idem
+// fingerprint, pending score, number of field/value entries, the
+// field/value entries. Returns {code, id, code, id, …}: 1 stored, 2
+// existing (id of the key's job), 0 id collision; or {-3, index, id} when
+// the key of job index (0-based) conflicts (id: the job it names, ” for a
+// key given twice in the call).
 var createScript = redis.NewScript(`
 local P = ARGV[1]
 local ttl, now, maxlen, data, n = tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
+-- The job a key's value names, and its fingerprint ('' for a key written
+-- before fingerprints were), or false when that job is gone.
+local function named(idem)
+  local v = redis.call('GET', P .. 'idem:' .. idem)
+  if not v then return false end
+  local id, fp = v, ''
+  local sp = string.find(v, ' ', 1, true)
+  if sp then id, fp = string.sub(v, 1, sp - 1), string.sub(v, sp + 1) end
+  if redis.call('EXISTS', P .. 'job:' .. id) == 0 then return false end
+  return id, fp
+end
+local i, seen = 7, {}
+for k = 1, n do
+  local idem, fp = ARGV[i + 1], ARGV[i + 2]
+  if idem ~= '' then
+    local eid, efp = named(idem)
+    if eid and efp ~= '' and efp ~= fp then return {-3, k - 1, eid} end
+    if seen[idem] and seen[idem] ~= fp then return {-3, k - 1, ''} end
+    seen[idem] = seen[idem] or fp
+  end
+  i = i + 5 + tonumber(ARGV[i + 4])
+end
 local out = {}
-local i = 7
+i = 7
 for _ = 1, n do
-  local id, idem, score, nf = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-  local first = i + 4
+  local id, idem, fp, score, nf = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])
+  local first = i + 5
   i = first + nf
   local existing = false
-  if idem ~= '' then existing = redis.call('GET', P .. 'idem:' .. idem) end
+  if idem ~= '' then existing = named(idem) end
   if existing then
     out[#out + 1] = 2; out[#out + 1] = existing
   else
@@ -76,7 +105,10 @@ for _ = 1, n do
       redis.call('ZADD', P .. 'jobs', 0, id)
       redis.call('ZADD', P .. 'state:queued', 0, id)
       redis.call('ZADD', P .. 'pending', score, id)
-      if idem ~= '' then redis.call('SET', P .. 'idem:' .. idem, id, 'EX', ttl) end
+      if idem ~= '' then
+        redis.call('HSET', key, 'idem', idem)
+        redis.call('SET', P .. 'idem:' .. idem, id .. ' ' .. fp, 'EX', ttl)
+      end
       redis.call('XADD', key .. ':events', 'MAXLEN', '~', maxlen, '*', 'type', 'state', 'attempt', 1, 'time', now, 'data', data)
       out[#out + 1] = 1; out[#out + 1] = id
     end
@@ -338,6 +370,12 @@ if not st then
   return {-1, '', 0, 0}
 end
 if not terminal(st) then return reply(0, id) end
+-- Its idempotency key goes with it (if the key still names it).
+local idem = redis.call('HGET', jobkey(id), 'idem')
+if idem and idem ~= '' then
+  local v = redis.call('GET', P .. 'idem:' .. idem)
+  if v == id or (v and string.sub(v, 1, #id + 1) == id .. ' ') then redis.call('DEL', P .. 'idem:' .. idem) end
+end
 redis.call('DEL', jobkey(id), evkey(id), jobkey(id) .. ':gpu')
 redis.call('ZREM', P .. 'jobs', id)
 redis.call('ZREM', statekey(st), id)

@@ -11,7 +11,7 @@
 //	jobs                zset   every job id (score 0; ids sort by creation time)
 //	state:<state>       zset   job ids in that state
 //	pending             zset   queued job ids, score = priority rank × 1e14 + submit ms
-//	idem:<key>          string Idempotency-Key → job id (24 h)
+//	idem:<key>          string Idempotency-Key → "<job id> <fingerprint of spec and team>" (24 h; deleted with the job)
 //	node:<name>         string a worker's heartbeat (JSON, with a TTL)
 //	node:<name>:reserved hash  job id → attempt, the node's reserved slots
 package jobstore
@@ -19,7 +19,9 @@ package jobstore
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,6 +62,31 @@ func (e *ConflictError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrConflict) true.
 func (e *ConflictError) Unwrap() error { return ErrConflict }
+
+// ErrIdempotencyConflict: an idempotency key was sent again with another
+// spec, or by another team, than the job it names (wrapped in an
+// *IdempotencyConflictError).
+var ErrIdempotencyConflict = errors.New("idempotency key already used for another job spec")
+
+// IdempotencyConflictError names the key and the job it already names.
+type IdempotencyConflictError struct {
+	// Key is NewJob.IdempotencyKey as the caller gave it.
+	Key string
+	// Index is the job's place in a CreateMany call (0 for Create).
+	Index int
+	// JobID is the job the key names.
+	JobID string
+}
+
+func (e *IdempotencyConflictError) Error() string {
+	if e.JobID == "" {
+		return fmt.Sprintf("idempotency key %q is given twice in one call, with different specs", e.Key)
+	}
+	return fmt.Sprintf("idempotency key %q names job %s, created from another spec or by another team", e.Key, e.JobID)
+}
+
+// Unwrap makes errors.Is(err, ErrIdempotencyConflict) true.
+func (e *IdempotencyConflictError) Unwrap() error { return ErrIdempotencyConflict }
 
 // Config configures a Store. Zero values take the defaults stated.
 type Config struct {
@@ -260,12 +287,24 @@ func (s *Store) createMany(ctx context.Context, njs []NewJob) ([]Created, []erro
 		if nj.Route != nil {
 			fields = append(fields, "route", mustJSON(nj.Route))
 		}
-		args = append(args, id, nj.IdempotencyKey, strconv.FormatFloat(PendingScore(nj.Spec.Priority, now), 'f', 0, 64), len(fields))
+		fp := ""
+		if nj.IdempotencyKey != "" {
+			fp = idemFingerprint(specJSON, nj.Team)
+		}
+		args = append(args, id, nj.IdempotencyKey, fp, strconv.FormatFloat(PendingScore(nj.Spec.Priority, now), 'f', 0, 64), len(fields))
 		args = append(args, fields...)
 	}
 	res, err := createScript.Run(ctx, s.rdb, nil, args...).Slice()
 	if err != nil {
 		return nil, nil, fmt.Errorf("jobstore: create: %w", err)
+	}
+	if code, _ := res[0].(int64); code == -3 && len(res) == 3 {
+		idx, _ := res[1].(int64)
+		jobID, _ := res[2].(string)
+		if idx < 0 || int(idx) >= len(njs) {
+			return nil, nil, fmt.Errorf("jobstore: create: script named job %d of %d", idx, len(njs))
+		}
+		return nil, nil, fmt.Errorf("jobstore: create: %w", &IdempotencyConflictError{Key: njs[idx].IdempotencyKey, Index: int(idx), JobID: jobID})
 	}
 	if len(res) != 2*len(njs) {
 		return nil, nil, fmt.Errorf("jobstore: create: script answered %d values for %d jobs", len(res), len(njs))
@@ -291,6 +330,17 @@ func (s *Store) createMany(ctx context.Context, njs []NewJob) ([]Created, []erro
 		}
 	}
 	return out, errs, nil
+}
+
+// idemFingerprint is what an idempotency key is stored with besides its
+// job: a hash of the normalised spec and the team, so that the key sent
+// again with another spec or by another team is a conflict, not that job.
+func idemFingerprint(specJSON []byte, team string) string {
+	h := sha256.New()
+	h.Write(specJSON)
+	h.Write([]byte{0})
+	h.Write([]byte(team))
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 var jobFields = []string{"id", "name", "state", "reason", "error", "attempt", "backend", "node", "gpus",

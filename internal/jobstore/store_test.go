@@ -139,7 +139,7 @@ func TestIdempotencyAndPriority(t *testing.T) {
 	b := setup(t)
 	ctx, s := b.ctx, b.store
 	a, _, _ := s.Create(ctx, jobstore.NewJob{Spec: spec("batch", jobspec.PriorityBatch), IdempotencyKey: "k1"})
-	again, existed, err := s.Create(ctx, jobstore.NewJob{Spec: spec("other", jobspec.PriorityNormal), IdempotencyKey: "k1"})
+	again, existed, err := s.Create(ctx, jobstore.NewJob{Spec: spec("batch", jobspec.PriorityBatch), IdempotencyKey: "k1"})
 	if err != nil || !existed || again.ID != a.ID {
 		t.Fatalf("idempotent create: %v %v %v", again, existed, err)
 	}

@@ -34,7 +34,7 @@ func bench100Config() string {
 	}
 	for i := range 60 {
 		b.WriteString("  aws-" + strconv.Itoa(i) + ":\n    kind: aws\n    site: cloud-" + strconv.Itoa(i%6) +
-			"\n    region: r" + strconv.Itoa(i%6) + "\n    checkpoint_uri: s3://ckpt-" + strconv.Itoa(i%6) + "/" + strconv.Itoa(i) +
+			"\n    region: eu-test-" + strconv.Itoa(i%6) + "\n    checkpoint_uri: s3://ckpt-" + strconv.Itoa(i%6) + "/" + strconv.Itoa(i) +
 			"\n    budget_usd_per_month: 50000\n    instance_types:\n" +
 			"      p5.48xlarge: {gpus: 8, gpu_model: H100, gpu_memory_gb: 80, on_demand_usd_per_hour: " + strconv.Itoa(50+i%9) + "}\n" +
 			"      p4d.24xlarge: {gpus: 8, gpu_model: A100, gpu_memory_gb: 40, on_demand_usd_per_hour: 32.77}\n" +
@@ -66,7 +66,8 @@ func bench100Snapshot(tb testing.TB) Snapshot {
 }
 
 // benchJobs: an [eu] job that bursts, an [onprem] job that stays, a
-// [eu] job with its data in an eu bucket, weighing cost against time,
+// [eu] job with its data in an eu bucket (cloud only: local pools use
+// file://), weighing cost against time,
 // and a [us] job with learned steps that is refused (Redis is in an [eu]
 // site), which writes a reason for each of the 100 backends.
 func benchJobs() []Job {
@@ -124,7 +125,9 @@ func TestBench100Decisions(t *testing.T) {
 		kind     string
 		refused  bool
 		feasible int
-	}{{KindAWS, false, 40}, {KindLocal, false, 20}, {KindLocal, false, 40}, {KindAWS, false, 20}, {"", true, 0}}
+	}{{KindAWS, false, 40}, {KindLocal, false, 20}, {KindAWS, false, 20}, {KindAWS, false, 20}, {"", true, 0}}
+	// (Job 2 has s3:// data: no local pool may take it, so an eu cloud
+	// backend does.)
 	for i, j := range benchJobs() {
 		d := Decide(j, s)
 		feasible := 0

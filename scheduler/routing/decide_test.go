@@ -646,3 +646,26 @@ func TestInvalidConfigInGo(t *testing.T) {
 		t.Fatalf("valid Config built in Go: %+v", d)
 	}
 }
+
+// TestLocalS3: a local pool uses file:// only, so a job with s3:// data is
+// infeasible there with ReasonLocalS3 (not feasible with no reason, then
+// refused after the decision): a cloud backend its tags allow takes it; with
+// none, the refusal gives every backend's reason.
+func TestLocalS3(t *testing.T) {
+	euData := func(j Job) Job { j.Dataset = "s3://lathe-eu-data/support/train.jsonl"; j.MaxWait = 0; return j }
+	euOut := func(j Job) Job { j.Output = "s3://lathe-eu-data/out/j1"; return j }
+	runCases(t, []decideCase{{
+		name: "eu job, eu bucket data, no max_wait: aws-eu", job: euData(baseJob("eu")), backend: "aws-eu",
+		cands: map[string]string{"local": ReasonLocalS3, "aws-eu": "", "aws-us": ReasonComputeSite},
+	}, {
+		name: "eu job, eu bucket output: aws-eu", job: euOut(baseJob("eu")), backend: "aws-eu",
+		cands: map[string]string{"local": ReasonLocalS3, "aws-eu": ""},
+	}, {
+		name: "eu job, eu bucket data, aws-eu's budget spent: refused, local says why", job: euData(baseJob("eu")),
+		snap: func(s *Snapshot) {
+			s.BackendSpend = map[string]Spend{"aws-eu": {LimitUSD: 5000, SpentUSD: 5000}}
+		},
+		cands:   map[string]string{"local": ReasonLocalS3, "aws-eu": ReasonBackendBudget, "aws-us": ReasonComputeSite},
+		reasons: []string{"local: " + ReasonLocalS3 + ": s3://lathe-eu-data/support/train.jsonl: staging S3 onto local workers is not built yet"},
+	}})
+}

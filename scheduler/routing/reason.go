@@ -23,6 +23,10 @@ const (
 	// ReasonNoSite: a URI has no known site: neither file:// nor s3://, or
 	// file:// with no datasets.file_site.
 	ReasonNoSite = "URI has no known site"
+	// ReasonLocalS3: the job reads or writes s3:// and the backend is a
+	// local pool, which uses file:// only (staging S3 onto local workers is
+	// not built yet).
+	ReasonLocalS3 = "the local pool cannot use s3:// data"
 	// ReasonNoGPUFit: no node of the pool, or no instance type, has the
 	// GPUs asked for (count, memory, model).
 	ReasonNoGPUFit = "GPU request does not fit"

@@ -320,8 +320,11 @@ func validateBackend(c *checker, cfg *Config, b Backend, names map[string]bool, 
 		if c.present(p+".price", b.Price != nil) {
 			c.add(p+".price", "", "only for kind local (an aws backend is priced per instance type)")
 		}
-		if b.Region == "" {
+		switch {
+		case b.Region == "":
 			c.add(p+".region", "", "is required for kind aws")
+		case !validRegion(b.Region):
+			c.add(p+".region", b.Region, "must be an AWS region name like eu-central-1 (lower-case words and a number, joined by '-'; it goes into the instance's user-data script)")
 		}
 		c.nonNegative(p+".budget_usd_per_month", b.BudgetUSDPerMonth)
 		switch b.SpotPolicy {
@@ -409,6 +412,10 @@ func validateLaunch(c *checker, cfg *Config, p string, b Backend) {
 		switch {
 		case !ok || bucket == "":
 			c.add(p+".work_uri", b.WorkURI, "must be s3://bucket or s3://bucket/prefix: where the backend's attempts live (job.json, staged datasets, events, artifacts)")
+		case !validBucket(bucket):
+			c.add(p+".work_uri", b.WorkURI, "bucket "+strconv.Quote(bucket)+" is not an S3 bucket name (3 to 63 of a-z, 0-9, '.' and '-')")
+		case !validS3Key(strings.TrimPrefix(b.WorkURI, "s3://"+bucket)):
+			c.add(p+".work_uri", b.WorkURI, "the key may hold only A-Z, a-z, 0-9, '/', '.', '_', '-', '=' and '+' (it goes into the instance's user-data script)")
 		case !listed:
 			c.add(p+".work_uri", b.WorkURI, "bucket "+strconv.Quote(bucket)+" is not listed in datasets.buckets (its site must be known)")
 		case known && site != b.Site:
@@ -425,8 +432,9 @@ func validateLaunch(c *checker, cfg *Config, p string, b Backend) {
 
 // launchDefaults fills in the launch settings an aws backend left out:
 // max_instances, agent_path, and work_uri from an s3:// checkpoint_uri in
-// the backend's own site (one in another site is no place to stage a job's
-// data: work_uri stays empty, and LaunchReady says so).
+// the backend's own site whose key is of work_uri's safe form (one in
+// another site is no place to stage a job's data, one with other characters
+// no value for user data: work_uri stays empty, and LaunchReady says so).
 func launchDefaults(cfg *Config) {
 	for i := range cfg.Backends {
 		b := &cfg.Backends[i]
@@ -439,7 +447,10 @@ func launchDefaults(cfg *Config) {
 		if b.AgentPath == "" {
 			b.AgentPath = DefaultAgentPath
 		}
-		if bucket, ok := s3Bucket(b.CheckpointURI); ok && b.WorkURI == "" && bucket != "" && cfg.Datasets.Buckets[bucket] == b.Site {
+		// work_uri goes into the instance's user data: only a checkpoint_uri
+		// of its safe form is a default for it.
+		if bucket, ok := s3Bucket(b.CheckpointURI); ok && b.WorkURI == "" && validBucket(bucket) && cfg.Datasets.Buckets[bucket] == b.Site &&
+			validS3Key(strings.TrimPrefix(b.CheckpointURI, "s3://"+bucket)) {
 			b.WorkURI = b.CheckpointURI
 		}
 	}
@@ -491,6 +502,39 @@ func validKeyName(s string) bool {
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// validRegion: ^[a-z]{2}(-[a-z]+)+-[0-9]+$, an AWS region name
+// (eu-central-1, us-gov-west-1).
+func validRegion(s string) bool {
+	parts := strings.Split(s, "-")
+	if len(parts) < 3 || len(parts[0]) != 2 {
+		return false
+	}
+	for i, part := range parts {
+		if part == "" {
+			return false
+		}
+		last := i == len(parts)-1
+		for j := 0; j < len(part); j++ {
+			if b := part[j]; last && !(b >= '0' && b <= '9') || !last && !(b >= 'a' && b <= 'z') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// validS3Key: the key part of an s3:// URI ("" or "/prefix/…"), of
+// [A-Za-z0-9/._=+-] only: safe in a shell script, and in S3's "safe
+// characters".
+func validS3Key(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || strings.IndexByte("/._=+-", b) >= 0) {
 			return false
 		}
 	}
