@@ -127,7 +127,7 @@ func printJob(w io.Writer, j *jobtype.Job, now time.Time) error {
 		{"Error", orDash(j.Error)},
 	}...)
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
+		fmt.Fprintf(tw, "%s:\t%s\n", r[0], termSafe(r[1]))
 	}
 	if len(j.Artifacts) == 0 {
 		fmt.Fprintf(tw, "Artifacts:\t-\n")

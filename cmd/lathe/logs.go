@@ -56,8 +56,9 @@ With -o json each event is printed as one JSON object per line.`,
 
 // writeEvent prints one event for humans: a log event as its line, others as
 // "[progress] step 10/200 loss 2.31" and the like.
+// Trainer text is shown through termSafe: it cannot drive the terminal.
 func writeEvent(w io.Writer, ev jobtype.Event) error {
-	_, err := fmt.Fprintln(w, formatEvent(ev))
+	_, err := fmt.Fprintln(w, termSafe(formatEvent(ev)))
 	return err
 }
 

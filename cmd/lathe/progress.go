@@ -52,7 +52,7 @@ func (p *progressPrinter) linef(format string, args ...any) {
 	if p.tty && p.barShown {
 		fmt.Fprint(p.w, "\r\x1b[K")
 	}
-	fmt.Fprintf(p.w, format+"\n", args...)
+	fmt.Fprintln(p.w, termSafe(fmt.Sprintf(format, args...)))
 	if p.tty && p.barShown {
 		p.drawBar()
 	}
