@@ -55,10 +55,15 @@ func (s *Scheduler) routes() http.Handler {
 	mux.HandleFunc("GET /api/v1/nodes", s.withAuth(RoleViewer, s.listNodes))
 	mux.HandleFunc("GET /api/v1/budgets", s.withAuth(RoleViewer, s.budgets))
 	mux.HandleFunc("GET /healthz", s.healthz)
-	return mux
+	return s.guard(mux)
 }
 
+// writeJSON answers v with status; a refusal (401, 403, 413, 415, 421)
+// closes the connection without reading the rest of the body.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	if closesConn(status) {
+		refusing(w)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
@@ -156,6 +161,12 @@ func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
 		Submitter: p.Name, Team: p.Team, Route: adm.route})
 	if err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	if existed && !mayRead(p, job) {
+		// The token's team changed since it used the key: never answer
+		// with another team's job.
+		writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("Idempotency-Key %q names a job of another team; use a new key", r.Header.Get("Idempotency-Key")), Code: "conflict"})
 		return
 	}
 	if !existed {
@@ -258,6 +269,12 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	for _, c := range created {
+		if c.Existed && !mayRead(p, c.Job) {
+			writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("Idempotency-Key %q names jobs of another team; use a new key", key), Code: "conflict"})
+			return
+		}
+	}
 	for i, c := range created {
 		if !c.Existed {
 			s.reserveBudget(ctx, s.routing(), c.Job, decisions[i])
@@ -310,9 +327,8 @@ func (s *Scheduler) admissible(spec *jobspec.Spec) []jobspec.FieldError {
 func (s *Scheduler) get(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
-	job, err := s.store.Get(ctx, r.PathValue("id"))
-	if err != nil {
-		s.fail(w, r, err)
+	job, ok := s.readJob(ctx, w, r, r.PathValue("id"))
+	if !ok {
 		return
 	}
 	if job.State == jobtype.StateQueued {
@@ -332,8 +348,7 @@ func (s *Scheduler) gpuSeries(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	id := r.PathValue("id")
-	if _, err := s.store.Get(ctx, id); err != nil {
-		s.fail(w, r, err)
+	if _, ok := s.readJob(ctx, w, r, id); !ok {
 		return
 	}
 	series, err := s.store.GPUSeriesOf(ctx, id)
@@ -441,12 +456,52 @@ func (s *Scheduler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.rctx(r)
 	defer cancel()
-	jobs, next, err := s.store.List(ctx, st, cursor, limit)
+	jobs, next, err := s.listFor(ctx, principalOf(r), st, cursor, limit)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "next_cursor": next})
+}
+
+// listScan bounds how many job ids one list request looks through for a
+// token that reads only its team's jobs; past it the page ends short (even
+// empty) with a cursor to go on from.
+const listScan = 20000
+
+// listFor is the store's List of the jobs p may read: newest first, up to
+// limit, and the cursor of the next page ("" at the end).
+func (s *Scheduler) listFor(ctx context.Context, p principal, st jobtype.State, cursor string, limit int) ([]*jobtype.Job, string, error) {
+	if p.Role == RoleAdmin || p.AllTeams {
+		return s.store.List(ctx, st, cursor, limit)
+	}
+	const page = 500
+	out := []*jobtype.Job{}
+	for scanned := 0; ; scanned += page {
+		jobs, next, err := s.store.List(ctx, st, cursor, page)
+		if err != nil {
+			return nil, "", err
+		}
+		for i, j := range jobs {
+			if !mayRead(p, j) {
+				continue
+			}
+			out = append(out, j)
+			if len(out) == limit {
+				if i == len(jobs)-1 && next == "" {
+					return out, "", nil
+				}
+				return out, j.ID, nil
+			}
+		}
+		if next == "" {
+			return out, "", nil
+		}
+		if scanned+page >= listScan {
+			return out, next, nil
+		}
+		cursor = next
+	}
 }
 
 // cancelJob asks for a cancel in the store (durable), then takes the fast
@@ -491,10 +546,9 @@ func (s *Scheduler) cancelJob(w http.ResponseWriter, r *http.Request) {
 // allowed answers 403 (and returns false) unless the request's principal may
 // act on the job: an admin on any job, a submitter on its own team's.
 func (s *Scheduler) allowed(ctx context.Context, w http.ResponseWriter, r *http.Request, id, what string) bool {
-	job, err := s.store.Get(ctx, id)
-	if err != nil {
-		s.fail(w, r, err)
-		return false
+	job, ok := s.readJob(ctx, w, r, id)
+	if !ok {
+		return false // another team's job is one that does not exist
 	}
 	if p := principalOf(r); !mayTouch(p, job) {
 		writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("token %s (team %s) may not %s job %s of team %s", p.Name, orNone(p.Team), what, id, orNone(job.Team)), Code: "forbidden"})
@@ -529,18 +583,26 @@ func (s *Scheduler) retryJob(w http.ResponseWriter, r *http.Request) {
 
 func (s *Scheduler) events(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	after := r.URL.Query().Get("after")
+	after, from := r.URL.Query().Get("after"), "after"
 	if after == "" {
-		after = r.Header.Get("Last-Event-ID")
+		after, from = r.Header.Get("Last-Event-ID"), "Last-Event-ID"
 	}
-	ctx, cancel := s.rctx(r)
-	job, err := s.store.Get(ctx, id)
-	cancel()
-	if err != nil {
-		s.fail(w, r, err)
+	if after != "" && !validStreamID(after) {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad " + from, Code: "invalid",
+			Fields: []jobspec.FieldError{{Field: from, Value: after, Message: "must be an event id (MS or MS-SEQ, as an event's id)"}}})
 		return
 	}
-	if r.URL.Query().Get("follow") != "true" {
+	follow, ok := boolParam(w, r, "follow")
+	if !ok {
+		return
+	}
+	ctx, cancel := s.rctx(r)
+	job, ok := s.readJob(ctx, w, r, id)
+	cancel()
+	if !ok {
+		return
+	}
+	if !follow {
 		ctx, cancel := s.rctx(r)
 		defer cancel()
 		evs, err := s.store.Events(ctx, id, after, 10000)
@@ -551,15 +613,16 @@ func (s *Scheduler) events(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"events": evs})
 		return
 	}
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		writeJSON(w, http.StatusInternalServerError, apiError{Error: "streaming unsupported", Code: "internal"})
-		return
-	}
+	// The stream outlives the server's read and write timeouts: each write
+	// gets its own deadline, and a failed write (the client is gone or
+	// stalled) ends it.
+	dw := s.longResponse(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	flusher.Flush()
+	if dw.Flush() != nil {
+		return
+	}
 	terminal := job.State.Terminal()
 	if after == "" {
 		after = "0"
@@ -572,14 +635,16 @@ func (s *Scheduler) events(w http.ResponseWriter, r *http.Request) {
 			if r.Context().Err() != nil {
 				return
 			}
-			fmt.Fprintf(w, "event: error\ndata: %q\n\n", err.Error())
-			flusher.Flush()
+			fmt.Fprintf(dw, "event: error\ndata: %q\n\n", err.Error())
+			if dw.Flush() != nil {
+				return
+			}
 			time.Sleep(500 * time.Millisecond)
 			continue
 		}
 		for _, e := range evs {
 			b, _ := json.Marshal(e)
-			fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", e.ID, e.Type, b)
+			fmt.Fprintf(dw, "id: %s\nevent: %s\ndata: %s\n\n", e.ID, e.Type, b)
 			after = e.ID
 			if e.Type == jobtype.EventState {
 				var sc jobtype.StateChange
@@ -588,15 +653,19 @@ func (s *Scheduler) events(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		}
-		flusher.Flush()
+		if dw.Flush() != nil {
+			return
+		}
 		if terminal && len(evs) == 0 {
 			return // caught up with a finished job
 		}
 		if len(evs) == 0 {
 			// Heartbeat comment keeps proxies from closing an idle stream,
 			// and lets us notice a job that ended without us seeing it.
-			fmt.Fprint(w, ": keepalive\n\n")
-			flusher.Flush()
+			fmt.Fprint(dw, ": keepalive\n\n")
+			if dw.Flush() != nil {
+				return
+			}
 			ctx, cancel := s.rctx(r)
 			j, err := s.store.Get(ctx, id)
 			cancel()
@@ -615,10 +684,9 @@ func (s *Scheduler) artifact(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx, cancel := s.rctx(r)
-	job, err := s.store.Get(ctx, r.PathValue("id"))
+	job, ok := s.readJob(ctx, w, r, r.PathValue("id"))
 	cancel()
-	if err != nil {
-		s.fail(w, r, err)
+	if !ok {
 		return
 	}
 	var art *jobtype.Artifact
@@ -645,7 +713,7 @@ func (s *Scheduler) artifact(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("X-Lathe-SHA256", art.SHA256)
 	w.Header().Set("Content-Length", strconv.FormatInt(art.Bytes, 10))
-	_, _ = io.Copy(w, f)
+	_, _ = io.Copy(s.longResponse(w), f) // an adapter may take longer than WriteTimeout
 }
 
 func (s *Scheduler) queues(w http.ResponseWriter, r *http.Request) {

@@ -68,6 +68,8 @@ type tokenEntry struct {
 	TokenEnv string `yaml:"token_env"` // read the token from this environment variable instead
 	Role     string `yaml:"role"`
 	Team     string `yaml:"team"`
+	// AllTeams lets a viewer or submitter read every team's jobs.
+	AllTeams bool `yaml:"all_teams"`
 }
 
 // The sections are named types so an unknown key reads "field X not found
@@ -285,7 +287,7 @@ func loadTokens(a authSection, getenv func(string) string) ([]scheduler.Token, e
 				return nil, fmt.Errorf("auth.tokens[%d] (%s): environment variable %s is empty or unset", i, e.Name, e.TokenEnv)
 			}
 		}
-		out = append(out, scheduler.Token{Name: e.Name, Secret: secret, Role: scheduler.Role(e.Role), Team: e.Team})
+		out = append(out, scheduler.Token{Name: e.Name, Secret: secret, Role: scheduler.Role(e.Role), Team: e.Team, AllTeams: e.AllTeams})
 	}
 	if err := scheduler.ValidateTokens(out); err != nil {
 		return nil, err
