@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lathe-ml/lathe/internal/apiclient"
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
@@ -577,5 +578,44 @@ func TestExplainRefusesNonFinite(t *testing.T) {
 		if code, body := do(t, "POST", b.url+"/api/v1/route?"+q, goodSpec, nil); code != 200 {
 			t.Errorf("%s: %d %s", q, code, body)
 		}
+	}
+}
+
+// TestAPIClientPassesTheEdge: the CLI's client (internal/apiclient) against
+// the real handler in open mode: what the CLI sends passes the content
+// type, Origin and Host checks.
+func TestAPIClientPassesTheEdge(t *testing.T) {
+	b := auditSetup(t, scheduler.Config{})
+	c := apiclient.New(b.url, "", nil)
+	ctx := b.ctx
+	j, err := c.Submit(ctx, []byte(goodSpec), "k", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SubmitBatch(ctx, [][]byte{[]byte(goodSpec)}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Explain(ctx, []byte(goodSpec), apiclient.WhatIf{Wait: map[string]time.Duration{"local": time.Hour}, Spent: map[string]float64{"local": 12.5}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Cancel(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Retry(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Cancel(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if err := c.Follow(ctx, j.ID, "", func(jobtype.Event) error { n++; return nil }); err != nil || n == 0 {
+		t.Fatalf("follow: %d events, %v", n, err)
+	}
+	if l, err := c.List(ctx, "", "", 10); err != nil || len(l.Jobs) != 2 {
+		t.Fatalf("list: %+v, %v", l, err)
+	}
+	var sink strings.Builder
+	if _, n, err := c.AuditExport(ctx, &sink); err != nil || n == 0 {
+		t.Fatalf("audit export: %d records, %v", n, err)
 	}
 }
