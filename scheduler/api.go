@@ -155,18 +155,12 @@ func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	out := strings.TrimRight(spec.Output.URI, "/") + "/{id}"
 	if key != "" {
-		key = p.Name + ":" + key // one token's key never returns another's job
+		key = idemScope(p) + key // one token's key never returns another's job, nor another team's
 	}
 	job, existed, err := s.store.Create(ctx, jobstore.NewJob{ID: adm.id, Spec: spec, OutputURI: out, IdempotencyKey: key,
 		Submitter: p.Name, Team: p.Team, Route: adm.route})
 	if err != nil {
 		s.fail(w, r, err)
-		return
-	}
-	if existed && !mayRead(p, job) {
-		// The token's team changed since it used the key: never answer
-		// with another team's job.
-		writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("Idempotency-Key %q names a job of another team; use a new key", r.Header.Get("Idempotency-Key")), Code: "conflict"})
 		return
 	}
 	if !existed {
@@ -242,7 +236,7 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		nj := jobstore.NewJob{Spec: spec, OutputURI: strings.TrimRight(spec.Output.URI, "/") + "/{id}", Submitter: p.Name, Team: p.Team}
 		if key != "" {
-			nj.IdempotencyKey = p.Name + ":" + key + "#" + strconv.Itoa(i)
+			nj.IdempotencyKey = idemScope(p) + key + "#" + strconv.Itoa(i)
 		}
 		njs = append(njs, nj)
 	}
@@ -268,12 +262,6 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.fail(w, r, err)
 		return
-	}
-	for _, c := range created {
-		if c.Existed && !mayRead(p, c.Job) {
-			writeJSON(w, http.StatusConflict, apiError{Error: fmt.Sprintf("Idempotency-Key %q names jobs of another team; use a new key", key), Code: "conflict"})
-			return
-		}
 	}
 	for i, c := range created {
 		if !c.Existed {

@@ -163,6 +163,11 @@ func mayRead(p principal, job *jobtype.Job) bool {
 	return p.Role == RoleAdmin || p.AllTeams || job.Team == p.Team
 }
 
+// idemScope prefixes an Idempotency-Key with whose it is: the token and
+// its team, so a key never answers with another token's job, nor with a
+// job of the token's former team after its team was changed in the config.
+func idemScope(p principal) string { return p.Team + "/" + p.Name + ":" }
+
 // notFound is the answer for a job that does not exist, and for one the
 // token may not read: the same words, so the answer does not tell them
 // apart.

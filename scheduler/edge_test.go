@@ -381,7 +381,8 @@ func TestCrossSiteRequestsRefused(t *testing.T) {
 // TestTeamReads: a token reads its own team's jobs only (404 for another
 // team's, as for a job that does not exist), unless it is an admin or has
 // all_teams; the list shows only what the token may read; an idempotency
-// key never answers with another team's job.
+// key never answers with another team's job (a token whose team changed
+// gets a new job of its new team).
 func TestTeamReads(t *testing.T) {
 	toks := []scheduler.Token{
 		{Name: "view", Secret: "viewer-secret-0123456789", Role: scheduler.RoleViewer, Team: "a"},
@@ -514,8 +515,8 @@ func TestTeamReads(t *testing.T) {
 			key = "k2"
 		}
 		code, body = do(t, "POST", hs2.URL+p, spec, map[string]string{"Authorization": alice["Authorization"], "Idempotency-Key": key})
-		if code == 200 || code == 201 || strings.Contains(string(body), keyed.ID) || strings.Contains(string(body), `"team":"a"`) {
-			t.Errorf("%s: a key of team a's job answers team b: %d %s", p, code, body)
+		if code != 201 || strings.Contains(string(body), keyed.ID) || strings.Contains(string(body), `"team":"a"`) || !strings.Contains(string(body), `"team":"b"`) {
+			t.Errorf("%s: a key of team a's job, sent as team b: %d %s, want 201 and a new job of team b", p, code, body)
 		}
 	}
 }
