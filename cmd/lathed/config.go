@@ -89,6 +89,12 @@ type schedulerSection struct {
 	// which an instance is never an orphan.
 	ReconcileEvery duration `yaml:"reconcile_every"`
 	ReconcileGrace duration `yaml:"reconcile_grace"`
+	// The API's connection timeouts (scheduler.Config's ReadHeaderTimeout,
+	// ReadTimeout, WriteTimeout, IdleTimeout); 0 = their defaults.
+	HTTPReadHeaderTimeout duration `yaml:"http_read_header_timeout"`
+	HTTPReadTimeout       duration `yaml:"http_read_timeout"`
+	HTTPWriteTimeout      duration `yaml:"http_write_timeout"`
+	HTTPIdleTimeout       duration `yaml:"http_idle_timeout"`
 }
 
 type workerSection struct {

@@ -21,6 +21,10 @@ func TestExampleConfigLoads(t *testing.T) {
 		c.Jobs.DefaultMaxRuntime.D() != 24*time.Hour || len(c.Routing.DefaultResidency) != 1 || c.Routing.DefaultResidency[0] != "onprem" {
 		t.Fatalf("example config: %+v", c)
 	}
+	if sc := c.Scheduler; sc.HTTPReadHeaderTimeout.D() != 10*time.Second || sc.HTTPReadTimeout.D() != 30*time.Second ||
+		sc.HTTPWriteTimeout.D() != time.Minute || sc.HTTPIdleTimeout.D() != time.Minute {
+		t.Fatalf("example config's API timeouts: %+v", sc)
+	}
 	if argv := c.Trainers["reference"]; len(argv) != 2 || argv[0] != "/usr/bin/python3" {
 		t.Fatalf("reference trainer %v", argv)
 	}
