@@ -144,7 +144,10 @@ func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	p := principalOf(r)
-	dry := r.URL.Query().Get("dry_run") == "true"
+	dry, ok := boolParam(w, r, "dry_run") // dry_run=1 must not store a job
+	if !ok {
+		return
+	}
 	adm, ok := s.admit(ctx, w, r, p, spec, dry)
 	if !ok {
 		return
@@ -244,7 +247,11 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid job specs in batch; nothing was stored", Code: "invalid", Fields: fields})
 		return
 	}
-	if r.URL.Query().Get("dry_run") == "true" {
+	dry, ok := boolParam(w, r, "dry_run")
+	if !ok {
+		return
+	}
+	if dry {
 		specs := make([]*jobspec.Spec, len(njs))
 		for i := range njs {
 			specs[i] = njs[i].Spec

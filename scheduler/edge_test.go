@@ -620,3 +620,26 @@ func TestAPIClientPassesTheEdge(t *testing.T) {
 		t.Fatalf("audit export: %d records, %v", n, err)
 	}
 }
+
+// TestDryRunValueStrict: dry_run must be true or false; any other value
+// (dry_run=1 meant as a dry run) is a 400 naming it, and nothing is stored.
+func TestDryRunValueStrict(t *testing.T) {
+	b := setup(t, scheduler.Config{})
+	for _, p := range []string{"/api/v1/jobs?dry_run=1", "/api/v1/jobs?dry_run=yes", "/api/v1/jobs/batch?dry_run=1"} {
+		body := goodSpec
+		if strings.Contains(p, "batch") {
+			body = batchBody(goodSpec)
+		}
+		code, out := do(t, "POST", b.url+p, body, nil)
+		_, v, _ := strings.Cut(p, "=")
+		if code != 400 || !strings.Contains(string(out), `"field":"dry_run"`) || !strings.Contains(string(out), `"value":"`+v+`"`) {
+			t.Errorf("%s: %d %s, want 400 naming dry_run=%s", p, code, out, v)
+		}
+	}
+	if n, _ := b.rdb.Keys(b.ctx, "lathe:job:*").Result(); len(n) != 0 {
+		t.Fatalf("submits with a bad dry_run stored jobs: %v", n)
+	}
+	if code, out := do(t, "POST", b.url+"/api/v1/jobs?dry_run=false", goodSpec, nil); code != 201 {
+		t.Fatalf("dry_run=false: %d %s", code, out)
+	}
+}
