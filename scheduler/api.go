@@ -55,10 +55,15 @@ func (s *Scheduler) routes() http.Handler {
 	mux.HandleFunc("GET /api/v1/nodes", s.withAuth(RoleViewer, s.listNodes))
 	mux.HandleFunc("GET /api/v1/budgets", s.withAuth(RoleViewer, s.budgets))
 	mux.HandleFunc("GET /healthz", s.healthz)
-	return mux
+	return s.guard(mux)
 }
 
+// writeJSON answers v with status; a refusal (401, 403, 413, 415, 421)
+// closes the connection without reading the rest of the body.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	if closesConn(status) {
+		refusing(w)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
@@ -139,7 +144,10 @@ func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	p := principalOf(r)
-	dry := r.URL.Query().Get("dry_run") == "true"
+	dry, ok := boolParam(w, r, "dry_run") // dry_run=1 must not store a job
+	if !ok {
+		return
+	}
 	adm, ok := s.admit(ctx, w, r, p, spec, dry)
 	if !ok {
 		return
@@ -236,7 +244,11 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid job specs in batch; nothing was stored", Code: "invalid", Fields: fields})
 		return
 	}
-	if r.URL.Query().Get("dry_run") == "true" {
+	dry, ok := boolParam(w, r, "dry_run")
+	if !ok {
+		return
+	}
+	if dry {
 		specs := make([]*jobspec.Spec, len(njs))
 		for i := range njs {
 			specs[i] = njs[i].Spec
@@ -281,7 +293,8 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 
 // idemKey is the store's key for a request's Idempotency-Key (key; "" for
 // none): scoped to the token (token names hold no ':' or '/'), and to a
-// single submit (TOKEN:KEY) or to job item of a batch (TOKEN/batch:KEY#i),
+// single submit (TEAM/TOKEN:KEY) or to job item of a batch
+// (TEAM/TOKEN/batch:KEY#i); teams and token names hold no ':' or '/',
 // so that a single submit's "K#0" is never job 0 of batch "K". The store
 // also keeps a fingerprint of the spec and the team with it.
 func idemKey(p principal, key string, item int) string {
@@ -289,9 +302,9 @@ func idemKey(p principal, key string, item int) string {
 	case key == "":
 		return ""
 	case item < 0:
-		return p.Name + ":" + key
+		return idemScope(p) + key
 	default:
-		return p.Name + "/batch:" + key + "#" + strconv.Itoa(item)
+		return p.Team + "/" + p.Name + "/batch:" + key + "#" + strconv.Itoa(item)
 	}
 }
 
@@ -344,9 +357,8 @@ func (s *Scheduler) admissible(spec *jobspec.Spec) []jobspec.FieldError {
 func (s *Scheduler) get(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
-	job, err := s.store.Get(ctx, r.PathValue("id"))
-	if err != nil {
-		s.fail(w, r, err)
+	job, ok := s.readJob(ctx, w, r, r.PathValue("id"))
+	if !ok {
 		return
 	}
 	if job.State == jobtype.StateQueued {
@@ -366,8 +378,7 @@ func (s *Scheduler) gpuSeries(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	id := r.PathValue("id")
-	if _, err := s.store.Get(ctx, id); err != nil {
-		s.fail(w, r, err)
+	if _, ok := s.readJob(ctx, w, r, id); !ok {
 		return
 	}
 	series, err := s.store.GPUSeriesOf(ctx, id)
@@ -475,12 +486,52 @@ func (s *Scheduler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.rctx(r)
 	defer cancel()
-	jobs, next, err := s.store.List(ctx, st, cursor, limit)
+	jobs, next, err := s.listFor(ctx, principalOf(r), st, cursor, limit)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "next_cursor": next})
+}
+
+// listScan bounds how many job ids one list request looks through for a
+// token that reads only its team's jobs; past it the page ends short (even
+// empty) with a cursor to go on from.
+const listScan = 20000
+
+// listFor is the store's List of the jobs p may read: newest first, up to
+// limit, and the cursor of the next page ("" at the end).
+func (s *Scheduler) listFor(ctx context.Context, p principal, st jobtype.State, cursor string, limit int) ([]*jobtype.Job, string, error) {
+	if p.Role == RoleAdmin || p.AllTeams {
+		return s.store.List(ctx, st, cursor, limit)
+	}
+	const page = 500
+	out := []*jobtype.Job{}
+	for scanned := 0; ; scanned += page {
+		jobs, next, err := s.store.List(ctx, st, cursor, page)
+		if err != nil {
+			return nil, "", err
+		}
+		for i, j := range jobs {
+			if !mayRead(p, j) {
+				continue
+			}
+			out = append(out, j)
+			if len(out) == limit {
+				if i == len(jobs)-1 && next == "" {
+					return out, "", nil
+				}
+				return out, j.ID, nil
+			}
+		}
+		if next == "" {
+			return out, "", nil
+		}
+		if scanned+page >= listScan {
+			return out, next, nil
+		}
+		cursor = next
+	}
 }
 
 // cancelJob asks for a cancel in the store (durable), then takes the fast
@@ -525,10 +576,9 @@ func (s *Scheduler) cancelJob(w http.ResponseWriter, r *http.Request) {
 // allowed answers 403 (and returns false) unless the request's principal may
 // act on the job: an admin on any job, a submitter on its own team's.
 func (s *Scheduler) allowed(ctx context.Context, w http.ResponseWriter, r *http.Request, id, what string) bool {
-	job, err := s.store.Get(ctx, id)
-	if err != nil {
-		s.fail(w, r, err)
-		return false
+	job, ok := s.readJob(ctx, w, r, id)
+	if !ok {
+		return false // another team's job is one that does not exist
 	}
 	if p := principalOf(r); !mayTouch(p, job) {
 		writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("token %s (team %s) may not %s job %s of team %s", p.Name, orNone(p.Team), what, id, orNone(job.Team)), Code: "forbidden"})
@@ -563,18 +613,26 @@ func (s *Scheduler) retryJob(w http.ResponseWriter, r *http.Request) {
 
 func (s *Scheduler) events(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	after := r.URL.Query().Get("after")
+	after, from := r.URL.Query().Get("after"), "after"
 	if after == "" {
-		after = r.Header.Get("Last-Event-ID")
+		after, from = r.Header.Get("Last-Event-ID"), "Last-Event-ID"
 	}
-	ctx, cancel := s.rctx(r)
-	job, err := s.store.Get(ctx, id)
-	cancel()
-	if err != nil {
-		s.fail(w, r, err)
+	if after != "" && !validStreamID(after) {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad " + from, Code: "invalid",
+			Fields: []jobspec.FieldError{{Field: from, Value: after, Message: "must be an event id (MS or MS-SEQ, as an event's id)"}}})
 		return
 	}
-	if r.URL.Query().Get("follow") != "true" {
+	follow, ok := boolParam(w, r, "follow")
+	if !ok {
+		return
+	}
+	ctx, cancel := s.rctx(r)
+	job, ok := s.readJob(ctx, w, r, id)
+	cancel()
+	if !ok {
+		return
+	}
+	if !follow {
 		ctx, cancel := s.rctx(r)
 		defer cancel()
 		evs, err := s.store.Events(ctx, id, after, 10000)
@@ -585,15 +643,16 @@ func (s *Scheduler) events(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"events": evs})
 		return
 	}
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		writeJSON(w, http.StatusInternalServerError, apiError{Error: "streaming unsupported", Code: "internal"})
-		return
-	}
+	// The stream outlives the server's read and write timeouts: each write
+	// gets its own deadline, and a failed write (the client is gone or
+	// stalled) ends it.
+	dw := s.longResponse(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	flusher.Flush()
+	if dw.Flush() != nil {
+		return
+	}
 	terminal := job.State.Terminal()
 	if after == "" {
 		after = "0"
@@ -606,14 +665,16 @@ func (s *Scheduler) events(w http.ResponseWriter, r *http.Request) {
 			if r.Context().Err() != nil {
 				return
 			}
-			fmt.Fprintf(w, "event: error\ndata: %q\n\n", err.Error())
-			flusher.Flush()
+			fmt.Fprintf(dw, "event: error\ndata: %q\n\n", err.Error())
+			if dw.Flush() != nil {
+				return
+			}
 			time.Sleep(500 * time.Millisecond)
 			continue
 		}
 		for _, e := range evs {
 			b, _ := json.Marshal(e)
-			fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", e.ID, e.Type, b)
+			fmt.Fprintf(dw, "id: %s\nevent: %s\ndata: %s\n\n", e.ID, e.Type, b)
 			after = e.ID
 			if e.Type == jobtype.EventState {
 				var sc jobtype.StateChange
@@ -622,15 +683,19 @@ func (s *Scheduler) events(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		}
-		flusher.Flush()
+		if dw.Flush() != nil {
+			return
+		}
 		if terminal && len(evs) == 0 {
 			return // caught up with a finished job
 		}
 		if len(evs) == 0 {
 			// Heartbeat comment keeps proxies from closing an idle stream,
 			// and lets us notice a job that ended without us seeing it.
-			fmt.Fprint(w, ": keepalive\n\n")
-			flusher.Flush()
+			fmt.Fprint(dw, ": keepalive\n\n")
+			if dw.Flush() != nil {
+				return
+			}
 			ctx, cancel := s.rctx(r)
 			j, err := s.store.Get(ctx, id)
 			cancel()
@@ -649,10 +714,9 @@ func (s *Scheduler) artifact(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx, cancel := s.rctx(r)
-	job, err := s.store.Get(ctx, r.PathValue("id"))
+	job, ok := s.readJob(ctx, w, r, r.PathValue("id"))
 	cancel()
-	if err != nil {
-		s.fail(w, r, err)
+	if !ok {
 		return
 	}
 	var art *jobtype.Artifact
@@ -679,7 +743,7 @@ func (s *Scheduler) artifact(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("X-Lathe-SHA256", art.SHA256)
 	w.Header().Set("Content-Length", strconv.FormatInt(art.Bytes, 10))
-	_, _ = io.Copy(w, f)
+	_, _ = io.Copy(s.longResponse(w), f) // an adapter may take longer than WriteTimeout
 }
 
 func (s *Scheduler) queues(w http.ResponseWriter, r *http.Request) {

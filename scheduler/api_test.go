@@ -52,11 +52,23 @@ func setup(t *testing.T, cfg scheduler.Config) bundle {
 
 const goodSpec = `{"name":"ok","base_model":"tiny-char","dataset":"file:///data/train.jsonl"}`
 
+// do sends one request: a body goes as JSON unless hdr sets Content-Type
+// ("" sends none), and hdr's Host is the request's Host.
 func do(t *testing.T, method, url, body string, hdr map[string]string) (int, []byte) {
 	t.Helper()
 	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for k, v := range hdr {
-		req.Header.Set(k, v)
+		switch {
+		case k == "Host":
+			req.Host = v
+		case v == "":
+			req.Header.Del(k)
+		default:
+			req.Header.Set(k, v)
+		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -338,7 +350,8 @@ func TestRedisDown503(t *testing.T) {
 
 // TestTokensRolesTeams: with tokens configured, every call but /healthz
 // needs one; viewers read, submitters submit and touch only their team's
-// jobs, admins touch any; jobs record who submitted them for which team.
+// jobs (another team's answer 404), admins touch any; jobs record who
+// submitted them for which team.
 func TestTokensRolesTeams(t *testing.T) {
 	toks := []scheduler.Token{
 		{Name: "view", Secret: "viewer-secret-0123456789", Role: scheduler.RoleViewer, Team: "a"},
@@ -375,8 +388,9 @@ func TestTokensRolesTeams(t *testing.T) {
 	if code, _ := do(t, "GET", b.url+"/api/v1/jobs/"+j.ID, "", auth("viewer-secret-0123456789")); code != 200 {
 		t.Fatalf("viewer get: %d", code)
 	}
-	if code, _ := do(t, "POST", b.url+"/api/v1/jobs/"+j.ID+"/cancel", "", auth("bob-secret-0123456789xx")); code != 403 {
-		t.Fatalf("bob cancels team a's job: %d, want 403", code)
+	// Another team's job is one bob cannot see: 404, as for no job.
+	if code, _ := do(t, "POST", b.url+"/api/v1/jobs/"+j.ID+"/cancel", "", auth("bob-secret-0123456789xx")); code != 404 {
+		t.Fatalf("bob cancels team a's job: %d, want 404", code)
 	}
 	if code, _ := do(t, "POST", b.url+"/api/v1/jobs/"+j.ID+"/cancel", "", auth("viewer-secret-0123456789")); code != 403 {
 		t.Fatalf("viewer cancel: %d, want 403", code)
@@ -387,8 +401,8 @@ func TestTokensRolesTeams(t *testing.T) {
 	if code, _ := do(t, "POST", b.url+"/api/v1/jobs/"+j.ID+"/cancel", "", auth("alice-secret-0123456789")); code != 202 {
 		t.Fatalf("alice cancels her team's job: %d", code)
 	}
-	if code, _ := do(t, "POST", b.url+"/api/v1/jobs/"+j.ID+"/retry", "", auth("bob-secret-0123456789xx")); code != 403 {
-		t.Fatalf("bob retries team a's job: %d", code)
+	if code, _ := do(t, "POST", b.url+"/api/v1/jobs/"+j.ID+"/retry", "", auth("bob-secret-0123456789xx")); code != 404 {
+		t.Fatalf("bob retries team a's job: %d, want 404", code)
 	}
 	if code, _ := do(t, "POST", b.url+"/api/v1/jobs/"+j.ID+"/retry", "", auth("admin-secret-0123456789")); code != 202 {
 		t.Fatalf("admin retry: %d", code)
@@ -398,12 +412,13 @@ func TestTokensRolesTeams(t *testing.T) {
 func TestValidateTokens(t *testing.T) {
 	good := scheduler.Token{Name: "a", Secret: "0123456789abcdef", Role: scheduler.RoleViewer, Team: "t"}
 	for name, ts := range map[string][]scheduler.Token{
-		"short secret": {{Name: "a", Secret: "short", Role: scheduler.RoleViewer, Team: "t"}},
-		"bad role":     {{Name: "a", Secret: "0123456789abcdef", Role: "god", Team: "t"}},
-		"bad name":     {{Name: "A B", Secret: "0123456789abcdef", Role: scheduler.RoleViewer, Team: "t"}},
-		"no team":      {{Name: "a", Secret: "0123456789abcdef", Role: scheduler.RoleViewer}},
-		"same name":    {good, {Name: "a", Secret: "fedcba9876543210", Role: scheduler.RoleViewer, Team: "t"}},
-		"same secret":  {good, {Name: "b", Secret: good.Secret, Role: scheduler.RoleViewer, Team: "t"}},
+		"short secret":          {{Name: "a", Secret: "short", Role: scheduler.RoleViewer, Team: "t"}},
+		"bad role":              {{Name: "a", Secret: "0123456789abcdef", Role: "god", Team: "t"}},
+		"bad name":              {{Name: "A B", Secret: "0123456789abcdef", Role: scheduler.RoleViewer, Team: "t"}},
+		"no team":               {{Name: "a", Secret: "0123456789abcdef", Role: scheduler.RoleViewer}},
+		"same name":             {good, {Name: "a", Secret: "fedcba9876543210", Role: scheduler.RoleViewer, Team: "t"}},
+		"same secret":           {good, {Name: "b", Secret: good.Secret, Role: scheduler.RoleViewer, Team: "t"}},
+		"all_teams on an admin": {{Name: "a", Secret: "0123456789abcdef", Role: scheduler.RoleAdmin, Team: "t", AllTeams: true}},
 	} {
 		if err := scheduler.ValidateTokens(ts); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/ledger"
@@ -45,30 +44,12 @@ func (s *Scheduler) explain(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ExplainResponse{Decision: d, ConfigHash: rs.hash})
 }
 
-// ParseAssumptions reads BACKEND=DURATION and BACKEND=USD what-ifs; every
-// bad one is a field error naming it.
+// ParseAssumptions reads BACKEND=DURATION and BACKEND=USD what-ifs
+// (routing.ParseWhatIf, the CLI's rules too); every bad one is a field
+// error naming it and its value.
 func ParseAssumptions(waits, spents []string) (Assumptions, []jobspec.FieldError) {
-	as := Assumptions{Wait: map[string]time.Duration{}, Spent: map[string]float64{}}
-	var fe []jobspec.FieldError
-	for _, v := range waits {
-		b, d, ok := strings.Cut(v, "=")
-		dur, err := jobspec.ParseDuration(d)
-		if !ok || b == "" || err != nil || dur < 0 {
-			fe = append(fe, jobspec.FieldError{Field: "assume_wait", Value: v, Message: "want BACKEND=DURATION, like local=3h"})
-			continue
-		}
-		as.Wait[b] = dur
-	}
-	for _, v := range spents {
-		b, u, ok := strings.Cut(v, "=")
-		usd, err := strconv.ParseFloat(u, 64)
-		if !ok || b == "" || err != nil || usd < 0 || usd != usd {
-			fe = append(fe, jobspec.FieldError{Field: "assume_spent", Value: v, Message: "want BACKEND=USD, like aws-eu=5000"})
-			continue
-		}
-		as.Spent[b] = usd
-	}
-	return as, fe
+	wi, fe := routing.ParseWhatIf(waits, spents)
+	return Assumptions{Wait: wi.Wait, Spent: wi.Spent}, fe
 }
 
 // audit lists ledger records, all or one job's (?job=ID), oldest first,
@@ -125,7 +106,9 @@ func (s *Scheduler) auditVerify(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotImplemented, apiError{Error: "this scheduler keeps no ledger", Code: "unavailable"})
 		return
 	}
+	dw := s.longResponse(w) // reading a long ledger may outlast ReadTimeout
 	rep, err := s.cfg.Ledger.VerifyAgainst(r.Context(), r.URL.Query().Get("head"))
+	dw.extend()
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -147,7 +130,7 @@ func (s *Scheduler) auditExport(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Trailer", "X-Lathe-Ledger-Head, X-Lathe-Ledger-Records")
-	head, n, err := s.cfg.Ledger.Export(r.Context(), w)
+	head, n, err := s.cfg.Ledger.Export(r.Context(), s.longResponse(w)) // a long ledger outlasts WriteTimeout
 	if err != nil {
 		// The status is sent; a client sees no head trailer and must not trust the file.
 		s.log.Warn("audit export failed", "err", err)

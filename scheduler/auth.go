@@ -45,12 +45,17 @@ type Token struct {
 	Secret string
 	Role   Role
 	Team   string
+	// AllTeams lets a viewer or submitter read every team's jobs (specs,
+	// events, artifacts, GPU series, the list); without it a token reads
+	// its own team's only. An admin reads every team's jobs anyway.
+	AllTeams bool
 }
 
 var tokenNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 // ValidateTokens checks a token list: names and teams are lower-case words,
-// roles known, secrets at least 16 characters and unique, names unique.
+// roles known, secrets at least 16 characters and unique, names unique,
+// all_teams only on a viewer or submitter.
 func ValidateTokens(ts []Token) error {
 	names, secrets := map[string]bool{}, map[[32]byte]bool{}
 	for i, t := range ts {
@@ -65,6 +70,8 @@ func ValidateTokens(ts []Token) error {
 			return fmt.Errorf("auth.tokens[%d].team %q: must be a lower-case word", i, t.Team)
 		case len(t.Secret) < 16:
 			return fmt.Errorf("auth.tokens[%d] (%s): the token must be at least 16 characters", i, t.Name)
+		case t.AllTeams && t.Role == RoleAdmin:
+			return fmt.Errorf("auth.tokens[%d].all_teams (%s): true on an admin, which reads every team's jobs anyway; all_teams is for a viewer or submitter", i, t.Name)
 		}
 		h := sha256.Sum256([]byte(t.Secret))
 		if secrets[h] {
@@ -77,9 +84,10 @@ func ValidateTokens(ts []Token) error {
 
 // principal is who made a request.
 type principal struct {
-	Name string
-	Role Role
-	Team string
+	Name     string
+	Role     Role
+	Team     string
+	AllTeams bool // reads every team's jobs
 }
 
 type principalKey struct{}
@@ -111,10 +119,12 @@ func (s *Scheduler) authenticate(r *http.Request) (principal, bool) {
 		return principal{}, false
 	}
 	t := s.cfg.Tokens[found]
-	return principal{Name: t.Name, Role: t.Role, Team: t.Team}, true
+	return principal{Name: t.Name, Role: t.Role, Team: t.Team, AllTeams: t.AllTeams}, true
 }
 
-// withAuth wraps h: 401 without a valid token, 403 below the role needed.
+// withAuth wraps h: 401 without a valid token, 403 below the role needed,
+// 415 for a write whose body is not JSON or YAML; all before the handler
+// reads a byte of the body.
 func (s *Scheduler) withAuth(need Role, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, ok := s.authenticate(r)
@@ -126,6 +136,12 @@ func (s *Scheduler) withAuth(need Role, h http.HandlerFunc) http.HandlerFunc {
 		if p.Role.rank() < need.rank() {
 			writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("token %s has role %s; this needs %s", p.Name, p.Role, need), Code: "forbidden"})
 			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			if why := badBodyType(r); why != "" {
+				writeJSON(w, http.StatusUnsupportedMediaType, apiError{Error: why, Code: "unsupported_media_type"})
+				return
+			}
 		}
 		h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	}

@@ -30,7 +30,9 @@ func FuzzSubmit(f *testing.F) {
 	h := s.Handler()
 	f.Fuzz(func(t *testing.T, body, query string) {
 		req := httptest.NewRequest("POST", "/api/v1/jobs", strings.NewReader(body))
-		req.URL.RawQuery = query // any bytes, as a client could send them
+		req.URL.RawQuery = query    // any bytes, as a client could send them
+		req.Host = "127.0.0.1:8080" // open mode answers loopback names only
+		req.Header.Set("Content-Type", "application/json")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		switch rec.Code {

@@ -49,8 +49,22 @@ type Config struct {
 	// max_runtime timer always fires first and the store records the
 	// timeout (asynq's 30-minute default never applies). Default 10s.
 	KillGrace time.Duration
-	// MaxBodyBytes caps a request body; default 1 MiB.
+	// MaxBodyBytes caps a request body; default 1 MiB (a batch: 16×).
 	MaxBodyBytes int64
+	// ReadHeaderTimeout bounds reading a request's headers; default 10s.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, body included, so a
+	// client that sends its body byte by byte (or never) is cut off;
+	// default 30s. A follow stream, an artifact download and an audit
+	// export lift it once their request is read.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing a response; default 60s. Streams (follow,
+	// artifact, audit export) extend it before each write, so it bounds one
+	// stalled write, not the stream.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection that sends no new request
+	// for this long; default 60s.
+	IdleTimeout time.Duration
 	// RedisTimeout bounds each request's Redis work, so the API answers 503
 	// within 2 s when Redis is away; default 1.5s.
 	RedisTimeout time.Duration
@@ -136,6 +150,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 1 << 20
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = 10 * time.Second
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 30 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 60 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 60 * time.Second
 	}
 	if c.RedisTimeout <= 0 {
 		c.RedisTimeout = 1500 * time.Millisecond
@@ -264,7 +290,8 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		return fmt.Errorf("scheduler: listen %s: %w", s.cfg.Listen, err)
 	}
 	s.ln = ln
-	s.httpSrv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	s.httpSrv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, ReadTimeout: s.cfg.ReadTimeout,
+		WriteTimeout: s.cfg.WriteTimeout, IdleTimeout: s.cfg.IdleTimeout}
 	go func() {
 		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("http server", slog.Any("err", err))

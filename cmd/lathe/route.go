@@ -148,28 +148,17 @@ func (a *app) routeExplain(ctx context.Context, stdin io.Reader, file string, rf
 }
 
 // parseWhatIf reads --assume-wait BACKEND=DURATION and --assume-spent
-// BACKEND=USD values (the scheduler's rules: a duration ≥ 0 like 3h or 1d,
-// a finite USD amount ≥ 0); a bad one is a usage error naming the flag and
-// the value. A backend given twice keeps the last value.
+// BACKEND=USD values by the scheduler's own rules (routing.ParseWhatIf: a
+// duration ≥ 0 like 3h or 1d, a finite USD amount ≥ 0); a bad one is a
+// usage error naming the flag and the value. A backend given twice keeps
+// the last value.
 func parseWhatIf(waits, spents []string) (apiclient.WhatIf, error) {
-	wi := apiclient.WhatIf{Wait: map[string]time.Duration{}, Spent: map[string]float64{}}
-	for _, v := range waits {
-		b, d, ok := strings.Cut(v, "=")
-		dur, err := jobspec.ParseDuration(d)
-		if !ok || b == "" || d == "" || err != nil || dur < 0 {
-			return wi, usageErrorf("--assume-wait %q: want BACKEND=DURATION, like local=3h", v)
-		}
-		wi.Wait[b] = dur
+	wi, fe := routing.ParseWhatIf(waits, spents)
+	if len(fe) > 0 {
+		flag := "--" + strings.ReplaceAll(fe[0].Field, "_", "-")
+		return apiclient.WhatIf{}, usageErrorf("%s %q: %s", flag, fe[0].Value, fe[0].Message)
 	}
-	for _, v := range spents {
-		b, u, ok := strings.Cut(v, "=")
-		usd, err := strconv.ParseFloat(u, 64)
-		if !ok || b == "" || err != nil || usd < 0 || math.IsNaN(usd) || math.IsInf(usd, 0) {
-			return wi, usageErrorf("--assume-spent %q: want BACKEND=USD, like aws-eu=5000", v)
-		}
-		wi.Spent[b] = usd
-	}
-	return wi, nil
+	return apiclient.WhatIf{Wait: wi.Wait, Spent: wi.Spent}, nil
 }
 
 // explainOffline decides with the routing sections of lathed's config file

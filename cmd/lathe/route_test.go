@@ -345,6 +345,8 @@ func TestRouteExplainBadFlags(t *testing.T) {
 		{[]string{"route", "--explain", spec, "--assume-spent", "aws-eu=-5"}, `--assume-spent "aws-eu=-5"`},
 		{[]string{"route", "--explain", spec, "--assume-spent", "aws-eu=lots"}, `--assume-spent "aws-eu=lots"`},
 		{[]string{"cost", spec, "--assume-spent", "aws-eu=NaN"}, `--assume-spent "aws-eu=NaN"`},
+		{[]string{"route", "--explain", spec, "--assume-spent", "aws-eu=Inf"}, `--assume-spent "aws-eu=Inf"`},
+		{[]string{"route", "--explain", spec, "--assume-wait", "local="}, `--assume-wait "local="`},
 		{[]string{"route", "--explain", spec, "--config", cfg, "--assume-wait", "gpu-farm=3h"}, `no backend "gpu-farm"`},
 		{[]string{"route", "--explain", spec, "--config", cfg, "--assume-wait", "aws-eu=3h"}, "only a local backend has a queue"},
 		{[]string{"route", "--explain", spec, "--config", cfg, "--assume-spent", "gcp=1"}, `no backend "gcp"`},

@@ -68,6 +68,8 @@ type tokenEntry struct {
 	TokenEnv string `yaml:"token_env"` // read the token from this environment variable instead
 	Role     string `yaml:"role"`
 	Team     string `yaml:"team"`
+	// AllTeams lets a viewer or submitter read every team's jobs.
+	AllTeams bool `yaml:"all_teams"`
 }
 
 // The sections are named types so an unknown key reads "field X not found
@@ -87,6 +89,12 @@ type schedulerSection struct {
 	// which an instance is never an orphan.
 	ReconcileEvery duration `yaml:"reconcile_every"`
 	ReconcileGrace duration `yaml:"reconcile_grace"`
+	// The API's connection timeouts (scheduler.Config's ReadHeaderTimeout,
+	// ReadTimeout, WriteTimeout, IdleTimeout); 0 = their defaults.
+	HTTPReadHeaderTimeout duration `yaml:"http_read_header_timeout"`
+	HTTPReadTimeout       duration `yaml:"http_read_timeout"`
+	HTTPWriteTimeout      duration `yaml:"http_write_timeout"`
+	HTTPIdleTimeout       duration `yaml:"http_idle_timeout"`
 }
 
 type workerSection struct {
@@ -285,7 +293,7 @@ func loadTokens(a authSection, getenv func(string) string) ([]scheduler.Token, e
 				return nil, fmt.Errorf("auth.tokens[%d] (%s): environment variable %s is empty or unset", i, e.Name, e.TokenEnv)
 			}
 		}
-		out = append(out, scheduler.Token{Name: e.Name, Secret: secret, Role: scheduler.Role(e.Role), Team: e.Team})
+		out = append(out, scheduler.Token{Name: e.Name, Secret: secret, Role: scheduler.Role(e.Role), Team: e.Team, AllTeams: e.AllTeams})
 	}
 	if err := scheduler.ValidateTokens(out); err != nil {
 		return nil, err

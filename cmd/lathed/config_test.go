@@ -21,6 +21,10 @@ func TestExampleConfigLoads(t *testing.T) {
 		c.Jobs.DefaultMaxRuntime.D() != 24*time.Hour || len(c.Routing.DefaultResidency) != 1 || c.Routing.DefaultResidency[0] != "onprem" {
 		t.Fatalf("example config: %+v", c)
 	}
+	if sc := c.Scheduler; sc.HTTPReadHeaderTimeout.D() != 10*time.Second || sc.HTTPReadTimeout.D() != 30*time.Second ||
+		sc.HTTPWriteTimeout.D() != time.Minute || sc.HTTPIdleTimeout.D() != time.Minute {
+		t.Fatalf("example config's API timeouts: %+v", sc)
+	}
 	if argv := c.Trainers["reference"]; len(argv) != 2 || argv[0] != "/usr/bin/python3" {
 		t.Fatalf("reference trainer %v", argv)
 	}
@@ -163,6 +167,40 @@ func TestLoopbackOnly(t *testing.T) {
 		"0.0.0.0:8080": false, ":8080": false, "10.0.0.1:80": false, "example.com:80": false, "bad": false} {
 		if got := loopbackOnly(addr); got != want {
 			t.Errorf("loopbackOnly(%q) = %v", addr, got)
+		}
+	}
+}
+
+// TestLoadTokensAllTeams: all_teams reaches the scheduler's token, and is
+// refused where it is not a boolean or not for a viewer or submitter.
+func TestLoadTokensAllTeams(t *testing.T) {
+	dir := t.TempDir()
+	load := func(line string) ([]tokenEntry, error) {
+		f := filepath.Join(dir, "tokens.yaml")
+		os.WriteFile(f, []byte("tokens:\n  - "+line+"\n"), 0o600)
+		toks, err := loadTokens(authSection{TokensFile: f}, func(string) string { return "" })
+		if err != nil {
+			return nil, err
+		}
+		out := make([]tokenEntry, len(toks))
+		for i, tk := range toks {
+			out[i] = tokenEntry{Name: tk.Name, Role: string(tk.Role), Team: tk.Team, AllTeams: tk.AllTeams}
+		}
+		return out, nil
+	}
+	toks, err := load("{name: audit, token: audit-secret-0123456789, role: viewer, team: compliance, all_teams: true}")
+	if err != nil || len(toks) != 1 || !toks[0].AllTeams {
+		t.Fatalf("all_teams viewer: %+v, %v", toks, err)
+	}
+	if toks, err := load("{name: v, token: view-secret-0123456789, role: viewer, team: a}"); err != nil || toks[0].AllTeams {
+		t.Fatalf("a viewer without all_teams: %+v, %v", toks, err)
+	}
+	for line, want := range map[string]string{
+		"{name: root, token: root-secret-0123456789, role: admin, team: ops, all_teams: true}": "all_teams",
+		"{name: v, token: view-secret-0123456789, role: viewer, team: a, all_teams: everyone}": "everyone",
+	} {
+		if _, err := load(line); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error naming %s", line, err, want)
 		}
 	}
 }

@@ -297,6 +297,8 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			Trainers: names, KillGrace: killGrace, PlaceInterval: fc.Scheduler.PlaceInterval.D(),
 			RepairAfter: fc.Scheduler.RepairAfter.D(), ReapGrace: fc.Scheduler.ReapGrace.D(), LeaderTTL: fc.Scheduler.LeaderTTL.D(),
 			FollowRedis: followRDB, Logger: log,
+			ReadHeaderTimeout: fc.Scheduler.HTTPReadHeaderTimeout.D(), ReadTimeout: fc.Scheduler.HTTPReadTimeout.D(),
+			WriteTimeout: fc.Scheduler.HTTPWriteTimeout.D(), IdleTimeout: fc.Scheduler.HTTPIdleTimeout.D(),
 			Clouds:         cloudReconcilers(ctx, fc.route, firstNonEmpty(fc.Cluster, defaultCluster), endpoint, log),
 			ReconcileEvery: fc.Scheduler.ReconcileEvery.D(), ReconcileGrace: fc.Scheduler.ReconcileGrace.D(),
 		})
