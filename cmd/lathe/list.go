@@ -38,10 +38,14 @@ func (a *app) listCmd() *cobra.Command {
 					return err
 				}
 				out.Jobs = append(out.Jobs, page.Jobs...)
-				out.NextCursor = page.NextCursor
-				if page.NextCursor == "" || len(page.Jobs) == 0 {
+				// A page may be empty and still have a next cursor (the
+				// scheduler passed over other teams' jobs): follow it, unless
+				// the cursor did not move.
+				if page.NextCursor == "" || page.NextCursor == out.NextCursor {
+					out.NextCursor = page.NextCursor
 					break
 				}
+				out.NextCursor = page.NextCursor
 			}
 			if len(out.Jobs) > limit {
 				out.Jobs = out.Jobs[:limit]
