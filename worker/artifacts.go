@@ -11,16 +11,22 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/worker/runner"
 )
 
-// publishArtifacts copies the attempt's artifacts from outDir into the job's
-// output folder (outputURI, a per-job file:// folder), computing each file's
-// size and sha256 and checking them against what the trainer reported.
-// Each file is written to a temporary name and renamed, so a reader never
-// sees half a file. When the trainer reported no artifact, every regular
-// file at the top of outDir is published.
-func publishArtifacts(outDir, outputURI string, reported []runner.TrainerEvent) ([]jobtype.Artifact, error) {
+// publishArtifacts copies the attempt's artifacts from outDir (the output
+// folder, opened before the trainer started) into the job's output folder
+// (outputURI, a per-job file:// folder), computing each file's size and
+// sha256 and checking them against what the trainer reported. Each artifact
+// is opened through outDir with pathpolicy.OpenArtifact: a symbolic link, a
+// hard link (a second name of a file elsewhere), a FIFO or anything but a
+// regular file of the folder is refused, and the copy and the digest are
+// made from that one open file. Each file is written to a temporary name
+// and renamed, so a reader never sees half a file. When the trainer
+// reported no artifact, every regular file at the top of outDir is
+// published.
+func publishArtifacts(outDir *os.File, outputURI string, reported []runner.TrainerEvent) ([]jobtype.Artifact, error) {
 	dest, err := fileuri.Path(outputURI)
 	if err != nil {
 		return nil, err
@@ -42,7 +48,7 @@ func publishArtifacts(outDir, outputURI string, reported []runner.TrainerEvent) 
 			continue
 		}
 		seen[r.Path] = true
-		n, sum, err := copyFile(filepath.Join(outDir, r.Path), filepath.Join(dest, r.Path))
+		n, sum, err := copyArtifact(outDir, r.Path, filepath.Join(dest, r.Path))
 		if err != nil {
 			return nil, err
 		}
@@ -58,10 +64,12 @@ func publishArtifacts(outDir, outputURI string, reported []runner.TrainerEvent) 
 	return out, nil
 }
 
-func copyFile(src, dst string) (int64, string, error) {
-	in, err := os.Open(src)
+// copyArtifact copies the artifact name of dir to dst and returns its size
+// and sha256, both from the one descriptor pathpolicy.OpenArtifact checked.
+func copyArtifact(dir *os.File, name, dst string) (int64, string, error) {
+	in, _, err := pathpolicy.OpenArtifact(dir, name)
 	if err != nil {
-		return 0, "", fmt.Errorf("artifact: %w", err)
+		return 0, "", err
 	}
 	defer in.Close()
 	tmp, err := os.CreateTemp(filepath.Dir(dst), ".tmp-"+filepath.Base(dst)+"-*")

@@ -14,6 +14,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/worker/runner"
 )
 
@@ -130,12 +131,17 @@ func (a *cloudAttempt) collect(ctx context.Context, arts []agent.Artifact) ([]jo
 		}
 		reported = append(reported, runner.TrainerEvent{Kind: runner.EventArtifact, Path: art.Name, Format: art.Format, Bytes: art.Bytes, SHA256: art.SHA256})
 	}
+	tmpFD, err := pathpolicy.OpenDir(tmp)
+	if err != nil {
+		return nil, err
+	}
+	defer tmpFD.Close()
 	out := a.job.OutputURI
 	site := a.siteOf(out)
 	var res []jobtype.Artifact
 	switch {
 	case strings.HasPrefix(out, "file:"):
-		got, err := publishArtifacts(tmp, out, reported)
+		got, err := publishArtifacts(tmpFD, out, reported)
 		if err != nil {
 			return nil, err
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/worker/runner"
 )
 
@@ -143,6 +144,14 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 			return fail(jobtype.ReasonInternal, fmt.Sprintf("make %s: %v", d, err))
 		}
 	}
+	// The output folder is pinned now, before the trainer can touch it:
+	// its artifacts are read through this descriptor, whatever the trainer
+	// does to the folder's name.
+	outFD, err := pathpolicy.OpenDir(outDir)
+	if err != nil {
+		return fail(jobtype.ReasonInternal, fmt.Sprintf("open %s: %v", outDir, err))
+	}
+	defer outFD.Close()
 	specFile := filepath.Join(workDir, "job.json")
 	specJSON, _ := json.MarshalIndent(job.Spec, "", "  ")
 	if err := os.WriteFile(specFile, specJSON, 0o644); err != nil {
@@ -229,9 +238,13 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 
 	switch res.Outcome {
 	case runner.Succeeded:
-		arts, err := publishArtifacts(outDir, job.OutputURI, sink.artifacts())
+		arts, err := publishArtifacts(outFD, job.OutputURI, sink.artifacts())
 		if err != nil {
-			return fail(jobtype.ReasonInternal, "artifacts: "+err.Error())
+			reason := jobtype.ReasonInternal
+			if errors.Is(err, pathpolicy.ErrNotArtifact) {
+				reason = jobtype.ReasonPermanent // the trainer's doing: a retry would do the same
+			}
+			return fail(reason, "artifacts: "+err.Error())
 		}
 		for i := range arts {
 			arts[i].Residency, arts[i].Site = job.Spec.Residency, w.cfg.Site
