@@ -2,9 +2,12 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -65,15 +68,25 @@ func (a *cloudAttempt) stage(ctx context.Context, what, uri string) (string, err
 	if err != nil {
 		return "", permanent("%s: %v", what, err)
 	}
+	// Opened once and checked (pathpolicy.Roots.Open): the bytes hashed,
+	// recorded and uploaded are those of the file checked, whatever
+	// happens to its name meanwhile.
+	var f *os.File
 	if a.c.cfg.AllowedRoots != nil {
-		if err := a.c.cfg.AllowedRoots.CheckResolved(p); err != nil {
-			return "", permanent("%s: %v (worker.allowed_roots)", what, err)
+		f, err = a.c.cfg.AllowedRoots.Open(p, dataDenyOf(a.c.cfg.DataDir, "", "", a.c.cfg.Deny))
+		if err != nil {
+			return "", permanent("%s: %v%s", what, err, rootsHint(err))
 		}
-	}
-	size, sum, err := agent.HashFile(p)
-	if err != nil {
+	} else if f, err = os.Open(p); err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)
 	}
+	defer f.Close()
+	h := sha256.New()
+	size, err := io.Copy(h, f)
+	if err != nil {
+		return "", fmt.Errorf("%s: read %s: %w", what, p, err)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
 	work, _ := agent.ParseS3URI(a.c.b.WorkURI)
 	key := joinKey(work.Key, a.job.ID, "data", sum[:16]+"-"+filepath.Base(p))
 	to := "s3://" + work.Bucket + "/" + key
@@ -97,7 +110,7 @@ func (a *cloudAttempt) stage(ctx context.Context, what, uri string) (string, err
 		Token: a.job.Submitter, ConfigHash: a.c.cfg.Routing.Hash(), Body: body}); err != nil {
 		return "", fmt.Errorf("%s: record the copy in the ledger (not copied): %w", what, err)
 	}
-	if _, err := agent.UploadFile(ctx, a.c.cfg.S3, work.Bucket, key, p); err != nil {
+	if err := a.c.cfg.S3.Put(ctx, work.Bucket, key, io.NewSectionReader(f, 0, size), size); err != nil {
 		return "", fmt.Errorf("%s: copy to %s: %w", what, to, err)
 	}
 	a.note(ctx, fmt.Sprintf("staged %s %s (%d bytes, sha256 %s) to %s (site %s); recorded in the ledger", what, uri, size, sum[:12], to, a.c.b.Site))

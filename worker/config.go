@@ -97,6 +97,12 @@ type Config struct {
 	// starts (a job outside fails, permanently). Nil: no restriction
 	// (lathed always sets it).
 	AllowedRoots pathpolicy.Roots
+	// Deny lists files and folders no job may read as data or write as
+	// output, whatever AllowedRoots say (lathed: its ledger key, tokens
+	// and config files, wherever they are). The worker always adds its own
+	// files under DataDir; as data, DataDir as a whole and CheckpointRoot
+	// are refused too. Nil: only those.
+	Deny pathpolicy.Deny
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }

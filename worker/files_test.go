@@ -1,14 +1,24 @@
 package worker_test
 
 import (
+	"context"
+	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/lathe-ml/lathe/internal/fileuri"
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
+	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/worker"
 )
 
 // hostileArtifactTrainer is a /bin/sh STAND-IN for a hostile trainer: it
@@ -48,6 +58,172 @@ func TestArtifactLinkOutOfTheOutputIsRefused(t *testing.T) {
 			p, _ := fileuri.Path(j.OutputURI)
 			if got, err := os.ReadFile(filepath.Join(p, "adapter_model.safetensors")); err == nil {
 				t.Fatalf("published %q", got)
+			}
+		})
+	}
+}
+
+// catDatasetTrainer is a /bin/sh STAND-IN trainer that prints, as log
+// lines, the file its job file names as the dataset, then writes an
+// artifact and succeeds.
+const catDatasetTrainer = `#!/bin/sh
+ds=$(sed -n 's|^  "dataset": "file://\(.*\)",*$|\1|p' "$LATHE_JOB_FILE")
+echo "dataset path: $ds"
+cat "$ds"
+printf 'adapter' > "$LATHE_OUTPUT_DIR/adapter_model.safetensors"
+echo '{"event":"done","metrics":{}}'
+`
+
+// rootsBundle is a worker whose allowed roots are its data dir and a data
+// folder, with extra config from mutate.
+func setupRoots(t *testing.T, trainers map[string]string, mutate func(cfg *worker.Config, data string)) (testBundle, string) {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	dir, data := t.TempDir(), t.TempDir()
+	argv := map[string][]string{}
+	for name, body := range trainers {
+		p := filepath.Join(dir, name+".sh")
+		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		argv[name] = []string{"/bin/sh", p}
+	}
+	roots, err := pathpolicy.New([]string{dir, data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := jobstore.New(rdb, jobstore.Config{})
+	cfg := worker.Config{Node: "n1", DataDir: dir, Trainers: argv, MaxAttempts: 1, AllowedRoots: roots, KillGrace: 2 * time.Second,
+		CancelPoll: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	if mutate != nil {
+		mutate(&cfg, data)
+	}
+	w, err := worker.New(rdb, store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	return testBundle{srv: srv, ctx: context.Background(), rdb: rdb, store: store, client: asynq.NewClientFromRedisClient(rdb), dir: dir, w: w}, data
+}
+
+// submitData creates and dispatches a job of trainer on dataset (a path).
+func (b testBundle) submitData(t *testing.T, trainer, dataset, evalDataset string) string {
+	t.Helper()
+	spec := &jobspec.Spec{Name: "t", BaseModel: "tiny-char", Dataset: fileuri.FromPath(dataset), Trainer: trainer,
+		Priority: jobspec.PriorityNormal, MaxRuntime: jobspec.Duration(time.Hour)}
+	if evalDataset != "" {
+		spec.EvalDataset = fileuri.FromPath(evalDataset)
+	}
+	j, _, err := b.store.Create(b.ctx, jobstore.NewJob{Spec: spec, OutputURI: fileuri.FromPath(filepath.Join(b.dir, "artifacts")) + "/{id}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.dispatch(t, j.ID, 1)
+	return j.ID
+}
+
+// logText is every log line of a job's events, one per line.
+func (b testBundle) logText(t *testing.T, id string) string {
+	t.Helper()
+	evs, err := b.store.Events(b.ctx, id, "", 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	for _, e := range evs {
+		if e.Type == "log" {
+			var d struct{ Line string }
+			_ = json.Unmarshal(e.Data, &d)
+			sb.WriteString(d.Line + "\n")
+		}
+	}
+	return sb.String()
+}
+
+// TestDatasetSwappedAfterTheCheck: a dataset under an allowed root that
+// is replaced by a symbolic link to a file outside the roots after the
+// worker checked it (a TEST HOOK swaps it just before the trainer starts)
+// is never read: the trainer reads the content that was checked.
+func TestDatasetSwappedAfterTheCheck(t *testing.T) {
+	b, data := setupRoots(t, map[string]string{"cat": catDatasetTrainer}, nil)
+	ds := filepath.Join(data, "train.jsonl")
+	if err := os.WriteFile(ds, []byte("{\"text\":\"checked-content\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(t.TempDir(), "secret.jsonl")
+	if err := os.WriteFile(secret, []byte("{\"text\":\"outside-secret\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	worker.SetTestHookBeforeTrainer(func(*jobtype.Job) {
+		if err := os.Remove(ds); err != nil {
+			t.Error(err)
+		}
+		if err := os.Symlink(secret, ds); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Cleanup(func() { worker.SetTestHookBeforeTrainer(nil) })
+	id := b.submitData(t, "cat", ds, "")
+	j := b.wait(t, id, terminal)
+	logs := b.logText(t, id)
+	if strings.Contains(logs, "outside-secret") {
+		t.Fatalf("the trainer read the file outside the roots:\n%s", logs)
+	}
+	if j.State != jobtype.StateSucceeded || !strings.Contains(logs, "checked-content") {
+		t.Fatalf("got %s (%s); want succeeded on the checked content; logs:\n%s", j.State, j.Error, logs)
+	}
+}
+
+// TestDaemonFilesAreNotDatasets: lathed's own files under the data dir
+// (the ledger key, the managed Redis folder, other attempts' work
+// folders) are refused as dataset and eval_dataset even though the data
+// dir is an allowed root; the error names the field and the path, and the
+// trainer never starts.
+func TestDaemonFilesAreNotDatasets(t *testing.T) {
+	b, data := setupRoots(t, map[string]string{"cat": catDatasetTrainer}, func(cfg *worker.Config, data string) {
+		cfg.Deny = pathpolicy.Deny{{Path: filepath.Join(data, "elsewhere.key"), Why: "ledger.key_file"}}
+	})
+	good := filepath.Join(data, "train.jsonl")
+	elsewhere := filepath.Join(data, "elsewhere.key")
+	os.WriteFile(elsewhere, []byte("ledger-key-secret\n"), 0o600)
+	otherJob := filepath.Join(b.dir, "work", "other", "1", "job.json")
+	os.MkdirAll(filepath.Dir(otherJob), 0o755)
+	os.WriteFile(otherJob, []byte("{\"secret\":1}\n"), 0o644)
+	hard := filepath.Join(data, "innocent.jsonl")
+	if err := os.Link(elsewhere, hard); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(good, []byte("{\"text\":\"ok\"}\n"), 0o644)
+	key := filepath.Join(b.dir, "ledger.key")
+	os.WriteFile(key, []byte("ledger-key-secret\n"), 0o600)
+	os.MkdirAll(filepath.Join(b.dir, "redis"), 0o755)
+	aof := filepath.Join(b.dir, "redis", "appendonly.aof")
+	os.WriteFile(aof, []byte("redis-secret\n"), 0o644)
+	for _, c := range []struct{ name, dataset, eval, field string }{
+		{"ledger key", key, "", "dataset"},
+		{"redis file", aof, "", "dataset"},
+		{"ledger key as eval", good, key, "eval_dataset"},
+		{"another attempt's job file", otherJob, "", "dataset"},
+		{"ledger.key_file elsewhere", elsewhere, "", "dataset"},
+		{"hard link to ledger.key_file", hard, "", "dataset"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := b.submitData(t, "cat", c.dataset, c.eval)
+			j := b.wait(t, id, terminal)
+			bad := c.dataset
+			if c.eval != "" {
+				bad = c.eval
+			}
+			if j.State != jobtype.StateFailed || j.Reason != jobtype.ReasonPermanent ||
+				!strings.HasPrefix(j.Error, c.field+": ") || !strings.Contains(j.Error, bad) || !strings.Contains(j.Error, "never readable by a job") {
+				t.Fatalf("got %s/%s: %q; want a permanent failure naming %s and %s", j.State, j.Reason, j.Error, c.field, bad)
+			}
+			if logs := b.logText(t, id); strings.Contains(logs, "secret") {
+				t.Fatalf("the trainer read it:\n%s", logs)
 			}
 		})
 	}

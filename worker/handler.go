@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -15,11 +16,17 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lathe-ml/lathe/internal/fileuri"
+	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/worker/runner"
 )
+
+// testHookBeforeTrainer, when set (by tests only, see export_test.go),
+// runs after the attempt's files were checked and just before the trainer
+// starts: the window a dataset swap would use.
+var testHookBeforeTrainer func(job *jobtype.Job)
 
 // errLost is the cause when the store says the attempt is no longer ours.
 var errLost = errors.New("attempt lost: the job store moved on")
@@ -133,9 +140,11 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 	if err != nil {
 		return fail(jobtype.ReasonPermanent, err.Error())
 	}
-	if err := w.checkPaths(job); err != nil {
+	inputs, err := w.checkPaths(job)
+	if err != nil {
 		return fail(jobtype.ReasonPermanent, err.Error())
 	}
+	defer inputs.close()
 	workDir := filepath.Join(w.cfg.DataDir, "work", job.ID, strconv.Itoa(attempt))
 	outDir := filepath.Join(workDir, "output")
 	ckptDir := filepath.Join(w.cfg.CheckpointRoot, job.ID)
@@ -152,8 +161,16 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 		return fail(jobtype.ReasonInternal, fmt.Sprintf("open %s: %v", outDir, err))
 	}
 	defer outFD.Close()
+	// The trainer reads private copies of the data, made from the files
+	// checkPaths opened and checked: a name swapped since leads nowhere.
+	spec := job.Spec
+	inputsDir := filepath.Join(workDir, "inputs")
+	defer os.RemoveAll(inputsDir)
+	if err := inputs.copyTo(inputsDir, &spec); err != nil {
+		return fail(jobtype.ReasonInternal, err.Error())
+	}
 	specFile := filepath.Join(workDir, "job.json")
-	specJSON, _ := json.MarshalIndent(job.Spec, "", "  ")
+	specJSON, _ := json.MarshalIndent(spec, "", "  ")
 	if err := os.WriteFile(specFile, specJSON, 0o644); err != nil {
 		return fail(jobtype.ReasonInternal, fmt.Sprintf("write %s: %v", specFile, err))
 	}
@@ -223,6 +240,9 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 	defer removePidfile(pids, job.ID, attempt)
 	go sink.loop()
 	go w.monitor(runCtx, cancel, log, job.ID, job.GPUs, sink)
+	if testHookBeforeTrainer != nil {
+		testHookBeforeTrainer(job)
+	}
 	res := runner.Run(runCtx, runner.Config{
 		Argv:      argv,
 		Env:       env,
@@ -394,21 +414,132 @@ func (w *Worker) trainerArgv(name string) ([]string, error) {
 // checkPaths refuses a job whose file:// dataset, eval dataset or output
 // folder lies outside the allowed roots once symbolic links are resolved
 // (the scheduler checked the text; this is the check that holds on the
-// machine where the files are).
-func (w *Worker) checkPaths(job *jobtype.Job) error {
+// machine where the files are), or in a folder no job may read (dataDeny,
+// outputDeny). It opens the dataset and the eval dataset with
+// pathpolicy.Roots.Open, so what it returns is the files it checked; the
+// caller copies them for the trainer. Each error names the field.
+func (w *Worker) checkPaths(job *jobtype.Job) (openedInputs, error) {
 	if w.cfg.AllowedRoots == nil {
-		return nil
+		return nil, nil
 	}
+	var in openedInputs
 	for _, f := range []struct{ name, uri string }{{"dataset", job.Spec.Dataset}, {"eval_dataset", job.Spec.EvalDataset}, {"output", job.OutputURI}} {
 		if f.uri == "" || !strings.HasPrefix(f.uri, "file:") {
 			continue
 		}
 		p, err := fileuri.Path(f.uri)
 		if err != nil {
-			return fmt.Errorf("%s: %w", f.name, err)
+			in.close()
+			return nil, fmt.Errorf("%s: %w", f.name, err)
 		}
-		if err := w.cfg.AllowedRoots.CheckResolved(p); err != nil {
-			return fmt.Errorf("%s: %w (worker.allowed_roots)", f.name, err)
+		if f.name == "output" {
+			if err := w.cfg.AllowedRoots.CheckResolvedDeny(p, w.outputDeny()); err != nil {
+				in.close()
+				return nil, fmt.Errorf("%s: %w%s", f.name, err, rootsHint(err))
+			}
+			continue
+		}
+		file, err := w.cfg.AllowedRoots.Open(p, w.dataDeny())
+		if err != nil {
+			in.close()
+			return nil, fmt.Errorf("%s: %w%s", f.name, err, rootsHint(err))
+		}
+		in = append(in, openedInput{field: f.name, file: file, path: p})
+	}
+	return in, nil
+}
+
+// rootsHint names the config key of a path refused as outside the roots.
+func rootsHint(err error) string {
+	if errors.Is(err, pathpolicy.ErrOutside) {
+		return " (jobs.allowed_roots)"
+	}
+	return ""
+}
+
+// dataDeny is what no job may read as data: outputDeny, the checkpoint
+// root, and the data dir as a whole (other attempts' work folders and data
+// copies, checkpoints, published artifacts of every team).
+func (w *Worker) dataDeny() pathpolicy.Deny {
+	return dataDenyOf(w.cfg.DataDir, w.cfg.CheckpointRoot, w.cfg.ScriptsDir, w.cfg.Deny)
+}
+
+// outputDeny is where no job's output may go: lathed's secrets and
+// bookkeeping under the data dir, and Config.Deny.
+func (w *Worker) outputDeny() pathpolicy.Deny {
+	return outputDenyOf(w.cfg.DataDir, w.cfg.ScriptsDir, w.cfg.Deny)
+}
+
+// dataDenyOf is dataDeny for a data dir, a checkpoint root ("" for none)
+// and extra entries; the specific entries come first for a clearer error.
+func dataDenyOf(dataDir, ckptRoot, scriptsDir string, extra pathpolicy.Deny) pathpolicy.Deny {
+	d := outputDenyOf(dataDir, scriptsDir, extra)
+	if ckptRoot != "" {
+		d = append(d, pathpolicy.DenyEntry{Path: ckptRoot, Why: "the checkpoint root (every job's checkpoints)"})
+	}
+	return append(d, pathpolicy.DenyEntry{Path: dataDir, Why: "the data dir of lathed (work folders, checkpoints, artifacts of every job); keep datasets outside it"})
+}
+
+// outputDenyOf is outputDeny for a data dir and extra entries.
+func outputDenyOf(dataDir, scriptsDir string, extra pathpolicy.Deny) pathpolicy.Deny {
+	d := pathpolicy.Deny{
+		{Path: filepath.Join(dataDir, "ledger.key"), Why: "the ledger key"},
+		{Path: filepath.Join(dataDir, "redis"), Why: "the managed Redis's files"},
+		{Path: filepath.Join(dataDir, "work"), Why: "the attempts' work folders"},
+		{Path: filepath.Join(dataDir, "pids"), Why: "the trainers' pidfiles"},
+	}
+	if scriptsDir != "" {
+		d = append(d, pathpolicy.DenyEntry{Path: scriptsDir, Why: "the trainers' scripts"})
+	}
+	return append(d, extra...)
+}
+
+// openedInput is a dataset file opened and checked by checkPaths.
+type openedInput struct {
+	field string // dataset | eval_dataset
+	file  *os.File
+	path  string // as the spec names it
+}
+
+type openedInputs []openedInput
+
+func (in openedInputs) close() {
+	for _, i := range in {
+		i.file.Close()
+	}
+}
+
+// copyTo copies each opened input into dir (made 0700, each copy 0400)
+// and points spec's field at the copy, so the trainer reads exactly the
+// bytes of the file that was checked. The copy is made in the kernel
+// (copy_file_range, a reflink where the file system shares blocks), so a
+// large dataset costs disk space for the attempt's length, not a pass
+// through this process; the folder is removed when the attempt ends.
+func (in openedInputs) copyTo(dir string, spec *jobspec.Spec) error {
+	if len(in) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("make %s: %w", dir, err)
+	}
+	for _, i := range in {
+		dst := filepath.Join(dir, i.field+"-"+filepath.Base(i.path))
+		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o400)
+		if err != nil {
+			return fmt.Errorf("%s: copy for the trainer: %w", i.field, err)
+		}
+		_, err = io.Copy(out, i.file)
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("%s: copy %s for the trainer: %w", i.field, i.path, err)
+		}
+		switch i.field {
+		case "dataset":
+			spec.Dataset = fileuri.FromPath(dst)
+		case "eval_dataset":
+			spec.EvalDataset = fileuri.FromPath(dst)
 		}
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/lathe-ml/lathe/backends/local/nvmlinventory"
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/scheduler"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 )
@@ -48,6 +49,30 @@ type fileConfig struct {
 
 	// route is the parsed routing config (the implicit one without a file).
 	route routing.Config
+	// path is the file read ("" without one).
+	path string
+}
+
+// daemonDeny lists the daemon's secret files that no job may read as data
+// or write as output wherever they are, allowed roots or not: the config
+// file (it may hold tokens), auth.tokens_file and ledger.key_file. The
+// workers add their own data dir's files (worker.Config.Deny).
+func daemonDeny(fc *fileConfig) pathpolicy.Deny {
+	var d pathpolicy.Deny
+	for _, e := range []pathpolicy.DenyEntry{
+		{Path: fc.path, Why: "the daemon's config file"},
+		{Path: fc.Auth.TokensFile, Why: "auth.tokens_file"},
+		{Path: fc.Ledger.KeyFile, Why: "ledger.key_file"},
+	} {
+		if e.Path == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(e.Path); err == nil {
+			e.Path = abs
+		}
+		d = append(d, e)
+	}
+	return d
 }
 
 type ledgerSection struct {
@@ -207,6 +232,7 @@ func loadConfig(path string) (*fileConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
+	c.path = path
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {

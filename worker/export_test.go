@@ -1,0 +1,7 @@
+package worker
+
+import "github.com/lathe-ml/lathe/internal/jobtype"
+
+// SetTestHookBeforeTrainer sets a TEST HOOK run just before each trainer
+// starts (after the attempt's files were checked); nil removes it.
+func SetTestHookBeforeTrainer(h func(job *jobtype.Job)) { testHookBeforeTrainer = h }
