@@ -19,6 +19,7 @@ import (
 
 	"github.com/lathe-ml/lathe/backends/local/nvmlinventory"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
+	"github.com/lathe-ml/lathe/worker/runner"
 )
 
 // Config configures a Worker. Zero values take the defaults stated.
@@ -64,6 +65,13 @@ type Config struct {
 	// placeholder {scripts} is replaced by ScriptsDir. Default:
 	// reference → [/usr/bin/python3 {scripts}/train_lora.py].
 	Trainers map[string][]string
+	// TrainerPassEnv names, per trainer, the variables of the worker's own
+	// environment that trainer gets (config trainers.NAME.pass_env), e.g.
+	// AWS credentials for a trainer that reads s3:// itself. Every other
+	// trainer gets only the base environment of runner.Config.Env and the
+	// contract's LATHE_* variables: never the worker's tokens or cloud
+	// credentials. Nil: none for any trainer.
+	TrainerPassEnv map[string][]string
 	// ScriptsDir is where the reference trainer was written; default
 	// DataDir/scripts.
 	ScriptsDir string
@@ -157,6 +165,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if _, ok := c.Trainers["reference"]; !ok {
 		c.Trainers["reference"] = []string{"/usr/bin/python3", "{scripts}/train_lora.py"}
+	}
+	for name, keys := range c.TrainerPassEnv {
+		for i, k := range keys {
+			if err := runner.CheckPassEnvName(k); err != nil {
+				return c, fmt.Errorf("worker: trainers.%s.pass_env[%d]: %w", name, i, err)
+			}
+		}
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 3

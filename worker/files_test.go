@@ -228,3 +228,54 @@ func TestDaemonFilesAreNotDatasets(t *testing.T) {
 		})
 	}
 }
+
+// envTrainer is a /bin/sh STAND-IN trainer that prints its environment,
+// one variable a line, and succeeds.
+const envTrainer = `#!/bin/sh
+env | sed 's/^/env: /'
+printf 'adapter' > "$LATHE_OUTPUT_DIR/adapter_model.safetensors"
+echo '{"event":"done","metrics":{}}'
+`
+
+// TestTrainerEnvironmentIsScrubbed: the worker's API tokens and AWS
+// credentials never reach a trainer; a trainer configured with pass_env
+// gets exactly those variables in addition to the base ones.
+func TestTrainerEnvironmentIsScrubbed(t *testing.T) {
+	t.Setenv("LATHE_TOKEN", "tok-secret-1")
+	t.Setenv("LATHE_TOKEN_ALICE", "tok-secret-2")
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIA-secret")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "aws-secret")
+	t.Setenv("REDIS_PASSWORD", "redis-secret")
+	b, data := setupRoots(t, map[string]string{"plain": envTrainer, "s3": envTrainer}, func(cfg *worker.Config, _ string) {
+		cfg.TrainerPassEnv = map[string][]string{"s3": {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}}
+	})
+	ds := filepath.Join(data, "train.jsonl")
+	os.WriteFile(ds, []byte("{\"text\":\"x\"}\n"), 0o644)
+
+	for _, c := range []struct {
+		trainer   string
+		want, not []string
+	}{
+		{"plain", []string{"env: LATHE_JOB_ID=", "env: LATHE_JOB_FILE=", "env: PATH="}, []string{"secret"}},
+		{"s3", []string{"env: AWS_ACCESS_KEY_ID=AKIA-secret", "env: AWS_SECRET_ACCESS_KEY=aws-secret"}, []string{"tok-secret", "redis-secret"}},
+	} {
+		t.Run(c.trainer, func(t *testing.T) {
+			id := b.submitData(t, c.trainer, ds, "")
+			j := b.wait(t, id, terminal)
+			logs := b.logText(t, id)
+			if j.State != jobtype.StateSucceeded {
+				t.Fatalf("got %s: %s", j.State, j.Error)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(logs, w) {
+					t.Errorf("the trainer's environment lacks %q:\n%s", w, logs)
+				}
+			}
+			for _, n := range c.not {
+				if strings.Contains(logs, n) {
+					t.Errorf("the trainer's environment holds %q:\n%s", n, logs)
+				}
+			}
+		})
+	}
+}

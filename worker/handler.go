@@ -246,6 +246,7 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 	res := runner.Run(runCtx, runner.Config{
 		Argv:      argv,
 		Env:       env,
+		PassEnv:   w.cfg.TrainerPassEnv[trainerName(job.Spec.Trainer)],
 		Dir:       workDir,
 		KillGrace: w.cfg.KillGrace,
 		Watchdog:  wd,
@@ -396,10 +397,16 @@ func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, 
 	}
 }
 
-func (w *Worker) trainerArgv(name string) ([]string, error) {
+// trainerName is the trainer a job names, "reference" when none.
+func trainerName(name string) string {
 	if name == "" {
-		name = "reference"
+		return "reference"
 	}
+	return name
+}
+
+func (w *Worker) trainerArgv(name string) ([]string, error) {
+	name = trainerName(name)
 	tmpl, ok := w.cfg.Trainers[name]
 	if !ok || len(tmpl) == 0 {
 		return nil, fmt.Errorf("trainer %q is not configured on node %s", name, w.cfg.Node)

@@ -18,6 +18,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/scheduler"
 	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/worker/runner"
 )
 
 // fileConfig is the daemon's config file (configs/lathe.yaml documents
@@ -29,7 +30,7 @@ type fileConfig struct {
 	Worker    workerSection       `yaml:"worker"`
 	Jobs      jobsSection         `yaml:"jobs"`
 	Routing   routingSection      `yaml:"routing"`
-	Trainers  map[string][]string `yaml:"trainers"`
+	Trainers  map[string]trainerEntry `yaml:"trainers"`
 	Auth      authSection         `yaml:"auth"`
 	Ledger    ledgerSection       `yaml:"ledger"`
 	// Cluster is this deployment's name: the lathe:cluster tag of its cloud
@@ -73,6 +74,39 @@ func daemonDeny(fc *fileConfig) pathpolicy.Deny {
 		d = append(d, e)
 	}
 	return d
+}
+
+// trainerEntry is one trainer of trainers: either its command, a list
+// (`reference: [/usr/bin/python3, "{scripts}/train_lora.py"]`), or a mapping
+// with the command and the variables of lathed's environment it gets
+// (`{command: [...], pass_env: [AWS_ACCESS_KEY_ID, ...]}`).
+type trainerEntry struct {
+	Command []string
+	PassEnv []string
+}
+
+func (t *trainerEntry) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.SequenceNode {
+		return n.Decode(&t.Command)
+	}
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: a trainer is a command list or {command: [...], pass_env: [...]}", n.Line)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		switch k, v := n.Content[i], n.Content[i+1]; k.Value {
+		case "command":
+			if err := v.Decode(&t.Command); err != nil {
+				return err
+			}
+		case "pass_env":
+			if err := v.Decode(&t.PassEnv); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("line %d: field %s not found in a trainer (want command, pass_env)", k.Line, k.Value)
+		}
+	}
+	return nil
 }
 
 type ledgerSection struct {
@@ -272,9 +306,14 @@ func loadConfig(path string) (*fileConfig, error) {
 	if f := c.Auth.TokensFile; f != "" && !filepath.IsAbs(f) {
 		c.Auth.TokensFile = filepath.Join(filepath.Dir(path), f)
 	}
-	for name, argv := range c.Trainers {
-		if len(argv) == 0 {
+	for name, tr := range c.Trainers {
+		if len(tr.Command) == 0 {
 			return nil, fmt.Errorf("config %s: trainers.%s: empty command", path, name)
+		}
+		for i, k := range tr.PassEnv {
+			if err := runner.CheckPassEnvName(k); err != nil {
+				return nil, fmt.Errorf("config %s: trainers.%s.pass_env[%d] = %q: %w", path, name, i, k, err)
+			}
 		}
 	}
 	return c, nil

@@ -236,7 +236,7 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			Site: site, SiteTags: siteTags,
 			Node: node, Slots: firstPositive(o.slots, fc.Worker.Slots), GPUs: gpus,
 			CheckpointRoot: fc.Worker.CheckpointRoot, MonitorInterval: fc.Worker.MonitorInterval.D(), HangTimeout: fc.Worker.HangTimeout.D(),
-			DataDir: dataDir, ScriptsDir: scriptsDir, Trainers: copyTrainers(trainers),
+			DataDir: dataDir, ScriptsDir: scriptsDir, Trainers: trainerCommands(trainers), TrainerPassEnv: trainerPassEnv(trainers),
 			MaxAttempts: fc.Worker.MaxAttempts, KillGrace: killGrace, HeartbeatTTL: fc.Worker.HeartbeatTTL.D(),
 			TaskCheckInterval: fc.Worker.TaskCheckInterval.D(), LeaseTTL: fc.Worker.LeaseTTL.D(), AllowedRoots: roots, Deny: daemonDeny(fc), Logger: log,
 		})
@@ -338,10 +338,22 @@ func writeScripts(dir string) error {
 	return nil
 }
 
-func copyTrainers(m map[string][]string) map[string][]string {
+// trainerCommands is each trainer's command (a copy).
+func trainerCommands(m map[string]trainerEntry) map[string][]string {
 	out := make(map[string][]string, len(m))
 	for k, v := range m {
-		out[k] = append([]string(nil), v...)
+		out[k] = append([]string(nil), v.Command...)
+	}
+	return out
+}
+
+// trainerPassEnv is each trainer's pass_env, for those that have one.
+func trainerPassEnv(m map[string]trainerEntry) map[string][]string {
+	out := map[string][]string{}
+	for k, v := range m {
+		if len(v.PassEnv) > 0 {
+			out[k] = append([]string(nil), v.PassEnv...)
+		}
 	}
 	return out
 }

@@ -84,7 +84,7 @@ func Run(ctx context.Context, cfg Config, sink Sink) Result {
 		cmd: &exec.Cmd{
 			Path:   path,
 			Args:   cfg.Argv,
-			Env:    environ(os.LookupEnv, cfg.Env),
+			Env:    environ(os.LookupEnv, cfg.PassEnv, cfg.Env),
 			Dir:    cfg.Dir,
 			Stdout: outW,
 			Stderr: errW,
