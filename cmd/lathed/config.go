@@ -24,15 +24,15 @@ import (
 // fileConfig is the daemon's config file (configs/lathe.yaml documents
 // every key). Flags given on the command line win over the file.
 type fileConfig struct {
-	DataDir   string              `yaml:"data_dir"`
-	Redis     redisSection        `yaml:"redis"`
-	Scheduler schedulerSection    `yaml:"scheduler"`
-	Worker    workerSection       `yaml:"worker"`
-	Jobs      jobsSection         `yaml:"jobs"`
-	Routing   routingSection      `yaml:"routing"`
+	DataDir   string                  `yaml:"data_dir"`
+	Redis     redisSection            `yaml:"redis"`
+	Scheduler schedulerSection        `yaml:"scheduler"`
+	Worker    workerSection           `yaml:"worker"`
+	Jobs      jobsSection             `yaml:"jobs"`
+	Routing   routingSection          `yaml:"routing"`
 	Trainers  map[string]trainerEntry `yaml:"trainers"`
-	Auth      authSection         `yaml:"auth"`
-	Ledger    ledgerSection       `yaml:"ledger"`
+	Auth      authSection             `yaml:"auth"`
+	Ledger    ledgerSection           `yaml:"ledger"`
 	// Cluster is this deployment's name: the lathe:cluster tag of its cloud
 	// instances (the reconciler terminates orphans of its own cluster
 	// only). Default "lathe"; two deployments sharing an AWS account must
