@@ -12,6 +12,14 @@ import (
 // the allowed roots say.
 var ErrDenied = errors.New("is lathed's own file, never readable by a job")
 
+// ErrSymlink: a symbolic link where Open, OpenBeneath or OpenArtifact
+// follow none.
+var ErrSymlink = errors.New("a symbolic link is in the path (links are not followed here)")
+
+// ErrNotArtifact: what a trainer left under an artifact's name is not a
+// regular file of its own.
+var ErrNotArtifact = errors.New("not a regular file of the output folder")
+
 // Deny lists absolute paths, files or folders, that no job may read as data
 // even under an allowed root. Each entry has a reason shown in the error.
 type Deny []DenyEntry

@@ -81,10 +81,6 @@ func (rs Roots) Open(p string, deny Deny) (*os.File, error) {
 	return f, nil
 }
 
-// ErrSymlink: a symbolic link where Open, OpenBeneath or OpenArtifact
-// follow none.
-var ErrSymlink = errors.New("a symbolic link is in the path (links are not followed here)")
-
 // OpenDir opens the directory at p (absolute; its last component must not
 // be a symbolic link) for use with OpenBeneath and OpenArtifact. Holding
 // it pins the directory: renaming it, or putting a link in its place,
@@ -151,10 +147,6 @@ func OpenBeneath(dir *os.File, rel string) (*os.File, error) {
 	}
 	return nil, fmt.Errorf("%q: empty path", rel)
 }
-
-// ErrNotArtifact: what a trainer left under an artifact's name is not a
-// regular file of its own.
-var ErrNotArtifact = errors.New("not a regular file of the output folder")
 
 // OpenArtifact opens name, a plain file name, in dir (the attempt's output
 // folder, opened with OpenDir before the trainer started) for reading, and
