@@ -13,8 +13,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/user"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/lathe-ml/lathe/backends/local/nvmlinventory"
@@ -105,6 +107,14 @@ type Config struct {
 	// starts (a job outside fails, permanently). Nil: no restriction
 	// (lathed always sets it).
 	AllowedRoots pathpolicy.Roots
+	// RunAs, when set (config worker.run_as: a user name or uid), runs
+	// every trainer as that user and its primary group instead of lathed's
+	// own: a trainer then cannot read lathed's files, its Redis socket or
+	// its memory. The worker hands the attempt's work, output, data-copy
+	// and checkpoint folders to that user. lathed must run as root to do
+	// so; otherwise New refuses the config. Empty: trainers run as
+	// lathed's user.
+	RunAs string
 	// Deny lists files and folders no job may read as data or write as
 	// output, whatever AllowedRoots say (lathed: its ledger key, tokens
 	// and config files, wherever they are). The worker always adds its own
@@ -113,6 +123,38 @@ type Config struct {
 	Deny pathpolicy.Deny
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+
+	// runAs and runAsHome are RunAs resolved by withDefaults.
+	runAs     *runner.Credential
+	runAsHome string
+}
+
+// geteuid is os.Geteuid (a test may replace it, see export_test.go).
+var geteuid = os.Geteuid
+
+// resolveRunAs looks up the user of worker.run_as (a name or a uid).
+func resolveRunAs(name string) (*runner.Credential, string, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		if _, nerr := strconv.Atoi(name); nerr == nil {
+			u, err = user.LookupId(name)
+		}
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("worker.run_as = %q: no such user: %w", name, err)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return nil, "", fmt.Errorf("worker.run_as = %q: uid %q gid %q are not numbers", name, u.Uid, u.Gid)
+	}
+	if uid == 0 {
+		return nil, "", fmt.Errorf("worker.run_as = %q: is root; name an unprivileged user", name)
+	}
+	if euid := geteuid(); euid != 0 {
+		return nil, "", fmt.Errorf("worker.run_as = %q: lathed runs as uid %d, not root, so it cannot start trainers as another user: run lathed as root or remove worker.run_as", name, euid)
+	}
+	return &runner.Credential{UID: uint32(uid), GID: uint32(gid)}, u.HomeDir, nil
 }
 
 var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
@@ -165,6 +207,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if _, ok := c.Trainers["reference"]; !ok {
 		c.Trainers["reference"] = []string{"/usr/bin/python3", "{scripts}/train_lora.py"}
+	}
+	if c.RunAs != "" {
+		var err error
+		if c.runAs, c.runAsHome, err = resolveRunAs(c.RunAs); err != nil {
+			return c, fmt.Errorf("worker: %w", err)
+		}
 	}
 	for name, keys := range c.TrainerPassEnv {
 		for i, k := range keys {

@@ -279,3 +279,59 @@ func TestTrainerEnvironmentIsScrubbed(t *testing.T) {
 		})
 	}
 }
+
+// runAsTrainer is a /bin/sh STAND-IN trainer that prints its uid and gid,
+// reads its dataset copy, writes a checkpoint and an artifact, and
+// succeeds.
+const runAsTrainer = `#!/bin/sh
+echo "uid=$(id -u) gid=$(id -g) home=$HOME"
+ds=$(sed -n 's|^  "dataset": "file://\(.*\)",*$|\1|p' "$LATHE_JOB_FILE")
+cat "$ds" || exit 1
+mkdir -p "$LATHE_CHECKPOINT_DIR/ckpt-1" && printf x > "$LATHE_CHECKPOINT_DIR/ckpt-1/state" || exit 1
+echo '{"event":"checkpoint","step":1,"path":"ckpt-1"}'
+printf 'adapter' > "$LATHE_OUTPUT_DIR/adapter_model.safetensors" || exit 1
+echo '{"event":"done","metrics":{}}'
+`
+
+// TestRunAsAnotherUser: with worker.run_as the trainer runs as that user
+// (nobody here; the tests run as root), reads its dataset copy, writes its
+// checkpoint and artifact, and the job succeeds.
+func TestRunAsAnotherUser(t *testing.T) {
+	b, data := setupRoots(t, map[string]string{"who": runAsTrainer}, func(cfg *worker.Config, _ string) {
+		cfg.RunAs = "nobody"
+	})
+	// nobody must reach the stand-in script (t.TempDir folders are 0700).
+	for _, d := range []string{b.dir, filepath.Dir(b.dir)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds := filepath.Join(data, "train.jsonl")
+	os.WriteFile(ds, []byte("{\"text\":\"private-data\"}\n"), 0o600) // lathed (root) reads it; the trainer gets a copy
+	id := b.submitData(t, "who", ds, "")
+	j := b.wait(t, id, terminal)
+	logs := b.logText(t, id)
+	if j.State != jobtype.StateSucceeded {
+		t.Fatalf("got %s: %s\n%s", j.State, j.Error, logs)
+	}
+	if !strings.Contains(logs, "uid=65534 gid=65534") || !strings.Contains(logs, "private-data") {
+		t.Fatalf("the trainer did not run as nobody or did not read its data:\n%s", logs)
+	}
+}
+
+// TestRunAsNeedsRoot: worker.run_as in a lathed that is not root is refused
+// at start, naming the key; so is an unknown user (the euid is a TEST HOOK).
+func TestRunAsNeedsRoot(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	store := jobstore.New(rdb, jobstore.Config{})
+	defer worker.SetTestGeteuid(func() int { return 1000 })()
+	_, err := worker.New(rdb, store, worker.Config{Node: "n1", DataDir: t.TempDir(), RunAs: "nobody"})
+	if err == nil || !strings.Contains(err.Error(), `worker.run_as = "nobody"`) || !strings.Contains(err.Error(), "not root") {
+		t.Fatalf("New: %v, want a refusal naming worker.run_as", err)
+	}
+	_, err = worker.New(rdb, store, worker.Config{Node: "n1", DataDir: t.TempDir(), RunAs: "no-such-user-lathe"})
+	if err == nil || !strings.Contains(err.Error(), `worker.run_as = "no-such-user-lathe": no such user`) {
+		t.Fatalf("New: %v, want a refusal of the unknown user", err)
+	}
+}

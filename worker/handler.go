@@ -175,6 +175,10 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 		return fail(jobtype.ReasonInternal, fmt.Sprintf("write %s: %v", specFile, err))
 	}
 
+	if err := w.handOver(workDir, outDir, inputsDir, ckptDir); err != nil {
+		return fail(jobtype.ReasonInternal, err.Error())
+	}
+
 	visible, simulated, err := w.pinGPUs(taskCtx, job.GPUs)
 	if err != nil {
 		log.Warn("cannot pin the reserved GPUs; requeueing", slog.Any("err", err))
@@ -192,6 +196,9 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 	}
 	if simulated {
 		env = append(env, "LATHE_SIMULATED_GPUS=1")
+	}
+	if w.cfg.runAs != nil {
+		env = append(env, "HOME="+w.cfg.runAsHome)
 	}
 	if len(job.GPUs) > 0 {
 		sim := "0"
@@ -247,6 +254,7 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 		Argv:      argv,
 		Env:       env,
 		PassEnv:   w.cfg.TrainerPassEnv[trainerName(job.Spec.Trainer)],
+		RunAs:     w.cfg.runAs,
 		Dir:       workDir,
 		KillGrace: w.cfg.KillGrace,
 		Watchdog:  wd,
@@ -395,6 +403,40 @@ func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, 
 			log.Warn("lease renewal failed; retrying", slog.Any("err", err))
 		}
 	}
+}
+
+// handOver gives the worker.run_as user what its trainer writes and
+// reads: the work folder (its working directory), the output folder, the
+// data copies and the job's checkpoint folder, all of it (a checkpoint an
+// earlier attempt left as another user included). Symbolic links are not
+// followed. Without run_as it does nothing. The worker reads nothing back
+// through these names: artifacts come through the output folder's
+// descriptor opened before the trainer started.
+func (w *Worker) handOver(workDir, outDir, inputsDir, ckptDir string) error {
+	c := w.cfg.runAs
+	if c == nil {
+		return nil
+	}
+	// The work folder itself only (the trainer's working directory):
+	// job.json stays lathed's.
+	if err := os.Lchown(workDir, int(c.UID), int(c.GID)); err != nil {
+		return fmt.Errorf("worker.run_as %s: hand %s over: %w", w.cfg.RunAs, workDir, err)
+	}
+	for _, d := range []string{outDir, inputsDir, ckptDir} {
+		err := filepath.WalkDir(d, func(p string, _ os.DirEntry, err error) error {
+			if err != nil {
+				if os.IsNotExist(err) && p == d {
+					return filepath.SkipDir // no data copies: no inputs folder
+				}
+				return err
+			}
+			return os.Lchown(p, int(c.UID), int(c.GID))
+		})
+		if err != nil {
+			return fmt.Errorf("worker.run_as %s: hand %s over: %w", w.cfg.RunAs, d, err)
+		}
+	}
+	return nil
 }
 
 // trainerName is the trainer a job names, "reference" when none.

@@ -162,6 +162,8 @@ type workerSection struct {
 	CheckpointRoot  string   `yaml:"checkpoint_root"`
 	MonitorInterval duration `yaml:"monitor_interval"`
 	HangTimeout     duration `yaml:"hang_timeout"`
+	// RunAs: the user trainers run as (lathed must be root); "" = lathed's.
+	RunAs string `yaml:"run_as"`
 }
 
 type jobsSection struct {

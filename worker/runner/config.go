@@ -40,6 +40,11 @@ type Config struct {
 	// gets (where set), e.g. the AWS credentials of a trainer that reads
 	// s3:// itself. Empty: none. A name matching LATHE_TOKEN* is invalid.
 	PassEnv []string
+	// RunAs, when not nil, runs the trainer as that user and group (and no
+	// supplementary group) instead of the caller's: the caller must be
+	// root, and must have made what the trainer writes writable by it.
+	// Nil: the caller's own user.
+	RunAs *Credential
 	// Dir is the trainer's working directory; empty means the caller's.
 	Dir string
 	// KillGrace is how long the group leader has to exit after SIGTERM before
@@ -62,6 +67,11 @@ type Config struct {
 	Watchdog *Watchdog
 	// Logger receives the runner's own records; nil discards them.
 	Logger *slog.Logger
+}
+
+// Credential is a numeric user and group to run a trainer as.
+type Credential struct {
+	UID, GID uint32
 }
 
 // normalise applies defaults and validates cfg.
