@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -26,7 +27,7 @@ import (
 // testHookBeforeTrainer, when set (by tests only, see export_test.go),
 // runs after the attempt's files were checked and just before the trainer
 // starts: the window a dataset swap would use.
-var testHookBeforeTrainer func(job *jobtype.Job)
+var testHookBeforeTrainer atomic.Pointer[func(job *jobtype.Job)]
 
 // errLost is the cause when the store says the attempt is no longer ours.
 var errLost = errors.New("attempt lost: the job store moved on")
@@ -247,8 +248,8 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 	defer removePidfile(pids, job.ID, attempt)
 	go sink.loop()
 	go w.monitor(runCtx, cancel, log, job.ID, job.GPUs, sink)
-	if testHookBeforeTrainer != nil {
-		testHookBeforeTrainer(job)
+	if h := testHookBeforeTrainer.Load(); h != nil {
+		(*h)(job)
 	}
 	res := runner.Run(runCtx, runner.Config{
 		Argv:      argv,
