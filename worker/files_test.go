@@ -335,3 +335,40 @@ func TestRunAsNeedsRoot(t *testing.T) {
 		t.Fatalf("New: %v, want a refusal of the unknown user", err)
 	}
 }
+
+// lsDatasetTrainer is a /bin/sh STAND-IN trainer that lists the folder its
+// job file names as the dataset and prints each file in it.
+const lsDatasetTrainer = `#!/bin/sh
+ds=$(sed -n 's|^  "dataset": "file://\(.*\)",*$|\1|p' "$LATHE_JOB_FILE")
+for f in "$ds"/*; do echo "file $(basename "$f"): $(cat "$f")"; done
+printf 'adapter' > "$LATHE_OUTPUT_DIR/adapter_model.safetensors"
+echo '{"event":"done","metrics":{}}'
+`
+
+// TestDatasetFolder: a dataset that is a folder (for a trainer that reads
+// one) reaches the trainer as a private copy; a folder holding a symbolic
+// link out of the roots fails the job, naming the link, and the trainer
+// never reads the outside file.
+func TestDatasetFolder(t *testing.T) {
+	b, data := setupRoots(t, map[string]string{"ls": lsDatasetTrainer}, nil)
+	ds := filepath.Join(data, "shards")
+	os.MkdirAll(ds, 0o755)
+	os.WriteFile(filepath.Join(ds, "0.jsonl"), []byte("shard-zero"), 0o644)
+	id := b.submitData(t, "ls", ds, "")
+	j := b.wait(t, id, terminal)
+	if logs := b.logText(t, id); j.State != jobtype.StateSucceeded || !strings.Contains(logs, "file 0.jsonl: shard-zero") {
+		t.Fatalf("got %s (%s):\n%s", j.State, j.Error, logs)
+	}
+
+	secret := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(secret, []byte("outside-secret"), 0o644)
+	os.Symlink(secret, filepath.Join(ds, "1.jsonl"))
+	id = b.submitData(t, "ls", ds, "")
+	j = b.wait(t, id, terminal)
+	if j.State != jobtype.StateFailed || j.Reason != jobtype.ReasonPermanent || !strings.HasPrefix(j.Error, "dataset: ") || !strings.Contains(j.Error, "1.jsonl") {
+		t.Fatalf("got %s/%s: %q; want a permanent failure naming the link", j.State, j.Reason, j.Error)
+	}
+	if logs := b.logText(t, id); strings.Contains(logs, "outside-secret") {
+		t.Fatalf("the trainer read the outside file:\n%s", logs)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -167,8 +166,12 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 	spec := job.Spec
 	inputsDir := filepath.Join(workDir, "inputs")
 	defer os.RemoveAll(inputsDir)
-	if err := inputs.copyTo(inputsDir, &spec); err != nil {
-		return fail(jobtype.ReasonInternal, err.Error())
+	if err := inputs.copyTo(inputsDir, &spec, w.dataDeny()); err != nil {
+		reason := jobtype.ReasonInternal
+		if errors.Is(err, pathpolicy.ErrSymlink) || errors.Is(err, pathpolicy.ErrDenied) || errors.Is(err, pathpolicy.ErrNotData) {
+			reason = jobtype.ReasonPermanent // what the dataset folder holds: a retry would do the same
+		}
+		return fail(reason, err.Error())
 	}
 	specFile := filepath.Join(workDir, "job.json")
 	specJSON, _ := json.MarshalIndent(spec, "", "  ")
@@ -559,13 +562,15 @@ func (in openedInputs) close() {
 	}
 }
 
-// copyTo copies each opened input into dir (made 0700, each copy 0400)
-// and points spec's field at the copy, so the trainer reads exactly the
-// bytes of the file that was checked. The copy is made in the kernel
-// (copy_file_range, a reflink where the file system shares blocks), so a
-// large dataset costs disk space for the attempt's length, not a pass
-// through this process; the folder is removed when the attempt ends.
-func (in openedInputs) copyTo(dir string, spec *jobspec.Spec) error {
+// copyTo copies each opened input (a file, or a folder for a trainer that
+// reads one) into dir (made 0700; copies 0400) with
+// pathpolicy.CopyOpened, and points spec's field at the copy, so the
+// trainer reads exactly the bytes of what was checked. The copy is made in
+// the kernel (copy_file_range, a reflink where the file system shares
+// blocks), so a large dataset costs disk space for the attempt's length,
+// not a pass through this process; the folder is removed when the attempt
+// ends.
+func (in openedInputs) copyTo(dir string, spec *jobspec.Spec, deny pathpolicy.Deny) error {
 	if len(in) == 0 {
 		return nil
 	}
@@ -574,15 +579,7 @@ func (in openedInputs) copyTo(dir string, spec *jobspec.Spec) error {
 	}
 	for _, i := range in {
 		dst := filepath.Join(dir, i.field+"-"+filepath.Base(i.path))
-		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o400)
-		if err != nil {
-			return fmt.Errorf("%s: copy for the trainer: %w", i.field, err)
-		}
-		_, err = io.Copy(out, i.file)
-		if cerr := out.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if _, err := pathpolicy.CopyOpened(i.file, dst, deny); err != nil {
 			return fmt.Errorf("%s: copy %s for the trainer: %w", i.field, i.path, err)
 		}
 		switch i.field {

@@ -20,6 +20,10 @@ var ErrSymlink = errors.New("a symbolic link is in the path (links are not follo
 // regular file of its own.
 var ErrNotArtifact = errors.New("not a regular file of the output folder")
 
+// ErrNotData: what Open or CopyOpened met is not a regular file or a
+// folder (a FIFO, a device, a socket).
+var ErrNotData = errors.New("not a regular file or a folder")
+
 // Deny lists absolute paths, files or folders, that no job may read as data
 // even under an allowed root. Each entry has a reason shown in the error.
 type Deny []DenyEntry

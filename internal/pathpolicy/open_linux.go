@@ -5,6 +5,7 @@ package pathpolicy
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,9 +23,9 @@ var testHookResolved func(resolved string)
 // root's directory one component at a time without following any symbolic
 // link. A link that appears after the resolution (a swap) makes the open
 // fail instead of being followed, so the file returned is the one that was
-// checked. The opened file must be a regular file (not a FIFO, device or
-// directory) and must not be a Deny entry under another name (a hard link
-// to it). The error names p and wraps ErrOutside, ErrDenied or the
+// checked. The opened file must be a regular file or a folder (not a FIFO,
+// a device or a socket) and must not be a Deny entry under another name (a
+// hard link to it); CopyOpened copies either without following links. The error names p and wraps ErrOutside, ErrDenied or the
 // system's error.
 func (rs Roots) Open(p string, deny Deny) (*os.File, error) {
 	rp, err := filepath.EvalSymlinks(filepath.Clean(p))
@@ -68,8 +69,8 @@ func (rs Roots) Open(p string, deny Deny) (*os.File, error) {
 		return nil, fmt.Errorf("%s (resolved %s): %w", p, rp, err)
 	}
 	st, err := fstat(f)
-	if err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
-		err = fmt.Errorf("not a regular file (mode %s)", fileMode(st.Mode))
+	if err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		err = fmt.Errorf("%w (it is a %s)", ErrNotData, fileMode(st.Mode))
 	}
 	if err == nil {
 		err = deny.checkFile(st)
@@ -253,4 +254,84 @@ func (d Deny) checkFile(st *unix.Stat_t) error {
 		}
 	}
 	return nil
+}
+
+// CopyOpened copies f, a regular file or a folder opened by Open, to dst
+// (which must not exist), reading only through descriptors: a folder is
+// walked with OpenBeneath, so a symbolic link inside it, a FIFO or a device
+// is refused (naming it) instead of followed, and each file is checked
+// against deny by inode (a hard link to a denied file). Files are written
+// with mode 0400, folders 0700. It returns the bytes copied.
+func CopyOpened(f *os.File, dst string, deny Deny) (int64, error) {
+	st, err := fstat(f)
+	if err != nil {
+		return 0, err
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return copyRegular(f, dst)
+	case unix.S_IFDIR:
+		return copyTree(f, dst, deny, ".")
+	}
+	return 0, fmt.Errorf("%s: %w (it is a %s)", f.Name(), ErrNotData, fileMode(st.Mode))
+}
+
+func copyRegular(f *os.File, dst string) (int64, error) {
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o400)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(out, f) // copy_file_range: in the kernel
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return n, fmt.Errorf("copy %s: %w", f.Name(), err)
+	}
+	return n, nil
+}
+
+func copyTree(dir *os.File, dst string, deny Deny, rel string) (int64, error) {
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		return 0, err
+	}
+	d, err := OpenBeneathDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	entries, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil {
+		return 0, fmt.Errorf("list %s: %w", dir.Name(), err)
+	}
+	var total int64
+	for _, e := range entries {
+		name := filepath.Join(rel, e.Name())
+		f, err := OpenBeneath(dir, e.Name())
+		if err != nil {
+			return total, fmt.Errorf("%s: %w", name, err)
+		}
+		n, err := func() (int64, error) {
+			defer f.Close()
+			st, err := fstat(f)
+			if err != nil {
+				return 0, err
+			}
+			if err := deny.checkFile(st); err != nil {
+				return 0, fmt.Errorf("%s: %w", name, err)
+			}
+			switch st.Mode & unix.S_IFMT {
+			case unix.S_IFREG:
+				return copyRegular(f, filepath.Join(dst, e.Name()))
+			case unix.S_IFDIR:
+				return copyTree(f, filepath.Join(dst, e.Name()), deny, name)
+			}
+			return 0, fmt.Errorf("%s: %w (it is a %s)", name, ErrNotData, fileMode(st.Mode))
+		}()
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }

@@ -92,7 +92,7 @@ func TestOpenDenied(t *testing.T) {
 		}
 	}
 	for _, p := range []string{filepath.Join(root, "fifo"), filepath.Join(root, "redis")} {
-		if _, err := rs.Open(p, deny); err == nil || !strings.Contains(err.Error(), "not a regular file") && !errors.Is(err, ErrDenied) {
+		if _, err := rs.Open(p, deny); err == nil || !strings.Contains(err.Error(), "not a regular file or a folder") && !errors.Is(err, ErrDenied) {
 			t.Errorf("Open(%s): %v, want refused", p, err)
 		}
 	}
@@ -146,5 +146,51 @@ func TestOpenArtifact(t *testing.T) {
 	}
 	if _, err := OpenDir(out); !errors.Is(err, ErrSymlink) {
 		t.Errorf("OpenDir of a link: %v", err)
+	}
+}
+
+// TestCopyOpenedFolder: a dataset folder is copied file by file through
+// descriptors; a symbolic link or a FIFO inside it, or a hard link to a
+// denied file, stops the copy with an error naming the entry.
+func TestCopyOpenedFolder(t *testing.T) {
+	root := t.TempDir()
+	outside := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(outside, []byte("secret"), 0o600)
+	ds := filepath.Join(root, "ds")
+	os.MkdirAll(filepath.Join(ds, "shards"), 0o755)
+	os.WriteFile(filepath.Join(ds, "meta.json"), []byte("{}"), 0o644)
+	os.WriteFile(filepath.Join(ds, "shards", "0.arrow"), []byte("0123"), 0o644)
+	rs, _ := New([]string{root})
+	deny := Deny{{Path: outside, Why: "a secret"}}
+	copyOf := func(t *testing.T) (string, error) {
+		f, err := rs.Open(ds, deny)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		dst := filepath.Join(t.TempDir(), "copy")
+		_, err = CopyOpened(f, dst, deny)
+		return dst, err
+	}
+	dst, err := copyOf(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "shards", "0.arrow")); string(b) != "0123" {
+		t.Fatalf("copied %q", b)
+	}
+	for name, mk := range map[string]func(p string) error{
+		"link": func(p string) error { return os.Symlink(outside, p) },
+		"fifo": func(p string) error { return syscall.Mkfifo(p, 0o644) },
+		"hard": func(p string) error { return os.Link(outside, p) },
+	} {
+		p := filepath.Join(ds, "shards", name)
+		if err := mk(p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := copyOf(t); err == nil || !strings.Contains(err.Error(), filepath.Join("shards", name)) {
+			t.Errorf("%s in the folder: %v, want an error naming it", name, err)
+		}
+		os.Remove(p)
 	}
 }

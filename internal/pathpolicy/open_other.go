@@ -22,3 +22,6 @@ func OpenArtifact(dir *os.File, name string) (*os.File, int64, error) { return n
 
 // ListRegular is implemented on Linux only.
 func ListRegular(dir *os.File) ([]string, error) { return nil, errUnsupported }
+
+// CopyOpened is implemented on Linux only.
+func CopyOpened(f *os.File, dst string, deny Deny) (int64, error) { return 0, errUnsupported }
