@@ -81,6 +81,9 @@ func (a *cloudAttempt) stage(ctx context.Context, what, uri string) (string, err
 		return "", fmt.Errorf("%s: %w", what, err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		return "", permanent("%s %s: is a folder; only a file can be staged to a cloud backend", what, uri)
+	}
 	h := sha256.New()
 	size, err := io.Copy(h, f)
 	if err != nil {

@@ -98,6 +98,9 @@ func TestStagingRefusesDaemonFiles(t *testing.T) {
 			t.Fatalf("the ledger key was staged to %s", k)
 		}
 	}
+	if _, err := a.stage(t.Context(), "dataset", fileuri.FromPath(data)); err == nil || !strings.Contains(err.Error(), "is a folder") || !errors.As(err, &perm) {
+		t.Fatalf("stage(a folder): %v, want a permanent refusal", err)
+	}
 	to, err := a.stage(t.Context(), "dataset", fileuri.FromPath(good))
 	if err != nil {
 		t.Fatalf("stage(good): %v", err)
