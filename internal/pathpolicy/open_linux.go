@@ -64,7 +64,12 @@ func (rs Roots) Open(p string, deny Deny) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
-	f, err := OpenBeneath(dir, rel)
+	var f *os.File
+	if rel == "." {
+		f, err = OpenBeneathDir(dir) // the root itself
+	} else {
+		f, err = OpenBeneath(dir, rel)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s (resolved %s): %w", p, rp, err)
 	}
