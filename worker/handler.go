@@ -412,8 +412,9 @@ func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, 
 // handOver gives the worker.run_as user what its trainer writes and
 // reads: the work folder (its working directory), the output folder, the
 // data copies and the job's checkpoint folder, all of it (a checkpoint an
-// earlier attempt left as another user included). Symbolic links are not
-// followed. Without run_as it does nothing. The worker reads nothing back
+// earlier attempt left as another user included), through descriptors
+// (pathpolicy.ChownTree: no link is followed, even one swapped in by a
+// process of that user meanwhile). Without run_as it does nothing. The worker reads nothing back
 // through these names: artifacts come through the output folder's
 // descriptor opened before the trainer started.
 func (w *Worker) handOver(workDir, outDir, inputsDir, ckptDir string) error {
@@ -427,16 +428,7 @@ func (w *Worker) handOver(workDir, outDir, inputsDir, ckptDir string) error {
 		return fmt.Errorf("worker.run_as %s: hand %s over: %w", w.cfg.RunAs, workDir, err)
 	}
 	for _, d := range []string{outDir, inputsDir, ckptDir} {
-		err := filepath.WalkDir(d, func(p string, _ os.DirEntry, err error) error {
-			if err != nil {
-				if os.IsNotExist(err) && p == d {
-					return filepath.SkipDir // no data copies: no inputs folder
-				}
-				return err
-			}
-			return os.Lchown(p, int(c.UID), int(c.GID))
-		})
-		if err != nil {
+		if err := pathpolicy.ChownTree(d, int(c.UID), int(c.GID)); err != nil {
 			return fmt.Errorf("worker.run_as %s: hand %s over: %w", w.cfg.RunAs, d, err)
 		}
 	}

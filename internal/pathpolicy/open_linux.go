@@ -340,3 +340,61 @@ func copyTree(dir *os.File, dst string, deny Deny, rel string) (int64, error) {
 	}
 	return total, nil
 }
+
+// ChownTree gives dir (absolute; not a link) and everything under it to
+// uid:gid, walking through descriptors: each entry is changed with
+// fchownat(AT_SYMLINK_NOFOLLOW) relative to its opened parent and each
+// folder is entered with O_NOFOLLOW, so a link swapped in by a process of
+// that user (one left from an earlier attempt) cannot redirect the change
+// to a file outside dir. A dir that does not exist is no error.
+func ChownTree(dir string, uid, gid int) error {
+	d, err := OpenDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := unix.Fchown(int(d.Fd()), uid, gid); err != nil {
+		return fmt.Errorf("chown %s: %w", dir, err)
+	}
+	return chownBeneath(d, uid, gid)
+}
+
+func chownBeneath(dir *os.File, uid, gid int) error {
+	d, err := OpenBeneathDir(dir)
+	if err != nil {
+		return err
+	}
+	entries, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir.Name(), err)
+	}
+	for _, e := range entries {
+		if err := unix.Fchownat(int(dir.Fd()), e.Name(), uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // removed meanwhile
+			}
+			return fmt.Errorf("chown %s: %w", filepath.Join(dir.Name(), e.Name()), err)
+		}
+		if !e.IsDir() {
+			continue
+		}
+		fd, err := unix.Openat(int(dir.Fd()), e.Name(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+				continue // gone, or swapped for a link or a file: not followed
+			}
+			return fmt.Errorf("open %s: %w", filepath.Join(dir.Name(), e.Name()), err)
+		}
+		sub := os.NewFile(uintptr(fd), filepath.Join(dir.Name(), e.Name()))
+		err = chownBeneath(sub, uid, gid)
+		sub.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

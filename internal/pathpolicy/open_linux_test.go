@@ -194,3 +194,41 @@ func TestCopyOpenedFolder(t *testing.T) {
 		os.Remove(p)
 	}
 }
+
+// TestChownTree: everything under the folder changes owner; a link in it
+// is changed itself, never its target (a file outside the folder keeps
+// its owner). The tests run as root.
+func TestChownTree(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "ckpt")
+	os.MkdirAll(filepath.Join(dir, "ckpt-1"), 0o755)
+	os.WriteFile(filepath.Join(dir, "ckpt-1", "state"), []byte("x"), 0o644)
+	outside := filepath.Join(base, "outside")
+	os.MkdirAll(outside, 0o755)
+	os.WriteFile(filepath.Join(outside, "root-file"), []byte("x"), 0o644)
+	os.Symlink(filepath.Join(outside, "root-file"), filepath.Join(dir, "link-file"))
+	os.Symlink(outside, filepath.Join(dir, "link-dir"))
+	if err := ChownTree(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	owner := func(p string) uint32 {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Uid
+	}
+	for _, p := range []string{dir, filepath.Join(dir, "ckpt-1"), filepath.Join(dir, "ckpt-1", "state"), filepath.Join(dir, "link-file"), filepath.Join(dir, "link-dir")} {
+		if owner(p) != 65534 {
+			t.Errorf("%s: owner %d", p, owner(p))
+		}
+	}
+	for _, p := range []string{outside, filepath.Join(outside, "root-file")} {
+		if owner(p) != 0 {
+			t.Errorf("%s outside the folder changed owner to %d", p, owner(p))
+		}
+	}
+	if err := ChownTree(filepath.Join(base, "missing"), 65534, 65534); err != nil {
+		t.Errorf("a missing folder: %v", err)
+	}
+}

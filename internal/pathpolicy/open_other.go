@@ -25,3 +25,6 @@ func ListRegular(dir *os.File) ([]string, error) { return nil, errUnsupported }
 
 // CopyOpened is implemented on Linux only.
 func CopyOpened(f *os.File, dst string, deny Deny) (int64, error) { return 0, errUnsupported }
+
+// ChownTree is implemented on Linux only.
+func ChownTree(dir string, uid, gid int) error { return errUnsupported }
