@@ -157,7 +157,12 @@ func (a *cloudAttempt) collect(ctx context.Context, arts []agent.Artifact) ([]jo
 	var res []jobtype.Artifact
 	switch {
 	case strings.HasPrefix(out, "file:"):
-		got, err := publishArtifacts(tmpFD, out, reported)
+		dest, err := openOutput(a.c.cfg.AllowedRoots, outputDenyOf(a.c.cfg.DataDir, "", a.c.cfg.Deny), out)
+		if err != nil {
+			return nil, err
+		}
+		defer dest.Close()
+		got, err := publishArtifacts(tmpFD, dest, reported)
 		if err != nil {
 			return nil, err
 		}

@@ -372,3 +372,42 @@ func TestDatasetFolder(t *testing.T) {
 		t.Fatalf("the trainer read the outside file:\n%s", logs)
 	}
 }
+
+// outputSwapTrainer is a /bin/sh STAND-IN for a hostile trainer (or a user
+// who can write to the output root) that, while the job runs, makes the
+// job's future output folder %MODELS%/<job id> a symbolic link to %OUTSIDE%,
+// then writes its artifact and succeeds.
+const outputSwapTrainer = `#!/bin/sh
+ln -s "%OUTSIDE%" "%MODELS%/$LATHE_JOB_ID"
+printf 'adapter' > "$LATHE_OUTPUT_DIR/adapter_model.safetensors"
+echo '{"event":"done","metrics":{}}'
+`
+
+// TestOutputFolderSwappedForALink: the job's output folder, checked at the
+// attempt's start, that becomes a link out of the roots while the trainer
+// runs is not written through: the artifact does not land outside, and the
+// job fails naming the output.
+func TestOutputFolderSwappedForALink(t *testing.T) {
+	models, outside := t.TempDir(), t.TempDir()
+	body := strings.NewReplacer("%OUTSIDE%", outside, "%MODELS%", models).Replace(outputSwapTrainer)
+	b, data := setupRoots(t, map[string]string{"swap": body}, func(cfg *worker.Config, data string) {
+		roots, _ := pathpolicy.New(append([]string(cfg.AllowedRoots), models))
+		cfg.AllowedRoots = roots
+	})
+	ds := filepath.Join(data, "train.jsonl")
+	os.WriteFile(ds, []byte("{\"text\":\"x\"}\n"), 0o644)
+	spec := &jobspec.Spec{Name: "t", BaseModel: "tiny-char", Dataset: fileuri.FromPath(ds), Trainer: "swap",
+		Priority: jobspec.PriorityNormal, MaxRuntime: jobspec.Duration(time.Hour)}
+	j0, _, err := b.store.Create(b.ctx, jobstore.NewJob{Spec: spec, OutputURI: fileuri.FromPath(models) + "/{id}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.dispatch(t, j0.ID, 1)
+	j := b.wait(t, j0.ID, terminal)
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Fatalf("the artifact was written outside the roots: %v (job %s: %s)", entries, j.State, j.Error)
+	}
+	if j.State != jobtype.StateFailed || !strings.Contains(j.Error, "output") || !strings.Contains(j.Error, j0.ID) {
+		t.Fatalf("got %s/%s: %q; want failed naming the output folder", j.State, j.Reason, j.Error)
+	}
+}

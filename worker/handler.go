@@ -271,7 +271,16 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 
 	switch res.Outcome {
 	case runner.Succeeded:
-		arts, err := publishArtifacts(outFD, job.OutputURI, sink.artifacts())
+		dest, err := openOutput(w.cfg.AllowedRoots, w.outputDeny(), job.OutputURI)
+		if err != nil {
+			reason := jobtype.ReasonInternal
+			if errors.Is(err, pathpolicy.ErrOutside) || errors.Is(err, pathpolicy.ErrDenied) || errors.Is(err, pathpolicy.ErrSymlink) {
+				reason = jobtype.ReasonPermanent
+			}
+			return fail(reason, err.Error())
+		}
+		defer dest.Close()
+		arts, err := publishArtifacts(outFD, dest, sink.artifacts())
 		if err != nil {
 			reason := jobtype.ReasonInternal
 			if errors.Is(err, pathpolicy.ErrNotArtifact) {

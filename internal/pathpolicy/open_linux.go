@@ -3,6 +3,8 @@
 package pathpolicy
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -397,4 +399,121 @@ func chownBeneath(dir *os.File, uid, gid int) error {
 		}
 	}
 	return nil
+}
+
+// MakeDir opens the folder p for writing artifacts into it, making what is
+// missing of it (mode 0755), if p is allowed: its existing part resolved
+// once must lie under one of the roots and not under a Deny entry, and it
+// is then walked from the root's descriptor one component at a time
+// without following any link (made with mkdirat where missing). A link
+// that appears after the resolution, at any component, makes it fail with
+// ErrSymlink instead of being followed, so files made through the returned
+// descriptor land in the folder that was checked.
+func (rs Roots) MakeDir(p string, deny Deny) (*os.File, error) {
+	if !filepath.IsAbs(p) {
+		return nil, fmt.Errorf("%s: not an absolute path", p)
+	}
+	rp, err := resolve(p)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	root := ""
+	for _, r := range rs {
+		rr, err := resolve(r)
+		if err != nil {
+			continue
+		}
+		if rr == rp || rr == "/" || strings.HasPrefix(rp, rr+string(filepath.Separator)) {
+			root = rr
+			break
+		}
+	}
+	if root == "" {
+		return nil, fmt.Errorf("%s (resolved %s): %w %v", p, rp, ErrOutside, []string(rs))
+	}
+	if err := deny.checkPath(p, rp); err != nil {
+		return nil, err
+	}
+	if testHookResolved != nil {
+		testHookResolved(rp)
+	}
+	dir, err := OpenDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("%s: allowed root: %w", p, err)
+	}
+	rel, err := filepath.Rel(root, rp)
+	if err != nil || rel == "." {
+		return dir, err
+	}
+	cur := dir
+	for _, c := range strings.Split(rel, string(filepath.Separator)) {
+		next, err := openOrMakeDir(cur, c)
+		cur.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s (resolved %s): %w", p, rp, err)
+		}
+		cur = next
+	}
+	return cur, nil
+}
+
+// openOrMakeDir opens (making it if missing) the folder name in dir,
+// following no link.
+func openOrMakeDir(dir *os.File, name string) (*os.File, error) {
+	if name == "" || name == "." || name == ".." {
+		return nil, fmt.Errorf("component %q is not allowed", name)
+	}
+	for range 2 {
+		fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == nil {
+			return os.NewFile(uintptr(fd), filepath.Join(dir.Name(), name)), nil
+		}
+		if errors.Is(err, unix.ENOENT) {
+			if err := unix.Mkdirat(int(dir.Fd()), name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+				return nil, fmt.Errorf("make %s: %w", filepath.Join(dir.Name(), name), err)
+			}
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(dir.Name(), name), ErrSymlink)
+		}
+		return nil, fmt.Errorf("open %s: %w", filepath.Join(dir.Name(), name), err)
+	}
+	return nil, fmt.Errorf("make %s: it keeps vanishing", filepath.Join(dir.Name(), name))
+}
+
+// CreateIn writes a new file name in dir (a folder from MakeDir or OpenDir)
+// from r: a temporary name made with O_EXCL|O_NOFOLLOW, synced, then
+// renamed over name within dir, so a reader never sees half a file and
+// nothing is written through a link. It returns the bytes written.
+func CreateIn(dir *os.File, name string, r io.Reader) (int64, error) {
+	if name == "" || strings.ContainsRune(name, filepath.Separator) || name == "." || name == ".." {
+		return 0, fmt.Errorf("%q: not a plain file name", name)
+	}
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return 0, err
+	}
+	tmp := ".tmp-" + name + "-" + hex.EncodeToString(rnd[:])
+	fd, err := unix.Openat(int(dir.Fd()), tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return 0, fmt.Errorf("create %s: %w", filepath.Join(dir.Name(), tmp), err)
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(dir.Name(), tmp))
+	n, err := io.Copy(f, r)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = unix.Renameat(int(dir.Fd()), tmp, int(dir.Fd()), name)
+	}
+	if err != nil {
+		_ = unix.Unlinkat(int(dir.Fd()), tmp, 0)
+		return 0, fmt.Errorf("write %s: %w", filepath.Join(dir.Name(), name), err)
+	}
+	return n, nil
 }

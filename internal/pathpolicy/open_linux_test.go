@@ -232,3 +232,39 @@ func TestChownTree(t *testing.T) {
 		t.Errorf("a missing folder: %v", err)
 	}
 }
+
+// TestMakeDir: an output folder is made under its root and written through
+// its descriptor; one swapped for a link after the check is refused, and
+// nothing is written through the link.
+func TestMakeDir(t *testing.T) {
+	root, outside := t.TempDir(), t.TempDir()
+	rs, _ := New([]string{root})
+	d, err := rs.MakeDir(filepath.Join(root, "models", "job-1"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := CreateIn(d, "adapter.safetensors", strings.NewReader("adapter")); err != nil || n != 7 {
+		t.Fatalf("CreateIn: %d %v", n, err)
+	}
+	d.Close()
+	if b, _ := os.ReadFile(filepath.Join(root, "models", "job-1", "adapter.safetensors")); string(b) != "adapter" {
+		t.Fatalf("wrote %q", b)
+	}
+	testHookResolved = func(string) {
+		os.Symlink(outside, filepath.Join(root, "models", "job-2"))
+	}
+	defer func() { testHookResolved = nil }()
+	if d, err := rs.MakeDir(filepath.Join(root, "models", "job-2"), nil); !errors.Is(err, ErrSymlink) {
+		if d != nil {
+			d.Close()
+		}
+		t.Fatalf("MakeDir through a link swapped in: %v, want ErrSymlink", err)
+	}
+	testHookResolved = nil
+	if _, err := rs.MakeDir(filepath.Join(root, "models", "job-2"), nil); !errors.Is(err, ErrOutside) {
+		t.Fatalf("MakeDir of a link out of the root: %v, want ErrOutside", err)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Fatalf("made %v outside", entries)
+	}
+}

@@ -4,6 +4,7 @@ package pathpolicy
 
 import (
 	"errors"
+	"io"
 	"os"
 )
 
@@ -28,3 +29,9 @@ func CopyOpened(f *os.File, dst string, deny Deny) (int64, error) { return 0, er
 
 // ChownTree is implemented on Linux only.
 func ChownTree(dir string, uid, gid int) error { return errUnsupported }
+
+// MakeDir is implemented on Linux only.
+func (rs Roots) MakeDir(p string, deny Deny) (*os.File, error) { return nil, errUnsupported }
+
+// CreateIn is implemented on Linux only.
+func CreateIn(dir *os.File, name string, r io.Reader) (int64, error) { return 0, errUnsupported }
