@@ -524,28 +524,14 @@ func (w *Worker) outputDeny() pathpolicy.Deny {
 	return outputDenyOf(w.cfg.DataDir, w.cfg.ScriptsDir, w.cfg.Deny)
 }
 
-// dataDenyOf is dataDeny for a data dir, a checkpoint root ("" for none)
-// and extra entries; the specific entries come first for a clearer error.
+// dataDenyOf is pathpolicy.DataDeny (the local and the AWS worker).
 func dataDenyOf(dataDir, ckptRoot, scriptsDir string, extra pathpolicy.Deny) pathpolicy.Deny {
-	d := outputDenyOf(dataDir, scriptsDir, extra)
-	if ckptRoot != "" {
-		d = append(d, pathpolicy.DenyEntry{Path: ckptRoot, Why: "the checkpoint root (every job's checkpoints)"})
-	}
-	return append(d, pathpolicy.DenyEntry{Path: dataDir, Why: "the data dir of lathed (work folders, checkpoints, artifacts of every job); keep datasets outside it"})
+	return pathpolicy.DataDeny(dataDir, ckptRoot, scriptsDir, extra)
 }
 
-// outputDenyOf is outputDeny for a data dir and extra entries.
+// outputDenyOf is pathpolicy.OutputDeny.
 func outputDenyOf(dataDir, scriptsDir string, extra pathpolicy.Deny) pathpolicy.Deny {
-	d := pathpolicy.Deny{
-		{Path: filepath.Join(dataDir, "ledger.key"), Why: "the ledger key"},
-		{Path: filepath.Join(dataDir, "redis"), Why: "the managed Redis's files"},
-		{Path: filepath.Join(dataDir, "work"), Why: "the attempts' work folders"},
-		{Path: filepath.Join(dataDir, "pids"), Why: "the trainers' pidfiles"},
-	}
-	if scriptsDir != "" {
-		d = append(d, pathpolicy.DenyEntry{Path: scriptsDir, Why: "the trainers' scripts"})
-	}
-	return append(d, extra...)
+	return pathpolicy.OutputDeny(dataDir, scriptsDir, extra)
 }
 
 // openedInput is a dataset file opened and checked by checkPaths.

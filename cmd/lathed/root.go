@@ -289,7 +289,7 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			return err
 		}
 		s := scheduler.New(rdb, store, scheduler.Config{
-			Listen: listen, Tokens: tokens, AllowedRoots: roots,
+			Listen: listen, Tokens: tokens, AllowedRoots: roots, DataDeny: pathpolicy.DataDeny(dataDir, fc.Worker.CheckpointRoot, filepath.Join(dataDir, "scripts"), daemonDeny(fc)),
 			KeepFinished: fc.Jobs.KeepFinished, FinishedTTL: fc.Jobs.FinishedTTL.D(),
 			Defaults: jobspec.Defaults{MaxRuntime: fc.Jobs.DefaultMaxRuntime.D(), Residency: fc.route.DefaultResidency,
 				OutputURI: out},

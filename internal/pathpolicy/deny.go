@@ -65,3 +65,44 @@ func (rs Roots) CheckResolvedDeny(p string, deny Deny) error {
 	}
 	return deny.checkPath(p, rp)
 }
+
+// DataDeny is what no job may read as data on a machine whose lathed data
+// dir is dataDir: OutputDeny, the checkpoint root ("" for none), and the
+// data dir as a whole (other attempts' work folders and data copies,
+// checkpoints, published artifacts of every team). The specific entries
+// come first for a clearer error.
+func DataDeny(dataDir, ckptRoot, scriptsDir string, extra Deny) Deny {
+	d := OutputDeny(dataDir, scriptsDir, extra)
+	if ckptRoot != "" {
+		d = append(d, DenyEntry{Path: ckptRoot, Why: "the checkpoint root (every job's checkpoints)"})
+	}
+	return append(d, DenyEntry{Path: dataDir, Why: "the data dir of lathed (work folders, checkpoints, artifacts of every job); keep datasets outside it"})
+}
+
+// OutputDeny is where no job's output may go: lathed's secrets and
+// bookkeeping under dataDir (ledger.key, the managed Redis, work folders,
+// pidfiles, scripts), and extra (lathed's config, tokens and ledger key
+// files wherever they are).
+func OutputDeny(dataDir, scriptsDir string, extra Deny) Deny {
+	d := Deny{
+		{Path: filepath.Join(dataDir, "ledger.key"), Why: "the ledger key"},
+		{Path: filepath.Join(dataDir, "redis"), Why: "the managed Redis's files"},
+		{Path: filepath.Join(dataDir, "work"), Why: "the attempts' work folders"},
+		{Path: filepath.Join(dataDir, "pids"), Why: "the trainers' pidfiles"},
+	}
+	if scriptsDir != "" {
+		d = append(d, DenyEntry{Path: scriptsDir, Why: "the trainers' scripts"})
+	}
+	return append(d, extra...)
+}
+
+// Check refuses p (absolute) when, with the links that exist resolved, it
+// is a Deny entry or lies under one: the scheduler's check at submit (the
+// worker checks the file it opens again).
+func (d Deny) Check(p string) error {
+	rp, err := resolve(p)
+	if err != nil {
+		rp = filepath.Clean(p)
+	}
+	return d.checkPath(p, rp)
+}
