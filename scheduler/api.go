@@ -348,6 +348,11 @@ func (s *Scheduler) admissible(spec *jobspec.Spec) []jobspec.FieldError {
 			fe = append(fe, jobspec.FieldError{Field: f.name, Value: f.uri,
 				Message: fmt.Sprintf("not under an allowed root of this deployment (jobs.allowed_roots: %s)", strings.Join(s.cfg.AllowedRoots, ", "))})
 		}
+		if p, err := fileuri.Path(f.uri); err == nil && f.name != "output.uri" {
+			if err := s.cfg.DataDeny.Check(p); err != nil {
+				fe = append(fe, jobspec.FieldError{Field: f.name, Value: f.uri, Message: err.Error()})
+			}
+		}
 	}
 	return fe
 }

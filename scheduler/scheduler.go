@@ -115,6 +115,12 @@ type Config struct {
 	// under (checked by their text here; the worker checks again with links
 	// resolved). Nil: no restriction (lathed always sets it).
 	AllowedRoots pathpolicy.Roots
+	// DataDeny lists lathed's own files and folders that no dataset or
+	// eval_dataset may be, whatever AllowedRoots say (pathpolicy.DataDeny of
+	// the data dir, and the config, tokens and ledger key files); refused at
+	// submit, naming the field. The worker checks again on its machine.
+	// Nil: none.
+	DataDeny pathpolicy.Deny
 	// Tokens are the API tokens. Empty means an open API (every request is
 	// an anonymous admin): only for a scheduler on loopback, which lathed
 	// enforces. /healthz is always open.

@@ -6,31 +6,30 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
 
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/worker/runner"
 )
 
-// publishArtifacts copies the attempt's artifacts from outDir into the job's
-// output folder (outputURI, a per-job file:// folder), computing each file's
-// size and sha256 and checking them against what the trainer reported.
-// Each file is written to a temporary name and renamed, so a reader never
-// sees half a file. When the trainer reported no artifact, every regular
-// file at the top of outDir is published.
-func publishArtifacts(outDir, outputURI string, reported []runner.TrainerEvent) ([]jobtype.Artifact, error) {
-	dest, err := fileuri.Path(outputURI)
+// publishArtifacts copies the attempt's artifacts from outDir (the output
+// folder, opened before the trainer started) into dest, the job's output
+// folder (opened with openOutput), computing each file's size and sha256 and
+// checking them against what the trainer reported. Each artifact is opened
+// through outDir with pathpolicy.OpenArtifact: a symbolic link, a hard link
+// (a second name of a file elsewhere), a FIFO or anything but a regular file
+// of the folder is refused, and the copy and the digest are made from that
+// one open file. Each file is written through dest's descriptor to a
+// temporary name and renamed (pathpolicy.CreateIn), so a reader never sees
+// half a file and nothing is written through a link. When the trainer
+// reported no artifact, every regular file at the top of outDir is
+// published.
+func publishArtifacts(outDir, dest *os.File, reported []runner.TrainerEvent) ([]jobtype.Artifact, error) {
+	reported, err := runner.ArtifactsIn(outDir, reported)
 	if err != nil {
 		return nil, err
-	}
-	reported, err = runner.ArtifactsIn(outDir, reported)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(dest, 0o755); err != nil {
-		return nil, fmt.Errorf("make %s: %w", dest, err)
 	}
 	seen := map[string]bool{}
 	out := make([]jobtype.Artifact, 0, len(reported))
@@ -42,7 +41,7 @@ func publishArtifacts(outDir, outputURI string, reported []runner.TrainerEvent) 
 			continue
 		}
 		seen[r.Path] = true
-		n, sum, err := copyFile(filepath.Join(outDir, r.Path), filepath.Join(dest, r.Path))
+		n, sum, err := copyArtifact(outDir, r.Path, dest)
 		if err != nil {
 			return nil, err
 		}
@@ -58,30 +57,46 @@ func publishArtifacts(outDir, outputURI string, reported []runner.TrainerEvent) 
 	return out, nil
 }
 
-func copyFile(src, dst string) (int64, string, error) {
-	in, err := os.Open(src)
+// openOutput opens (making it) the job's file:// output folder for
+// publishArtifacts. Under allowed roots it is pathpolicy.Roots.MakeDir:
+// checked again now, walked without following links, so a folder swapped for
+// a link while the trainer ran is refused, not written through. Without
+// roots (nil: tests only) it is made and opened by name.
+func openOutput(roots pathpolicy.Roots, deny pathpolicy.Deny, outputURI string) (*os.File, error) {
+	dest, err := fileuri.Path(outputURI)
 	if err != nil {
-		return 0, "", fmt.Errorf("artifact: %w", err)
+		return nil, fmt.Errorf("output: %w", err)
+	}
+	if roots != nil {
+		d, err := roots.MakeDir(dest, deny)
+		if err != nil {
+			return nil, fmt.Errorf("output: %w%s", err, rootsHint(err))
+		}
+		return d, nil
+	}
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		return nil, fmt.Errorf("output: make %s: %w", dest, err)
+	}
+	d, err := pathpolicy.OpenDir(dest)
+	if err != nil {
+		return nil, fmt.Errorf("output: %w", err)
+	}
+	return d, nil
+}
+
+// copyArtifact copies the artifact name of dir into dest and returns its
+// size and sha256, both from the one descriptor pathpolicy.OpenArtifact
+// checked.
+func copyArtifact(dir *os.File, name string, dest *os.File) (int64, string, error) {
+	in, _, err := pathpolicy.OpenArtifact(dir, name)
+	if err != nil {
+		return 0, "", err
 	}
 	defer in.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".tmp-"+filepath.Base(dst)+"-*")
-	if err != nil {
-		return 0, "", fmt.Errorf("artifact: %w", err)
-	}
-	defer os.Remove(tmp.Name())
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), in)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), dst)
-	}
+	n, err := pathpolicy.CreateIn(dest, name, io.TeeReader(in, h))
 	if err != nil {
-		return 0, "", fmt.Errorf("artifact %s: %w", filepath.Base(dst), err)
+		return 0, "", fmt.Errorf("artifact %s: %w", name, err)
 	}
 	return n, hex.EncodeToString(h.Sum(nil)), nil
 }

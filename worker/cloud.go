@@ -67,6 +67,9 @@ type CloudConfig struct {
 	// AllowedRoots are the folders a file:// dataset or output must be
 	// under (symbolic links resolved). Nil: no restriction.
 	AllowedRoots pathpolicy.Roots
+	// Deny: as Config.Deny. A file:// dataset under DataDir or a Deny
+	// entry is never staged.
+	Deny pathpolicy.Deny
 	// MaxAttempts is how many attempts a job gets before a retryable
 	// failure is final; default 3. Spot interruptions do not count.
 	MaxAttempts int

@@ -2,9 +2,12 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,6 +17,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/worker/runner"
 )
 
@@ -64,15 +68,28 @@ func (a *cloudAttempt) stage(ctx context.Context, what, uri string) (string, err
 	if err != nil {
 		return "", permanent("%s: %v", what, err)
 	}
+	// Opened once and checked (pathpolicy.Roots.Open): the bytes hashed,
+	// recorded and uploaded are those of the file checked, whatever
+	// happens to its name meanwhile.
+	var f *os.File
 	if a.c.cfg.AllowedRoots != nil {
-		if err := a.c.cfg.AllowedRoots.CheckResolved(p); err != nil {
-			return "", permanent("%s: %v (worker.allowed_roots)", what, err)
+		f, err = a.c.cfg.AllowedRoots.Open(p, dataDenyOf(a.c.cfg.DataDir, "", "", a.c.cfg.Deny))
+		if err != nil {
+			return "", permanent("%s: %v%s", what, err, rootsHint(err))
 		}
-	}
-	size, sum, err := agent.HashFile(p)
-	if err != nil {
+	} else if f, err = os.Open(p); err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)
 	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		return "", permanent("%s %s: is a folder; only a file can be staged to a cloud backend", what, uri)
+	}
+	h := sha256.New()
+	size, err := io.Copy(h, f)
+	if err != nil {
+		return "", fmt.Errorf("%s: read %s: %w", what, p, err)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
 	work, _ := agent.ParseS3URI(a.c.b.WorkURI)
 	key := joinKey(work.Key, a.job.ID, "data", sum[:16]+"-"+filepath.Base(p))
 	to := "s3://" + work.Bucket + "/" + key
@@ -96,7 +113,7 @@ func (a *cloudAttempt) stage(ctx context.Context, what, uri string) (string, err
 		Token: a.job.Submitter, ConfigHash: a.c.cfg.Routing.Hash(), Body: body}); err != nil {
 		return "", fmt.Errorf("%s: record the copy in the ledger (not copied): %w", what, err)
 	}
-	if _, err := agent.UploadFile(ctx, a.c.cfg.S3, work.Bucket, key, p); err != nil {
+	if err := a.c.cfg.S3.Put(ctx, work.Bucket, key, io.NewSectionReader(f, 0, size), size); err != nil {
 		return "", fmt.Errorf("%s: copy to %s: %w", what, to, err)
 	}
 	a.note(ctx, fmt.Sprintf("staged %s %s (%d bytes, sha256 %s) to %s (site %s); recorded in the ledger", what, uri, size, sum[:12], to, a.c.b.Site))
@@ -130,12 +147,22 @@ func (a *cloudAttempt) collect(ctx context.Context, arts []agent.Artifact) ([]jo
 		}
 		reported = append(reported, runner.TrainerEvent{Kind: runner.EventArtifact, Path: art.Name, Format: art.Format, Bytes: art.Bytes, SHA256: art.SHA256})
 	}
+	tmpFD, err := pathpolicy.OpenDir(tmp)
+	if err != nil {
+		return nil, err
+	}
+	defer tmpFD.Close()
 	out := a.job.OutputURI
 	site := a.siteOf(out)
 	var res []jobtype.Artifact
 	switch {
 	case strings.HasPrefix(out, "file:"):
-		got, err := publishArtifacts(tmp, out, reported)
+		dest, err := openOutput(a.c.cfg.AllowedRoots, outputDenyOf(a.c.cfg.DataDir, "", a.c.cfg.Deny), out)
+		if err != nil {
+			return nil, err
+		}
+		defer dest.Close()
+		got, err := publishArtifacts(tmpFD, dest, reported)
 		if err != nil {
 			return nil, err
 		}

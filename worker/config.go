@@ -13,12 +13,15 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/user"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/lathe-ml/lathe/backends/local/nvmlinventory"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
+	"github.com/lathe-ml/lathe/worker/runner"
 )
 
 // Config configures a Worker. Zero values take the defaults stated.
@@ -64,6 +67,13 @@ type Config struct {
 	// placeholder {scripts} is replaced by ScriptsDir. Default:
 	// reference → [/usr/bin/python3 {scripts}/train_lora.py].
 	Trainers map[string][]string
+	// TrainerPassEnv names, per trainer, the variables of the worker's own
+	// environment that trainer gets (config trainers.NAME.pass_env), e.g.
+	// AWS credentials for a trainer that reads s3:// itself. Every other
+	// trainer gets only the base environment of runner.Config.Env and the
+	// contract's LATHE_* variables: never the worker's tokens or cloud
+	// credentials. Nil: none for any trainer.
+	TrainerPassEnv map[string][]string
 	// ScriptsDir is where the reference trainer was written; default
 	// DataDir/scripts.
 	ScriptsDir string
@@ -97,8 +107,54 @@ type Config struct {
 	// starts (a job outside fails, permanently). Nil: no restriction
 	// (lathed always sets it).
 	AllowedRoots pathpolicy.Roots
+	// RunAs, when set (config worker.run_as: a user name or uid), runs
+	// every trainer as that user and its primary group instead of lathed's
+	// own: a trainer then cannot read lathed's files, its Redis socket or
+	// its memory. The worker hands the attempt's work, output, data-copy
+	// and checkpoint folders to that user. lathed must run as root to do
+	// so; otherwise New refuses the config. Empty: trainers run as
+	// lathed's user.
+	RunAs string
+	// Deny lists files and folders no job may read as data or write as
+	// output, whatever AllowedRoots say (lathed: its ledger key, tokens
+	// and config files, wherever they are). The worker always adds its own
+	// files under DataDir; as data, DataDir as a whole and CheckpointRoot
+	// are refused too. Nil: only those.
+	Deny pathpolicy.Deny
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+
+	// runAs and runAsHome are RunAs resolved by withDefaults.
+	runAs     *runner.Credential
+	runAsHome string
+}
+
+// geteuid is os.Geteuid (a test may replace it, see export_test.go).
+var geteuid = os.Geteuid
+
+// resolveRunAs looks up the user of worker.run_as (a name or a uid).
+func resolveRunAs(name string) (*runner.Credential, string, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		if _, nerr := strconv.Atoi(name); nerr == nil {
+			u, err = user.LookupId(name)
+		}
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("worker.run_as = %q: no such user: %w", name, err)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return nil, "", fmt.Errorf("worker.run_as = %q: uid %q gid %q are not numbers", name, u.Uid, u.Gid)
+	}
+	if uid == 0 {
+		return nil, "", fmt.Errorf("worker.run_as = %q: is root; name an unprivileged user", name)
+	}
+	if euid := geteuid(); euid != 0 {
+		return nil, "", fmt.Errorf("worker.run_as = %q: lathed runs as uid %d, not root, so it cannot start trainers as another user: run lathed as root or remove worker.run_as", name, euid)
+	}
+	return &runner.Credential{UID: uint32(uid), GID: uint32(gid)}, u.HomeDir, nil
 }
 
 var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
@@ -151,6 +207,19 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if _, ok := c.Trainers["reference"]; !ok {
 		c.Trainers["reference"] = []string{"/usr/bin/python3", "{scripts}/train_lora.py"}
+	}
+	if c.RunAs != "" {
+		var err error
+		if c.runAs, c.runAsHome, err = resolveRunAs(c.RunAs); err != nil {
+			return c, fmt.Errorf("worker: %w", err)
+		}
+	}
+	for name, keys := range c.TrainerPassEnv {
+		for i, k := range keys {
+			if err := runner.CheckPassEnvName(k); err != nil {
+				return c, fmt.Errorf("worker: trainers.%s.pass_env[%d]: %w", name, i, err)
+			}
+		}
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 3

@@ -10,15 +10,23 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/lathe-ml/lathe/internal/fileuri"
+	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/worker/runner"
 )
+
+// testHookBeforeTrainer, when set (by tests only, see export_test.go),
+// runs after the attempt's files were checked and just before the trainer
+// starts: the window a dataset swap would use.
+var testHookBeforeTrainer atomic.Pointer[func(job *jobtype.Job)]
 
 // errLost is the cause when the store says the attempt is no longer ours.
 var errLost = errors.New("attempt lost: the job store moved on")
@@ -132,9 +140,11 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 	if err != nil {
 		return fail(jobtype.ReasonPermanent, err.Error())
 	}
-	if err := w.checkPaths(job); err != nil {
+	inputs, err := w.checkPaths(job)
+	if err != nil {
 		return fail(jobtype.ReasonPermanent, err.Error())
 	}
+	defer inputs.close()
 	workDir := filepath.Join(w.cfg.DataDir, "work", job.ID, strconv.Itoa(attempt))
 	outDir := filepath.Join(workDir, "output")
 	ckptDir := filepath.Join(w.cfg.CheckpointRoot, job.ID)
@@ -143,10 +153,34 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 			return fail(jobtype.ReasonInternal, fmt.Sprintf("make %s: %v", d, err))
 		}
 	}
+	// The output folder is pinned now, before the trainer can touch it:
+	// its artifacts are read through this descriptor, whatever the trainer
+	// does to the folder's name.
+	outFD, err := pathpolicy.OpenDir(outDir)
+	if err != nil {
+		return fail(jobtype.ReasonInternal, fmt.Sprintf("open %s: %v", outDir, err))
+	}
+	defer outFD.Close()
+	// The trainer reads private copies of the data, made from the files
+	// checkPaths opened and checked: a name swapped since leads nowhere.
+	spec := job.Spec
+	inputsDir := filepath.Join(workDir, "inputs")
+	defer os.RemoveAll(inputsDir)
+	if err := inputs.copyTo(inputsDir, &spec, w.dataDeny()); err != nil {
+		reason := jobtype.ReasonInternal
+		if errors.Is(err, pathpolicy.ErrSymlink) || errors.Is(err, pathpolicy.ErrDenied) || errors.Is(err, pathpolicy.ErrNotData) {
+			reason = jobtype.ReasonPermanent // what the dataset folder holds: a retry would do the same
+		}
+		return fail(reason, err.Error())
+	}
 	specFile := filepath.Join(workDir, "job.json")
-	specJSON, _ := json.MarshalIndent(job.Spec, "", "  ")
+	specJSON, _ := json.MarshalIndent(spec, "", "  ")
 	if err := os.WriteFile(specFile, specJSON, 0o644); err != nil {
 		return fail(jobtype.ReasonInternal, fmt.Sprintf("write %s: %v", specFile, err))
+	}
+
+	if err := w.handOver(workDir, outDir, inputsDir, ckptDir); err != nil {
+		return fail(jobtype.ReasonInternal, err.Error())
 	}
 
 	visible, simulated, err := w.pinGPUs(taskCtx, job.GPUs)
@@ -166,6 +200,9 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 	}
 	if simulated {
 		env = append(env, "LATHE_SIMULATED_GPUS=1")
+	}
+	if w.cfg.runAs != nil {
+		env = append(env, "HOME="+w.cfg.runAsHome)
 	}
 	if len(job.GPUs) > 0 {
 		sim := "0"
@@ -214,9 +251,14 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 	defer removePidfile(pids, job.ID, attempt)
 	go sink.loop()
 	go w.monitor(runCtx, cancel, log, job.ID, job.GPUs, sink)
+	if h := testHookBeforeTrainer.Load(); h != nil {
+		(*h)(job)
+	}
 	res := runner.Run(runCtx, runner.Config{
 		Argv:      argv,
 		Env:       env,
+		PassEnv:   w.cfg.TrainerPassEnv[trainerName(job.Spec.Trainer)],
+		RunAs:     w.cfg.runAs,
 		Dir:       workDir,
 		KillGrace: w.cfg.KillGrace,
 		Watchdog:  wd,
@@ -229,9 +271,22 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 
 	switch res.Outcome {
 	case runner.Succeeded:
-		arts, err := publishArtifacts(outDir, job.OutputURI, sink.artifacts())
+		dest, err := openOutput(w.cfg.AllowedRoots, w.outputDeny(), job.OutputURI)
 		if err != nil {
-			return fail(jobtype.ReasonInternal, "artifacts: "+err.Error())
+			reason := jobtype.ReasonInternal
+			if errors.Is(err, pathpolicy.ErrOutside) || errors.Is(err, pathpolicy.ErrDenied) || errors.Is(err, pathpolicy.ErrSymlink) {
+				reason = jobtype.ReasonPermanent
+			}
+			return fail(reason, err.Error())
+		}
+		defer dest.Close()
+		arts, err := publishArtifacts(outFD, dest, sink.artifacts())
+		if err != nil {
+			reason := jobtype.ReasonInternal
+			if errors.Is(err, pathpolicy.ErrNotArtifact) {
+				reason = jobtype.ReasonPermanent // the trainer's doing: a retry would do the same
+			}
+			return fail(reason, "artifacts: "+err.Error())
 		}
 		for i := range arts {
 			arts[i].Residency, arts[i].Site = job.Spec.Residency, w.cfg.Site
@@ -363,10 +418,42 @@ func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, 
 	}
 }
 
-func (w *Worker) trainerArgv(name string) ([]string, error) {
-	if name == "" {
-		name = "reference"
+// handOver gives the worker.run_as user what its trainer writes and
+// reads: the work folder (its working directory), the output folder, the
+// data copies and the job's checkpoint folder, all of it (a checkpoint an
+// earlier attempt left as another user included), through descriptors
+// (pathpolicy.ChownTree: no link is followed, even one swapped in by a
+// process of that user meanwhile). Without run_as it does nothing. The worker reads nothing back
+// through these names: artifacts come through the output folder's
+// descriptor opened before the trainer started.
+func (w *Worker) handOver(workDir, outDir, inputsDir, ckptDir string) error {
+	c := w.cfg.runAs
+	if c == nil {
+		return nil
 	}
+	// The work folder itself only (the trainer's working directory):
+	// job.json stays lathed's.
+	if err := os.Lchown(workDir, int(c.UID), int(c.GID)); err != nil {
+		return fmt.Errorf("worker.run_as %s: hand %s over: %w", w.cfg.RunAs, workDir, err)
+	}
+	for _, d := range []string{outDir, inputsDir, ckptDir} {
+		if err := pathpolicy.ChownTree(d, int(c.UID), int(c.GID)); err != nil {
+			return fmt.Errorf("worker.run_as %s: hand %s over: %w", w.cfg.RunAs, d, err)
+		}
+	}
+	return nil
+}
+
+// trainerName is the trainer a job names, "reference" when none.
+func trainerName(name string) string {
+	if name == "" {
+		return "reference"
+	}
+	return name
+}
+
+func (w *Worker) trainerArgv(name string) ([]string, error) {
+	name = trainerName(name)
 	tmpl, ok := w.cfg.Trainers[name]
 	if !ok || len(tmpl) == 0 {
 		return nil, fmt.Errorf("trainer %q is not configured on node %s", name, w.cfg.Node)
@@ -381,21 +468,112 @@ func (w *Worker) trainerArgv(name string) ([]string, error) {
 // checkPaths refuses a job whose file:// dataset, eval dataset or output
 // folder lies outside the allowed roots once symbolic links are resolved
 // (the scheduler checked the text; this is the check that holds on the
-// machine where the files are).
-func (w *Worker) checkPaths(job *jobtype.Job) error {
+// machine where the files are), or in a folder no job may read (dataDeny,
+// outputDeny). It opens the dataset and the eval dataset with
+// pathpolicy.Roots.Open, so what it returns is the files it checked; the
+// caller copies them for the trainer. Each error names the field.
+func (w *Worker) checkPaths(job *jobtype.Job) (openedInputs, error) {
 	if w.cfg.AllowedRoots == nil {
-		return nil
+		return nil, nil
 	}
+	var in openedInputs
 	for _, f := range []struct{ name, uri string }{{"dataset", job.Spec.Dataset}, {"eval_dataset", job.Spec.EvalDataset}, {"output", job.OutputURI}} {
 		if f.uri == "" || !strings.HasPrefix(f.uri, "file:") {
 			continue
 		}
 		p, err := fileuri.Path(f.uri)
 		if err != nil {
-			return fmt.Errorf("%s: %w", f.name, err)
+			in.close()
+			return nil, fmt.Errorf("%s: %w", f.name, err)
 		}
-		if err := w.cfg.AllowedRoots.CheckResolved(p); err != nil {
-			return fmt.Errorf("%s: %w (worker.allowed_roots)", f.name, err)
+		if f.name == "output" {
+			if err := w.cfg.AllowedRoots.CheckResolvedDeny(p, w.outputDeny()); err != nil {
+				in.close()
+				return nil, fmt.Errorf("%s: %w%s", f.name, err, rootsHint(err))
+			}
+			continue
+		}
+		file, err := w.cfg.AllowedRoots.Open(p, w.dataDeny())
+		if err != nil {
+			in.close()
+			return nil, fmt.Errorf("%s: %w%s", f.name, err, rootsHint(err))
+		}
+		in = append(in, openedInput{field: f.name, file: file, path: p})
+	}
+	return in, nil
+}
+
+// rootsHint names the config key of a path refused as outside the roots.
+func rootsHint(err error) string {
+	if errors.Is(err, pathpolicy.ErrOutside) {
+		return " (jobs.allowed_roots)"
+	}
+	return ""
+}
+
+// dataDeny is what no job may read as data: outputDeny, the checkpoint
+// root, and the data dir as a whole (other attempts' work folders and data
+// copies, checkpoints, published artifacts of every team).
+func (w *Worker) dataDeny() pathpolicy.Deny {
+	return dataDenyOf(w.cfg.DataDir, w.cfg.CheckpointRoot, w.cfg.ScriptsDir, w.cfg.Deny)
+}
+
+// outputDeny is where no job's output may go: lathed's secrets and
+// bookkeeping under the data dir, and Config.Deny.
+func (w *Worker) outputDeny() pathpolicy.Deny {
+	return outputDenyOf(w.cfg.DataDir, w.cfg.ScriptsDir, w.cfg.Deny)
+}
+
+// dataDenyOf is pathpolicy.DataDeny (the local and the AWS worker).
+func dataDenyOf(dataDir, ckptRoot, scriptsDir string, extra pathpolicy.Deny) pathpolicy.Deny {
+	return pathpolicy.DataDeny(dataDir, ckptRoot, scriptsDir, extra)
+}
+
+// outputDenyOf is pathpolicy.OutputDeny.
+func outputDenyOf(dataDir, scriptsDir string, extra pathpolicy.Deny) pathpolicy.Deny {
+	return pathpolicy.OutputDeny(dataDir, scriptsDir, extra)
+}
+
+// openedInput is a dataset file opened and checked by checkPaths.
+type openedInput struct {
+	field string // dataset | eval_dataset
+	file  *os.File
+	path  string // as the spec names it
+}
+
+type openedInputs []openedInput
+
+func (in openedInputs) close() {
+	for _, i := range in {
+		i.file.Close()
+	}
+}
+
+// copyTo copies each opened input (a file, or a folder for a trainer that
+// reads one) into dir (made 0700; copies 0400) with
+// pathpolicy.CopyOpened, and points spec's field at the copy, so the
+// trainer reads exactly the bytes of what was checked. The copy is made in
+// the kernel (copy_file_range, a reflink where the file system shares
+// blocks), so a large dataset costs disk space for the attempt's length,
+// not a pass through this process; the folder is removed when the attempt
+// ends.
+func (in openedInputs) copyTo(dir string, spec *jobspec.Spec, deny pathpolicy.Deny) error {
+	if len(in) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("make %s: %w", dir, err)
+	}
+	for _, i := range in {
+		dst := filepath.Join(dir, i.field+"-"+filepath.Base(i.path))
+		if _, err := pathpolicy.CopyOpened(i.file, dst, deny); err != nil {
+			return fmt.Errorf("%s: copy %s for the trainer: %w", i.field, i.path, err)
+		}
+		switch i.field {
+		case "dataset":
+			spec.Dataset = fileuri.FromPath(dst)
+		case "eval_dataset":
+			spec.EvalDataset = fileuri.FromPath(dst)
 		}
 	}
 	return nil

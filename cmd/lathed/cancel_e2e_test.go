@@ -38,7 +38,7 @@ func TestCancelInEveryState(t *testing.T) {
 	cfg := filepath.Join(data, "lathe.yaml")
 	os.WriteFile(cfg, []byte(slowTrainerConfig), 0o644)
 	spec := filepath.Join(data, "slow.yaml")
-	os.WriteFile(spec, []byte("name: slow\nbase_model: tiny-char\ndataset: file://"+data+"/none.jsonl\ntrainer: slow\n"), 0o644)
+	os.WriteFile(spec, []byte("name: slow\nbase_model: tiny-char\ndataset: file://"+repoRoot(t)+"/configs/examples/data/tiny-train.jsonl\ntrainer: slow\n"), 0o644)
 	port := redistest.FreePort(t)
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	sd := startDaemon(t, lathed, "scheduler", "--config", cfg, "--redis-url", rs.URL(), "--listen", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", data)

@@ -15,22 +15,24 @@ import (
 	"github.com/lathe-ml/lathe/backends/local/nvmlinventory"
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/scheduler"
 	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/worker/runner"
 )
 
 // fileConfig is the daemon's config file (configs/lathe.yaml documents
 // every key). Flags given on the command line win over the file.
 type fileConfig struct {
-	DataDir   string              `yaml:"data_dir"`
-	Redis     redisSection        `yaml:"redis"`
-	Scheduler schedulerSection    `yaml:"scheduler"`
-	Worker    workerSection       `yaml:"worker"`
-	Jobs      jobsSection         `yaml:"jobs"`
-	Routing   routingSection      `yaml:"routing"`
-	Trainers  map[string][]string `yaml:"trainers"`
-	Auth      authSection         `yaml:"auth"`
-	Ledger    ledgerSection       `yaml:"ledger"`
+	DataDir   string                  `yaml:"data_dir"`
+	Redis     redisSection            `yaml:"redis"`
+	Scheduler schedulerSection        `yaml:"scheduler"`
+	Worker    workerSection           `yaml:"worker"`
+	Jobs      jobsSection             `yaml:"jobs"`
+	Routing   routingSection          `yaml:"routing"`
+	Trainers  map[string]trainerEntry `yaml:"trainers"`
+	Auth      authSection             `yaml:"auth"`
+	Ledger    ledgerSection           `yaml:"ledger"`
 	// Cluster is this deployment's name: the lathe:cluster tag of its cloud
 	// instances (the reconciler terminates orphans of its own cluster
 	// only). Default "lathe"; two deployments sharing an AWS account must
@@ -48,6 +50,63 @@ type fileConfig struct {
 
 	// route is the parsed routing config (the implicit one without a file).
 	route routing.Config
+	// path is the file read ("" without one).
+	path string
+}
+
+// daemonDeny lists the daemon's secret files that no job may read as data
+// or write as output wherever they are, allowed roots or not: the config
+// file (it may hold tokens), auth.tokens_file and ledger.key_file. The
+// workers add their own data dir's files (worker.Config.Deny).
+func daemonDeny(fc *fileConfig) pathpolicy.Deny {
+	var d pathpolicy.Deny
+	for _, e := range []pathpolicy.DenyEntry{
+		{Path: fc.path, Why: "the daemon's config file"},
+		{Path: fc.Auth.TokensFile, Why: "auth.tokens_file"},
+		{Path: fc.Ledger.KeyFile, Why: "ledger.key_file"},
+	} {
+		if e.Path == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(e.Path); err == nil {
+			e.Path = abs
+		}
+		d = append(d, e)
+	}
+	return d
+}
+
+// trainerEntry is one trainer of trainers: either its command, a list
+// (`reference: [/usr/bin/python3, "{scripts}/train_lora.py"]`), or a mapping
+// with the command and the variables of lathed's environment it gets
+// (`{command: [...], pass_env: [AWS_ACCESS_KEY_ID, ...]}`).
+type trainerEntry struct {
+	Command []string
+	PassEnv []string
+}
+
+func (t *trainerEntry) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.SequenceNode {
+		return n.Decode(&t.Command)
+	}
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: a trainer is a command list or {command: [...], pass_env: [...]}", n.Line)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		switch k, v := n.Content[i], n.Content[i+1]; k.Value {
+		case "command":
+			if err := v.Decode(&t.Command); err != nil {
+				return err
+			}
+		case "pass_env":
+			if err := v.Decode(&t.PassEnv); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("line %d: field %s not found in a trainer (want command, pass_env)", k.Line, k.Value)
+		}
+	}
+	return nil
 }
 
 type ledgerSection struct {
@@ -111,6 +170,8 @@ type workerSection struct {
 	CheckpointRoot  string   `yaml:"checkpoint_root"`
 	MonitorInterval duration `yaml:"monitor_interval"`
 	HangTimeout     duration `yaml:"hang_timeout"`
+	// RunAs: the user trainers run as (lathed must be root); "" = lathed's.
+	RunAs string `yaml:"run_as"`
 }
 
 type jobsSection struct {
@@ -215,6 +276,7 @@ func loadConfig(path string) (*fileConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
+	c.path = path
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
@@ -254,9 +316,14 @@ func loadConfig(path string) (*fileConfig, error) {
 	if f := c.Auth.TokensFile; f != "" && !filepath.IsAbs(f) {
 		c.Auth.TokensFile = filepath.Join(filepath.Dir(path), f)
 	}
-	for name, argv := range c.Trainers {
-		if len(argv) == 0 {
+	for name, tr := range c.Trainers {
+		if len(tr.Command) == 0 {
 			return nil, fmt.Errorf("config %s: trainers.%s: empty command", path, name)
+		}
+		for i, k := range tr.PassEnv {
+			if err := runner.CheckPassEnvName(k); err != nil {
+				return nil, fmt.Errorf("config %s: trainers.%s.pass_env[%d] = %q: %w", path, name, i, k, err)
+			}
 		}
 	}
 	return c, nil

@@ -25,7 +25,7 @@ func TestExampleConfigLoads(t *testing.T) {
 		sc.HTTPWriteTimeout.D() != time.Minute || sc.HTTPIdleTimeout.D() != time.Minute {
 		t.Fatalf("example config's API timeouts: %+v", sc)
 	}
-	if argv := c.Trainers["reference"]; len(argv) != 2 || argv[0] != "/usr/bin/python3" {
+	if argv := c.Trainers["reference"].Command; len(argv) != 2 || argv[0] != "/usr/bin/python3" {
 		t.Fatalf("reference trainer %v", argv)
 	}
 	if w := c.Worker; w.GPUs != "auto" || w.CheckpointRoot != "" || w.MonitorInterval.D() != 5*time.Second || w.HangTimeout.D() != 15*time.Minute {
@@ -201,6 +201,37 @@ func TestLoadTokensAllTeams(t *testing.T) {
 	} {
 		if _, err := load(line); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error naming %s", line, err, want)
+		}
+	}
+}
+
+// TestConfigTrainerPassEnv: a trainer is a command list or a mapping with
+// pass_env; a token, a contract variable or a bad name in pass_env, and an
+// unknown key, are refused naming the key.
+func TestConfigTrainerPassEnv(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "lathe.yaml")
+	os.WriteFile(p, []byte("trainers:\n  plain: [/bin/true]\n  s3:\n    command: [/usr/bin/python3, x.py]\n    pass_env: [AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY]\n"), 0o644)
+	c, err := loadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := trainerPassEnv(c.Trainers); len(got) != 1 || strings.Join(got["s3"], ",") != "AWS_ACCESS_KEY_ID,AWS_SECRET_ACCESS_KEY" {
+		t.Fatalf("pass_env %v", got)
+	}
+	if got := trainerCommands(c.Trainers); strings.Join(got["plain"], " ") != "/bin/true" || strings.Join(got["s3"], " ") != "/usr/bin/python3 x.py" {
+		t.Fatalf("commands %v", got)
+	}
+	for body, want := range map[string]string{
+		"trainers:\n  s3: {command: [/bin/true], pass_env: [LATHE_TOKEN]}\n":  `trainers.s3.pass_env[0] = "LATHE_TOKEN": "LATHE_TOKEN": API tokens are never passed`,
+		"trainers:\n  s3: {command: [/bin/true], pass_env: [LATHE_JOB_ID]}\n": `trainers.s3.pass_env[0] = "LATHE_JOB_ID"`,
+		"trainers:\n  s3: {command: [/bin/true], pass_env: [A, 'B=C']}\n":     `trainers.s3.pass_env[1] = "B=C"`,
+		"trainers:\n  s3: {command: [/bin/true], env: [A]}\n":                 "field env not found in a trainer",
+		"trainers:\n  s3: {pass_env: [A]}\n":                                  "trainers.s3: empty command",
+	} {
+		os.WriteFile(p, []byte(body), 0o644)
+		if _, err := loadConfig(p); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", body, err, want)
 		}
 	}
 }

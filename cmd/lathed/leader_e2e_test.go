@@ -68,7 +68,7 @@ func TestLeaderKilledMidRun(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	other := 1 - leader
-	spec := []byte(`{"name":"many","base_model":"tiny-char","dataset":"file://` + data + `/none.jsonl","trainer":"quick"}`)
+	spec := []byte(`{"name":"many","base_model":"tiny-char","dataset":"file://` + repoRoot(t) + `/configs/examples/data/tiny-train.jsonl","trainer":"quick"}`)
 	var ids []string
 	submit := func(base string) {
 		resp, err := http.Post(base+"/api/v1/jobs", "application/json", bytes.NewReader(spec))

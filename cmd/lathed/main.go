@@ -11,6 +11,12 @@ import (
 )
 
 func main() {
+	// Before anything reads a secret: a trainer of lathed's own user must
+	// not read its environment or memory through /proc.
+	if err := hardenProcess(); err != nil {
+		fmt.Fprintln(os.Stderr, "lathed:", err)
+		os.Exit(1)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx); err != nil {

@@ -236,9 +236,9 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			Site: site, SiteTags: siteTags,
 			Node: node, Slots: firstPositive(o.slots, fc.Worker.Slots), GPUs: gpus,
 			CheckpointRoot: fc.Worker.CheckpointRoot, MonitorInterval: fc.Worker.MonitorInterval.D(), HangTimeout: fc.Worker.HangTimeout.D(),
-			DataDir: dataDir, ScriptsDir: scriptsDir, Trainers: copyTrainers(trainers),
+			DataDir: dataDir, ScriptsDir: scriptsDir, Trainers: trainerCommands(trainers), TrainerPassEnv: trainerPassEnv(trainers),
 			MaxAttempts: fc.Worker.MaxAttempts, KillGrace: killGrace, HeartbeatTTL: fc.Worker.HeartbeatTTL.D(),
-			TaskCheckInterval: fc.Worker.TaskCheckInterval.D(), LeaseTTL: fc.Worker.LeaseTTL.D(), AllowedRoots: roots, Logger: log,
+			TaskCheckInterval: fc.Worker.TaskCheckInterval.D(), LeaseTTL: fc.Worker.LeaseTTL.D(), AllowedRoots: roots, Deny: daemonDeny(fc), RunAs: fc.Worker.RunAs, Logger: log,
 		})
 		if err != nil {
 			return err
@@ -289,7 +289,7 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			return err
 		}
 		s := scheduler.New(rdb, store, scheduler.Config{
-			Listen: listen, Tokens: tokens, AllowedRoots: roots,
+			Listen: listen, Tokens: tokens, AllowedRoots: roots, DataDeny: pathpolicy.DataDeny(dataDir, fc.Worker.CheckpointRoot, filepath.Join(dataDir, "scripts"), daemonDeny(fc)),
 			KeepFinished: fc.Jobs.KeepFinished, FinishedTTL: fc.Jobs.FinishedTTL.D(),
 			Defaults: jobspec.Defaults{MaxRuntime: fc.Jobs.DefaultMaxRuntime.D(), Residency: fc.route.DefaultResidency,
 				OutputURI: out},
@@ -340,10 +340,22 @@ func writeScripts(dir string) error {
 	return nil
 }
 
-func copyTrainers(m map[string][]string) map[string][]string {
+// trainerCommands is each trainer's command (a copy).
+func trainerCommands(m map[string]trainerEntry) map[string][]string {
 	out := make(map[string][]string, len(m))
 	for k, v := range m {
-		out[k] = append([]string(nil), v...)
+		out[k] = append([]string(nil), v.Command...)
+	}
+	return out
+}
+
+// trainerPassEnv is each trainer's pass_env, for those that have one.
+func trainerPassEnv(m map[string]trainerEntry) map[string][]string {
+	out := map[string][]string{}
+	for k, v := range m {
+		if len(v.PassEnv) > 0 {
+			out[k] = append([]string(nil), v.PassEnv...)
+		}
 	}
 	return out
 }

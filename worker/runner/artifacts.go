@@ -3,27 +3,30 @@ package runner
 import (
 	"fmt"
 	"os"
+
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
 )
 
 // ArtifactsIn returns the artifacts of an attempt: those the trainer
 // reported, or, when it reported none, every regular file at the top of
-// outDir (an error when there is none). The local worker and the cloud
-// agent publish the same set.
-func ArtifactsIn(outDir string, reported []TrainerEvent) ([]TrainerEvent, error) {
+// outDir (an error when there is none). outDir is the output folder opened
+// with pathpolicy.OpenDir before the trainer started, so the listing reads
+// that folder even if the trainer renamed it or put a link in its place.
+// The local worker and the cloud agent publish the same set, each opening
+// every artifact with pathpolicy.OpenArtifact.
+func ArtifactsIn(outDir *os.File, reported []TrainerEvent) ([]TrainerEvent, error) {
 	if len(reported) > 0 {
 		return reported, nil
 	}
-	entries, err := os.ReadDir(outDir)
+	names, err := pathpolicy.ListRegular(outDir)
 	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", outDir, err)
+		return nil, err
 	}
-	for _, e := range entries {
-		if e.Type().IsRegular() {
-			reported = append(reported, TrainerEvent{Path: e.Name()})
-		}
+	for _, n := range names {
+		reported = append(reported, TrainerEvent{Path: n})
 	}
 	if len(reported) == 0 {
-		return nil, fmt.Errorf("the trainer wrote no artifacts in %s", outDir)
+		return nil, fmt.Errorf("the trainer wrote no artifacts in %s", outDir.Name())
 	}
 	return reported, nil
 }

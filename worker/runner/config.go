@@ -3,6 +3,7 @@ package runner
 import (
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -29,10 +30,21 @@ type Config struct {
 	// Required.
 	Argv []string
 	// Env holds extra KEY=VALUE entries, added after a minimal base
-	// environment made of PATH, HOME, LANG and TMPDIR taken from the calling
-	// process where set. An entry here overrides a base entry of the same key.
-	// Nothing else of the caller's environment reaches the trainer.
+	// environment made of PATH, HOME, LANG, LC_ALL, TZ and TMPDIR taken
+	// from the calling process where set, and the PassEnv variables. An
+	// entry here overrides a base entry of the same key. Nothing else of
+	// the caller's environment reaches the trainer: not its API tokens
+	// (LATHE_TOKEN*), not its cloud credentials (AWS_*).
 	Env []string
+	// PassEnv names more variables of the caller's environment the trainer
+	// gets (where set), e.g. the AWS credentials of a trainer that reads
+	// s3:// itself. Empty: none. A name matching LATHE_TOKEN* is invalid.
+	PassEnv []string
+	// RunAs, when not nil, runs the trainer as that user and group (and no
+	// supplementary group) instead of the caller's: the caller must be
+	// root, and must have made what the trainer writes writable by it.
+	// Nil: the caller's own user.
+	RunAs *Credential
 	// Dir is the trainer's working directory; empty means the caller's.
 	Dir string
 	// KillGrace is how long the group leader has to exit after SIGTERM before
@@ -57,6 +69,11 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Credential is a numeric user and group to run a trainer as.
+type Credential struct {
+	UID, GID uint32
+}
+
 // normalise applies defaults and validates cfg.
 func (cfg Config) normalise() (Config, error) {
 	if len(cfg.Argv) == 0 || cfg.Argv[0] == "" {
@@ -65,6 +82,11 @@ func (cfg Config) normalise() (Config, error) {
 	for _, kv := range cfg.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return cfg, fmt.Errorf("%w: Env entry %q is not KEY=VALUE", ErrInvalidConfig, kv)
+		}
+	}
+	for _, k := range cfg.PassEnv {
+		if err := CheckPassEnvName(k); err != nil {
+			return cfg, fmt.Errorf("%w: PassEnv: %w", ErrInvalidConfig, err)
 		}
 	}
 	switch {
@@ -92,13 +114,33 @@ func (cfg Config) normalise() (Config, error) {
 }
 
 // baseEnvKeys are the variables passed from the caller's environment.
-var baseEnvKeys = []string{"PATH", "HOME", "LANG", "TMPDIR"}
+var baseEnvKeys = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"}
 
-// environ builds the trainer's environment: the base variables found in
-// lookup, then extra. Later entries win (os/exec keeps the last duplicate).
-func environ(lookup func(string) (string, bool), extra []string) []string {
-	env := make([]string, 0, len(baseEnvKeys)+len(extra))
-	for _, k := range baseEnvKeys {
+// envNameRE is a portable environment variable name.
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// CheckPassEnvName refuses a name that cannot be passed to a trainer: not a
+// variable name, an API token (LATHE_TOKEN*, never given to a trainer), or
+// a variable of the trainer contract, which Lathe sets itself (LATHE_*,
+// CUDA_VISIBLE_DEVICES).
+func CheckPassEnvName(k string) error {
+	switch {
+	case !envNameRE.MatchString(k):
+		return fmt.Errorf("%q is not an environment variable name", k)
+	case strings.HasPrefix(k, "LATHE_TOKEN"):
+		return fmt.Errorf("%q: API tokens are never passed to a trainer", k)
+	case strings.HasPrefix(k, "LATHE_") || k == "CUDA_VISIBLE_DEVICES":
+		return fmt.Errorf("%q is set by Lathe itself (the trainer contract)", k)
+	}
+	return nil
+}
+
+// environ builds the trainer's environment: the base variables and the
+// pass variables found in lookup, then extra. Later entries win (os/exec
+// keeps the last duplicate).
+func environ(lookup func(string) (string, bool), pass, extra []string) []string {
+	env := make([]string, 0, len(baseEnvKeys)+len(pass)+len(extra))
+	for _, k := range append(append([]string(nil), baseEnvKeys...), pass...) {
 		if v, ok := lookup(k); ok {
 			env = append(env, k+"="+v)
 		}

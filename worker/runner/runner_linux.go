@@ -67,6 +67,13 @@ func Run(ctx context.Context, cfg Config, sink Sink) Result {
 		log.Warn("trainer not started", slog.Any("error", err))
 		return startFailed(err)
 	}
+	attr := &syscall.SysProcAttr{
+		Setpgid:   true,
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if c := cfg.RunAs; c != nil {
+		attr.Credential = &syscall.Credential{Uid: c.UID, Gid: c.GID, Groups: []uint32{}}
+	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return startFailed(fmt.Errorf("runner: stdout pipe: %w", err))
@@ -82,16 +89,13 @@ func Run(ctx context.Context, cfg Config, sink Sink) Result {
 		log:  log,
 		sink: &serialSink{sink: sink},
 		cmd: &exec.Cmd{
-			Path:   path,
-			Args:   cfg.Argv,
-			Env:    environ(os.LookupEnv, cfg.Env),
-			Dir:    cfg.Dir,
-			Stdout: outW,
-			Stderr: errW,
-			SysProcAttr: &syscall.SysProcAttr{
-				Setpgid:   true,
-				Pdeathsig: syscall.SIGKILL,
-			},
+			Path:        path,
+			Args:        cfg.Argv,
+			Env:         environ(os.LookupEnv, cfg.PassEnv, cfg.Env),
+			Dir:         cfg.Dir,
+			Stdout:      outW,
+			Stderr:      errW,
+			SysProcAttr: attr,
 		},
 		outR:      outR,
 		outW:      outW,

@@ -502,6 +502,8 @@ func TestRunStartFailures(t *testing.T) {
 		{"empty argv", Config{}, ErrInvalidConfig},
 		{"bad env", Config{Argv: []string{sh}, Env: []string{"NOEQUALS"}}, ErrInvalidConfig},
 		{"negative grace", Config{Argv: []string{sh}, KillGrace: -time.Second}, ErrInvalidConfig},
+		{"token in PassEnv", Config{Argv: []string{sh}, PassEnv: []string{"LATHE_TOKEN_ALICE"}}, ErrInvalidConfig},
+		{"contract variable in PassEnv", Config{Argv: []string{sh}, PassEnv: []string{"LATHE_OUTPUT_DIR"}}, ErrInvalidConfig},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

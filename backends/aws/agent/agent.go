@@ -19,6 +19,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/worker/runner"
 )
 
@@ -269,6 +270,12 @@ func (a *agent) run(ctx, bg context.Context) Status {
 			return a.failed("make %s: %v", d, err)
 		}
 	}
+	// Pinned before the trainer runs: artifacts are read through it.
+	outFD, err := pathpolicy.OpenDir(outDir)
+	if err != nil {
+		return a.failed("open %s: %v", outDir, err)
+	}
+	defer outFD.Close()
 	spec := job.Spec
 	if spec.Dataset, err = a.fetch(ctx, job.Dataset, filepath.Join(dataDir, "train")); err != nil {
 		return a.failed("dataset: %v", err)
@@ -339,7 +346,7 @@ func (a *agent) run(ctx, bg context.Context) Status {
 	st := Status{ExitCode: res.ExitCode, Metrics: sink.metrics, Checkpoint: a.ckpt.newest()}
 	switch res.Outcome {
 	case runner.Succeeded:
-		arts, err := uploadArtifacts(bg, a.st, a.uri, outDir, sink.artifacts)
+		arts, err := uploadArtifacts(bg, a.st, a.uri, outFD, sink.artifacts)
 		if err != nil {
 			st.State, st.Error = StateFailed, "artifacts: "+err.Error()
 			a.events.note("attempt failed: " + st.Error)

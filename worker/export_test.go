@@ -1,0 +1,21 @@
+package worker
+
+import "github.com/lathe-ml/lathe/internal/jobtype"
+
+// SetTestHookBeforeTrainer sets a TEST HOOK run just before each trainer
+// starts (after the attempt's files were checked); nil removes it.
+func SetTestHookBeforeTrainer(h func(job *jobtype.Job)) {
+	if h == nil {
+		testHookBeforeTrainer.Store(nil)
+		return
+	}
+	testHookBeforeTrainer.Store(&h)
+}
+
+// SetTestGeteuid replaces os.Geteuid for the run_as check (a TEST HOOK);
+// it returns a function that restores it.
+func SetTestGeteuid(f func() int) (restore func()) {
+	old := geteuid
+	geteuid = f
+	return func() { geteuid = old }
+}
