@@ -54,7 +54,10 @@ type Config struct {
 	// Env holds extra KEY=VALUE entries for the trainer, after the LATHE_*
 	// ones (e.g. LATHE_SIMULATED_GPUS=1 to play an instance on a CPU).
 	// CUDA_VISIBLE_DEVICES is left unset unless given here: the trainer
-	// sees every GPU of the instance it rented.
+	// sees every GPU of the instance it rented. The trainer's environment
+	// is runner's base one (PATH, HOME, LANG, …), Job.TrainerPassEnv, the
+	// LATHE_* contract and these: never the agent's own AWS credentials or
+	// LATHE_TOKEN*.
 	Env []string
 	// KillGrace is how long the trainer has after SIGTERM before SIGKILL.
 	// Zero means DefaultKillGrace (90s, within a spot notice's two
@@ -333,6 +336,7 @@ func (a *agent) run(ctx, bg context.Context) Status {
 	res := runner.Run(runCtx, runner.Config{
 		Argv:      argv,
 		Env:       env,
+		PassEnv:   job.TrainerPassEnv,
 		Dir:       work,
 		KillGrace: a.cfg.KillGrace,
 		Logger:    a.log,
