@@ -635,3 +635,37 @@ func TestTrainerEnvironmentIsScrubbed(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownCommandEnvironment: the power-off command the agent runs
+// (shutdown -h now) gets a minimal environment, not the agent's (its AWS
+// credentials, API tokens). It is checked on the command as built and on a
+// real child started by the same constructor (/usr/bin/env in shutdown's
+// place: the test must not power off its machine).
+func TestShutdownCommandEnvironment(t *testing.T) {
+	t.Setenv("LATHE_TOKEN", "tok-secret-shutdown")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-shutdown")
+	t.Setenv("LATHE_TEST_CANARY", "canary-secret-shutdown")
+	check := func(what string, env []string) {
+		t.Helper()
+		hasPath := false
+		for _, kv := range env {
+			if strings.Contains(kv, "secret-shutdown") || strings.HasPrefix(kv, "AWS_") || strings.HasPrefix(kv, "LATHE_TOKEN") {
+				t.Errorf("%s: the environment holds %q", what, kv)
+			}
+			hasPath = hasPath || strings.HasPrefix(kv, "PATH=")
+		}
+		if !hasPath {
+			t.Errorf("%s: no PATH in %q", what, env)
+		}
+	}
+	cmd := shutdownCommand(t.Context(), "shutdown", "-h", "now")
+	if strings.Join(cmd.Args, " ") != "shutdown -h now" {
+		t.Fatalf("args %q", cmd.Args)
+	}
+	check("shutdown -h now", cmd.Environ())
+	out, err := shutdownCommand(t.Context(), "/usr/bin/env").Output()
+	if err != nil {
+		t.Fatalf("env: %v", err)
+	}
+	check("a child started by shutdownCommand", strings.Split(strings.TrimSpace(string(out)), "\n"))
+}
