@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +24,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
 )
 
 // apiError is the JSON body of every error answer.
@@ -739,16 +739,58 @@ func (s *Scheduler) artifact(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, apiError{Error: err.Error(), Code: "not_found"})
 		return
 	}
-	f, err := os.Open(filepath.Join(dir, name))
+	f, err := openPublished(dir, *art)
 	if err != nil {
-		writeJSON(w, http.StatusNotFound, apiError{Error: fmt.Sprintf("artifact %s of job %s is not readable here: %v", name, job.ID, err), Code: "not_found"})
+		msg := fmt.Sprintf("artifact %s of job %s: %v", name, job.ID, err)
+		switch {
+		case errors.Is(err, pathpolicy.ErrNotArtifact), errors.Is(err, pathpolicy.ErrSymlink), errors.Is(err, errArtifactChanged):
+			// The request is fine; what lies on disk under the name is not
+			// the file the job published (a link, a second name of another
+			// file, other bytes). Retrying cannot help, so not a 5xx.
+			s.log.Warn("artifact refused: not the file the job published", slog.String("job_id", job.ID), slog.String("artifact", name), slog.Any("err", err))
+			writeJSON(w, http.StatusConflict, apiError{Error: msg, Code: "conflict"})
+		case errors.Is(err, os.ErrNotExist):
+			writeJSON(w, http.StatusNotFound, apiError{Error: msg + " (not readable here)", Code: "not_found"})
+		default:
+			s.log.Error("artifact", slog.String("job_id", job.ID), slog.String("artifact", name), slog.Any("err", err))
+			writeJSON(w, http.StatusInternalServerError, apiError{Error: msg, Code: "internal"})
+		}
 		return
 	}
 	defer f.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("X-Lathe-SHA256", art.SHA256)
 	w.Header().Set("Content-Length", strconv.FormatInt(art.Bytes, 10))
-	_, _ = io.Copy(s.longResponse(w), f) // an adapter may take longer than WriteTimeout
+	// Never more than the recorded size, even if the file grows meanwhile.
+	_, _ = io.CopyN(s.longResponse(w), f, art.Bytes) // an adapter may take longer than WriteTimeout
+}
+
+// errArtifactChanged: the file under a published artifact's name does not
+// have the size the job recorded for it.
+var errArtifactChanged = errors.New("the file is not the one the job published")
+
+// openPublished opens the published artifact art in the job's output folder
+// dir by descriptor: the folder with pathpolicy.OpenDir (its last component
+// no link), the file through it with pathpolicy.OpenArtifact (a regular file
+// with one link, no symbolic link), and its size must be the recorded one.
+// Serving from the returned file never follows a link swapped in after
+// publication, so a foreign file (/etc/shadow, ledger.key) is refused
+// rather than streamed; the CLI's sha256 check is the second line.
+func openPublished(dir string, art jobtype.Artifact) (*os.File, error) {
+	d, err := pathpolicy.OpenDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("output folder: %w", err)
+	}
+	defer d.Close()
+	f, size, err := pathpolicy.OpenArtifact(d, art.Path)
+	if err != nil {
+		return nil, err
+	}
+	if size != art.Bytes {
+		f.Close()
+		return nil, fmt.Errorf("%w (it has %d bytes, the job recorded %d)", errArtifactChanged, size, art.Bytes)
+	}
+	return f, nil
 }
 
 func (s *Scheduler) queues(w http.ResponseWriter, r *http.Request) {

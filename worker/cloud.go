@@ -22,6 +22,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/worker/runner"
 )
 
 // CloudLauncher is what the AWS worker needs of backends/aws: *aws.Backend.
@@ -99,12 +100,25 @@ type CloudConfig struct {
 	// TaskCheckInterval is how often an idle worker polls its queue;
 	// default 100ms.
 	TaskCheckInterval time.Duration
+	// TrainerPassEnv: as Config.TrainerPassEnv (config trainers.NAME.pass_env).
+	// job.json names the job's trainer's list, and the agent passes those
+	// variables of its own environment on the instance to the trainer,
+	// which otherwise gets only the base environment and the contract's
+	// LATHE_*. Nil: none for any trainer.
+	TrainerPassEnv map[string][]string
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
 
 func (c CloudConfig) withDefaults() (CloudConfig, routing.Backend, error) {
 	b, ok := c.Routing.Backend(c.Backend)
+	for name, keys := range c.TrainerPassEnv {
+		for i, k := range keys {
+			if err := runner.CheckPassEnvName(k); err != nil {
+				return c, b, fmt.Errorf("worker: aws: trainers.%s.pass_env[%d]: %w", name, i, err)
+			}
+		}
+	}
 	switch {
 	case c.Backend == "":
 		return c, b, errors.New("worker: aws: --aws-backend is required (an aws backend of the config)")

@@ -200,6 +200,18 @@ func (a *cloudAttempt) note(ctx context.Context, msg string) {
 	}
 }
 
+// agentJob is the attempt's job.json: the spec (max_runtime moved to
+// max_runtime_s), the staged datasets, the checkpoint prefix, and the
+// pass_env of the job's trainer, so the agent gives the instance's trainer
+// the environment a local worker would.
+func (a *cloudAttempt) agentJob(dataset, evalDataset string, maxRuntime time.Duration) agent.Job {
+	spec := a.job.Spec
+	spec.MaxRuntime = 0
+	return agent.Job{JobID: a.job.ID, Attempt: a.n, Spec: spec, Dataset: dataset, EvalDataset: evalDataset,
+		CheckpointPrefix: a.ckpt, MaxRuntimeS: int64(maxRuntime / time.Second),
+		TrainerPassEnv: a.c.cfg.TrainerPassEnv[trainerName(a.job.Spec.Trainer)]}
+}
+
 // launch stages the data, writes job.json and makes sure the attempt has
 // its instance. ok is false when the attempt ended (end, possibly nil).
 func (a *cloudAttempt) launch(ctx context.Context) (end endFunc, ok bool) {
@@ -217,11 +229,7 @@ func (a *cloudAttempt) launch(ctx context.Context) (end endFunc, ok bool) {
 			return a.stagingFailed(ctx, "eval_dataset", err), false
 		}
 	}
-	spec := a.job.Spec
-	spec.MaxRuntime = 0
-	aj := agent.Job{JobID: a.job.ID, Attempt: a.n, Spec: spec, Dataset: dataset, EvalDataset: evalDataset,
-		CheckpointPrefix: a.ckpt, MaxRuntimeS: int64(maxRuntime / time.Second)}
-	body, _ := json.MarshalIndent(aj, "", "  ")
+	body, _ := json.MarshalIndent(a.agentJob(dataset, evalDataset, maxRuntime), "", "  ")
 	for {
 		err := a.put(ctx, a.work.Bucket, a.work.Key+agent.JobObject, body)
 		if err == nil {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lathe-ml/lathe/backends/aws/agent"
 	"github.com/lathe-ml/lathe/internal/jobspec"
@@ -213,5 +214,32 @@ func TestUserDataQuotesArguments(t *testing.T) {
 	}
 	if got := JobURIFromUserData(ud); got != jobURI {
 		t.Errorf("JobURIFromUserData = %q, want %q", got, jobURI)
+	}
+}
+
+// TestCloudJobCarriesTrainerPassEnv: job.json names the pass_env of the
+// job's trainer (reference when the spec names none), so the agent gives
+// the instance's trainer the same environment a local worker would; a
+// trainer without pass_env gets none.
+func TestCloudJobCarriesTrainerPassEnv(t *testing.T) {
+	pass := map[string][]string{"reference": {"HF_TOKEN"}, "s3": {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}}
+	for _, c := range []struct {
+		trainer string
+		want    string
+	}{{"", "HF_TOKEN"}, {"reference", "HF_TOKEN"}, {"s3", "AWS_ACCESS_KEY_ID,AWS_SECRET_ACCESS_KEY"}, {"plain", ""}} {
+		a := testAttempt(t, cloudTestConfig, &jobtype.Job{ID: "j-1", Attempt: 1,
+			Spec: jobspec.Spec{Residency: []string{"eu"}, Dataset: "s3://eu-data/t.jsonl", Trainer: c.trainer}})
+		a.c.cfg.TrainerPassEnv = pass
+		aj := a.agentJob("s3://eu-data/t.jsonl", "", time.Hour)
+		if got := strings.Join(aj.TrainerPassEnv, ","); got != c.want {
+			t.Errorf("trainer %q: job.json trainer_pass_env %q, want %q", c.trainer, got, c.want)
+		}
+		if aj.JobID != "j-1" || aj.Attempt != 1 || aj.MaxRuntimeS != 3600 || aj.Dataset != "s3://eu-data/t.jsonl" {
+			t.Errorf("job.json %+v", aj)
+		}
+	}
+	if _, _, err := (CloudConfig{Backend: "aws-eu", TrainerPassEnv: map[string][]string{"s3": {"LATHE_TOKEN_X"}}}).withDefaults(); err == nil ||
+		!strings.Contains(err.Error(), `trainers.s3.pass_env[0]`) || !strings.Contains(err.Error(), "LATHE_TOKEN_X") {
+		t.Errorf("a token in pass_env: %v, want an error naming trainers.s3.pass_env[0] and the name", err)
 	}
 }

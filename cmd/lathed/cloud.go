@@ -132,7 +132,7 @@ func startCloudWorker(ctx context.Context, rdb redis.UniversalClient, store *job
 		Routing: fc.route, Backend: name, EC2: eb, S3: agent.NewS3Store(s3Client(awsCfg, endpoint)), Ledger: led,
 		DataDir: dataDir, AllowedRoots: roots, Deny: daemonDeny(fc), MaxAttempts: fc.Worker.MaxAttempts, DefaultMaxRuntime: fc.Jobs.DefaultMaxRuntime.D(),
 		LeaseTTL: fc.AWS.LeaseTTL.D(), HeartbeatTTL: fc.Worker.HeartbeatTTL.D(), PollInterval: fc.AWS.PollInterval.D(),
-		LaunchRetry: fc.AWS.LaunchRetry.D(), StatusGrace: fc.AWS.StatusGrace.D(), Logger: log,
+		LaunchRetry: fc.AWS.LaunchRetry.D(), StatusGrace: fc.AWS.StatusGrace.D(), TrainerPassEnv: trainerPassEnv(fc.Trainers), Logger: log,
 	})
 	if err != nil {
 		return nil, err

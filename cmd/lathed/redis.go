@@ -138,8 +138,7 @@ func startManagedRedis(ctx context.Context, dataDir string, log *slog.Logger) (*
 		args = append(args, "--bind", "127.0.0.1", "--port", strconv.Itoa(port))
 		url = "redis://127.0.0.1:" + strconv.Itoa(port)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
+	cmd := redisServerCommand(bin, args)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start redis-server: %w", err)
 	}
@@ -168,6 +167,33 @@ func startManagedRedis(ctx context.Context, dataDir string, log *slog.Logger) (*
 	}
 	log.Info("started redis-server inside the data dir (AOF on, noeviction)", slog.String("url", url), slog.String("dir", dir))
 	return m, nil
+}
+
+// childEnvKeys are the only variables of lathed's environment a helper
+// process it runs (redis-server, shutdown) gets.
+var childEnvKeys = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ"}
+
+// childEnv is a minimal environment for a helper process: childEnvKeys
+// where lathed has them, nothing else. Never nil (a nil exec.Cmd.Env
+// inherits everything): lathed's API tokens (LATHE_TOKEN*) and cloud
+// credentials (AWS_*) stay in lathed.
+func childEnv() []string {
+	env := []string{}
+	for _, k := range childEnvKeys {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// redisServerCommand is the managed redis-server's command: bin with args,
+// in its own process group, ended when lathed dies, with childEnv.
+func redisServerCommand(bin string, args []string) *exec.Cmd {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = childEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
+	return cmd
 }
 
 func startMiniredis(log *slog.Logger) (*managedRedis, error) {

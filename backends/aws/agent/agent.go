@@ -54,7 +54,10 @@ type Config struct {
 	// Env holds extra KEY=VALUE entries for the trainer, after the LATHE_*
 	// ones (e.g. LATHE_SIMULATED_GPUS=1 to play an instance on a CPU).
 	// CUDA_VISIBLE_DEVICES is left unset unless given here: the trainer
-	// sees every GPU of the instance it rented.
+	// sees every GPU of the instance it rented. The trainer's environment
+	// is runner's base one (PATH, HOME, LANG, …), Job.TrainerPassEnv, the
+	// LATHE_* contract and these: never the agent's own AWS credentials or
+	// LATHE_TOKEN*.
 	Env []string
 	// KillGrace is how long the trainer has after SIGTERM before SIGKILL.
 	// Zero means DefaultKillGrace (90s, within a spot notice's two
@@ -141,11 +144,30 @@ func (cfg Config) normalise() (Config, JobURI, error) {
 
 // shutdownNow is the default Config.Shutdown.
 func shutdownNow(ctx context.Context) error {
-	out, err := exec.CommandContext(ctx, "shutdown", "-h", "now").CombinedOutput()
+	out, err := shutdownCommand(ctx, "shutdown", "-h", "now").CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("shutdown -h now: %w: %s", err, bytes.TrimSpace(out))
 	}
 	return nil
+}
+
+// helperEnvKeys are the only variables of the agent's environment a
+// helper command it runs (shutdown) gets.
+var helperEnvKeys = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ"}
+
+// shutdownCommand is the command shutdownNow runs (name and args), with a
+// minimal environment (helperEnvKeys where set; never nil, which would
+// inherit): the agent's AWS credentials and any LATHE_TOKEN* stay in the
+// agent.
+func shutdownCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = []string{}
+	for _, k := range helperEnvKeys {
+		if v, ok := os.LookupEnv(k); ok {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
+	return cmd
 }
 
 // Run runs the attempt cfg.JobURI names, to the end: it reads job.json,
@@ -333,6 +355,7 @@ func (a *agent) run(ctx, bg context.Context) Status {
 	res := runner.Run(runCtx, runner.Config{
 		Argv:      argv,
 		Env:       env,
+		PassEnv:   job.TrainerPassEnv,
 		Dir:       work,
 		KillGrace: a.cfg.KillGrace,
 		Logger:    a.log,

@@ -568,3 +568,104 @@ func TestArtifactChecksumMismatch(t *testing.T) {
 		t.Errorf("artifacts uploaded despite the mismatch: %v", keys)
 	}
 }
+
+// envStandIn is a /bin/sh STAND-IN trainer that prints its environment,
+// one variable a line, writes an artifact and succeeds.
+const envStandIn = `#!/bin/sh
+env | sed 's/^/env: /'
+echo adapter > "$LATHE_OUTPUT_DIR/adapter.txt"
+echo '{"event":"done","metrics":{}}'
+`
+
+// TestTrainerEnvironmentIsScrubbed: the instance's trainer gets the same
+// environment as a local worker's: the base variables, the contract's
+// LATHE_*, and the job's trainer_pass_env (the job's trainer's pass_env in
+// the daemon config) from the agent's own environment; never the agent's
+// API tokens or AWS credentials. A trainer_pass_env naming a token is
+// refused before anything runs, naming the field and the value.
+func TestTrainerEnvironmentIsScrubbed(t *testing.T) {
+	t.Setenv("LATHE_TOKEN", "tok-secret-agent")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-agent")
+	t.Setenv("AWS_SESSION_TOKEN", "aws-session-agent")
+	t.Setenv("HF_TOKEN", "hf-passed-agent")
+	b := setup(t)
+	p := filepath.Join(t.TempDir(), "env-trainer.sh")
+	if err := os.WriteFile(p, []byte(envStandIn), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	job := b.job("job-env", 1, 600, []string{"/bin/sh", p})
+	job.TrainerPassEnv = []string{"HF_TOKEN"}
+	got, err := Run(b.ctx, b.config(t, job))
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got.State != StateSucceeded {
+		t.Fatalf("status %+v, want succeeded", got)
+	}
+	var logs strings.Builder
+	for _, e := range b.events(t, "job-env", 1) {
+		logs.Write(e.Data)
+		logs.WriteByte('\n')
+	}
+	for _, w := range []string{"env: PATH=", "env: LATHE_JOB_ID=job-env", "env: HF_TOKEN=hf-passed-agent"} {
+		if !strings.Contains(logs.String(), w) {
+			t.Errorf("the trainer's environment lacks %q:\n%s", w, logs.String())
+		}
+	}
+	for _, n := range []string{"tok-secret", "aws-secret", "aws-session", "LATHE_TOKEN", "AWS_"} {
+		if strings.Contains(logs.String(), n) {
+			t.Errorf("the trainer's environment holds %q:\n%s", n, logs.String())
+		}
+	}
+
+	bad := b.job("job-env-bad", 1, 600, []string{"/bin/sh", p})
+	bad.TrainerPassEnv = []string{"HF_TOKEN", "LATHE_TOKEN"}
+	got, err = Run(b.ctx, b.config(t, bad))
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got.State != StateFailed || !strings.Contains(got.Error, `trainer_pass_env[1] = "LATHE_TOKEN"`) {
+		t.Fatalf("status %+v, want failed naming trainer_pass_env[1] = \"LATHE_TOKEN\"", got)
+	}
+	if keys := b.list(t, prefix+"/job-env-bad/1/"+EventsFolder); len(keys) != 0 {
+		for _, e := range b.events(t, "job-env-bad", 1) {
+			if strings.Contains(string(e.Data), "env: ") {
+				t.Fatalf("the trainer ran: %s", e.Data)
+			}
+		}
+	}
+}
+
+// TestShutdownCommandEnvironment: the power-off command the agent runs
+// (shutdown -h now) gets a minimal environment, not the agent's (its AWS
+// credentials, API tokens). It is checked on the command as built and on a
+// real child started by the same constructor (/usr/bin/env in shutdown's
+// place: the test must not power off its machine).
+func TestShutdownCommandEnvironment(t *testing.T) {
+	t.Setenv("LATHE_TOKEN", "tok-secret-shutdown")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-shutdown")
+	t.Setenv("LATHE_TEST_CANARY", "canary-secret-shutdown")
+	check := func(what string, env []string) {
+		t.Helper()
+		hasPath := false
+		for _, kv := range env {
+			if strings.Contains(kv, "secret-shutdown") || strings.HasPrefix(kv, "AWS_") || strings.HasPrefix(kv, "LATHE_TOKEN") {
+				t.Errorf("%s: the environment holds %q", what, kv)
+			}
+			hasPath = hasPath || strings.HasPrefix(kv, "PATH=")
+		}
+		if !hasPath {
+			t.Errorf("%s: no PATH in %q", what, env)
+		}
+	}
+	cmd := shutdownCommand(t.Context(), "shutdown", "-h", "now")
+	if strings.Join(cmd.Args, " ") != "shutdown -h now" {
+		t.Fatalf("args %q", cmd.Args)
+	}
+	check("shutdown -h now", cmd.Environ())
+	out, err := shutdownCommand(t.Context(), "/usr/bin/env").Output()
+	if err != nil {
+		t.Fatalf("env: %v", err)
+	}
+	check("a child started by shutdownCommand", strings.Split(strings.TrimSpace(string(out)), "\n"))
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/worker/runner"
 )
 
 // Object names under an attempt prefix (see the package doc).
@@ -49,6 +50,14 @@ type Job struct {
 	// resolves the spec's named trainer from the backend's config); used
 	// unless Config.TrainerArgv is set.
 	TrainerArgv []string `json:"trainer_argv,omitempty"`
+	// TrainerPassEnv names variables of the agent's own environment the
+	// trainer also gets (where set): the job's trainer's pass_env in the
+	// daemon config, as a local worker gives them. Every other variable of
+	// the agent's environment (its AWS credentials, any LATHE_TOKEN*) stays
+	// out: the trainer gets runner's base environment, the contract's
+	// LATHE_* and these. A name runner.CheckPassEnvName refuses (a token, a
+	// contract variable) is an error.
+	TrainerPassEnv []string `json:"trainer_pass_env,omitempty"`
 }
 
 // MaxRuntime is MaxRuntimeS as a duration.
@@ -76,6 +85,11 @@ func (j *Job) validate(want JobURI) error {
 	}
 	if j.MaxRuntimeS <= 0 {
 		errs = append(errs, fmt.Errorf("max_runtime_s %d: must be > 0", j.MaxRuntimeS))
+	}
+	for i, k := range j.TrainerPassEnv {
+		if err := runner.CheckPassEnvName(k); err != nil {
+			errs = append(errs, fmt.Errorf("trainer_pass_env[%d] = %q: %w", i, k, err))
+		}
 	}
 	return errors.Join(errs...)
 }
