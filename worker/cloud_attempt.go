@@ -82,6 +82,9 @@ func (a *cloudAttempt) run(ctx context.Context) endFunc {
 	if end := a.checkResidency(); end != nil {
 		return end
 	}
+	if end := a.checkTrainer(); end != nil {
+		return end
+	}
 	if a.inst == nil {
 		if seq, err := a.c.store.Field(ctx, a.job.ID, "cloud_events_seq"); err == nil && seq != "" {
 			a.seq, _ = strconv.Atoi(seq)
@@ -159,6 +162,19 @@ func (a *cloudAttempt) checkResidency() endFunc {
 	}
 	if rs, ok := rc.Site(rc.RedisSite); ok && len(missingTags(want, rs.Tags)) == 0 {
 		a.logs = true
+	}
+	return nil
+}
+
+// checkTrainer refuses, before anything is copied or launched, a job that
+// names a trainer other than the reference one: the agent runs only the
+// reference trainer (named trainers on instances are not built yet), and
+// routing never sends such a job here, so this is a task put on the queue
+// by hand or a stale decision. Running the reference trainer in its place
+// would be a silent lie.
+func (a *cloudAttempt) checkTrainer() endFunc {
+	if t := a.job.Spec.Trainer; t != "" && t != "reference" {
+		return a.fail(jobtype.ReasonPermanent, fmt.Sprintf("trainer %q: cloud instances run only the reference trainer (named trainers on instances are not built yet): refused before anything was copied or launched", t))
 	}
 	return nil
 }

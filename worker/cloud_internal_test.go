@@ -101,6 +101,26 @@ func TestCloudResidencyRecheck(t *testing.T) {
 	}
 }
 
+// TestCloudTrainerRecheck: a job naming a trainer other than the
+// reference one (a hand-queued task; routing never sends one) is refused by
+// the AWS worker before anything is launched, naming the trainer.
+func TestCloudTrainerRecheck(t *testing.T) {
+	for trainer, refused := range map[string]bool{"": false, "reference": false, "axolotl": true} {
+		job := &jobtype.Job{ID: "j-1", Attempt: 1, OutputURI: "file:///out/j-1",
+			Spec: jobspec.Spec{Residency: []string{"eu"}, Dataset: "s3://eu-data/t.jsonl", Trainer: trainer}}
+		a := testAttempt(t, cloudTestConfig, job)
+		var sb strings.Builder
+		a.log = slog.New(slog.NewTextHandler(&sb, nil))
+		end := a.checkTrainer()
+		if (end != nil) != refused {
+			t.Fatalf("trainer %q: refused = %v, want %v", trainer, end != nil, refused)
+		}
+		if refused && (!strings.Contains(sb.String(), `trainer \"axolotl\"`) || !strings.Contains(sb.String(), "reason=permanent")) {
+			t.Fatalf("refusal %q does not name the trainer with reason permanent", sb.String())
+		}
+	}
+}
+
 // refusalText re-runs the residency check's message building: the end
 // function writes to the store, so the test reads the message from the log
 // of a checkResidency call with a capturing logger.

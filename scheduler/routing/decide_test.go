@@ -669,3 +669,22 @@ func TestLocalS3(t *testing.T) {
 		reasons: []string{"local: " + ReasonLocalS3 + ": s3://lathe-eu-data/support/train.jsonl: staging S3 onto local workers is not built yet"},
 	}})
 }
+
+// TestCloudTrainer: the cloud agent runs only the reference trainer (named
+// trainers on instances are not built), so a job naming another trainer is
+// infeasible on every cloud backend, saying so, and stays on the local pool
+// or is refused; it never runs the wrong trainer on an instance.
+func TestCloudTrainer(t *testing.T) {
+	axolotl := func(j Job) Job { j.Trainer = "axolotl"; return j }
+	euData := func(j Job) Job { j.Dataset = "s3://lathe-eu-data/support/train.jsonl"; j.MaxWait = 0; return j }
+	runCases(t, []decideCase{{
+		name: "eu job, reference trainer, s3 data: aws-eu", job: euData(baseJob("eu")), backend: "aws-eu",
+		cands: map[string]string{"local": ReasonLocalS3, "aws-eu": ""},
+	}, {
+		name: "eu job, named trainer, s3 data: refused, each backend says why", job: axolotl(euData(baseJob("eu"))),
+		cands: map[string]string{"local": ReasonLocalS3, "aws-eu": ReasonCloudTrainer, "aws-us": ReasonComputeSite},
+	}, {
+		name: "eu job, named trainer, file data: local", job: axolotl(baseJob("eu")), backend: "local",
+		cands: map[string]string{"local": "", "aws-eu": ReasonCloudTrainer},
+	}})
+}

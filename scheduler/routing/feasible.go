@@ -32,6 +32,7 @@ const (
 	idOutputSite
 	idLogSite
 	idLocalS3
+	idCloudTrainer
 	idGPUFit
 	idJobBudget
 	idTeamBudget
@@ -50,6 +51,7 @@ var checks = []check{
 	{"output site", true, idOutputSite},
 	{"log site", true, idLogSite},
 	{"local s3", false, idLocalS3},
+	{"cloud trainer", false, idCloudTrainer},
 	{"gpu fit", false, idGPUFit},
 	{"job budget", false, idJobBudget},
 	{"team budget", false, idTeamBudget},
@@ -85,6 +87,8 @@ func (e *eval) run(id checkID, b *backendInfo, st *candState) string {
 		return checkLogSite(e, b)
 	case idLocalS3:
 		return checkLocalS3(e, b)
+	case idCloudTrainer:
+		return checkCloudTrainer(e, b)
 	case idGPUFit:
 		return checkGPUFit(e, b, st)
 	case idJobBudget:
@@ -371,6 +375,17 @@ func checkLocalS3(e *eval, b *backendInfo) string {
 		}
 	}
 	return ""
+}
+
+// checkCloudTrainer: the cloud agent runs the reference trainer only
+// (named trainers on instances are not built yet), so a job naming another
+// trainer must not go to a cloud backend, where it would silently run the
+// wrong one.
+func checkCloudTrainer(e *eval, b *backendInfo) string {
+	if b.local || e.job.Trainer == "" || e.job.Trainer == "reference" {
+		return ""
+	}
+	return ReasonCloudTrainer + ": the job names trainer " + strconv.Quote(e.job.Trainer) + "; named trainers on cloud instances are not built yet"
 }
 
 // logSite is the site of backend b's raw log lines for this job.

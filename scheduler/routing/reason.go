@@ -27,6 +27,10 @@ const (
 	// local pool, which uses file:// only (staging S3 onto local workers is
 	// not built yet).
 	ReasonLocalS3 = "the local pool cannot use s3:// data"
+	// ReasonCloudTrainer: the job names a trainer other than the reference
+	// one and the backend is a cloud backend, whose agent runs only the
+	// reference trainer (named trainers on instances are not built yet).
+	ReasonCloudTrainer = "cloud instances run only the reference trainer"
 	// ReasonNoGPUFit: no node of the pool, or no instance type, has the
 	// GPUs asked for (count, memory, model).
 	ReasonNoGPUFit = "GPU request does not fit"

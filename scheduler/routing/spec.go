@@ -15,5 +15,5 @@ func JobFromSpec(spec *jobspec.Spec, id, team, outputURI string) Job {
 		Output: outputURI, GPUs: spec.Resources.GPUs, GPUMemoryGB: spec.Resources.GPUMemoryGB, GPUModels: spec.Resources.GPUModels,
 		Priority: spec.Priority.Rank(), MaxWait: spec.MaxWait.D(), BudgetUSD: spec.BudgetUSD,
 		ExpectedRuntime: spec.ExpectedRuntime.D(), MaxSteps: spec.Training.MaxSteps, BaseModel: spec.BaseModel,
-		MaxRuntime: spec.MaxRuntime.D(), ValuePerHourUSD: spec.ValuePerHourUSD}
+		MaxRuntime: spec.MaxRuntime.D(), ValuePerHourUSD: spec.ValuePerHourUSD, Trainer: spec.Trainer}
 }

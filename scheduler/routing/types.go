@@ -31,6 +31,8 @@ type Job struct {
 	MaxSteps        int
 	BaseModel       string
 	MaxRuntime      time.Duration
+	// Trainer is the spec's trainer name; "" means "reference".
+	Trainer string
 	// ValuePerHourUSD is what an hour of earlier completion is worth to the
 	// job's owner; 0 = plain rules (max_wait, then price).
 	ValuePerHourUSD float64
