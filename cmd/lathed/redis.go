@@ -23,10 +23,11 @@ func newRedisClient(url string) (*redis.Client, error) { return newRedisClientPo
 
 // newRedisClientPool is newRedisClient with a pool of poolSize connections
 // (0: go-redis's default, 10 per CPU).
+// An error names the URL with its password redacted (redactURL).
 func newRedisClientPool(url string, poolSize int) (*redis.Client, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("--redis-url %q: %w", url, err)
+		return nil, fmt.Errorf("--redis-url %q: %w", redactURL(url), err)
 	}
 	opt.DialTimeout = time.Second
 	opt.ReadTimeout = time.Second
@@ -162,11 +163,11 @@ func startManagedRedis(ctx context.Context, dataDir string, log *slog.Logger) (*
 		}
 		if time.Now().After(deadline) {
 			m.Stop()
-			return nil, fmt.Errorf("redis-server did not answer on %s: %w", url, err)
+			return nil, fmt.Errorf("redis-server did not answer on %s: %w", redactURL(url), err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	log.Info("started redis-server inside the data dir (AOF on, noeviction)", slog.String("url", url), slog.String("dir", dir))
+	log.Info("started redis-server inside the data dir (AOF on, noeviction)", slog.String("url", redactURL(url)), slog.String("dir", dir))
 	return m, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -346,9 +347,26 @@ func copyTrainers(m map[string][]string) map[string][]string {
 	return out
 }
 
+// redactURL is u fit to print: a password in its userinfo is replaced by
+// "xxxxx" (url.URL.Redacted), wherever it appears in the text and however
+// it is encoded. A URL that does not parse loses everything between its
+// scheme and its last '@' instead, since where its password ends cannot be
+// told.
 func redactURL(u string) string {
-	if opt, err := redis.ParseURL(u); err == nil && opt.Password != "" {
-		return strings.Replace(u, opt.Password, "xxx", 1)
+	pu, err := url.Parse(u)
+	if err == nil {
+		if _, has := pu.User.Password(); has {
+			return pu.Redacted()
+		}
+		return u
+	}
+	if i := strings.Index(u, "://"); i >= 0 {
+		if at := strings.LastIndex(u, "@"); at > i {
+			return u[:i+3] + "xxxxx" + u[at:]
+		}
+	}
+	if strings.Contains(u, "@") {
+		return "xxxxx" + u[strings.LastIndex(u, "@"):]
 	}
 	return u
 }
