@@ -687,5 +687,18 @@ func (s *Scheduler) healthz(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "redis": "down: " + err.Error(), "code": "unavailable", "error": "Redis is unreachable: " + err.Error()})
 		return
 	}
+	// The eviction policy may change under a running Lathe (CONFIG SET, a
+	// failover to a replica configured otherwise): check it every time.
+	if !s.cfg.NoEvictionCheck {
+		if err := s.checkEviction(ctx); err != nil {
+			var pe *jobstore.EvictionPolicyError
+			code := "unavailable"
+			if errors.As(err, &pe) {
+				code = "eviction_policy"
+			}
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "redis": "up", "code": code, "error": err.Error(), "leader": s.IsLeader()})
+			return
+		}
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "redis": "up", "leader": s.IsLeader()})
 }

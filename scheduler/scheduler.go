@@ -119,6 +119,11 @@ type Config struct {
 	// ReconcileGrace: an instance younger than this is never terminated as
 	// an orphan (its attempt may not be recorded as live yet); default 10m.
 	ReconcileGrace time.Duration
+	// NoEvictionCheck turns off /healthz's check of Redis's
+	// maxmemory-policy (for the embedded miniredis, which never evicts and
+	// does not report one). Default false: every /healthz reads the policy
+	// and answers 503 unless it is noeviction.
+	NoEvictionCheck bool
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -220,6 +225,8 @@ type Scheduler struct {
 	offWaits  []offWait                  // placer goroutine only
 	rec       reconcileCounters
 	recDone   chan struct{}
+
+	evictPolicy atomic.Value // string: Redis's maxmemory-policy as /healthz last read it
 	// cloudPending are the queued jobs of the round routed to a cloud backend.
 	cloudPending []*jobtype.Job // placer goroutine only
 	lastFP       string         // fingerprint of the last placement round's inputs (placer goroutine only)
@@ -356,4 +363,28 @@ func (s *Scheduler) lead(ctx context.Context) bool {
 	}
 	s.fence.Store(f)
 	return true
+}
+
+// checkEviction reads Redis's maxmemory-policy (for /healthz) and logs when
+// it turns bad or good again, once per change.
+func (s *Scheduler) checkEviction(ctx context.Context) error {
+	err := s.store.CheckNoEviction(ctx)
+	var pe *jobstore.EvictionPolicyError
+	policy := "noeviction"
+	if errors.As(err, &pe) {
+		policy = pe.Policy
+	} else if err != nil {
+		return err
+	}
+	if prev := s.evictPolicy.Swap(policy); prev != nil && prev.(string) != policy {
+		if pe != nil {
+			s.log.Error("Redis's maxmemory-policy changed: Redis may now evict jobs and tasks; /healthz answers 503 until it is noeviction again",
+				slog.String("policy", policy), slog.String("was", prev.(string)))
+		} else {
+			s.log.Info("Redis's maxmemory-policy is noeviction again", slog.String("was", prev.(string)))
+		}
+	} else if prev == nil && pe != nil {
+		s.log.Error("Redis's maxmemory-policy is not noeviction: Redis may evict jobs and tasks", slog.String("policy", policy))
+	}
+	return err
 }

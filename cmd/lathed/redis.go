@@ -15,6 +15,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/internal/jobstore"
 )
 
 // newRedisClient returns a client tuned to fail fast: the API must answer
@@ -67,22 +69,13 @@ func waitRedis(ctx context.Context, rdb *redis.Client, wait time.Duration, log *
 }
 
 // checkNoEviction refuses a Redis that may evict keys: asynq loses tasks to
-// eviction and Lathe loses jobs (DESIGN.md).
+// eviction and Lathe loses jobs (DESIGN.md). The scheduler checks again on
+// every /healthz.
 func checkNoEviction(ctx context.Context, rdb *redis.Client) error {
-	info, err := rdb.Info(ctx, "memory").Result()
-	if err != nil {
-		return fmt.Errorf("redis: read INFO memory: %w", err)
+	if err := jobstore.New(rdb, jobstore.Config{}).CheckNoEviction(ctx); err != nil {
+		return fmt.Errorf("redis at %s: %w", rdb.Options().Addr, err)
 	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok {
-			if v != "noeviction" {
-				return fmt.Errorf("redis at %s has maxmemory-policy %s; Lathe needs noeviction (evicted keys are lost jobs and tasks). Fix: redis-cli CONFIG SET maxmemory-policy noeviction, and set 'maxmemory-policy noeviction' in redis.conf so it survives a restart",
-					rdb.Options().Addr, v)
-			}
-			return nil
-		}
-	}
-	return fmt.Errorf("redis at %s did not report maxmemory_policy in INFO memory; cannot confirm noeviction", rdb.Options().Addr)
+	return nil
 }
 
 // warnNoAOF logs a warning when the given Redis does not keep an AOF: a

@@ -300,6 +300,7 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			FollowRedis: followRDB, Logger: log,
 			Clouds:         cloudReconcilers(ctx, fc.route, firstNonEmpty(fc.Cluster, defaultCluster), endpoint, log),
 			ReconcileEvery: fc.Scheduler.ReconcileEvery.D(), ReconcileGrace: fc.Scheduler.ReconcileGrace.D(),
+			NoEvictionCheck: managed != nil && managed.Embedded,
 		})
 		if err := s.Start(ctx); err != nil {
 			return err
