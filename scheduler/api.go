@@ -152,8 +152,8 @@ func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
 	if key != "" {
 		key = p.Name + ":" + key // one token's key never returns another's job
 	}
-	job, existed, err := s.store.Create(ctx, jobstore.NewJob{ID: adm.id, Spec: spec, OutputURI: out, IdempotencyKey: key,
-		Submitter: p.Name, Team: p.Team, Route: adm.route})
+	job, existed, err := s.store.CreateLogged(ctx, s.cfg.Ledger, jobstore.NewJob{ID: adm.id, Spec: spec, OutputURI: out, IdempotencyKey: key,
+		Submitter: p.Name, Team: p.Team, Route: adm.route, Records: adm.records})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -253,7 +253,7 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	created, err := s.store.CreateMany(ctx, njs)
+	created, err := s.store.CreateManyLogged(ctx, s.cfg.Ledger, njs)
 	if err != nil {
 		s.fail(w, r, err)
 		return

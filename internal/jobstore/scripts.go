@@ -1,6 +1,10 @@
 package jobstore
 
-import "github.com/redis/go-redis/v9"
+import (
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/internal/ledger"
+)
 
 // The Lua scripts below are the only writers of a job's state. Each runs
 // atomically in Redis: it checks the state it expects (compare-and-set),
@@ -54,11 +58,45 @@ end
 // number of field/value entries, the field/value entries. Returns
 // {code, id, code, id, …}: 1 stored, 2 existing (id of the key's job),
 // 0 id collision.
-var createScript = redis.NewScript(`
+//
+// With KEYS (the ledger's stream and head: CreateLogged), ledger records
+// about the jobs are written in the same call, so a decision record and the
+// job it admits are stored together or not at all (even when Redis refuses
+// writes at maxmemory: the script's first write is refused before anything
+// is written, and once it has written Redis lets it finish). After the jobs,
+// ARGV holds: head seq and mac the records were sealed on, record count,
+// count of jobs that must be new, their 1-based indexes, the records'
+// ledger.EntryArgs. Before writing anything the script checks the head
+// (else a ledger_check reply) and that each such job will be stored:
+// neither its id nor its idempotency key is taken, in Redis or by an
+// earlier job of the call; else it returns {'recheck', index, …} and
+// stores nothing.
+var createScript = redis.NewScript(ledger.LuaAppend + `
 local P = ARGV[1]
 local ttl, now, maxlen, data, n = tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
 local out = {}
 local i = 7
+local led = nil
+if #KEYS == 2 then
+  local at, seen, j = {}, {}, 7
+  for k = 1, n do at[k] = j; j = j + 4 + tonumber(ARGV[j + 3]) end
+  local bad = ledger_check(KEYS[1], KEYS[2], ARGV[j], ARGV[j + 1])
+  if bad then return bad end
+  local nrec, nmust = tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
+  local must = {}
+  for m = 1, nmust do must[tonumber(ARGV[j + 3 + m])] = true end
+  local recheck = {'recheck'}
+  for k = 1, n do
+    local id, idem = ARGV[at[k]], ARGV[at[k] + 1]
+    if must[k] and ((idem ~= '' and (seen[idem] or redis.call('EXISTS', P .. 'idem:' .. idem) == 1))
+        or redis.call('EXISTS', P .. 'job:' .. id) == 1) then
+      recheck[#recheck + 1] = k
+    end
+    if idem ~= '' then seen[idem] = true end
+  end
+  if #recheck > 1 then return recheck end
+  led = {first = j + 4 + nmust, n = nrec}
+end
 for _ = 1, n do
   local id, idem, score, nf = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
   local first = i + 4
@@ -82,6 +120,7 @@ for _ = 1, n do
     end
   end
 end
+if led then ledger_write(KEYS[1], KEYS[2], ARGV, led.first, led.n) end
 return out
 `)
 
