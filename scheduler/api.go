@@ -73,6 +73,7 @@ func (s *Scheduler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &ce):
 		writeJSON(w, http.StatusConflict, apiError{Error: err.Error(), Code: "conflict", State: ce.State})
 	case redisDown(err):
+		s.sawRedis(err)
 		writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "Redis is unreachable: " + err.Error(), Code: "unavailable"})
 	case strings.Contains(err.Error(), "OOM command not allowed"):
 		writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "Redis is out of memory (maxmemory reached under noeviction; see docs/operations.md on retention): " + err.Error(), Code: "unavailable"})

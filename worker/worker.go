@@ -103,10 +103,13 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.store.Heartbeat(ctx, n, w.cfg.HeartbeatTTL, true, predecessorDead); err != nil {
 		return fmt.Errorf("worker: register node: %w", err)
 	}
-	// Before taking work: no trainer of a previous incarnation may survive.
-	if err := w.killOrphans(); err != nil {
+	// Before taking work: no trainer of a previous incarnation may survive;
+	// the attempts of those it killed are dead and go back to the queue now.
+	gone, err := w.killOrphans()
+	if err != nil {
 		return err
 	}
+	w.releaseDead(ctx, gone)
 	w.purgeStaleTasks(ctx)
 	if w.srv, err = startServer(w.rdb, jobtype.NodeQueue(w.cfg.Node), w.cfg.Slots+len(inv.GPUs), w.cfg.TaskCheckInterval,
 		w.cfg.ShutdownTimeout, w.log, w.handle); err != nil {

@@ -297,6 +297,7 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			Routing: fc.route, Ledger: led,
 			Trainers: names, KillGrace: killGrace, PlaceInterval: fc.Scheduler.PlaceInterval.D(),
 			RepairAfter: fc.Scheduler.RepairAfter.D(), ReapGrace: fc.Scheduler.ReapGrace.D(), LeaderTTL: fc.Scheduler.LeaderTTL.D(),
+			LeaseTTL:    fc.Worker.LeaseTTL.D(),
 			FollowRedis: followRDB, Logger: log,
 			Clouds:         cloudReconcilers(ctx, fc.route, firstNonEmpty(fc.Cluster, defaultCluster), endpoint, log),
 			ReconcileEvery: fc.Scheduler.ReconcileEvery.D(), ReconcileGrace: fc.Scheduler.ReconcileGrace.D(),

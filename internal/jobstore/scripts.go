@@ -396,3 +396,31 @@ if (cur[1] ~= 'running' and cur[1] ~= 'provisioning') or tonumber(cur[2]) ~= wan
 redis.call('HSET', jobkey(id), 'incarnation', inc, 'lease_until', now + lease)
 return reply(1, id)
 `)
+
+// releaseDeadScript ends a running attempt on node whose worker incarnation
+// is dead (a new incarnation on the same node killed its trainer's process
+// group) and makes the next attempt, as the reaper would, without waiting
+// for the lease. ARGV: prefix, id, attempt, node, dead incarnation (” any
+// but the live one), live incarnation, now, maxlen, event data, pending
+// score.
+var releaseDeadScript = redis.NewScript(luaCommon + `
+local id, want, node, dead, live, now, maxlen, data, score = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10]
+local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'node', 'incarnation', 'cancel_requested')
+if not cur[1] then return {-1, '', 0, 0} end
+local inc = cur[4] or ''
+if cur[1] ~= 'running' or tonumber(cur[2]) ~= want or cur[3] ~= node or inc == live or (dead ~= '' and inc ~= dead) then
+  return reply(0, id)
+end
+release(id)
+if cur[5] == '1' then
+  setstate(id, 'running', 'cancelled', now)
+  redis.call('HSET', jobkey(id), 'reason', 'cancelled', 'finished_at', now)
+  addevent(id, maxlen, 'state', want, now, '{"from":"running","to":"cancelled","reason":"cancelled","error":"cancelled while its worker was gone"}')
+  return reply(1, id)
+end
+setstate(id, 'running', 'queued', now)
+redis.call('HSET', jobkey(id), 'attempt', want + 1, 'node', '', 'backend', '', 'gpus', '[]', 'error', 'attempt ' .. want .. ': its worker died and was restarted')
+redis.call('ZADD', P .. 'pending', score, id)
+addevent(id, maxlen, 'state', want + 1, now, data)
+return reply(1, id)
+`)
