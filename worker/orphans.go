@@ -131,6 +131,20 @@ func (w *Worker) releaseDead(ctx context.Context, gone []pidfile) {
 	}
 }
 
+// procState reads field 3 (state: R, S, D, Z, X, …) of /proc/<pid>/stat.
+func procState(pid int) (byte, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	return s[i+2], nil
+}
+
 // procStartTime reads field 22 (starttime) of /proc/<pid>/stat.
 func procStartTime(pid int) (uint64, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
