@@ -11,6 +11,9 @@
 # (state running, attempt 2, claimed by a worker), measured by polling the
 # API every 100 ms.
 #   scripts/bench/recovery.sh [JOBS] [ROUNDS]     (default 2 jobs, 3 rounds)
+# LATHED=path uses that lathed binary instead of building one (to compare
+# with an older build); LIMIT=seconds bounds each wait (default 300);
+# CASES="restart" or "vanish" runs one case.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -26,7 +29,7 @@ cleanup() {
 trap cleanup EXIT
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
-go build -o "$work/lathed" ./cmd/lathed
+if [[ -n ${LATHED:-} ]]; then cp "$LATHED" "$work/lathed"; else go build -o "$work/lathed" ./cmd/lathed; fi
 cat > "$work/sleeper.sh" <<'SH'
 #!/bin/sh
 i=0
@@ -104,6 +107,5 @@ run_case() { # restart|vanish
 }
 
 for ((r = 1; r <= rounds; r++)); do
-  run_case restart
-  run_case vanish
+  for c in ${CASES:-restart vanish}; do run_case "$c"; done
 done
