@@ -310,6 +310,9 @@ func (s *Store) createLogged(ctx context.Context, l *ledger.Ledger, njs []NewJob
 			must = append(must, i+1)
 			next += int64(len(rs))
 		}
+		if len(recs) == 0 {
+			return s.createMany(ctx, jobs)
+		}
 		sealed, err := l.Seal(seq, mac, recs)
 		if err != nil {
 			return nil, nil, fmt.Errorf("jobstore: create: %w", err)
