@@ -631,8 +631,9 @@ func (s *Scheduler) reapOnce(ctx context.Context) {
 			s.log.Warn("reaper: leases expired while this scheduler could not reach Redis (a blip, not dead workers?); waiting instead of reaping them",
 				slog.Int("held", len(held)), slog.Time("redis_error_at", errAt), slog.Duration("waited", now.Sub(s.holdSince)),
 				slog.Duration("at_most", s.cfg.MassExpiryWait))
-		default:
+		default: // held long enough: reap them, and the next blip waits afresh
 			reap = append(reap, held...)
+			s.holdSince = time.Time{}
 		}
 	}
 	for _, l := range reap {
