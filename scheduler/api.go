@@ -78,6 +78,7 @@ func (s *Scheduler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &ce):
 		writeJSON(w, http.StatusConflict, apiError{Error: err.Error(), Code: "conflict", State: ce.State})
 	case redisDown(err):
+		s.sawRedis(err)
 		writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "Redis is unreachable: " + err.Error(), Code: "unavailable"})
 	case strings.Contains(err.Error(), "OOM command not allowed"):
 		writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "Redis is out of memory (maxmemory reached under noeviction; see docs/operations.md on retention): " + err.Error(), Code: "unavailable"})
@@ -157,8 +158,8 @@ func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := strings.TrimRight(spec.Output.URI, "/") + "/{id}"
-	job, existed, err := s.store.Create(ctx, jobstore.NewJob{ID: adm.id, Spec: spec, OutputURI: out, IdempotencyKey: idemKey(p, key, -1),
-		Submitter: p.Name, Team: p.Team, Route: adm.route})
+	job, existed, err := s.store.CreateLogged(ctx, s.cfg.Ledger, jobstore.NewJob{ID: adm.id, Spec: spec, OutputURI: out, IdempotencyKey: idemKey(p, key, -1),
+		Submitter: p.Name, Team: p.Team, Route: adm.route, Records: adm.records})
 	if err != nil {
 		if !idemConflict(w, err, key, false) {
 			s.fail(w, r, err)
@@ -262,7 +263,7 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	created, err := s.store.CreateMany(ctx, njs)
+	created, err := s.store.CreateManyLogged(ctx, s.cfg.Ledger, njs)
 	if err != nil {
 		if !idemConflict(w, err, key, true) {
 			s.fail(w, r, err)
@@ -831,6 +832,19 @@ func (s *Scheduler) healthz(w http.ResponseWriter, r *http.Request) {
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "redis": "down: " + err.Error(), "code": "unavailable", "error": "Redis is unreachable: " + err.Error()})
 		return
+	}
+	// The eviction policy may change under a running Lathe (CONFIG SET, a
+	// failover to a replica configured otherwise): check it every time.
+	if !s.cfg.NoEvictionCheck {
+		if err := s.checkEviction(ctx); err != nil {
+			var pe *jobstore.EvictionPolicyError
+			code := "unavailable"
+			if errors.As(err, &pe) {
+				code = "eviction_policy"
+			}
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "redis": "up", "code": code, "error": err.Error(), "leader": s.IsLeader()})
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "redis": "up", "leader": s.IsLeader()})
 }

@@ -509,3 +509,28 @@ func TestRedisOOM503(t *testing.T) {
 		t.Fatalf("submit at maxmemory: %d %s", code, body)
 	}
 }
+
+// TestHealthzEvictionPolicy: the eviction policy is read on every /healthz,
+// not only at start. CONFIG SET maxmemory-policy allkeys-lru on the running
+// Redis turns /healthz into a 503 that names the policy; setting it back
+// turns it into a 200 again.
+func TestHealthzEvictionPolicy(t *testing.T) {
+	b := setup(t, scheduler.Config{})
+	if code, body := do(t, "GET", b.url+"/healthz", "", nil); code != 200 {
+		t.Fatalf("healthz on a noeviction Redis: %d %s", code, body)
+	}
+	if err := b.rdb.ConfigSet(b.ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, body := do(t, "GET", b.url+"/healthz", "", nil)
+	if code != 503 || !strings.Contains(string(body), "maxmemory-policy is allkeys-lru; Lathe needs noeviction") ||
+		!strings.Contains(string(body), `"code":"eviction_policy"`) {
+		t.Fatalf("healthz after CONFIG SET maxmemory-policy allkeys-lru: %d %s", code, body)
+	}
+	if err := b.rdb.ConfigSet(b.ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := do(t, "GET", b.url+"/healthz", "", nil); code != 200 {
+		t.Fatalf("healthz after setting noeviction back: %d %s", code, body)
+	}
+}

@@ -163,28 +163,42 @@ func (s *Scheduler) record(ctx context.Context, rs *routeState, p principal, pat
 	if s.cfg.Ledger == nil {
 		return 0, nil
 	}
+	build, err := decisionRecords(rs, p, path, name, attempt, job, snap, d)
+	if err != nil {
+		return 0, err
+	}
+	rec, err := s.cfg.Ledger.Append(ctx, build(0)[0])
+	if err != nil {
+		return 0, fmt.Errorf("scheduler: ledger record: %w", err)
+	}
+	for _, st := range build(rec.Seq)[1:] {
+		if _, err := s.cfg.Ledger.Append(ctx, st); err != nil {
+			return rec.Seq, fmt.Errorf("scheduler: ledger staging record: %w", err)
+		}
+	}
+	return rec.Seq, nil
+}
+
+// decisionRecords builds a decision's ledger records: the decision, then
+// one per staging, which names the decision's sequence number seq.
+func decisionRecords(rs *routeState, p principal, path, name string, attempt int, job routing.Job, snap routing.Snapshot, d routing.Decision) (func(seq int64) []ledger.Record, error) {
 	body, err := json.Marshal(ledgerBody{Path: path, Job: job, Name: name, Attempt: attempt, Pools: snap.Pools,
 		Spend: snap.BackendSpend, Teams: snap.TeamSpend, Decision: d})
 	if err != nil {
-		return 0, fmt.Errorf("scheduler: ledger record: %w", err)
+		return nil, fmt.Errorf("scheduler: ledger record: %w", err)
 	}
 	kind := "decision"
 	if d.Refused {
 		kind = "refusal"
 	}
-	rec, err := s.cfg.Ledger.Append(ctx, ledger.Record{Kind: kind, JobID: job.ID, Team: p.Team, Token: p.Name,
-		ConfigHash: rs.hash, Body: body})
-	if err != nil {
-		return 0, fmt.Errorf("scheduler: ledger record: %w", err)
-	}
-	for _, st := range d.Staging {
-		b, _ := json.Marshal(map[string]any{"staging": st, "decision_seq": rec.Seq, "residency": d.Residency, "backend": d.Backend})
-		if _, err := s.cfg.Ledger.Append(ctx, ledger.Record{Kind: "staging", JobID: job.ID, Team: p.Team, Token: p.Name,
-			ConfigHash: rs.hash, Body: b}); err != nil {
-			return rec.Seq, fmt.Errorf("scheduler: ledger staging record: %w", err)
+	return func(seq int64) []ledger.Record {
+		recs := []ledger.Record{{Kind: kind, JobID: job.ID, Team: p.Team, Token: p.Name, ConfigHash: rs.hash, Body: body}}
+		for _, st := range d.Staging {
+			b, _ := json.Marshal(map[string]any{"staging": st, "decision_seq": seq, "residency": d.Residency, "backend": d.Backend})
+			recs = append(recs, ledger.Record{Kind: "staging", JobID: job.ID, Team: p.Team, Token: p.Name, ConfigHash: rs.hash, Body: b})
 		}
-	}
-	return rec.Seq, nil
+		return recs
+	}, nil
 }
 
 // routeInfo condenses a decision for the job record.
@@ -297,6 +311,7 @@ type admission struct {
 	id       string
 	decision routing.Decision
 	route    *jobtype.RouteInfo
+	records  func(seq int64) []ledger.Record // the decision's ledger records (nil without a ledger)
 }
 
 // RefusedError is the body of a 422 answer: no backend may run the job.
@@ -310,8 +325,9 @@ type refusedError struct {
 // admit decides where a submitted job goes, before it is stored. A refusal
 // is recorded in the ledger and answered 422 with every backend's reason
 // (the job is not stored: nothing is parked silently); otherwise the
-// decision is recorded under the job's id, drawn here. A dry run decides
-// and records nothing.
+// decision's records, under the job's id drawn here, are returned for the
+// script that stores the job to append (jobstore.CreateLogged). A dry run
+// decides and records nothing.
 func (s *Scheduler) admit(ctx context.Context, w http.ResponseWriter, r *http.Request, p principal, spec *jobspec.Spec, dry bool) (admission, bool) {
 	rs := s.routing()
 	snap, err := s.snapshotFor(ctx, rs, Assumptions{})
@@ -336,18 +352,23 @@ func (s *Scheduler) admit(ctx context.Context, w http.ResponseWriter, r *http.Re
 			Code: "refused", Reasons: d.Reasons, Decision: d})
 		return admission{}, false
 	}
-	seq, err := s.record(ctx, rs, p, "submit", spec.Name, 1, rj, snap, d)
-	if err != nil {
-		s.fail(w, r, err)
-		return admission{}, false
+	adm := admission{id: id, decision: d, route: routeInfo(d, "submit", 1, 0, 0)}
+	if s.cfg.Ledger != nil {
+		// Appended by the script that stores the job (jobstore.CreateLogged),
+		// so a decision never names a job that was not stored.
+		if adm.records, err = decisionRecords(rs, p, "submit", spec.Name, 1, rj, snap, d); err != nil {
+			s.fail(w, r, err)
+			return admission{}, false
+		}
 	}
-	return admission{id: id, decision: d, route: routeInfo(d, "submit", 1, 0, seq)}, true
+	return adm, true
 }
 
 // admitBatch decides every job of a batch on one snapshot. One refusal
 // refuses the batch (422, each refused job's reasons under "jobs[i]",
-// every refusal recorded), and nothing is stored; otherwise each decision
-// is recorded under its job's id and njs get their ids and routes.
+// every refusal recorded), and nothing is stored; otherwise njs get their
+// ids, routes and decision records (appended with the jobs by
+// jobstore.CreateManyLogged).
 func (s *Scheduler) admitBatch(ctx context.Context, w http.ResponseWriter, r *http.Request, p principal, njs []jobstore.NewJob) ([]routing.Decision, bool) {
 	rs := s.routing()
 	snap, err := s.snapshotFor(ctx, rs, Assumptions{})
@@ -385,12 +406,14 @@ func (s *Scheduler) admitBatch(ctx context.Context, w http.ResponseWriter, r *ht
 		return nil, false
 	}
 	for i := range njs {
-		seq, err := s.record(ctx, rs, p, "submit", njs[i].Spec.Name, 1, rjs[i], snap, ds[i])
-		if err != nil {
-			s.fail(w, r, err)
-			return nil, false
+		njs[i].Route = routeInfo(ds[i], "submit", 1, 0, 0)
+		if s.cfg.Ledger != nil {
+			// Appended with the jobs by jobstore.CreateManyLogged.
+			if njs[i].Records, err = decisionRecords(rs, p, "submit", njs[i].Spec.Name, 1, rjs[i], snap, ds[i]); err != nil {
+				s.fail(w, r, err)
+				return nil, false
+			}
 		}
-		njs[i].Route = routeInfo(ds[i], "submit", 1, 0, seq)
 	}
 	return ds, true
 }

@@ -91,10 +91,15 @@ type Config struct {
 	// default lease (30s) and kill grace (10s) no two trainers of a job ever
 	// overlap. Default 5s.
 	ReapGrace time.Duration
-	// MassExpiryWait: when more than half of the running attempts have
-	// expired leases at once (a Redis blip, not dead workers), the reaper
-	// waits this long before it reaps them anyway. Default 2m.
+	// MassExpiryWait: when an attempt's lease expired while this scheduler
+	// itself could not reach Redis (a Redis blip, not a dead worker: see
+	// reapOnce), the reaper holds off this long before it reaps it anyway.
+	// Default 2m.
 	MassExpiryWait time.Duration
+	// LeaseTTL is the workers' attempt lease (worker.lease_ttl), the window
+	// before a lease's end in which a Redis error this scheduler saw makes
+	// the reaper hold off. Default 30s.
+	LeaseTTL time.Duration
 	// ID names this scheduler in the leader lease; default host-pid-random.
 	ID string
 	// LeaderTTL is the leader lease's length. The leader renews it on
@@ -139,6 +144,11 @@ type Config struct {
 	// ReconcileGrace: an instance younger than this is never terminated as
 	// an orphan (its attempt may not be recorded as live yet); default 10m.
 	ReconcileGrace time.Duration
+	// NoEvictionCheck turns off /healthz's check of Redis's
+	// maxmemory-policy (for the embedded miniredis, which never evicts and
+	// does not report one). Default false: every /healthz reads the policy
+	// and answers 503 unless it is noeviction.
+	NoEvictionCheck bool
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -205,6 +215,9 @@ func (c Config) withDefaults() Config {
 	if c.ReconcileGrace <= 0 {
 		c.ReconcileGrace = 10 * time.Minute
 	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 30 * time.Second
+	}
 	if c.MassExpiryWait <= 0 {
 		c.MassExpiryWait = 2 * time.Minute
 	}
@@ -233,14 +246,17 @@ type Scheduler struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 
-	massSince time.Time                  // when a mass lease expiry was first seen (placer goroutine only)
-	tokenSums [][32]byte                 // sha256 of each token's secret, for constant-time comparison
-	fence     atomic.Value               // jobstore.Fence of the current term, "" when not leading
-	hadWaits  bool                       // the last placement round wrote waiting jobs (placer goroutine only)
-	route     atomic.Pointer[routeState] // the routing config in force
-	offWaits  []offWait                  // placer goroutine only
-	rec       reconcileCounters
-	recDone   chan struct{}
+	holdSince  time.Time                  // when the reaper first held off expired leases for a Redis blip (placer goroutine only)
+	redisErrAt atomic.Int64               // unix ms of the last Redis error this scheduler saw itself (0: none)
+	tokenSums  [][32]byte                 // sha256 of each token's secret, for constant-time comparison
+	fence      atomic.Value               // jobstore.Fence of the current term, "" when not leading
+	hadWaits   bool                       // the last placement round wrote waiting jobs (placer goroutine only)
+	route      atomic.Pointer[routeState] // the routing config in force
+	offWaits   []offWait                  // placer goroutine only
+	rec        reconcileCounters
+	recDone    chan struct{}
+
+	evictPolicy atomic.Value // string: Redis's maxmemory-policy as /healthz last read it
 	// cloudPending are the queued jobs of the round routed to a cloud backend.
 	cloudPending []*jobtype.Job // placer goroutine only
 	lastFP       string         // fingerprint of the last placement round's inputs (placer goroutine only)
@@ -365,6 +381,7 @@ func (s *Scheduler) lead(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.LeaderTTL/3)
 	defer cancel()
 	f, ok, err := s.store.AcquireLeadership(ctx, s.cfg.ID, s.cfg.LeaderTTL)
+	s.sawRedis(err)
 	was := s.leaderFence()
 	switch {
 	case err != nil || !ok:
@@ -378,4 +395,44 @@ func (s *Scheduler) lead(ctx context.Context) bool {
 	}
 	s.fence.Store(f)
 	return true
+}
+
+// checkEviction reads Redis's maxmemory-policy (for /healthz) and logs when
+// it turns bad or good again, once per change.
+func (s *Scheduler) checkEviction(ctx context.Context) error {
+	err := s.store.CheckNoEviction(ctx)
+	var pe *jobstore.EvictionPolicyError
+	policy := "noeviction"
+	if errors.As(err, &pe) {
+		policy = pe.Policy
+	} else if err != nil {
+		return err
+	}
+	if prev := s.evictPolicy.Swap(policy); prev != nil && prev.(string) != policy {
+		if pe != nil {
+			s.log.Error("Redis's maxmemory-policy changed: Redis may now evict jobs and tasks; /healthz answers 503 until it is noeviction again",
+				slog.String("policy", policy), slog.String("was", prev.(string)))
+		} else {
+			s.log.Info("Redis's maxmemory-policy is noeviction again", slog.String("was", prev.(string)))
+		}
+	} else if prev == nil && pe != nil {
+		s.log.Error("Redis's maxmemory-policy is not noeviction: Redis may evict jobs and tasks", slog.String("policy", policy))
+	}
+	return err
+}
+
+// sawRedis notes err, when it is one, as a Redis error this scheduler saw
+// itself: the reaper holds off leases that expired around it (reapOnce).
+func (s *Scheduler) sawRedis(err error) {
+	if err != nil && !errors.Is(err, redis.Nil) {
+		s.redisErrAt.Store(time.Now().UnixMilli())
+	}
+}
+
+// lastRedisError is when this scheduler last saw a Redis error (zero: never).
+func (s *Scheduler) lastRedisError() time.Time {
+	if ms := s.redisErrAt.Load(); ms != 0 {
+		return time.UnixMilli(ms)
+	}
+	return time.Time{}
 }

@@ -31,6 +31,9 @@ type pidfile struct {
 	// StartTime is the leader's start time in clock ticks since boot
 	// (/proc/<pid>/stat field 22), so a recycled pid is never mistaken for it.
 	StartTime uint64 `json:"start_time"`
+	// Incarnation is the worker incarnation that ran the trainer ("" in
+	// pidfiles written before it was recorded).
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 func pidfileName(dir, id string, attempt int) string {
@@ -43,7 +46,7 @@ func (w *Worker) writePidfile(dir, id string, attempt, pid int, log *slog.Logger
 		log.Warn("pidfile: read start time", slog.Int("pid", pid), slog.Any("err", err))
 		return
 	}
-	b, _ := json.Marshal(pidfile{JobID: id, Attempt: attempt, PGID: pid, StartTime: st})
+	b, _ := json.Marshal(pidfile{JobID: id, Attempt: attempt, PGID: pid, StartTime: st, Incarnation: w.incarnation})
 	if err := os.MkdirAll(dir, 0o755); err == nil {
 		tmp := pidfileName(dir, id, attempt) + ".tmp"
 		if err = os.WriteFile(tmp, b, 0o644); err == nil {
@@ -59,15 +62,18 @@ func removePidfile(dir, id string, attempt int) { _ = os.Remove(pidfileName(dir,
 
 // killOrphans kills the process groups of trainers that a previous
 // incarnation of this worker left running, and waits until they are gone.
-func (w *Worker) killOrphans() error {
+// It returns the pidfiles of the groups it saw gone: their attempts are
+// dead (releaseDead).
+func (w *Worker) killOrphans() ([]pidfile, error) {
 	dir := filepath.Join(w.cfg.DataDir, "pids")
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("worker: read %s: %w", dir, err)
+		return nil, fmt.Errorf("worker: read %s: %w", dir, err)
 	}
+	var gone []pidfile
 	for _, e := range entries {
 		p := filepath.Join(dir, e.Name())
 		if !strings.HasSuffix(e.Name(), ".json") {
@@ -96,11 +102,47 @@ func (w *Worker) killOrphans() error {
 			time.Sleep(10 * time.Millisecond)
 		}
 		if runner.GroupAlive(pf.PGID) {
-			return fmt.Errorf("worker: orphaned trainer group %d of job %s will not die", pf.PGID, pf.JobID)
+			return gone, fmt.Errorf("worker: orphaned trainer group %d of job %s will not die", pf.PGID, pf.JobID)
 		}
 		_ = os.Remove(p)
+		gone = append(gone, pf)
 	}
-	return nil
+	return gone, nil
+}
+
+// releaseDead hands the attempts of the trainers killOrphans saw gone back
+// to the queue at once (jobstore.ReleaseDead: a compare-and-set on the
+// attempt, this node and the dead incarnation), instead of leaving them to
+// the reaper, which waits for the lease to expire. An attempt already
+// reaped or ended is left alone; one that cannot be written now is the
+// reaper's, after its lease.
+func (w *Worker) releaseDead(ctx context.Context, gone []pidfile) {
+	for _, pf := range gone {
+		err := w.store.ReleaseDead(ctx, pf.JobID, pf.Attempt, w.cfg.Node, pf.Incarnation, w.incarnation)
+		switch {
+		case err == nil:
+			w.log.Warn("released an attempt of this node's previous incarnation: its trainer is gone; the job is queued again",
+				slog.String("job_id", pf.JobID), slog.Int("attempt", pf.Attempt), slog.String("dead_incarnation", pf.Incarnation))
+		case errors.Is(err, jobstore.ErrConflict), errors.Is(err, jobstore.ErrNotFound):
+		default:
+			w.log.Warn("release an attempt of this node's previous incarnation; the reaper will, after its lease",
+				slog.String("job_id", pf.JobID), slog.Int("attempt", pf.Attempt), slog.Any("err", err))
+		}
+	}
+}
+
+// procState reads field 3 (state: R, S, D, Z, X, …) of /proc/<pid>/stat.
+func procState(pid int) (byte, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	return s[i+2], nil
 }
 
 // procStartTime reads field 22 (starttime) of /proc/<pid>/stat.

@@ -77,13 +77,18 @@ func (w *Worker) nodeInfo() jobstore.Node {
 
 // predecessorDead reports whether p, a heartbeat under this node's name,
 // came from a process on this host that no longer runs (a worker killed
-// with -9 whose heartbeat has not expired yet).
+// with -9 whose heartbeat has not expired yet). A zombie (killed, not yet
+// reaped by its parent, e.g. a shell that has not waited for it) is dead.
 func predecessorDead(p jobstore.Node) bool {
 	host, _ := os.Hostname()
 	if p.Host == "" || p.Host != host || p.PID <= 0 || p.PID == os.Getpid() {
 		return false
 	}
-	return syscall.Kill(p.PID, 0) == syscall.ESRCH
+	if syscall.Kill(p.PID, 0) == syscall.ESRCH {
+		return true
+	}
+	st, err := procState(p.PID)
+	return err == nil && (st == 'Z' || st == 'X')
 }
 
 // Start registers the node (failing if another live worker holds its name),
@@ -103,10 +108,13 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.store.Heartbeat(ctx, n, w.cfg.HeartbeatTTL, true, predecessorDead); err != nil {
 		return fmt.Errorf("worker: register node: %w", err)
 	}
-	// Before taking work: no trainer of a previous incarnation may survive.
-	if err := w.killOrphans(); err != nil {
+	// Before taking work: no trainer of a previous incarnation may survive;
+	// the attempts of those it killed are dead and go back to the queue now.
+	gone, err := w.killOrphans()
+	if err != nil {
 		return err
 	}
+	w.releaseDead(ctx, gone)
 	w.purgeStaleTasks(ctx)
 	if w.srv, err = startServer(w.rdb, jobtype.NodeQueue(w.cfg.Node), w.cfg.Slots+len(inv.GPUs), w.cfg.TaskCheckInterval,
 		w.cfg.ShutdownTimeout, w.log, w.handle); err != nil {

@@ -147,7 +147,13 @@ func (c Config) validate() error {
 	if c.EndpointURL != "" {
 		u, err := url.Parse(c.EndpointURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			add("endpoint_url %q: want http(s)://host[:port]", c.EndpointURL)
+			// Never echo a password the URL carries (nor url.Parse's
+			// error, which quotes the whole URL).
+			shown := "(does not parse as a URL)"
+			if err == nil {
+				shown = u.Redacted()
+			}
+			add("endpoint_url %q: want http(s)://host[:port]", shown)
 		}
 	}
 	if len(bad) > 0 {

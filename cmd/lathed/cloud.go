@@ -141,7 +141,7 @@ func startCloudWorker(ctx context.Context, rdb redis.UniversalClient, store *job
 		return nil, err
 	}
 	log.Info("AWS worker up", slog.String("backend", name), slog.String("cluster", cluster), slog.String("region", b.Region),
-		slog.String("endpoint", firstNonEmpty(endpoint, "AWS")), slog.Bool("ledger", led != nil))
+		slog.String("endpoint", redactURL(firstNonEmpty(endpoint, "AWS"))), slog.Bool("ledger", led != nil))
 	return c, nil
 }
 

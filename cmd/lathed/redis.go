@@ -15,6 +15,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/internal/jobstore"
 )
 
 // newRedisClient returns a client tuned to fail fast: the API must answer
@@ -23,10 +25,11 @@ func newRedisClient(url string) (*redis.Client, error) { return newRedisClientPo
 
 // newRedisClientPool is newRedisClient with a pool of poolSize connections
 // (0: go-redis's default, 10 per CPU).
+// An error names the URL with its password redacted (redactURL).
 func newRedisClientPool(url string, poolSize int) (*redis.Client, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("--redis-url %q: %w", url, err)
+		return nil, fmt.Errorf("--redis-url %q: %w", redactURL(url), err)
 	}
 	opt.DialTimeout = time.Second
 	opt.ReadTimeout = time.Second
@@ -66,22 +69,13 @@ func waitRedis(ctx context.Context, rdb *redis.Client, wait time.Duration, log *
 }
 
 // checkNoEviction refuses a Redis that may evict keys: asynq loses tasks to
-// eviction and Lathe loses jobs (DESIGN.md).
+// eviction and Lathe loses jobs (DESIGN.md). The scheduler checks again on
+// every /healthz.
 func checkNoEviction(ctx context.Context, rdb *redis.Client) error {
-	info, err := rdb.Info(ctx, "memory").Result()
-	if err != nil {
-		return fmt.Errorf("redis: read INFO memory: %w", err)
+	if err := jobstore.New(rdb, jobstore.Config{}).CheckNoEviction(ctx); err != nil {
+		return fmt.Errorf("redis at %s: %w", rdb.Options().Addr, err)
 	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok {
-			if v != "noeviction" {
-				return fmt.Errorf("redis at %s has maxmemory-policy %s; Lathe needs noeviction (evicted keys are lost jobs and tasks). Fix: redis-cli CONFIG SET maxmemory-policy noeviction, and set 'maxmemory-policy noeviction' in redis.conf so it survives a restart",
-					rdb.Options().Addr, v)
-			}
-			return nil
-		}
-	}
-	return fmt.Errorf("redis at %s did not report maxmemory_policy in INFO memory; cannot confirm noeviction", rdb.Options().Addr)
+	return nil
 }
 
 // warnNoAOF logs a warning when the given Redis does not keep an AOF: a
@@ -161,11 +155,11 @@ func startManagedRedis(ctx context.Context, dataDir string, log *slog.Logger) (*
 		}
 		if time.Now().After(deadline) {
 			m.Stop()
-			return nil, fmt.Errorf("redis-server did not answer on %s: %w", url, err)
+			return nil, fmt.Errorf("redis-server did not answer on %s: %w", redactURL(url), err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	log.Info("started redis-server inside the data dir (AOF on, noeviction)", slog.String("url", url), slog.String("dir", dir))
+	log.Info("started redis-server inside the data dir (AOF on, noeviction)", slog.String("url", redactURL(url)), slog.String("dir", dir))
 	return m, nil
 }
 

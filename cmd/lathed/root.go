@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -296,11 +297,13 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			Routing: fc.route, Ledger: led,
 			Trainers: names, KillGrace: killGrace, PlaceInterval: fc.Scheduler.PlaceInterval.D(),
 			RepairAfter: fc.Scheduler.RepairAfter.D(), ReapGrace: fc.Scheduler.ReapGrace.D(), LeaderTTL: fc.Scheduler.LeaderTTL.D(),
+			LeaseTTL:    fc.Worker.LeaseTTL.D(),
 			FollowRedis: followRDB, Logger: log,
 			ReadHeaderTimeout: fc.Scheduler.HTTPReadHeaderTimeout.D(), ReadTimeout: fc.Scheduler.HTTPReadTimeout.D(),
 			WriteTimeout: fc.Scheduler.HTTPWriteTimeout.D(), IdleTimeout: fc.Scheduler.HTTPIdleTimeout.D(),
 			Clouds:         cloudReconcilers(ctx, fc.route, firstNonEmpty(fc.Cluster, defaultCluster), endpoint, log),
 			ReconcileEvery: fc.Scheduler.ReconcileEvery.D(), ReconcileGrace: fc.Scheduler.ReconcileGrace.D(),
+			NoEvictionCheck: managed != nil && managed.Embedded,
 		})
 		if err := s.Start(ctx); err != nil {
 			return err
@@ -360,9 +363,26 @@ func trainerPassEnv(m map[string]trainerEntry) map[string][]string {
 	return out
 }
 
+// redactURL is u fit to print: a password in its userinfo is replaced by
+// "xxxxx" (url.URL.Redacted), wherever it appears in the text and however
+// it is encoded. A URL that does not parse loses everything between its
+// scheme and its last '@' instead, since where its password ends cannot be
+// told.
 func redactURL(u string) string {
-	if opt, err := redis.ParseURL(u); err == nil && opt.Password != "" {
-		return strings.Replace(u, opt.Password, "xxx", 1)
+	pu, err := url.Parse(u)
+	if err == nil {
+		if _, has := pu.User.Password(); has {
+			return pu.Redacted()
+		}
+		return u
+	}
+	if i := strings.Index(u, "://"); i >= 0 {
+		if at := strings.LastIndex(u, "@"); at > i {
+			return u[:i+3] + "xxxxx" + u[at:]
+		}
+	}
+	if strings.Contains(u, "@") {
+		return "xxxxx" + u[strings.LastIndex(u, "@"):]
 	}
 	return u
 }

@@ -1,6 +1,10 @@
 package jobstore
 
-import "github.com/redis/go-redis/v9"
+import (
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/internal/ledger"
+)
 
 // The Lua scripts below are the only writers of a job's state. Each runs
 // atomically in Redis: it checks the state it expects (compare-and-set),
@@ -61,7 +65,20 @@ end
 // existing (id of the key's job), 0 id collision; or {-3, index, id} when
 // the key of job index (0-based) conflicts (id: the job it names, ” for a
 // key given twice in the call).
-var createScript = redis.NewScript(`
+//
+// With KEYS (the ledger's stream and head: CreateLogged), ledger records
+// about the jobs are written in the same call, so a decision record and the
+// job it admits are stored together or not at all (even when Redis refuses
+// writes at maxmemory: the script's first write is refused before anything
+// is written, and once it has written Redis lets it finish). After the jobs,
+// ARGV holds: head seq and mac the records were sealed on, record count,
+// count of jobs that must be new, their 1-based indexes, the records'
+// ledger.EntryArgs. Before writing anything the script checks the head
+// (else a ledger_check reply) and that each such job will be stored:
+// neither its id nor its idempotency key (one naming a live job) is taken,
+// in Redis or by an earlier job of the call; else it returns
+// {'recheck', index, …} and stores nothing.
+var createScript = redis.NewScript(ledger.LuaAppend + `
 local P = ARGV[1]
 local ttl, now, maxlen, data, n = tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
 -- The job a key's value names, and its fingerprint ('' for a key written
@@ -76,7 +93,9 @@ local function named(idem)
   return id, fp
 end
 local i, seen = 7, {}
+local at = {}
 for k = 1, n do
+  at[k] = i
   local idem, fp = ARGV[i + 1], ARGV[i + 2]
   if idem ~= '' then
     local eid, efp = named(idem)
@@ -85,6 +104,26 @@ for k = 1, n do
     seen[idem] = seen[idem] or fp
   end
   i = i + 5 + tonumber(ARGV[i + 4])
+end
+local led = nil
+if #KEYS == 2 then
+  local j = i
+  local bad = ledger_check(KEYS[1], KEYS[2], ARGV[j], ARGV[j + 1])
+  if bad then return bad end
+  local nrec, nmust = tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
+  local must = {}
+  for m = 1, nmust do must[tonumber(ARGV[j + 3 + m])] = true end
+  local recheck, taken = {'recheck'}, {}
+  for k = 1, n do
+    local id, idem = ARGV[at[k]], ARGV[at[k] + 1]
+    if must[k] and ((idem ~= '' and (taken[idem] or named(idem)))
+        or redis.call('EXISTS', P .. 'job:' .. id) == 1) then
+      recheck[#recheck + 1] = k
+    end
+    if idem ~= '' then taken[idem] = true end
+  end
+  if #recheck > 1 then return recheck end
+  led = {first = j + 4 + nmust, n = nrec}
 end
 local out = {}
 i = 7
@@ -114,6 +153,7 @@ for _ = 1, n do
     end
   end
 end
+if led then ledger_write(KEYS[1], KEYS[2], ARGV, led.first, led.n) end
 return out
 `)
 
@@ -393,5 +433,33 @@ local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'node', 'incarna
 if not cur[1] then return {-1, '', 0, 0} end
 if (cur[1] ~= 'running' and cur[1] ~= 'provisioning') or tonumber(cur[2]) ~= want or cur[3] ~= node or (cur[4] or '') ~= old then return reply(0, id) end
 redis.call('HSET', jobkey(id), 'incarnation', inc, 'lease_until', now + lease)
+return reply(1, id)
+`)
+
+// releaseDeadScript ends a running attempt on node whose worker incarnation
+// is dead (a new incarnation on the same node killed its trainer's process
+// group) and makes the next attempt, as the reaper would, without waiting
+// for the lease. ARGV: prefix, id, attempt, node, dead incarnation (” any
+// but the live one), live incarnation, now, maxlen, event data, pending
+// score.
+var releaseDeadScript = redis.NewScript(luaCommon + `
+local id, want, node, dead, live, now, maxlen, data, score = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10]
+local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'node', 'incarnation', 'cancel_requested')
+if not cur[1] then return {-1, '', 0, 0} end
+local inc = cur[4] or ''
+if cur[1] ~= 'running' or tonumber(cur[2]) ~= want or cur[3] ~= node or inc == live or (dead ~= '' and inc ~= dead) then
+  return reply(0, id)
+end
+release(id)
+if cur[5] == '1' then
+  setstate(id, 'running', 'cancelled', now)
+  redis.call('HSET', jobkey(id), 'reason', 'cancelled', 'finished_at', now)
+  addevent(id, maxlen, 'state', want, now, '{"from":"running","to":"cancelled","reason":"cancelled","error":"cancelled while its worker was gone"}')
+  return reply(1, id)
+end
+setstate(id, 'running', 'queued', now)
+redis.call('HSET', jobkey(id), 'attempt', want + 1, 'node', '', 'backend', '', 'gpus', '[]', 'error', 'attempt ' .. want .. ': its worker died and was restarted')
+redis.call('ZADD', P .. 'pending', score, id)
+addevent(id, maxlen, 'state', want + 1, now, data)
 return reply(1, id)
 `)

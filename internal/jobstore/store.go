@@ -35,6 +35,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/ledger"
 )
 
 // Sentinel errors callers branch on.
@@ -208,6 +209,13 @@ type NewJob struct {
 	IdempotencyKey string
 	// Route is the routing decision it was admitted under (nil: none).
 	Route *jobtype.RouteInfo
+	// Records, for CreateLogged and CreateManyLogged, builds the ledger
+	// records about this job (its decision first, then e.g. its stagings)
+	// numbered from seq, the decision's sequence number, which also
+	// becomes Route.LedgerSeq. They are appended in the script that stores
+	// the job, and only if it is stored (not for a job an idempotency key
+	// names already). Nil: no records.
+	Records func(seq int64) []ledger.Record
 }
 
 // Created is one job of a CreateMany: the job, and whether its idempotency
@@ -255,10 +263,124 @@ func (s *Store) CreateMany(ctx context.Context, njs []NewJob) ([]Created, error)
 	return res, nil
 }
 
+// CreateLogged is Create that appends nj.Records to l in the same script
+// that stores the job: the job and its records are stored together or not
+// at all (Redis at maxmemory, a lost connection), and a job an idempotency
+// key names already gets no records.
+func (s *Store) CreateLogged(ctx context.Context, l *ledger.Ledger, nj NewJob) (job *jobtype.Job, existed bool, err error) {
+	res, errs, err := s.createLogged(ctx, l, []NewJob{nj})
+	if err != nil {
+		return nil, false, err
+	}
+	return res[0].Job, res[0].Existed, errs[0]
+}
+
+// CreateManyLogged is CreateMany with each job's Records appended to l in
+// the same script (CreateLogged).
+func (s *Store) CreateManyLogged(ctx context.Context, l *ledger.Ledger, njs []NewJob) ([]Created, error) {
+	if len(njs) == 0 {
+		return nil, nil
+	}
+	if len(njs) > MaxCreateBatch {
+		return nil, fmt.Errorf("jobstore: create: %d jobs in one batch, at most %d", len(njs), MaxCreateBatch)
+	}
+	res, errs, err := s.createLogged(ctx, l, njs)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range errs {
+		if e != nil {
+			return res, e
+		}
+	}
+	return res, nil
+}
+
+// createLogged runs the create script with the ledger records of njs,
+// sealed on the ledger's head, until the head it sealed on is still the
+// head and every job with records is stored: a job the script finds taken
+// (its idempotency key or id) loses its records and the call is made again.
+func (s *Store) createLogged(ctx context.Context, l *ledger.Ledger, njs []NewJob) ([]Created, []error, error) {
+	if l == nil {
+		return s.createMany(ctx, njs)
+	}
+	seq, mac, err := l.Head(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("jobstore: create: %w", err)
+	}
+	build := make([]func(int64) []ledger.Record, len(njs))
+	for i := range njs {
+		if njs[i].Records != nil && njs[i].ID == "" {
+			return nil, nil, fmt.Errorf("jobstore: create: jobs[%d] has ledger records but no id (draw one with NewID)", i)
+		}
+		build[i] = njs[i].Records
+	}
+	for {
+		jobs := append([]NewJob(nil), njs...)
+		var recs []ledger.Record
+		var must []any
+		next := seq + 1
+		for i := range jobs {
+			if build[i] == nil {
+				continue
+			}
+			rs := build[i](next)
+			if len(rs) == 0 {
+				continue
+			}
+			if jobs[i].Route != nil {
+				ri := *jobs[i].Route
+				ri.LedgerSeq = next
+				jobs[i].Route = &ri
+			}
+			recs = append(recs, rs...)
+			must = append(must, i+1)
+			next += int64(len(rs))
+		}
+		if len(recs) == 0 {
+			return s.createMany(ctx, jobs)
+		}
+		sealed, err := l.Seal(seq, mac, recs)
+		if err != nil {
+			return nil, nil, fmt.Errorf("jobstore: create: %w", err)
+		}
+		tail := append([]any{strconv.FormatInt(seq, 10), mac, len(sealed), len(must)}, must...)
+		tail = append(tail, ledger.EntryArgs(sealed)...)
+		out, errs, raw, err := s.createRun(ctx, jobs, l.Keys(), tail)
+		if err != nil || raw == nil {
+			return out, errs, err
+		}
+		if ledger.IsCheckReply(raw) {
+			if seq, mac, err = l.CheckReply(raw); err != nil {
+				return nil, nil, fmt.Errorf("jobstore: create: %w", err)
+			}
+		} else {
+			// {'recheck', index, …}: these jobs are taken; they get no records.
+			for _, v := range raw[1:] {
+				if k, ok := v.(int64); ok && k >= 1 && int(k) <= len(build) {
+					build[k-1] = nil
+				}
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, nil, fmt.Errorf("jobstore: create: %w", err)
+		}
+	}
+}
+
 // createMany runs the create script once for njs. err is for the whole
 // call; errs[i] is for njs[i] alone (an id collision, or reading back the
 // job an idempotency key names).
 func (s *Store) createMany(ctx context.Context, njs []NewJob) ([]Created, []error, error) {
+	out, errs, _, err := s.createRun(ctx, njs, nil, nil)
+	return out, errs, err
+}
+
+// createRun runs the create script once for njs, with keys and the ledger
+// part of ARGV (tail) when they are set. raw is the script's answer when it
+// stored nothing for the ledger's sake (a ledger_check reply or a
+// recheck), nil otherwise.
+func (s *Store) createRun(ctx context.Context, njs []NewJob, keys []string, tail []any) (out []Created, errs []error, raw []any, err error) {
 	now := s.now()
 	data := mustJSON(jobtype.StateChange{To: jobtype.StateQueued})
 	args := make([]any, 0, 6+len(njs)*24)
@@ -270,12 +392,12 @@ func (s *Store) createMany(ctx context.Context, njs []NewJob) ([]Created, []erro
 		if id == "" {
 			id = NewID(now)
 		} else if !ValidID(id) {
-			return nil, nil, fmt.Errorf("jobstore: create: invalid job id %q", id)
+			return nil, nil, nil, fmt.Errorf("jobstore: create: invalid job id %q", id)
 		}
 		ids[i] = id
 		specJSON, err := json.Marshal(nj.Spec)
 		if err != nil {
-			return nil, nil, fmt.Errorf("jobstore: create: %w", err)
+			return nil, nil, nil, fmt.Errorf("jobstore: create: %w", err)
 		}
 		outs[i] = strings.ReplaceAll(nj.OutputURI, "{id}", id)
 		// Only what a new job has; absent fields read as empty.
@@ -294,23 +416,27 @@ func (s *Store) createMany(ctx context.Context, njs []NewJob) ([]Created, []erro
 		args = append(args, id, nj.IdempotencyKey, fp, strconv.FormatFloat(PendingScore(nj.Spec.Priority, now), 'f', 0, 64), len(fields))
 		args = append(args, fields...)
 	}
-	res, err := createScript.Run(ctx, s.rdb, nil, args...).Slice()
+	args = append(args, tail...)
+	res, err := createScript.Run(ctx, s.rdb, keys, args...).Slice()
 	if err != nil {
-		return nil, nil, fmt.Errorf("jobstore: create: %w", err)
+		return nil, nil, nil, fmt.Errorf("jobstore: create: %w", err)
+	}
+	if tag, ok := first(res).(string); ok && (tag == "recheck" || ledger.IsCheckReply(res)) {
+		return nil, nil, res, nil
 	}
 	if code, _ := res[0].(int64); code == -3 && len(res) == 3 {
 		idx, _ := res[1].(int64)
 		jobID, _ := res[2].(string)
 		if idx < 0 || int(idx) >= len(njs) {
-			return nil, nil, fmt.Errorf("jobstore: create: script named job %d of %d", idx, len(njs))
+			return nil, nil, nil, fmt.Errorf("jobstore: create: script named job %d of %d", idx, len(njs))
 		}
-		return nil, nil, fmt.Errorf("jobstore: create: %w", &IdempotencyConflictError{Key: njs[idx].IdempotencyKey, Index: int(idx), JobID: jobID})
+		return nil, nil, nil, fmt.Errorf("jobstore: create: %w", &IdempotencyConflictError{Key: njs[idx].IdempotencyKey, Index: int(idx), JobID: jobID})
 	}
 	if len(res) != 2*len(njs) {
-		return nil, nil, fmt.Errorf("jobstore: create: script answered %d values for %d jobs", len(res), len(njs))
+		return nil, nil, nil, fmt.Errorf("jobstore: create: script answered %d values for %d jobs", len(res), len(njs))
 	}
-	out := make([]Created, len(njs))
-	errs := make([]error, len(njs))
+	out = make([]Created, len(njs))
+	errs = make([]error, len(njs))
 	t := time.UnixMilli(now.UnixMilli()).UTC()
 	for i, nj := range njs {
 		code, _ := res[2*i].(int64)
@@ -329,7 +455,14 @@ func (s *Store) createMany(ctx context.Context, njs []NewJob) ([]Created, []erro
 			errs[i] = fmt.Errorf("jobstore: create: id collision on %s", gotID)
 		}
 	}
-	return out, errs, nil
+	return out, errs, nil, nil
+}
+
+func first(res []any) any {
+	if len(res) == 0 {
+		return nil
+	}
+	return res[0]
 }
 
 // idemFingerprint is what an idempotency key is stored with besides its

@@ -366,6 +366,37 @@ func (s *Store) Reap(ctx context.Context, id string, attempt int, grace time.Dur
 	return nil
 }
 
+// ReasonWorkerRestarted is the reason of an attempt ended by ReleaseDead.
+const ReasonWorkerRestarted = "worker restarted"
+
+// ReleaseDead ends attempt of job id, running on node under a worker
+// incarnation that is dead, and queues the next attempt (resuming from the
+// checkpoint), at once instead of when the lease expires: the caller is the
+// node's new incarnation live, which has killed the dead one's trainer
+// groups and seen them gone. dead is the dead incarnation ("": any but
+// live). As with the reaper, a job whose cancel was asked ends cancelled
+// instead; like the reaper's, the new attempt counts towards max_attempts
+// (only preemptions do not). It returns a *ConflictError when the attempt
+// is not running there under such an incarnation (already reaped, ended,
+// or held by live).
+func (s *Store) ReleaseDead(ctx context.Context, id string, attempt int, node, dead, live string) error {
+	j, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	data := mustJSON(jobtype.StateChange{From: jobtype.StateRunning, To: jobtype.StateQueued, Reason: ReasonWorkerRestarted,
+		Error: fmt.Sprintf("attempt %d: its worker died; the worker restarted on %s killed the trainer; resuming from the last checkpoint", attempt, node)})
+	score := strconv.FormatFloat(PendingScore(j.Spec.Priority, j.CreatedAt), 'f', 0, 64)
+	r, err := s.run(ctx, "release dead attempt", id, releaseDeadScript, attempt, node, dead, live, ms(s.now()), s.cfg.EventsMaxLen, data, score)
+	if err != nil {
+		return err
+	}
+	if r.code != 1 {
+		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("release needs running attempt %d on %s of a dead incarnation", attempt, node)}
+	}
+	return nil
+}
+
 // Retry makes a new attempt of a failed or cancelled job: it goes back to
 // queued (attempt+1, through the pending set, routed and placed again) with
 // its cancel request, reason and error cleared. The checkpoint folder is

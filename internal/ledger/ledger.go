@@ -9,7 +9,6 @@ import (
 	"io"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -81,29 +80,8 @@ func New(rdb redis.UniversalClient, key []byte, prefix string, opts ...Option) *
 	return l
 }
 
-// appendScript appends one entry and moves the head, only if the head is
-// still the one the record was computed on. KEYS: stream, head. ARGV: expected
-// head seq ("0" when empty), expected head mac, new seq, new mac, then the
-// entry's field/value pairs. Returns {1, stream id}; {0, seq, mac} when the
-// head has moved; {-1, stream length} when the head is missing but the stream
-// is not empty.
-var appendScript = redis.NewScript(`
-local h = redis.call('HMGET', KEYS[2], 'seq', 'mac')
-local seq = h[1] or '0'
-local mac = h[2] or ''
-if seq ~= ARGV[1] or mac ~= ARGV[2] then
-  return {0, seq, mac}
-end
-if seq == '0' then
-  local n = redis.call('XLEN', KEYS[1])
-  if n > 0 then return {-1, n} end
-end
-local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 5))
-redis.call('HSET', KEYS[2], 'seq', ARGV[3], 'mac', ARGV[4])
-return {1, id}
-`)
-
-// fields are the stream entry's field names, in the order Append writes them.
+// fields are the stream entry's field names, in the order Append writes them
+// (and LuaAppend's ledger_fields).
 var fields = [...]string{"seq", "time", "kind", "job_id", "team", "token", "config_hash", "body", "prev", "mac"}
 
 // Append adds r to the end of the ledger and returns it as stored: Seq,
@@ -114,52 +92,11 @@ var fields = [...]string{"seq", "time", "kind", "job_id", "team", "token", "conf
 // goroutines, other processes) never fork the chain: the loser of a race
 // recomputes on the new head and tries again until ctx ends.
 func (l *Ledger) Append(ctx context.Context, r Record) (Record, error) {
-	body, err := normalizeBody(r.Body)
-	if err != nil {
-		return Record{}, fmt.Errorf("ledger: append: body: %w", err)
-	}
-	r.Body = body
-	for name, s := range map[string]string{"kind": r.Kind, "job_id": r.JobID, "team": r.Team, "token": r.Token, "config_hash": r.ConfigHash} {
-		if !utf8.ValidString(s) {
-			return Record{}, fmt.Errorf("ledger: append: %s is not valid UTF-8", name)
-		}
-	}
-	seq, mac, err := l.Head(ctx)
+	recs, err := l.AppendMany(ctx, []Record{r})
 	if err != nil {
 		return Record{}, err
 	}
-	keys := []string{l.stream, l.head}
-	for {
-		r.Seq, r.Prev, r.Time, r.StreamID = seq+1, mac, l.now().UTC().Round(0), ""
-		r.MAC = ComputeMAC(l.key, r)
-		vals := entryValues(r)
-		argv := make([]any, 0, 4+2*len(vals))
-		argv = append(argv, strconv.FormatInt(seq, 10), mac, vals[0], r.MAC)
-		for i, f := range fields {
-			argv = append(argv, f, vals[i])
-		}
-		res, err := appendScript.Run(ctx, l.rdb, keys, argv...).Slice()
-		if err != nil {
-			return Record{}, fmt.Errorf("ledger: append: %w", err)
-		}
-		code, _ := res[0].(int64)
-		switch code {
-		case 1:
-			r.StreamID, _ = res[1].(string)
-			return r, nil
-		case -1:
-			return Record{}, fmt.Errorf("%w: head %s is missing but stream %s holds %v entries (run lathe audit verify)", ErrTampered, l.head, l.stream, res[1])
-		}
-		// Another appender moved the head: build on it.
-		s, _ := res[1].(string)
-		if seq, err = strconv.ParseInt(s, 10, 64); err != nil {
-			return Record{}, fmt.Errorf("%w: head %s: seq %q", ErrTampered, l.head, s)
-		}
-		mac, _ = res[2].(string)
-		if err := ctx.Err(); err != nil {
-			return Record{}, fmt.Errorf("ledger: append: %w", err)
-		}
-	}
+	return recs[0], nil
 }
 
 // entryValues returns r's stream field values, in the order of fields.

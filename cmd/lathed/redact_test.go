@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestRedactURL: a password never survives redactURL, wherever it sits in
+// the text and however it is encoded; URLs without one are unchanged.
+func TestRedactURL(t *testing.T) {
+	for _, c := range []struct{ in, want, secret string }{
+		{"redis://:s3cret@db.internal:6379/0", "redis://:xxxxx@db.internal:6379/0", "s3cret"},
+		{"redis://lathe:s3cret@db.internal:6379/2", "redis://lathe:xxxxx@db.internal:6379/2", "s3cret"},
+		// The password equals the scheme: replacing its first occurrence
+		// in the text would redact the scheme and print the password.
+		{"redis://:redis@db.internal:6379/0", "redis://:xxxxx@db.internal:6379/0", ":redis@"},
+		// Percent-encoded: the decoded password is not in the text.
+		{"redis://:p%40ss%3Aw0rd@db.internal:6379/0", "redis://:xxxxx@db.internal:6379/0", "w0rd"},
+		{"rediss://:s3cret@db.internal:6380/1", "rediss://:xxxxx@db.internal:6380/1", "s3cret"},
+		{"unix://:s3cret@/run/redis.sock?db=1", "unix://:xxxxx@/run/redis.sock?db=1", "s3cret"},
+		{"https://AKIA:s3cret@minio.internal:9000", "https://AKIA:xxxxx@minio.internal:9000", "s3cret"},
+		// Does not parse (a control character): everything up to the last @ goes.
+		{"redis://:s3\x7fcret@db.internal:6379/0", "redis://xxxxx@db.internal:6379/0", "cret"},
+		{"redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0", ""},
+		{"unix:///run/redis.sock", "unix:///run/redis.sock", ""},
+		{"AWS", "AWS", ""},
+	} {
+		got := redactURL(c.in)
+		if got != c.want {
+			t.Errorf("redactURL(%q) = %q, want %q", c.in, got, c.want)
+		}
+		if c.secret != "" && strings.Contains(got, c.secret) {
+			t.Errorf("redactURL(%q) = %q still holds %q", c.in, got, c.secret)
+		}
+	}
+}
+
+// TestRedisURLErrorRedacted: a bad db number is an error that names the
+// flag and the URL, without its password.
+func TestRedisURLErrorRedacted(t *testing.T) {
+	var out, errb bytes.Buffer
+	cmd := newRootCmd(&out, &errb)
+	cmd.SetArgs([]string{"scheduler", "--redis-url", "redis://:s3cretpw@127.0.0.1:1/notadb", "--data-dir", t.TempDir()})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := cmd.ExecuteContext(ctx)
+	if err == nil {
+		t.Fatal("a bad db number was accepted")
+	}
+	all := err.Error() + out.String() + errb.String()
+	if strings.Contains(all, "s3cretpw") {
+		t.Fatalf("the password is printed: %s", all)
+	}
+	if want := `--redis-url "redis://:xxxxx@127.0.0.1:1/notadb"`; !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q does not name %s", err, want)
+	}
+	if !strings.Contains(err.Error(), "invalid database number") {
+		t.Fatalf("error %q does not say what is wrong", err)
+	}
+}
+
+// TestStartLogRedacted runs `lathed scheduler` against a real redis-server
+// that requires a password (one with an '@', percent-encoded in the URL)
+// and reads its log until it is up: the password is nowhere in it.
+func TestStartLogRedacted(t *testing.T) {
+	rs := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	if err := rdb.ConfigSet(context.Background(), "requirepass", "s3cret@pw").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.Close()
+	t.Cleanup(func() {
+		c := redis.NewClient(&redis.Options{Addr: rs.Addr, Password: "s3cret@pw"})
+		c.ConfigSet(context.Background(), "requirepass", "")
+		c.Close()
+	})
+	out := &logBuf{}
+	cmd := newRootCmd(out, out)
+	cmd.SetArgs([]string{"scheduler", "--redis-url", "redis://:s3cret%40pw@" + rs.Addr + "/0", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "lathe is up") {
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("lathed scheduler ended: %v\n%s", err, out.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("lathed scheduler not up within 30 s:\n%s", out.String())
+		}
+	}
+	cancel()
+	<-done
+	log := out.String()
+	if strings.Contains(log, "s3cret") {
+		t.Fatalf("the password is in the log:\n%s", log)
+	}
+	if !strings.Contains(log, "redis://:xxxxx@"+rs.Addr+"/0") {
+		t.Fatalf("the log does not name the redacted URL:\n%s", log)
+	}
+}
+
+// logBuf is a bytes.Buffer safe for the command's goroutines and the test's.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+
+func (l *logBuf) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
