@@ -60,6 +60,9 @@ func removePidfile(dir, id string, attempt int) { _ = os.Remove(pidfileName(dir,
 // killOrphans kills the process groups of trainers that a previous
 // incarnation of this worker left running, and waits until they are gone.
 func (w *Worker) killOrphans() error {
+	if err := w.killOrphanCgroups(); err != nil {
+		return err
+	}
 	dir := filepath.Join(w.cfg.DataDir, "pids")
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
@@ -99,6 +102,35 @@ func (w *Worker) killOrphans() error {
 			return fmt.Errorf("worker: orphaned trainer group %d of job %s will not die", pf.PGID, pf.JobID)
 		}
 		_ = os.Remove(p)
+	}
+	return nil
+}
+
+// killOrphanCgroups kills every process left in the cgroups under this
+// worker's cgroup (a previous incarnation's trainers, and what escaped
+// their process groups), waits until none is left and removes them.
+func (w *Worker) killOrphanCgroups() error {
+	if w.cgroupDir == "" {
+		return nil
+	}
+	entries, err := os.ReadDir(w.cgroupDir)
+	if err != nil {
+		return fmt.Errorf("worker: read cgroup %s: %w", w.cgroupDir, err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue // the cgroup's own control files
+		}
+		cg := filepath.Join(w.cgroupDir, e.Name())
+		if populated, _ := runner.CgroupPopulated(cg); populated {
+			w.log.Warn("killing the cgroup of a trainer orphaned by a previous incarnation of this worker", slog.String("cgroup", cg))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := runner.KillCgroup(ctx, cg)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("worker: orphaned trainer cgroup will not die: %w", err)
+		}
 	}
 	return nil
 }
