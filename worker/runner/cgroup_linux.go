@@ -187,7 +187,7 @@ func CgroupPopulated(dir string) (bool, error) {
 // in the cgroups' cgroup.procs. A cgroup that no longer exists is not an
 // error.
 func killCgroupOnce(dir string) error {
-	err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
+	err := writeControl(filepath.Join(dir, "cgroup.kill"), "1")
 	if err == nil || errors.Is(err, os.ErrNotExist) && !dirExists(dir) {
 		return nil
 	}
@@ -232,6 +232,19 @@ func removeCgroup(dir string) error {
 		return fmt.Errorf("runner: remove cgroup %s: %w", dir, err)
 	}
 	return nil
+}
+
+// writeControl writes v to an existing cgroup control file.
+func writeControl(path, v string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(v)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func dirExists(dir string) bool {
