@@ -106,13 +106,17 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: read GPU inventory: %w", err)
 	}
-	if err := w.setupCgroup(); err != nil {
-		return err
-	}
 	n := w.nodeInfo()
 	n.StartedAt = time.Now().UTC()
 	if err := w.store.Heartbeat(ctx, n, w.cfg.HeartbeatTTL, true, predecessorDead); err != nil {
 		return fmt.Errorf("worker: register node: %w", err)
+	}
+	// Only now, the node's one live worker, may it touch the node's cgroup.
+	if err := w.setupCgroup(); err != nil {
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = w.store.RemoveNode(rctx, w.cfg.Node, w.incarnation)
+		cancel()
+		return err
 	}
 	// Before taking work: no trainer of a previous incarnation may survive.
 	if err := w.killOrphans(); err != nil {
