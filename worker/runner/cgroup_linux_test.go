@@ -261,3 +261,49 @@ func TestKillCgroupRemovesNested(t *testing.T) {
 	}
 	checkGone(t, pids, cg)
 }
+
+// TestRunAsTrainerCannotLeaveItsCgroup: a trainer run as another user
+// (nobody; the tests run as root) cannot move itself into its cgroup's
+// parent nor into the root cgroup, and what it starts in another session
+// dies with the attempt. (A trainer running as root could move itself:
+// this is why worker.run_as matters.)
+func TestRunAsTrainerCannotLeaveItsCgroup(t *testing.T) {
+	parent := testCgroupParent(t)
+	mount, err := cgroup2Mount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := script(t, `
+setsid sleep 1000 &
+echo "escaped $! 0"
+for cg in "$CG_PARENT" "$CG_ROOT"; do
+	if echo $$ > "$cg/cgroup.procs"; then echo "moved to $cg"; else echo "denied $cg"; fi
+done
+id -u
+exit 0
+`)
+	// nobody must reach the script (t.TempDir folders are 0700).
+	for _, d := range []string{filepath.Dir(sh), filepath.Dir(filepath.Dir(sh))} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cg := filepath.Join(parent, "job-1")
+	rec := newRecorder(t)
+	res := Run(context.Background(), Config{Argv: []string{sh}, Cgroup: cg, Dir: "/",
+		RunAs: &Credential{UID: 65534, GID: 65534},
+		Env:   []string{"CG_PARENT=" + parent, "CG_ROOT=" + mount}, Logger: testLogger(t)}, rec)
+	out := rec.linesOf(StreamStdout)
+	if res.Outcome != Succeeded {
+		t.Fatalf("result = %+v, stdout %q", res, out)
+	}
+	want := []string{"denied " + parent, "denied " + mount, "65534"}
+	if len(out) != 4 || strings.Join(out[1:], "|") != strings.Join(want, "|") {
+		t.Fatalf("stdout %q, want the escape line then %q", out, want)
+	}
+	pid, err := strconv.Atoi(strings.Fields(out[0])[1])
+	if err != nil {
+		t.Fatalf("stdout %q", out)
+	}
+	checkGone(t, []int{pid}, cg)
+}
