@@ -59,9 +59,9 @@ type Config struct {
 	// a log line.
 	MaxLineBytes int
 	// DrainTimeout bounds how long Run keeps reading stdout and stderr after
-	// the process group is gone. It only matters when a process that escaped
-	// the group (setsid) still holds a pipe open; lines it writes later are
-	// lost. Zero means DefaultDrainTimeout; negative is invalid.
+	// the process group is gone. It only matters without Cgroup, when a
+	// process that escaped the group (setsid) still holds a pipe open; lines
+	// it writes later are lost. (With Cgroup that process is dead by then.) Zero means DefaultDrainTimeout; negative is invalid.
 	DrainTimeout time.Duration
 	// Cgroup, when not empty, is the cgroup v2 directory the attempt runs
 	// in (see PrepareCgroup for its parent): Run creates it (it must not
