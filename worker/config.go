@@ -115,6 +115,23 @@ type Config struct {
 	// so; otherwise New refuses the config. Empty: trainers run as
 	// lathed's user.
 	RunAs string
+	// CgroupRoot (config worker.cgroup_root) is the cgroup v2 directory
+	// under which every trainer attempt runs in a cgroup of its own,
+	// <root>/<node>-<8 hex digits naming DataDir>/<job>-<attempt>: at the
+	// attempt's end everything in it is killed, processes that left the
+	// trainer's process group (setsid, a double fork) included, and a
+	// worker starting kills what a previous incarnation (same node, same
+	// DataDir) left there. A trainer cannot leave its cgroup unless it may
+	// write another cgroup's cgroup.procs, which a trainer running as root
+	// may: with lathed as root, set RunAs for the containment to hold.
+	// "" or "auto": a "lathe" child of lathed's own cgroup (or of the
+	// cgroup v2 root, see runner.AutoCgroupRoot); where there is no
+	// writable cgroup v2 (or the kernel predates cgroup.kill, 5.14), Start
+	// logs a loud warning and trainers run in process groups only. "none":
+	// process groups only, on purpose: an escaped process outlives its
+	// attempt and keeps its GPU. An absolute path: that directory, made if
+	// missing; Start fails when it is not a usable cgroup v2 directory.
+	CgroupRoot string
 	// Deny lists files and folders no job may read as data or write as
 	// output, whatever AllowedRoots say (lathed: its ledger key, tokens
 	// and config files, wherever they are). The worker always adds its own
@@ -156,6 +173,14 @@ func resolveRunAs(name string) (*runner.Credential, string, error) {
 	}
 	return &runner.Credential{UID: uint32(uid), GID: uint32(gid)}, u.HomeDir, nil
 }
+
+// The special values of Config.CgroupRoot.
+const (
+	// CgroupAuto finds a cgroup v2 directory (the default).
+	CgroupAuto = "auto"
+	// CgroupNone runs trainers in process groups only.
+	CgroupNone = "none"
+)
 
 var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
@@ -213,6 +238,11 @@ func (c Config) withDefaults() (Config, error) {
 		if c.runAs, c.runAsHome, err = resolveRunAs(c.RunAs); err != nil {
 			return c, fmt.Errorf("worker: %w", err)
 		}
+	}
+	switch r := c.CgroupRoot; {
+	case r == "", r == CgroupAuto, r == CgroupNone:
+	case !filepath.IsAbs(r) || filepath.Clean(r) != r || r == "/":
+		return c, fmt.Errorf("worker: worker.cgroup_root = %q: must be %q, %q or a clean absolute path to a cgroup v2 directory", r, CgroupAuto, CgroupNone)
 	}
 	for name, keys := range c.TrainerPassEnv {
 		for i, k := range keys {

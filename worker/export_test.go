@@ -19,3 +19,7 @@ func SetTestGeteuid(f func() int) (restore func()) {
 	geteuid = f
 	return func() { geteuid = old }
 }
+
+// CgroupDirOf returns the worker's own cgroup, parent of its attempts'
+// cgroups ("" without cgroups), as Start set it (a TEST HOOK).
+func CgroupDirOf(w *Worker) string { return w.cgroupDir }

@@ -259,6 +259,7 @@ func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobt
 		Env:       env,
 		PassEnv:   w.cfg.TrainerPassEnv[trainerName(job.Spec.Trainer)],
 		RunAs:     w.cfg.runAs,
+		Cgroup:    w.attemptCgroup(job.ID, attempt),
 		Dir:       workDir,
 		KillGrace: w.cfg.KillGrace,
 		Watchdog:  wd,

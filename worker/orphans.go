@@ -63,8 +63,12 @@ func removePidfile(dir, id string, attempt int) { _ = os.Remove(pidfileName(dir,
 // killOrphans kills the process groups of trainers that a previous
 // incarnation of this worker left running, and waits until they are gone.
 // It returns the pidfiles of the groups it saw gone: their attempts are
-// dead (releaseDead).
+// dead (releaseDead). The cgroups left under this worker's own go first:
+// they hold those trainers and whatever escaped their process groups.
 func (w *Worker) killOrphans() ([]pidfile, error) {
+	if err := w.killOrphanCgroups(); err != nil {
+		return nil, err
+	}
 	dir := filepath.Join(w.cfg.DataDir, "pids")
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
@@ -143,6 +147,35 @@ func procState(pid int) (byte, error) {
 		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
 	}
 	return s[i+2], nil
+}
+
+// killOrphanCgroups kills every process left in the cgroups under this
+// worker's cgroup (a previous incarnation's trainers, and what escaped
+// their process groups), waits until none is left and removes them.
+func (w *Worker) killOrphanCgroups() error {
+	if w.cgroupDir == "" {
+		return nil
+	}
+	entries, err := os.ReadDir(w.cgroupDir)
+	if err != nil {
+		return fmt.Errorf("worker: read cgroup %s: %w", w.cgroupDir, err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue // the cgroup's own control files
+		}
+		cg := filepath.Join(w.cgroupDir, e.Name())
+		if populated, _ := runner.CgroupPopulated(cg); populated {
+			w.log.Warn("killing the cgroup of a trainer orphaned by a previous incarnation of this worker", slog.String("cgroup", cg))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := runner.KillCgroup(ctx, cg)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("worker: orphaned trainer cgroup will not die: %w", err)
+		}
+	}
+	return nil
 }
 
 // procStartTime reads field 22 (starttime) of /proc/<pid>/stat.

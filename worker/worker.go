@@ -3,11 +3,14 @@ package worker
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -18,6 +21,7 @@ import (
 	"github.com/lathe-ml/lathe/backends/local/nvmlinventory"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/worker/runner"
 )
 
 // Worker consumes one node's asynq queue and runs its attempts.
@@ -42,6 +46,10 @@ type Worker struct {
 	invMu    sync.Mutex
 	inv      nvmlinventory.Inventory // last reading
 	trainers map[int]struct{}        // pids (= process groups) of running trainers
+
+	// cgroupDir is this worker's cgroup, parent of its attempts' cgroups;
+	// "" when trainers run in process groups only. Set by Start.
+	cgroupDir string
 }
 
 // errShutdown is the cause given to running attempts when the worker stops.
@@ -107,6 +115,13 @@ func (w *Worker) Start(ctx context.Context) error {
 	n.StartedAt = time.Now().UTC()
 	if err := w.store.Heartbeat(ctx, n, w.cfg.HeartbeatTTL, true, predecessorDead); err != nil {
 		return fmt.Errorf("worker: register node: %w", err)
+	}
+	// Only now, the node's one live worker, may it touch the node's cgroup.
+	if err := w.setupCgroup(); err != nil {
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = w.store.RemoveNode(rctx, w.cfg.Node, w.incarnation)
+		cancel()
+		return err
 	}
 	// Before taking work: no trainer of a previous incarnation may survive;
 	// the attempts of those it killed are dead and go back to the queue now.
@@ -175,6 +190,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.srv.Stop() // no new tasks
 	w.stopFn(errShutdown)
 	stopNode(ctx, w.srv, &w.inflight, w.hbDone, w.store, w.cfg.Node, w.incarnation, w.log, "stop: attempts still running")
+	if w.cgroupDir != "" {
+		_ = syscall.Rmdir(w.cgroupDir) // when empty: the next Start makes it again
+	}
 	w.log.Info("worker stopped")
 	return nil
 }
@@ -230,4 +248,41 @@ func startServer(rdb redis.UniversalClient, queue string, concurrency int, taskC
 		return nil, fmt.Errorf("worker: start asynq server on %s: %w", queue, err)
 	}
 	return srv, nil
+}
+
+// setupCgroup finds and makes this worker's cgroup (Config.CgroupRoot),
+// named for its node and its data dir, since a previous incarnation is the
+// same node with the same data dir.
+func (w *Worker) setupCgroup() error {
+	root := w.cfg.CgroupRoot
+	switch root {
+	case CgroupNone:
+		w.log.Warn("worker.cgroup_root is none: trainers run in process groups only; a process a trainer moves out of its group (setsid, a double fork) outlives its attempt")
+		return nil
+	case "", CgroupAuto:
+		r, err := runner.AutoCgroupRoot()
+		if err != nil {
+			w.log.Error("NO USABLE CGROUP V2: escaped trainer processes CANNOT BE CONTAINED. Trainers run in process groups only: "+
+				"a process a trainer moves out of its group (setsid, a double fork) outlives its attempt, keeps its GPU and its files. "+
+				"Set worker.cgroup_root to a writable cgroup v2 directory (Linux 5.14+), or to none to accept this.", slog.Any("err", err))
+			return nil
+		}
+		root = r
+	}
+	sum := sha256.Sum256([]byte(w.cfg.DataDir))
+	dir := filepath.Join(root, w.cfg.Node+"-"+hex.EncodeToString(sum[:4]))
+	if err := runner.PrepareCgroup(dir); err != nil {
+		return fmt.Errorf("worker: worker.cgroup_root = %q: %w", w.cfg.CgroupRoot, err)
+	}
+	w.cgroupDir = dir
+	w.log.Info("trainers run in cgroups of their own", slog.String("cgroup", dir))
+	return nil
+}
+
+// attemptCgroup is the cgroup of one attempt, or "" without cgroups.
+func (w *Worker) attemptCgroup(id string, attempt int) string {
+	if w.cgroupDir == "" {
+		return ""
+	}
+	return filepath.Join(w.cgroupDir, id+"-"+strconv.Itoa(attempt))
 }

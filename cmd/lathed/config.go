@@ -172,6 +172,8 @@ type workerSection struct {
 	HangTimeout     duration `yaml:"hang_timeout"`
 	// RunAs: the user trainers run as (lathed must be root); "" = lathed's.
 	RunAs string `yaml:"run_as"`
+	// CgroupRoot: auto, none or a cgroup v2 directory (worker.Config.CgroupRoot); "" = auto.
+	CgroupRoot string `yaml:"cgroup_root"`
 }
 
 type jobsSection struct {

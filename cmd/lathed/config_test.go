@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lathe-ml/lathe/internal/redistest"
 )
 
 // The shipped example config must load, and say what the defaults are.
@@ -30,6 +32,9 @@ func TestExampleConfigLoads(t *testing.T) {
 	}
 	if w := c.Worker; w.GPUs != "auto" || w.CheckpointRoot != "" || w.MonitorInterval.D() != 5*time.Second || w.HangTimeout.D() != 15*time.Minute {
 		t.Fatalf("example config's GPU keys: %+v", w)
+	}
+	if c.Worker.CgroupRoot != "auto" {
+		t.Fatalf("example config's worker.cgroup_root = %q, want auto", c.Worker.CgroupRoot)
 	}
 }
 
@@ -233,5 +238,26 @@ func TestConfigTrainerPassEnv(t *testing.T) {
 		if _, err := loadConfig(p); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", body, err, want)
 		}
+	}
+}
+
+// worker.cgroup_root reaches the worker: a value that is neither auto, none
+// nor an absolute path stops `lathed worker` with an error naming the key
+// and the value (a real redis-server, since the worker is made after Redis).
+func TestConfigCgroupRootReachesTheWorker(t *testing.T) {
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	p := filepath.Join(dir, "lathe.yaml")
+	if err := os.WriteFile(p, []byte("worker:\n  cgroup_root: lathe/trainers\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	cmd := newRootCmd(&out, &errb)
+	cmd.SetArgs([]string{"worker", "--config", p, "--redis-url", srv.URL() + "/0", "--data-dir", dir, "--gpus", "none", "--node", "cg1"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := cmd.ExecuteContext(ctx)
+	if want := `worker.cgroup_root = "lathe/trainers"`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want one containing %s", err, want)
 	}
 }

@@ -239,7 +239,8 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 			CheckpointRoot: fc.Worker.CheckpointRoot, MonitorInterval: fc.Worker.MonitorInterval.D(), HangTimeout: fc.Worker.HangTimeout.D(),
 			DataDir: dataDir, ScriptsDir: scriptsDir, Trainers: trainerCommands(trainers), TrainerPassEnv: trainerPassEnv(trainers),
 			MaxAttempts: fc.Worker.MaxAttempts, KillGrace: killGrace, HeartbeatTTL: fc.Worker.HeartbeatTTL.D(),
-			TaskCheckInterval: fc.Worker.TaskCheckInterval.D(), LeaseTTL: fc.Worker.LeaseTTL.D(), AllowedRoots: roots, Deny: daemonDeny(fc), RunAs: fc.Worker.RunAs, Logger: log,
+			TaskCheckInterval: fc.Worker.TaskCheckInterval.D(), LeaseTTL: fc.Worker.LeaseTTL.D(), AllowedRoots: roots, Deny: daemonDeny(fc), RunAs: fc.Worker.RunAs,
+			CgroupRoot: fc.Worker.CgroupRoot, Logger: log,
 		})
 		if err != nil {
 			return err

@@ -3,6 +3,7 @@ package runner
 import (
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -58,10 +59,21 @@ type Config struct {
 	// a log line.
 	MaxLineBytes int
 	// DrainTimeout bounds how long Run keeps reading stdout and stderr after
-	// the process group is gone. It only matters when a process that escaped
-	// the group (setsid) still holds a pipe open; lines it writes later are
-	// lost. Zero means DefaultDrainTimeout; negative is invalid.
+	// the process group is gone. It only matters without Cgroup, when a
+	// process that escaped the group (setsid) still holds a pipe open; lines
+	// it writes later are lost. (With Cgroup that process is dead by then.) Zero means DefaultDrainTimeout; negative is invalid.
 	DrainTimeout time.Duration
+	// Cgroup, when not empty, is the cgroup v2 directory the attempt runs
+	// in (see PrepareCgroup for its parent): Run creates it (it must not
+	// exist yet), starts the trainer inside it atomically (clone3 into the
+	// cgroup, so no child can fork before it is in), and at the end kills
+	// every process in it (cgroup.kill), waits until none is left and
+	// removes it. A process that leaves the trainer's process group (setsid,
+	// setpgid, a double fork) stays in the cgroup: it cannot leave without
+	// write access to another cgroup's cgroup.procs, which a trainer running
+	// as root has (so run trainers as another user, RunAs). Empty: the
+	// process group only, and an escaped process outlives the attempt.
+	Cgroup string
 	// Watchdog, when not nil, stops the trainer's group when the caller
 	// stops feeding it (see Watchdog); nil: no watchdog.
 	Watchdog *Watchdog
@@ -88,6 +100,9 @@ func (cfg Config) normalise() (Config, error) {
 		if err := CheckPassEnvName(k); err != nil {
 			return cfg, fmt.Errorf("%w: PassEnv: %w", ErrInvalidConfig, err)
 		}
+	}
+	if cfg.Cgroup != "" && (!filepath.IsAbs(cfg.Cgroup) || filepath.Clean(cfg.Cgroup) != cfg.Cgroup || cfg.Cgroup == "/") {
+		return cfg, fmt.Errorf("%w: Cgroup %q is not a clean absolute path", ErrInvalidConfig, cfg.Cgroup)
 	}
 	switch {
 	case cfg.KillGrace < 0:

@@ -10,7 +10,9 @@
 // process group gets SIGTERM, then SIGKILL after [Config.KillGrace]. Whatever
 // happens, once the group leader has exited the rest of the group is killed,
 // and Run returns only after no live process is left in the group and both
-// pipes are drained. A caller may therefore record "cancelled" as soon as Run
+// pipes are drained. With [Config.Cgroup] the trainer runs in a cgroup v2 of
+// its own too, and "no live process left" covers the whole cgroup: a process
+// that escaped the group (setsid, a double fork) is killed with it. A caller may therefore record "cancelled" as soon as Run
 // returns. The [Outcome] says how the attempt ended: success, a retryable
 // failure, a permanent failure (exit 3), a cancel, a timeout, or a failed start.
 //
@@ -18,8 +20,9 @@
 // [context.WithCancelCause]: [ErrTimeout] yields [TimedOut], [ErrCancelled]
 // yields [Cancelled].
 //
-// [GroupAlive] and [KillGroup] are exported for the worker, which kills trainers
-// orphaned by its previous incarnation.
+// [GroupAlive], [KillGroup] and [KillCgroup] are exported for the worker, which
+// kills trainers orphaned by its previous incarnation; [AutoCgroupRoot] and
+// [PrepareCgroup] find and check where trainer cgroups go.
 //
 // The package works on Linux only; elsewhere Run reports [StartFailed] with an
 // error wrapping [errors.ErrUnsupported].

@@ -36,12 +36,18 @@ const (
 // SIGKILL, and its children are left for the next worker to kill (see
 // KillGroup).
 //
+// With Config.Cgroup set, the trainer also starts inside that new cgroup
+// v2 (clone3 into it: there is no moment when it runs outside), where every
+// process it starts stays, whatever it does to its process group or session.
+//
 // When ctx is done, Run sends SIGTERM to the group, then SIGKILL once
 // Config.KillGrace has passed without the leader exiting. Once the leader has
-// exited, for any reason, Run sends SIGKILL to the group and waits until no
-// live process is left in it; it then reads what is left in the pipes (for at
-// most Config.DrainTimeout) and returns. So when Run returns, the group is
-// gone and sink gets no more calls. If a process of the group cannot die
+// exited, for any reason, Run sends SIGKILL to the group and to the whole
+// cgroup (cgroup.kill) and waits until no live process is left in either
+// (cgroup.events says "populated 0"); it removes the cgroup, then reads what
+// is left in the pipes (for at most Config.DrainTimeout) and returns. So when
+// Run returns, the group and the cgroup are gone, processes that escaped the
+// group included, and sink gets no more calls. If a process cannot die
 // (uninterruptible sleep), Run waits for it and logs a warning every 10s.
 //
 // A nil sink discards the output; a nil Logger discards the runner's logs.
@@ -74,20 +80,33 @@ func Run(ctx context.Context, cfg Config, sink Sink) Result {
 	if c := cfg.RunAs; c != nil {
 		attr.Credential = &syscall.Credential{Uid: c.UID, Gid: c.GID, Groups: []uint32{}}
 	}
+	var cg *os.File
+	if cfg.Cgroup != "" {
+		if cg, err = makeCgroup(cfg.Cgroup); err != nil {
+			log.Warn("trainer not started", slog.Any("error", err))
+			return startFailed(err)
+		}
+		// clone3 puts the child in the cgroup as it is made: it never runs
+		// a single instruction outside it.
+		attr.UseCgroupFD, attr.CgroupFD = true, int(cg.Fd())
+	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
+		dropCgroup(cfg.Cgroup, cg)
 		return startFailed(fmt.Errorf("runner: stdout pipe: %w", err))
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
+		dropCgroup(cfg.Cgroup, cg)
 		return startFailed(fmt.Errorf("runner: stderr pipe: %w", err))
 	}
 	a := &attempt{
-		cfg:  cfg,
-		log:  log,
-		sink: &serialSink{sink: sink},
+		cgroup: cg,
+		cfg:    cfg,
+		log:    log,
+		sink:   &serialSink{sink: sink},
 		cmd: &exec.Cmd{
 			Path:        path,
 			Args:        cfg.Argv,
@@ -116,6 +135,9 @@ type attempt struct {
 	outR, outW *os.File
 	errR, errW *os.File
 	readers    sync.WaitGroup
+	// cgroup is the attempt's cgroup directory, open, when Config.Cgroup
+	// is set; nil otherwise.
+	cgroup *os.File
 
 	pid int
 	// signalled is set by watch before it first signals the group; read
@@ -140,6 +162,7 @@ func (a *attempt) run(ctx context.Context) Result {
 		runtime.UnlockOSThread()
 		a.outR.Close()
 		a.errR.Close()
+		dropCgroup(a.cfg.Cgroup, a.cgroup)
 		err = fmt.Errorf("runner: start %s: %w", a.cfg.Argv[0], err)
 		a.log.Warn("trainer not started", slog.Any("error", err))
 		return startFailed(err)
@@ -150,7 +173,7 @@ func (a *attempt) run(ctx context.Context) Result {
 	a.log.Info("trainer started")
 	a.sink.started(a.pid)
 	if wd := a.cfg.Watchdog; wd != nil {
-		if _, err := wd.start(a.pid, a.cfg.KillGrace); err != nil {
+		if _, err := wd.start(a.pid, a.cfg.KillGrace, a.cgroup); err != nil {
 			a.log.Warn("trainer runs without a watchdog", slog.Any("error", err))
 		}
 		defer wd.stop()
@@ -179,6 +202,14 @@ func (a *attempt) run(ctx context.Context) Result {
 		// killing the group after the reap.
 		a.log.Warn("wait without reaping failed; killing the group after the reap", slog.Any("error", pinnedErr))
 		a.killGroupAndWait()
+	}
+	if a.cgroup != nil {
+		// Everything in the cgroup is dead (killGroupAndWait waited for it),
+		// the leader reaped: the cgroup can go.
+		a.cgroup.Close()
+		if err := removeCgroup(a.cfg.Cgroup); err != nil {
+			a.log.Warn("trainer cgroup not removed", slog.String("cgroup", a.cfg.Cgroup), slog.Any("error", err))
+		}
 	}
 
 	a.drain()
@@ -233,20 +264,35 @@ func (a *attempt) watch(ctx context.Context, exited <-chan struct{}) {
 	}
 }
 
-// killGroupAndWait sends SIGKILL to what is left of the group, again while
-// any of it lives, and returns once no live process is left in it.
+// killGroupAndWait sends SIGKILL to what is left of the group and of the
+// attempt's cgroup (processes that left the group included), again while
+// any of it lives, and returns once no live process is left in either.
 func (a *attempt) killGroupAndWait() {
 	delay := time.Millisecond
 	lastWarn := time.Now()
+	warned := false
 	for {
 		if err := KillGroup(a.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			a.log.Warn("SIGKILL to the rest of the group failed", slog.Any("error", err))
 		}
-		if !GroupAlive(a.pid) {
+		populated := false
+		if a.cgroup != nil {
+			if err := killCgroupOnce(a.cfg.Cgroup); err != nil && !warned {
+				a.log.Warn("killing the trainer's cgroup failed", slog.String("cgroup", a.cfg.Cgroup), slog.Any("error", err))
+				warned = true
+			}
+			var err error
+			if populated, err = CgroupPopulated(a.cfg.Cgroup); err != nil && !warned {
+				a.log.Warn("reading the trainer's cgroup failed", slog.String("cgroup", a.cfg.Cgroup), slog.Any("error", err))
+				warned = true
+			}
+		}
+		if !populated && !GroupAlive(a.pid) {
 			return
 		}
 		if time.Since(lastWarn) >= stuckWarnInterval {
-			a.log.Warn("process group still has live members after SIGKILL; waiting")
+			a.log.Warn("trainer's process group or cgroup still has live processes after SIGKILL; waiting",
+				slog.String("cgroup", a.cfg.Cgroup))
 			lastWarn = time.Now()
 		}
 		time.Sleep(delay)
@@ -394,4 +440,37 @@ func (s *serialSink) log(stream, line string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sink.Log(stream, line)
+}
+
+// makeCgroup creates the attempt's cgroup directory, which must not exist,
+// and opens it.
+func makeCgroup(dir string) (*os.File, error) {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("runner: cgroup %s already exists (another attempt's, or a leftover the worker did not clean up)", dir)
+		}
+		return nil, fmt.Errorf("runner: make cgroup: %w", err)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		_ = syscall.Rmdir(dir)
+		return nil, fmt.Errorf("runner: open cgroup: %w", err)
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Fstatfs(int(f.Fd()), &st); err != nil || st.Type != cgroup2Magic {
+		f.Close()
+		_ = syscall.Rmdir(dir)
+		return nil, fmt.Errorf("runner: cgroup %s: %w: not in a cgroup v2 file system", dir, ErrNoCgroup)
+	}
+	return f, nil
+}
+
+// dropCgroup closes and removes the cgroup of an attempt that did not
+// start (it holds no process).
+func dropCgroup(dir string, f *os.File) {
+	if f == nil {
+		return
+	}
+	f.Close()
+	_ = removeCgroup(dir)
 }

@@ -27,3 +27,24 @@ func GroupAlive(pgid int) bool { return false }
 // KillGroup needs Linux; here it returns an error wrapping
 // errors.ErrUnsupported.
 func KillGroup(pgid int, sig syscall.Signal) error { return errUnsupported }
+
+// ErrNoCgroup is wrapped by the errors that say no usable cgroup v2 was
+// found; off Linux there is none.
+var ErrNoCgroup = errors.New("no usable cgroup v2")
+
+// AutoCgroupRoot needs Linux; here it returns an error wrapping ErrNoCgroup.
+func AutoCgroupRoot() (string, error) {
+	return "", fmt.Errorf("runner: %w on %s", ErrNoCgroup, runtime.GOOS)
+}
+
+// PrepareCgroup needs Linux; here it returns an error wrapping ErrNoCgroup.
+func PrepareCgroup(dir string) error {
+	return fmt.Errorf("runner: %w on %s", ErrNoCgroup, runtime.GOOS)
+}
+
+// CgroupPopulated needs Linux; here it reports false.
+func CgroupPopulated(dir string) (bool, error) { return false, errUnsupported }
+
+// KillCgroup needs Linux; here it returns an error wrapping
+// errors.ErrUnsupported.
+func KillCgroup(ctx context.Context, dir string) error { return errUnsupported }

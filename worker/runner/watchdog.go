@@ -10,7 +10,8 @@ import (
 // a worker that cannot stop its trainer itself because it does not run at
 // all (SIGSTOP, a process frozen or swapped out): on Linux, Run starts a
 // small watchdog process next to the trainer, in the trainer's process
-// group, that sends the group SIGTERM, then SIGKILL after Config.KillGrace,
+// group (and its cgroup, Config.Cgroup), that sends the group SIGTERM, then
+// SIGKILL to the group and the whole cgroup after Config.KillGrace,
 // when Feed has not been called for Timeout, or when the caller's process
 // is gone. The worker feeds it after each lease renewal, so a trainer never
 // outlives its lease by more than Timeout + KillGrace, whatever happens to
