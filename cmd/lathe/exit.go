@@ -12,6 +12,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/apiclient"
 	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/redact"
 )
 
 // Exit codes of the lathe CLI.
@@ -65,6 +66,7 @@ func report(stderr io.Writer, server string, err error) int {
 	if err == nil {
 		return exitOK
 	}
+	server = redact.URL(server) // a --server with a password never reaches the terminal
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {

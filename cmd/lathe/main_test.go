@@ -663,3 +663,13 @@ func TestSubmitBoundsSpecRead(t *testing.T) {
 		t.Errorf("%d specs sent", len(f.bodies))
 	}
 }
+
+// TestUnreachableServerRedactsPassword: a --server URL with a password in
+// its userinfo is printed redacted when the scheduler cannot be reached.
+func TestUnreachableServerRedactsPassword(t *testing.T) {
+	url := strings.Replace(closedURL(t), "http://", "http://ops:hunter2-secret@", 1)
+	r := lathe(t, url, "queues")
+	if r.code != exitUnreachable || strings.Contains(r.stderr, "hunter2") || !strings.Contains(r.stderr, "ops:xxxxx@") {
+		t.Fatalf("exit %d, stderr %q: want exit %d and the password redacted", r.code, r.stderr, exitUnreachable)
+	}
+}

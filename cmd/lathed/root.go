@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
+	"github.com/lathe-ml/lathe/internal/redact"
 	"github.com/lathe-ml/lathe/scheduler"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 	"github.com/lathe-ml/lathe/scripts"
@@ -364,29 +364,8 @@ func trainerPassEnv(m map[string]trainerEntry) map[string][]string {
 	return out
 }
 
-// redactURL is u fit to print: a password in its userinfo is replaced by
-// "xxxxx" (url.URL.Redacted), wherever it appears in the text and however
-// it is encoded. A URL that does not parse loses everything between its
-// scheme and its last '@' instead, since where its password ends cannot be
-// told.
-func redactURL(u string) string {
-	pu, err := url.Parse(u)
-	if err == nil {
-		if _, has := pu.User.Password(); has {
-			return pu.Redacted()
-		}
-		return u
-	}
-	if i := strings.Index(u, "://"); i >= 0 {
-		if at := strings.LastIndex(u, "@"); at > i {
-			return u[:i+3] + "xxxxx" + u[at:]
-		}
-	}
-	if strings.Contains(u, "@") {
-		return "xxxxx" + u[strings.LastIndex(u, "@"):]
-	}
-	return u
-}
+// redactURL is u fit to print (redact.URL).
+func redactURL(u string) string { return redact.URL(u) }
 
 func firstNonEmpty(ss ...string) string {
 	for _, s := range ss {
