@@ -47,6 +47,25 @@ local function reply(code, id)
   local v = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested')
   return {code, v[1] or '', tonumber(v[2] or '0'), tonumber(v[3] or '0')}
 end
+-- workergone ends running attempt want of id, whose worker is gone (its
+-- lease expired, or a new incarnation killed its trainer): cancelled when
+-- a cancel was asked, else queued again as attempt want+1 (why goes into
+-- the job's error). The caller has checked state and attempt.
+local function workergone(id, want, cancel, now, maxlen, data, score, why)
+  release(id)
+  if cancel == '1' then
+    -- A cancel was asked while the worker was gone: the attempt ends, and so does the job.
+    setstate(id, 'running', 'cancelled', now)
+    redis.call('HSET', jobkey(id), 'reason', 'cancelled', 'finished_at', now)
+    addevent(id, maxlen, 'state', want, now, '{"from":"running","to":"cancelled","reason":"cancelled","error":"cancelled while its worker was gone"}')
+    return reply(1, id)
+  end
+  setstate(id, 'running', 'queued', now)
+  redis.call('HSET', jobkey(id), 'attempt', want + 1, 'node', '', 'backend', '', 'gpus', '[]', 'error', 'attempt ' .. want .. ': ' .. why)
+  redis.call('ZADD', P .. 'pending', score, id)
+  addevent(id, maxlen, 'state', want + 1, now, data)
+  return reply(1, id)
+end
 `
 
 // createScript stores new jobs, in one atomic call for a whole batch (one
@@ -384,19 +403,7 @@ local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'lease_until', '
 if not cur[1] then return {-1, '', 0, 0} end
 if cur[1] ~= 'running' or tonumber(cur[2]) ~= want then return reply(0, id) end
 if tonumber(cur[3] or '0') + grace >= now then return reply(0, id) end
-release(id)
-if cur[4] == '1' then
-  -- A cancel was asked while the worker was gone: the attempt ends, and so does the job.
-  setstate(id, 'running', 'cancelled', now)
-  redis.call('HSET', jobkey(id), 'reason', 'cancelled', 'finished_at', now)
-  addevent(id, maxlen, 'state', want, now, '{"from":"running","to":"cancelled","reason":"cancelled","error":"cancelled while its worker was gone"}')
-  return reply(1, id)
-end
-setstate(id, 'running', 'queued', now)
-redis.call('HSET', jobkey(id), 'attempt', want + 1, 'node', '', 'backend', '', 'gpus', '[]', 'error', 'attempt ' .. want .. ': lease expired (worker gone)')
-redis.call('ZADD', P .. 'pending', score, id)
-addevent(id, maxlen, 'state', want + 1, now, data)
-return reply(1, id)
+return workergone(id, want, cur[4], now, maxlen, data, score, 'lease expired (worker gone)')
 `)
 
 // deleteScript removes a finished job entirely: record, event stream,
@@ -450,16 +457,5 @@ local inc = cur[4] or ''
 if cur[1] ~= 'running' or tonumber(cur[2]) ~= want or cur[3] ~= node or inc == live or (dead ~= '' and inc ~= dead) then
   return reply(0, id)
 end
-release(id)
-if cur[5] == '1' then
-  setstate(id, 'running', 'cancelled', now)
-  redis.call('HSET', jobkey(id), 'reason', 'cancelled', 'finished_at', now)
-  addevent(id, maxlen, 'state', want, now, '{"from":"running","to":"cancelled","reason":"cancelled","error":"cancelled while its worker was gone"}')
-  return reply(1, id)
-end
-setstate(id, 'running', 'queued', now)
-redis.call('HSET', jobkey(id), 'attempt', want + 1, 'node', '', 'backend', '', 'gpus', '[]', 'error', 'attempt ' .. want .. ': its worker died and was restarted')
-redis.call('ZADD', P .. 'pending', score, id)
-addevent(id, maxlen, 'state', want + 1, now, data)
-return reply(1, id)
+return workergone(id, want, cur[5], now, maxlen, data, score, 'its worker died and was restarted')
 `)

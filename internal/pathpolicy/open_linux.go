@@ -37,29 +37,9 @@ func (rs Roots) Open(p string, deny Deny) (*os.File, error) {
 	if !filepath.IsAbs(rp) {
 		return nil, fmt.Errorf("%s: not an absolute path", p)
 	}
-	root := ""
-	for _, r := range rs {
-		rr, err := resolve(r)
-		if err != nil {
-			continue
-		}
-		if rr == rp || rr == "/" || strings.HasPrefix(rp, rr+string(filepath.Separator)) {
-			root = rr
-			break
-		}
-	}
-	if root == "" {
-		return nil, fmt.Errorf("%s (resolved %s): %w %v", p, rp, ErrOutside, []string(rs))
-	}
-	if err := deny.checkPath(p, rp); err != nil {
-		return nil, err
-	}
-	if testHookResolved != nil {
-		testHookResolved(rp)
-	}
-	dir, err := OpenDir(root)
+	root, dir, err := rs.openRoot(p, rp, deny)
 	if err != nil {
-		return nil, fmt.Errorf("%s: allowed root: %w", p, err)
+		return nil, err
 	}
 	defer dir.Close()
 	rel, err := filepath.Rel(root, rp)
@@ -401,6 +381,37 @@ func chownBeneath(dir *os.File, uid, gid int) error {
 	return nil
 }
 
+// openRoot finds the root that holds rp (p resolved once), checks rp
+// against deny, and opens that root's folder: what Open and MakeDir walk
+// from, one component at a time.
+func (rs Roots) openRoot(p, rp string, deny Deny) (string, *os.File, error) {
+	root := ""
+	for _, r := range rs {
+		rr, err := resolve(r)
+		if err != nil {
+			continue
+		}
+		if rr == rp || rr == "/" || strings.HasPrefix(rp, rr+string(filepath.Separator)) {
+			root = rr
+			break
+		}
+	}
+	if root == "" {
+		return "", nil, fmt.Errorf("%s (resolved %s): %w %v", p, rp, ErrOutside, []string(rs))
+	}
+	if err := deny.checkPath(p, rp); err != nil {
+		return "", nil, err
+	}
+	if testHookResolved != nil {
+		testHookResolved(rp)
+	}
+	dir, err := OpenDir(root)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: allowed root: %w", p, err)
+	}
+	return root, dir, nil
+}
+
 // MakeDir opens the folder p for writing artifacts into it, making what is
 // missing of it (mode 0755), if p is allowed: its existing part resolved
 // once must lie under one of the roots and not under a Deny entry, and it
@@ -417,29 +428,9 @@ func (rs Roots) MakeDir(p string, deny Deny) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
-	root := ""
-	for _, r := range rs {
-		rr, err := resolve(r)
-		if err != nil {
-			continue
-		}
-		if rr == rp || rr == "/" || strings.HasPrefix(rp, rr+string(filepath.Separator)) {
-			root = rr
-			break
-		}
-	}
-	if root == "" {
-		return nil, fmt.Errorf("%s (resolved %s): %w %v", p, rp, ErrOutside, []string(rs))
-	}
-	if err := deny.checkPath(p, rp); err != nil {
-		return nil, err
-	}
-	if testHookResolved != nil {
-		testHookResolved(rp)
-	}
-	dir, err := OpenDir(root)
+	root, dir, err := rs.openRoot(p, rp, deny)
 	if err != nil {
-		return nil, fmt.Errorf("%s: allowed root: %w", p, err)
+		return nil, err
 	}
 	rel, err := filepath.Rel(root, rp)
 	if err != nil || rel == "." {
