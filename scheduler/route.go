@@ -240,8 +240,12 @@ func (s *Scheduler) reserveBudget(ctx context.Context, rs *routeState, job *jobt
 
 // reroute decides again for a job that is about to be placed under a new
 // attempt (retry, requeue, preemption), or that is re-checked (spill-over,
-// config reload). It records the decision and stores the new route; a
-// refused job is held with the reasons. It returns the job's new route.
+// config reload). It stores the new route and the decision's ledger
+// records in one script (jobstore.SetRouteLogged): both or neither, and a
+// job that ended or was deleted meanwhile gets neither (the error is a
+// jobstore.ConflictError or wraps jobstore.ErrNotFound). A refused job
+// keeps its route, held with the reasons; the route then names the
+// refusal's record. It returns the job's new route.
 func (s *Scheduler) reroute(ctx context.Context, j *jobtype.Job, path string) (*jobtype.RouteInfo, string, error) {
 	rs := s.routing()
 	snap, err := s.snapshotFor(ctx, rs, Assumptions{})
@@ -250,27 +254,32 @@ func (s *Scheduler) reroute(ctx context.Context, j *jobtype.Job, path string) (*
 	}
 	rj := routingJob(&j.Spec, j.ID, j.Team, j.OutputURI)
 	d := routing.Decide(rj, snap)
-	seq, err := s.record(ctx, rs, principal{Name: j.Submitter, Team: j.Team}, path, j.Name, j.Attempt, rj, snap, d)
-	if err != nil {
-		return nil, "", err
+	var build func(int64) []ledger.Record
+	if s.cfg.Ledger != nil {
+		if build, err = decisionRecords(rs, principal{Name: j.Submitter, Team: j.Team}, path, j.Name, j.Attempt, rj, snap, d); err != nil {
+			return nil, "", err
+		}
 	}
 	held := ""
 	if d.Refused {
 		held = "no backend may run it now (" + path + "): " + strings.Join(d.Reasons, "; ")
-		ri := j.Route
-		if ri == nil {
-			ri = routeInfo(d, path, j.Attempt, j.Preemptions, seq)
+		var ri jobtype.RouteInfo
+		if j.Route != nil {
+			ri = *j.Route
+		} else {
+			ri = *routeInfo(d, path, j.Attempt, j.Preemptions, 0)
 		}
 		ri.Attempt, ri.Preemptions = j.Attempt, j.Preemptions // decided (and held) for this attempt
-		if err := s.store.SetRoute(ctx, j.ID, ri, held); err != nil {
-			return nil, "", err
+		stored, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, j.ID, &ri, held, build)
+		if err != nil {
+			return nil, "", fmt.Errorf("scheduler: reroute (%s): %w", path, err)
 		}
 		s.log.Warn("job held: no longer feasible", slog.String("job_id", j.ID), slog.String("path", path), slog.String("why", held))
-		return ri, held, nil
+		return stored, held, nil
 	}
-	ri := routeInfo(d, path, j.Attempt, j.Preemptions, seq)
-	if err := s.store.SetRoute(ctx, j.ID, ri, ""); err != nil {
-		return nil, "", err
+	ri, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, j.ID, routeInfo(d, path, j.Attempt, j.Preemptions, 0), "", build)
+	if err != nil {
+		return nil, "", fmt.Errorf("scheduler: reroute (%s): %w", path, err)
 	}
 	if !d.Waiting && path != "config reload" {
 		// A job that moves to a priced backend on a later attempt (spill-over
