@@ -157,8 +157,11 @@ type ledgerBody struct {
 	Decision routing.Decision         `json:"decision"`
 }
 
-// record appends a decision (and its stagings) to the ledger; it returns
-// the decision record's sequence number (0 without a ledger).
+// record appends a refused submit's decision to the ledger on its own: the
+// job is not stored, and the record names no job (the admission failed).
+// A decision about a stored job is appended by the script that stores it
+// or its route (jobstore.CreateLogged, SetRouteLogged), never here. It
+// returns the record's sequence number (0 without a ledger).
 func (s *Scheduler) record(ctx context.Context, rs *routeState, p principal, path, name string, attempt int, job routing.Job, snap routing.Snapshot, d routing.Decision) (int64, error) {
 	if s.cfg.Ledger == nil {
 		return 0, nil
