@@ -263,7 +263,10 @@ type RouteInfo struct {
 	Attempt     int       `json:"attempt"`
 	Preemptions int       `json:"preemptions,omitempty"`
 	DecidedAt   time.Time `json:"decided_at"`
-	LedgerSeq   int64     `json:"ledger_seq,omitempty"`
+	// LedgerSeq is the sequence number of the ledger record of the last
+	// decision about this route, stored in the same script as the route:
+	// the decision, or the refusal that holds the job (0: no ledger).
+	LedgerSeq int64 `json:"ledger_seq,omitempty"`
 }
 
 // WaitInfo is a queued job's place in line (from the last placement round).
