@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
@@ -282,4 +283,65 @@ func ledgerSeq(ri *jobtype.RouteInfo) int64 {
 		return 0
 	}
 	return ri.LedgerSeq
+}
+
+// TestRerouteUnderChangedConfig: a queued job whose route was decided under
+// another routing config than the one in force is decided again before it
+// is placed (path "config reload"), even when no reload re-checked it: a
+// scheduler that starts with a changed config file, or a reload cut short
+// (Redis at its memory limit, a crash) before it reached every job. Here
+// jobs stored under routeConfig meet a started scheduler whose config has
+// no site carrying "eu": each is held, its route names the refusal, and
+// nothing else is recorded for it.
+func TestRerouteUnderChangedConfig(t *testing.T) {
+	b := rerouteSetup(t)
+	ids := b.submit(t, 2)
+	s2 := scheduler.New(b.srv.Client(), b.store, scheduler.Config{Listen: "127.0.0.1:0", Logger: quiet, PlaceInterval: 30 * time.Millisecond,
+		Ledger: b.led, Routing: b.cfgs[1], Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(t.TempDir())}})
+	if err := s2.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s2.Stop(context.Background()) })
+	for _, id := range ids {
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			j, err := b.store.Get(b.ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.Held != "" {
+				if !strings.Contains(j.Held, "config reload") || j.Route == nil || j.Route.Backend != "local" {
+					t.Fatalf("job %s held %q with route %+v", id, j.Held, j.Route)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s, decided under another config, was never decided again under the one in force: route %+v", id, j.Route)
+			}
+		}
+	}
+	// Held under this config, they are not decided again round after round:
+	// wait for a placement round that began after they were all held.
+	head, _, err := b.led.Head(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := time.Now()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if w, _ := b.store.WaitOf(b.ctx, ids[0]); w != nil && w.At.After(held) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no placement round ran after the jobs were held")
+		}
+	}
+	if err := s2.Stop(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h, _, _ := b.led.Head(b.ctx); h != head {
+		t.Errorf("ledger head moved from %d to %d while the held jobs waited", head, h)
+	}
+	if head != int64(2*len(ids)) {
+		t.Errorf("ledger head %d: want a decision and a refusal per job (%d)", head, 2*len(ids))
+	}
+	b.checkRoutesMatchLedger(t)
 }

@@ -205,10 +205,10 @@ func decisionRecords(rs *routeState, p principal, path, name string, attempt int
 }
 
 // routeInfo condenses a decision for the job record.
-func routeInfo(d routing.Decision, path string, attempt, preemptions int, seq int64) *jobtype.RouteInfo {
+func routeInfo(d routing.Decision, rs *routeState, path string, attempt, preemptions int) *jobtype.RouteInfo {
 	ri := &jobtype.RouteInfo{Backend: d.Backend, Site: d.Site, Waiting: d.Waiting, Reasons: d.Reasons,
 		EstRuntimeS: d.EstRuntime.Seconds(), EstCostUSD: d.EstCostUSD, Path: path, DecidedAt: time.Now().UTC(),
-		LedgerSeq: seq, Attempt: attempt, Preemptions: preemptions}
+		Attempt: attempt, Preemptions: preemptions, ConfigHash: rs.hash}
 	for _, c := range d.Candidates {
 		if c.Backend == d.Backend {
 			ri.Kind, ri.EstWaitS = c.Kind, c.EstWaitS
@@ -270,9 +270,10 @@ func (s *Scheduler) reroute(ctx context.Context, j *jobtype.Job, path string) (*
 		if j.Route != nil {
 			ri = *j.Route
 		} else {
-			ri = *routeInfo(d, path, j.Attempt, j.Preemptions, 0)
+			ri = *routeInfo(d, rs, path, j.Attempt, j.Preemptions)
 		}
-		ri.Attempt, ri.Preemptions = j.Attempt, j.Preemptions // decided (and held) for this attempt
+		// Decided (and held) for this attempt, under this config.
+		ri.Attempt, ri.Preemptions, ri.ConfigHash = j.Attempt, j.Preemptions, rs.hash
 		stored, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, j.ID, &ri, held, build)
 		if err != nil {
 			return nil, "", fmt.Errorf("scheduler: reroute (%s): %w", path, err)
@@ -280,7 +281,7 @@ func (s *Scheduler) reroute(ctx context.Context, j *jobtype.Job, path string) (*
 		s.log.Warn("job held: no longer feasible", slog.String("job_id", j.ID), slog.String("path", path), slog.String("why", held))
 		return stored, held, nil
 	}
-	ri, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, j.ID, routeInfo(d, path, j.Attempt, j.Preemptions, 0), "", build)
+	ri, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, j.ID, routeInfo(d, rs, path, j.Attempt, j.Preemptions), "", build)
 	if err != nil {
 		return nil, "", fmt.Errorf("scheduler: reroute (%s): %w", path, err)
 	}
@@ -352,7 +353,7 @@ func (s *Scheduler) admit(ctx context.Context, w http.ResponseWriter, r *http.Re
 	rj := routingJob(spec, id, p.Team, out)
 	d := routing.Decide(rj, snap)
 	if dry {
-		return admission{id: id, decision: d, route: routeInfo(d, "submit", 1, 0, 0)}, true
+		return admission{id: id, decision: d, route: routeInfo(d, rs, "submit", 1, 0)}, true
 	}
 	if d.Refused {
 		rj.ID = ""
@@ -364,7 +365,7 @@ func (s *Scheduler) admit(ctx context.Context, w http.ResponseWriter, r *http.Re
 			Code: "refused", Reasons: d.Reasons, Decision: d})
 		return admission{}, false
 	}
-	adm := admission{id: id, decision: d, route: routeInfo(d, "submit", 1, 0, 0)}
+	adm := admission{id: id, decision: d, route: routeInfo(d, rs, "submit", 1, 0)}
 	if s.cfg.Ledger != nil {
 		// Appended by the script that stores the job (jobstore.CreateLogged),
 		// so a decision never names a job that was not stored.
@@ -418,7 +419,7 @@ func (s *Scheduler) admitBatch(ctx context.Context, w http.ResponseWriter, r *ht
 		return nil, false
 	}
 	for i := range njs {
-		njs[i].Route = routeInfo(ds[i], "submit", 1, 0, 0)
+		njs[i].Route = routeInfo(ds[i], rs, "submit", 1, 0)
 		if s.cfg.Ledger != nil {
 			// Appended with the jobs by jobstore.CreateManyLogged.
 			if njs[i].Records, err = decisionRecords(rs, p, "submit", njs[i].Spec.Name, 1, rjs[i], snap, ds[i]); err != nil {

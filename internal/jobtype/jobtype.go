@@ -267,6 +267,11 @@ type RouteInfo struct {
 	// decision about this route, stored in the same script as the route:
 	// the decision, or the refusal that holds the job (0: no ledger).
 	LedgerSeq int64 `json:"ledger_seq,omitempty"`
+	// ConfigHash is the hash of the routing config it was decided under:
+	// a queued job whose route names another config than the one in force
+	// is decided again before it is placed ("" on a route stored before
+	// this field: left as is).
+	ConfigHash string `json:"config_hash,omitempty"`
 }
 
 // WaitInfo is a queued job's place in line (from the last placement round).
