@@ -192,6 +192,7 @@ func (s *Scheduler) snapshot(ctx context.Context, nodes []jobstore.NodeStatus) (
 	s.offWaits = s.offWaits[:0]
 	s.cloudPending = s.cloudPending[:0]
 	redecided := 0
+	rs := s.routing()
 	for _, id := range ids {
 		j := jobs[id]
 		if j == nil || j.State != jobtype.StateQueued {
@@ -208,6 +209,10 @@ func (s *Scheduler) snapshot(ctx context.Context, nodes []jobstore.NodeStatus) (
 			path = "preemption"
 		case j.Route.Attempt != j.Attempt:
 			path = "retry"
+		case j.Route.ConfigHash != "" && j.Route.ConfigHash != rs.hash:
+			// Decided under another routing config: a reload that did not
+			// reach it (cut short) or a restart with a changed config.
+			path = "config reload"
 		case j.Held == "" && j.Route.Kind == routing.KindLocal && j.Spec.MaxWait > 0 && snap.Now.Sub(j.Route.DecidedAt) > j.Spec.MaxWait.D():
 			path = "spill-over"
 		}

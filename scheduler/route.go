@@ -157,8 +157,11 @@ type ledgerBody struct {
 	Decision routing.Decision         `json:"decision"`
 }
 
-// record appends a decision (and its stagings) to the ledger; it returns
-// the decision record's sequence number (0 without a ledger).
+// record appends a refused submit's decision to the ledger on its own: the
+// job is not stored, and the record names no job (the admission failed).
+// A decision about a stored job is appended by the script that stores it
+// or its route (jobstore.CreateLogged, SetRouteLogged), never here. It
+// returns the record's sequence number (0 without a ledger).
 func (s *Scheduler) record(ctx context.Context, rs *routeState, p principal, path, name string, attempt int, job routing.Job, snap routing.Snapshot, d routing.Decision) (int64, error) {
 	if s.cfg.Ledger == nil {
 		return 0, nil
@@ -202,10 +205,10 @@ func decisionRecords(rs *routeState, p principal, path, name string, attempt int
 }
 
 // routeInfo condenses a decision for the job record.
-func routeInfo(d routing.Decision, path string, attempt, preemptions int, seq int64) *jobtype.RouteInfo {
+func routeInfo(d routing.Decision, rs *routeState, path string, attempt, preemptions int) *jobtype.RouteInfo {
 	ri := &jobtype.RouteInfo{Backend: d.Backend, Site: d.Site, Waiting: d.Waiting, Reasons: d.Reasons,
 		EstRuntimeS: d.EstRuntime.Seconds(), EstCostUSD: d.EstCostUSD, Path: path, DecidedAt: time.Now().UTC(),
-		LedgerSeq: seq, Attempt: attempt, Preemptions: preemptions}
+		Attempt: attempt, Preemptions: preemptions, ConfigHash: rs.hash}
 	for _, c := range d.Candidates {
 		if c.Backend == d.Backend {
 			ri.Kind, ri.EstWaitS = c.Kind, c.EstWaitS
@@ -240,8 +243,12 @@ func (s *Scheduler) reserveBudget(ctx context.Context, rs *routeState, job *jobt
 
 // reroute decides again for a job that is about to be placed under a new
 // attempt (retry, requeue, preemption), or that is re-checked (spill-over,
-// config reload). It records the decision and stores the new route; a
-// refused job is held with the reasons. It returns the job's new route.
+// config reload). It stores the new route and the decision's ledger
+// records in one script (jobstore.SetRouteLogged): both or neither, and a
+// job that ended or was deleted meanwhile gets neither (the error is a
+// jobstore.ConflictError or wraps jobstore.ErrNotFound). A refused job
+// keeps its route, held with the reasons; the route then names the
+// refusal's record. It returns the job's new route.
 func (s *Scheduler) reroute(ctx context.Context, j *jobtype.Job, path string) (*jobtype.RouteInfo, string, error) {
 	rs := s.routing()
 	snap, err := s.snapshotFor(ctx, rs, Assumptions{})
@@ -250,27 +257,33 @@ func (s *Scheduler) reroute(ctx context.Context, j *jobtype.Job, path string) (*
 	}
 	rj := routingJob(&j.Spec, j.ID, j.Team, j.OutputURI)
 	d := routing.Decide(rj, snap)
-	seq, err := s.record(ctx, rs, principal{Name: j.Submitter, Team: j.Team}, path, j.Name, j.Attempt, rj, snap, d)
-	if err != nil {
-		return nil, "", err
+	var build func(int64) []ledger.Record
+	if s.cfg.Ledger != nil {
+		if build, err = decisionRecords(rs, principal{Name: j.Submitter, Team: j.Team}, path, j.Name, j.Attempt, rj, snap, d); err != nil {
+			return nil, "", err
+		}
 	}
 	held := ""
 	if d.Refused {
 		held = "no backend may run it now (" + path + "): " + strings.Join(d.Reasons, "; ")
-		ri := j.Route
-		if ri == nil {
-			ri = routeInfo(d, path, j.Attempt, j.Preemptions, seq)
+		var ri jobtype.RouteInfo
+		if j.Route != nil {
+			ri = *j.Route
+		} else {
+			ri = *routeInfo(d, rs, path, j.Attempt, j.Preemptions)
 		}
-		ri.Attempt, ri.Preemptions = j.Attempt, j.Preemptions // decided (and held) for this attempt
-		if err := s.store.SetRoute(ctx, j.ID, ri, held); err != nil {
-			return nil, "", err
+		// Decided (and held) for this attempt, under this config.
+		ri.Attempt, ri.Preemptions, ri.ConfigHash = j.Attempt, j.Preemptions, rs.hash
+		stored, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, j.ID, &ri, held, build)
+		if err != nil {
+			return nil, "", fmt.Errorf("scheduler: reroute (%s): %w", path, err)
 		}
 		s.log.Warn("job held: no longer feasible", slog.String("job_id", j.ID), slog.String("path", path), slog.String("why", held))
-		return ri, held, nil
+		return stored, held, nil
 	}
-	ri := routeInfo(d, path, j.Attempt, j.Preemptions, seq)
-	if err := s.store.SetRoute(ctx, j.ID, ri, ""); err != nil {
-		return nil, "", err
+	ri, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, j.ID, routeInfo(d, rs, path, j.Attempt, j.Preemptions), "", build)
+	if err != nil {
+		return nil, "", fmt.Errorf("scheduler: reroute (%s): %w", path, err)
 	}
 	if !d.Waiting && path != "config reload" {
 		// A job that moves to a priced backend on a later attempt (spill-over
@@ -340,7 +353,7 @@ func (s *Scheduler) admit(ctx context.Context, w http.ResponseWriter, r *http.Re
 	rj := routingJob(spec, id, p.Team, out)
 	d := routing.Decide(rj, snap)
 	if dry {
-		return admission{id: id, decision: d, route: routeInfo(d, "submit", 1, 0, 0)}, true
+		return admission{id: id, decision: d, route: routeInfo(d, rs, "submit", 1, 0)}, true
 	}
 	if d.Refused {
 		rj.ID = ""
@@ -352,7 +365,7 @@ func (s *Scheduler) admit(ctx context.Context, w http.ResponseWriter, r *http.Re
 			Code: "refused", Reasons: d.Reasons, Decision: d})
 		return admission{}, false
 	}
-	adm := admission{id: id, decision: d, route: routeInfo(d, "submit", 1, 0, 0)}
+	adm := admission{id: id, decision: d, route: routeInfo(d, rs, "submit", 1, 0)}
 	if s.cfg.Ledger != nil {
 		// Appended by the script that stores the job (jobstore.CreateLogged),
 		// so a decision never names a job that was not stored.
@@ -406,7 +419,7 @@ func (s *Scheduler) admitBatch(ctx context.Context, w http.ResponseWriter, r *ht
 		return nil, false
 	}
 	for i := range njs {
-		njs[i].Route = routeInfo(ds[i], "submit", 1, 0, 0)
+		njs[i].Route = routeInfo(ds[i], rs, "submit", 1, 0)
 		if s.cfg.Ledger != nil {
 			// Appended with the jobs by jobstore.CreateManyLogged.
 			if njs[i].Records, err = decisionRecords(rs, p, "submit", njs[i].Spec.Name, 1, rjs[i], snap, ds[i]); err != nil {

@@ -109,6 +109,11 @@ func (a *cloudAttempt) stage(ctx context.Context, what, uri string) (string, err
 		Attempt: a.n, Bytes: size, SHA256: sum, Residency: a.job.Spec.Residency,
 		Why: "the job was routed to " + a.c.b.Name + ", whose instances read data from S3"}
 	body, _ := json.Marshal(rec)
+	// Recorded before the copy, on purpose, and not in one script with it
+	// (an S3 upload is no Redis write): a record of a copy that then failed
+	// is acceptable (the record says it was about to be made, and why); a
+	// copy without a record is not. No ledger, or an append that fails: no
+	// copy.
 	if _, err := a.c.cfg.Ledger.Append(ctx, ledger.Record{Kind: LedgerKindStaging, JobID: a.job.ID, Team: a.job.Team,
 		Token: a.job.Submitter, ConfigHash: a.c.cfg.Routing.Hash(), Body: body}); err != nil {
 		return "", fmt.Errorf("%s: record the copy in the ledger (not copied): %w", what, err)

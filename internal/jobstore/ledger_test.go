@@ -3,6 +3,7 @@ package jobstore_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -109,5 +110,141 @@ func TestCreateLogged(t *testing.T) {
 	}
 	if first.Name != "a" {
 		t.Fatalf("key k0-2 named job %+v", first)
+	}
+}
+
+// TestSetRouteLogged: SetRouteLogged writes a route and appends its
+// records in one script, racing plain appenders and each other without
+// forking the chain; each job's stored route names its last decision
+// record (sealed again when the head moved); a job that ended or is gone
+// gets neither route nor record; without a ledger it is SetRoute.
+func TestSetRouteLogged(t *testing.T) {
+	b := setup(t)
+	ctx, s := b.ctx, b.store
+	led := ledger.New(s.Redis(), bytes.Repeat([]byte{7}, ledger.MinKeySize), s.Prefix())
+	recs := func(id, path string) func(int64) []ledger.Record {
+		return func(seq int64) []ledger.Record {
+			return []ledger.Record{{Kind: "decision", JobID: id, Body: json.RawMessage(fmt.Sprintf(`{"path":%q}`, path))},
+				{Kind: "staging", JobID: id, Body: json.RawMessage(fmt.Sprintf(`{"decision_seq":%d}`, seq))}}
+		}
+	}
+	var ids []string
+	for i := range 3 {
+		j, _, err := s.Create(ctx, jobstore.NewJob{Spec: spec(fmt.Sprintf("j%d", i), jobspec.PriorityNormal), OutputURI: "file:///out/{id}"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 8 {
+				var err error
+				if i%3 == 2 {
+					_, err = led.Append(ctx, ledger.Record{Kind: "other", Body: json.RawMessage(`{}`)})
+				} else {
+					id := ids[(g+i)%len(ids)]
+					var ri *jobtype.RouteInfo
+					ri, err = s.SetRouteLogged(ctx, led, id, &jobtype.RouteInfo{Backend: "local", Path: "retry"}, "", recs(id, "retry"))
+					if err == nil && (ri.LedgerSeq == 0 || ri.Backend != "local") {
+						err = fmt.Errorf("returned route %+v", ri)
+					}
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	headBefore, _, err := led.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The job ended: nothing is written, nothing appended.
+	if _, err := s.Cancel(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.Get(ctx, ids[0])
+	_, err = s.SetRouteLogged(ctx, led, ids[0], &jobtype.RouteInfo{Backend: "aws-eu", Path: "config reload"}, "", recs(ids[0], "config reload"))
+	var ce *jobstore.ConflictError
+	if !errors.As(err, &ce) || ce.State != jobtype.StateCancelled {
+		t.Fatalf("set route on a cancelled job: %v", err)
+	}
+	if after, _ := s.Get(ctx, ids[0]); after.Route == nil || after.Route.Backend != "local" || after.Route.LedgerSeq != before.Route.LedgerSeq {
+		t.Fatalf("the cancelled job's route changed: %+v", after.Route)
+	}
+	// A job that is not there: not found, nothing appended.
+	if _, err := s.SetRouteLogged(ctx, led, "j-nosuchjob00000", &jobtype.RouteInfo{Backend: "local"}, "", recs("j-nosuchjob00000", "retry")); !errors.Is(err, jobstore.ErrNotFound) {
+		t.Fatalf("set route on a missing job: %v", err)
+	}
+	if h, _, err := led.Head(ctx); err != nil || h != headBefore {
+		t.Fatalf("ledger head %d after two refused route writes, was %d (%v)", h, headBefore, err)
+	}
+
+	// Without a ledger: the route alone.
+	if ri, err := s.SetRouteLogged(ctx, nil, ids[1], &jobtype.RouteInfo{Backend: "local", Path: "retry", LedgerSeq: 0}, "held: why", nil); err != nil || ri.LedgerSeq != 0 {
+		t.Fatalf("without a ledger: %+v %v", ri, err)
+	}
+	if j, _ := s.Get(ctx, ids[1]); j.Held != "held: why" {
+		t.Fatalf("held %q", j.Held)
+	}
+	if h, _, _ := led.Head(ctx); h != headBefore {
+		t.Fatalf("a route without a ledger appended records: head %d, was %d", h, headBefore)
+	}
+	// Put ids[1] back on a logged route for the check below.
+	if _, err := s.SetRouteLogged(ctx, led, ids[1], &jobtype.RouteInfo{Backend: "local", Path: "retry"}, "", recs(ids[1], "retry")); err != nil {
+		t.Fatal(err)
+	}
+
+	rep, err := led.Verify(ctx)
+	if err != nil || len(rep.Problems) > 0 {
+		t.Fatalf("verify: %v %+v", err, rep.Problems)
+	}
+	last := map[string]int64{}
+	var seqs []int64
+	if err := led.Range(ctx, "", func(r ledger.Record) error {
+		seqs = append(seqs, r.Seq)
+		switch r.Kind {
+		case "decision":
+			last[r.JobID] = r.Seq
+		case "staging":
+			var body struct {
+				DecisionSeq int64 `json:"decision_seq"`
+			}
+			_ = json.Unmarshal(r.Body, &body)
+			if body.DecisionSeq != last[r.JobID] || body.DecisionSeq != r.Seq-1 {
+				t.Errorf("staging %d of %s names decision %d", r.Seq, r.JobID, body.DecisionSeq)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i, seq := range seqs {
+		if seq != int64(i+1) {
+			t.Fatalf("stream entry %d has seq %d", i+1, seq)
+		}
+	}
+	if len(last) != len(ids) {
+		t.Fatalf("decisions for %d jobs, want %d", len(last), len(ids))
+	}
+	for id, seq := range last {
+		j, err := s.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Route == nil || j.Route.LedgerSeq != seq {
+			t.Errorf("job %s: last decision %d, stored route %+v", id, seq, j.Route)
+		}
 	}
 }

@@ -12,19 +12,36 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/ledger"
 )
 
-var setRouteScript = redis.NewScript(luaCommon + `
+// setRouteScript writes a job's route and held reason, on a job that has
+// not ended. With ledger keys (KEYS: the ledger's stream and head) it also
+// appends the decision's records, in the same call: first the job is
+// checked (missing: -1; ended: 0, and nothing is written), then the
+// ledger's head (ledger_check: a head that moved is answered, nothing
+// written), then the route is written and the records appended. Redis
+// refuses a script's first write at maxmemory and lets one that has
+// written finish, so the route and its records land together or not at
+// all. ARGV: prefix, id, route JSON, held, then with keys: the head's seq
+// and mac the records were sealed on, their number, their EntryArgs.
+var setRouteScript = redis.NewScript(luaCommon + ledger.LuaAppend + `
 local id = ARGV[2]
 local st = redis.call('HGET', jobkey(id), 'state')
 if not st then return {-1, '', 0, 0} end
 if terminal(st) then return reply(0, id) end
+if #KEYS == 2 then
+  local bad = ledger_check(KEYS[1], KEYS[2], ARGV[5], ARGV[6])
+  if bad then return bad end
+end
 redis.call('HSET', jobkey(id), 'route', ARGV[3], 'held', ARGV[4])
+if #KEYS == 2 then ledger_write(KEYS[1], KEYS[2], ARGV, 8, tonumber(ARGV[7])) end
 return reply(1, id)
 `)
 
 // SetRoute records a new routing decision (spill-over, retry, config
 // reload) and the held reason ("" = not held) on a job that has not ended.
+// A decision that has ledger records goes through SetRouteLogged instead.
 func (s *Store) SetRoute(ctx context.Context, id string, route *jobtype.RouteInfo, held string) error {
 	r, err := s.run(ctx, "set route", id, setRouteScript, mustJSON(route), held)
 	if err != nil {
@@ -34,6 +51,64 @@ func (s *Store) SetRoute(ctx context.Context, id string, route *jobtype.RouteInf
 		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: "set route needs a job that has not ended"}
 	}
 	return nil
+}
+
+// SetRouteLogged is SetRoute that appends the decision's ledger records to
+// l in the same script that writes the route: both are stored or neither
+// (Redis at maxmemory, a lost connection, a crash between them cannot
+// leave a decision whose route was never stored). records builds them
+// numbered from seq, the first record's (the decision's) sequence number,
+// which also becomes the stored route's LedgerSeq; it is called again when
+// another appender moved the ledger's head first. A job that is gone
+// (ErrNotFound) or has ended (a ConflictError) gets neither route nor
+// records. It returns the route as stored. With no ledger, or no records,
+// it is SetRoute.
+func (s *Store) SetRouteLogged(ctx context.Context, l *ledger.Ledger, id string, route *jobtype.RouteInfo, held string, records func(seq int64) []ledger.Record) (*jobtype.RouteInfo, error) {
+	if l == nil || records == nil {
+		return route, s.SetRoute(ctx, id, route, held)
+	}
+	seq, mac, err := l.Head(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("jobstore: set route %s: %w", id, err)
+	}
+	for {
+		recs := records(seq + 1)
+		if len(recs) == 0 {
+			return route, s.SetRoute(ctx, id, route, held)
+		}
+		sealed, err := l.Seal(seq, mac, recs)
+		if err != nil {
+			return nil, fmt.Errorf("jobstore: set route %s: %w", id, err)
+		}
+		ri := *route
+		ri.LedgerSeq = sealed[0].Seq
+		args := append([]any{s.cfg.Prefix, id, mustJSON(&ri), held, strconv.FormatInt(seq, 10), mac, len(sealed)}, ledger.EntryArgs(sealed)...)
+		v, err := setRouteScript.Run(ctx, s.rdb, l.Keys(), args...).Slice()
+		if err != nil {
+			return nil, fmt.Errorf("jobstore: set route %s: %w", id, err)
+		}
+		if ledger.IsCheckReply(v) {
+			if seq, mac, err = l.CheckReply(v); err != nil {
+				return nil, fmt.Errorf("jobstore: set route %s: %w", id, err)
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("jobstore: set route %s: %w", id, err)
+			}
+			continue
+		}
+		r, err := decodeResult(v)
+		if err != nil {
+			return nil, fmt.Errorf("jobstore: set route %s: %w", id, err)
+		}
+		switch r.code {
+		case 1:
+			return &ri, nil
+		case -1:
+			return nil, fmt.Errorf("jobstore: set route %s: %w", id, ErrNotFound)
+		default:
+			return nil, &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: "set route needs a job that has not ended"}
+		}
+	}
 }
 
 // stepKey is the stats hash field of a base model on a GPU model.

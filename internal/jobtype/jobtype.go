@@ -263,7 +263,15 @@ type RouteInfo struct {
 	Attempt     int       `json:"attempt"`
 	Preemptions int       `json:"preemptions,omitempty"`
 	DecidedAt   time.Time `json:"decided_at"`
-	LedgerSeq   int64     `json:"ledger_seq,omitempty"`
+	// LedgerSeq is the sequence number of the ledger record of the last
+	// decision about this route, stored in the same script as the route:
+	// the decision, or the refusal that holds the job (0: no ledger).
+	LedgerSeq int64 `json:"ledger_seq,omitempty"`
+	// ConfigHash is the hash of the routing config it was decided under:
+	// a queued job whose route names another config than the one in force
+	// is decided again before it is placed ("" on a route stored before
+	// this field: left as is).
+	ConfigHash string `json:"config_hash,omitempty"`
 }
 
 // WaitInfo is a queued job's place in line (from the last placement round).
