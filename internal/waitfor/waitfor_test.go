@@ -15,7 +15,7 @@ type recorder struct {
 	failed string
 }
 
-func (r *recorder) Helper() {}
+func (r *recorder) Helper()                           {}
 func (r *recorder) Fatalf(format string, args ...any) { r.failed = fmt.Sprintf(format, args...) }
 
 func TestTrueReturnsOnceTheConditionHolds(t *testing.T) {
