@@ -99,7 +99,7 @@ func (p Priority) Valid() bool {
 	return p == PriorityUrgent || p == PriorityNormal || p == PriorityBatch
 }
 
-// Validate checks every rule of the job spec (DESIGN.md "Job spec") and
+// Validate checks every rule of the job spec (docs/design.md, "Job spec") and
 // returns one FieldError per broken rule, in schema order; nil means the spec
 // is valid. It checks the spec as it stands: it fills in no defaults, so a
 // zero Spec built in Go fails on every required field. Values are formatted
@@ -110,7 +110,18 @@ func (p Priority) Valid() bool {
 // exists, that the residency tags name real sites.
 func (s *Spec) Validate() []FieldError {
 	var c checker
+	c.identity(s)
+	c.data(s)
+	c.lora(&s.LoRA)
+	c.training(&s.Training)
+	c.resources(&s.Resources)
+	c.scheduling(s)
+	c.output(&s.Output)
+	return c.errs
+}
 
+// identity checks name and base_model.
+func (c *checker) identity(s *Spec) {
 	switch {
 	case s.Name == "":
 		c.add("name", "", "is required")
@@ -130,7 +141,10 @@ func (s *Spec) Validate() []FieldError {
 	case !graphic(s.BaseModel, false):
 		c.add("base_model", s.BaseModel, "must not contain spaces or control characters")
 	}
+}
 
+// data checks dataset and eval_dataset.
+func (c *checker) data(s *Spec) {
 	if s.Dataset == "" {
 		c.add("dataset", "", "is required")
 	} else if msg := uriProblem(s.Dataset, true); msg != "" {
@@ -141,35 +155,38 @@ func (s *Spec) Validate() []FieldError {
 			c.add("eval_dataset", s.EvalDataset, msg)
 		}
 	}
+}
 
-	// lora
-	if s.LoRA.Rank < 1 || s.LoRA.Rank > maxRank {
-		c.add("lora.rank", itoa(s.LoRA.Rank), fmt.Sprintf("must be between 1 and %d", maxRank))
+// lora checks the lora section.
+func (c *checker) lora(l *LoRA) {
+	if l.Rank < 1 || l.Rank > maxRank {
+		c.add("lora.rank", itoa(l.Rank), fmt.Sprintf("must be between 1 and %d", maxRank))
 	}
-	c.float("lora.alpha", s.LoRA.Alpha, func(f float64) string {
+	c.float("lora.alpha", l.Alpha, func(f float64) string {
 		if f <= 0 {
 			return "must be greater than 0"
 		}
 		return ""
 	})
-	c.float("lora.dropout", s.LoRA.Dropout, func(f float64) string {
+	c.float("lora.dropout", l.Dropout, func(f float64) string {
 		if f < 0 || f >= 1 {
 			return "must be at least 0 and less than 1"
 		}
 		return ""
 	})
-	if len(s.LoRA.TargetModules) == 0 {
+	if len(l.TargetModules) == 0 {
 		c.add("lora.target_modules", "", "must list at least one module")
 	}
-	c.list("lora.target_modules", s.LoRA.TargetModules, true, func(m string) string {
+	c.list("lora.target_modules", l.TargetModules, true, func(m string) string {
 		if !validTargetModule(m) {
 			return "must be letters, digits, '_' and '.'"
 		}
 		return ""
 	})
+}
 
-	// training
-	t := s.Training
+// training checks the training section.
+func (c *checker) training(t *Training) {
 	if t.Epochs < 0 {
 		c.add("training.epochs", itoa(t.Epochs), "must not be negative")
 	}
@@ -194,9 +211,10 @@ func (s *Spec) Validate() []FieldError {
 	if t.EvalEvery < 0 {
 		c.add("training.eval_every", itoa(t.EvalEvery), "must not be negative")
 	}
+}
 
-	// resources
-	r := s.Resources
+// resources checks the resources section.
+func (c *checker) resources(r *Resources) {
 	if r.GPUs < 0 || r.GPUs > maxGPUs {
 		c.add("resources.gpus", itoa(r.GPUs), fmt.Sprintf("must be between 0 and %d", maxGPUs))
 	}
@@ -217,7 +235,11 @@ func (s *Spec) Validate() []FieldError {
 		}
 		return ""
 	})
+}
 
+// scheduling checks what routing and the queue read: residency, priority,
+// the time limits, the budget, the value of time and the trainer.
+func (c *checker) scheduling(s *Spec) {
 	c.list("residency", s.Residency, true, func(tag string) string {
 		if !validResidencyTag(tag) {
 			return "must be a lower-case letter followed by up to 31 lower-case letters, digits or '-'"
@@ -252,16 +274,19 @@ func (s *Spec) Validate() []FieldError {
 	if !validTrainer(s.Trainer) {
 		c.add("trainer", s.Trainer, "must be 1–63 lower-case letters, digits, '_' or '-', starting with a letter or digit")
 	}
+}
 
-	if s.Output.URI != "" {
-		if msg := uriProblem(s.Output.URI, false); msg != "" {
-			c.add("output.uri", s.Output.URI, msg)
+// output checks the output section.
+func (c *checker) output(o *Output) {
+	if o.URI != "" {
+		if msg := uriProblem(o.URI, false); msg != "" {
+			c.add("output.uri", o.URI, msg)
 		}
 	}
-	if len(s.Output.Formats) == 0 {
+	if len(o.Formats) == 0 {
 		c.add("output.formats", "", "must list at least one format")
 	}
-	c.list("output.formats", s.Output.Formats, true, func(f string) string {
+	c.list("output.formats", o.Formats, true, func(f string) string {
 		for _, k := range knownFormats {
 			if f == k {
 				return ""
@@ -269,8 +294,6 @@ func (s *Spec) Validate() []FieldError {
 		}
 		return fmt.Sprintf("unknown format %q (known: %s)", f, strings.Join(knownFormats, ", "))
 	})
-
-	return c.errs
 }
 
 // smallList is the longest list checker.list checks for repeats without a

@@ -39,45 +39,24 @@ func (a *victimSet) better(b *victimSet) bool {
 // Preemption (none when jobs already stopping make room) and the wait, and
 // returns true.
 func (p *planner) preempt(i int, sh *shape, k int) bool {
-	prio := p.pending[i].Priority
+	best := p.cheapestRoom(sh, k, p.pending[i].Priority)
+	if best == nil {
+		return false
+	}
+	p.stopFor(i, sh, k, best)
+	return true
+}
+
+// cheapestRoom returns the cheapest way (victimSet.better) to make room for
+// k GPUs of shape sh on one node by stopping jobs of lower priority than
+// prio, or nil when no node can make room.
+func (p *planner) cheapestRoom(sh *shape, k, prio int) *victimSet {
 	var best *victimSet
 	for ni := range p.nodes {
 		if sh.static[ni] < k {
 			continue
 		}
-		node := &p.nodes[ni]
-		gain := make([]int, len(node.running))
-		held := make([]int, len(node.running))
-		ready := 0 // feasible GPUs free now or held by jobs already stopping
-		for r := range node.gpus {
-			g := &node.gpus[r]
-			if g.free {
-				if sh.match[ni][r] {
-					ready++
-				}
-				continue
-			}
-			ri, ok := node.runIdx[g.holder]
-			if !ok {
-				continue
-			}
-			held[ri]++
-			if !sh.match[ni][r] {
-				continue
-			}
-			if node.running[ri].Stopping {
-				ready++
-			} else {
-				gain[ri]++
-			}
-		}
-		var vs []victim
-		for ri, run := range node.running {
-			if gain[ri] > 0 && !run.Stopping && run.Preemptible && run.Priority == PriorityBatch && run.Priority > prio {
-				vs = append(vs, victim{ri: ri, gain: gain[ri], held: held[ri], ends: after(p.now, run.EndsAt)})
-			}
-		}
-		set, ok := chooseVictims(vs, k-ready)
+		set, ok := p.roomOn(ni, sh, k, prio)
 		if !ok {
 			continue
 		}
@@ -86,10 +65,52 @@ func (p *planner) preempt(i int, sh *shape, k int) bool {
 			best = &set
 		}
 	}
-	if best == nil {
-		return false
-	}
+	return best
+}
 
+// roomOn returns the cheapest victims on node ni that free, with the
+// feasible GPUs already free or held by jobs stopping, k GPUs of shape sh;
+// ok is false when the node cannot make room.
+func (p *planner) roomOn(ni int, sh *shape, k, prio int) (set victimSet, ok bool) {
+	node := &p.nodes[ni]
+	gain := make([]int, len(node.running))
+	held := make([]int, len(node.running))
+	ready := 0 // feasible GPUs free now or held by jobs already stopping
+	for r := range node.gpus {
+		g := &node.gpus[r]
+		if g.free {
+			if sh.match[ni][r] {
+				ready++
+			}
+			continue
+		}
+		ri, ok := node.runIdx[g.holder]
+		if !ok {
+			continue
+		}
+		held[ri]++
+		if !sh.match[ni][r] {
+			continue
+		}
+		if node.running[ri].Stopping {
+			ready++
+		} else {
+			gain[ri]++
+		}
+	}
+	var vs []victim
+	for ri, run := range node.running {
+		if gain[ri] > 0 && !run.Stopping && run.Preemptible && run.Priority == PriorityBatch && run.Priority > prio {
+			vs = append(vs, victim{ri: ri, gain: gain[ri], held: held[ri], ends: after(p.now, run.EndsAt)})
+		}
+	}
+	return chooseVictims(vs, k-ready)
+}
+
+// stopFor carries out best for urgent head i (k GPUs of shape sh): it
+// reserves the head's GPUs, free ones or the victims', records the
+// Preemption (none when jobs already stopping make room) and the wait.
+func (p *planner) stopFor(i int, sh *shape, k int, best *victimSet) {
 	ni, node := best.node, &p.nodes[best.node]
 	stop := make(map[string]bool, len(best.victims)) // lookups only
 	ids := make([]string, 0, len(best.victims))
@@ -113,7 +134,7 @@ func (p *planner) preempt(i int, sh *shape, k int) bool {
 	gpus := p.gpuIndices(ni, ranks)
 	if len(ids) == 0 {
 		p.wait(i, WaitPreempting, string(WaitPreempting)+": waiting for preempted jobs to stop on "+node.name, sh)
-		return true
+		return
 	}
 	// Every GPU of a victim frees up once it stops: expected now, for the
 	// estimates of the jobs behind. None is given out this round: they are
@@ -125,7 +146,6 @@ func (p *planner) preempt(i int, sh *shape, k int) bool {
 	}
 	p.plan.Preempt = append(p.plan.Preempt, Preemption{ForJobID: p.pending[i].ID, Node: node.name, Victims: ids, GPUs: gpus})
 	p.wait(i, WaitPreempting, string(WaitPreempting)+": stopping batch jobs "+strings.Join(ids, ", ")+" on "+node.name+" for GPUs "+fmtInts(gpus), sh)
-	return true
 }
 
 // maxEnumerate bounds the victim subsets examined on one node; past it the

@@ -21,15 +21,13 @@ func Decide(job Job, s Snapshot) Decision {
 }
 
 // decide is Decide with the feasibility checks as a parameter (tests remove
-// one to show the residency property needs it).
+// one to show the residency property needs it). It runs the checks on every
+// backend, estimates the feasible ones, chooses one, and writes the reasons
+// of the choice: the rules of docs/routing.md, in order.
 func decide(job *Job, s *Snapshot, cks []check) Decision {
 	x, err := s.Config.index()
 	if err != nil {
-		tags := job.Residency
-		if len(tags) == 0 {
-			tags = defaultResidency
-		}
-		return Decision{Refused: true, Residency: slices.Clone(tags), Reasons: []string{ReasonConfigInvalid + ": " + err.Error()}}
+		return refuseConfig(job, err)
 	}
 	e := newEval(x, job, s)
 
@@ -43,45 +41,10 @@ func decide(job *Job, s *Snapshot, cks []check) Decision {
 	} else {
 		states = make([]candState, n)
 	}
-	// Checks of the job alone (where its data lives, where its logs go) give
-	// every backend the same answer: run them once. The first that fails
-	// ends every backend's list there; only the backend checks before it run
-	// per backend, in their order, so each Reason is still the first failing
-	// check in cks.
 	var buf [16]checkID
-	perBackend, jobReason := buf[:0], ""
-	for k := range cks {
-		if !cks[k].id.jobLevel() {
-			perBackend = append(perBackend, cks[k].id)
-		} else if jobReason = e.run(cks[k].id, nil, nil); jobReason != "" {
-			break
-		}
-	}
+	perBackend, jobReason := e.jobChecks(cks, buf[:0])
 	for i := range x.backends {
-		b, st := &x.backends[i], &states[i]
-		reason := ""
-		for _, id := range perBackend {
-			if reason = e.run(id, b, st); reason != "" {
-				break
-			}
-		}
-		if reason == "" {
-			reason = jobReason
-		}
-		if reason == "" {
-			e.prepare(b, st) // for the estimates, had a test removed every check that needs them
-		}
-		c := &d.Candidates[i] // zeroed: set field by field (no struct copy)
-		c.Backend, c.Site, c.Kind = b.name, x.sites[b.site].name, b.kind
-		c.Feasible, c.Reason = reason == "", reason
-		c.EstCostUSD, c.EstRuntimeS = st.cost, st.runtime.Seconds()
-		switch {
-		case !st.ready: // refused for residency before any estimate
-		case b.local:
-			c.EstWaitS = waitOut(st.waitS)
-		case st.ti >= 0:
-			c.InstanceType, c.Spot = b.types[st.ti].name, b.spot
-		}
+		e.assess(&d.Candidates[i], &x.backends[i], &states[i], perBackend, jobReason)
 	}
 
 	d.Reasons = append(d.Reasons, e.residencyReason())
@@ -92,8 +55,73 @@ func decide(job *Job, s *Snapshot, cks []check) Decision {
 		d.Reasons = appendRejections(d.Reasons, d.Candidates, false)
 		return d
 	}
-	b, st := &x.backends[chosen], &states[chosen]
-	d.Backend, d.Site = b.name, x.sites[b.site].name
+	e.chosen(&d, &x.backends[chosen], &states[chosen])
+	return d
+}
+
+// refuseConfig is the Decision for a config that does not index: refused,
+// with the job's residency (or the default) and the config's error.
+func refuseConfig(job *Job, err error) Decision {
+	tags := job.Residency
+	if len(tags) == 0 {
+		tags = defaultResidency
+	}
+	return Decision{Refused: true, Residency: slices.Clone(tags), Reasons: []string{ReasonConfigInvalid + ": " + err.Error()}}
+}
+
+// jobChecks runs the checks of the job alone (where its data lives, where
+// its logs go) once, since they give every backend the same answer, and
+// returns the backend checks to run per backend (appended to perBackend)
+// and the job's reason. The first job check that fails ends every
+// backend's list there: only the backend checks before it are returned, in
+// their order, so each Reason is still the first failing check in cks.
+func (e *eval) jobChecks(cks []check, perBackend []checkID) ([]checkID, string) {
+	jobReason := ""
+	for k := range cks {
+		if !cks[k].id.jobLevel() {
+			perBackend = append(perBackend, cks[k].id)
+		} else if jobReason = e.run(cks[k].id, nil, nil); jobReason != "" {
+			break
+		}
+	}
+	return perBackend, jobReason
+}
+
+// assess runs the backend checks on backend b (its state st), takes
+// jobReason when they pass, estimates a feasible backend, and fills its
+// Candidate c.
+func (e *eval) assess(c *Candidate, b *backendInfo, st *candState, perBackend []checkID, jobReason string) {
+	reason := ""
+	for _, id := range perBackend {
+		if reason = e.run(id, b, st); reason != "" {
+			break
+		}
+	}
+	if reason == "" {
+		reason = jobReason
+	}
+	if reason == "" {
+		e.prepare(b, st) // for the estimates, had a test removed every check that needs them
+	}
+	// c is zeroed: set field by field (no struct copy)
+	c.Backend, c.Site, c.Kind = b.name, e.x.sites[b.site].name, b.kind
+	c.Feasible, c.Reason = reason == "", reason
+	c.EstCostUSD, c.EstRuntimeS = st.cost, st.runtime.Seconds()
+	switch {
+	case !st.ready: // refused for residency before any estimate
+	case b.local:
+		c.EstWaitS = waitOut(st.waitS)
+	case st.ti >= 0:
+		c.InstanceType, c.Spot = b.types[st.ti].name, b.spot
+	}
+}
+
+// chosen writes the choice of backend b (its state st) into d: where, the
+// estimates, whether the job waits, and the reasons for runtime, cost and
+// staging.
+func (e *eval) chosen(d *Decision, b *backendInfo, st *candState) {
+	job := &e.job
+	d.Backend, d.Site = b.name, e.x.sites[b.site].name
 	d.EstRuntime = st.runtime
 	d.EstGPUHours = cost.GPUHours(st.runtime, job.GPUs)
 	d.EstCostUSD = st.cost
@@ -102,8 +130,7 @@ func decide(job *Job, s *Snapshot, cks []check) Decision {
 	if !b.local {
 		d.Reasons = append(d.Reasons, "cloud wait counts as 0: capacity is bought; instance provisioning time is not modelled")
 	}
-	e.staging(&d, b)
-	return d
+	e.staging(d, b)
 }
 
 // stackBackends is how many backends' working state decide keeps on the

@@ -179,12 +179,41 @@ func normalize(c *Config) {
 	}
 }
 
-// validate checks the rules between fields of a normalised config.
+// validate checks the rules between fields of a normalised config: the
+// sites, where the data and Redis live, the routing defaults and budgets,
+// then each backend.
 func validate(cfg *Config, d *decoder) []FieldError {
 	c := &checker{d: d}
+	sites := validateSites(c, cfg.Sites)
+	siteRef := func(field, v, what string) {
+		switch {
+		case v == "":
+			c.add(field, "", "is required: "+what)
+		case !sites[v]:
+			c.add(field, v, "is not a site (sites lists "+siteList(cfg.Sites)+")")
+		}
+	}
+
+	siteRef("redis_site", cfg.RedisSite, "the site where Redis runs (job events and raw log lines live there)")
+	validateDatasets(c, cfg, siteRef)
+	validateDefaults(c, cfg)
+
+	if len(cfg.Backends) == 0 {
+		c.add("backends", "", "is required: at least one backend to run jobs on")
+	}
+	names := map[string]bool{}
+	for _, b := range cfg.Backends {
+		validateBackend(c, cfg, b, names, siteRef)
+	}
+	return c.errs
+}
+
+// validateSites checks the sites' names and tags, and returns the set of
+// site names.
+func validateSites(c *checker, list []Site) map[string]bool {
 	sites := map[string]bool{}
 	distinct := map[string]bool{}
-	for _, s := range cfg.Sites {
+	for _, s := range list {
 		p := join("sites", s.Name)
 		if !validName(s.Name) {
 			c.name(p, s.Name, "a site name must be a lower-case word: a-z, 0-9 and '-', at most 63 characters")
@@ -209,17 +238,12 @@ func validate(cfg *Config, d *decoder) []FieldError {
 	if len(distinct) > maxTags {
 		c.add("sites", strconv.Itoa(len(distinct)), "the sites carry more than "+strconv.Itoa(maxTags)+" distinct tags")
 	}
-	siteRef := func(field, v, what string) {
-		switch {
-		case v == "":
-			c.add(field, "", "is required: "+what)
-		case !sites[v]:
-			c.add(field, v, "is not a site (sites lists "+siteList(cfg.Sites)+")")
-		}
-	}
+	return sites
+}
 
-	siteRef("redis_site", cfg.RedisSite, "the site where Redis runs (job events and raw log lines live there)")
-
+// validateDatasets checks datasets.file_site (required only when the local
+// backends are in several sites) and the bucket list.
+func validateDatasets(c *checker, cfg *Config, siteRef func(field, v, what string)) {
 	if cfg.Datasets.FileSite != "" {
 		siteRef("datasets.file_site", cfg.Datasets.FileSite, "")
 	} else if !c.present("datasets.file_site", false) {
@@ -242,7 +266,10 @@ func validate(cfg *Config, d *decoder) []FieldError {
 		}
 		siteRef(p, cfg.Datasets.Buckets[name], "the site of the bucket")
 	}
+}
 
+// validateDefaults checks routing.default_residency and the team budgets.
+func validateDefaults(c *checker, cfg *Config) {
 	for i, t := range cfg.DefaultResidency {
 		if !validTag(t) {
 			c.add("routing.default_residency["+strconv.Itoa(i)+"]", t, "a tag must be a lower-case word: a letter, then a-z, 0-9 and '-', at most 32 characters")
@@ -255,17 +282,10 @@ func validate(cfg *Config, d *decoder) []FieldError {
 		}
 		c.nonNegative(p, cfg.TeamBudgetsUSD[team])
 	}
-
-	if len(cfg.Backends) == 0 {
-		c.add("backends", "", "is required: at least one backend to run jobs on")
-	}
-	names := map[string]bool{}
-	for _, b := range cfg.Backends {
-		validateBackend(c, cfg, b, names, siteRef)
-	}
-	return c.errs
 }
 
+// validateBackend checks backend b: its name and site, its checkpoint_uri,
+// then the settings of its kind.
 func validateBackend(c *checker, cfg *Config, b Backend, names map[string]bool, siteRef func(field, v, what string)) {
 	p := join("backends", b.Name)
 	if !validName(b.Name) {
@@ -276,7 +296,23 @@ func validateBackend(c *checker, cfg *Config, b Backend, names map[string]bool, 
 	}
 	names[b.Name] = true
 	siteRef(p+".site", b.Site, "the site the backend computes in")
+	validateCheckpointURI(c, cfg, p, b)
 
+	switch b.Kind {
+	case KindLocal:
+		validateLocal(c, p, b)
+	case KindAWS:
+		validateAWS(c, cfg, p, b)
+	case "":
+		c.add(p+".kind", "", "is required: local or aws")
+	default:
+		c.add(p+".kind", b.Kind, "must be local or aws")
+	}
+}
+
+// validateCheckpointURI checks the checkpoint_uri of backend b at path p:
+// required for kind aws; an s3:// one names a listed bucket.
+func validateCheckpointURI(c *checker, cfg *Config, p string, b Backend) {
 	switch u := b.CheckpointURI; {
 	case u == "" && b.Kind == KindAWS:
 		c.add(p+".checkpoint_uri", "", "is required for kind aws: where its checkpoints go (s3://bucket/prefix, or file:// on the instance)")
@@ -293,89 +329,97 @@ func validateBackend(c *checker, cfg *Config, b Backend, names map[string]bool, 
 	default:
 		c.add(p+".checkpoint_uri", u, "must be file:///absolute/path or s3://bucket/prefix")
 	}
+}
 
+// validateLocal checks local backend b at path p: no aws settings, and a
+// well-formed price if it has one.
+func validateLocal(c *checker, p string, b Backend) {
 	awsOnly := func(field string, set bool) {
 		if c.present(p+"."+field, set) {
 			c.add(p+"."+field, "", "only for kind aws")
 		}
 	}
-	switch b.Kind {
-	case KindLocal:
-		awsOnly("region", b.Region != "")
-		awsOnly("budget_usd_per_month", b.BudgetUSDPerMonth != 0)
-		awsOnly("spot", b.Spot || b.SpotPolicy != "")
-		awsOnly("instance_types", b.InstanceTypes != nil)
-		awsOnly("ami", b.AMI != "")
-		awsOnly("subnets", b.Subnets != nil)
-		awsOnly("security_groups", b.SecurityGroups != nil)
-		awsOnly("instance_profile", b.InstanceProfile != "")
-		awsOnly("key_name", b.KeyName != "")
-		awsOnly("work_uri", b.WorkURI != "")
-		awsOnly("max_instances", b.MaxInstances != 0)
-		awsOnly("agent_path", b.AgentPath != "")
-		if b.Price != nil {
-			validatePrice(c, p+".price", *b.Price)
+	awsOnly("region", b.Region != "")
+	awsOnly("budget_usd_per_month", b.BudgetUSDPerMonth != 0)
+	awsOnly("spot", b.Spot || b.SpotPolicy != "")
+	awsOnly("instance_types", b.InstanceTypes != nil)
+	awsOnly("ami", b.AMI != "")
+	awsOnly("subnets", b.Subnets != nil)
+	awsOnly("security_groups", b.SecurityGroups != nil)
+	awsOnly("instance_profile", b.InstanceProfile != "")
+	awsOnly("key_name", b.KeyName != "")
+	awsOnly("work_uri", b.WorkURI != "")
+	awsOnly("max_instances", b.MaxInstances != 0)
+	awsOnly("agent_path", b.AgentPath != "")
+	if b.Price != nil {
+		validatePrice(c, p+".price", *b.Price)
+	}
+}
+
+// validateAWS checks aws backend b at path p: no price, region, budget,
+// spot policy, the launch settings, then the instance types.
+func validateAWS(c *checker, cfg *Config, p string, b Backend) {
+	if c.present(p+".price", b.Price != nil) {
+		c.add(p+".price", "", "only for kind local (an aws backend is priced per instance type)")
+	}
+	switch {
+	case b.Region == "":
+		c.add(p+".region", "", "is required for kind aws")
+	case !validRegion(b.Region):
+		c.add(p+".region", b.Region, "must be an AWS region name like eu-central-1 (lower-case words and a number, joined by '-'; it goes into the instance's user-data script)")
+	}
+	c.nonNegative(p+".budget_usd_per_month", b.BudgetUSDPerMonth)
+	switch b.SpotPolicy {
+	case SpotNever, SpotPrefer, SpotOnly:
+		if b.Spot != (b.SpotPolicy != SpotNever) { // only in a Config built in Go
+			c.add(p+".spot", strconv.FormatBool(b.Spot), "disagrees with the spot policy "+strconv.Quote(b.SpotPolicy)+": Spot must be true exactly when SpotPolicy is prefer or only")
 		}
-	case KindAWS:
-		if c.present(p+".price", b.Price != nil) {
-			c.add(p+".price", "", "only for kind local (an aws backend is priced per instance type)")
-		}
-		switch {
-		case b.Region == "":
-			c.add(p+".region", "", "is required for kind aws")
-		case !validRegion(b.Region):
-			c.add(p+".region", b.Region, "must be an AWS region name like eu-central-1 (lower-case words and a number, joined by '-'; it goes into the instance's user-data script)")
-		}
-		c.nonNegative(p+".budget_usd_per_month", b.BudgetUSDPerMonth)
-		switch b.SpotPolicy {
-		case SpotNever, SpotPrefer, SpotOnly:
-			if b.Spot != (b.SpotPolicy != SpotNever) { // only in a Config built in Go
-				c.add(p+".spot", strconv.FormatBool(b.Spot), "disagrees with the spot policy "+strconv.Quote(b.SpotPolicy)+": Spot must be true exactly when SpotPolicy is prefer or only")
-			}
-		default:
-			c.add(p+".spot", b.SpotPolicy, "is not a spot policy: want "+spotWords)
-		}
-		spotWord := b.SpotPolicy // as written, where the file gave it
-		if c.d != nil && c.d.raw[p+".spot"] != "" {
-			spotWord = c.d.raw[p+".spot"]
-		}
-		validateLaunch(c, cfg, p, b)
-		if len(b.InstanceTypes) == 0 {
-			c.add(p+".instance_types", "", "is required for kind aws: at least one instance type")
-		}
-		seen := map[string]bool{}
-		for _, t := range b.InstanceTypes {
-			tp := join(p+".instance_types", t.Name)
-			if !validInstanceType(t.Name) {
-				c.name(tp, t.Name, "is not an instance type name (a-z, 0-9, '.' and '-')")
-			}
-			if seen[t.Name] {
-				c.name(tp, t.Name, "duplicate instance type")
-			}
-			seen[t.Name] = true
-			if t.GPUs < 1 {
-				c.add(tp+".gpus", strconv.Itoa(t.GPUs), "must be at least 1")
-			}
-			if strings.TrimSpace(t.GPUModel) == "" {
-				c.add(tp+".gpu_model", t.GPUModel, "is required (H100, L40S…)")
-			}
-			if math.IsNaN(t.GPUMemoryGB) || math.IsInf(t.GPUMemoryGB, 0) || t.GPUMemoryGB <= 0 {
-				c.add(tp+".gpu_memory_gb", fmtFloat(t.GPUMemoryGB), "must be a number > 0")
-			}
-			if !c.present(tp+".on_demand_usd_per_hour", true) {
-				c.add(tp+".on_demand_usd_per_hour", "", "is required")
-			} else {
-				c.nonNegative(tp+".on_demand_usd_per_hour", t.OnDemandUSDPerHour)
-			}
-			c.nonNegative(tp+".spot_usd_per_hour", t.SpotUSDPerHour)
-			if b.Spot && !c.present(tp+".spot_usd_per_hour", t.SpotUSDPerHour > 0) {
-				c.add(tp+".spot_usd_per_hour", "", "is required: the backend buys spot (spot: "+spotWord+")")
-			}
-		}
-	case "":
-		c.add(p+".kind", "", "is required: local or aws")
 	default:
-		c.add(p+".kind", b.Kind, "must be local or aws")
+		c.add(p+".spot", b.SpotPolicy, "is not a spot policy: want "+spotWords)
+	}
+	spotWord := b.SpotPolicy // as written, where the file gave it
+	if c.d != nil && c.d.raw[p+".spot"] != "" {
+		spotWord = c.d.raw[p+".spot"]
+	}
+	validateLaunch(c, cfg, p, b)
+	validateInstanceTypes(c, p, b, spotWord)
+}
+
+// validateInstanceTypes checks the instance types of aws backend b at path
+// p; spotWord is its spot policy as written, for the message that a spot
+// price is missing.
+func validateInstanceTypes(c *checker, p string, b Backend, spotWord string) {
+	if len(b.InstanceTypes) == 0 {
+		c.add(p+".instance_types", "", "is required for kind aws: at least one instance type")
+	}
+	seen := map[string]bool{}
+	for _, t := range b.InstanceTypes {
+		tp := join(p+".instance_types", t.Name)
+		if !validInstanceType(t.Name) {
+			c.name(tp, t.Name, "is not an instance type name (a-z, 0-9, '.' and '-')")
+		}
+		if seen[t.Name] {
+			c.name(tp, t.Name, "duplicate instance type")
+		}
+		seen[t.Name] = true
+		if t.GPUs < 1 {
+			c.add(tp+".gpus", strconv.Itoa(t.GPUs), "must be at least 1")
+		}
+		if strings.TrimSpace(t.GPUModel) == "" {
+			c.add(tp+".gpu_model", t.GPUModel, "is required (H100, L40S…)")
+		}
+		if math.IsNaN(t.GPUMemoryGB) || math.IsInf(t.GPUMemoryGB, 0) || t.GPUMemoryGB <= 0 {
+			c.add(tp+".gpu_memory_gb", fmtFloat(t.GPUMemoryGB), "must be a number > 0")
+		}
+		if !c.present(tp+".on_demand_usd_per_hour", true) {
+			c.add(tp+".on_demand_usd_per_hour", "", "is required")
+		} else {
+			c.nonNegative(tp+".on_demand_usd_per_hour", t.OnDemandUSDPerHour)
+		}
+		c.nonNegative(tp+".spot_usd_per_hour", t.SpotUSDPerHour)
+		if b.Spot && !c.present(tp+".spot_usd_per_hour", t.SpotUSDPerHour > 0) {
+			c.add(tp+".spot_usd_per_hour", "", "is required: the backend buys spot (spot: "+spotWord+")")
+		}
 	}
 }
 

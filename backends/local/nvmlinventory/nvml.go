@@ -312,10 +312,26 @@ func (n *NVML) query(i int, g *GPU) (transient string) {
 		failed("DeviceGetHandleByIndex", ret)
 		return transient
 	}
-	steps := []struct {
-		what string
-		do   func() nvml.Return
-	}{
+	for _, s := range n.querySteps(i, dev, g) {
+		if ret := s.do(); ret != nvml.SUCCESS && failed(s.what, ret) {
+			break
+		}
+	}
+	return transient
+}
+
+// queryStep is one NVML call of a reading: what it is called, and the call,
+// which stores what it read.
+type queryStep struct {
+	what string
+	do   func() nvml.Return
+}
+
+// querySteps lists the calls that read GPU i through dev into g and the GPU's
+// state, in the order query makes them. Callers hold n.mu.
+func (n *NVML) querySteps(i int, dev nvml.Device, g *GPU) []queryStep {
+	st := &n.gpus[i]
+	return []queryStep{
 		{"GetUUID", func() nvml.Return {
 			v, ret := dev.GetUUID()
 			if ret == nvml.SUCCESS {
@@ -369,12 +385,6 @@ func (n *NVML) query(i int, g *GPU) (transient string) {
 			return ret
 		}},
 	}
-	for _, s := range steps {
-		if ret := s.do(); ret != nvml.SUCCESS && failed(s.what, ret) {
-			break
-		}
-	}
-	return transient
 }
 
 // checkECC takes the first count as the baseline and makes the GPU unhealthy when a
