@@ -19,6 +19,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
+	"github.com/lathe-ml/lathe/internal/wire"
 )
 
 // fakeScheduler is a stand-in for the Lathe scheduler in the CLI's tests:
@@ -51,7 +52,7 @@ type fakeScheduler struct {
 	pageSize int
 	// gpus and nodes are served as GET /api/v1/gpus and /api/v1/nodes.
 	gpus  []jobtype.GPU
-	nodes []jobtype.NodeInfo
+	nodes []wire.NodeInfo
 
 	// explain is answered to POST /api/v1/route (a canned decision: the
 	// fake does not route), after the spec is checked as the scheduler does.
@@ -116,7 +117,7 @@ func newFakeScheduler(t *testing.T) *fakeScheduler {
 		defer f.mu.Unlock()
 		nodes := f.nodes
 		if nodes == nil {
-			nodes = []jobtype.NodeInfo{}
+			nodes = []wire.NodeInfo{}
 		}
 		writeJSONStatus(w, 200, map[string]any{"nodes": nodes})
 	})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/wire"
 )
 
 // These tests run the CLI against fakeScheduler (fake_test.go), a stand-in
@@ -99,7 +100,7 @@ func TestNodes(t *testing.T) {
 	if r.code != exitOK || !strings.Contains(r.stdout, "No live nodes") {
 		t.Fatalf("no nodes: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
-	f.nodes = []jobtype.NodeInfo{
+	f.nodes = []wire.NodeInfo{
 		{Name: "n1", Backend: "local", Incarnation: "i1", SeenAt: now.Add(-3 * time.Second), Slots: 2, CPUReserved: 1,
 			GPUs: 8, GPUsFree: 5, GPUsUnhealthy: 1, Driver: "550.54.15", CUDA: "12.4", Jobs: []string{"j-1", "j-2"}},
 		{Name: "n2", Backend: "local", Incarnation: "i2", SeenAt: now.Add(-1 * time.Second), Slots: 1,
@@ -118,7 +119,7 @@ func TestNodes(t *testing.T) {
 	requireLines(t, "n2", lines[2], []string{"n2", "4 (simulated)", "0/1", "1s ago"})
 
 	r = latheAt(t, f.srv.URL, now, "nodes", "-o", "json")
-	var got []jobtype.NodeInfo
+	var got []wire.NodeInfo
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got) != 2 || got[0].GPUsFree != 5 || !got[1].Simulated {
 		t.Fatalf("-o json: %v\n%s", err, r.stdout)
 	}

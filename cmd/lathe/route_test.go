@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/lathe-ml/lathe/internal/apiclient"
+	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 )
 
@@ -79,7 +80,7 @@ func wantResidency(tags ...string) func(t *testing.T, ex explanation) {
 	}
 }
 
-func candidateOf(t *testing.T, ex explanation, backend string) routing.Candidate {
+func candidateOf(t *testing.T, ex explanation, backend string) wire.Candidate {
 	t.Helper()
 	for _, c := range ex.Candidates {
 		if c.Backend == backend {
@@ -87,7 +88,7 @@ func candidateOf(t *testing.T, ex explanation, backend string) routing.Candidate
 		}
 	}
 	t.Fatalf("no candidate %s in %+v", backend, ex.Candidates)
-	return routing.Candidate{}
+	return wire.Candidate{}
 }
 
 func hasReasonText(ex explanation, sub string) bool {
@@ -369,10 +370,10 @@ func TestRouteExplainBadFlags(t *testing.T) {
 // decision printed, and a refusal exits 1.
 func TestRouteExplainOnline(t *testing.T) {
 	f := newFakeScheduler(t)
-	f.explain = apiclient.Explanation{ConfigHash: "cfg1", Decision: routing.Decision{
+	f.explain = apiclient.Explanation{ConfigHash: "cfg1", Decision: wire.Decision{
 		Backend: "aws-eu", Site: "aws-eu-central-1", Residency: []string{"eu"},
 		Reasons: []string{"residency [eu]", "burst: local wait 3h0m0s on local exceeds max_wait 1h0m0s"},
-		Candidates: []routing.Candidate{
+		Candidates: []wire.Candidate{
 			{Backend: "local", Site: "dc-frankfurt", Kind: "local", Feasible: true, EstWaitS: 10800, EstCostUSD: 2.2, EstRuntimeS: 7200},
 			{Backend: "aws-eu", Site: "aws-eu-central-1", Kind: "aws", Feasible: true, EstCostUSD: 3.72, EstRuntimeS: 7200, InstanceType: "g6e.xlarge"},
 			{Backend: "aws-us", Site: "aws-us-east-1", Kind: "aws", Reason: routing.ReasonComputeSite + ": site aws-us-east-1 [cloud us] lacks eu"},
@@ -427,7 +428,7 @@ func TestRouteExplainOnline(t *testing.T) {
 	}
 
 	f.mu.Lock()
-	f.explain = apiclient.Explanation{Decision: routing.Decision{Refused: true, Reasons: []string{"refused: no backend is feasible"}}}
+	f.explain = apiclient.Explanation{Decision: wire.Decision{Refused: true, Reasons: []string{"refused: no backend is feasible"}}}
 	f.mu.Unlock()
 	for _, args := range [][]string{{"route", "--explain", spec}, {"cost", spec}} {
 		if r = lathe(t, f.srv.URL, args...); r.code != exitFailed || !strings.HasPrefix(r.stdout, "refused") {
