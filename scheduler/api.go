@@ -177,27 +177,8 @@ func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
 // job as item i of batch KEY (idemKey), so the same request sent again
 // returns the same jobs, and one with another spec under the key is a 409.
 func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
-	limit := s.cfg.MaxBodyBytes * 16
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, wire.Error{Error: fmt.Sprintf("body over %d bytes", limit), Code: "too_large"})
-			return
-		}
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "read body: " + err.Error(), Code: "invalid"})
-		return
-	}
-	var req wire.BatchRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: `body must be {"jobs": [spec, …]}: ` + err.Error(), Code: "invalid"})
-		return
-	}
-	if len(req.Jobs) == 0 || len(req.Jobs) > jobstore.MaxCreateBatch {
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid batch", Code: "invalid",
-			Fields: []jobspec.FieldError{{Field: "jobs", Value: strconv.Itoa(len(req.Jobs)), Message: fmt.Sprintf("must hold 1 to %d job specs", jobstore.MaxCreateBatch)}}})
+	req, ok := s.readBatch(w, r)
+	if !ok {
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")
@@ -206,29 +187,7 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalOf(r)
-	var fields []jobspec.FieldError
-	njs := make([]jobstore.NewJob, 0, len(req.Jobs))
-	for i, raw := range req.Jobs {
-		prefix := fmt.Sprintf("jobs[%d]", i)
-		spec, err := jobspec.Parse(raw)
-		if err != nil {
-			var ve *jobspec.ValidationError
-			if !errors.As(err, &ve) {
-				fields = append(fields, jobspec.FieldError{Field: prefix, Message: err.Error()})
-				continue
-			}
-			for _, fe := range ve.Errors {
-				fields = append(fields, prefixField(prefix, fe))
-			}
-			continue
-		}
-		spec.Normalize(s.cfg.Defaults)
-		for _, fe := range s.admissible(spec) {
-			fields = append(fields, prefixField(prefix, fe))
-		}
-		njs = append(njs, jobstore.NewJob{Spec: spec, OutputURI: strings.TrimRight(spec.Output.URI, "/") + "/{id}", Submitter: p.Name, Team: p.Team,
-			IdempotencyKey: idemKey(p, key, i)})
-	}
+	njs, fields := s.batchJobs(p, key, req)
 	if len(fields) > 0 {
 		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid job specs in batch; nothing was stored", Code: "invalid", Fields: fields})
 		return
@@ -264,13 +223,7 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.Wake()
-	resp := wire.BatchResponse{Jobs: make([]*jobtype.Job, len(created))}
-	for i, c := range created {
-		resp.Jobs[i] = c.Job
-		if c.Existed {
-			resp.Existing++
-		}
-	}
+	resp := batchResponse(created)
 	status := http.StatusCreated
 	if resp.Existing == len(created) {
 		status = http.StatusOK
@@ -278,6 +231,78 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("batch accepted", slog.Int("jobs", len(created)), slog.Int("existing", resp.Existing),
 		slog.String("first_job_id", created[0].Job.ID))
 	writeJSON(w, status, resp)
+}
+
+// readBatch reads the body of a batch submit (at most 16 times a single
+// submit's limit) as a wire.BatchRequest of 1 to jobstore.MaxCreateBatch
+// specs; otherwise it answers (413, or 400) and returns false.
+func (s *Scheduler) readBatch(w http.ResponseWriter, r *http.Request) (wire.BatchRequest, bool) {
+	limit := s.cfg.MaxBodyBytes * 16
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, wire.Error{Error: fmt.Sprintf("body over %d bytes", limit), Code: "too_large"})
+			return wire.BatchRequest{}, false
+		}
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "read body: " + err.Error(), Code: "invalid"})
+		return wire.BatchRequest{}, false
+	}
+	var req wire.BatchRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: `body must be {"jobs": [spec, …]}: ` + err.Error(), Code: "invalid"})
+		return wire.BatchRequest{}, false
+	}
+	if len(req.Jobs) == 0 || len(req.Jobs) > jobstore.MaxCreateBatch {
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid batch", Code: "invalid",
+			Fields: []jobspec.FieldError{{Field: "jobs", Value: strconv.Itoa(len(req.Jobs)), Message: fmt.Sprintf("must hold 1 to %d job specs", jobstore.MaxCreateBatch)}}})
+		return wire.BatchRequest{}, false
+	}
+	return req, true
+}
+
+// batchJobs parses and normalises every spec of req into the job to store
+// (item i under the Idempotency-Key key); every bad field of every spec is
+// returned, named "jobs[i].field".
+func (s *Scheduler) batchJobs(p principal, key string, req wire.BatchRequest) ([]jobstore.NewJob, []jobspec.FieldError) {
+	var fields []jobspec.FieldError
+	njs := make([]jobstore.NewJob, 0, len(req.Jobs))
+	for i, raw := range req.Jobs {
+		prefix := fmt.Sprintf("jobs[%d]", i)
+		spec, err := jobspec.Parse(raw)
+		if err != nil {
+			var ve *jobspec.ValidationError
+			if !errors.As(err, &ve) {
+				fields = append(fields, jobspec.FieldError{Field: prefix, Message: err.Error()})
+				continue
+			}
+			for _, fe := range ve.Errors {
+				fields = append(fields, prefixField(prefix, fe))
+			}
+			continue
+		}
+		spec.Normalize(s.cfg.Defaults)
+		for _, fe := range s.admissible(spec) {
+			fields = append(fields, prefixField(prefix, fe))
+		}
+		njs = append(njs, jobstore.NewJob{Spec: spec, OutputURI: strings.TrimRight(spec.Output.URI, "/") + "/{id}", Submitter: p.Name, Team: p.Team,
+			IdempotencyKey: idemKey(p, key, i)})
+	}
+	return njs, fields
+}
+
+// batchResponse is the answer of a stored batch, in the request's order.
+func batchResponse(created []jobstore.Created) wire.BatchResponse {
+	resp := wire.BatchResponse{Jobs: make([]*jobtype.Job, len(created))}
+	for i, c := range created {
+		resp.Jobs[i] = c.Job
+		if c.Existed {
+			resp.Existing++
+		}
+	}
+	return resp
 }
 
 // idemKey is the store's key for a request's Idempotency-Key (key; "" for
@@ -637,9 +662,15 @@ func (s *Scheduler) events(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, wire.EventList{Events: evs})
 		return
 	}
-	// The stream outlives the server's read and write timeouts: each write
-	// gets its own deadline, and a failed write (the client is gone or
-	// stalled) ends it.
+	s.followEvents(w, r, id, after, job.State.Terminal())
+}
+
+// followEvents streams job id's events after the stream id after as
+// server-sent events, until the job is terminal (terminal: it already
+// was) and its last event is sent, or the client goes. The stream
+// outlives the server's read and write timeouts: each write gets its own
+// deadline, and a failed write (the client is gone or stalled) ends it.
+func (s *Scheduler) followEvents(w http.ResponseWriter, r *http.Request, id, after string, terminal bool) {
 	dw := s.longResponse(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -647,7 +678,6 @@ func (s *Scheduler) events(w http.ResponseWriter, r *http.Request) {
 	if dw.Flush() != nil {
 		return
 	}
-	terminal := job.State.Terminal()
 	if after == "" {
 		after = "0"
 	}
