@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/lathe-ml/lathe/internal/apiclient"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 )
@@ -437,32 +439,27 @@ func TestRouteExplainOnline(t *testing.T) {
 	}
 }
 
-// TestSubmitRefused: a 422 refusal of POST /api/v1/jobs (or of the batch
-// endpoint) prints every reason on stderr and exits 2: the job cannot run
-// as written.
+// TestSubmitRefused: against the real scheduler, a 422 refusal of POST
+// /api/v1/jobs (or of the batch endpoint) prints every reason on stderr and
+// exits 2: the job cannot run as written, and nothing is stored.
 func TestSubmitRefused(t *testing.T) {
-	f := newFakeScheduler(t)
+	d := newTestDaemon(t, routeConfig, 0)
+	d.heartbeat(t, jobstore.Node{Name: "gpu-1", Incarnation: "i1", Backend: "local", Slots: 2, GPUs: h100s(8)})
 	dir := t.TempDir()
-	spec := writeFile(t, dir, "job.yaml", validSpec)
-	spec2 := writeFile(t, dir, "job2.yaml", validSpec)
+	refused := writeFile(t, dir, "job.yaml", routeSpec("residency: [eu]\ndataset: s3://lathe-us-data/support/train.jsonl"))
+	fine := writeFile(t, dir, "job2.yaml", routeSpec("residency: [eu]"))
+	site := routing.ReasonDatasetSite + ": dataset s3://lathe-us-data/support/train.jsonl is in site aws-us-east-1 [cloud us], which lacks eu"
 	for _, tc := range []struct {
 		args    []string
-		body    string
 		reasons []string
 	}{{
-		args: []string{"submit", spec},
-		body: `{"error":"no backend may run this job; nothing was stored","code":"refused",` +
-			`"reasons":["residency [eu]","refused: no backend is feasible","local, aws-eu: dataset site lacks a residency tag: dataset s3://lathe-us-data/x is in site aws-us-east-1 [cloud us], which lacks eu"],` +
-			`"decision":{"backend":"","refused":true}}`,
-		reasons: []string{"refused: residency [eu]", "refused: refused: no backend is feasible", "refused: local, aws-eu: dataset site lacks a residency tag"},
+		args:    []string{"submit", refused},
+		reasons: []string{"refused: residency [eu]", "refused: refused: no backend is feasible", "refused: local, aws-eu: " + site},
 	}, {
-		args: []string{"submit", spec, spec2},
-		body: `{"error":"no backend may run some jobs of the batch; nothing was stored","code":"refused",` +
-			`"reasons":["jobs[1]: refused: no backend is feasible","jobs[1]: aws-us: raw logs go to the Redis site, which lacks a tag"]}`,
-		reasons: []string{"refused: jobs[1]: refused: no backend is feasible", "refused: jobs[1]: aws-us: raw logs"},
+		args:    []string{"submit", fine, refused},
+		reasons: []string{"refused: jobs[1]: refused: no backend is feasible", "refused: jobs[1]: local, aws-eu: " + site},
 	}} {
-		f.fail = &failure{422, tc.body}
-		r := lathe(t, f.srv.URL, tc.args...)
+		r := lathe(t, d.url, tc.args...)
 		if r.code != exitUsage {
 			t.Errorf("%v: exit %d, want %d; stderr:\n%s", tc.args, r.code, exitUsage, r.stderr)
 		}
@@ -474,5 +471,8 @@ func TestSubmitRefused(t *testing.T) {
 		if r.stdout != "" {
 			t.Errorf("%v: stdout %q", tc.args, r.stdout)
 		}
+	}
+	if ids, err := d.store.IDsInState(d.ctx, jobtype.StateQueued, 10); err != nil || len(ids) != 0 {
+		t.Errorf("a refusal stored jobs %v (%v)", ids, err)
 	}
 }
