@@ -25,15 +25,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
+	"github.com/lathe-ml/lathe/internal/wire"
 )
-
-// apiError is the JSON body of every error answer.
-type apiError struct {
-	Error  string               `json:"error"`
-	Code   string               `json:"code"`
-	Fields []jobspec.FieldError `json:"fields,omitempty"`
-	State  jobtype.State        `json:"state,omitempty"`
-}
 
 func (s *Scheduler) routes() http.Handler {
 	mux := http.NewServeMux()
@@ -74,17 +67,17 @@ func (s *Scheduler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var ce *jobstore.ConflictError
 	switch {
 	case errors.Is(err, jobstore.ErrNotFound):
-		writeJSON(w, http.StatusNotFound, apiError{Error: err.Error(), Code: "not_found"})
+		writeJSON(w, http.StatusNotFound, wire.Error{Error: err.Error(), Code: "not_found"})
 	case errors.As(err, &ce):
-		writeJSON(w, http.StatusConflict, apiError{Error: err.Error(), Code: "conflict", State: ce.State})
+		writeJSON(w, http.StatusConflict, wire.Error{Error: err.Error(), Code: "conflict", State: ce.State})
 	case redisDown(err):
 		s.sawRedis(err)
-		writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "Redis is unreachable: " + err.Error(), Code: "unavailable"})
+		writeJSON(w, http.StatusServiceUnavailable, wire.Error{Error: "Redis is unreachable: " + err.Error(), Code: "unavailable"})
 	case strings.Contains(err.Error(), "OOM command not allowed"):
-		writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "Redis is out of memory (maxmemory reached under noeviction; see docs/operations.md on retention): " + err.Error(), Code: "unavailable"})
+		writeJSON(w, http.StatusServiceUnavailable, wire.Error{Error: "Redis is out of memory (maxmemory reached under noeviction; see docs/operations.md on retention): " + err.Error(), Code: "unavailable"})
 	default:
 		s.log.Error("api", slog.String("path", r.URL.Path), slog.Any("err", err))
-		writeJSON(w, http.StatusInternalServerError, apiError{Error: err.Error(), Code: "internal"})
+		writeJSON(w, http.StatusInternalServerError, wire.Error{Error: err.Error(), Code: "internal"})
 	}
 }
 
@@ -108,20 +101,20 @@ func (s *Scheduler) readSpec(w http.ResponseWriter, r *http.Request) (*jobspec.S
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, apiError{Error: fmt.Sprintf("body over %d bytes", s.cfg.MaxBodyBytes), Code: "too_large"})
+			writeJSON(w, http.StatusRequestEntityTooLarge, wire.Error{Error: fmt.Sprintf("body over %d bytes", s.cfg.MaxBodyBytes), Code: "too_large"})
 			return nil, false
 		}
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "read body: " + err.Error(), Code: "invalid"})
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "read body: " + err.Error(), Code: "invalid"})
 		return nil, false
 	}
 	spec, err := jobspec.Parse(body)
 	if err != nil {
 		var ve *jobspec.ValidationError
 		if errors.As(err, &ve) {
-			writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid job spec", Code: "invalid", Fields: ve.Errors})
+			writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid job spec", Code: "invalid", Fields: ve.Errors})
 			return nil, false
 		}
-		writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error(), Code: "invalid"})
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: err.Error(), Code: "invalid"})
 		return nil, false
 	}
 	spec.Normalize(s.cfg.Defaults)
@@ -134,12 +127,12 @@ func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if fe := s.admissible(spec); len(fe) > 0 {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "job cannot run on this deployment", Code: "invalid", Fields: fe})
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "job cannot run on this deployment", Code: "invalid", Fields: fe})
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")
 	if len(key) > 200 {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "Idempotency-Key longer than 200 bytes", Code: "invalid"})
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "Idempotency-Key longer than 200 bytes", Code: "invalid"})
 		return
 	}
 	ctx, cancel := s.rctx(r)
@@ -154,7 +147,7 @@ func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if dry {
-		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "spec": spec, "route": adm.route})
+		writeJSON(w, http.StatusOK, wire.DryRun{DryRun: true, Spec: spec, Route: adm.route})
 		return
 	}
 	out := strings.TrimRight(spec.Output.URI, "/") + "/{id}"
@@ -178,46 +171,102 @@ func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, job)
 }
 
-// batchRequest is the body of POST /api/v1/jobs/batch.
-type batchRequest struct {
-	Jobs []json.RawMessage `json:"jobs"`
-}
-
 // submitBatch stores up to jobstore.MaxCreateBatch jobs in one request and
 // one Redis script call, all or nothing: one bad spec (its errors named
 // "jobs[i].field") and nothing is stored. An Idempotency-Key applies to each
 // job as item i of batch KEY (idemKey), so the same request sent again
 // returns the same jobs, and one with another spec under the key is a 409.
 func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
+	req, ok := s.readBatch(w, r)
+	if !ok {
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > 200 {
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "Idempotency-Key longer than 200 bytes", Code: "invalid"})
+		return
+	}
+	p := principalOf(r)
+	njs, fields := s.batchJobs(p, key, req)
+	if len(fields) > 0 {
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid job specs in batch; nothing was stored", Code: "invalid", Fields: fields})
+		return
+	}
+	dry, ok := boolParam(w, r, "dry_run")
+	if !ok {
+		return
+	}
+	if dry {
+		specs := make([]*jobspec.Spec, len(njs))
+		for i := range njs {
+			specs[i] = njs[i].Spec
+		}
+		writeJSON(w, http.StatusOK, wire.BatchDryRun{DryRun: true, Specs: specs})
+		return
+	}
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	decisions, ok := s.admitBatch(ctx, w, r, p, njs)
+	if !ok {
+		return
+	}
+	created, err := s.store.CreateManyLogged(ctx, s.cfg.Ledger, njs)
+	if err != nil {
+		if !idemConflict(w, err, key, true) {
+			s.fail(w, r, err)
+		}
+		return
+	}
+	for i, c := range created {
+		if !c.Existed {
+			s.reserveBudget(ctx, s.routing(), c.Job, decisions[i])
+		}
+	}
+	s.Wake()
+	resp := batchResponse(created)
+	status := http.StatusCreated
+	if resp.Existing == len(created) {
+		status = http.StatusOK
+	}
+	s.log.Info("batch accepted", slog.Int("jobs", len(created)), slog.Int("existing", resp.Existing),
+		slog.String("first_job_id", created[0].Job.ID))
+	writeJSON(w, status, resp)
+}
+
+// readBatch reads the body of a batch submit (at most 16 times a single
+// submit's limit) as a wire.BatchRequest of 1 to jobstore.MaxCreateBatch
+// specs; otherwise it answers (413, or 400) and returns false.
+func (s *Scheduler) readBatch(w http.ResponseWriter, r *http.Request) (wire.BatchRequest, bool) {
 	limit := s.cfg.MaxBodyBytes * 16
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, apiError{Error: fmt.Sprintf("body over %d bytes", limit), Code: "too_large"})
-			return
+			writeJSON(w, http.StatusRequestEntityTooLarge, wire.Error{Error: fmt.Sprintf("body over %d bytes", limit), Code: "too_large"})
+			return wire.BatchRequest{}, false
 		}
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "read body: " + err.Error(), Code: "invalid"})
-		return
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "read body: " + err.Error(), Code: "invalid"})
+		return wire.BatchRequest{}, false
 	}
-	var req batchRequest
+	var req wire.BatchRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: `body must be {"jobs": [spec, …]}: ` + err.Error(), Code: "invalid"})
-		return
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: `body must be {"jobs": [spec, …]}: ` + err.Error(), Code: "invalid"})
+		return wire.BatchRequest{}, false
 	}
 	if len(req.Jobs) == 0 || len(req.Jobs) > jobstore.MaxCreateBatch {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid batch", Code: "invalid",
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid batch", Code: "invalid",
 			Fields: []jobspec.FieldError{{Field: "jobs", Value: strconv.Itoa(len(req.Jobs)), Message: fmt.Sprintf("must hold 1 to %d job specs", jobstore.MaxCreateBatch)}}})
-		return
+		return wire.BatchRequest{}, false
 	}
-	key := r.Header.Get("Idempotency-Key")
-	if len(key) > 200 {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "Idempotency-Key longer than 200 bytes", Code: "invalid"})
-		return
-	}
-	p := principalOf(r)
+	return req, true
+}
+
+// batchJobs parses and normalises every spec of req into the job to store
+// (item i under the Idempotency-Key key); every bad field of every spec is
+// returned, named "jobs[i].field".
+func (s *Scheduler) batchJobs(p principal, key string, req wire.BatchRequest) ([]jobstore.NewJob, []jobspec.FieldError) {
 	var fields []jobspec.FieldError
 	njs := make([]jobstore.NewJob, 0, len(req.Jobs))
 	for i, raw := range req.Jobs {
@@ -241,55 +290,19 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 		njs = append(njs, jobstore.NewJob{Spec: spec, OutputURI: strings.TrimRight(spec.Output.URI, "/") + "/{id}", Submitter: p.Name, Team: p.Team,
 			IdempotencyKey: idemKey(p, key, i)})
 	}
-	if len(fields) > 0 {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid job specs in batch; nothing was stored", Code: "invalid", Fields: fields})
-		return
-	}
-	dry, ok := boolParam(w, r, "dry_run")
-	if !ok {
-		return
-	}
-	if dry {
-		specs := make([]*jobspec.Spec, len(njs))
-		for i := range njs {
-			specs[i] = njs[i].Spec
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "specs": specs})
-		return
-	}
-	ctx, cancel := s.rctx(r)
-	defer cancel()
-	decisions, ok := s.admitBatch(ctx, w, r, p, njs)
-	if !ok {
-		return
-	}
-	created, err := s.store.CreateManyLogged(ctx, s.cfg.Ledger, njs)
-	if err != nil {
-		if !idemConflict(w, err, key, true) {
-			s.fail(w, r, err)
-		}
-		return
-	}
-	for i, c := range created {
-		if !c.Existed {
-			s.reserveBudget(ctx, s.routing(), c.Job, decisions[i])
-		}
-	}
-	s.Wake()
-	resp := jobtype.BatchResponse{Jobs: make([]*jobtype.Job, len(created))}
+	return njs, fields
+}
+
+// batchResponse is the answer of a stored batch, in the request's order.
+func batchResponse(created []jobstore.Created) wire.BatchResponse {
+	resp := wire.BatchResponse{Jobs: make([]*jobtype.Job, len(created))}
 	for i, c := range created {
 		resp.Jobs[i] = c.Job
 		if c.Existed {
 			resp.Existing++
 		}
 	}
-	status := http.StatusCreated
-	if resp.Existing == len(created) {
-		status = http.StatusOK
-	}
-	s.log.Info("batch accepted", slog.Int("jobs", len(created)), slog.Int("existing", resp.Existing),
-		slog.String("first_job_id", created[0].Job.ID))
-	writeJSON(w, status, resp)
+	return resp
 }
 
 // idemKey is the store's key for a request's Idempotency-Key (key; "" for
@@ -324,7 +337,7 @@ func idemConflict(w http.ResponseWriter, err error, key string, batch bool) bool
 	case batch:
 		msg = fmt.Sprintf("Idempotency-Key %q was used before with another batch: jobs[%d] differs from job %s; send that batch again to get its jobs, or use a new key; nothing was stored", key, ce.Index, ce.JobID)
 	}
-	writeJSON(w, http.StatusConflict, apiError{Error: msg, Code: "idempotency_conflict"})
+	writeJSON(w, http.StatusConflict, wire.Error{Error: msg, Code: "idempotency_conflict"})
 	return true
 }
 
@@ -405,7 +418,7 @@ func (s *Scheduler) listGPUs(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"gpus": gpuRows(nodes)})
+	writeJSON(w, http.StatusOK, wire.GPUList{GPUs: gpuRows(nodes)})
 }
 
 // listNodes answers one row per live node.
@@ -417,11 +430,11 @@ func (s *Scheduler) listNodes(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	rows := make([]jobtype.NodeInfo, len(nodes))
+	rows := make([]wire.NodeInfo, len(nodes))
 	for i, n := range nodes {
 		rows[i] = nodeInfo(n)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"nodes": rows})
+	writeJSON(w, http.StatusOK, wire.NodeList{Nodes: rows})
 }
 
 // gpuRows lists the GPUs of nodes, sorted by node then index, with Node and
@@ -446,8 +459,8 @@ func gpuRows(nodes []jobstore.NodeStatus) []jobtype.GPU {
 }
 
 // nodeInfo is n's row of GET /api/v1/nodes.
-func nodeInfo(n jobstore.NodeStatus) jobtype.NodeInfo {
-	ni := jobtype.NodeInfo{Name: n.Name, Backend: n.Backend, Host: n.Host, Incarnation: n.Incarnation,
+func nodeInfo(n jobstore.NodeStatus) wire.NodeInfo {
+	ni := wire.NodeInfo{Name: n.Name, Backend: n.Backend, Host: n.Host, Incarnation: n.Incarnation,
 		StartedAt: n.StartedAt, SeenAt: n.SeenAt, Slots: n.Slots, CPUReserved: n.CPUReserved,
 		GPUs: len(n.GPUs), Driver: n.Driver, CUDA: n.CUDA, Simulated: n.Simulated,
 		CheckpointRoot: n.CheckpointRoot, Jobs: make([]string, 0, len(n.Reservations))}
@@ -470,7 +483,7 @@ func (s *Scheduler) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	st := jobtype.State(q.Get("state"))
 	if st != "" && !st.Valid() {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad state", Code: "invalid",
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad state", Code: "invalid",
 			Fields: []jobspec.FieldError{{Field: "state", Value: string(st), Message: "not a job state"}}})
 		return
 	}
@@ -478,7 +491,7 @@ func (s *Scheduler) list(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
-			writeJSON(w, http.StatusBadRequest, apiError{Error: "bad limit", Code: "invalid",
+			writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad limit", Code: "invalid",
 				Fields: []jobspec.FieldError{{Field: "limit", Value: v, Message: "must be 1–1000"}}})
 			return
 		}
@@ -486,7 +499,7 @@ func (s *Scheduler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	cursor := q.Get("cursor")
 	if cursor != "" && !jobstore.ValidID(cursor) {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad cursor", Code: "invalid",
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad cursor", Code: "invalid",
 			Fields: []jobspec.FieldError{{Field: "cursor", Value: cursor, Message: "not a job id"}}})
 		return
 	}
@@ -497,7 +510,7 @@ func (s *Scheduler) list(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "next_cursor": next})
+	writeJSON(w, http.StatusOK, wire.JobList{Jobs: jobs, NextCursor: next})
 }
 
 // listScan bounds how many job ids one list request looks through for a
@@ -587,7 +600,7 @@ func (s *Scheduler) allowed(ctx context.Context, w http.ResponseWriter, r *http.
 		return false // another team's job is one that does not exist
 	}
 	if p := principalOf(r); !mayTouch(p, job) {
-		writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("token %s (team %s) may not %s job %s of team %s", p.Name, orNone(p.Team), what, id, orNone(job.Team)), Code: "forbidden"})
+		writeJSON(w, http.StatusForbidden, wire.Error{Error: fmt.Sprintf("token %s (team %s) may not %s job %s of team %s", p.Name, orNone(p.Team), what, id, orNone(job.Team)), Code: "forbidden"})
 		return false
 	}
 	return true
@@ -624,7 +637,7 @@ func (s *Scheduler) events(w http.ResponseWriter, r *http.Request) {
 		after, from = r.Header.Get("Last-Event-ID"), "Last-Event-ID"
 	}
 	if after != "" && !validStreamID(after) {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad " + from, Code: "invalid",
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad " + from, Code: "invalid",
 			Fields: []jobspec.FieldError{{Field: from, Value: after, Message: "must be an event id (MS or MS-SEQ, as an event's id)"}}})
 		return
 	}
@@ -646,12 +659,18 @@ func (s *Scheduler) events(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"events": evs})
+		writeJSON(w, http.StatusOK, wire.EventList{Events: evs})
 		return
 	}
-	// The stream outlives the server's read and write timeouts: each write
-	// gets its own deadline, and a failed write (the client is gone or
-	// stalled) ends it.
+	s.followEvents(w, r, id, after, job.State.Terminal())
+}
+
+// followEvents streams job id's events after the stream id after as
+// server-sent events, until the job is terminal (terminal: it already
+// was) and its last event is sent, or the client goes. The stream
+// outlives the server's read and write timeouts: each write gets its own
+// deadline, and a failed write (the client is gone or stalled) ends it.
+func (s *Scheduler) followEvents(w http.ResponseWriter, r *http.Request, id, after string, terminal bool) {
 	dw := s.longResponse(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -659,7 +678,6 @@ func (s *Scheduler) events(w http.ResponseWriter, r *http.Request) {
 	if dw.Flush() != nil {
 		return
 	}
-	terminal := job.State.Terminal()
 	if after == "" {
 		after = "0"
 	}
@@ -715,7 +733,7 @@ func (s *Scheduler) events(w http.ResponseWriter, r *http.Request) {
 func (s *Scheduler) artifact(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if !jobtype.ValidArtifactName(name) {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad artifact name", Code: "invalid",
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad artifact name", Code: "invalid",
 			Fields: []jobspec.FieldError{{Field: "name", Value: name, Message: "must be a plain file name"}}})
 		return
 	}
@@ -732,12 +750,12 @@ func (s *Scheduler) artifact(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if art == nil {
-		writeJSON(w, http.StatusNotFound, apiError{Error: fmt.Sprintf("job %s has no artifact %q", job.ID, name), Code: "not_found"})
+		writeJSON(w, http.StatusNotFound, wire.Error{Error: fmt.Sprintf("job %s has no artifact %q", job.ID, name), Code: "not_found"})
 		return
 	}
 	dir, err := fileuri.Path(job.OutputURI)
 	if err != nil {
-		writeJSON(w, http.StatusNotFound, apiError{Error: err.Error(), Code: "not_found"})
+		writeJSON(w, http.StatusNotFound, wire.Error{Error: err.Error(), Code: "not_found"})
 		return
 	}
 	f, err := openPublished(dir, *art)
@@ -749,12 +767,12 @@ func (s *Scheduler) artifact(w http.ResponseWriter, r *http.Request) {
 			// the file the job published (a link, a second name of another
 			// file, other bytes). Retrying cannot help, so not a 5xx.
 			s.log.Warn("artifact refused: not the file the job published", slog.String("job_id", job.ID), slog.String("artifact", name), slog.Any("err", err))
-			writeJSON(w, http.StatusConflict, apiError{Error: msg, Code: "conflict"})
+			writeJSON(w, http.StatusConflict, wire.Error{Error: msg, Code: "conflict"})
 		case errors.Is(err, os.ErrNotExist):
-			writeJSON(w, http.StatusNotFound, apiError{Error: msg + " (not readable here)", Code: "not_found"})
+			writeJSON(w, http.StatusNotFound, wire.Error{Error: msg + " (not readable here)", Code: "not_found"})
 		default:
 			s.log.Error("artifact", slog.String("job_id", job.ID), slog.String("artifact", name), slog.Any("err", err))
-			writeJSON(w, http.StatusInternalServerError, apiError{Error: msg, Code: "internal"})
+			writeJSON(w, http.StatusInternalServerError, wire.Error{Error: msg, Code: "internal"})
 		}
 		return
 	}
@@ -812,9 +830,9 @@ func (s *Scheduler) queues(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	qs := []jobtype.QueueInfo{}
+	qs := []wire.QueueInfo{}
 	for _, n := range nodes {
-		q := jobtype.QueueInfo{Name: jobtype.NodeQueue(n.Name), Node: n.Name, Slots: n.Slots, Reserved: n.Reserved}
+		q := wire.QueueInfo{Name: jobtype.NodeQueue(n.Name), Node: n.Name, Slots: n.Slots, Reserved: n.Reserved}
 		if info, err := s.insp.GetQueueInfo(q.Name); err == nil {
 			q.Pending, q.Active, q.Archived, q.Completed = info.Pending, info.Active, info.Archived, info.Completed
 		} else if !errors.Is(err, asynq.ErrQueueNotFound) && redisDown(err) {
@@ -823,14 +841,14 @@ func (s *Scheduler) queues(w http.ResponseWriter, r *http.Request) {
 		}
 		qs = append(qs, q)
 	}
-	writeJSON(w, http.StatusOK, jobtype.QueueStats{Pending: pending, ByState: counts, Queues: qs})
+	writeJSON(w, http.StatusOK, wire.QueueStats{Pending: pending, ByState: counts, Queues: qs})
 }
 
 func (s *Scheduler) healthz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "redis": "down: " + err.Error(), "code": "unavailable", "error": "Redis is unreachable: " + err.Error()})
+		writeJSON(w, http.StatusServiceUnavailable, wire.Health{OK: false, Redis: "down: " + err.Error(), Code: wire.CodeUnavailable, Error: "Redis is unreachable: " + err.Error()})
 		return
 	}
 	// The eviction policy may change under a running Lathe (CONFIG SET, a
@@ -842,9 +860,12 @@ func (s *Scheduler) healthz(w http.ResponseWriter, r *http.Request) {
 			if errors.As(err, &pe) {
 				code = "eviction_policy"
 			}
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "redis": "up", "code": code, "error": err.Error(), "leader": s.IsLeader()})
+			writeJSON(w, http.StatusServiceUnavailable, wire.Health{OK: false, Redis: "up", Code: code, Error: err.Error(), Leader: ptr(s.IsLeader())})
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "redis": "up", "leader": s.IsLeader()})
+	writeJSON(w, http.StatusOK, wire.Health{OK: true, Redis: "up", Leader: ptr(s.IsLeader())})
 }
+
+// ptr returns a pointer to v (an optional field of an answer).
+func ptr[T any](v T) *T { return &v }

@@ -8,15 +8,9 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/ledger"
+	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 )
-
-// ExplainResponse is the answer of POST /api/v1/route: the decision the
-// same function would make now, nothing stored and nothing recorded.
-type ExplainResponse struct {
-	routing.Decision
-	ConfigHash string `json:"config_hash"`
-}
 
 // explain runs routing on a spec without submitting it. Query:
 // assume_wait=BACKEND=DURATION and assume_spent=BACKEND=USD (repeatable)
@@ -28,7 +22,7 @@ func (s *Scheduler) explain(w http.ResponseWriter, r *http.Request) {
 	}
 	as, fe := ParseAssumptions(r.URL.Query()["assume_wait"], r.URL.Query()["assume_spent"])
 	if len(fe) > 0 {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid what-if", Code: "invalid", Fields: fe})
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid what-if", Code: "invalid", Fields: fe})
 		return
 	}
 	ctx, cancel := s.rctx(r)
@@ -41,7 +35,35 @@ func (s *Scheduler) explain(w http.ResponseWriter, r *http.Request) {
 	}
 	p := principalOf(r)
 	d := routing.Decide(routingJob(spec, "", p.Team, strings.TrimRight(spec.Output.URI, "/")+"/<id>"), snap)
-	writeJSON(w, http.StatusOK, ExplainResponse{Decision: d, ConfigHash: rs.hash})
+	writeJSON(w, http.StatusOK, wire.Explanation{Decision: wireDecision(d), ConfigHash: rs.hash})
+}
+
+// wireDecision is d as the API shows it (POST /api/v1/route, a 422
+// refusal): the same JSON, nil slices kept nil.
+func wireDecision(d routing.Decision) wire.Decision {
+	return wire.Decision{Backend: d.Backend, Site: d.Site, Refused: d.Refused, Waiting: d.Waiting,
+		Residency: d.Residency, Reasons: d.Reasons,
+		Candidates: convertAll(d.Candidates, func(c routing.Candidate) wire.Candidate { return wire.Candidate(c) }),
+		Staging:    convertAll(d.Staging, func(st routing.Staging) wire.Staging { return wire.Staging(st) }),
+		EstRuntime: d.EstRuntime, EstGPUHours: d.EstGPUHours, EstCostUSD: d.EstCostUSD, Trade: d.Trade}
+}
+
+// refusal is the 422 answer of a single submit that d refuses.
+func refusal(d routing.Decision) wire.Error {
+	wd := wireDecision(d)
+	return wire.Error{Error: "no backend may run this job; nothing was stored", Code: wire.CodeRefused, Reasons: d.Reasons, Decision: &wd}
+}
+
+// convertAll maps f over in; nil stays nil (null on the wire).
+func convertAll[A, B any](in []A, f func(A) B) []B {
+	if in == nil {
+		return nil
+	}
+	out := make([]B, len(in))
+	for i, a := range in {
+		out[i] = f(a)
+	}
+	return out
 }
 
 // ParseAssumptions reads BACKEND=DURATION and BACKEND=USD what-ifs
@@ -56,7 +78,7 @@ func ParseAssumptions(waits, spents []string) (Assumptions, []jobspec.FieldError
 // at most limit (default 1000) after seq ?after=N.
 func (s *Scheduler) audit(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Ledger == nil {
-		writeJSON(w, http.StatusNotImplemented, apiError{Error: "this scheduler keeps no ledger", Code: "unavailable"})
+		writeJSON(w, http.StatusNotImplemented, wire.Error{Error: "this scheduler keeps no ledger", Code: "unavailable"})
 		return
 	}
 	q := r.URL.Query()
@@ -64,7 +86,7 @@ func (s *Scheduler) audit(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 100000 {
-			writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid limit", Code: "invalid", Fields: []jobspec.FieldError{{Field: "limit", Value: v, Message: "must be 1–100000"}}})
+			writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid limit", Code: "invalid", Fields: []jobspec.FieldError{{Field: "limit", Value: v, Message: "must be 1–100000"}}})
 			return
 		}
 		limit = n
@@ -72,7 +94,7 @@ func (s *Scheduler) audit(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("after"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			writeJSON(w, http.StatusBadRequest, apiError{Error: "invalid after", Code: "invalid", Fields: []jobspec.FieldError{{Field: "after", Value: v, Message: "must be a record number ≥ 0"}}})
+			writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid after", Code: "invalid", Fields: []jobspec.FieldError{{Field: "after", Value: v, Message: "must be a record number ≥ 0"}}})
 			return
 		}
 		after = n
@@ -95,7 +117,7 @@ func (s *Scheduler) audit(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"records": out})
+	writeJSON(w, http.StatusOK, wire.AuditRecords{Records: out})
 }
 
 // auditVerify checks the whole chain with the key (and against a head
@@ -103,7 +125,7 @@ func (s *Scheduler) audit(w http.ResponseWriter, r *http.Request) {
 // it when not.
 func (s *Scheduler) auditVerify(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Ledger == nil {
-		writeJSON(w, http.StatusNotImplemented, apiError{Error: "this scheduler keeps no ledger", Code: "unavailable"})
+		writeJSON(w, http.StatusNotImplemented, wire.Error{Error: "this scheduler keeps no ledger", Code: "unavailable"})
 		return
 	}
 	dw := s.longResponse(w) // reading a long ledger may outlast ReadTimeout
@@ -125,7 +147,7 @@ func (s *Scheduler) auditVerify(w http.ResponseWriter, r *http.Request) {
 // X-Lathe-Ledger-Head trailer, and the record count in X-Lathe-Ledger-Records.
 func (s *Scheduler) auditExport(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Ledger == nil {
-		writeJSON(w, http.StatusNotImplemented, apiError{Error: "this scheduler keeps no ledger", Code: "unavailable"})
+		writeJSON(w, http.StatusNotImplemented, wire.Error{Error: "this scheduler keeps no ledger", Code: "unavailable"})
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/wire"
 )
 
 // Role is what a token may do.
@@ -130,16 +131,16 @@ func (s *Scheduler) withAuth(need Role, h http.HandlerFunc) http.HandlerFunc {
 		p, ok := s.authenticate(r)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="lathe"`)
-			writeJSON(w, http.StatusUnauthorized, apiError{Error: "missing or unknown API token (send Authorization: Bearer <token>; the CLI reads LATHE_TOKEN)", Code: "unauthorized"})
+			writeJSON(w, http.StatusUnauthorized, wire.Error{Error: "missing or unknown API token (send Authorization: Bearer <token>; the CLI reads LATHE_TOKEN)", Code: "unauthorized"})
 			return
 		}
 		if p.Role.rank() < need.rank() {
-			writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("token %s has role %s; this needs %s", p.Name, p.Role, need), Code: "forbidden"})
+			writeJSON(w, http.StatusForbidden, wire.Error{Error: fmt.Sprintf("token %s has role %s; this needs %s", p.Name, p.Role, need), Code: "forbidden"})
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			if why := badBodyType(r); why != "" {
-				writeJSON(w, http.StatusUnsupportedMediaType, apiError{Error: why, Code: "unsupported_media_type"})
+				writeJSON(w, http.StatusUnsupportedMediaType, wire.Error{Error: why, Code: "unsupported_media_type"})
 				return
 			}
 		}

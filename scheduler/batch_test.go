@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler"
 )
 
@@ -24,7 +24,7 @@ func TestSubmitBatch(t *testing.T) {
 	if code != 201 {
 		t.Fatalf("batch: %d %s", code, body)
 	}
-	var resp jobtype.BatchResponse
+	var resp wire.BatchResponse
 	if err := json.Unmarshal(body, &resp); err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestSubmitBatch(t *testing.T) {
 		}
 	}
 	code, body = do(t, "POST", b.url+"/api/v1/jobs/batch", batchBody(specs...), map[string]string{"Idempotency-Key": "nightly-1"})
-	var again jobtype.BatchResponse
+	var again wire.BatchResponse
 	_ = json.Unmarshal(body, &again)
 	if code != 200 || again.Existing != 5 {
 		t.Fatalf("same key again: %d %s", code, body)

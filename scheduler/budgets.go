@@ -7,7 +7,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
-	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/wire"
 )
 
 // budgets answers GET /api/v1/budgets[?month=YYYY-MM]: for each backend of
@@ -19,7 +19,7 @@ func (s *Scheduler) budgets(w http.ResponseWriter, r *http.Request) {
 	if month == "" {
 		month = jobstore.Month(time.Now())
 	} else if _, err := time.Parse("2006-01", month); err != nil {
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad month", Code: "invalid",
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad month", Code: "invalid",
 			Fields: []jobspec.FieldError{{Field: "month", Value: month, Message: "want YYYY-MM"}}})
 		return
 	}
@@ -52,10 +52,10 @@ func (s *Scheduler) budgets(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	rows := make([]jobtype.BudgetRow, 0, len(scopes))
+	rows := make([]wire.BudgetRow, 0, len(scopes))
 	for _, sc := range scopes {
 		sp := spends[sc]
-		rows = append(rows, jobtype.BudgetRow{Scope: sc, Kind: kinds[sc], LimitUSD: limits[sc], SpentUSD: sp.SpentUSD, ReservedUSD: sp.ReservedUSD})
+		rows = append(rows, wire.BudgetRow{Scope: sc, Kind: kinds[sc], LimitUSD: limits[sc], SpentUSD: sp.SpentUSD, ReservedUSD: sp.ReservedUSD})
 	}
-	writeJSON(w, http.StatusOK, jobtype.Budgets{Month: month, Scopes: rows})
+	writeJSON(w, http.StatusOK, wire.Budgets{Month: month, Scopes: rows})
 }

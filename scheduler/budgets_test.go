@@ -8,7 +8,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
-	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler"
 )
 
@@ -30,7 +30,7 @@ func TestBudgetsAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, body = do(t, "GET", b.url+"/api/v1/budgets", "", nil)
-	var got jobtype.Budgets
+	var got wire.Budgets
 	if code != 200 || json.Unmarshal(body, &got) != nil || got.Month != month || len(got.Scopes) != 1 ||
 		got.Scopes[0].Scope != "backend:local" || got.Scopes[0].ReservedUSD != 2.5 || got.Scopes[0].SpentUSD != 0 {
 		t.Fatalf("budgets: %d %s", code, body)

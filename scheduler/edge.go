@@ -15,6 +15,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/wire"
 )
 
 // The API's edge (issue #11): what a request must be before a handler
@@ -29,12 +30,12 @@ func (s *Scheduler) guard(h http.Handler) http.Handler {
 		// Open mode serves loopback only; a page whose own name resolves to
 		// 127.0.0.1 (DNS rebinding) still sends its name as Host.
 		if len(s.cfg.Tokens) == 0 && !loopbackHost(r.Host) {
-			writeJSON(w, http.StatusMisdirectedRequest, apiError{Error: fmt.Sprintf("Host %q is not a loopback name: "+
+			writeJSON(w, http.StatusMisdirectedRequest, wire.Error{Error: fmt.Sprintf("Host %q is not a loopback name: "+
 				"an API without tokens answers only to localhost, 127.0.0.1 or [::1] (configure auth.tokens to serve other names)", r.Host), Code: "misdirected"})
 			return
 		}
 		if why := crossSite(r); why != "" {
-			writeJSON(w, http.StatusForbidden, apiError{Error: "cross-site request refused: " + why, Code: "forbidden"})
+			writeJSON(w, http.StatusForbidden, wire.Error{Error: "cross-site request refused: " + why, Code: "forbidden"})
 			return
 		}
 		// No handler reads more than a batch's limit; this bounds a read a
@@ -215,7 +216,7 @@ func boolParam(w http.ResponseWriter, r *http.Request, name string) (v, ok bool)
 	case "true":
 		return true, true
 	default:
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad " + name, Code: "invalid",
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad " + name, Code: "invalid",
 			Fields: []jobspec.FieldError{{Field: name, Value: q, Message: "must be true or false"}}})
 		return false, false
 	}

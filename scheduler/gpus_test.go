@@ -8,6 +8,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler"
 )
 
@@ -102,7 +103,7 @@ func TestGPUsAndNodes(t *testing.T) {
 	}
 
 	var n struct {
-		Nodes []jobtype.NodeInfo `json:"nodes"`
+		Nodes []wire.NodeInfo `json:"nodes"`
 	}
 	getJSON(t, b, "/api/v1/nodes", &n)
 	if len(n.Nodes) != 2 || n.Nodes[0].Name != "n1" || n.Nodes[1].Name != "n2" {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler"
 )
 
@@ -56,7 +56,7 @@ func TestIdempotencyKeyReusedWithAnotherSpec(t *testing.T) {
 func TestIdempotencyKeyNamespaces(t *testing.T) {
 	b := setup(t, scheduler.Config{})
 	code, body := do(t, "POST", b.url+"/api/v1/jobs/batch", batchBody(goodSpec), map[string]string{"Idempotency-Key": "K"})
-	var resp jobtype.BatchResponse
+	var resp wire.BatchResponse
 	if err := json.Unmarshal(body, &resp); code != 201 || err != nil || len(resp.Jobs) != 1 {
 		t.Fatalf("batch: %d %s", code, body)
 	}

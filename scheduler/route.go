@@ -13,6 +13,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
+	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 )
 
@@ -327,14 +328,6 @@ type admission struct {
 	records  func(seq int64) []ledger.Record // the decision's ledger records (nil without a ledger)
 }
 
-// RefusedError is the body of a 422 answer: no backend may run the job.
-type refusedError struct {
-	Error    string           `json:"error"`
-	Code     string           `json:"code"`
-	Reasons  []string         `json:"reasons"`
-	Decision routing.Decision `json:"decision"`
-}
-
 // admit decides where a submitted job goes, before it is stored. A refusal
 // is recorded in the ledger and answered 422 with every backend's reason
 // (the job is not stored: nothing is parked silently); otherwise the
@@ -361,8 +354,7 @@ func (s *Scheduler) admit(ctx context.Context, w http.ResponseWriter, r *http.Re
 			s.fail(w, r, err)
 			return admission{}, false
 		}
-		writeJSON(w, http.StatusUnprocessableEntity, refusedError{Error: "no backend may run this job; nothing was stored",
-			Code: "refused", Reasons: d.Reasons, Decision: d})
+		writeJSON(w, http.StatusUnprocessableEntity, refusal(d))
 		return admission{}, false
 	}
 	adm := admission{id: id, decision: d, route: routeInfo(d, rs, "submit", 1, 0)}
@@ -414,8 +406,8 @@ func (s *Scheduler) admitBatch(ctx context.Context, w http.ResponseWriter, r *ht
 				}
 			}
 		}
-		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": "no backend may run some jobs of the batch; nothing was stored",
-			"code": "refused", "reasons": reasons})
+		writeJSON(w, http.StatusUnprocessableEntity, wire.BatchRefusal{Error: "no backend may run some jobs of the batch; nothing was stored",
+			Code: wire.CodeRefused, Reasons: reasons})
 		return nil, false
 	}
 	for i := range njs {

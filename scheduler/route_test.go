@@ -16,6 +16,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 )
@@ -148,7 +149,7 @@ func TestSubmitRouting(t *testing.T) {
 	}
 	// The explain endpoint decides the same without storing anything.
 	code, body = do(t, "POST", b.url+"/api/v1/route?assume_wait=local=10h", spec("eu", `["eu"]`, `,"max_wait":"1h"`), nil)
-	var ex scheduler.ExplainResponse
+	var ex wire.Explanation
 	_ = json.Unmarshal(body, &ex)
 	if code != 200 || ex.Backend != "aws-eu" {
 		t.Fatalf("explain [eu] with local wait 10h and max_wait 1h: %d %s", code, body)

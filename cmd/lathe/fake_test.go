@@ -19,14 +19,21 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
+	"github.com/lathe-ml/lathe/internal/wire"
 )
 
-// fakeScheduler is a stand-in for the Lathe scheduler in the CLI's tests:
-// an httptest.Server implementing the few parts of docs/api.md the CLI
+// fakeScheduler is a stand-in for the Lathe scheduler in the CLI's tests,
+// for what the real scheduler's API in process (newTestDaemon,
+// daemon_test.go) cannot produce without a worker and a trainer, or not on
+// demand: an httptest.Server implementing the parts of docs/api.md the CLI
 // uses, over an in-memory job table whose jobs "run" instantly (a submitted
-// job already has its whole event history, ending in finalState). It checks
-// request shapes only as far as the CLI tests need; the scheduler's own
-// end-to-end tests cover the real server.
+// job already has its whole event history, progress and artifacts, ending
+// in finalState: submit --wait, logs, status, pull), with canned failures
+// (a 5xx, a validation answer, a bad checksum), short list pages
+// (pageSize), canned route decisions (explain), nodes seen at a stopped
+// clock, and a ledger tests tamper with (audit verify, a cut export). It
+// checks request shapes only as far as the CLI tests need. Dry runs,
+// refusals, cancel, queues and GPUs are tested against the real handler.
 type fakeScheduler struct {
 	t   *testing.T
 	srv *httptest.Server
@@ -49,9 +56,8 @@ type fakeScheduler struct {
 	fail *failure
 	// pageSize caps a list page below the asked limit when > 0.
 	pageSize int
-	// gpus and nodes are served as GET /api/v1/gpus and /api/v1/nodes.
-	gpus  []jobtype.GPU
-	nodes []jobtype.NodeInfo
+	// nodes are served as GET /api/v1/nodes.
+	nodes []wire.NodeInfo
 
 	// explain is answered to POST /api/v1/route (a canned decision: the
 	// fake does not route), after the spec is checked as the scheduler does.
@@ -92,33 +98,16 @@ func newFakeScheduler(t *testing.T) *fakeScheduler {
 	mux.HandleFunc("GET /api/v1/audit/export", f.auditExport)
 	mux.HandleFunc("GET /api/v1/jobs", f.list)
 	mux.HandleFunc("GET /api/v1/jobs/{id}", f.get)
-	mux.HandleFunc("POST /api/v1/jobs/{id}/cancel", f.cancel)
 	mux.HandleFunc("GET /api/v1/jobs/{id}/events", f.eventsHandler)
 	mux.HandleFunc("GET /api/v1/jobs/{id}/artifacts/{name}", f.artifact)
-	mux.HandleFunc("GET /api/v1/queues", func(w http.ResponseWriter, r *http.Request) {
-		writeJSONStatus(w, 200, map[string]any{
-			"pending":  2,
-			"by_state": map[string]int{"queued": 2, "running": 1, "succeeded": 7},
-			"queues":   []map[string]any{{"name": "node:host1", "pending": 1, "active": 1}},
-		})
-	})
-	mux.HandleFunc("GET /api/v1/gpus", func(w http.ResponseWriter, r *http.Request) {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		gpus := f.gpus
-		if gpus == nil {
-			gpus = []jobtype.GPU{}
-		}
-		writeJSONStatus(w, 200, map[string]any{"gpus": gpus})
-	})
 	mux.HandleFunc("GET /api/v1/nodes", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		nodes := f.nodes
 		if nodes == nil {
-			nodes = []jobtype.NodeInfo{}
+			nodes = []wire.NodeInfo{}
 		}
-		writeJSONStatus(w, 200, map[string]any{"nodes": nodes})
+		writeJSONStatus(w, 200, wire.NodeList{Nodes: nodes})
 	})
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
@@ -280,24 +269,6 @@ func (f *fakeScheduler) list(w http.ResponseWriter, r *http.Request) {
 		page = append(page, *j)
 	}
 	writeJSONStatus(w, 200, map[string]any{"jobs": page, "next_cursor": next})
-}
-
-func (f *fakeScheduler) cancel(w http.ResponseWriter, r *http.Request) {
-	j := f.job(w, r)
-	if j == nil {
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	switch {
-	case j.State == jobtype.StateCancelled:
-	case j.State.Terminal():
-		writeJSONStatus(w, 409, map[string]any{"error": "job already ended", "code": "conflict", "state": j.State})
-		return
-	default:
-		j.CancelRequested = true
-	}
-	writeJSONStatus(w, 202, j)
 }
 
 // eventsHandler serves stored events after ?after=, as JSON or, with

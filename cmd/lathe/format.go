@@ -62,30 +62,6 @@ func orDash(s string) string {
 // estimated start ("in 12m").
 func printJob(w io.Writer, j *jobtype.Job, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	state := string(j.State)
-	if j.Reason != "" {
-		state += " (" + j.Reason + ")"
-	}
-	if j.CancelRequested && !j.State.Terminal() {
-		state += ", cancel requested"
-	}
-	if j.PreemptRequested != "" && !j.State.Terminal() {
-		state += ", being preempted for " + j.PreemptRequested
-	}
-	node := j.Node
-	if j.Backend != "" && node != "" {
-		node += " (" + j.Backend + ")"
-	} else if node == "" {
-		node = j.Backend
-	}
-	gpus := make([]string, len(j.GPUs))
-	for i, g := range j.GPUs {
-		gpus[i] = strconv.Itoa(g)
-	}
-	gpuCell := orDash(strings.Join(gpus, ","))
-	if j.SimulatedGPUs {
-		gpuCell += " (simulated GPUs)"
-	}
 	evalLoss := "-"
 	if v, ok := j.Metrics["eval_loss"]; ok {
 		evalLoss = fmtFloat(v)
@@ -93,33 +69,10 @@ func printJob(w io.Writer, j *jobtype.Job, now time.Time) error {
 	rows := [][2]string{
 		{"ID", j.ID},
 		{"Name", j.Name},
-		{"State", state},
+		{"State", stateCell(j)},
 	}
 	rows = append(rows, waitRows(j.Wait, now)...)
-	rows = append(rows, [][2]string{
-		{"Attempt", strconv.Itoa(j.Attempt)},
-		{"Node", orDash(node)},
-		{"GPUs", gpuCell},
-	}...)
-	if j.CUDAVisibleDevices != "" {
-		rows = append(rows, [2]string{"CUDA_VISIBLE_DEVICES", j.CUDAVisibleDevices})
-	}
-	if j.Route != nil {
-		rows = append(rows, [2]string{"Route", j.Route.Backend + " (site " + j.Route.Site + ")"})
-	}
-	if in := j.Instance; in != nil {
-		cell := fmt.Sprintf("%s %s %s in %s, attempt %d, $%.4f/h", in.ID, in.Type, in.Market, orDash(in.Subnet), in.Attempt, in.USDPerHour)
-		if in.State != "" {
-			cell += ", " + in.State
-		}
-		rows = append(rows, [2]string{"Instance", cell})
-	}
-	if j.CostUSD > 0 {
-		rows = append(rows, [2]string{"Cost", fmt.Sprintf("$%.4f", j.CostUSD)})
-	}
-	if j.Preemptions > 0 {
-		rows = append(rows, [2]string{"Preempted", plural(j.Preemptions, "time")})
-	}
+	rows = append(rows, placementRows(j)...)
 	rows = append(rows, [][2]string{
 		{"Progress", fmtStep(j.Progress)},
 		{"Loss", fmtLoss(j.Progress)},
@@ -144,6 +97,67 @@ func printJob(w io.Writer, j *jobtype.Job, now time.Time) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d bytes\tsha256 %s\n", label, a.Path, a.Bytes, orDash(sum))
 	}
 	return tw.Flush()
+}
+
+// stateCell is a job's state with why, and a cancel or preemption on its
+// way: "running, cancel requested".
+func stateCell(j *jobtype.Job) string {
+	state := string(j.State)
+	if j.Reason != "" {
+		state += " (" + j.Reason + ")"
+	}
+	if j.CancelRequested && !j.State.Terminal() {
+		state += ", cancel requested"
+	}
+	if j.PreemptRequested != "" && !j.State.Terminal() {
+		state += ", being preempted for " + j.PreemptRequested
+	}
+	return state
+}
+
+// placementRows are where a job runs and what it costs: attempt, node,
+// GPUs, and, when set, CUDA_VISIBLE_DEVICES, route, cloud instance, cost
+// and preemptions.
+func placementRows(j *jobtype.Job) [][2]string {
+	node := j.Node
+	if j.Backend != "" && node != "" {
+		node += " (" + j.Backend + ")"
+	} else if node == "" {
+		node = j.Backend
+	}
+	gpus := make([]string, len(j.GPUs))
+	for i, g := range j.GPUs {
+		gpus[i] = strconv.Itoa(g)
+	}
+	gpuCell := orDash(strings.Join(gpus, ","))
+	if j.SimulatedGPUs {
+		gpuCell += " (simulated GPUs)"
+	}
+	rows := [][2]string{
+		{"Attempt", strconv.Itoa(j.Attempt)},
+		{"Node", orDash(node)},
+		{"GPUs", gpuCell},
+	}
+	if j.CUDAVisibleDevices != "" {
+		rows = append(rows, [2]string{"CUDA_VISIBLE_DEVICES", j.CUDAVisibleDevices})
+	}
+	if j.Route != nil {
+		rows = append(rows, [2]string{"Route", j.Route.Backend + " (site " + j.Route.Site + ")"})
+	}
+	if in := j.Instance; in != nil {
+		cell := fmt.Sprintf("%s %s %s in %s, attempt %d, $%.4f/h", in.ID, in.Type, in.Market, orDash(in.Subnet), in.Attempt, in.USDPerHour)
+		if in.State != "" {
+			cell += ", " + in.State
+		}
+		rows = append(rows, [2]string{"Instance", cell})
+	}
+	if j.CostUSD > 0 {
+		rows = append(rows, [2]string{"Cost", fmt.Sprintf("$%.4f", j.CostUSD)})
+	}
+	if j.Preemptions > 0 {
+		rows = append(rows, [2]string{"Preempted", plural(j.Preemptions, "time")})
+	}
+	return rows
 }
 
 // waitRows are a queued job's place in line: "Position: 3 in line",

@@ -8,11 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/wire"
 )
 
-// These tests run the CLI against fakeScheduler (fake_test.go), a stand-in
-// for the scheduler; scheduler/gpus_test.go covers the real endpoints.
+// TestGPUs runs the CLI against the real scheduler (newTestDaemon); the
+// others against fakeScheduler (fake_test.go), for what the real one cannot
+// serve without a worker or on a stopped clock.
 
 // latheAt is lathe with the CLI's clock stopped at now.
 func latheAt(t *testing.T, server string, now time.Time, args ...string) result {
@@ -40,25 +43,37 @@ func requireLines(t *testing.T, what, out string, want []string) {
 	}
 }
 
+// TestGPUs: against the real scheduler, `lathe gpus` lists every GPU of
+// every live node with its health and the job holding it; -o json is the
+// rows; Redis down is exit 3.
 func TestGPUs(t *testing.T) {
-	f := newFakeScheduler(t)
-	r := lathe(t, f.srv.URL, "gpus")
+	d := newTestDaemon(t, routeConfig, 0)
+	r := lathe(t, d.url, "gpus")
 	if r.code != exitOK || !strings.Contains(r.stdout, "No GPUs") {
 		t.Fatalf("no GPUs: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
-	r = lathe(t, f.srv.URL, "gpus", "-o", "json")
+	r = lathe(t, d.url, "gpus", "-o", "json")
 	if r.code != exitOK || strings.TrimSpace(r.stdout) != "[]" {
 		t.Fatalf("no GPUs, -o json: exit %d, stdout %q, want []", r.code, r.stdout)
 	}
 
-	f.gpus = []jobtype.GPU{
-		{Node: "n1", Index: 0, UUID: "GPU-a", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMB: 81559, MemoryUsedMB: 4000,
-			UtilizationPct: 97, TemperatureC: 61, Healthy: true, JobID: "j-1"},
-		{Node: "n1", Index: 1, UUID: "GPU-b", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMB: 81559, Healthy: false,
+	d.heartbeat(t, jobstore.Node{Name: "n1", Incarnation: "i1", Backend: "local", Slots: 1, GPUs: []jobtype.GPU{
+		{Index: 0, UUID: "GPU-a", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMB: 81559, MemoryUsedMB: 4000,
+			UtilizationPct: 97, TemperatureC: 61, Healthy: true},
+		{Index: 1, UUID: "GPU-b", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMB: 81559, Healthy: false,
 			Unhealthy: "XID 79: GPU fell off the bus"},
-		{Node: "n2", Index: 0, UUID: "GPU-sim", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMB: 81559, Healthy: true, Simulated: true},
+	}})
+	d.heartbeat(t, jobstore.Node{Name: "n2", Incarnation: "i2", Backend: "local", Slots: 1, Simulated: true, GPUs: []jobtype.GPU{
+		{Index: 0, UUID: "GPU-sim", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMB: 81559, Healthy: true}}})
+	sub := lathe(t, d.url, "submit", writeFile(t, t.TempDir(), "job.yaml", "name: holder\nbase_model: tiny-char\ndataset: file:///data/support/train.jsonl\nresources: {gpus: 1}\n"), "-o", "json")
+	var job jobtype.Job
+	if err := json.Unmarshal([]byte(sub.stdout), &job); sub.code != exitOK || err != nil {
+		t.Fatalf("submit: exit %d, %v\n%s%s", sub.code, err, sub.stdout, sub.stderr)
 	}
-	r = lathe(t, f.srv.URL, "gpus")
+	if err := d.store.Dispatch(d.ctx, job.ID, 1, "n1", "local", 1, []int{0}); err != nil {
+		t.Fatal(err)
+	}
+	r = lathe(t, d.url, "gpus")
 	if r.code != exitOK {
 		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
 	}
@@ -68,7 +83,7 @@ func TestGPUs(t *testing.T) {
 	}
 	for i, want := range [][]string{
 		{"NODE", "IDX", "NAME", "MEM (MB)", "UTIL", "TEMP", "HEALTH", "JOB"},
-		{"n1", "0", "NVIDIA H100 80GB HBM3", "4000/81559", "97%", "61C", "ok", "j-1"},
+		{"n1", "0", "NVIDIA H100 80GB HBM3", "4000/81559", "97%", "61C", "ok", job.ID},
 		{"n1", "1", "0/81559", "UNHEALTHY", "-"},
 		{"n2", "0", "NVIDIA H100 80GB HBM3 (simulated)", "ok", "-"},
 		{"n1 GPU 1 unhealthy: XID 79: GPU fell off the bus"},
@@ -79,16 +94,16 @@ func TestGPUs(t *testing.T) {
 		t.Errorf("a real GPU marked simulated: %s", lines[1])
 	}
 
-	r = lathe(t, f.srv.URL, "gpus", "-o", "json")
+	r = lathe(t, d.url, "gpus", "-o", "json")
 	var got []jobtype.GPU
-	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got) != 3 || got[0].JobID != "j-1" ||
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got) != 3 || got[0].JobID != job.ID ||
 		got[1].Unhealthy == "" || !got[2].Simulated {
 		t.Fatalf("-o json: %v\n%s", err, r.stdout)
 	}
 
-	f.fail = &failure{503, `{"error":"Redis is unreachable: dial tcp: connection refused","code":"unavailable"}`}
-	if r := lathe(t, f.srv.URL, "gpus"); r.code != exitUnreachable {
-		t.Errorf("Redis down: exit %d, want %d", r.code, exitUnreachable)
+	d.redis.Kill()
+	if r := lathe(t, d.url, "gpus"); r.code != exitUnreachable {
+		t.Errorf("Redis down: exit %d, want %d; stderr:\n%s", r.code, exitUnreachable, r.stderr)
 	}
 }
 
@@ -99,7 +114,7 @@ func TestNodes(t *testing.T) {
 	if r.code != exitOK || !strings.Contains(r.stdout, "No live nodes") {
 		t.Fatalf("no nodes: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
-	f.nodes = []jobtype.NodeInfo{
+	f.nodes = []wire.NodeInfo{
 		{Name: "n1", Backend: "local", Incarnation: "i1", SeenAt: now.Add(-3 * time.Second), Slots: 2, CPUReserved: 1,
 			GPUs: 8, GPUsFree: 5, GPUsUnhealthy: 1, Driver: "550.54.15", CUDA: "12.4", Jobs: []string{"j-1", "j-2"}},
 		{Name: "n2", Backend: "local", Incarnation: "i2", SeenAt: now.Add(-1 * time.Second), Slots: 1,
@@ -118,7 +133,7 @@ func TestNodes(t *testing.T) {
 	requireLines(t, "n2", lines[2], []string{"n2", "4 (simulated)", "0/1", "1s ago"})
 
 	r = latheAt(t, f.srv.URL, now, "nodes", "-o", "json")
-	var got []jobtype.NodeInfo
+	var got []wire.NodeInfo
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got) != 2 || got[0].GPUsFree != 5 || !got[1].Simulated {
 		t.Fatalf("-o json: %v\n%s", err, r.stdout)
 	}

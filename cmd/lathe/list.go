@@ -31,7 +31,7 @@ func (a *app) listCmd() *cobra.Command {
 				return usageErrorf("--limit must be at least 1, not %d", limit)
 			}
 			c := a.client()
-			out := apiclient.JobList{Jobs: []jobtype.Job{}}
+			out := apiclient.JobList{Jobs: []*jobtype.Job{}}
 			for len(out.Jobs) < limit {
 				page, err := c.List(cmd.Context(), state, out.NextCursor, min(limit-len(out.Jobs), maxPage))
 				if err != nil {

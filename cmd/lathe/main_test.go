@@ -15,11 +15,18 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 )
 
-// The tests below run the CLI against fakeScheduler (fake_test.go), a
-// stand-in for the scheduler; the lead's end-to-end tests cover the real one.
+// The tests below run the CLI against the real scheduler's API in process
+// (newTestDaemon, daemon_test.go) where it can serve what they need, and
+// against fakeScheduler (fake_test.go) for jobs that ran (a worker's events,
+// progress and artifacts), canned failures and answers.
+
+// routableSpec is a spec the routing config of the real-scheduler tests
+// (routeConfig) places on its local backend.
+const routableSpec = "name: tiny-lora\nbase_model: tiny-char\ndataset: file:///data/support/train.jsonl\ntraining: {max_steps: 20}\n"
 
 const validSpec = `name: tiny-lora
 base_model: tiny-char
@@ -349,9 +356,11 @@ func TestLocalPathURI(t *testing.T) {
 	}
 }
 
+// TestSubmitDryRun: against the real scheduler, --dry-run prints the spec
+// as the scheduler normalised it and stores nothing.
 func TestSubmitDryRun(t *testing.T) {
-	f := newFakeScheduler(t)
-	r := lathe(t, f.srv.URL, "submit", "--dry-run", writeFile(t, t.TempDir(), "job.yaml", validSpec))
+	d := newTestDaemon(t, routeConfig, 0)
+	r := lathe(t, d.url, "submit", "--dry-run", writeFile(t, t.TempDir(), "job.yaml", routableSpec))
 	if r.code != exitOK {
 		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
 	}
@@ -362,8 +371,8 @@ func TestSubmitDryRun(t *testing.T) {
 	if spec.Name != "tiny-lora" || spec.LoRA.Rank != 8 {
 		t.Errorf("spec = %+v, want the normalised tiny-lora", spec)
 	}
-	if len(f.order) != 0 || !strings.Contains(f.requests[0], "dry_run=true") {
-		t.Errorf("dry run stored a job or did not ask for a dry run: %v", f.requests)
+	if ids, err := d.store.IDsInState(d.ctx, jobtype.StateQueued, 10); err != nil || len(ids) != 0 {
+		t.Errorf("dry run stored jobs %v (%v)", ids, err)
 	}
 }
 
@@ -555,23 +564,39 @@ func TestLogs(t *testing.T) {
 	}
 }
 
+// TestCancel: against the real scheduler, cancelling a running job asks
+// for the cancel; cancelling one that succeeded exits 1 naming its state.
 func TestCancel(t *testing.T) {
-	f := newFakeScheduler(t)
-	f.addJob(&jobtype.Job{ID: "j-1", Name: "a", State: jobtype.StateRunning}, nil, nil)
-	f.addJob(&jobtype.Job{ID: "j-2", Name: "b", State: jobtype.StateSucceeded}, nil, nil)
-	r := lathe(t, f.srv.URL, "cancel", "j-1")
-	if r.code != exitOK || r.stdout != "cancel requested for j-1 (state running)\n" {
+	d := newTestDaemon(t, routeConfig, 0)
+	d.heartbeat(t, jobstore.Node{Name: "host1", Incarnation: "i-host1", Backend: "local", Slots: 2})
+	running, done := d.submit(t, routableSpec), d.submit(t, routableSpec)
+	d.start(t, running.ID, "host1", 2)
+	d.start(t, done.ID, "host1", 2)
+	if err := d.store.Finish(d.ctx, done.ID, 1, jobstore.Ending{State: jobtype.StateSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	r := lathe(t, d.url, "cancel", running.ID)
+	if r.code != exitOK || r.stdout != "cancel requested for "+running.ID+" (state running)\n" {
 		t.Errorf("cancel running: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
-	r = lathe(t, f.srv.URL, "cancel", "j-2")
+	r = lathe(t, d.url, "cancel", done.ID)
 	if r.code != exitFailed || !strings.Contains(r.stderr, "already ended (state succeeded)") {
 		t.Errorf("cancel succeeded: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
 
+// TestQueues: against the real scheduler, with one live node and two
+// queued jobs.
 func TestQueues(t *testing.T) {
-	f := newFakeScheduler(t)
-	r := lathe(t, f.srv.URL, "queues")
+	d := newTestDaemon(t, routeConfig, 0)
+	d.heartbeat(t, jobstore.Node{Name: "host1", Incarnation: "i1", Backend: "local", Slots: 1, GPUs: h100s(1)})
+	spec := writeFile(t, t.TempDir(), "job.yaml", routableSpec)
+	for range 2 {
+		if r := lathe(t, d.url, "submit", spec); r.code != exitOK {
+			t.Fatalf("submit: exit %d; stderr:\n%s", r.code, r.stderr)
+		}
+	}
+	r := lathe(t, d.url, "queues")
 	if r.code != exitOK {
 		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
 	}
@@ -580,7 +605,7 @@ func TestQueues(t *testing.T) {
 			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	r = lathe(t, f.srv.URL, "queues", "-o", "json")
+	r = lathe(t, d.url, "queues", "-o", "json")
 	var q struct {
 		Pending int `json:"pending"`
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/wire"
 )
 
 func (a *app) nodesCmd() *cobra.Command {
@@ -36,7 +36,7 @@ holding a reservation. Nodes with simulated GPUs are marked "(simulated)".
 }
 
 // printNodes writes the node table.
-func printNodes(a *app, nodes []jobtype.NodeInfo, now time.Time) error {
+func printNodes(a *app, nodes []wire.NodeInfo, now time.Time) error {
 	if len(nodes) == 0 {
 		fmt.Fprintln(a.stdout, "No live nodes (is a lathed worker running?).")
 		return nil

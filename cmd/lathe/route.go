@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/cost"
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 )
 
@@ -97,7 +99,7 @@ error, invalid spec, config or what-if.`,
 // routing decision, the config it was made under and, offline, what was
 // assumed.
 type explanation struct {
-	routing.Decision
+	wire.Decision
 	ConfigHash string `json:"config_hash"`
 	// Offline: decided here from a config file (--config), not by the
 	// scheduler.
@@ -235,8 +237,27 @@ func (a *app) explainOffline(spec *jobspec.Spec, path string, wi apiclient.WhatI
 	// The scheduler's explain decides on the same routing job (no id, and
 	// here no team) with the same function.
 	job := routing.JobFromSpec(spec, "", "", strings.TrimRight(spec.Output.URI, "/")+"/<id>")
-	d := routing.Decide(job, snap)
+	d, err := asWire(routing.Decide(job, snap))
+	if err != nil {
+		return nil, err
+	}
 	return &explanation{Decision: d, ConfigHash: cfg.Hash(), Offline: true, Notes: notes}, nil
+}
+
+// asWire is d in the API's shape (wire.Decision), through its JSON: the
+// two types have the same JSON field for field (the scheduler converts
+// field by field; its tests hold them equal), so an offline decision
+// prints exactly as the scheduler's answer does.
+func asWire(d routing.Decision) (wire.Decision, error) {
+	var wd wire.Decision
+	b, err := json.Marshal(d)
+	if err == nil {
+		err = json.Unmarshal(b, &wd)
+	}
+	if err != nil {
+		return wire.Decision{}, fmt.Errorf("route: decision as JSON: %w", err)
+	}
+	return wd, nil
 }
 
 // readConfigFile reads lathed's config file at path, at most
@@ -419,7 +440,7 @@ func printCost(w io.Writer, ex *explanation, spec *jobspec.Spec) error {
 		}
 	}
 	cands := slices.Clone(d.Candidates)
-	slices.SortStableFunc(cands, func(x, y routing.Candidate) int {
+	slices.SortStableFunc(cands, func(x, y wire.Candidate) int {
 		switch {
 		case x.Feasible != y.Feasible:
 			if x.Feasible {
@@ -463,7 +484,7 @@ func printCost(w io.Writer, ex *explanation, spec *jobspec.Spec) error {
 
 // fmtCost is a candidate's estimated cost: "$3.72"; "-" when infeasible
 // with no estimate.
-func fmtCost(c routing.Candidate) string {
+func fmtCost(c wire.Candidate) string {
 	if !c.Feasible && c.EstCostUSD == 0 {
 		return "-"
 	}

@@ -1,23 +1,10 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"log/slog"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
-
-	"github.com/lathe-ml/lathe/internal/fileuri"
-	"github.com/lathe-ml/lathe/internal/jobspec"
-	"github.com/lathe-ml/lathe/internal/jobstore"
-	"github.com/lathe-ml/lathe/internal/jobtype"
-	"github.com/lathe-ml/lathe/internal/redistest"
-	"github.com/lathe-ml/lathe/scheduler"
-	"github.com/lathe-ml/lathe/scheduler/routing"
 )
 
 // TestRouteExplainOfflineAgreesWithDaemon: `lathe route --explain --config`
@@ -109,38 +96,4 @@ func routeAgreement(t *testing.T, config string, maxRuntime time.Duration) {
 			}
 		})
 	}
-}
-
-// daemonFromConfig starts the real scheduler's HTTP handler, configured
-// from the lathed config file at path the way lathed's scheduler command
-// does (cmd/lathed/root.go: the routing sections through
-// routing.ParseConfig; Defaults of jobs.default_max_runtime, given here as
-// maxRuntime, routing.default_residency and <data_dir>/artifacts), on a real
-// redis-server, with one live local node of 8 H100s; it returns the API's
-// URL.
-func daemonFromConfig(t *testing.T, path string, maxRuntime time.Duration) string {
-	t.Helper()
-	srv := redistest.Start(t)
-	rdb := srv.Client()
-	store := jobstore.New(rdb, jobstore.Config{})
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := routing.ParseConfig(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defaults := jobspec.Defaults{MaxRuntime: maxRuntime, Residency: cfg.DefaultResidency, OutputURI: fileuri.FromPath(filepath.Join("/var/lib/lathe", "artifacts"))}
-	s := scheduler.New(rdb, store, scheduler.Config{Routing: cfg, Defaults: defaults, Logger: slog.New(slog.DiscardHandler)})
-	gpus := make([]jobtype.GPU, 8)
-	for i := range gpus {
-		gpus[i] = jobtype.GPU{Index: i, UUID: "GPU-" + string(rune('a'+i)), Name: "NVIDIA H100 80GB HBM3", MemoryTotalMB: 80 * 1024, Healthy: true}
-	}
-	if err := store.Heartbeat(context.Background(), jobstore.Node{Name: "gpu-1", Incarnation: "i1", Backend: "local", Slots: 2, GPUs: gpus}, time.Minute, true); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(hs.Close)
-	return hs.URL
 }

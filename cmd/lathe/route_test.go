@@ -11,6 +11,9 @@ import (
 	"testing"
 
 	"github.com/lathe-ml/lathe/internal/apiclient"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 )
 
@@ -79,7 +82,7 @@ func wantResidency(tags ...string) func(t *testing.T, ex explanation) {
 	}
 }
 
-func candidateOf(t *testing.T, ex explanation, backend string) routing.Candidate {
+func candidateOf(t *testing.T, ex explanation, backend string) wire.Candidate {
 	t.Helper()
 	for _, c := range ex.Candidates {
 		if c.Backend == backend {
@@ -87,7 +90,7 @@ func candidateOf(t *testing.T, ex explanation, backend string) routing.Candidate
 		}
 	}
 	t.Fatalf("no candidate %s in %+v", backend, ex.Candidates)
-	return routing.Candidate{}
+	return wire.Candidate{}
 }
 
 func hasReasonText(ex explanation, sub string) bool {
@@ -369,10 +372,10 @@ func TestRouteExplainBadFlags(t *testing.T) {
 // decision printed, and a refusal exits 1.
 func TestRouteExplainOnline(t *testing.T) {
 	f := newFakeScheduler(t)
-	f.explain = apiclient.Explanation{ConfigHash: "cfg1", Decision: routing.Decision{
+	f.explain = apiclient.Explanation{ConfigHash: "cfg1", Decision: wire.Decision{
 		Backend: "aws-eu", Site: "aws-eu-central-1", Residency: []string{"eu"},
 		Reasons: []string{"residency [eu]", "burst: local wait 3h0m0s on local exceeds max_wait 1h0m0s"},
-		Candidates: []routing.Candidate{
+		Candidates: []wire.Candidate{
 			{Backend: "local", Site: "dc-frankfurt", Kind: "local", Feasible: true, EstWaitS: 10800, EstCostUSD: 2.2, EstRuntimeS: 7200},
 			{Backend: "aws-eu", Site: "aws-eu-central-1", Kind: "aws", Feasible: true, EstCostUSD: 3.72, EstRuntimeS: 7200, InstanceType: "g6e.xlarge"},
 			{Backend: "aws-us", Site: "aws-us-east-1", Kind: "aws", Reason: routing.ReasonComputeSite + ": site aws-us-east-1 [cloud us] lacks eu"},
@@ -427,7 +430,7 @@ func TestRouteExplainOnline(t *testing.T) {
 	}
 
 	f.mu.Lock()
-	f.explain = apiclient.Explanation{Decision: routing.Decision{Refused: true, Reasons: []string{"refused: no backend is feasible"}}}
+	f.explain = apiclient.Explanation{Decision: wire.Decision{Refused: true, Reasons: []string{"refused: no backend is feasible"}}}
 	f.mu.Unlock()
 	for _, args := range [][]string{{"route", "--explain", spec}, {"cost", spec}} {
 		if r = lathe(t, f.srv.URL, args...); r.code != exitFailed || !strings.HasPrefix(r.stdout, "refused") {
@@ -436,32 +439,27 @@ func TestRouteExplainOnline(t *testing.T) {
 	}
 }
 
-// TestSubmitRefused: a 422 refusal of POST /api/v1/jobs (or of the batch
-// endpoint) prints every reason on stderr and exits 2: the job cannot run
-// as written.
+// TestSubmitRefused: against the real scheduler, a 422 refusal of POST
+// /api/v1/jobs (or of the batch endpoint) prints every reason on stderr and
+// exits 2: the job cannot run as written, and nothing is stored.
 func TestSubmitRefused(t *testing.T) {
-	f := newFakeScheduler(t)
+	d := newTestDaemon(t, routeConfig, 0)
+	d.heartbeat(t, jobstore.Node{Name: "gpu-1", Incarnation: "i1", Backend: "local", Slots: 2, GPUs: h100s(8)})
 	dir := t.TempDir()
-	spec := writeFile(t, dir, "job.yaml", validSpec)
-	spec2 := writeFile(t, dir, "job2.yaml", validSpec)
+	refused := writeFile(t, dir, "job.yaml", routeSpec("residency: [eu]\ndataset: s3://lathe-us-data/support/train.jsonl"))
+	fine := writeFile(t, dir, "job2.yaml", routeSpec("residency: [eu]"))
+	site := routing.ReasonDatasetSite + ": dataset s3://lathe-us-data/support/train.jsonl is in site aws-us-east-1 [cloud us], which lacks eu"
 	for _, tc := range []struct {
 		args    []string
-		body    string
 		reasons []string
 	}{{
-		args: []string{"submit", spec},
-		body: `{"error":"no backend may run this job; nothing was stored","code":"refused",` +
-			`"reasons":["residency [eu]","refused: no backend is feasible","local, aws-eu: dataset site lacks a residency tag: dataset s3://lathe-us-data/x is in site aws-us-east-1 [cloud us], which lacks eu"],` +
-			`"decision":{"backend":"","refused":true}}`,
-		reasons: []string{"refused: residency [eu]", "refused: refused: no backend is feasible", "refused: local, aws-eu: dataset site lacks a residency tag"},
+		args:    []string{"submit", refused},
+		reasons: []string{"refused: residency [eu]", "refused: refused: no backend is feasible", "refused: local, aws-eu: " + site},
 	}, {
-		args: []string{"submit", spec, spec2},
-		body: `{"error":"no backend may run some jobs of the batch; nothing was stored","code":"refused",` +
-			`"reasons":["jobs[1]: refused: no backend is feasible","jobs[1]: aws-us: raw logs go to the Redis site, which lacks a tag"]}`,
-		reasons: []string{"refused: jobs[1]: refused: no backend is feasible", "refused: jobs[1]: aws-us: raw logs"},
+		args:    []string{"submit", fine, refused},
+		reasons: []string{"refused: jobs[1]: refused: no backend is feasible", "refused: jobs[1]: local, aws-eu: " + site},
 	}} {
-		f.fail = &failure{422, tc.body}
-		r := lathe(t, f.srv.URL, tc.args...)
+		r := lathe(t, d.url, tc.args...)
 		if r.code != exitUsage {
 			t.Errorf("%v: exit %d, want %d; stderr:\n%s", tc.args, r.code, exitUsage, r.stderr)
 		}
@@ -473,5 +471,8 @@ func TestSubmitRefused(t *testing.T) {
 		if r.stdout != "" {
 			t.Errorf("%v: stdout %q", tc.args, r.stdout)
 		}
+	}
+	if ids, err := d.store.IDsInState(d.ctx, jobtype.StateQueued, 10); err != nil || len(ids) != 0 {
+		t.Errorf("a refusal stored jobs %v (%v)", ids, err)
 	}
 }

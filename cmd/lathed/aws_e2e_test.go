@@ -40,6 +40,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/mototest"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/worker"
 )
 
@@ -493,7 +494,7 @@ func TestAWSEndToEnd(t *testing.T) {
 	// The leader settles the job: its cost is aws-eu's spend this month.
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		out, errOut, code := cli(t, r.lathe, base, "budgets", "-o", "json")
-		var b jobtype.Budgets
+		var b wire.Budgets
 		if code != 0 || json.Unmarshal([]byte(out), &b) != nil {
 			t.Fatalf("lathe budgets: exit %d\n%s\n%s", code, out, errOut)
 		}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/wire"
 )
 
 var (
@@ -375,7 +376,7 @@ func TestUpEmbeddedRedis(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("batch submit exited %d\n%s\n%s", code, out, errOut)
 	}
-	var br jobtype.BatchResponse
+	var br wire.BatchResponse
 	if err := json.Unmarshal([]byte(out), &br); err != nil || len(br.Jobs) != 2 || br.Jobs[0].ID == br.Jobs[1].ID {
 		t.Fatalf("batch submit output: %v\n%s", err, out)
 	}

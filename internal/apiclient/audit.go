@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/ledger"
+	"github.com/lathe-ml/lathe/internal/wire"
 )
 
 // ErrExportIncomplete is wrapped by AuditExport's error when the export
@@ -46,9 +47,7 @@ func (c *Client) Audit(ctx context.Context, q AuditQuery) ([]ledger.Record, erro
 	if q.Limit > 0 {
 		v.Set("limit", strconv.Itoa(q.Limit))
 	}
-	var out struct {
-		Records []ledger.Record `json:"records"`
-	}
+	var out wire.AuditRecords
 	if err := c.call(ctx, http.MethodGet, "/api/v1/audit", v, nil, nil, &out); err != nil {
 		return nil, err
 	}

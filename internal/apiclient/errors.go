@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/wire"
 )
 
 // ErrUnreachable is wrapped by every error where the scheduler gave no
@@ -22,13 +23,13 @@ var ErrChecksum = errors.New("sha256 mismatch")
 
 // Error codes the scheduler puts in an error answer's "code" (docs/api.md).
 const (
-	CodeInvalid     = "invalid"     // 400: the body or spec is bad; Fields lists every bad field
-	CodeNotFound    = "not_found"   // 404: no such job or artifact
-	CodeConflict    = "conflict"    // 409: the transition isn't allowed; State holds the job's state
-	CodeTooLarge    = "too_large"   // 413: the body is over the limit
-	CodeRefused     = "refused"     // 422: no backend may run the job (or a job of the batch); Reasons says why
-	CodeUnavailable = "unavailable" // 503: the scheduler cannot reach Redis
-	CodeInternal    = "internal"    // 500: anything else
+	CodeInvalid     = wire.CodeInvalid     // 400: the body or spec is bad; Fields lists every bad field
+	CodeNotFound    = wire.CodeNotFound    // 404: no such job or artifact
+	CodeConflict    = wire.CodeConflict    // 409: the transition isn't allowed; State holds the job's state
+	CodeTooLarge    = wire.CodeTooLarge    // 413: the body is over the limit
+	CodeRefused     = wire.CodeRefused     // 422: no backend may run the job (or a job of the batch); Reasons says why
+	CodeUnavailable = wire.CodeUnavailable // 503: the scheduler cannot reach Redis
+	CodeInternal    = wire.CodeInternal    // 500: anything else
 )
 
 // APIError is an error answer from the scheduler. Status is always set;
@@ -75,23 +76,13 @@ func (e *APIError) Unavailable() bool {
 	return e.Status == http.StatusServiceUnavailable || e.Code == CodeUnavailable
 }
 
-// errorBody is the JSON shape of every error answer.
-type errorBody struct {
-	Error  string               `json:"error"`
-	Code   string               `json:"code"`
-	Fields []jobspec.FieldError `json:"fields"`
-	State  string               `json:"state"`
-	// Reasons is set in a 422 "refused" answer.
-	Reasons []string `json:"reasons"`
-}
-
 // decodeAPIError reads resp's body (up to 64 KiB) into an *APIError.
 func decodeAPIError(resp *http.Response) *APIError {
 	e := &APIError{Status: resp.StatusCode}
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var body errorBody
+	var body wire.Error // a wire.BatchRefusal reads as one too
 	if err := json.Unmarshal(data, &body); err == nil && (body.Error != "" || body.Code != "") {
-		e.Code, e.Message, e.Fields, e.State, e.Reasons = body.Code, body.Error, body.Fields, body.State, body.Reasons
+		e.Code, e.Message, e.Fields, e.State, e.Reasons = body.Code, body.Error, body.Fields, string(body.State), body.Reasons
 		return e
 	}
 	msg := strings.TrimSpace(string(data))

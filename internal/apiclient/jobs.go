@@ -7,14 +7,12 @@ import (
 	"strconv"
 
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/wire"
 )
 
-// JobList is one page of GET /api/v1/jobs, newest first. NextCursor is
-// empty on the last page.
-type JobList struct {
-	Jobs       []jobtype.Job `json:"jobs"`
-	NextCursor string        `json:"next_cursor"`
-}
+// JobList is one page of GET /api/v1/jobs, newest first (wire.JobList).
+// NextCursor is empty on the last page.
+type JobList = wire.JobList
 
 // Submit sends specJSON (a job spec as a JSON object) to POST /api/v1/jobs
 // and returns the stored Job. A non-empty idempotencyKey is sent as the
@@ -45,7 +43,7 @@ func (c *Client) Submit(ctx context.Context, specJSON []byte, idempotencyKey str
 // SubmitBatch submits several specs (JSON each) in one request, all or
 // nothing (POST /api/v1/jobs/batch). With an idempotency key, sending the
 // same batch again returns the same jobs.
-func (c *Client) SubmitBatch(ctx context.Context, specs [][]byte, idempotencyKey string) (*jobtype.BatchResponse, error) {
+func (c *Client) SubmitBatch(ctx context.Context, specs [][]byte, idempotencyKey string) (*wire.BatchResponse, error) {
 	var hdr http.Header
 	if idempotencyKey != "" {
 		hdr = http.Header{"Idempotency-Key": {idempotencyKey}}
@@ -58,7 +56,7 @@ func (c *Client) SubmitBatch(ctx context.Context, specs [][]byte, idempotencyKey
 		body = append(body, s...)
 	}
 	body = append(body, "]}"...)
-	var resp jobtype.BatchResponse
+	var resp wire.BatchResponse
 	if err := c.call(ctx, http.MethodPost, "/api/v1/jobs/batch", nil, body, hdr, &resp); err != nil {
 		return nil, err
 	}
@@ -124,9 +122,7 @@ func (c *Client) Events(ctx context.Context, id, after string) ([]jobtype.Event,
 	if after != "" {
 		q = url.Values{"after": {after}}
 	}
-	var out struct {
-		Events []jobtype.Event `json:"events"`
-	}
+	var out wire.EventList
 	if err := c.call(ctx, http.MethodGet, jobPath(id, "/events"), q, nil, nil, &out); err != nil {
 		return nil, err
 	}

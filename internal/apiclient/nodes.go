@@ -6,14 +6,13 @@ import (
 	"net/url"
 
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/wire"
 )
 
 // GPUs returns every GPU of every live node (GET /api/v1/gpus), sorted by
 // node then index, each with the job holding it (JobID "" when free).
 func (c *Client) GPUs(ctx context.Context) ([]jobtype.GPU, error) {
-	var out struct {
-		GPUs []jobtype.GPU `json:"gpus"`
-	}
+	var out wire.GPUList
 	if err := c.call(ctx, http.MethodGet, "/api/v1/gpus", nil, nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -24,15 +23,13 @@ func (c *Client) GPUs(ctx context.Context) ([]jobtype.GPU, error) {
 }
 
 // Nodes returns one row per live node (GET /api/v1/nodes), sorted by name.
-func (c *Client) Nodes(ctx context.Context) ([]jobtype.NodeInfo, error) {
-	var out struct {
-		Nodes []jobtype.NodeInfo `json:"nodes"`
-	}
+func (c *Client) Nodes(ctx context.Context) ([]wire.NodeInfo, error) {
+	var out wire.NodeList
 	if err := c.call(ctx, http.MethodGet, "/api/v1/nodes", nil, nil, nil, &out); err != nil {
 		return nil, err
 	}
 	if out.Nodes == nil {
-		out.Nodes = []jobtype.NodeInfo{}
+		out.Nodes = []wire.NodeInfo{}
 	}
 	return out.Nodes, nil
 }
@@ -50,8 +47,8 @@ func (c *Client) GPUSeries(ctx context.Context, id string) (*jobtype.GPUSeries, 
 
 // Budgets returns a month's spend per backend and team (GET
 // /api/v1/budgets); month "" is the current one.
-func (c *Client) Budgets(ctx context.Context, month string) (jobtype.Budgets, error) {
-	var out jobtype.Budgets
+func (c *Client) Budgets(ctx context.Context, month string) (wire.Budgets, error) {
+	var out wire.Budgets
 	q := url.Values{}
 	if month != "" {
 		q.Set("month", month)

@@ -7,14 +7,14 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/wire"
 )
 
-// QueueStats is the answer of GET /api/v1/queues (shared with the scheduler).
-type QueueStats = jobtype.QueueStats
+// QueueStats is the answer of GET /api/v1/queues (wire.QueueStats).
+type QueueStats = wire.QueueStats
 
-// QueueInfo is one backend queue (shared with the scheduler).
-type QueueInfo = jobtype.QueueInfo
+// QueueInfo is one backend queue (wire.QueueInfo).
+type QueueInfo = wire.QueueInfo
 
 // Queues returns the scheduler's queue statistics.
 func (c *Client) Queues(ctx context.Context) (*QueueStats, error) {
@@ -25,12 +25,8 @@ func (c *Client) Queues(ctx context.Context) (*QueueStats, error) {
 	return &q, nil
 }
 
-// Health is the answer of GET /healthz.
-type Health struct {
-	OK bool `json:"ok"`
-	// Redis is "up", or "down: <reason>".
-	Redis string `json:"redis"`
-}
+// Health is the answer of GET /healthz (wire.Health).
+type Health = wire.Health
 
 // Health asks the scheduler whether it and its Redis are up. When Redis is
 // down it returns the Health it got together with an *APIError (status 503,

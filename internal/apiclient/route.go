@@ -8,16 +8,13 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/internal/wire"
 )
 
-// Explanation is the answer of POST /api/v1/route: the routing decision
-// the scheduler would make for a spec now, and the hash of the routing
-// config it was made under. Nothing is stored or recorded.
-type Explanation struct {
-	routing.Decision
-	ConfigHash string `json:"config_hash"`
-}
+// Explanation is the answer of POST /api/v1/route (wire.Explanation): the
+// routing decision the scheduler would make for a spec now, and the hash
+// of the routing config it was made under. Nothing is stored or recorded.
+type Explanation = wire.Explanation
 
 // WhatIf states inputs of an explanation in place of the scheduler's own:
 // the wait of a local pool (Wait, by backend) and a backend's spend this

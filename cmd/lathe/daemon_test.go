@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/fileuri"
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/routing"
+)
+
+// testDaemon is the real scheduler's HTTP API in process, for the CLI's
+// tests: scheduler.New(…).Handler() under httptest, over a jobstore on a
+// real redis-server (internal/redistest). Only the handler runs, no
+// placement round, reconciler or worker: a submitted job stays queued
+// unless the test drives it through the store as a worker would.
+type testDaemon struct {
+	url   string
+	redis *redistest.Server
+	store *jobstore.Store
+	ctx   context.Context
+}
+
+// newTestDaemon starts the scheduler's API configured from the lathed
+// config text config the way lathed's scheduler command does
+// (cmd/lathed/root.go: the routing sections through routing.ParseConfig;
+// Defaults of jobs.default_max_runtime, given here as maxRuntime,
+// routing.default_residency and <data_dir>/artifacts).
+func newTestDaemon(t *testing.T, config string, maxRuntime time.Duration) *testDaemon {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	store := jobstore.New(rdb, jobstore.Config{})
+	cfg, err := routing.ParseConfig([]byte(config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults := jobspec.Defaults{MaxRuntime: maxRuntime, Residency: cfg.DefaultResidency, OutputURI: fileuri.FromPath(filepath.Join("/var/lib/lathe", "artifacts"))}
+	s := scheduler.New(rdb, store, scheduler.Config{Routing: cfg, Defaults: defaults, Logger: slog.New(slog.DiscardHandler)})
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	return &testDaemon{url: hs.URL, redis: srv, store: store, ctx: context.Background()}
+}
+
+// heartbeat makes n a live node, as its worker's first heartbeat does.
+func (d *testDaemon) heartbeat(t *testing.T, n jobstore.Node) {
+	t.Helper()
+	if err := d.store.Heartbeat(d.ctx, n, time.Minute, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// h100s are n healthy H100 80GB GPUs, as NVML reports them.
+func h100s(n int) []jobtype.GPU {
+	gpus := make([]jobtype.GPU, n)
+	for i := range gpus {
+		gpus[i] = jobtype.GPU{Index: i, UUID: "GPU-" + string(rune('a'+i)), Name: "NVIDIA H100 80GB HBM3", MemoryTotalMB: 80 * 1024, Healthy: true}
+	}
+	return gpus
+}
+
+// daemonFromConfig is newTestDaemon from the lathed config file at path,
+// with one live local node of 8 H100s (gpu-1); it returns the API's URL.
+func daemonFromConfig(t *testing.T, path string, maxRuntime time.Duration) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newTestDaemon(t, string(data), maxRuntime)
+	d.heartbeat(t, jobstore.Node{Name: "gpu-1", Incarnation: "i1", Backend: "local", Slots: 2, GPUs: h100s(8)})
+	return d.url
+}
+
+// submit stores a job of the spec text through the CLI (lathe submit) and
+// returns it.
+func (d *testDaemon) submit(t *testing.T, spec string) *jobtype.Job {
+	t.Helper()
+	r := lathe(t, d.url, "submit", writeFile(t, t.TempDir(), "job.yaml", spec), "-o", "json")
+	var job jobtype.Job
+	if err := json.Unmarshal([]byte(r.stdout), &job); r.code != exitOK || err != nil || job.ID == "" {
+		t.Fatalf("submit: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+	return &job
+}
+
+// start runs job id's first attempt on node (a live node, of slots CPU
+// slots) as its worker would: dispatched there, then claimed (running).
+func (d *testDaemon) start(t *testing.T, id, node string, slots int) {
+	t.Helper()
+	if err := d.store.Dispatch(d.ctx, id, 1, node, "local", slots, nil); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := d.store.Claim(d.ctx, id, 1, node, "i-"+node, time.Minute); err != nil || out != jobstore.Claimed {
+		t.Fatalf("claim %s: %v %v", id, out, err)
+	}
+}
