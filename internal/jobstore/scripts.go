@@ -319,7 +319,7 @@ if not cur[1] then return {-1, '', 0, 0} end
 local state, attempt = cur[1], cur[2]
 if state == 'cancelled' then return reply(1, id) end
 if terminal(state) then return reply(0, id) end
-if state == 'queued' or state == 'preempted' then
+if state == 'queued' then
   redis.call('ZREM', P .. 'pending', id)
   cdata = string.gsub(cdata, '"__FROM__"', '"' .. state .. '"')
   setstate(id, state, 'cancelled', now)
