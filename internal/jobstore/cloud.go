@@ -38,7 +38,7 @@ func (s *Store) Adopt(ctx context.Context, id string, attempt int, node, old, in
 	if err != nil {
 		return err
 	}
-	if r.code != 1 {
+	if r.code != codeDone {
 		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("adopt needs attempt %d on %s held by %q", attempt, node, old)}
 	}
 	return nil
@@ -47,8 +47,8 @@ func (s *Store) Adopt(ctx context.Context, id string, attempt int, node, old, in
 // Started moves a provisioning attempt to running (its trainer started on
 // the instance) and sets started_at.
 func (s *Store) Started(ctx context.Context, id string, attempt int, at time.Time) error {
-	return s.transition(ctx, id, attempt, []jobtype.State{jobtype.StateProvisioning}, jobtype.StateRunning,
-		jobtype.StateChange{From: jobtype.StateProvisioning, To: jobtype.StateRunning}, "", "started_at", ms(at))
+	return s.transition(ctx, id, attempt, move{from: []jobtype.State{jobtype.StateProvisioning}, to: jobtype.StateRunning,
+		change: jobtype.StateChange{From: jobtype.StateProvisioning, To: jobtype.StateRunning}, fields: []any{"started_at", ms(at)}})
 }
 
 // CloudPreempted ends a provisioning or running cloud attempt that the
@@ -61,10 +61,9 @@ func (s *Store) CloudPreempted(ctx context.Context, id string, attempt int, why 
 	if err != nil {
 		return err
 	}
-	score := strconv.FormatFloat(PendingScore(j.Spec.Priority, j.CreatedAt), 'f', 0, 64)
-	return s.transitionScore(ctx, id, attempt, []jobtype.State{jobtype.StateRunning, jobtype.StateProvisioning}, jobtype.StateQueued,
-		jobtype.StateChange{To: jobtype.StateQueued, Reason: jobtype.ReasonPreempted, Error: why},
-		"release,requeue", score, "error", why, "preemptions", j.Preemptions+1)
+	return s.transition(ctx, id, attempt, move{from: []jobtype.State{jobtype.StateRunning, jobtype.StateProvisioning}, to: jobtype.StateQueued,
+		change:  jobtype.StateChange{To: jobtype.StateQueued, Reason: jobtype.ReasonPreempted, Error: why},
+		release: true, requeue: true, score: requeueScore(j), fields: []any{"error", why, "preemptions", j.Preemptions + 1}})
 }
 
 // AddAttemptCost adds usd, the cost of attempt's cloud instance (its time ×

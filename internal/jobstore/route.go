@@ -47,7 +47,7 @@ func (s *Store) SetRoute(ctx context.Context, id string, route *jobtype.RouteInf
 	if err != nil {
 		return err
 	}
-	if r.code != 1 {
+	if r.code != codeDone {
 		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: "set route needs a job that has not ended"}
 	}
 	return nil
@@ -101,9 +101,9 @@ func (s *Store) SetRouteLogged(ctx context.Context, l *ledger.Ledger, id string,
 			return nil, fmt.Errorf("jobstore: set route %s: %w", id, err)
 		}
 		switch r.code {
-		case 1:
+		case codeDone:
 			return &ri, nil
-		case -1:
+		case codeNotFound:
 			return nil, fmt.Errorf("jobstore: set route %s: %w", id, ErrNotFound)
 		default:
 			return nil, &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: "set route needs a job that has not ended"}
