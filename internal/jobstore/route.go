@@ -16,15 +16,28 @@ import (
 )
 
 // setRouteScript writes a job's route and held reason, on a job that has
-// not ended. With ledger keys (KEYS: the ledger's stream and head) it also
-// appends the decision's records, in the same call: first the job is
-// checked (missing: -1; ended: 0, and nothing is written), then the
-// ledger's head (ledger_check: a head that moved is answered, nothing
-// written), then the route is written and the records appended. Redis
-// refuses a script's first write at maxmemory and lets one that has
-// written finish, so the route and its records land together or not at
-// all. ARGV: prefix, id, route JSON, held, then with keys: the head's seq
-// and mac the records were sealed on, their number, their EntryArgs.
+// not ended. With ledger keys it also appends the decision's records, in the
+// same call: first the job is checked (nothing is written for a missing or
+// ended job), then the ledger's head (ledger_check: a head that moved is
+// answered, nothing written), then the route is written and the records
+// appended. Redis refuses a script's first write at maxmemory and lets one
+// that has written finish, so the route and its records land together or
+// not at all.
+//
+//	KEYS[1]  ledger stream  (optional, with KEYS[2])
+//	KEYS[2]  ledger head
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  route JSON
+//	ARGV[4]  held reason ('' not held)
+//	with KEYS:
+//	ARGV[5]  head seq the records were sealed on
+//	ARGV[6]  head mac
+//	ARGV[7]  record count
+//	ARGV[8…] the records' ledger.EntryArgs
+//
+// Returns the job reply: DONE, CONFLICT (ended), NOT_FOUND; or a
+// ledger_check reply.
 var setRouteScript = redis.NewScript(luaCommon + ledger.LuaAppend + `
 local id = ARGV[2]
 local st = redis.call('HGET', jobkey(id), 'state')

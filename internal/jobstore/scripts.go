@@ -124,26 +124,37 @@ end
 // job: if its key names a job, that job is returned and nothing is stored;
 // else the record (with the key in its 'idem' field, so deleting the job
 // deletes the key), the indexes, the pending set, the key (value "id fp")
-// and the first event are written. ARGV: prefix, idemTTL seconds, now ms,
-// maxlen, event data, n, then per job: id, idemKey (” none), idem
-// fingerprint, pending score, number of field/value entries, the
-// field/value entries. Returns {code, id, code, id, …}: 1 stored, 2
-// existing (id of the key's job), 0 id collision; or {-3, index, id} when
-// the key of job index (0-based) conflicts (id: the job it names, ” for a
-// key given twice in the call).
+// and the first event are written.
 //
 // With KEYS (the ledger's stream and head: CreateLogged), ledger records
 // about the jobs are written in the same call, so a decision record and the
 // job it admits are stored together or not at all (even when Redis refuses
 // writes at maxmemory: the script's first write is refused before anything
-// is written, and once it has written Redis lets it finish). After the jobs,
-// ARGV holds: head seq and mac the records were sealed on, record count,
-// count of jobs that must be new, their 1-based indexes, the records'
-// ledger.EntryArgs. Before writing anything the script checks the head
-// (else a ledger_check reply) and that each such job will be stored:
-// neither its id nor its idempotency key (one naming a live job) is taken,
-// in Redis or by an earlier job of the call; else it returns
-// {'recheck', index, …} and stores nothing.
+// is written, and once it has written Redis lets it finish). Before writing
+// anything the script checks the head (else a ledger_check reply) and that
+// each job with records will be stored: neither its id nor its idempotency
+// key (one naming a live job) is taken, in Redis or by an earlier job of the
+// call; else it returns {RECHECK, index, …} and stores nothing.
+//
+//	KEYS[1]  ledger stream  (optional, with KEYS[2])
+//	KEYS[2]  ledger head
+//	ARGV[1]  prefix
+//	ARGV[2]  idempotency TTL, seconds
+//	ARGV[3]  now, ms
+//	ARGV[4]  event stream maxlen
+//	ARGV[5]  first event's data (StateChange JSON)
+//	ARGV[6]  n, the number of jobs
+//	then per job: id, idempotency key ('' none), its fingerprint, pending
+//	  score, the number m of field/value entries, the m entries
+//	then with KEYS: the head's seq and mac the records were sealed on, the
+//	  record count, the count of jobs that must be new, their 1-based
+//	  indexes, the records' ledger.EntryArgs
+//
+// Returns {code, id, code, id, …}, one pair per job: DONE (stored), EXISTING
+// (id: the job its key names), CONFLICT (the id is taken); or {IDEM_CONFLICT,
+// index, id} when the key of job index (0-based) conflicts (id: the job it
+// names, empty for a key given twice in the call); or a ledger_check reply; or
+// {RECHECK, index, …} (1-based).
 var createScript = redis.NewScript(luaCodes + ledger.LuaAppend + `
 local P = ARGV[1]
 local ttl, now, maxlen, data, n = tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
@@ -223,13 +234,25 @@ if led then ledger_write(KEYS[1], KEYS[2], ARGV, led.first, led.n) end
 return out
 `)
 
-// transitionScript moves a job from one of the allowed states to another.
-// ARGV: prefix, id, allowed from states (comma separated, ” = any
-// non-terminal), expected attempt (0 any), to, now ms, maxlen, event data,
-// flags (comma separated: 'release' frees the node reservation, 'requeue'
-// bumps the attempt and adds the job to the pending set with score ARGV[10],
-// 'unpend' removes it from the pending set, 'clearcancel'), pending score, then
-// field/value pairs to set.
+// transitionScript moves a job from one of the allowed states to another
+// (Finish, Requeue, CancelDispatched, Preempted, CloudPreempted, Started,
+// Retry: Store.transition and its move).
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  allowed from states, comma separated ('' any non-terminal)
+//	ARGV[4]  expected attempt (0 any)
+//	ARGV[5]  to state
+//	ARGV[6]  now, ms
+//	ARGV[7]  event stream maxlen
+//	ARGV[8]  state event data (FROM stands for the state found)
+//	ARGV[9]  flags, comma separated: FLAG_RELEASE, FLAG_REQUEUE, FLAG_CLEARCANCEL
+//	ARGV[10] pending score (with FLAG_REQUEUE)
+//	ARGV[11…] field/value pairs to set on the record
+//
+// Returns the job reply: DONE, CONFLICT (another state or attempt), or
+// NOT_FOUND. With FLAG_REQUEUE and no FLAG_CLEARCANCEL, a job whose cancel
+// was asked goes to cancelled instead of queued.
 var transitionScript = redis.NewScript(luaCommon + `
 local id, allowed, want, to, now, maxlen, data, flags, score = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt')
@@ -270,12 +293,25 @@ return reply(DONE, id)
 
 // dispatchScript reserves room on a node and moves a queued job to
 // dispatched, atomically. A GPU job reserves exactly its GPU indices and
-// fails (code 3) if any of them is held; a CPU-only job (no GPUs) takes one
-// of the node's CPU slots and fails if they are all held. The node's
-// reservations hash maps job id → {"a":attempt,"g":[indices]} (a bare
-// number is an older CPU reservation). ARGV: prefix, id, attempt, node, CPU
-// slots on the node, now ms, maxlen, event data, backend, gpus JSON, fence
-// (” none).
+// fails if any of them is held; a CPU-only job (no GPUs) takes one of the
+// node's CPU slots and fails if they are all held. The node's reservations
+// hash maps job id → {"a":attempt,"g":[indices]} (a bare number is an older
+// CPU reservation).
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  attempt
+//	ARGV[4]  node
+//	ARGV[5]  CPU slots on the node
+//	ARGV[6]  now, ms
+//	ARGV[7]  event stream maxlen
+//	ARGV[8]  state event data
+//	ARGV[9]  backend
+//	ARGV[10] GPU indices, JSON
+//	ARGV[11] leader fence ('' none)
+//
+// Returns the job reply: DONE; CONFLICT (not queued at that attempt, or a
+// cancel was asked); NODE_FULL; FENCED; NOT_FOUND.
 var dispatchScript = redis.NewScript(luaCommon + `
 local id, want, node, cap, now, maxlen, data, backend, gpus = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 if fenced(ARGV[11] or '') then return {FENCED, 'fenced', 0, 0} end
@@ -310,11 +346,24 @@ addevent(id, maxlen, 'state', want, now, data)
 return reply(DONE, id)
 `)
 
-// claimScript lets a worker take its attempt: dispatched → running when the
-// attempt and node match and no cancel was asked; dispatched → cancelled
-// when one was. ARGV: prefix, id, attempt, node, incarnation, now, maxlen,
-// running event data, cancelled event data, lease ms (the attempt's lease
-// runs until now + lease).
+// claimScript lets a worker take its attempt: dispatched → running (or
+// provisioning, for a cloud claim) when the attempt and node match and no
+// cancel was asked; dispatched → cancelled when one was.
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  attempt
+//	ARGV[4]  node
+//	ARGV[5]  the worker's incarnation
+//	ARGV[6]  now, ms
+//	ARGV[7]  event stream maxlen
+//	ARGV[8]  state event data of the claim
+//	ARGV[9]  state event data of the cancellation
+//	ARGV[10] lease, ms (the attempt's lease runs until now + lease)
+//	ARGV[11] to state (default running)
+//
+// Returns the job reply: DONE; CLAIM_CANCELLED (the claim wrote
+// cancelled); CONFLICT (stale: another state, attempt or node); NOT_FOUND.
 var claimScript = redis.NewScript(luaCommon + `
 local id, want, node, inc, now, maxlen, rdata, cdata = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested', 'node')
@@ -335,11 +384,19 @@ addevent(id, maxlen, 'state', want, now, rdata)
 return reply(DONE, id)
 `)
 
-// appendScript appends trainer events of the running attempt and updates
-// the record's progress, metrics and artifacts. A writer whose attempt is no
-// longer current (or whose job is not running) loses. ARGV: prefix, id,
-// attempt, maxlen, then groups of 5: type, time ms, data, field to set on
-// the record (” none), its new value.
+// appendScript appends trainer events of the running (or provisioning)
+// attempt and updates the record's progress, metrics and artifacts. A
+// writer whose attempt is no longer current (or whose job is not running)
+// loses.
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  attempt
+//	ARGV[4]  event stream maxlen
+//	ARGV[5…] groups of 5: type ('' no event), time ms, data, field to set on
+//	         the record ('' none), its new value
+//
+// Returns the job reply: DONE, CONFLICT, NOT_FOUND.
 var appendScript = redis.NewScript(luaCommon + `
 local id, want, maxlen = ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested')
@@ -356,9 +413,19 @@ return reply(DONE, id)
 `)
 
 // cancelScript asks for a job's cancellation. A queued job is cancelled at
-// once (it holds nothing); a dispatched or running one gets the durable
-// cancel_requested flag, which its attempt's owner honours. ARGV: prefix,
-// id, now, maxlen, cancelled event data, requested event data.
+// once (it holds nothing); a dispatched, provisioning or running one gets
+// the durable cancel_requested flag (and a cancel_requested event, once),
+// which its attempt's owner honours.
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  now, ms
+//	ARGV[4]  event stream maxlen
+//	ARGV[5]  cancelled state event data (FROM stands for the state found)
+//	ARGV[6]  cancel_requested event data
+//
+// Returns the job reply: DONE (also for a job already cancelled), CONFLICT
+// (it succeeded or failed), NOT_FOUND.
 var cancelScript = redis.NewScript(luaCommon + `
 local id, now, maxlen, cdata, rdata = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested')
@@ -383,10 +450,20 @@ return reply(DONE, id)
 
 // preemptScript asks a job's attempt to make room for an urgent job: a
 // running attempt gets preempt_requested (its worker sees it at the next
-// lease renewal, stops the trainer, which checkpoints, and requeues it); a
-// dispatched attempt that has not started goes straight back to queued as
-// the next attempt. ARGV: prefix, id, attempt, now, maxlen, for-job id,
-// pending score, fence (” none).
+// lease renewal, stops the trainer, which checkpoints, and calls
+// Preempted); a dispatched attempt that has not started goes straight back
+// to queued as the next attempt.
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  attempt
+//	ARGV[4]  now, ms
+//	ARGV[5]  event stream maxlen
+//	ARGV[6]  the urgent job's id
+//	ARGV[7]  pending score
+//	ARGV[8]  leader fence ('' none)
+//
+// Returns the job reply: DONE, CONFLICT, FENCED, NOT_FOUND.
 var preemptScript = redis.NewScript(luaCommon + `
 local id, want, now, maxlen, forjob, score = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 if fenced(ARGV[8] or '') then return {FENCED, 'fenced', 0, 0} end
@@ -412,8 +489,14 @@ return reply(DONE, id)
 `)
 
 // annotateScript sets fields on a job while attempt is its current one and
-// it runs (what the trainer was given). ARGV: prefix, id, attempt, then
-// field/value pairs.
+// it is dispatched, provisioning or running (what the trainer was given).
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  attempt
+//	ARGV[4…] field/value pairs
+//
+// Returns the job reply: DONE, CONFLICT, NOT_FOUND.
 var annotateScript = redis.NewScript(luaCommon + `
 local id, want = ARGV[2], tonumber(ARGV[3])
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt')
@@ -425,9 +508,18 @@ redis.call('HSET', jobkey(id), unpack(fields))
 return reply(DONE, id)
 `)
 
-// renewScript extends the lease of a running attempt held by incarnation.
-// Code 7: renewed, and a preemption was asked.
-// ARGV: prefix, id, attempt, incarnation, now, lease ms.
+// renewScript extends the lease of a running (or provisioning) attempt
+// held by incarnation.
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  attempt
+//	ARGV[4]  incarnation
+//	ARGV[5]  now, ms
+//	ARGV[6]  lease, ms
+//
+// Returns the job reply: DONE; PREEMPT_ASKED (renewed, and a preemption was
+// asked); CONFLICT (another state, attempt or incarnation); NOT_FOUND.
 var renewScript = redis.NewScript(luaCommon + `
 local id, want, inc, now, lease = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'incarnation')
@@ -440,9 +532,21 @@ return reply(DONE, id)
 `)
 
 // reapScript ends a running attempt whose lease expired more than grace ago
-// and makes the next attempt (queued, through the pending set). ARGV:
-// prefix, id, attempt, now, maxlen, event data, pending score, grace ms,
-// fence (” none).
+// and makes the next attempt (queued, through the pending set), or ends the
+// job cancelled when a cancel was asked (workergone).
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  attempt
+//	ARGV[4]  now, ms
+//	ARGV[5]  event stream maxlen
+//	ARGV[6]  state event data (running → queued)
+//	ARGV[7]  pending score
+//	ARGV[8]  grace, ms
+//	ARGV[9]  leader fence ('' none)
+//
+// Returns the job reply: DONE; CONFLICT (another state or attempt, or the
+// lease has not expired); FENCED; NOT_FOUND.
 var reapScript = redis.NewScript(luaCommon + `
 local id, want, now, maxlen, data, score, grace = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 if fenced(ARGV[9] or '') then return {FENCED, 'fenced', 0, 0} end
@@ -453,9 +557,15 @@ if tonumber(cur[3] or '0') + grace >= now then return reply(CONFLICT, id) end
 return workergone(id, want, cur[4], now, maxlen, data, score, 'lease expired (worker gone)')
 `)
 
-// deleteScript removes a finished job entirely: record, event stream,
-// index entries, attempt reservations. ARGV: prefix, id. Refuses a job that
-// is not in a terminal state.
+// deleteScript removes a finished job entirely: record, event stream, GPU
+// series, index entries, and its idempotency key (if the key still names
+// it). It refuses a job that is not in a terminal state.
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//
+// Returns {DONE, the state it was in, 0, 0}, or the job reply: CONFLICT (not
+// terminal), NOT_FOUND (its id is dropped from the jobs index).
 var deleteScript = redis.NewScript(luaCommon + `
 local id = ARGV[2]
 local st = redis.call('HGET', jobkey(id), 'state')
@@ -479,8 +589,18 @@ return {DONE, st, 0, 0}
 // adoptScript hands a provisioning or running attempt from one worker
 // incarnation (gone) to another on the same node: the incarnation and lease
 // change only if the attempt, node and old incarnation are still the ones
-// the caller saw. ARGV: prefix, id, attempt, node, old incarnation, new
-// incarnation, now ms, lease ms.
+// the caller saw.
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  attempt
+//	ARGV[4]  node
+//	ARGV[5]  old incarnation
+//	ARGV[6]  new incarnation
+//	ARGV[7]  now, ms
+//	ARGV[8]  lease, ms
+//
+// Returns the job reply: DONE, CONFLICT, NOT_FOUND.
 var adoptScript = redis.NewScript(luaCommon + `
 local id, want, node, old, inc, now, lease = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'node', 'incarnation')
@@ -492,10 +612,22 @@ return reply(DONE, id)
 
 // releaseDeadScript ends a running attempt on node whose worker incarnation
 // is dead (a new incarnation on the same node killed its trainer's process
-// group) and makes the next attempt, as the reaper would, without waiting
-// for the lease. ARGV: prefix, id, attempt, node, dead incarnation (” any
-// but the live one), live incarnation, now, maxlen, event data, pending
-// score.
+// group) and makes the next attempt, as the reaper would (workergone),
+// without waiting for the lease.
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  attempt
+//	ARGV[4]  node
+//	ARGV[5]  dead incarnation ('' any but the live one)
+//	ARGV[6]  live incarnation
+//	ARGV[7]  now, ms
+//	ARGV[8]  event stream maxlen
+//	ARGV[9]  state event data (running → queued)
+//	ARGV[10] pending score
+//
+// Returns the job reply: DONE; CONFLICT (another state, attempt, node or
+// incarnation); NOT_FOUND.
 var releaseDeadScript = redis.NewScript(luaCommon + `
 local id, want, node, dead, live, now, maxlen, data, score = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10]
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'node', 'incarnation', 'cancel_requested')
