@@ -186,7 +186,7 @@ func TestListCancelEvents(t *testing.T) {
 	if err := b.store.Dispatch(b.ctx, ids[1], 1, "n1", "local", 4, nil); err != nil {
 		t.Fatal(err)
 	}
-	if out, _ := b.store.Claim(b.ctx, ids[1], 1, "n1", "i", time.Minute); out != jobstore.Claimed {
+	if out, _ := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: ids[1], Attempt: 1, Node: "n1", Incarnation: "i", Lease: time.Minute}); out != jobstore.Claimed {
 		t.Fatal("claim")
 	}
 	if err := b.store.Finish(b.ctx, ids[1], 1, jobstore.Ending{State: jobtype.StateSucceeded}); err != nil {

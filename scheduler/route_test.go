@@ -172,7 +172,7 @@ func TestRetryAndPreemptionAreRerouted(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.waitRoute(t, id, "dispatched", func(j *jobtype.Job) bool { return j.State == jobtype.StateDispatched })
-	if out, err := b.store.Claim(b.ctx, id, 1, "n1", "i", time.Minute); err != nil || out != jobstore.Claimed {
+	if out, err := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: id, Attempt: 1, Node: "n1", Incarnation: "i", Lease: time.Minute}); err != nil || out != jobstore.Claimed {
 		t.Fatalf("claim: %v %v", out, err)
 	}
 	if err := b.store.Finish(b.ctx, id, 1, jobstore.Ending{State: jobtype.StateFailed, Reason: jobtype.ReasonExit, Error: "x"}); err != nil {
@@ -187,7 +187,7 @@ func TestRetryAndPreemptionAreRerouted(t *testing.T) {
 	}
 	// Attempt 2 runs and is preempted: attempt 3 is decided again.
 	b.waitRoute(t, id, "dispatched again", func(j *jobtype.Job) bool { return j.State == jobtype.StateDispatched && j.Attempt == 2 })
-	if out, err := b.store.Claim(b.ctx, id, 2, "n1", "i", time.Minute); err != nil || out != jobstore.Claimed {
+	if out, err := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: id, Attempt: 2, Node: "n1", Incarnation: "i", Lease: time.Minute}); err != nil || out != jobstore.Claimed {
 		t.Fatalf("claim 2: %v %v", out, err)
 	}
 	if err := b.store.Preempted(b.ctx, id, 2, "j-urgent"); err != nil {
@@ -342,7 +342,7 @@ func TestBudgetReservedAndSettled(t *testing.T) {
 		t.Fatalf("reserved at admission: %+v", sp)
 	}
 	b.waitRoute(t, j.ID, "dispatched", func(j *jobtype.Job) bool { return j.State == jobtype.StateDispatched })
-	if out, err := b.store.Claim(b.ctx, j.ID, 1, "n1", "i", time.Minute); err != nil || out != jobstore.Claimed {
+	if out, err := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: "n1", Incarnation: "i", Lease: time.Minute}); err != nil || out != jobstore.Claimed {
 		t.Fatalf("claim: %v %v", out, err)
 	}
 	if err := b.store.Finish(b.ctx, j.ID, 1, jobstore.Ending{State: jobtype.StateSucceeded}); err != nil {

@@ -35,11 +35,11 @@ func storeOps() map[string]storeOp {
 			return s.Dispatch(ctx, id, 1, "n1", "local", 1000, nil)
 		}},
 		"claim": {jobtype.OpClaim, func(ctx context.Context, s *jobstore.Store, id string) error {
-			_, err := s.Claim(ctx, id, 1, "n1", "inc2", lease)
+			_, err := s.Claim(ctx, jobstore.ClaimParams{ID: id, Attempt: 1, Node: "n1", Incarnation: "inc2", Lease: lease})
 			return err
 		}},
 		"claim cloud": {jobtype.OpClaimCloud, func(ctx context.Context, s *jobstore.Store, id string) error {
-			_, err := s.ClaimCloud(ctx, id, 1, "n1", "inc2", lease)
+			_, err := s.ClaimCloud(ctx, jobstore.ClaimParams{ID: id, Attempt: 1, Node: "n1", Incarnation: "inc2", Lease: lease})
 			return err
 		}},
 		"started": {jobtype.OpStarted, func(ctx context.Context, s *jobstore.Store, id string) error {
@@ -71,7 +71,7 @@ func storeOps() map[string]storeOp {
 			return s.Reap(ctx, id, 1, 0)
 		}},
 		"release dead": {jobtype.OpReleaseDead, func(ctx context.Context, s *jobstore.Store, id string) error {
-			return s.ReleaseDead(ctx, id, 1, "n1", "dead", "live")
+			return s.ReleaseDead(ctx, jobstore.ReleaseDeadParams{ID: id, Attempt: 1, Node: "n1", Dead: "dead", Live: "live"})
 		}},
 		"retry": {jobtype.OpRetry, func(ctx context.Context, s *jobstore.Store, id string) error {
 			_, err := s.Retry(ctx, id)
@@ -87,7 +87,7 @@ func storeOps() map[string]storeOp {
 			return err
 		}},
 		"adopt": {"", func(ctx context.Context, s *jobstore.Store, id string) error {
-			return s.Adopt(ctx, id, 1, "n1", "dead", "inc2", lease)
+			return s.Adopt(ctx, jobstore.AdoptParams{ID: id, Attempt: 1, Node: "n1", From: "dead", To: "inc2", Lease: lease})
 		}},
 		"set route": {"", func(ctx context.Context, s *jobstore.Store, id string) error {
 			return s.SetRoute(ctx, id, &jobtype.RouteInfo{Backend: "local"}, "")

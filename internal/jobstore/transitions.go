@@ -54,19 +54,33 @@ const (
 	ClaimCancelled
 )
 
-// Claim takes attempt of job id for node (incarnation identifies the worker
-// process): dispatched → running with a lease of the given length, or →
-// cancelled when a cancel was asked.
-func (s *Store) Claim(ctx context.Context, id string, attempt int, node, incarnation string, lease time.Duration) (ClaimOutcome, error) {
-	return s.claim(ctx, id, attempt, node, incarnation, lease, jobtype.StateRunning)
+// ClaimParams names the attempt a worker takes (Claim, ClaimCloud) and the
+// lease it takes it with.
+type ClaimParams struct {
+	ID      string
+	Attempt int
+	// Node is the node the attempt was dispatched to (for ClaimCloud, its
+	// backend's CloudNode); another node's claim is stale.
+	Node string
+	// Incarnation identifies the worker process that takes it.
+	Incarnation string
+	// Lease is how long the attempt is held without a renewal (until now + Lease).
+	Lease time.Duration
+}
+
+// Claim takes attempt p.Attempt of job p.ID for p.Node: dispatched →
+// running with a lease held by p.Incarnation, or → cancelled when a cancel
+// was asked.
+func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimOutcome, error) {
+	return s.claim(ctx, p, jobtype.StateRunning)
 }
 
 // claim moves a dispatched attempt to (running or provisioning), or to
 // cancelled when a cancel was asked.
-func (s *Store) claim(ctx context.Context, id string, attempt int, node, incarnation string, lease time.Duration, to jobtype.State) (ClaimOutcome, error) {
-	rdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: to, Node: node})
+func (s *Store) claim(ctx context.Context, p ClaimParams, to jobtype.State) (ClaimOutcome, error) {
+	rdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: to, Node: p.Node})
 	cdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled})
-	r, err := s.run(ctx, "claim", id, claimScript, attempt, node, incarnation, ms(s.now()), s.cfg.EventsMaxLen, rdata, cdata, lease.Milliseconds(), string(to))
+	r, err := s.run(ctx, "claim", p.ID, claimScript, p.Attempt, p.Node, p.Incarnation, ms(s.now()), s.cfg.EventsMaxLen, rdata, cdata, p.Lease.Milliseconds(), string(to))
 	if err != nil {
 		return 0, err
 	}
@@ -407,25 +421,37 @@ func (s *Store) Reap(ctx context.Context, id string, attempt int, grace time.Dur
 // ReasonWorkerRestarted is the reason of an attempt ended by ReleaseDead.
 const ReasonWorkerRestarted = "worker restarted"
 
-// ReleaseDead ends attempt of job id, running on node under a worker
-// incarnation that is dead, and queues the next attempt (resuming from the
-// checkpoint), at once instead of when the lease expires: the caller is the
-// node's new incarnation live, which has killed the dead one's trainer
-// groups and seen them gone. dead is the dead incarnation ("": any but
-// live). As with the reaper, a job whose cancel was asked ends cancelled
-// instead; like the reaper's, the new attempt counts towards max_attempts
-// (only preemptions do not). It returns a *ConflictError when the attempt
-// is not running there under such an incarnation (already reaped, ended,
-// or held by live).
-func (s *Store) ReleaseDead(ctx context.Context, id string, attempt int, node, dead, live string) error {
+// ReleaseDeadParams names an attempt whose worker incarnation died, for
+// ReleaseDead.
+type ReleaseDeadParams struct {
+	ID      string
+	Attempt int
+	// Node is the node it runs on.
+	Node string
+	// Dead is the dead incarnation ("": any but Live).
+	Dead string
+	// Live is the caller, the node's new incarnation.
+	Live string
+}
+
+// ReleaseDead ends attempt p.Attempt of job p.ID, running on p.Node under a
+// worker incarnation that is dead, and queues the next attempt (resuming
+// from the checkpoint), at once instead of when the lease expires: the
+// caller is the node's new incarnation p.Live, which has killed the dead
+// one's trainer groups and seen them gone. As with the reaper, a job whose
+// cancel was asked ends cancelled instead; like the reaper's, the new
+// attempt counts towards max_attempts (only preemptions do not). It returns
+// a *ConflictError when the attempt is not running there under such an
+// incarnation (already reaped, ended, or held by p.Live).
+func (s *Store) ReleaseDead(ctx context.Context, p ReleaseDeadParams) error {
+	id, attempt, node := p.ID, p.Attempt, p.Node
 	j, err := s.Get(ctx, id)
 	if err != nil {
 		return err
 	}
 	data := mustJSON(jobtype.StateChange{From: jobtype.StateRunning, To: jobtype.StateQueued, Reason: ReasonWorkerRestarted,
 		Error: fmt.Sprintf("attempt %d: its worker died; the worker restarted on %s killed the trainer; resuming from the last checkpoint", attempt, node)})
-	score := requeueScore(j)
-	r, err := s.run(ctx, "release dead attempt", id, releaseDeadScript, attempt, node, dead, live, ms(s.now()), s.cfg.EventsMaxLen, data, score)
+	r, err := s.run(ctx, "release dead attempt", id, releaseDeadScript, attempt, node, p.Dead, p.Live, ms(s.now()), s.cfg.EventsMaxLen, data, requeueScore(j))
 	if err != nil {
 		return err
 	}
