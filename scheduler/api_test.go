@@ -270,7 +270,7 @@ func TestListCancelEvents(t *testing.T) {
 // timeout; a task lost after dispatch is enqueued again by the repair loop.
 func TestPlacementAndRepair(t *testing.T) {
 	b := setup(t, scheduler.Config{Listen: "127.0.0.1:0", PlaceInterval: 20 * time.Millisecond, RepairAfter: 100 * time.Millisecond})
-	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i", Backend: "local", Slots: 1}, time.Minute, true); err != nil {
+	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i", Backend: "local", Slots: 1}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
 	_, body := do(t, "POST", b.url+"/api/v1/jobs", `{"name":"batch","base_model":"tiny-char","dataset":"file:///d","priority":"batch"}`, nil)

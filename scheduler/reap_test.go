@@ -146,7 +146,7 @@ func TestReapHoldsOnRedisBlip(t *testing.T) {
 		}
 	}
 	// Another node heartbeats now, after the outage; n1 does not.
-	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n2", Incarnation: "inc-2", Backend: "local", Slots: 1}, time.Minute, true); err != nil {
+	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n2", Incarnation: "inc-2", Backend: "local", Slots: 1}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
 	b.waitRequeued(t, ids)

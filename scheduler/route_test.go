@@ -168,7 +168,7 @@ func TestRetryAndPreemptionAreRerouted(t *testing.T) {
 	}
 	id := jobOf(t, body).ID
 	// Drive the job as a worker would: a node, a dispatch, a claim, a failure.
-	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i", Backend: "local", Slots: 1}, time.Minute, true); err != nil {
+	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i", Backend: "local", Slots: 1}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
 	b.waitRoute(t, id, "dispatched", func(j *jobtype.Job) bool { return j.State == jobtype.StateDispatched })
@@ -218,7 +218,7 @@ func TestSpillOver(t *testing.T) {
 	// the hardware (a 40 GB job fits it), placement sees 18 GB free (it
 	// does not place the job): the job waits locally.
 	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i", Backend: "local", Slots: 0,
-		GPUs: []jobtype.GPU{{Index: 0, Name: "NVIDIA L40S", MemoryTotalMB: 49152, ForeignUsedMB: 30000, Healthy: true}}}, time.Minute, true); err != nil {
+		GPUs: []jobtype.GPU{{Index: 0, Name: "NVIDIA L40S", MemoryTotalMB: 49152, ForeignUsedMB: 30000, Healthy: true}}}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
 	big := `,"max_wait":"2s","expected_runtime":"1h","resources":{"gpus":1,"gpu_memory_gb":40}`
@@ -325,7 +325,7 @@ func TestAuditVerifyAPI(t *testing.T) {
 func TestBudgetReservedAndSettled(t *testing.T) {
 	b := routeSetup(t, routeConfig)
 	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i", Backend: "local", Slots: 1,
-		GPUs: []jobtype.GPU{{Index: 0, Name: "NVIDIA L40S", MemoryTotalMB: 49152, Healthy: true}}}, time.Minute, true); err != nil {
+		GPUs: []jobtype.GPU{{Index: 0, Name: "NVIDIA L40S", MemoryTotalMB: 49152, Healthy: true}}}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
 	code, body := do(t, "POST", b.url+"/api/v1/jobs", spec("paid", `["eu"]`, `,"expected_runtime":"2h","resources":{"gpus":1}`), nil)

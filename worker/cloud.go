@@ -261,7 +261,7 @@ func (c *Cloud) Start(ctx context.Context) error {
 	}
 	n := c.nodeInfo()
 	n.StartedAt = time.Now().UTC()
-	if err := c.store.Heartbeat(ctx, n, c.cfg.HeartbeatTTL, true, predecessorDead); err != nil {
+	if err := c.store.Heartbeat(ctx, n, jobstore.HeartbeatOptions{TTL: c.cfg.HeartbeatTTL, First: true, PredecessorDead: predecessorDead}); err != nil {
 		return fmt.Errorf("worker: aws: register node %s: %w", c.node, err)
 	}
 	purgeStaleTasks(ctx, c.rdb, c.store, c.node, c.log)
@@ -310,7 +310,7 @@ func (c *Cloud) heartbeat(n jobstore.Node) {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.HeartbeatTTL/3)
-		if err := c.store.Heartbeat(ctx, n, c.cfg.HeartbeatTTL, false); err != nil {
+		if err := c.store.Heartbeat(ctx, n, jobstore.HeartbeatOptions{TTL: c.cfg.HeartbeatTTL}); err != nil {
 			c.log.Warn("heartbeat failed; retrying", slog.Any("err", err))
 		}
 		cancel()

@@ -137,7 +137,7 @@ func daemonFromConfig(t *testing.T, path string, maxRuntime time.Duration) strin
 	for i := range gpus {
 		gpus[i] = jobtype.GPU{Index: i, UUID: "GPU-" + string(rune('a'+i)), Name: "NVIDIA H100 80GB HBM3", MemoryTotalMB: 80 * 1024, Healthy: true}
 	}
-	if err := store.Heartbeat(context.Background(), jobstore.Node{Name: "gpu-1", Incarnation: "i1", Backend: "local", Slots: 2, GPUs: gpus}, time.Minute, true); err != nil {
+	if err := store.Heartbeat(context.Background(), jobstore.Node{Name: "gpu-1", Incarnation: "i1", Backend: "local", Slots: 2, GPUs: gpus}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(s.Handler())

@@ -331,7 +331,7 @@ func TestNodesForgetsExpiredHeartbeats(t *testing.T) {
 	s := jobstore.New(c, jobstore.Config{})
 	ctx := context.Background()
 	n := jobstore.Node{Name: "gone", Incarnation: "i", Backend: "local", Slots: 1}
-	if err := s.Heartbeat(ctx, n, time.Minute, true); err != nil {
+	if err := s.Heartbeat(ctx, n, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
 	c.Del(ctx, "lathe:node:gone") // as if its TTL ran out
@@ -341,7 +341,7 @@ func TestNodesForgetsExpiredHeartbeats(t *testing.T) {
 	if m, _ := c.SIsMember(ctx, "lathe:nodes", "gone").Result(); m {
 		t.Fatal("an expired node stays in the nodes set")
 	}
-	_ = s.Heartbeat(ctx, n, time.Minute, false)
+	_ = s.Heartbeat(ctx, n, jobstore.HeartbeatOptions{TTL: time.Minute})
 	if ns, _ := s.Nodes(ctx); len(ns) != 1 {
 		t.Fatalf("after a new heartbeat: %v", ns)
 	}
