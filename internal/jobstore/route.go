@@ -66,17 +66,29 @@ func (s *Store) SetRoute(ctx context.Context, id string, route *jobtype.RouteInf
 	return nil
 }
 
-// SetRouteLogged is SetRoute that appends the decision's ledger records to
-// l in the same script that writes the route: both are stored or neither
-// (Redis at maxmemory, a lost connection, a crash between them cannot
-// leave a decision whose route was never stored). records builds them
-// numbered from seq, the first record's (the decision's) sequence number,
-// which also becomes the stored route's LedgerSeq; it is called again when
-// another appender moved the ledger's head first. A job that is gone
-// (ErrNotFound) or has ended (a ConflictError) gets neither route nor
+// RouteUpdate is a new routing decision for SetRouteLogged.
+type RouteUpdate struct {
+	// ID is the job's.
+	ID    string
+	Route *jobtype.RouteInfo
+	// Held says why the job is held ("" = not held).
+	Held string
+	// Records builds the decision's ledger records numbered from seq, the
+	// first record's (the decision's) sequence number, which also becomes
+	// the stored route's LedgerSeq; it is called again when another
+	// appender moved the ledger's head first. Nil: no records.
+	Records func(seq int64) []ledger.Record
+}
+
+// SetRouteLogged is SetRoute that appends the decision's ledger records
+// (u.Records) to l in the same script that writes the route: both are
+// stored or neither (Redis at maxmemory, a lost connection, a crash between
+// them cannot leave a decision whose route was never stored). A job that is
+// gone (ErrNotFound) or has ended (a ConflictError) gets neither route nor
 // records. It returns the route as stored. With no ledger, or no records,
 // it is SetRoute.
-func (s *Store) SetRouteLogged(ctx context.Context, l *ledger.Ledger, id string, route *jobtype.RouteInfo, held string, records func(seq int64) []ledger.Record) (*jobtype.RouteInfo, error) {
+func (s *Store) SetRouteLogged(ctx context.Context, l *ledger.Ledger, u RouteUpdate) (*jobtype.RouteInfo, error) {
+	id, route, held, records := u.ID, u.Route, u.Held, u.Records
 	if l == nil || records == nil {
 		return route, s.SetRoute(ctx, id, route, held)
 	}
