@@ -18,7 +18,7 @@ import (
 // Keys are built inside the scripts from the prefix (ARGV[1]) because the
 // per-state index a job leaves is only known after reading it, so the job
 // scripts take no KEYS (only the ledger's, where said). Lathe runs on one
-// Redis (or Sentinel), never Redis Cluster (docs/architecture.md), so this
+// Redis (or Sentinel), never Redis Cluster (docs/design.md), so this
 // is safe. Store.run passes ARGV[1] prefix and ARGV[2] job id to every job
 // script; each script's comment lists the rest.
 //

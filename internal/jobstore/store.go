@@ -1,8 +1,9 @@
 // Package jobstore is Lathe's job store in Redis: the only authority on a
-// job's state (DESIGN.md). It holds each job's record, its numbered attempts,
-// the pending set the scheduler places from, per-state indexes for listing,
-// and a capped per-job event stream. Every state change is one Lua
-// compare-and-set (scripts.go) that also appends the change to the stream.
+// job's state (docs/design.md). It holds each job's record, its numbered
+// attempts, the pending set the scheduler places from, per-state indexes
+// for listing, and a capped per-job event stream. Every state change is one
+// Lua compare-and-set (scripts.go), one of the changes jobtype.Transitions
+// allows, that also appends the change to the stream.
 //
 // Keys (prefix "lathe:" by default):
 //

@@ -14,7 +14,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 )
 
-// State is a job's lifecycle state (DESIGN.md "Job lifecycle").
+// State is a job's lifecycle state (docs/design.md "Job lifecycle"; the transitions: Transitions).
 type State string
 
 // The job states. succeeded, failed and cancelled are terminal. There is no
