@@ -186,7 +186,7 @@ func TestListCancelEvents(t *testing.T) {
 	if err := b.store.Dispatch(b.ctx, ids[1], 1, "n1", "local", 4, nil); err != nil {
 		t.Fatal(err)
 	}
-	if out, _ := b.store.Claim(b.ctx, ids[1], 1, "n1", "i", time.Minute); out != jobstore.Claimed {
+	if out, _ := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: ids[1], Attempt: 1, Node: "n1", Incarnation: "i", Lease: time.Minute}); out != jobstore.Claimed {
 		t.Fatal("claim")
 	}
 	if err := b.store.Finish(b.ctx, ids[1], 1, jobstore.Ending{State: jobtype.StateSucceeded}); err != nil {
@@ -270,7 +270,7 @@ func TestListCancelEvents(t *testing.T) {
 // timeout; a task lost after dispatch is enqueued again by the repair loop.
 func TestPlacementAndRepair(t *testing.T) {
 	b := setup(t, scheduler.Config{Listen: "127.0.0.1:0", PlaceInterval: 20 * time.Millisecond, RepairAfter: 100 * time.Millisecond})
-	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i", Backend: "local", Slots: 1}, time.Minute, true); err != nil {
+	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i", Backend: "local", Slots: 1}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
 	_, body := do(t, "POST", b.url+"/api/v1/jobs", `{"name":"batch","base_model":"tiny-char","dataset":"file:///d","priority":"batch"}`, nil)

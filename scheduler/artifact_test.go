@@ -47,7 +47,7 @@ func TestArtifactDownloadRefusesSwappedFile(t *testing.T) {
 	if err := b.store.Dispatch(b.ctx, j.ID, 1, "n1", "local", 4, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := b.store.Claim(b.ctx, j.ID, 1, "n1", "i", time.Minute); got != jobstore.Claimed {
+	if got, _ := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: "n1", Incarnation: "i", Lease: time.Minute}); got != jobstore.Claimed {
 		t.Fatal("claim")
 	}
 	if err := b.store.Finish(b.ctx, j.ID, 1, jobstore.Ending{State: jobtype.StateSucceeded,

@@ -226,7 +226,7 @@ func TestFollowOutlivesTimeouts(t *testing.T) {
 	if err := b.store.Dispatch(b.ctx, id, 1, "n1", "local", 4, nil); err != nil {
 		t.Fatal(err)
 	}
-	if out, _ := b.store.Claim(b.ctx, id, 1, "n1", "i", time.Minute); out != jobstore.Claimed {
+	if out, _ := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: id, Attempt: 1, Node: "n1", Incarnation: "i", Lease: time.Minute}); out != jobstore.Claimed {
 		t.Fatal("claim")
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
@@ -413,7 +413,7 @@ func TestTeamReads(t *testing.T) {
 	if err := b.store.Dispatch(b.ctx, ja.ID, 1, "n1", "local", 4, nil); err != nil {
 		t.Fatal(err)
 	}
-	if out, _ := b.store.Claim(b.ctx, ja.ID, 1, "n1", "i", time.Minute); out != jobstore.Claimed {
+	if out, _ := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: ja.ID, Attempt: 1, Node: "n1", Incarnation: "i", Lease: time.Minute}); out != jobstore.Claimed {
 		t.Fatal("claim")
 	}
 	dir, _ := fileuri.Path(ja.OutputURI)

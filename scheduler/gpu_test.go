@@ -243,7 +243,7 @@ func TestDispatchedToDeadNode(t *testing.T) {
 	rdb := srv.Client()
 	store := jobstore.New(rdb, jobstore.Config{})
 	ctx := context.Background()
-	if err := store.Heartbeat(ctx, jobstore.Node{Name: "ghost", Incarnation: "i", Backend: "local", Slots: 1}, time.Second, true); err != nil {
+	if err := store.Heartbeat(ctx, jobstore.Node{Name: "ghost", Incarnation: "i", Backend: "local", Slots: 1}, jobstore.HeartbeatOptions{TTL: time.Second, First: true}); err != nil {
 		t.Fatal(err)
 	}
 	s := scheduler.New(rdb, store, scheduler.Config{Listen: "127.0.0.1:0", Logger: quiet, PlaceInterval: 50 * time.Millisecond,

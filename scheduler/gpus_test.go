@@ -53,7 +53,7 @@ func TestGPUsAndNodes(t *testing.T) {
 	// n2 beats first, and n1 lists its GPUs out of order: the answer sorts.
 	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n2", Incarnation: "i2", Backend: "local", Slots: 1,
 		Simulated: true, GPUs: []jobtype.GPU{{Index: 0, UUID: "GPU-sim-0", Name: "NVIDIA H100 80GB HBM3", Healthy: true, Simulated: true}},
-	}, time.Minute, true); err != nil {
+	}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i1", Backend: "local", Slots: 2,
@@ -63,7 +63,7 @@ func TestGPUsAndNodes(t *testing.T) {
 			{Index: 0, UUID: "GPU-a", Healthy: true, MemoryTotalMB: 81559, MemoryUsedMB: 4000, UtilizationPct: 97},
 			{Index: 1, UUID: "GPU-b", Healthy: true},
 		},
-	}, time.Minute, true); err != nil {
+	}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
 	gpuJob, cpuJob := submit(t, b), submit(t, b)
@@ -167,7 +167,7 @@ func TestGetShowsWait(t *testing.T) {
 	if j := jobOf(t, mustGet(t, b, id)); j.Wait != nil || j.ID != id {
 		t.Fatalf("unreadable wait: %+v", j.Wait)
 	}
-	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i1", Backend: "local", Slots: 1}, time.Minute, true); err != nil {
+	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i1", Backend: "local", Slots: 1}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.store.Dispatch(b.ctx, other, 1, "n1", "local", 1, nil); err != nil {

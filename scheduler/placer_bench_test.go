@@ -41,7 +41,7 @@ func BenchmarkPlaceRound10kOn64x8(b *testing.B) {
 					MemoryTotalMB: 81920, Healthy: true}
 			}
 			if err := store.Heartbeat(ctx, jobstore.Node{Name: fmt.Sprintf("node-%02d", n), Incarnation: "i", Backend: "local",
-				Slots: 4, GPUs: gpus}, time.Hour, true); err != nil {
+				Slots: 4, GPUs: gpus}, jobstore.HeartbeatOptions{TTL: time.Hour, First: true}); err != nil {
 				b.Fatal(err)
 			}
 		}

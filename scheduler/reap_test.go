@@ -72,7 +72,7 @@ func (b reapBundle) running(t *testing.T, n int, node, inc string, lease time.Du
 		if err := b.store.Dispatch(b.ctx, j.ID, 1, node, "local", n, nil); err != nil {
 			t.Fatal(err)
 		}
-		if out, err := b.store.Claim(b.ctx, j.ID, 1, node, inc, lease); err != nil || out != jobstore.Claimed {
+		if out, err := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: node, Incarnation: inc, Lease: lease}); err != nil || out != jobstore.Claimed {
 			t.Fatalf("claim %s: %v %v", j.ID, out, err)
 		}
 		ids = append(ids, j.ID)
@@ -146,7 +146,7 @@ func TestReapHoldsOnRedisBlip(t *testing.T) {
 		}
 	}
 	// Another node heartbeats now, after the outage; n1 does not.
-	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n2", Incarnation: "inc-2", Backend: "local", Slots: 1}, time.Minute, true); err != nil {
+	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n2", Incarnation: "inc-2", Backend: "local", Slots: 1}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
 	b.waitRequeued(t, ids)

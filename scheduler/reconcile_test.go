@@ -89,7 +89,7 @@ func TestReconciler(t *testing.T) {
 		if err := s.Dispatch(ctx, j.ID, j.Attempt, node, "aws-eu", 100, nil); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.ClaimCloud(ctx, j.ID, j.Attempt, node, "inc", lease); err != nil {
+		if _, err := s.ClaimCloud(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: j.Attempt, Node: node, Incarnation: "inc", Lease: lease}); err != nil {
 			t.Fatal(err)
 		}
 	}

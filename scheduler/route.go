@@ -275,14 +275,14 @@ func (s *Scheduler) reroute(ctx context.Context, j *jobtype.Job, path string) (*
 		}
 		// Decided (and held) for this attempt, under this config.
 		ri.Attempt, ri.Preemptions, ri.ConfigHash = j.Attempt, j.Preemptions, rs.hash
-		stored, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, j.ID, &ri, held, build)
+		stored, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, jobstore.RouteUpdate{ID: j.ID, Route: &ri, Held: held, Records: build})
 		if err != nil {
 			return nil, "", fmt.Errorf("scheduler: reroute (%s): %w", path, err)
 		}
 		s.log.Warn("job held: no longer feasible", slog.String("job_id", j.ID), slog.String("path", path), slog.String("why", held))
 		return stored, held, nil
 	}
-	ri, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, j.ID, routeInfo(d, rs, path, j.Attempt, j.Preemptions), "", build)
+	ri, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, jobstore.RouteUpdate{ID: j.ID, Route: routeInfo(d, rs, path, j.Attempt, j.Preemptions), Records: build})
 	if err != nil {
 		return nil, "", fmt.Errorf("scheduler: reroute (%s): %w", path, err)
 	}

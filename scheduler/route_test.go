@@ -169,11 +169,11 @@ func TestRetryAndPreemptionAreRerouted(t *testing.T) {
 	}
 	id := jobOf(t, body).ID
 	// Drive the job as a worker would: a node, a dispatch, a claim, a failure.
-	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i", Backend: "local", Slots: 1}, time.Minute, true); err != nil {
+	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i", Backend: "local", Slots: 1}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
 	b.waitRoute(t, id, "dispatched", func(j *jobtype.Job) bool { return j.State == jobtype.StateDispatched })
-	if out, err := b.store.Claim(b.ctx, id, 1, "n1", "i", time.Minute); err != nil || out != jobstore.Claimed {
+	if out, err := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: id, Attempt: 1, Node: "n1", Incarnation: "i", Lease: time.Minute}); err != nil || out != jobstore.Claimed {
 		t.Fatalf("claim: %v %v", out, err)
 	}
 	if err := b.store.Finish(b.ctx, id, 1, jobstore.Ending{State: jobtype.StateFailed, Reason: jobtype.ReasonExit, Error: "x"}); err != nil {
@@ -188,7 +188,7 @@ func TestRetryAndPreemptionAreRerouted(t *testing.T) {
 	}
 	// Attempt 2 runs and is preempted: attempt 3 is decided again.
 	b.waitRoute(t, id, "dispatched again", func(j *jobtype.Job) bool { return j.State == jobtype.StateDispatched && j.Attempt == 2 })
-	if out, err := b.store.Claim(b.ctx, id, 2, "n1", "i", time.Minute); err != nil || out != jobstore.Claimed {
+	if out, err := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: id, Attempt: 2, Node: "n1", Incarnation: "i", Lease: time.Minute}); err != nil || out != jobstore.Claimed {
 		t.Fatalf("claim 2: %v %v", out, err)
 	}
 	if err := b.store.Preempted(b.ctx, id, 2, "j-urgent"); err != nil {
@@ -219,7 +219,7 @@ func TestSpillOver(t *testing.T) {
 	// the hardware (a 40 GB job fits it), placement sees 18 GB free (it
 	// does not place the job): the job waits locally.
 	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i", Backend: "local", Slots: 0,
-		GPUs: []jobtype.GPU{{Index: 0, Name: "NVIDIA L40S", MemoryTotalMB: 49152, ForeignUsedMB: 30000, Healthy: true}}}, time.Minute, true); err != nil {
+		GPUs: []jobtype.GPU{{Index: 0, Name: "NVIDIA L40S", MemoryTotalMB: 49152, ForeignUsedMB: 30000, Healthy: true}}}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
 	big := `,"max_wait":"2s","expected_runtime":"1h","resources":{"gpus":1,"gpu_memory_gb":40}`
@@ -326,7 +326,7 @@ func TestAuditVerifyAPI(t *testing.T) {
 func TestBudgetReservedAndSettled(t *testing.T) {
 	b := routeSetup(t, routeConfig)
 	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i", Backend: "local", Slots: 1,
-		GPUs: []jobtype.GPU{{Index: 0, Name: "NVIDIA L40S", MemoryTotalMB: 49152, Healthy: true}}}, time.Minute, true); err != nil {
+		GPUs: []jobtype.GPU{{Index: 0, Name: "NVIDIA L40S", MemoryTotalMB: 49152, Healthy: true}}}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
 	code, body := do(t, "POST", b.url+"/api/v1/jobs", spec("paid", `["eu"]`, `,"expected_runtime":"2h","resources":{"gpus":1}`), nil)
@@ -343,7 +343,7 @@ func TestBudgetReservedAndSettled(t *testing.T) {
 		t.Fatalf("reserved at admission: %+v", sp)
 	}
 	b.waitRoute(t, j.ID, "dispatched", func(j *jobtype.Job) bool { return j.State == jobtype.StateDispatched })
-	if out, err := b.store.Claim(b.ctx, j.ID, 1, "n1", "i", time.Minute); err != nil || out != jobstore.Claimed {
+	if out, err := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: "n1", Incarnation: "i", Lease: time.Minute}); err != nil || out != jobstore.Claimed {
 		t.Fatalf("claim: %v %v", out, err)
 	}
 	if err := b.store.Finish(b.ctx, j.ID, 1, jobstore.Ending{State: jobtype.StateSucceeded}); err != nil {

@@ -261,7 +261,7 @@ func (c *Cloud) Start(ctx context.Context) error {
 	}
 	n := c.nodeInfo()
 	n.StartedAt = time.Now().UTC()
-	if err := c.store.Heartbeat(ctx, n, c.cfg.HeartbeatTTL, true, predecessorDead); err != nil {
+	if err := c.store.Heartbeat(ctx, n, jobstore.HeartbeatOptions{TTL: c.cfg.HeartbeatTTL, First: true, PredecessorDead: predecessorDead}); err != nil {
 		return fmt.Errorf("worker: aws: register node %s: %w", c.node, err)
 	}
 	purgeStaleTasks(ctx, c.rdb, c.store, c.node, c.log)
@@ -310,7 +310,7 @@ func (c *Cloud) heartbeat(n jobstore.Node) {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.HeartbeatTTL/3)
-		if err := c.store.Heartbeat(ctx, n, c.cfg.HeartbeatTTL, false); err != nil {
+		if err := c.store.Heartbeat(ctx, n, jobstore.HeartbeatOptions{TTL: c.cfg.HeartbeatTTL}); err != nil {
 			c.log.Warn("heartbeat failed; retrying", slog.Any("err", err))
 		}
 		cancel()
@@ -323,7 +323,7 @@ func (c *Cloud) heartbeat(n jobstore.Node) {
 func (c *Cloud) handle(ctx context.Context, t *asynq.Task) error {
 	job, _, err := claimTask(ctx, t, c.log, c.store, func() bool { return c.ctx.Err() != nil },
 		func(ctx context.Context, id string, attempt int) (jobstore.ClaimOutcome, error) {
-			return c.store.ClaimCloud(ctx, id, attempt, c.node, c.incarnation, c.cfg.LeaseTTL)
+			return c.store.ClaimCloud(ctx, jobstore.ClaimParams{ID: id, Attempt: attempt, Node: c.node, Incarnation: c.incarnation, Lease: c.cfg.LeaseTTL})
 		})
 	if job != nil {
 		c.watch(job)
@@ -366,7 +366,7 @@ func (c *Cloud) adoptOnce() {
 			c.watch(j)
 			continue
 		}
-		err := c.store.Adopt(ctx, j.ID, j.Attempt, c.node, j.Incarnation, c.incarnation, c.cfg.LeaseTTL)
+		err := c.store.Adopt(ctx, jobstore.AdoptParams{ID: j.ID, Attempt: j.Attempt, Node: c.node, From: j.Incarnation, To: c.incarnation, Lease: c.cfg.LeaseTTL})
 		if err != nil {
 			c.log.Info("adopt: attempt moved on", slog.String("job_id", j.ID), slog.Any("err", err))
 			continue

@@ -44,7 +44,7 @@ func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
 	defer w.inflight.Done()
 	job, log, err := claimTask(ctx, t, w.log, w.store, func() bool { return w.stopCtx.Err() != nil },
 		func(ctx context.Context, id string, attempt int) (jobstore.ClaimOutcome, error) {
-			return w.store.Claim(ctx, id, attempt, w.cfg.Node, w.incarnation, w.cfg.LeaseTTL)
+			return w.store.Claim(ctx, jobstore.ClaimParams{ID: id, Attempt: attempt, Node: w.cfg.Node, Incarnation: w.incarnation, Lease: w.cfg.LeaseTTL})
 		})
 	if job == nil {
 		return err

@@ -122,7 +122,7 @@ func (w *Worker) killOrphans() ([]pidfile, error) {
 // reaper's, after its lease.
 func (w *Worker) releaseDead(ctx context.Context, gone []pidfile) {
 	for _, pf := range gone {
-		err := w.store.ReleaseDead(ctx, pf.JobID, pf.Attempt, w.cfg.Node, pf.Incarnation, w.incarnation)
+		err := w.store.ReleaseDead(ctx, jobstore.ReleaseDeadParams{ID: pf.JobID, Attempt: pf.Attempt, Node: w.cfg.Node, Dead: pf.Incarnation, Live: w.incarnation})
 		switch {
 		case err == nil:
 			w.log.Warn("released an attempt of this node's previous incarnation: its trainer is gone; the job is queued again",

@@ -44,7 +44,7 @@ func TestRestartReleasesDeadAttempts(t *testing.T) {
 		if err := store.Dispatch(ctx, j.ID, 1, "n1", "local", 2, nil); err != nil {
 			t.Fatal(err)
 		}
-		if out, err := store.Claim(ctx, j.ID, 1, "n1", dead, 10*time.Minute); err != nil || out != jobstore.Claimed {
+		if out, err := store.Claim(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: "n1", Incarnation: dead, Lease: 10 * time.Minute}); err != nil || out != jobstore.Claimed {
 			t.Fatalf("claim: %v %v", out, err)
 		}
 		ids = append(ids, j.ID)

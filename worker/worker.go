@@ -113,7 +113,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	n := w.nodeInfo()
 	n.StartedAt = time.Now().UTC()
-	if err := w.store.Heartbeat(ctx, n, w.cfg.HeartbeatTTL, true, predecessorDead); err != nil {
+	if err := w.store.Heartbeat(ctx, n, jobstore.HeartbeatOptions{TTL: w.cfg.HeartbeatTTL, First: true, PredecessorDead: predecessorDead}); err != nil {
 		return fmt.Errorf("worker: register node: %w", err)
 	}
 	// Only now, the node's one live worker, may it touch the node's cgroup.
@@ -162,7 +162,7 @@ func (w *Worker) heartbeat(n jobstore.Node) {
 		started := n.StartedAt
 		n = w.nodeInfo()
 		n.StartedAt = started
-		err := w.store.Heartbeat(ctx, n, w.cfg.HeartbeatTTL, false)
+		err := w.store.Heartbeat(ctx, n, jobstore.HeartbeatOptions{TTL: w.cfg.HeartbeatTTL})
 		cancel()
 		switch {
 		case err != nil && !failing:

@@ -55,7 +55,7 @@ func newTestDaemon(t *testing.T, config string, maxRuntime time.Duration) *testD
 // heartbeat makes n a live node, as its worker's first heartbeat does.
 func (d *testDaemon) heartbeat(t *testing.T, n jobstore.Node) {
 	t.Helper()
-	if err := d.store.Heartbeat(d.ctx, n, time.Minute, true); err != nil {
+	if err := d.store.Heartbeat(d.ctx, n, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -101,7 +101,7 @@ func (d *testDaemon) start(t *testing.T, id, node string, slots int) {
 	if err := d.store.Dispatch(d.ctx, id, 1, node, "local", slots, nil); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := d.store.Claim(d.ctx, id, 1, node, "i-"+node, time.Minute); err != nil || out != jobstore.Claimed {
+	if out, err := d.store.Claim(d.ctx, jobstore.ClaimParams{ID: id, Attempt: 1, Node: node, Incarnation: "i-" + node, Lease: time.Minute}); err != nil || out != jobstore.Claimed {
 		t.Fatalf("claim %s: %v %v", id, out, err)
 	}
 }

@@ -397,7 +397,7 @@ max_runtime: 8h
 				}
 				if err == nil {
 					var out jobstore.ClaimOutcome
-					if out, err = store.Claim(ctx, j.ID, 1, node, "inc", time.Minute); err == nil && out != jobstore.Claimed {
+					if out, err = store.Claim(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: node, Incarnation: "inc", Lease: time.Minute}); err == nil && out != jobstore.Claimed {
 						err = fmt.Errorf("claim %s: outcome %v", j.ID, out)
 					}
 				}
@@ -479,7 +479,7 @@ max_runtime: 8h
 	if err := store.Dispatch(ctx, big.ID, 1, "mem-node-big", "local", 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := store.Claim(ctx, big.ID, 1, "mem-node-big", "inc", time.Minute); err != nil || out != jobstore.Claimed {
+	if out, err := store.Claim(ctx, jobstore.ClaimParams{ID: big.ID, Attempt: 1, Node: "mem-node-big", Incarnation: "inc", Lease: time.Minute}); err != nil || out != jobstore.Claimed {
 		t.Fatalf("claim: %v %v", out, err)
 	}
 	const logLines, batch = 6000, 64

@@ -22,24 +22,35 @@ import (
 // worker adopts it (Adopt), and the leader's reconciler terminates
 // instances whose attempt is no longer live.
 
-// ClaimCloud takes attempt of job id for the cloud node (CloudNode of its
-// backend): dispatched → provisioning with a lease held by incarnation, or
-// → cancelled when a cancel was asked. Nothing has been launched yet.
-func (s *Store) ClaimCloud(ctx context.Context, id string, attempt int, node, incarnation string, lease time.Duration) (ClaimOutcome, error) {
-	return s.claim(ctx, id, attempt, node, incarnation, lease, jobtype.StateProvisioning)
+// ClaimCloud takes attempt p.Attempt of job p.ID for the cloud node p.Node
+// (CloudNode of its backend): dispatched → provisioning with a lease held by
+// p.Incarnation, or → cancelled when a cancel was asked. Nothing has been
+// launched yet.
+func (s *Store) ClaimCloud(ctx context.Context, p ClaimParams) (ClaimOutcome, error) {
+	return s.claim(ctx, p, jobtype.StateProvisioning)
 }
 
-// Adopt moves the lease of a provisioning or running attempt on node from
-// incarnation old (a worker process that is gone) to incarnation inc. It
-// returns a *ConflictError when the attempt, its node or its incarnation
-// changed since the caller read them.
-func (s *Store) Adopt(ctx context.Context, id string, attempt int, node, old, inc string, lease time.Duration) error {
-	r, err := s.run(ctx, "adopt", id, adoptScript, attempt, node, old, inc, ms(s.now()), lease.Milliseconds())
+// AdoptParams names the attempt Adopt hands over, and to whom.
+type AdoptParams struct {
+	ID      string
+	Attempt int
+	Node    string
+	// From is the incarnation the caller saw holding it (a worker process
+	// that is gone); To takes it, with a lease until now + Lease.
+	From, To string
+	Lease    time.Duration
+}
+
+// Adopt moves the lease of a provisioning or running attempt on p.Node from
+// incarnation p.From to p.To. It returns a *ConflictError when the attempt,
+// its node or its incarnation changed since the caller read them.
+func (s *Store) Adopt(ctx context.Context, p AdoptParams) error {
+	r, err := s.run(ctx, "adopt", p.ID, adoptScript, p.Attempt, p.Node, p.From, p.To, ms(s.now()), p.Lease.Milliseconds())
 	if err != nil {
 		return err
 	}
-	if r.code != 1 {
-		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("adopt needs attempt %d on %s held by %q", attempt, node, old)}
+	if r.code != codeDone {
+		return &ConflictError{ID: p.ID, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("adopt needs attempt %d on %s held by %q", p.Attempt, p.Node, p.From)}
 	}
 	return nil
 }
@@ -47,8 +58,8 @@ func (s *Store) Adopt(ctx context.Context, id string, attempt int, node, old, in
 // Started moves a provisioning attempt to running (its trainer started on
 // the instance) and sets started_at.
 func (s *Store) Started(ctx context.Context, id string, attempt int, at time.Time) error {
-	return s.transition(ctx, id, attempt, []jobtype.State{jobtype.StateProvisioning}, jobtype.StateRunning,
-		jobtype.StateChange{From: jobtype.StateProvisioning, To: jobtype.StateRunning}, "", "started_at", ms(at))
+	return s.transition(ctx, id, attempt, move{from: []jobtype.State{jobtype.StateProvisioning}, to: jobtype.StateRunning,
+		change: jobtype.StateChange{From: jobtype.StateProvisioning, To: jobtype.StateRunning}, fields: []any{"started_at", ms(at)}})
 }
 
 // CloudPreempted ends a provisioning or running cloud attempt that the
@@ -61,10 +72,9 @@ func (s *Store) CloudPreempted(ctx context.Context, id string, attempt int, why 
 	if err != nil {
 		return err
 	}
-	score := strconv.FormatFloat(PendingScore(j.Spec.Priority, j.CreatedAt), 'f', 0, 64)
-	return s.transitionScore(ctx, id, attempt, []jobtype.State{jobtype.StateRunning, jobtype.StateProvisioning}, jobtype.StateQueued,
-		jobtype.StateChange{To: jobtype.StateQueued, Reason: jobtype.ReasonPreempted, Error: why},
-		"release,requeue", score, "error", why, "preemptions", j.Preemptions+1)
+	return s.transition(ctx, id, attempt, move{from: []jobtype.State{jobtype.StateRunning, jobtype.StateProvisioning}, to: jobtype.StateQueued,
+		change:  jobtype.StateChange{To: jobtype.StateQueued, Reason: jobtype.ReasonPreempted, Error: why},
+		release: true, requeue: true, score: requeueScore(j), fields: []any{"error", why, "preemptions", j.Preemptions + 1}})
 }
 
 // AddAttemptCost adds usd, the cost of attempt's cloud instance (its time ×

@@ -30,7 +30,7 @@ func TestCloudAttempt(t *testing.T) {
 	if err := s.Dispatch(ctx, j2.ID, 1, node, "aws-eu", 1, nil); !errors.Is(err, jobstore.ErrNodeFull) {
 		t.Fatalf("dispatch past max_instances: %v", err)
 	}
-	if out, err := s.ClaimCloud(ctx, j.ID, 1, node, "inc1", time.Minute); err != nil || out != jobstore.Claimed {
+	if out, err := s.ClaimCloud(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: node, Incarnation: "inc1", Lease: time.Minute}); err != nil || out != jobstore.Claimed {
 		t.Fatalf("claim: %v %v", out, err)
 	}
 	got, _ := s.Get(ctx, j.ID)
@@ -50,10 +50,10 @@ func TestCloudAttempt(t *testing.T) {
 		t.Fatalf("field-only event: %q", v)
 	}
 	// Adopt: only from the holder the caller saw.
-	if err := s.Adopt(ctx, j.ID, 1, node, "someone-else", "inc2", time.Minute); !errors.Is(err, jobstore.ErrConflict) {
+	if err := s.Adopt(ctx, jobstore.AdoptParams{ID: j.ID, Attempt: 1, Node: node, From: "someone-else", To: "inc2", Lease: time.Minute}); !errors.Is(err, jobstore.ErrConflict) {
 		t.Fatalf("adopt from the wrong incarnation: %v", err)
 	}
-	if err := s.Adopt(ctx, j.ID, 1, node, "inc1", "inc2", time.Minute); err != nil {
+	if err := s.Adopt(ctx, jobstore.AdoptParams{ID: j.ID, Attempt: 1, Node: node, From: "inc1", To: "inc2", Lease: time.Minute}); err != nil {
 		t.Fatalf("adopt: %v", err)
 	}
 	if _, err := s.Renew(ctx, j.ID, 1, "inc1", time.Minute); !errors.Is(err, jobstore.ErrConflict) {

@@ -8,7 +8,7 @@ import (
 
 // EvictionPolicyError says that Redis may evict keys: its maxmemory-policy
 // is not noeviction. asynq loses tasks to eviction and Lathe loses jobs
-// (DESIGN.md), so a scheduler reports it on /healthz and lathed refuses to
+// (docs/design.md), so a scheduler reports it on /healthz and lathed refuses to
 // start on such a Redis.
 type EvictionPolicyError struct {
 	// Policy is the maxmemory-policy Redis reported.

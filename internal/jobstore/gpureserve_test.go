@@ -17,7 +17,7 @@ func TestDispatchReservesGPUs(t *testing.T) {
 	b := setup(t)
 	ctx, s := b.ctx, b.store
 	if err := s.Heartbeat(ctx, jobstore.Node{Name: "n1", Incarnation: "i1", Backend: "local", Slots: 1,
-		GPUs: []jobtype.GPU{{Index: 0}, {Index: 1}, {Index: 2}, {Index: 3}}}, time.Minute, true); err != nil {
+		GPUs: []jobtype.GPU{{Index: 0}, {Index: 1}, {Index: 2}, {Index: 3}}}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
 	mk := func(name string) *jobtype.Job {

@@ -149,7 +149,7 @@ func TestSetRouteLogged(t *testing.T) {
 				} else {
 					id := ids[(g+i)%len(ids)]
 					var ri *jobtype.RouteInfo
-					ri, err = s.SetRouteLogged(ctx, led, id, &jobtype.RouteInfo{Backend: "local", Path: "retry"}, "", recs(id, "retry"))
+					ri, err = s.SetRouteLogged(ctx, led, jobstore.RouteUpdate{ID: id, Route: &jobtype.RouteInfo{Backend: "local", Path: "retry"}, Records: recs(id, "retry")})
 					if err == nil && (ri.LedgerSeq == 0 || ri.Backend != "local") {
 						err = fmt.Errorf("returned route %+v", ri)
 					}
@@ -175,7 +175,7 @@ func TestSetRouteLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, _ := s.Get(ctx, ids[0])
-	_, err = s.SetRouteLogged(ctx, led, ids[0], &jobtype.RouteInfo{Backend: "aws-eu", Path: "config reload"}, "", recs(ids[0], "config reload"))
+	_, err = s.SetRouteLogged(ctx, led, jobstore.RouteUpdate{ID: ids[0], Route: &jobtype.RouteInfo{Backend: "aws-eu", Path: "config reload"}, Records: recs(ids[0], "config reload")})
 	var ce *jobstore.ConflictError
 	if !errors.As(err, &ce) || ce.State != jobtype.StateCancelled {
 		t.Fatalf("set route on a cancelled job: %v", err)
@@ -184,7 +184,7 @@ func TestSetRouteLogged(t *testing.T) {
 		t.Fatalf("the cancelled job's route changed: %+v", after.Route)
 	}
 	// A job that is not there: not found, nothing appended.
-	if _, err := s.SetRouteLogged(ctx, led, "j-nosuchjob00000", &jobtype.RouteInfo{Backend: "local"}, "", recs("j-nosuchjob00000", "retry")); !errors.Is(err, jobstore.ErrNotFound) {
+	if _, err := s.SetRouteLogged(ctx, led, jobstore.RouteUpdate{ID: "j-nosuchjob00000", Route: &jobtype.RouteInfo{Backend: "local"}, Records: recs("j-nosuchjob00000", "retry")}); !errors.Is(err, jobstore.ErrNotFound) {
 		t.Fatalf("set route on a missing job: %v", err)
 	}
 	if h, _, err := led.Head(ctx); err != nil || h != headBefore {
@@ -192,7 +192,7 @@ func TestSetRouteLogged(t *testing.T) {
 	}
 
 	// Without a ledger: the route alone.
-	if ri, err := s.SetRouteLogged(ctx, nil, ids[1], &jobtype.RouteInfo{Backend: "local", Path: "retry", LedgerSeq: 0}, "held: why", nil); err != nil || ri.LedgerSeq != 0 {
+	if ri, err := s.SetRouteLogged(ctx, nil, jobstore.RouteUpdate{ID: ids[1], Route: &jobtype.RouteInfo{Backend: "local", Path: "retry", LedgerSeq: 0}, Held: "held: why"}); err != nil || ri.LedgerSeq != 0 {
 		t.Fatalf("without a ledger: %+v %v", ri, err)
 	}
 	if j, _ := s.Get(ctx, ids[1]); j.Held != "held: why" {
@@ -202,7 +202,7 @@ func TestSetRouteLogged(t *testing.T) {
 		t.Fatalf("a route without a ledger appended records: head %d, was %d", h, headBefore)
 	}
 	// Put ids[1] back on a logged route for the check below.
-	if _, err := s.SetRouteLogged(ctx, led, ids[1], &jobtype.RouteInfo{Backend: "local", Path: "retry"}, "", recs(ids[1], "retry")); err != nil {
+	if _, err := s.SetRouteLogged(ctx, led, jobstore.RouteUpdate{ID: ids[1], Route: &jobtype.RouteInfo{Backend: "local", Path: "retry"}, Records: recs(ids[1], "retry")}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -43,18 +43,27 @@ type Node struct {
 // ErrNodeTaken: another live worker holds this node name.
 var ErrNodeTaken = errors.New("node name is held by another live worker")
 
-// Heartbeat records n with a TTL. The first heartbeat of an incarnation
-// (first=true) fails with ErrNodeTaken when a different incarnation's
-// heartbeat is still alive, unless predecessorDead says that incarnation's
-// process is gone (same host, pid no longer running).
-func (s *Store) Heartbeat(ctx context.Context, n Node, ttl time.Duration, first bool, predecessorDead ...func(Node) bool) error {
+// HeartbeatOptions says how Heartbeat records a node.
+type HeartbeatOptions struct {
+	// TTL is how long the heartbeat lives without the next one.
+	TTL time.Duration
+	// First marks an incarnation's first heartbeat: it fails with
+	// ErrNodeTaken when a different incarnation's heartbeat is still alive,
+	// unless PredecessorDead (nil: never) says that incarnation's process is
+	// gone (same host, pid no longer running).
+	First           bool
+	PredecessorDead func(Node) bool
+}
+
+// Heartbeat records n with a TTL (o says how).
+func (s *Store) Heartbeat(ctx context.Context, n Node, o HeartbeatOptions) error {
 	n.SeenAt = s.now().UTC()
 	b, err := json.Marshal(n)
 	if err != nil {
 		return fmt.Errorf("jobstore: heartbeat %s: %w", n.Name, err)
 	}
 	key := s.key("node", n.Name)
-	if first {
+	if o.First {
 		prev, err := s.rdb.Get(ctx, key).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return fmt.Errorf("jobstore: heartbeat %s: %w", n.Name, err)
@@ -62,8 +71,8 @@ func (s *Store) Heartbeat(ctx context.Context, n Node, ttl time.Duration, first 
 		if err == nil {
 			var p Node
 			dead := false
-			if json.Unmarshal([]byte(prev), &p) == nil && len(predecessorDead) > 0 && predecessorDead[0] != nil {
-				dead = predecessorDead[0](p)
+			if json.Unmarshal([]byte(prev), &p) == nil && o.PredecessorDead != nil {
+				dead = o.PredecessorDead(p)
 			}
 			if p.Incarnation != n.Incarnation && !dead {
 				return fmt.Errorf("jobstore: heartbeat %s (incarnation %s, last seen %s): %w", n.Name, p.Incarnation, p.SeenAt.Format(time.RFC3339), ErrNodeTaken)
@@ -71,7 +80,7 @@ func (s *Store) Heartbeat(ctx context.Context, n Node, ttl time.Duration, first 
 		}
 	}
 	pipe := s.rdb.TxPipeline()
-	pipe.Set(ctx, key, b, ttl)
+	pipe.Set(ctx, key, b, o.TTL)
 	pipe.SAdd(ctx, s.key("nodes"), n.Name)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("jobstore: heartbeat %s: %w", n.Name, err)

@@ -16,15 +16,28 @@ import (
 )
 
 // setRouteScript writes a job's route and held reason, on a job that has
-// not ended. With ledger keys (KEYS: the ledger's stream and head) it also
-// appends the decision's records, in the same call: first the job is
-// checked (missing: -1; ended: 0, and nothing is written), then the
-// ledger's head (ledger_check: a head that moved is answered, nothing
-// written), then the route is written and the records appended. Redis
-// refuses a script's first write at maxmemory and lets one that has
-// written finish, so the route and its records land together or not at
-// all. ARGV: prefix, id, route JSON, held, then with keys: the head's seq
-// and mac the records were sealed on, their number, their EntryArgs.
+// not ended. With ledger keys it also appends the decision's records, in the
+// same call: first the job is checked (nothing is written for a missing or
+// ended job), then the ledger's head (ledger_check: a head that moved is
+// answered, nothing written), then the route is written and the records
+// appended. Redis refuses a script's first write at maxmemory and lets one
+// that has written finish, so the route and its records land together or
+// not at all.
+//
+//	KEYS[1]  ledger stream  (optional, with KEYS[2])
+//	KEYS[2]  ledger head
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  route JSON
+//	ARGV[4]  held reason ('' not held)
+//	with KEYS:
+//	ARGV[5]  head seq the records were sealed on
+//	ARGV[6]  head mac
+//	ARGV[7]  record count
+//	ARGV[8…] the records' ledger.EntryArgs
+//
+// Returns the job reply: DONE, CONFLICT (ended), NOT_FOUND; or a
+// ledger_check reply.
 var setRouteScript = redis.NewScript(luaCommon + ledger.LuaAppend + `
 local id = ARGV[2]
 local st = redis.call('HGET', jobkey(id), 'state')
@@ -47,23 +60,35 @@ func (s *Store) SetRoute(ctx context.Context, id string, route *jobtype.RouteInf
 	if err != nil {
 		return err
 	}
-	if r.code != 1 {
+	if r.code != codeDone {
 		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: "set route needs a job that has not ended"}
 	}
 	return nil
 }
 
-// SetRouteLogged is SetRoute that appends the decision's ledger records to
-// l in the same script that writes the route: both are stored or neither
-// (Redis at maxmemory, a lost connection, a crash between them cannot
-// leave a decision whose route was never stored). records builds them
-// numbered from seq, the first record's (the decision's) sequence number,
-// which also becomes the stored route's LedgerSeq; it is called again when
-// another appender moved the ledger's head first. A job that is gone
-// (ErrNotFound) or has ended (a ConflictError) gets neither route nor
+// RouteUpdate is a new routing decision for SetRouteLogged.
+type RouteUpdate struct {
+	// ID is the job's.
+	ID    string
+	Route *jobtype.RouteInfo
+	// Held says why the job is held ("" = not held).
+	Held string
+	// Records builds the decision's ledger records numbered from seq, the
+	// first record's (the decision's) sequence number, which also becomes
+	// the stored route's LedgerSeq; it is called again when another
+	// appender moved the ledger's head first. Nil: no records.
+	Records func(seq int64) []ledger.Record
+}
+
+// SetRouteLogged is SetRoute that appends the decision's ledger records
+// (u.Records) to l in the same script that writes the route: both are
+// stored or neither (Redis at maxmemory, a lost connection, a crash between
+// them cannot leave a decision whose route was never stored). A job that is
+// gone (ErrNotFound) or has ended (a ConflictError) gets neither route nor
 // records. It returns the route as stored. With no ledger, or no records,
 // it is SetRoute.
-func (s *Store) SetRouteLogged(ctx context.Context, l *ledger.Ledger, id string, route *jobtype.RouteInfo, held string, records func(seq int64) []ledger.Record) (*jobtype.RouteInfo, error) {
+func (s *Store) SetRouteLogged(ctx context.Context, l *ledger.Ledger, u RouteUpdate) (*jobtype.RouteInfo, error) {
+	id, route, held, records := u.ID, u.Route, u.Held, u.Records
 	if l == nil || records == nil {
 		return route, s.SetRoute(ctx, id, route, held)
 	}
@@ -101,9 +126,9 @@ func (s *Store) SetRouteLogged(ctx context.Context, l *ledger.Ledger, id string,
 			return nil, fmt.Errorf("jobstore: set route %s: %w", id, err)
 		}
 		switch r.code {
-		case 1:
+		case codeDone:
 			return &ri, nil
-		case -1:
+		case codeNotFound:
 			return nil, fmt.Errorf("jobstore: set route %s: %w", id, ErrNotFound)
 		default:
 			return nil, &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: "set route needs a job that has not ended"}

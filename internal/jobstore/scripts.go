@@ -1,26 +1,73 @@
 package jobstore
 
 import (
+	"fmt"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lathe-ml/lathe/internal/ledger"
 )
 
-// The Lua scripts below are the only writers of a job's state. Each runs
-// atomically in Redis: it checks the state it expects (compare-and-set),
-// writes the record, keeps the per-state indexes and the pending set in step,
-// and appends the state change to the job's capped event stream. A stale
-// writer gets a conflict instead of overwriting.
+// The Lua scripts below are the only writers of a job's state, and make
+// only the changes jobtype.Transitions lists (statemachine_test.go checks
+// it). Each runs atomically in Redis: it checks the state it expects
+// (compare-and-set), writes the record, keeps the per-state indexes and the
+// pending set in step, and appends the state change to the job's capped
+// event stream. A stale writer gets a conflict instead of overwriting.
 //
 // Keys are built inside the scripts from the prefix (ARGV[1]) because the
-// per-state index a job leaves is only known after reading it. Lathe runs on
-// one Redis (or Sentinel), never Redis Cluster (DESIGN.md), so this is safe.
+// per-state index a job leaves is only known after reading it, so the job
+// scripts take no KEYS (only the ledger's, where said). Lathe runs on one
+// Redis (or Sentinel), never Redis Cluster (docs/design.md), so this
+// is safe. Store.run passes ARGV[1] prefix and ARGV[2] job id to every job
+// script; each script's comment lists the rest.
 //
-// Every script returns {code, state, attempt, cancel_requested}: code 1 done,
-// 0 conflict (state/attempt are the current ones), -1 no such job.
+// Every job script but create replies {code, state, attempt, cancel}: the
+// code (one of the reply codes below), the job's state, attempt and
+// cancel_requested (0 or 1) after the call. The codes, the flags and the
+// placeholder are named once here and given to the scripts' text as Lua
+// locals by luaCodes, so the Go side and the Lua side cannot drift.
 
-// luaCommon is prepended to every script.
-const luaCommon = `
+// Reply codes, the first element of a script's reply.
+const (
+	codeNotFound       = -1 // NOT_FOUND: no such job
+	codeConflict       = 0  // CONFLICT: the job's state, attempt, node or incarnation does not allow the change (create: the id is taken)
+	codeDone           = 1  // DONE: the change is made
+	codeExisting       = 2  // EXISTING: create: the idempotency key names a job stored before
+	codeNodeFull       = 3  // NODE_FULL: dispatch: the node has no free slot or GPU
+	codeClaimCancelled = 4  // CLAIM_CANCELLED: claim: a cancel was asked; the claim wrote cancelled
+	codeFenced         = 5  // FENCED: the leader's fence is stale; nothing written
+	codePreemptAsked   = 7  // PREEMPT_ASKED: renew: renewed, and a preemption was asked
+	codeIdemConflict   = -3 // IDEM_CONFLICT: create: an idempotency key names another spec's job
+)
+
+// createRecheck tags create's reply {RECHECK, index, …}: those jobs are
+// taken and must get no ledger records.
+const createRecheck = "recheck"
+
+// Flags of transitionScript (ARGV[9], comma separated).
+const (
+	flagRelease     = "release"     // FLAG_RELEASE: free the node reservation
+	flagRequeue     = "requeue"     // FLAG_REQUEUE: make the next attempt (attempt+1, into the pending set); a job whose cancel was asked ends cancelled instead
+	flagClearCancel = "clearcancel" // FLAG_CLEARCANCEL: clear cancel_requested (retry)
+)
+
+// fromPlaceholder (FROM) stands, in a state event's data, for the state a
+// script finds; the script replaces it.
+const fromPlaceholder = "__FROM__"
+
+// luaCodes is prepended to every job script: the constants above as Lua
+// locals.
+var luaCodes = fmt.Sprintf(`
+local NOT_FOUND, CONFLICT, DONE, EXISTING, NODE_FULL, CLAIM_CANCELLED, FENCED, PREEMPT_ASKED, IDEM_CONFLICT = %d, %d, %d, %d, %d, %d, %d, %d, %d
+local RECHECK, FROM = %q, %q
+local FLAG_RELEASE, FLAG_REQUEUE, FLAG_CLEARCANCEL = %q, %q, %q
+`, codeNotFound, codeConflict, codeDone, codeExisting, codeNodeFull, codeClaimCancelled, codeFenced, codePreemptAsked, codeIdemConflict,
+	createRecheck, fromPlaceholder, flagRelease, flagRequeue, flagClearCancel)
+
+// luaCommon is prepended to every job script but create: the codes and
+// the helpers the scripts share.
+var luaCommon = luaCodes + `
 local P = ARGV[1]
 local function jobkey(id) return P .. 'job:' .. id end
 local function evkey(id) return P .. 'job:' .. id .. ':events' end
@@ -58,13 +105,13 @@ local function workergone(id, want, cancel, now, maxlen, data, score, why)
     setstate(id, 'running', 'cancelled', now)
     redis.call('HSET', jobkey(id), 'reason', 'cancelled', 'finished_at', now)
     addevent(id, maxlen, 'state', want, now, '{"from":"running","to":"cancelled","reason":"cancelled","error":"cancelled while its worker was gone"}')
-    return reply(1, id)
+    return reply(DONE, id)
   end
   setstate(id, 'running', 'queued', now)
   redis.call('HSET', jobkey(id), 'attempt', want + 1, 'node', '', 'backend', '', 'gpus', '[]', 'error', 'attempt ' .. want .. ': ' .. why)
   redis.call('ZADD', P .. 'pending', score, id)
   addevent(id, maxlen, 'state', want + 1, now, data)
-  return reply(1, id)
+  return reply(DONE, id)
 end
 `
 
@@ -77,27 +124,38 @@ end
 // job: if its key names a job, that job is returned and nothing is stored;
 // else the record (with the key in its 'idem' field, so deleting the job
 // deletes the key), the indexes, the pending set, the key (value "id fp")
-// and the first event are written. ARGV: prefix, idemTTL seconds, now ms,
-// maxlen, event data, n, then per job: id, idemKey (” none), idem
-// fingerprint, pending score, number of field/value entries, the
-// field/value entries. Returns {code, id, code, id, …}: 1 stored, 2
-// existing (id of the key's job), 0 id collision; or {-3, index, id} when
-// the key of job index (0-based) conflicts (id: the job it names, ” for a
-// key given twice in the call).
+// and the first event are written.
 //
 // With KEYS (the ledger's stream and head: CreateLogged), ledger records
 // about the jobs are written in the same call, so a decision record and the
 // job it admits are stored together or not at all (even when Redis refuses
 // writes at maxmemory: the script's first write is refused before anything
-// is written, and once it has written Redis lets it finish). After the jobs,
-// ARGV holds: head seq and mac the records were sealed on, record count,
-// count of jobs that must be new, their 1-based indexes, the records'
-// ledger.EntryArgs. Before writing anything the script checks the head
-// (else a ledger_check reply) and that each such job will be stored:
-// neither its id nor its idempotency key (one naming a live job) is taken,
-// in Redis or by an earlier job of the call; else it returns
-// {'recheck', index, …} and stores nothing.
-var createScript = redis.NewScript(ledger.LuaAppend + `
+// is written, and once it has written Redis lets it finish). Before writing
+// anything the script checks the head (else a ledger_check reply) and that
+// each job with records will be stored: neither its id nor its idempotency
+// key (one naming a live job) is taken, in Redis or by an earlier job of the
+// call; else it returns {RECHECK, index, …} and stores nothing.
+//
+//	KEYS[1]  ledger stream  (optional, with KEYS[2])
+//	KEYS[2]  ledger head
+//	ARGV[1]  prefix
+//	ARGV[2]  idempotency TTL, seconds
+//	ARGV[3]  now, ms
+//	ARGV[4]  event stream maxlen
+//	ARGV[5]  first event's data (StateChange JSON)
+//	ARGV[6]  n, the number of jobs
+//	then per job: id, idempotency key ('' none), its fingerprint, pending
+//	  score, the number m of field/value entries, the m entries
+//	then with KEYS: the head's seq and mac the records were sealed on, the
+//	  record count, the count of jobs that must be new, their 1-based
+//	  indexes, the records' ledger.EntryArgs
+//
+// Returns {code, id, code, id, …}, one pair per job: DONE (stored), EXISTING
+// (id: the job its key names), CONFLICT (the id is taken); or {IDEM_CONFLICT,
+// index, id} when the key of job index (0-based) conflicts (id: the job it
+// names, empty for a key given twice in the call); or a ledger_check reply; or
+// {RECHECK, index, …} (1-based).
+var createScript = redis.NewScript(luaCodes + ledger.LuaAppend + `
 local P = ARGV[1]
 local ttl, now, maxlen, data, n = tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
 -- The job a key's value names, and its fingerprint ('' for a key written
@@ -118,8 +176,8 @@ for k = 1, n do
   local idem, fp = ARGV[i + 1], ARGV[i + 2]
   if idem ~= '' then
     local eid, efp = named(idem)
-    if eid and efp ~= '' and efp ~= fp then return {-3, k - 1, eid} end
-    if seen[idem] and seen[idem] ~= fp then return {-3, k - 1, ''} end
+    if eid and efp ~= '' and efp ~= fp then return {IDEM_CONFLICT, k - 1, eid} end
+    if seen[idem] and seen[idem] ~= fp then return {IDEM_CONFLICT, k - 1, ''} end
     seen[idem] = seen[idem] or fp
   end
   i = i + 5 + tonumber(ARGV[i + 4])
@@ -132,7 +190,7 @@ if #KEYS == 2 then
   local nrec, nmust = tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
   local must = {}
   for m = 1, nmust do must[tonumber(ARGV[j + 3 + m])] = true end
-  local recheck, taken = {'recheck'}, {}
+  local recheck, taken = {RECHECK}, {}
   for k = 1, n do
     local id, idem = ARGV[at[k]], ARGV[at[k] + 1]
     if must[k] and ((idem ~= '' and (taken[idem] or named(idem)))
@@ -153,11 +211,11 @@ for _ = 1, n do
   local existing = false
   if idem ~= '' then existing = named(idem) end
   if existing then
-    out[#out + 1] = 2; out[#out + 1] = existing
+    out[#out + 1] = EXISTING; out[#out + 1] = existing
   else
     local key = P .. 'job:' .. id
     if redis.call('EXISTS', key) == 1 then
-      out[#out + 1] = 0; out[#out + 1] = id
+      out[#out + 1] = CONFLICT; out[#out + 1] = id
     else
       redis.call('HSET', key, unpack(ARGV, first, first + nf - 1))
       redis.call('ZADD', P .. 'jobs', 0, id)
@@ -168,7 +226,7 @@ for _ = 1, n do
         redis.call('SET', P .. 'idem:' .. idem, id .. ' ' .. fp, 'EX', ttl)
       end
       redis.call('XADD', key .. ':events', 'MAXLEN', '~', maxlen, '*', 'type', 'state', 'attempt', 1, 'time', now, 'data', data)
-      out[#out + 1] = 1; out[#out + 1] = id
+      out[#out + 1] = DONE; out[#out + 1] = id
     end
   end
 end
@@ -176,65 +234,90 @@ if led then ledger_write(KEYS[1], KEYS[2], ARGV, led.first, led.n) end
 return out
 `)
 
-// transitionScript moves a job from one of the allowed states to another.
-// ARGV: prefix, id, allowed from states (comma separated, ” = any
-// non-terminal), expected attempt (0 any), to, now ms, maxlen, event data,
-// flags (comma separated: 'release' frees the node reservation, 'requeue'
-// bumps the attempt and adds the job to the pending set with score ARGV[10],
-// 'unpend' removes it from the pending set, 'clearcancel'), pending score, then
-// field/value pairs to set.
+// transitionScript moves a job from one of the allowed states to another
+// (Finish, Requeue, CancelDispatched, Preempted, CloudPreempted, Started,
+// Retry: Store.transition and its move).
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  allowed from states, comma separated ('' any non-terminal)
+//	ARGV[4]  expected attempt (0 any)
+//	ARGV[5]  to state
+//	ARGV[6]  now, ms
+//	ARGV[7]  event stream maxlen
+//	ARGV[8]  state event data (FROM stands for the state found)
+//	ARGV[9]  flags, comma separated: FLAG_RELEASE, FLAG_REQUEUE, FLAG_CLEARCANCEL
+//	ARGV[10] pending score (with FLAG_REQUEUE)
+//	ARGV[11…] field/value pairs to set on the record
+//
+// Returns the job reply: DONE, CONFLICT (another state or attempt), or
+// NOT_FOUND. With FLAG_REQUEUE and no FLAG_CLEARCANCEL, a job whose cancel
+// was asked goes to cancelled instead of queued.
 var transitionScript = redis.NewScript(luaCommon + `
 local id, allowed, want, to, now, maxlen, data, flags, score = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt')
-if not cur[1] then return {-1, '', 0, 0} end
+if not cur[1] then return {NOT_FOUND, '', 0, 0} end
 local state, attempt = cur[1], tonumber(cur[2])
 local ok = false
 if allowed == '' then ok = not terminal(state) else
   for s in string.gmatch(allowed, '[^,]+') do if s == state then ok = true end end
 end
-if not ok or (want ~= 0 and want ~= attempt) then return reply(0, id) end
+if not ok or (want ~= 0 and want ~= attempt) then return reply(CONFLICT, id) end
 local function has(f) return string.find(',' .. flags .. ',', ',' .. f .. ',', 1, true) ~= nil end
-if has('requeue') and not has('clearcancel') and redis.call('HGET', jobkey(id), 'cancel_requested') == '1' then
+local requeue, clearcancel = has(FLAG_REQUEUE), has(FLAG_CLEARCANCEL)
+if requeue and not clearcancel and redis.call('HGET', jobkey(id), 'cancel_requested') == '1' then
   -- Requeueing a job whose cancel was asked ends it instead.
   to = 'cancelled'
-  flags = string.gsub(flags, 'requeue', 'norequeue')
-  data = '{"from":"__FROM__","to":"cancelled","reason":"cancelled"}'
+  requeue = false
+  data = '{"from":"' .. FROM .. '","to":"cancelled","reason":"cancelled"}'
   redis.call('HSET', jobkey(id), 'reason', 'cancelled', 'finished_at', now)
 end
-if has('release') then release(id) end
-if has('unpend') then redis.call('ZREM', P .. 'pending', id) end
-if has('clearcancel') then redis.call('HSET', jobkey(id), 'cancel_requested', '0') end
+if has(FLAG_RELEASE) then release(id) end
+if clearcancel then redis.call('HSET', jobkey(id), 'cancel_requested', '0') end
 setstate(id, state, to, now)
-data = string.gsub(data, '"__FROM__"', '"' .. state .. '"')
+data = string.gsub(data, '"' .. FROM .. '"', '"' .. state .. '"')
 if #ARGV >= 11 then
   local fields = {}
   for i = 11, #ARGV do fields[#fields+1] = ARGV[i] end
   redis.call('HSET', jobkey(id), unpack(fields))
 end
 local evattempt = attempt
-if has('requeue') then
+if requeue then
   evattempt = attempt + 1
   redis.call('HSET', jobkey(id), 'attempt', evattempt, 'node', '', 'backend', '', 'gpus', '[]')
   redis.call('ZADD', P .. 'pending', score, id)
 end
 addevent(id, maxlen, 'state', evattempt, now, data)
-return reply(1, id)
+return reply(DONE, id)
 `)
 
 // dispatchScript reserves room on a node and moves a queued job to
 // dispatched, atomically. A GPU job reserves exactly its GPU indices and
-// fails (code 3) if any of them is held; a CPU-only job (no GPUs) takes one
-// of the node's CPU slots and fails if they are all held. The node's
-// reservations hash maps job id → {"a":attempt,"g":[indices]} (a bare
-// number is an older CPU reservation). ARGV: prefix, id, attempt, node, CPU
-// slots on the node, now ms, maxlen, event data, backend, gpus JSON, fence
-// (” none).
+// fails if any of them is held; a CPU-only job (no GPUs) takes one of the
+// node's CPU slots and fails if they are all held. The node's reservations
+// hash maps job id → {"a":attempt,"g":[indices]} (a bare number is an older
+// CPU reservation).
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  attempt
+//	ARGV[4]  node
+//	ARGV[5]  CPU slots on the node
+//	ARGV[6]  now, ms
+//	ARGV[7]  event stream maxlen
+//	ARGV[8]  state event data
+//	ARGV[9]  backend
+//	ARGV[10] GPU indices, JSON
+//	ARGV[11] leader fence ('' none)
+//
+// Returns the job reply: DONE; CONFLICT (not queued at that attempt, or a
+// cancel was asked); NODE_FULL; FENCED; NOT_FOUND.
 var dispatchScript = redis.NewScript(luaCommon + `
 local id, want, node, cap, now, maxlen, data, backend, gpus = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
-if fenced(ARGV[11] or '') then return {5, 'fenced', 0, 0} end
+if fenced(ARGV[11] or '') then return {FENCED, 'fenced', 0, 0} end
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested')
-if not cur[1] then return {-1, '', 0, 0} end
-if cur[1] ~= 'queued' or tonumber(cur[2]) ~= want or cur[3] == '1' then return reply(0, id) end
+if not cur[1] then return {NOT_FOUND, '', 0, 0} end
+if cur[1] ~= 'queued' or tonumber(cur[2]) ~= want or cur[3] == '1' then return reply(CONFLICT, id) end
 local rkey = P .. 'node:' .. node .. ':reserved'
 local asked = cjson.decode(gpus)
 local held = {}
@@ -250,54 +333,75 @@ for _, v in ipairs(vals) do
 end
 if #asked > 0 then
   for _, g in ipairs(asked) do
-    if held[tonumber(g)] then return {3, 'full', want, 0} end
+    if held[tonumber(g)] then return {NODE_FULL, 'full', want, 0} end
   end
 elseif cpu >= cap then
-  return {3, 'full', want, 0}
+  return {NODE_FULL, 'full', want, 0}
 end
 redis.call('HSET', rkey, id, '{"a":' .. want .. ',"g":' .. gpus .. '}')
 redis.call('ZREM', P .. 'pending', id)
 setstate(id, 'queued', 'dispatched', now)
 redis.call('HSET', jobkey(id), 'node', node, 'backend', backend, 'gpus', gpus, 'dispatched_at', now)
 addevent(id, maxlen, 'state', want, now, data)
-return reply(1, id)
+return reply(DONE, id)
 `)
 
-// claimScript lets a worker take its attempt: dispatched → running when the
-// attempt and node match and no cancel was asked; dispatched → cancelled
-// when one was. ARGV: prefix, id, attempt, node, incarnation, now, maxlen,
-// running event data, cancelled event data, lease ms (the attempt's lease
-// runs until now + lease).
+// claimScript lets a worker take its attempt: dispatched → running (or
+// provisioning, for a cloud claim) when the attempt and node match and no
+// cancel was asked; dispatched → cancelled when one was.
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  attempt
+//	ARGV[4]  node
+//	ARGV[5]  the worker's incarnation
+//	ARGV[6]  now, ms
+//	ARGV[7]  event stream maxlen
+//	ARGV[8]  state event data of the claim
+//	ARGV[9]  state event data of the cancellation
+//	ARGV[10] lease, ms (the attempt's lease runs until now + lease)
+//	ARGV[11] to state (default running)
+//
+// Returns the job reply: DONE; CLAIM_CANCELLED (the claim wrote
+// cancelled); CONFLICT (stale: another state, attempt or node); NOT_FOUND.
 var claimScript = redis.NewScript(luaCommon + `
 local id, want, node, inc, now, maxlen, rdata, cdata = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested', 'node')
-if not cur[1] then return {-1, '', 0, 0} end
-if cur[1] ~= 'dispatched' or tonumber(cur[2]) ~= want or cur[4] ~= node then return reply(0, id) end
+if not cur[1] then return {NOT_FOUND, '', 0, 0} end
+if cur[1] ~= 'dispatched' or tonumber(cur[2]) ~= want or cur[4] ~= node then return reply(CONFLICT, id) end
 if cur[3] == '1' then
   release(id)
   setstate(id, 'dispatched', 'cancelled', now)
   redis.call('HSET', jobkey(id), 'reason', 'cancelled', 'finished_at', now)
   addevent(id, maxlen, 'state', want, now, cdata)
-  return {4, 'cancelled', want, 1}
+  return {CLAIM_CANCELLED, 'cancelled', want, 1}
 end
 local to = ARGV[11] or 'running'
 setstate(id, 'dispatched', to, now)
 if to == 'running' then redis.call('HSET', jobkey(id), 'started_at', now) end
 redis.call('HSET', jobkey(id), 'incarnation', inc, 'lease_until', tonumber(now) + tonumber(ARGV[10]))
 addevent(id, maxlen, 'state', want, now, rdata)
-return reply(1, id)
+return reply(DONE, id)
 `)
 
-// appendScript appends trainer events of the running attempt and updates
-// the record's progress, metrics and artifacts. A writer whose attempt is no
-// longer current (or whose job is not running) loses. ARGV: prefix, id,
-// attempt, maxlen, then groups of 5: type, time ms, data, field to set on
-// the record (” none), its new value.
+// appendScript appends trainer events of the running (or provisioning)
+// attempt and updates the record's progress, metrics and artifacts. A
+// writer whose attempt is no longer current (or whose job is not running)
+// loses.
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  attempt
+//	ARGV[4]  event stream maxlen
+//	ARGV[5…] groups of 5: type ('' no event), time ms, data, field to set on
+//	         the record ('' none), its new value
+//
+// Returns the job reply: DONE, CONFLICT, NOT_FOUND.
 var appendScript = redis.NewScript(luaCommon + `
 local id, want, maxlen = ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested')
-if not cur[1] then return {-1, '', 0, 0} end
-if (cur[1] ~= 'running' and cur[1] ~= 'provisioning') or tonumber(cur[2]) ~= want then return reply(0, id) end
+if not cur[1] then return {NOT_FOUND, '', 0, 0} end
+if (cur[1] ~= 'running' and cur[1] ~= 'provisioning') or tonumber(cur[2]) ~= want then return reply(CONFLICT, id) end
 local i = 5
 while i + 4 <= #ARGV do
   local typ, t, data, field, value = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4]
@@ -305,47 +409,67 @@ while i + 4 <= #ARGV do
   if field ~= '' then redis.call('HSET', jobkey(id), field, value) end
   i = i + 5
 end
-return reply(1, id)
+return reply(DONE, id)
 `)
 
 // cancelScript asks for a job's cancellation. A queued job is cancelled at
-// once (it holds nothing); a dispatched or running one gets the durable
-// cancel_requested flag, which its attempt's owner honours. ARGV: prefix,
-// id, now, maxlen, cancelled event data, requested event data.
+// once (it holds nothing); a dispatched, provisioning or running one gets
+// the durable cancel_requested flag (and a cancel_requested event, once),
+// which its attempt's owner honours.
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  now, ms
+//	ARGV[4]  event stream maxlen
+//	ARGV[5]  cancelled state event data (FROM stands for the state found)
+//	ARGV[6]  cancel_requested event data
+//
+// Returns the job reply: DONE (also for a job already cancelled), CONFLICT
+// (it succeeded or failed), NOT_FOUND.
 var cancelScript = redis.NewScript(luaCommon + `
 local id, now, maxlen, cdata, rdata = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested')
-if not cur[1] then return {-1, '', 0, 0} end
+if not cur[1] then return {NOT_FOUND, '', 0, 0} end
 local state, attempt = cur[1], cur[2]
-if state == 'cancelled' then return reply(1, id) end
-if terminal(state) then return reply(0, id) end
-if state == 'queued' or state == 'preempted' then
+if state == 'cancelled' then return reply(DONE, id) end
+if terminal(state) then return reply(CONFLICT, id) end
+if state == 'queued' then
   redis.call('ZREM', P .. 'pending', id)
-  cdata = string.gsub(cdata, '"__FROM__"', '"' .. state .. '"')
+  cdata = string.gsub(cdata, '"' .. FROM .. '"', '"' .. state .. '"')
   setstate(id, state, 'cancelled', now)
   redis.call('HSET', jobkey(id), 'reason', 'cancelled', 'finished_at', now, 'cancel_requested', '1')
   addevent(id, maxlen, 'state', attempt, now, cdata)
-  return reply(1, id)
+  return reply(DONE, id)
 end
 if cur[3] ~= '1' then
   redis.call('HSET', jobkey(id), 'cancel_requested', '1', 'updated_at', now)
   addevent(id, maxlen, 'cancel_requested', attempt, now, rdata)
 end
-return reply(1, id)
+return reply(DONE, id)
 `)
 
 // preemptScript asks a job's attempt to make room for an urgent job: a
 // running attempt gets preempt_requested (its worker sees it at the next
-// lease renewal, stops the trainer, which checkpoints, and requeues it); a
-// dispatched attempt that has not started goes straight back to queued as
-// the next attempt. ARGV: prefix, id, attempt, now, maxlen, for-job id,
-// pending score, fence (” none).
+// lease renewal, stops the trainer, which checkpoints, and calls
+// Preempted); a dispatched attempt that has not started goes straight back
+// to queued as the next attempt.
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  attempt
+//	ARGV[4]  now, ms
+//	ARGV[5]  event stream maxlen
+//	ARGV[6]  the urgent job's id
+//	ARGV[7]  pending score
+//	ARGV[8]  leader fence ('' none)
+//
+// Returns the job reply: DONE, CONFLICT, FENCED, NOT_FOUND.
 var preemptScript = redis.NewScript(luaCommon + `
 local id, want, now, maxlen, forjob, score = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], ARGV[7]
-if fenced(ARGV[8] or '') then return {5, 'fenced', 0, 0} end
+if fenced(ARGV[8] or '') then return {FENCED, 'fenced', 0, 0} end
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt')
-if not cur[1] then return {-1, '', 0, 0} end
-if tonumber(cur[2]) ~= want then return reply(0, id) end
+if not cur[1] then return {NOT_FOUND, '', 0, 0} end
+if tonumber(cur[2]) ~= want then return reply(CONFLICT, id) end
 if cur[1] == 'dispatched' then
   release(id)
   setstate(id, 'dispatched', 'queued', now)
@@ -353,70 +477,103 @@ if cur[1] == 'dispatched' then
   redis.call('HSET', jobkey(id), 'attempt', want + 1, 'node', '', 'backend', '', 'gpus', '[]', 'preempt_requested', '')
   redis.call('ZADD', P .. 'pending', score, id)
   addevent(id, maxlen, 'state', want + 1, now, cjson.encode({from = 'dispatched', to = 'queued', reason = 'preempted', error = 'preempted for ' .. forjob .. ' before it started'}))
-  return reply(1, id)
+  return reply(DONE, id)
 end
-if cur[1] ~= 'running' then return reply(0, id) end
+if cur[1] ~= 'running' then return reply(CONFLICT, id) end
 local prev = redis.call('HGET', jobkey(id), 'preempt_requested')
 if not prev or prev == '' then
   redis.call('HSET', jobkey(id), 'preempt_requested', forjob)
   addevent(id, maxlen, 'preempt', want, now, cjson.encode({['for'] = forjob}))
 end
-return reply(1, id)
+return reply(DONE, id)
 `)
 
 // annotateScript sets fields on a job while attempt is its current one and
-// it runs (what the trainer was given). ARGV: prefix, id, attempt, then
-// field/value pairs.
+// it is dispatched, provisioning or running (what the trainer was given).
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  attempt
+//	ARGV[4…] field/value pairs
+//
+// Returns the job reply: DONE, CONFLICT, NOT_FOUND.
 var annotateScript = redis.NewScript(luaCommon + `
 local id, want = ARGV[2], tonumber(ARGV[3])
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt')
-if not cur[1] then return {-1, '', 0, 0} end
-if tonumber(cur[2]) ~= want or (cur[1] ~= 'running' and cur[1] ~= 'dispatched' and cur[1] ~= 'provisioning') then return reply(0, id) end
+if not cur[1] then return {NOT_FOUND, '', 0, 0} end
+if tonumber(cur[2]) ~= want or (cur[1] ~= 'running' and cur[1] ~= 'dispatched' and cur[1] ~= 'provisioning') then return reply(CONFLICT, id) end
 local fields = {}
 for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', jobkey(id), unpack(fields))
-return reply(1, id)
+return reply(DONE, id)
 `)
 
-// renewScript extends the lease of a running attempt held by incarnation.
-// Code 7: renewed, and a preemption was asked.
-// ARGV: prefix, id, attempt, incarnation, now, lease ms.
+// renewScript extends the lease of a running (or provisioning) attempt
+// held by incarnation.
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  attempt
+//	ARGV[4]  incarnation
+//	ARGV[5]  now, ms
+//	ARGV[6]  lease, ms
+//
+// Returns the job reply: DONE; PREEMPT_ASKED (renewed, and a preemption was
+// asked); CONFLICT (another state, attempt or incarnation); NOT_FOUND.
 var renewScript = redis.NewScript(luaCommon + `
 local id, want, inc, now, lease = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'incarnation')
-if not cur[1] then return {-1, '', 0, 0} end
-if (cur[1] ~= 'running' and cur[1] ~= 'provisioning') or tonumber(cur[2]) ~= want or cur[3] ~= inc then return reply(0, id) end
+if not cur[1] then return {NOT_FOUND, '', 0, 0} end
+if (cur[1] ~= 'running' and cur[1] ~= 'provisioning') or tonumber(cur[2]) ~= want or cur[3] ~= inc then return reply(CONFLICT, id) end
 redis.call('HSET', jobkey(id), 'lease_until', now + lease)
 local pre = redis.call('HGET', jobkey(id), 'preempt_requested')
-if pre and pre ~= '' then return {7, 'running', want, 0} end
-return reply(1, id)
+if pre and pre ~= '' then return {PREEMPT_ASKED, 'running', want, 0} end
+return reply(DONE, id)
 `)
 
 // reapScript ends a running attempt whose lease expired more than grace ago
-// and makes the next attempt (queued, through the pending set). ARGV:
-// prefix, id, attempt, now, maxlen, event data, pending score, grace ms,
-// fence (” none).
+// and makes the next attempt (queued, through the pending set), or ends the
+// job cancelled when a cancel was asked (workergone).
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  attempt
+//	ARGV[4]  now, ms
+//	ARGV[5]  event stream maxlen
+//	ARGV[6]  state event data (running → queued)
+//	ARGV[7]  pending score
+//	ARGV[8]  grace, ms
+//	ARGV[9]  leader fence ('' none)
+//
+// Returns the job reply: DONE; CONFLICT (another state or attempt, or the
+// lease has not expired); FENCED; NOT_FOUND.
 var reapScript = redis.NewScript(luaCommon + `
 local id, want, now, maxlen, data, score, grace = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
-if fenced(ARGV[9] or '') then return {5, 'fenced', 0, 0} end
+if fenced(ARGV[9] or '') then return {FENCED, 'fenced', 0, 0} end
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'lease_until', 'cancel_requested')
-if not cur[1] then return {-1, '', 0, 0} end
-if cur[1] ~= 'running' or tonumber(cur[2]) ~= want then return reply(0, id) end
-if tonumber(cur[3] or '0') + grace >= now then return reply(0, id) end
+if not cur[1] then return {NOT_FOUND, '', 0, 0} end
+if cur[1] ~= 'running' or tonumber(cur[2]) ~= want then return reply(CONFLICT, id) end
+if tonumber(cur[3] or '0') + grace >= now then return reply(CONFLICT, id) end
 return workergone(id, want, cur[4], now, maxlen, data, score, 'lease expired (worker gone)')
 `)
 
-// deleteScript removes a finished job entirely: record, event stream,
-// index entries, attempt reservations. ARGV: prefix, id. Refuses a job that
-// is not in a terminal state.
+// deleteScript removes a finished job entirely: record, event stream, GPU
+// series, index entries, and its idempotency key (if the key still names
+// it). It refuses a job that is not in a terminal state.
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//
+// Returns {DONE, the state it was in, 0, 0}, or the job reply: CONFLICT (not
+// terminal), NOT_FOUND (its id is dropped from the jobs index).
 var deleteScript = redis.NewScript(luaCommon + `
 local id = ARGV[2]
 local st = redis.call('HGET', jobkey(id), 'state')
 if not st then
   redis.call('ZREM', P .. 'jobs', id)
-  return {-1, '', 0, 0}
+  return {NOT_FOUND, '', 0, 0}
 end
-if not terminal(st) then return reply(0, id) end
+if not terminal(st) then return reply(CONFLICT, id) end
 -- Its idempotency key goes with it (if the key still names it).
 local idem = redis.call('HGET', jobkey(id), 'idem')
 if idem and idem ~= '' then
@@ -426,36 +583,58 @@ end
 redis.call('DEL', jobkey(id), evkey(id), jobkey(id) .. ':gpu')
 redis.call('ZREM', P .. 'jobs', id)
 redis.call('ZREM', statekey(st), id)
-return {1, st, 0, 0}
+return {DONE, st, 0, 0}
 `)
 
 // adoptScript hands a provisioning or running attempt from one worker
 // incarnation (gone) to another on the same node: the incarnation and lease
 // change only if the attempt, node and old incarnation are still the ones
-// the caller saw. ARGV: prefix, id, attempt, node, old incarnation, new
-// incarnation, now ms, lease ms.
+// the caller saw.
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  attempt
+//	ARGV[4]  node
+//	ARGV[5]  old incarnation
+//	ARGV[6]  new incarnation
+//	ARGV[7]  now, ms
+//	ARGV[8]  lease, ms
+//
+// Returns the job reply: DONE, CONFLICT, NOT_FOUND.
 var adoptScript = redis.NewScript(luaCommon + `
 local id, want, node, old, inc, now, lease = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'node', 'incarnation')
-if not cur[1] then return {-1, '', 0, 0} end
-if (cur[1] ~= 'running' and cur[1] ~= 'provisioning') or tonumber(cur[2]) ~= want or cur[3] ~= node or (cur[4] or '') ~= old then return reply(0, id) end
+if not cur[1] then return {NOT_FOUND, '', 0, 0} end
+if (cur[1] ~= 'running' and cur[1] ~= 'provisioning') or tonumber(cur[2]) ~= want or cur[3] ~= node or (cur[4] or '') ~= old then return reply(CONFLICT, id) end
 redis.call('HSET', jobkey(id), 'incarnation', inc, 'lease_until', now + lease)
-return reply(1, id)
+return reply(DONE, id)
 `)
 
 // releaseDeadScript ends a running attempt on node whose worker incarnation
 // is dead (a new incarnation on the same node killed its trainer's process
-// group) and makes the next attempt, as the reaper would, without waiting
-// for the lease. ARGV: prefix, id, attempt, node, dead incarnation (” any
-// but the live one), live incarnation, now, maxlen, event data, pending
-// score.
+// group) and makes the next attempt, as the reaper would (workergone),
+// without waiting for the lease.
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  job id
+//	ARGV[3]  attempt
+//	ARGV[4]  node
+//	ARGV[5]  dead incarnation ('' any but the live one)
+//	ARGV[6]  live incarnation
+//	ARGV[7]  now, ms
+//	ARGV[8]  event stream maxlen
+//	ARGV[9]  state event data (running → queued)
+//	ARGV[10] pending score
+//
+// Returns the job reply: DONE; CONFLICT (another state, attempt, node or
+// incarnation); NOT_FOUND.
 var releaseDeadScript = redis.NewScript(luaCommon + `
 local id, want, node, dead, live, now, maxlen, data, score = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10]
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'node', 'incarnation', 'cancel_requested')
-if not cur[1] then return {-1, '', 0, 0} end
+if not cur[1] then return {NOT_FOUND, '', 0, 0} end
 local inc = cur[4] or ''
 if cur[1] ~= 'running' or tonumber(cur[2]) ~= want or cur[3] ~= node or inc == live or (dead ~= '' and inc ~= dead) then
-  return reply(0, id)
+  return reply(CONFLICT, id)
 end
 return workergone(id, want, cur[5], now, maxlen, data, score, 'its worker died and was restarted')
 `)

@@ -1,8 +1,9 @@
 // Package jobstore is Lathe's job store in Redis: the only authority on a
-// job's state (DESIGN.md). It holds each job's record, its numbered attempts,
-// the pending set the scheduler places from, per-state indexes for listing,
-// and a capped per-job event stream. Every state change is one Lua
-// compare-and-set (scripts.go) that also appends the change to the stream.
+// job's state (docs/design.md). It holds each job's record, its numbered
+// attempts, the pending set the scheduler places from, per-state indexes
+// for listing, and a capped per-job event stream. Every state change is one
+// Lua compare-and-set (scripts.go), one of the changes jobtype.Transitions
+// allows, that also appends the change to the stream.
 //
 // Keys (prefix "lathe:" by default):
 //
@@ -355,7 +356,7 @@ func (s *Store) createLogged(ctx context.Context, l *ledger.Ledger, njs []NewJob
 				return nil, nil, fmt.Errorf("jobstore: create: %w", err)
 			}
 		} else {
-			// {'recheck', index, …}: these jobs are taken; they get no records.
+			// {createRecheck, index, …}: these jobs are taken; they get no records.
 			for _, v := range raw[1:] {
 				if k, ok := v.(int64); ok && k >= 1 && int(k) <= len(build) {
 					build[k-1] = nil
@@ -421,10 +422,10 @@ func (s *Store) createRun(ctx context.Context, njs []NewJob, keys []string, tail
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("jobstore: create: %w", err)
 	}
-	if tag, ok := first(res).(string); ok && (tag == "recheck" || ledger.IsCheckReply(res)) {
+	if tag, ok := first(res).(string); ok && (tag == createRecheck || ledger.IsCheckReply(res)) {
 		return nil, nil, res, nil
 	}
-	if code, _ := res[0].(int64); code == -3 && len(res) == 3 {
+	if code, _ := res[0].(int64); code == codeIdemConflict && len(res) == 3 {
 		idx, _ := res[1].(int64)
 		jobID, _ := res[2].(string)
 		if idx < 0 || int(idx) >= len(njs) {
@@ -442,12 +443,12 @@ func (s *Store) createRun(ctx context.Context, njs []NewJob, keys []string, tail
 		code, _ := res[2*i].(int64)
 		gotID, _ := res[2*i+1].(string)
 		switch code {
-		case 1:
+		case codeDone:
 			// Stored as given: build the record here instead of reading it back.
 			out[i] = Created{Job: &jobtype.Job{ID: ids[i], Name: nj.Spec.Name, State: jobtype.StateQueued, Attempt: 1, GPUs: []int{},
 				Metrics: map[string]float64{}, Artifacts: []jobtype.Artifact{}, OutputURI: outs[i], Submitter: nj.Submitter,
 				Team: nj.Team, CreatedAt: t, UpdatedAt: t, Spec: *nj.Spec, Route: nj.Route}}
-		case 2:
+		case codeExisting:
 			j, err := s.Get(ctx, gotID)
 			out[i] = Created{Job: j, Existed: true}
 			errs[i] = err
@@ -699,7 +700,7 @@ func (s *Store) run(ctx context.Context, op, id string, script *redis.Script, ar
 	if err != nil {
 		return result{}, fmt.Errorf("jobstore: %s %s: %w", op, id, err)
 	}
-	if r.code == -1 {
+	if r.code == codeNotFound {
 		return r, fmt.Errorf("jobstore: %s %s: %w", op, id, ErrNotFound)
 	}
 	return r, nil
@@ -720,7 +721,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if r.code != 1 {
+	if r.code != codeDone {
 		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: "delete needs a finished job"}
 	}
 	return nil

@@ -41,7 +41,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("created job: %+v", j)
 	}
 	// Claim before dispatch is stale.
-	if out, err := s.Claim(ctx, j.ID, 1, "n1", "inc1", time.Minute); err != nil || out != jobstore.ClaimStale {
+	if out, err := s.Claim(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: "n1", Incarnation: "inc1", Lease: time.Minute}); err != nil || out != jobstore.ClaimStale {
 		t.Fatalf("early claim: %v %v", out, err)
 	}
 	if err := s.Dispatch(ctx, j.ID, 1, "n1", "local", 1, nil); err != nil {
@@ -56,13 +56,13 @@ func TestLifecycle(t *testing.T) {
 	if err := s.Dispatch(ctx, j2.ID, 1, "n1", "local", 1, nil); !errors.Is(err, jobstore.ErrNodeFull) {
 		t.Fatalf("dispatch on full node: %v", err)
 	}
-	if out, _ := s.Claim(ctx, j.ID, 1, "other", "inc1", time.Minute); out != jobstore.ClaimStale {
+	if out, _ := s.Claim(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: "other", Incarnation: "inc1", Lease: time.Minute}); out != jobstore.ClaimStale {
 		t.Fatalf("claim by the wrong node: %v", out)
 	}
-	if out, err := s.Claim(ctx, j.ID, 1, "n1", "inc1", time.Minute); err != nil || out != jobstore.Claimed {
+	if out, err := s.Claim(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: "n1", Incarnation: "inc1", Lease: time.Minute}); err != nil || out != jobstore.Claimed {
 		t.Fatalf("claim: %v %v", out, err)
 	}
-	if out, _ := s.Claim(ctx, j.ID, 1, "n1", "inc1", time.Minute); out != jobstore.ClaimStale {
+	if out, _ := s.Claim(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: "n1", Incarnation: "inc1", Lease: time.Minute}); out != jobstore.ClaimStale {
 		t.Fatalf("second claim: %v", out)
 	}
 	prog := jobtype.Progress{Step: 3, TotalSteps: 10, Loss: 2.5}
@@ -88,7 +88,7 @@ func TestLifecycle(t *testing.T) {
 	if err := s.Dispatch(ctx, j.ID, 2, "n1", "local", 1, nil); err != nil {
 		t.Fatalf("dispatch 2: %v", err)
 	}
-	if out, _ := s.Claim(ctx, j.ID, 2, "n1", "inc1", time.Minute); out != jobstore.Claimed {
+	if out, _ := s.Claim(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 2, Node: "n1", Incarnation: "inc1", Lease: time.Minute}); out != jobstore.Claimed {
 		t.Fatalf("claim 2: %v", out)
 	}
 	if err := s.Finish(ctx, j.ID, 2, jobstore.Ending{State: jobtype.StateSucceeded, Metrics: map[string]float64{"eval_loss": 1.5},
@@ -178,7 +178,7 @@ func TestCancelStates(t *testing.T) {
 	if st, err := s.Cancel(ctx, d.ID); err != nil || st != jobtype.StateDispatched {
 		t.Fatalf("cancel dispatched: %v %v", st, err)
 	}
-	if out, _ := s.Claim(ctx, d.ID, 1, "n1", "i", time.Minute); out != jobstore.ClaimCancelled {
+	if out, _ := s.Claim(ctx, jobstore.ClaimParams{ID: d.ID, Attempt: 1, Node: "n1", Incarnation: "i", Lease: time.Minute}); out != jobstore.ClaimCancelled {
 		t.Fatalf("claim after cancel: %v", out)
 	}
 	got, _ := s.Get(ctx, d.ID)
@@ -203,7 +203,7 @@ func TestLeaseRenewReap(t *testing.T) {
 	if err := s.Dispatch(ctx, j.ID, 1, "n1", "local", 2, nil); err != nil {
 		t.Fatal(err)
 	}
-	if out, _ := s.Claim(ctx, j.ID, 1, "n1", "inc1", 30*time.Second); out != jobstore.Claimed {
+	if out, _ := s.Claim(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: "n1", Incarnation: "inc1", Lease: 30 * time.Second}); out != jobstore.Claimed {
 		t.Fatal("claim")
 	}
 	if _, err := s.Renew(ctx, j.ID, 1, "other-incarnation", 30*time.Second); !errors.Is(err, jobstore.ErrConflict) {
@@ -251,7 +251,7 @@ func TestCancelWhileWorkerGone(t *testing.T) {
 	for _, path := range []string{"reap", "requeue"} {
 		j, _, _ := s.Create(ctx, jobstore.NewJob{Spec: spec("w", jobspec.PriorityNormal)})
 		_ = s.Dispatch(ctx, j.ID, 1, "n1", "local", 9, nil)
-		_, _ = s.Claim(ctx, j.ID, 1, "n1", "inc", 30*time.Second)
+		_, _ = s.Claim(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: "n1", Incarnation: "inc", Lease: 30 * time.Second})
 		if st, err := s.Cancel(ctx, j.ID); err != nil || st != jobtype.StateRunning {
 			t.Fatalf("%s: cancel: %s %v", path, st, err)
 		}
@@ -331,7 +331,7 @@ func TestNodesForgetsExpiredHeartbeats(t *testing.T) {
 	s := jobstore.New(c, jobstore.Config{})
 	ctx := context.Background()
 	n := jobstore.Node{Name: "gone", Incarnation: "i", Backend: "local", Slots: 1}
-	if err := s.Heartbeat(ctx, n, time.Minute, true); err != nil {
+	if err := s.Heartbeat(ctx, n, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
 	c.Del(ctx, "lathe:node:gone") // as if its TTL ran out
@@ -341,7 +341,7 @@ func TestNodesForgetsExpiredHeartbeats(t *testing.T) {
 	if m, _ := c.SIsMember(ctx, "lathe:nodes", "gone").Result(); m {
 		t.Fatal("an expired node stays in the nodes set")
 	}
-	_ = s.Heartbeat(ctx, n, time.Minute, false)
+	_ = s.Heartbeat(ctx, n, jobstore.HeartbeatOptions{TTL: time.Minute})
 	if ns, _ := s.Nodes(ctx); len(ns) != 1 {
 		t.Fatalf("after a new heartbeat: %v", ns)
 	}

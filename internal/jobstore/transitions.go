@@ -54,26 +54,40 @@ const (
 	ClaimCancelled
 )
 
-// Claim takes attempt of job id for node (incarnation identifies the worker
-// process): dispatched → running with a lease of the given length, or →
-// cancelled when a cancel was asked.
-func (s *Store) Claim(ctx context.Context, id string, attempt int, node, incarnation string, lease time.Duration) (ClaimOutcome, error) {
-	return s.claim(ctx, id, attempt, node, incarnation, lease, jobtype.StateRunning)
+// ClaimParams names the attempt a worker takes (Claim, ClaimCloud) and the
+// lease it takes it with.
+type ClaimParams struct {
+	ID      string
+	Attempt int
+	// Node is the node the attempt was dispatched to (for ClaimCloud, its
+	// backend's CloudNode); another node's claim is stale.
+	Node string
+	// Incarnation identifies the worker process that takes it.
+	Incarnation string
+	// Lease is how long the attempt is held without a renewal (until now + Lease).
+	Lease time.Duration
+}
+
+// Claim takes attempt p.Attempt of job p.ID for p.Node: dispatched →
+// running with a lease held by p.Incarnation, or → cancelled when a cancel
+// was asked.
+func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimOutcome, error) {
+	return s.claim(ctx, p, jobtype.StateRunning)
 }
 
 // claim moves a dispatched attempt to (running or provisioning), or to
 // cancelled when a cancel was asked.
-func (s *Store) claim(ctx context.Context, id string, attempt int, node, incarnation string, lease time.Duration, to jobtype.State) (ClaimOutcome, error) {
-	rdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: to, Node: node})
+func (s *Store) claim(ctx context.Context, p ClaimParams, to jobtype.State) (ClaimOutcome, error) {
+	rdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: to, Node: p.Node})
 	cdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled})
-	r, err := s.run(ctx, "claim", id, claimScript, attempt, node, incarnation, ms(s.now()), s.cfg.EventsMaxLen, rdata, cdata, lease.Milliseconds(), string(to))
+	r, err := s.run(ctx, "claim", p.ID, claimScript, p.Attempt, p.Node, p.Incarnation, ms(s.now()), s.cfg.EventsMaxLen, rdata, cdata, p.Lease.Milliseconds(), string(to))
 	if err != nil {
 		return 0, err
 	}
 	switch r.code {
-	case 1:
+	case codeDone:
 		return Claimed, nil
-	case 4:
+	case codeClaimCancelled:
 		return ClaimCancelled, nil
 	default:
 		return ClaimStale, nil
@@ -110,7 +124,7 @@ func (s *Store) Append(ctx context.Context, id string, attempt int, evs []EventI
 	if err != nil {
 		return false, err
 	}
-	if r.code != 1 {
+	if r.code != codeDone {
 		return r.cancel, &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("append needs running attempt %d", attempt)}
 	}
 	return r.cancel, nil
@@ -159,8 +173,8 @@ func (s *Store) Finish(ctx context.Context, id string, attempt int, e Ending) er
 	if e.Artifacts != nil {
 		fields = append(fields, "artifacts", mustJSON(e.Artifacts))
 	}
-	return s.transition(ctx, id, attempt, []jobtype.State{jobtype.StateRunning, jobtype.StateProvisioning, jobtype.StateDispatched}, e.State,
-		jobtype.StateChange{To: e.State, Reason: e.Reason, Error: e.Error}, "release", fields...)
+	return s.transition(ctx, id, attempt, move{from: attemptEnds, to: e.State,
+		change: jobtype.StateChange{To: e.State, Reason: e.Reason, Error: e.Error}, release: true, fields: fields})
 }
 
 // Requeue ends attempt of job id and makes the next attempt: the job goes
@@ -171,33 +185,75 @@ func (s *Store) Requeue(ctx context.Context, id string, attempt int, reason, err
 	if err != nil {
 		return err
 	}
-	score := strconv.FormatFloat(PendingScore(j.Spec.Priority, j.CreatedAt), 'f', 0, 64)
-	return s.transitionScore(ctx, id, attempt, []jobtype.State{jobtype.StateRunning, jobtype.StateProvisioning, jobtype.StateDispatched}, jobtype.StateQueued,
-		jobtype.StateChange{To: jobtype.StateQueued, Reason: reason, Error: errMsg}, "release,requeue", score, "error", errMsg)
+	return s.transition(ctx, id, attempt, move{from: attemptEnds, to: jobtype.StateQueued,
+		change:  jobtype.StateChange{To: jobtype.StateQueued, Reason: reason, Error: errMsg},
+		release: true, requeue: true, score: requeueScore(j), fields: []any{"error", errMsg}})
 }
 
-func (s *Store) transition(ctx context.Context, id string, attempt int, from []jobtype.State, to jobtype.State, ch jobtype.StateChange, flags string, fields ...any) error {
-	return s.transitionScore(ctx, id, attempt, from, to, ch, flags, "0", fields...)
+// attemptEnds are the states an attempt ends from (Finish, Requeue), in the
+// order a conflict names them.
+var attemptEnds = []jobtype.State{jobtype.StateRunning, jobtype.StateProvisioning, jobtype.StateDispatched}
+
+// move is one run of transitionScript: the change it may make
+// (jobtype.Transitions) and what it writes with it.
+type move struct {
+	// from are the states the job may be in (at the caller's attempt).
+	from []jobtype.State
+	to   jobtype.State
+	// change is the state event; From "" stands for the state found.
+	change jobtype.StateChange
+	// release frees the node reservation; requeue makes the next attempt
+	// (attempt+1, into the pending set with score), or ends the job
+	// cancelled when a cancel was asked, unless clearCancel clears the
+	// request first (retry).
+	release, requeue, clearCancel bool
+	score                         string
+	// fields are field/value pairs set on the record.
+	fields []any
 }
 
-func (s *Store) transitionScore(ctx context.Context, id string, attempt int, from []jobtype.State, to jobtype.State, ch jobtype.StateChange, flags, score string, fields ...any) error {
-	names := make([]string, len(from))
-	for i, f := range from {
+// flags is m's flags argument for transitionScript.
+func (m move) flags() string {
+	var f []string
+	if m.release {
+		f = append(f, flagRelease)
+	}
+	if m.requeue {
+		f = append(f, flagRequeue)
+	}
+	if m.clearCancel {
+		f = append(f, flagClearCancel)
+	}
+	return strings.Join(f, ",")
+}
+
+// requeueScore is the pending score j goes back into the pending set with.
+func requeueScore(j *jobtype.Job) string {
+	return strconv.FormatFloat(PendingScore(j.Spec.Priority, j.CreatedAt), 'f', 0, 64)
+}
+
+func (s *Store) transition(ctx context.Context, id string, attempt int, m move) error {
+	names := make([]string, len(m.from))
+	for i, f := range m.from {
 		names[i] = string(f)
 	}
-	args := []any{strings.Join(names, ","), attempt, string(to), ms(s.now()), s.cfg.EventsMaxLen, "", flags, score}
-	args = append(args, fields...)
 	// The script puts the state it found in place of fromPlaceholder.
+	ch := m.change
 	if ch.From == "" {
 		ch.From = fromPlaceholder
 	}
-	args[5] = mustJSON(ch)
+	score := m.score
+	if score == "" {
+		score = "0"
+	}
+	args := []any{strings.Join(names, ","), attempt, string(m.to), ms(s.now()), s.cfg.EventsMaxLen, mustJSON(ch), m.flags(), score}
+	args = append(args, m.fields...)
 	r, err := s.run(ctx, "transition", id, transitionScript, args...)
 	if err != nil {
 		return err
 	}
-	if r.code != 1 {
-		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("%s needs %s at attempt %d", to, strings.Join(names, "|"), attempt)}
+	if r.code != codeDone {
+		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("%s needs %s at attempt %d", m.to, strings.Join(names, "|"), attempt)}
 	}
 	return nil
 }
@@ -213,7 +269,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (jobtype.State, error) {
 	if err != nil {
 		return "", err
 	}
-	if r.code != 1 {
+	if r.code != codeDone {
 		return r.state, &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: "cancel needs a job that has not ended"}
 	}
 	return r.state, nil
@@ -222,13 +278,10 @@ func (s *Store) Cancel(ctx context.Context, id string) (jobtype.State, error) {
 // CancelDispatched cancels a dispatched attempt whose task the caller has
 // removed from its queue before any worker took it (so nobody else owns it).
 func (s *Store) CancelDispatched(ctx context.Context, id string, attempt int) error {
-	return s.transition(ctx, id, attempt, []jobtype.State{jobtype.StateDispatched}, jobtype.StateCancelled,
-		jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled},
-		"release", "reason", jobtype.ReasonCancelled, "finished_at", ms(s.now()))
+	return s.transition(ctx, id, attempt, move{from: []jobtype.State{jobtype.StateDispatched}, to: jobtype.StateCancelled,
+		change:  jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled},
+		release: true, fields: []any{"reason", jobtype.ReasonCancelled, "finished_at", ms(s.now())}})
 }
-
-// fromPlaceholder stands for the state a script finds; the script replaces it.
-const fromPlaceholder = "__FROM__"
 
 // Renew extends the lease of attempt of job id, held by incarnation, to
 // now + lease. It returns whether a cancel was asked, and a *ConflictError
@@ -239,10 +292,10 @@ func (s *Store) Renew(ctx context.Context, id string, attempt int, incarnation s
 	if err != nil {
 		return false, err
 	}
-	if r.code == 7 {
+	if r.code == codePreemptAsked {
 		return false, fmt.Errorf("jobstore: renew %s: %w", id, ErrPreemptRequested)
 	}
-	if r.code != 1 {
+	if r.code != codeDone {
 		return r.cancel, &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("renew needs running attempt %d of incarnation %s", attempt, incarnation)}
 	}
 	return r.cancel, nil
@@ -273,15 +326,15 @@ func (s *Store) RequestPreempt(ctx context.Context, id string, attempt int, forJ
 	if err != nil {
 		return err
 	}
-	score := strconv.FormatFloat(PendingScore(j.Spec.Priority, j.CreatedAt), 'f', 0, 64)
+	score := requeueScore(j)
 	r, err := s.run(ctx, "preempt", id, preemptScript, attempt, ms(s.now()), s.cfg.EventsMaxLen, forJob, score, fenceArg(fence))
 	if err != nil {
 		return err
 	}
 	switch r.code {
-	case 1:
+	case codeDone:
 		return nil
-	case 5:
+	case codeFenced:
 		return fmt.Errorf("jobstore: preempt %s: %w", id, ErrFenced)
 	default:
 		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("preempt needs running or dispatched attempt %d", attempt)}
@@ -297,10 +350,9 @@ func (s *Store) Preempted(ctx context.Context, id string, attempt int, forJob st
 	if err != nil {
 		return err
 	}
-	score := strconv.FormatFloat(PendingScore(j.Spec.Priority, j.CreatedAt), 'f', 0, 64)
-	return s.transitionScore(ctx, id, attempt, []jobtype.State{jobtype.StateRunning}, jobtype.StateQueued,
-		jobtype.StateChange{To: jobtype.StateQueued, Reason: jobtype.ReasonPreempted, Error: "preempted for " + forJob},
-		"release,requeue", score, "preempt_requested", "", "preemptions", j.Preemptions+1)
+	return s.transition(ctx, id, attempt, move{from: []jobtype.State{jobtype.StateRunning}, to: jobtype.StateQueued,
+		change:  jobtype.StateChange{To: jobtype.StateQueued, Reason: jobtype.ReasonPreempted, Error: "preempted for " + forJob},
+		release: true, requeue: true, score: requeueScore(j), fields: []any{"preempt_requested", "", "preemptions", j.Preemptions + 1}})
 }
 
 // Lease is a running attempt and when its lease ends.
@@ -352,15 +404,15 @@ func (s *Store) Reap(ctx context.Context, id string, attempt int, grace time.Dur
 	}
 	data := mustJSON(jobtype.StateChange{From: jobtype.StateRunning, To: jobtype.StateQueued, Reason: "lease expired",
 		Error: fmt.Sprintf("attempt %d: lease expired (worker gone); resuming from the last checkpoint", attempt)})
-	score := strconv.FormatFloat(PendingScore(j.Spec.Priority, j.CreatedAt), 'f', 0, 64)
+	score := requeueScore(j)
 	r, err := s.run(ctx, "reap", id, reapScript, attempt, ms(s.now()), s.cfg.EventsMaxLen, data, score, grace.Milliseconds(), fenceArg(fence))
 	if err != nil {
 		return err
 	}
-	if r.code == 5 {
+	if r.code == codeFenced {
 		return fmt.Errorf("jobstore: reap %s: %w", id, ErrFenced)
 	}
-	if r.code != 1 {
+	if r.code != codeDone {
 		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("reap needs running attempt %d with an expired lease", attempt)}
 	}
 	return nil
@@ -369,29 +421,41 @@ func (s *Store) Reap(ctx context.Context, id string, attempt int, grace time.Dur
 // ReasonWorkerRestarted is the reason of an attempt ended by ReleaseDead.
 const ReasonWorkerRestarted = "worker restarted"
 
-// ReleaseDead ends attempt of job id, running on node under a worker
-// incarnation that is dead, and queues the next attempt (resuming from the
-// checkpoint), at once instead of when the lease expires: the caller is the
-// node's new incarnation live, which has killed the dead one's trainer
-// groups and seen them gone. dead is the dead incarnation ("": any but
-// live). As with the reaper, a job whose cancel was asked ends cancelled
-// instead; like the reaper's, the new attempt counts towards max_attempts
-// (only preemptions do not). It returns a *ConflictError when the attempt
-// is not running there under such an incarnation (already reaped, ended,
-// or held by live).
-func (s *Store) ReleaseDead(ctx context.Context, id string, attempt int, node, dead, live string) error {
+// ReleaseDeadParams names an attempt whose worker incarnation died, for
+// ReleaseDead.
+type ReleaseDeadParams struct {
+	ID      string
+	Attempt int
+	// Node is the node it runs on.
+	Node string
+	// Dead is the dead incarnation ("": any but Live).
+	Dead string
+	// Live is the caller, the node's new incarnation.
+	Live string
+}
+
+// ReleaseDead ends attempt p.Attempt of job p.ID, running on p.Node under a
+// worker incarnation that is dead, and queues the next attempt (resuming
+// from the checkpoint), at once instead of when the lease expires: the
+// caller is the node's new incarnation p.Live, which has killed the dead
+// one's trainer groups and seen them gone. As with the reaper, a job whose
+// cancel was asked ends cancelled instead; like the reaper's, the new
+// attempt counts towards max_attempts (only preemptions do not). It returns
+// a *ConflictError when the attempt is not running there under such an
+// incarnation (already reaped, ended, or held by p.Live).
+func (s *Store) ReleaseDead(ctx context.Context, p ReleaseDeadParams) error {
+	id, attempt, node := p.ID, p.Attempt, p.Node
 	j, err := s.Get(ctx, id)
 	if err != nil {
 		return err
 	}
 	data := mustJSON(jobtype.StateChange{From: jobtype.StateRunning, To: jobtype.StateQueued, Reason: ReasonWorkerRestarted,
 		Error: fmt.Sprintf("attempt %d: its worker died; the worker restarted on %s killed the trainer; resuming from the last checkpoint", attempt, node)})
-	score := strconv.FormatFloat(PendingScore(j.Spec.Priority, j.CreatedAt), 'f', 0, 64)
-	r, err := s.run(ctx, "release dead attempt", id, releaseDeadScript, attempt, node, dead, live, ms(s.now()), s.cfg.EventsMaxLen, data, score)
+	r, err := s.run(ctx, "release dead attempt", id, releaseDeadScript, attempt, node, p.Dead, p.Live, ms(s.now()), s.cfg.EventsMaxLen, data, requeueScore(j))
 	if err != nil {
 		return err
 	}
-	if r.code != 1 {
+	if r.code != codeDone {
 		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: fmt.Sprintf("release needs running attempt %d on %s of a dead incarnation", attempt, node)}
 	}
 	return nil
@@ -409,10 +473,9 @@ func (s *Store) Retry(ctx context.Context, id string) (*jobtype.Job, error) {
 	if j.State != jobtype.StateFailed && j.State != jobtype.StateCancelled {
 		return nil, &ConflictError{ID: id, State: j.State, Attempt: j.Attempt, Want: "retry needs a failed or cancelled job"}
 	}
-	score := strconv.FormatFloat(PendingScore(j.Spec.Priority, j.CreatedAt), 'f', 0, 64)
-	err = s.transitionScore(ctx, id, j.Attempt, []jobtype.State{jobtype.StateFailed, jobtype.StateCancelled}, jobtype.StateQueued,
-		jobtype.StateChange{To: jobtype.StateQueued, Reason: "retry"}, "requeue,clearcancel", score,
-		"reason", "", "error", "", "finished_at", "")
+	err = s.transition(ctx, id, j.Attempt, move{from: []jobtype.State{jobtype.StateFailed, jobtype.StateCancelled}, to: jobtype.StateQueued,
+		change:  jobtype.StateChange{To: jobtype.StateQueued, Reason: "retry"},
+		requeue: true, clearCancel: true, score: requeueScore(j), fields: []any{"reason", "", "error", "", "finished_at", ""}})
 	if err != nil {
 		return nil, err
 	}

@@ -14,16 +14,18 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 )
 
-// State is a job's lifecycle state (DESIGN.md "Job lifecycle").
+// State is a job's lifecycle state (docs/design.md "Job lifecycle"; the transitions: Transitions).
 type State string
 
-// The job states. succeeded, failed and cancelled are terminal.
+// The job states. succeeded, failed and cancelled are terminal. There is no
+// "preempted" state: a preempted attempt ends and the job goes back to
+// queued as the next attempt, with reason ReasonPreempted on the state
+// event (Transitions).
 const (
 	StateQueued       State = "queued"
 	StateDispatched   State = "dispatched"
 	StateProvisioning State = "provisioning"
 	StateRunning      State = "running"
-	StatePreempted    State = "preempted"
 	StateSucceeded    State = "succeeded"
 	StateFailed       State = "failed"
 	StateCancelled    State = "cancelled"
@@ -31,7 +33,7 @@ const (
 
 // States lists every state, in lifecycle order.
 var States = []State{StateQueued, StateDispatched, StateProvisioning, StateRunning,
-	StatePreempted, StateSucceeded, StateFailed, StateCancelled}
+	StateSucceeded, StateFailed, StateCancelled}
 
 // Valid reports whether s is one of States.
 func (s State) Valid() bool {

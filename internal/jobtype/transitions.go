@@ -1,0 +1,100 @@
+package jobtype
+
+// Op names the job store operation that makes a state change (the
+// jobstore method, or the script it runs).
+type Op string
+
+// The store operations that change a job's state. Every other store write
+// (append, renew, adopt, set route, annotate) leaves the state as it is.
+const (
+	OpCreate           Op = "create"            // Create, CreateMany: a new job
+	OpDispatch         Op = "dispatch"          // Dispatch: the placer reserved room on a node
+	OpClaim            Op = "claim"             // Claim: a local worker takes its attempt
+	OpClaimCloud       Op = "claim cloud"       // ClaimCloud: a cloud worker takes its attempt, before launching
+	OpStarted          Op = "started"           // Started: the cloud instance's trainer started
+	OpFinish           Op = "finish"            // Finish: the attempt ended in a terminal state
+	OpRequeue          Op = "requeue"           // Requeue: the attempt ended, the next one is queued
+	OpCancel           Op = "cancel"            // Cancel: the user asked (a queued job ends at once)
+	OpCancelDispatched Op = "cancel dispatched" // CancelDispatched: the task was removed from its queue
+	OpRequestPreempt   Op = "request preempt"   // RequestPreempt: an attempt that has not started makes room
+	OpPreempted        Op = "preempted"         // Preempted: a running attempt stopped for an urgent job
+	OpCloudPreempted   Op = "cloud preempted"   // CloudPreempted: the cloud took the instance back
+	OpReap             Op = "reap"              // Reap: the attempt's lease expired
+	OpReleaseDead      Op = "release dead"      // ReleaseDead: the worker's new incarnation killed the trainer
+	OpRetry            Op = "retry"             // Retry: a new attempt of a failed or cancelled job
+)
+
+// Transition is one allowed state change: operation Op moves a job from
+// From to To. From is "" for OpCreate (no job before). When says when the
+// operation makes this change rather than another one ("" always).
+type Transition struct {
+	Op   Op
+	From State
+	To   State
+	When string
+}
+
+// Transition.When of the rows that depend on the durable cancel_requested
+// flag: an operation that would start an attempt or make a new one ends the
+// job cancelled instead when a cancel was asked.
+const (
+	WhenCancelAsked = "a cancel was asked"
+	WhenNoCancel    = "no cancel was asked"
+)
+
+// Transitions is the job state machine: every state change a store
+// operation may make, and no other. The Lua scripts in internal/jobstore
+// are its only writers, and jobstore's tests drive every operation from
+// every state against a real Redis to check that each change they make is
+// a row here and that each row is made (docs/architecture.md, "States and
+// transitions", renders it).
+var Transitions = []Transition{
+	{OpCreate, "", StateQueued, ""},
+	{OpDispatch, StateQueued, StateDispatched, WhenNoCancel},
+	{OpClaim, StateDispatched, StateRunning, WhenNoCancel},
+	{OpClaim, StateDispatched, StateCancelled, WhenCancelAsked},
+	{OpClaimCloud, StateDispatched, StateProvisioning, WhenNoCancel},
+	{OpClaimCloud, StateDispatched, StateCancelled, WhenCancelAsked},
+	{OpStarted, StateProvisioning, StateRunning, ""},
+	{OpFinish, StateDispatched, StateSucceeded, ""},
+	{OpFinish, StateDispatched, StateFailed, ""},
+	{OpFinish, StateDispatched, StateCancelled, ""},
+	{OpFinish, StateProvisioning, StateSucceeded, ""},
+	{OpFinish, StateProvisioning, StateFailed, ""},
+	{OpFinish, StateProvisioning, StateCancelled, ""},
+	{OpFinish, StateRunning, StateSucceeded, ""},
+	{OpFinish, StateRunning, StateFailed, ""},
+	{OpFinish, StateRunning, StateCancelled, ""},
+	{OpRequeue, StateDispatched, StateQueued, WhenNoCancel},
+	{OpRequeue, StateDispatched, StateCancelled, WhenCancelAsked},
+	{OpRequeue, StateProvisioning, StateQueued, WhenNoCancel},
+	{OpRequeue, StateProvisioning, StateCancelled, WhenCancelAsked},
+	{OpRequeue, StateRunning, StateQueued, WhenNoCancel},
+	{OpRequeue, StateRunning, StateCancelled, WhenCancelAsked},
+	{OpCancel, StateQueued, StateCancelled, "a dispatched, provisioning or running job gets cancel_requested instead; its owner ends it"},
+	{OpCancelDispatched, StateDispatched, StateCancelled, ""},
+	{OpRequestPreempt, StateDispatched, StateQueued, "a running attempt gets preempt_requested instead; its worker calls Preempted"},
+	{OpPreempted, StateRunning, StateQueued, WhenNoCancel},
+	{OpPreempted, StateRunning, StateCancelled, WhenCancelAsked},
+	{OpCloudPreempted, StateProvisioning, StateQueued, WhenNoCancel},
+	{OpCloudPreempted, StateProvisioning, StateCancelled, WhenCancelAsked},
+	{OpCloudPreempted, StateRunning, StateQueued, WhenNoCancel},
+	{OpCloudPreempted, StateRunning, StateCancelled, WhenCancelAsked},
+	{OpReap, StateRunning, StateQueued, WhenNoCancel},
+	{OpReap, StateRunning, StateCancelled, WhenCancelAsked},
+	{OpReleaseDead, StateRunning, StateQueued, WhenNoCancel},
+	{OpReleaseDead, StateRunning, StateCancelled, WhenCancelAsked},
+	{OpRetry, StateFailed, StateQueued, "the cancel request is cleared"},
+	{OpRetry, StateCancelled, StateQueued, "the cancel request is cleared"},
+}
+
+// Allowed reports whether op may move a job from from to to (a row of
+// Transitions).
+func Allowed(op Op, from, to State) bool {
+	for _, t := range Transitions {
+		if t.Op == op && t.From == from && t.To == to {
+			return true
+		}
+	}
+	return false
+}
