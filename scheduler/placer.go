@@ -111,7 +111,7 @@ func (s *Scheduler) placeOnce(ctx context.Context) {
 				capacity = n.CPUSlots
 			}
 		}
-		err := s.store.Dispatch(ctx, j.ID, j.Attempt, a.Node, "local", capacity, a.GPUs, s.leaderFence())
+		err := s.store.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: j.Attempt, Node: a.Node, Backend: "local", Capacity: capacity, GPUs: a.GPUs, Fence: s.leaderFence()})
 		switch {
 		case err == nil:
 			s.enqueue(ctx, j.ID, j.Attempt, a.Node, j.Spec.MaxRuntime.D())
@@ -347,7 +347,7 @@ func (s *Scheduler) dispatchCloud(ctx context.Context, nodes []jobstore.NodeStat
 				b.Name, b.Site, b.Name)})
 			continue
 		}
-		err := s.store.Dispatch(ctx, j.ID, j.Attempt, node, b.Name, b.MaxInstances, nil, s.leaderFence())
+		err := s.store.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: j.Attempt, Node: node, Backend: b.Name, Capacity: b.MaxInstances, Fence: s.leaderFence()})
 		switch {
 		case err == nil:
 			s.enqueue(ctx, j.ID, j.Attempt, node, j.Spec.MaxRuntime.D())
