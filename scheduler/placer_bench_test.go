@@ -68,7 +68,7 @@ func BenchmarkPlaceRound10kOn64x8(b *testing.B) {
 		}
 		trips.reset()
 		b.StartTimer()
-		s.placeOnce(ctx)
+		newPlacer(s).round(ctx)
 		b.StopTimer()
 		cmds, pipes = trips.cmds.Load(), trips.pipes.Load()
 		ids, err := store.IDsInState(ctx, jobtype.StateDispatched, 20000)
