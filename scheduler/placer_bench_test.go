@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -81,6 +82,7 @@ func BenchmarkPlaceRound10kOn64x8(b *testing.B) {
 		}
 		b.StartTimer()
 	}
+	b.Logf("commands sent alone in the last round, by name: %v", trips.names)
 	b.ReportMetric(float64(placed), "placed/round")
 	b.ReportMetric(float64(cmds+pipes), "trips/round")
 	b.ReportMetric(float64(cmds), "cmds/round")
@@ -91,15 +93,30 @@ func BenchmarkPlaceRound10kOn64x8(b *testing.B) {
 // tripCounter is a go-redis hook that counts round trips to Redis: each
 // command sent alone (a script's EVALSHA included) and each pipeline (one
 // trip, however many commands it carries).
-type tripCounter struct{ cmds, pipes atomic.Int64 }
+type tripCounter struct {
+	cmds, pipes atomic.Int64
+	mu          sync.Mutex
+	names       map[string]int // commands sent alone, by name
+}
 
-func (c *tripCounter) reset() { c.cmds.Store(0); c.pipes.Store(0) }
+func (c *tripCounter) reset() {
+	c.cmds.Store(0)
+	c.pipes.Store(0)
+	c.mu.Lock()
+	c.names = map[string]int{}
+	c.mu.Unlock()
+}
 
 func (c *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.cmds.Add(1)
+		c.mu.Lock()
+		if c.names != nil {
+			c.names[cmd.Name()]++
+		}
+		c.mu.Unlock()
 		return next(ctx, cmd)
 	}
 }
