@@ -36,9 +36,9 @@ func newLeaderLoop(s *Scheduler) *leaderLoop {
 	return &leaderLoop{s: s, placer: p, duties: []*duty{
 		{name: "reaper", run: r.run},
 		{name: "placer", run: p.round},
-		{name: "repair", every: s.cfg.RepairAfter / 2, run: s.repairOnce},
-		{name: "pruner", every: pruneEvery, run: s.pruneOnce},
-		{name: "settle", every: settleEvery, run: s.settleOnce},
+		{name: "repair", every: s.cfg.RepairAfter / 2, run: (&repairer{s}).run},
+		{name: "pruner", every: pruneEvery, run: (&pruner{s}).run},
+		{name: "settle", every: settleEvery, run: (&settler{s}).run},
 	}}
 }
 

@@ -9,10 +9,14 @@ import (
 // pruneEvery is how often the leader applies the retention of finished jobs.
 const pruneEvery = time.Minute
 
-// pruneOnce applies the retention of finished jobs (KeepFinished,
+// pruner is the leader's duty that applies the retention of finished jobs.
+type pruner struct{ s *Scheduler }
+
+// run applies the retention of finished jobs (KeepFinished,
 // FinishedTTL), at most 1000 deletions a pass, so Redis stays small under
 // noeviction.
-func (s *Scheduler) pruneOnce(ctx context.Context) {
+func (d *pruner) run(ctx context.Context) {
+	s := d.s
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	keep := s.cfg.KeepFinished

@@ -11,11 +11,16 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 )
 
-// repairOnce finds dispatched attempts whose asynq task is missing (a crash
+// repairer is the leader's duty that enqueues again dispatched attempts
+// whose task is missing.
+type repairer struct{ s *Scheduler }
+
+// run finds dispatched attempts whose asynq task is missing (a crash
 // between the dispatch script and the enqueue, or a task deleted by hand)
 // and enqueues them again. The task id makes a double enqueue harmless, and
 // the worker's claim makes a double delivery harmless.
-func (s *Scheduler) repairOnce(ctx context.Context) {
+func (d *repairer) run(ctx context.Context) {
+	s := d.s
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	ids, err := s.store.IDsInState(ctx, jobtype.StateDispatched, 1000)

@@ -12,12 +12,17 @@ import (
 // jobs that ended.
 const settleEvery = 2 * time.Second
 
-// settleOnce settles the budget reservation of every job that ended: its
+// settler is the leader's duty that settles the budget reservations of
+// jobs that ended.
+type settler struct{ s *Scheduler }
+
+// run settles the budget reservation of every job that ended: its
 // reservation is released and its actual cost counted — GPU-hours it ran
 // (started to finished, × its GPUs) × its backend's price per GPU-hour. A
 // job that never started costs nothing; a cloud attempt's instance cost is
 // on the job already (jobstore.AddCost).
-func (s *Scheduler) settleOnce(ctx context.Context) {
+func (d *settler) run(ctx context.Context) {
+	s := d.s
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	ids, err := s.store.OpenReservations(ctx)
