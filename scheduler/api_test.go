@@ -183,7 +183,7 @@ func TestListCancelEvents(t *testing.T) {
 		}
 	}
 	// Drive ids[1] to succeeded as a worker would; cancel is then a conflict.
-	if err := b.store.Dispatch(b.ctx, ids[1], 1, "n1", "local", 4, nil); err != nil {
+	if err := b.store.Dispatch(b.ctx, jobstore.DispatchParams{JobID: ids[1], Attempt: 1, Node: "n1", Backend: "local", Capacity: 4}); err != nil {
 		t.Fatal(err)
 	}
 	if out, _ := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: ids[1], Attempt: 1, Node: "n1", Incarnation: "i", Lease: time.Minute}); out != jobstore.Claimed {
@@ -485,13 +485,13 @@ func TestTwoSchedulersOneLeader(t *testing.T) {
 	}
 	// A late write of the old term is refused; the current term's goes through.
 	j, _, _ := store.Create(context.Background(), jobstore.NewJob{Spec: &jobspec.Spec{Name: "f", Priority: jobspec.PriorityNormal}})
-	if err := store.Dispatch(context.Background(), j.ID, 1, "n1", "local", 1, nil, old); !errors.Is(err, jobstore.ErrFenced) {
+	if err := store.Dispatch(context.Background(), jobstore.DispatchParams{JobID: j.ID, Attempt: 1, Node: "n1", Backend: "local", Capacity: 1, Fence: old}); !errors.Is(err, jobstore.ErrFenced) {
 		t.Fatalf("dispatch with a deposed fence: %v", err)
 	}
 	if got, _ := store.Get(context.Background(), j.ID); got.State != jobtype.StateQueued {
 		t.Fatalf("a fenced dispatch changed the job: %s", got.State)
 	}
-	if err := store.Dispatch(context.Background(), j.ID, 1, "n1", "local", 1, nil, cur); err != nil {
+	if err := store.Dispatch(context.Background(), jobstore.DispatchParams{JobID: j.ID, Attempt: 1, Node: "n1", Backend: "local", Capacity: 1, Fence: cur}); err != nil {
 		t.Fatalf("dispatch with the current fence: %v", err)
 	}
 }

@@ -44,7 +44,7 @@ func TestArtifactDownloadRefusesSwappedFile(t *testing.T) {
 	if err := os.WriteFile(art, adapter, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.store.Dispatch(b.ctx, j.ID, 1, "n1", "local", 4, nil); err != nil {
+	if err := b.store.Dispatch(b.ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: 1, Node: "n1", Backend: "local", Capacity: 4}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: "n1", Incarnation: "i", Lease: time.Minute}); got != jobstore.Claimed {

@@ -223,7 +223,7 @@ func TestFollowOutlivesTimeouts(t *testing.T) {
 		t.Fatalf("submit: %d %s", code, body)
 	}
 	id := jobOf(t, body).ID
-	if err := b.store.Dispatch(b.ctx, id, 1, "n1", "local", 4, nil); err != nil {
+	if err := b.store.Dispatch(b.ctx, jobstore.DispatchParams{JobID: id, Attempt: 1, Node: "n1", Backend: "local", Capacity: 4}); err != nil {
 		t.Fatal(err)
 	}
 	if out, _ := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: id, Attempt: 1, Node: "n1", Incarnation: "i", Lease: time.Minute}); out != jobstore.Claimed {
@@ -410,7 +410,7 @@ func TestTeamReads(t *testing.T) {
 	}
 	jb := jobOf(t, body)
 	// Alice's job ends with an artifact on disk.
-	if err := b.store.Dispatch(b.ctx, ja.ID, 1, "n1", "local", 4, nil); err != nil {
+	if err := b.store.Dispatch(b.ctx, jobstore.DispatchParams{JobID: ja.ID, Attempt: 1, Node: "n1", Backend: "local", Capacity: 4}); err != nil {
 		t.Fatal(err)
 	}
 	if out, _ := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: ja.ID, Attempt: 1, Node: "n1", Incarnation: "i", Lease: time.Minute}); out != jobstore.Claimed {

@@ -67,10 +67,10 @@ func TestGPUsAndNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	gpuJob, cpuJob := submit(t, b), submit(t, b)
-	if err := b.store.Dispatch(b.ctx, gpuJob, 1, "n1", "local", 2, []int{0, 1}); err != nil {
+	if err := b.store.Dispatch(b.ctx, jobstore.DispatchParams{JobID: gpuJob, Attempt: 1, Node: "n1", Backend: "local", Capacity: 2, GPUs: []int{0, 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.store.Dispatch(b.ctx, cpuJob, 1, "n1", "local", 2, nil); err != nil {
+	if err := b.store.Dispatch(b.ctx, jobstore.DispatchParams{JobID: cpuJob, Attempt: 1, Node: "n1", Backend: "local", Capacity: 2}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -170,7 +170,7 @@ func TestGetShowsWait(t *testing.T) {
 	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i1", Backend: "local", Slots: 1}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.store.Dispatch(b.ctx, other, 1, "n1", "local", 1, nil); err != nil {
+	if err := b.store.Dispatch(b.ctx, jobstore.DispatchParams{JobID: other, Attempt: 1, Node: "n1", Backend: "local", Capacity: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if j := jobOf(t, mustGet(t, b, other)); j.State != jobtype.StateDispatched || j.Wait != nil {

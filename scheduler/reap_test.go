@@ -69,7 +69,7 @@ func (b reapBundle) running(t *testing.T, n int, node, inc string, lease time.Du
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := b.store.Dispatch(b.ctx, j.ID, 1, node, "local", n, nil); err != nil {
+		if err := b.store.Dispatch(b.ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: 1, Node: node, Backend: "local", Capacity: n}); err != nil {
 			t.Fatal(err)
 		}
 		if out, err := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: node, Incarnation: inc, Lease: lease}); err != nil || out != jobstore.Claimed {

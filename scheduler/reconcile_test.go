@@ -86,7 +86,7 @@ func TestReconciler(t *testing.T) {
 		return j
 	}
 	running := func(j *jobtype.Job, lease time.Duration) {
-		if err := s.Dispatch(ctx, j.ID, j.Attempt, node, "aws-eu", 100, nil); err != nil {
+		if err := s.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: j.Attempt, Node: node, Backend: "aws-eu", Capacity: 100}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.ClaimCloud(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: j.Attempt, Node: node, Incarnation: "inc", Lease: lease}); err != nil {

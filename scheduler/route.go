@@ -56,78 +56,68 @@ func routingJob(spec *jobspec.Spec, id, team, outputURI string) routing.Job {
 // snapshotFor reads what a routing decision looks at.
 func (s *Scheduler) snapshotFor(ctx context.Context, rs *routeState, as Assumptions) (routing.Snapshot, error) {
 	now := time.Now()
-	snap := routing.Snapshot{Now: now, Config: rs.cfg, Pools: map[string]routing.Pool{},
-		BackendSpend: map[string]routing.Spend{}, TeamSpend: map[string]routing.Spend{}}
 	nodes, err := s.store.Nodes(ctx)
 	if err != nil {
-		return snap, err
+		return routing.Snapshot{Now: now, Config: rs.cfg}, err
 	}
-	local := ""
+	in, err := s.readRouting(ctx, rs, now, nodes)
+	if err != nil {
+		return routing.Snapshot{Now: in.now, Config: rs.cfg}, err
+	}
+	return routingSnapshot(rs, as, in), nil
+}
+
+// routingInput is what routing reads from the store for a decision.
+type routingInput struct {
+	now       time.Time
+	nodes     []jobstore.NodeStatus
+	pressure  jobstore.PoolPressure // the local pool's, as the last placement round published it
+	spends    map[string]jobstore.Spend
+	stepTimes map[string]float64
+}
+
+// readRouting reads a routing decision's inputs at now besides the live
+// nodes, read already.
+func (s *Scheduler) readRouting(ctx context.Context, rs *routeState, now time.Time, nodes []jobstore.NodeStatus) (routingInput, error) {
+	in := routingInput{now: now, nodes: nodes}
+	var err error
+	if in.pressure, err = s.store.PoolPressureOf(ctx, "local"); err != nil {
+		return in, err
+	}
 	var scopes []string
 	for _, b := range rs.cfg.Backends {
-		if b.Kind == routing.KindLocal && local == "" {
-			local = b.Name // the workers of this deployment form its (first) local pool
-		}
 		scopes = append(scopes, "backend:"+b.Name)
 	}
 	for team := range rs.cfg.TeamBudgetsUSD {
 		scopes = append(scopes, "team:"+team)
 	}
-	if local != "" {
-		// Feasibility is judged against the pool's hardware, healthy or not
-		// (an unhealthy GPU may come back; placement skips it, and the job
-		// waits), of the live nodes, or as last seen when none is live (a
-		// restart must not make GPU jobs infeasible). The wait counts
-		// healthy GPUs only.
-		pool := routing.Pool{}
-		pr, err := s.store.PoolPressureOf(ctx, "local")
-		if err != nil {
-			return snap, err
-		}
-		add := func(pn *routing.PoolNode, model string, mem float64, n int) {
-			for i := range pn.GPUs {
-				if pn.GPUs[i].Model == model && pn.GPUs[i].MemoryGB == mem {
-					pn.GPUs[i].Healthy += n
-					return
-				}
-			}
-			pn.GPUs = append(pn.GPUs, routing.PoolGPU{Model: model, MemoryGB: mem, Healthy: n})
-		}
-		for _, n := range nodes {
-			if n.Backend != "local" {
-				continue
-			}
-			pn := routing.PoolNode{Name: n.Name}
-			for _, g := range n.GPUs {
-				add(&pn, g.Name, float64(g.MemoryTotalMB)/1024, 1)
-				if g.Healthy {
-					pool.HealthyGPUs++
-				}
-			}
-			pool.Nodes = append(pool.Nodes, pn)
-		}
-		if len(pool.Nodes) == 0 {
-			for _, cn := range pr.Capacity {
-				pn := routing.PoolNode{Name: cn.Name}
-				for _, g := range cn.GPUs {
-					add(&pn, g.Model, g.MemoryGB, g.Count)
-				}
-				pool.Nodes = append(pool.Nodes, pn)
-			}
-		}
-		pool.GPUHoursAhead = [3]float64{pr.PendingGPUHours[0] + pr.RunningGPUHours, pr.PendingGPUHours[1], pr.PendingGPUHours[2]}
-		if d, ok := as.Wait[local]; ok {
-			pool.AssumeWait = &d
-		}
-		snap.Pools[local] = pool
+	if in.spends, err = s.store.Spends(ctx, jobstore.Month(now), scopes); err != nil {
+		return in, err
 	}
-	month := jobstore.Month(now)
-	spends, err := s.store.Spends(ctx, month, scopes)
-	if err != nil {
-		return snap, err
+	if in.stepTimes, err = s.store.StepTimes(ctx); err != nil {
+		return in, err
+	}
+	return in, nil
+}
+
+// routingSnapshot builds a routing decision's snapshot from what
+// readRouting read (pure).
+func routingSnapshot(rs *routeState, as Assumptions, in routingInput) routing.Snapshot {
+	snap := routing.Snapshot{Now: in.now, Config: rs.cfg, Pools: map[string]routing.Pool{},
+		BackendSpend: map[string]routing.Spend{}, TeamSpend: map[string]routing.Spend{}, SecondsPerStep: in.stepTimes}
+	for _, b := range rs.cfg.Backends {
+		if b.Kind == routing.KindLocal {
+			// The workers of this deployment form its (first) local pool.
+			pool := localPool(in.nodes, in.pressure)
+			if d, ok := as.Wait[b.Name]; ok {
+				pool.AssumeWait = &d
+			}
+			snap.Pools[b.Name] = pool
+			break
+		}
 	}
 	for _, b := range rs.cfg.Backends {
-		sp := spends["backend:"+b.Name]
+		sp := in.spends["backend:"+b.Name]
 		rsp := routing.Spend{LimitUSD: b.BudgetUSDPerMonth, SpentUSD: sp.SpentUSD, ReservedUSD: sp.ReservedUSD}
 		if v, ok := as.Spent[b.Name]; ok {
 			rsp.SpentUSD, rsp.ReservedUSD = v, 0
@@ -135,13 +125,52 @@ func (s *Scheduler) snapshotFor(ctx context.Context, rs *routeState, as Assumpti
 		snap.BackendSpend[b.Name] = rsp
 	}
 	for team, limit := range rs.cfg.TeamBudgetsUSD {
-		sp := spends["team:"+team]
+		sp := in.spends["team:"+team]
 		snap.TeamSpend[team] = routing.Spend{LimitUSD: limit, SpentUSD: sp.SpentUSD, ReservedUSD: sp.ReservedUSD}
 	}
-	if snap.SecondsPerStep, err = s.store.StepTimes(ctx); err != nil {
-		return snap, err
+	return snap
+}
+
+// localPool is the local pool as routing sees it. Feasibility is judged
+// against the pool's hardware, healthy or not (an unhealthy GPU may come
+// back; placement skips it, and the job waits), of the live nodes, or as
+// last seen when none is live (a restart must not make GPU jobs
+// infeasible). The wait counts healthy GPUs only.
+func localPool(nodes []jobstore.NodeStatus, pr jobstore.PoolPressure) routing.Pool {
+	pool := routing.Pool{}
+	add := func(pn *routing.PoolNode, model string, mem float64, n int) {
+		for i := range pn.GPUs {
+			if pn.GPUs[i].Model == model && pn.GPUs[i].MemoryGB == mem {
+				pn.GPUs[i].Healthy += n
+				return
+			}
+		}
+		pn.GPUs = append(pn.GPUs, routing.PoolGPU{Model: model, MemoryGB: mem, Healthy: n})
 	}
-	return snap, nil
+	for _, n := range nodes {
+		if n.Backend != "local" {
+			continue
+		}
+		pn := routing.PoolNode{Name: n.Name}
+		for _, g := range n.GPUs {
+			add(&pn, g.Name, float64(g.MemoryTotalMB)/1024, 1)
+			if g.Healthy {
+				pool.HealthyGPUs++
+			}
+		}
+		pool.Nodes = append(pool.Nodes, pn)
+	}
+	if len(pool.Nodes) == 0 {
+		for _, cn := range pr.Capacity {
+			pn := routing.PoolNode{Name: cn.Name}
+			for _, g := range cn.GPUs {
+				add(&pn, g.Model, g.MemoryGB, g.Count)
+			}
+			pool.Nodes = append(pool.Nodes, pn)
+		}
+	}
+	pool.GPUHoursAhead = [3]float64{pr.PendingGPUHours[0] + pr.RunningGPUHours, pr.PendingGPUHours[1], pr.PendingGPUHours[2]}
+	return pool
 }
 
 // ledgerBody is what a decision record holds besides its header: the job
@@ -206,9 +235,9 @@ func decisionRecords(rs *routeState, p principal, path, name string, attempt int
 }
 
 // routeInfo condenses a decision for the job record.
-func routeInfo(d routing.Decision, rs *routeState, path string, attempt, preemptions int) *jobtype.RouteInfo {
+func routeInfo(d routing.Decision, rs *routeState, path string, attempt, preemptions int, now time.Time) *jobtype.RouteInfo {
 	ri := &jobtype.RouteInfo{Backend: d.Backend, Site: d.Site, Waiting: d.Waiting, Reasons: d.Reasons,
-		EstRuntimeS: d.EstRuntime.Seconds(), EstCostUSD: d.EstCostUSD, Path: path, DecidedAt: time.Now().UTC(),
+		EstRuntimeS: d.EstRuntime.Seconds(), EstCostUSD: d.EstCostUSD, Path: path, DecidedAt: now.UTC(),
 		Attempt: attempt, Preemptions: preemptions, ConfigHash: rs.hash}
 	for _, c := range d.Candidates {
 		if c.Backend == d.Backend {
@@ -242,58 +271,86 @@ func (s *Scheduler) reserveBudget(ctx context.Context, rs *routeState, job *jobt
 	}
 }
 
-// reroute decides again for a job that is about to be placed under a new
-// attempt (retry, requeue, preemption), or that is re-checked (spill-over,
-// config reload). It stores the new route and the decision's ledger
+// reroutePlan is a new routing decision for a queued job, not stored yet.
+type reroutePlan struct {
+	job      *jobtype.Job
+	path     string
+	decision routing.Decision
+	route    *jobtype.RouteInfo              // the route to store
+	held     string                          // why the job is held; "" when it is not
+	records  func(seq int64) []ledger.Record // the decision's ledger records (nil without a ledger)
+	reserve  bool                            // reserve the decision's estimated cost once stored
+	err      error                           // building the records failed: the route is not stored
+}
+
+// decideRoute decides again for a job about to be placed under a new
+// attempt (retry, requeue, preemption), or re-checked (spill-over, config
+// reload), over snap (pure). A refused job keeps its route, held with the
+// reasons, decided (and held) for this attempt under this config.
+func decideRoute(j *jobtype.Job, path string, rs *routeState, snap routing.Snapshot, now time.Time, withLedger bool) reroutePlan {
+	rj := routingJob(&j.Spec, j.ID, j.Team, j.OutputURI)
+	d := routing.Decide(rj, snap)
+	rp := reroutePlan{job: j, path: path, decision: d}
+	if withLedger {
+		// Marshalled now, while snap's spends are this decision's.
+		rp.records, rp.err = decisionRecords(rs, principal{Name: j.Submitter, Team: j.Team}, path, j.Name, j.Attempt, rj, snap, d)
+	}
+	if !d.Refused {
+		rp.route = routeInfo(d, rs, path, j.Attempt, j.Preemptions, now)
+		// A job that moves to a priced backend on a later attempt (spill-over
+		// to the cloud, a retry) reserves its estimate then; one that holds a
+		// reservation already keeps it (Reserve is a no-op).
+		rp.reserve = !d.Waiting && path != "config reload" && d.EstCostUSD > 0 && d.Backend != ""
+		return rp
+	}
+	rp.held = "no backend may run it now (" + path + "): " + strings.Join(d.Reasons, "; ")
+	var ri jobtype.RouteInfo
+	if j.Route != nil {
+		ri = *j.Route
+	} else {
+		ri = *routeInfo(d, rs, path, j.Attempt, j.Preemptions, now)
+	}
+	ri.Attempt, ri.Preemptions, ri.ConfigHash = j.Attempt, j.Preemptions, rs.hash
+	rp.route = &ri
+	return rp
+}
+
+// applyReroute stores a re-decided route and the decision's ledger
 // records in one script (jobstore.SetRouteLogged): both or neither, and a
 // job that ended or was deleted meanwhile gets neither (the error is a
-// jobstore.ConflictError or wraps jobstore.ErrNotFound). A refused job
-// keeps its route, held with the reasons; the route then names the
-// refusal's record. It returns the job's new route.
+// jobstore.ConflictError or wraps jobstore.ErrNotFound). A held job's
+// route then names the refusal's record. It returns the job's new route
+// and why it is held.
+func (s *Scheduler) applyReroute(ctx context.Context, rs *routeState, rp reroutePlan) (*jobtype.RouteInfo, string, error) {
+	j := rp.job
+	if rp.err != nil {
+		return nil, "", rp.err
+	}
+	ri, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, jobstore.RouteUpdate{ID: j.ID, Route: rp.route, Held: rp.held, Records: rp.records})
+	if err != nil {
+		return nil, "", fmt.Errorf("scheduler: reroute (%s): %w", rp.path, err)
+	}
+	if rp.held != "" {
+		s.log.Warn("job held: no longer feasible", slog.String("job_id", j.ID), slog.String("path", rp.path), slog.String("why", rp.held))
+		return ri, rp.held, nil
+	}
+	if rp.reserve {
+		jc := *j
+		jc.Route = ri
+		s.reserveBudget(ctx, rs, &jc, rp.decision)
+	}
+	return ri, "", nil
+}
+
+// reroute decides again for job j (reroutePath's paths) over a fresh read
+// and stores the outcome (decideRoute, applyReroute).
 func (s *Scheduler) reroute(ctx context.Context, j *jobtype.Job, path string) (*jobtype.RouteInfo, string, error) {
 	rs := s.routing()
 	snap, err := s.snapshotFor(ctx, rs, Assumptions{})
 	if err != nil {
 		return nil, "", err
 	}
-	rj := routingJob(&j.Spec, j.ID, j.Team, j.OutputURI)
-	d := routing.Decide(rj, snap)
-	var build func(int64) []ledger.Record
-	if s.cfg.Ledger != nil {
-		if build, err = decisionRecords(rs, principal{Name: j.Submitter, Team: j.Team}, path, j.Name, j.Attempt, rj, snap, d); err != nil {
-			return nil, "", err
-		}
-	}
-	held := ""
-	if d.Refused {
-		held = "no backend may run it now (" + path + "): " + strings.Join(d.Reasons, "; ")
-		var ri jobtype.RouteInfo
-		if j.Route != nil {
-			ri = *j.Route
-		} else {
-			ri = *routeInfo(d, rs, path, j.Attempt, j.Preemptions)
-		}
-		// Decided (and held) for this attempt, under this config.
-		ri.Attempt, ri.Preemptions, ri.ConfigHash = j.Attempt, j.Preemptions, rs.hash
-		stored, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, jobstore.RouteUpdate{ID: j.ID, Route: &ri, Held: held, Records: build})
-		if err != nil {
-			return nil, "", fmt.Errorf("scheduler: reroute (%s): %w", path, err)
-		}
-		s.log.Warn("job held: no longer feasible", slog.String("job_id", j.ID), slog.String("path", path), slog.String("why", held))
-		return stored, held, nil
-	}
-	ri, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, jobstore.RouteUpdate{ID: j.ID, Route: routeInfo(d, rs, path, j.Attempt, j.Preemptions), Records: build})
-	if err != nil {
-		return nil, "", fmt.Errorf("scheduler: reroute (%s): %w", path, err)
-	}
-	if !d.Waiting && path != "config reload" {
-		// A job that moves to a priced backend on a later attempt (spill-over
-		// to the cloud, a retry) reserves its estimate then; one that holds a
-		// reservation already keeps it (Reserve is a no-op).
-		j.Route = ri
-		s.reserveBudget(ctx, rs, j, d)
-	}
-	return ri, "", nil
+	return s.applyReroute(ctx, rs, decideRoute(j, path, rs, snap, snap.Now, s.cfg.Ledger != nil))
 }
 
 // recheckAll re-decides every queued job (config reload). Running jobs
@@ -346,7 +403,7 @@ func (s *Scheduler) admit(ctx context.Context, w http.ResponseWriter, r *http.Re
 	rj := routingJob(spec, id, p.Team, out)
 	d := routing.Decide(rj, snap)
 	if dry {
-		return admission{id: id, decision: d, route: routeInfo(d, rs, "submit", 1, 0)}, true
+		return admission{id: id, decision: d, route: routeInfo(d, rs, "submit", 1, 0, snap.Now)}, true
 	}
 	if d.Refused {
 		rj.ID = ""
@@ -357,7 +414,7 @@ func (s *Scheduler) admit(ctx context.Context, w http.ResponseWriter, r *http.Re
 		writeJSON(w, http.StatusUnprocessableEntity, refusal(d))
 		return admission{}, false
 	}
-	adm := admission{id: id, decision: d, route: routeInfo(d, rs, "submit", 1, 0)}
+	adm := admission{id: id, decision: d, route: routeInfo(d, rs, "submit", 1, 0, snap.Now)}
 	if s.cfg.Ledger != nil {
 		// Appended by the script that stores the job (jobstore.CreateLogged),
 		// so a decision never names a job that was not stored.
@@ -411,7 +468,7 @@ func (s *Scheduler) admitBatch(ctx context.Context, w http.ResponseWriter, r *ht
 		return nil, false
 	}
 	for i := range njs {
-		njs[i].Route = routeInfo(ds[i], rs, "submit", 1, 0)
+		njs[i].Route = routeInfo(ds[i], rs, "submit", 1, 0, snap.Now)
 		if s.cfg.Ledger != nil {
 			// Appended with the jobs by jobstore.CreateManyLogged.
 			if njs[i].Records, err = decisionRecords(rs, p, "submit", njs[i].Spec.Name, 1, rjs[i], snap, ds[i]); err != nil {

@@ -238,7 +238,7 @@ func TestSpillOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.store.Dispatch(b.ctx, hold.ID, 1, "n1", "local", 0, []int{0}); err != nil {
+	if err := b.store.Dispatch(b.ctx, jobstore.DispatchParams{JobID: hold.ID, Attempt: 1, Node: "n1", Backend: "local", Capacity: 0, GPUs: []int{0}}); err != nil {
 		t.Fatal(err)
 	}
 	code, body = do(t, "POST", b.url+"/api/v1/jobs", spec("onprem", `["onprem"]`, big), nil)

@@ -29,7 +29,6 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
-	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/scheduler/routing"
@@ -93,7 +92,7 @@ type Config struct {
 	ReapGrace time.Duration
 	// MassExpiryWait: when an attempt's lease expired while this scheduler
 	// itself could not reach Redis (a Redis blip, not a dead worker: see
-	// reapOnce), the reaper holds off this long before it reaps it anyway.
+	// reaper.run), the reaper holds off this long before it reaps it anyway.
 	// Default 2m.
 	MassExpiryWait time.Duration
 	// LeaseTTL is the workers' attempt lease (worker.lease_ttl), the window
@@ -244,23 +243,16 @@ type Scheduler struct {
 	started bool
 	stopped bool
 	cancel  context.CancelFunc
-	done    chan struct{}
+	leader  *leaderLoop // the leader's duties (duty.go)
 
-	holdSince  time.Time                  // when the reaper first held off expired leases for a Redis blip (placer goroutine only)
 	redisErrAt atomic.Int64               // unix ms of the last Redis error this scheduler saw itself (0: none)
 	tokenSums  [][32]byte                 // sha256 of each token's secret, for constant-time comparison
 	fence      atomic.Value               // jobstore.Fence of the current term, "" when not leading
-	hadWaits   bool                       // the last placement round wrote waiting jobs (placer goroutine only)
 	route      atomic.Pointer[routeState] // the routing config in force
-	offWaits   []offWait                  // placer goroutine only
 	rec        reconcileCounters
 	recDone    chan struct{}
 
 	evictPolicy atomic.Value // string: Redis's maxmemory-policy as /healthz last read it
-	// cloudPending are the queued jobs of the round routed to a cloud backend.
-	cloudPending []*jobtype.Job // placer goroutine only
-	lastFP       string         // fingerprint of the last placement round's inputs (placer goroutine only)
-	lastRound    time.Time      // when the last full placement round ran (placer goroutine only)
 }
 
 // New returns a Scheduler over rdb; Start runs it.
@@ -321,8 +313,8 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}()
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	s.done = make(chan struct{})
-	go s.placeLoop(pctx)
+	s.leader = newLeaderLoop(s)
+	s.leader.Start(pctx)
 	s.recDone = make(chan struct{})
 	go s.reconcileLoop(pctx)
 	s.started = true
@@ -346,7 +338,7 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 	s.stopped = true
 	s.mu.Unlock()
 	s.cancel()
-	<-s.done
+	s.leader.Stop()
 	<-s.recDone
 	if f := s.leaderFence(); f != "" {
 		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -422,7 +414,7 @@ func (s *Scheduler) checkEviction(ctx context.Context) error {
 }
 
 // sawRedis notes err, when it is one, as a Redis error this scheduler saw
-// itself: the reaper holds off leases that expired around it (reapOnce).
+// itself: the reaper holds off leases that expired around it (reaper.run).
 func (s *Scheduler) sawRedis(err error) {
 	if err != nil && !errors.Is(err, redis.Nil) {
 		s.redisErrAt.Store(time.Now().UnixMilli())

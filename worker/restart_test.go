@@ -41,7 +41,7 @@ func TestRestartReleasesDeadAttempts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := store.Dispatch(ctx, j.ID, 1, "n1", "local", 2, nil); err != nil {
+		if err := store.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: 1, Node: "n1", Backend: "local", Capacity: 2}); err != nil {
 			t.Fatal(err)
 		}
 		if out, err := store.Claim(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: "n1", Incarnation: dead, Lease: 10 * time.Minute}); err != nil || out != jobstore.Claimed {

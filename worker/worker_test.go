@@ -106,7 +106,7 @@ func (b testBundle) dispatch(t *testing.T, id string, attempt int) {
 
 func (b testBundle) dispatchTo(t *testing.T, id string, attempt int, node string) {
 	t.Helper()
-	if err := b.store.Dispatch(b.ctx, id, attempt, node, "local", 2, nil); err != nil {
+	if err := b.store.Dispatch(b.ctx, jobstore.DispatchParams{JobID: id, Attempt: attempt, Node: node, Backend: "local", Capacity: 2}); err != nil {
 		t.Fatal(err)
 	}
 	payload, _ := json.Marshal(jobtype.TaskPayload{JobID: id, Attempt: attempt})

@@ -98,7 +98,7 @@ func (d *testDaemon) submit(t *testing.T, spec string) *jobtype.Job {
 // slots) as its worker would: dispatched there, then claimed (running).
 func (d *testDaemon) start(t *testing.T, id, node string, slots int) {
 	t.Helper()
-	if err := d.store.Dispatch(d.ctx, id, 1, node, "local", slots, nil); err != nil {
+	if err := d.store.Dispatch(d.ctx, jobstore.DispatchParams{JobID: id, Attempt: 1, Node: node, Backend: "local", Capacity: slots}); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := d.store.Claim(d.ctx, jobstore.ClaimParams{ID: id, Attempt: 1, Node: node, Incarnation: "i-" + node, Lease: time.Minute}); err != nil || out != jobstore.Claimed {

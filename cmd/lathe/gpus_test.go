@@ -70,7 +70,7 @@ func TestGPUs(t *testing.T) {
 	if err := json.Unmarshal([]byte(sub.stdout), &job); sub.code != exitOK || err != nil {
 		t.Fatalf("submit: exit %d, %v\n%s%s", sub.code, err, sub.stdout, sub.stderr)
 	}
-	if err := d.store.Dispatch(d.ctx, job.ID, 1, "n1", "local", 1, []int{0}); err != nil {
+	if err := d.store.Dispatch(d.ctx, jobstore.DispatchParams{JobID: job.ID, Attempt: 1, Node: "n1", Backend: "local", Capacity: 1, GPUs: []int{0}}); err != nil {
 		t.Fatal(err)
 	}
 	r = lathe(t, d.url, "gpus")

@@ -393,7 +393,7 @@ max_runtime: 8h
 			for i := w; i < memJobs; i += workers {
 				j, _, err := store.Create(ctx, jobstore.NewJob{Spec: spec, OutputURI: "file:///srv/lathe/artifacts/{id}", Submitter: "alice", Team: "nlp"})
 				if err == nil {
-					err = store.Dispatch(ctx, j.ID, 1, node, "local", 1, nil)
+					err = store.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: 1, Node: node, Backend: "local", Capacity: 1})
 				}
 				if err == nil {
 					var out jobstore.ClaimOutcome
@@ -476,7 +476,7 @@ max_runtime: 8h
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Dispatch(ctx, big.ID, 1, "mem-node-big", "local", 1, nil); err != nil {
+	if err := store.Dispatch(ctx, jobstore.DispatchParams{JobID: big.ID, Attempt: 1, Node: "mem-node-big", Backend: "local", Capacity: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := store.Claim(ctx, jobstore.ClaimParams{ID: big.ID, Attempt: 1, Node: "mem-node-big", Incarnation: "inc", Lease: time.Minute}); err != nil || out != jobstore.Claimed {

@@ -23,11 +23,11 @@ func TestCloudAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	// max_instances 1: a second job finds the backend full.
-	if err := s.Dispatch(ctx, j.ID, 1, node, "aws-eu", 1, nil); err != nil {
+	if err := s.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: 1, Node: node, Backend: "aws-eu", Capacity: 1}); err != nil {
 		t.Fatalf("dispatch: %v", err)
 	}
 	j2, _, _ := s.Create(ctx, jobstore.NewJob{Spec: spec("d", jobspec.PriorityNormal)})
-	if err := s.Dispatch(ctx, j2.ID, 1, node, "aws-eu", 1, nil); !errors.Is(err, jobstore.ErrNodeFull) {
+	if err := s.Dispatch(ctx, jobstore.DispatchParams{JobID: j2.ID, Attempt: 1, Node: node, Backend: "aws-eu", Capacity: 1}); !errors.Is(err, jobstore.ErrNodeFull) {
 		t.Fatalf("dispatch past max_instances: %v", err)
 	}
 	if out, err := s.ClaimCloud(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: node, Incarnation: "inc1", Lease: time.Minute}); err != nil || out != jobstore.Claimed {
@@ -83,7 +83,7 @@ func TestCloudAttempt(t *testing.T) {
 		t.Fatalf("after spot preemption: %+v", got)
 	}
 	// The instance slot is free again.
-	if err := s.Dispatch(ctx, j2.ID, 1, node, "aws-eu", 1, nil); err != nil {
+	if err := s.Dispatch(ctx, jobstore.DispatchParams{JobID: j2.ID, Attempt: 1, Node: node, Backend: "aws-eu", Capacity: 1}); err != nil {
 		t.Fatalf("dispatch after the slot freed: %v", err)
 	}
 	if added, err := s.AddAttemptCost(ctx, j.ID, 2, 0.5); err != nil || !added {

@@ -28,20 +28,20 @@ func TestDispatchReservesGPUs(t *testing.T) {
 		return j
 	}
 	a, bb, c, d := mk("a"), mk("b"), mk("c"), mk("d")
-	if err := s.Dispatch(ctx, a.ID, 1, "n1", "local", 1, []int{0, 1}); err != nil {
+	if err := s.Dispatch(ctx, jobstore.DispatchParams{JobID: a.ID, Attempt: 1, Node: "n1", Backend: "local", Capacity: 1, GPUs: []int{0, 1}}); err != nil {
 		t.Fatalf("a on 0,1: %v", err)
 	}
-	if err := s.Dispatch(ctx, bb.ID, 1, "n1", "local", 1, []int{1, 2}); !errors.Is(err, jobstore.ErrNodeFull) {
+	if err := s.Dispatch(ctx, jobstore.DispatchParams{JobID: bb.ID, Attempt: 1, Node: "n1", Backend: "local", Capacity: 1, GPUs: []int{1, 2}}); !errors.Is(err, jobstore.ErrNodeFull) {
 		t.Fatalf("b on 1,2 overlaps a: %v", err)
 	}
-	if err := s.Dispatch(ctx, bb.ID, 1, "n1", "local", 1, []int{2, 3}); err != nil {
+	if err := s.Dispatch(ctx, jobstore.DispatchParams{JobID: bb.ID, Attempt: 1, Node: "n1", Backend: "local", Capacity: 1, GPUs: []int{2, 3}}); err != nil {
 		t.Fatalf("b on 2,3: %v", err)
 	}
 	// A CPU job takes the one CPU slot, GPU reservations aside; a second waits.
-	if err := s.Dispatch(ctx, c.ID, 1, "n1", "local", 1, nil); err != nil {
+	if err := s.Dispatch(ctx, jobstore.DispatchParams{JobID: c.ID, Attempt: 1, Node: "n1", Backend: "local", Capacity: 1}); err != nil {
 		t.Fatalf("cpu job c: %v", err)
 	}
-	if err := s.Dispatch(ctx, d.ID, 1, "n1", "local", 1, nil); !errors.Is(err, jobstore.ErrNodeFull) {
+	if err := s.Dispatch(ctx, jobstore.DispatchParams{JobID: d.ID, Attempt: 1, Node: "n1", Backend: "local", Capacity: 1}); !errors.Is(err, jobstore.ErrNodeFull) {
 		t.Fatalf("cpu job d with the slot taken: %v", err)
 	}
 	nodes, err := s.Nodes(ctx)

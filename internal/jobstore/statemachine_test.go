@@ -32,7 +32,7 @@ func storeOps() map[string]storeOp {
 	}
 	return map[string]storeOp{
 		"dispatch": {jobtype.OpDispatch, func(ctx context.Context, s *jobstore.Store, id string) error {
-			return s.Dispatch(ctx, id, 1, "n1", "local", 1000, nil)
+			return s.Dispatch(ctx, jobstore.DispatchParams{JobID: id, Attempt: 1, Node: "n1", Backend: "local", Capacity: 1000})
 		}},
 		"claim": {jobtype.OpClaim, func(ctx context.Context, s *jobstore.Store, id string) error {
 			_, err := s.Claim(ctx, jobstore.ClaimParams{ID: id, Attempt: 1, Node: "n1", Incarnation: "inc2", Lease: lease})

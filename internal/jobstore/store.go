@@ -481,7 +481,7 @@ var jobFields = []string{"id", "name", "state", "reason", "error", "attempt", "b
 	"progress", "metrics", "artifacts", "output_uri", "cancel_requested", "submitter", "team",
 	"created_at", "updated_at", "started_at", "finished_at", "spec",
 	"preempt_requested", "cuda_visible_devices", "preemptions", "simulated_gpus",
-	"route", "held", "cost_usd", "instance", "incarnation", "lease_until"}
+	"route", "held", "cost_usd", "instance", "incarnation", "lease_until", "budget_reserved_usd"}
 
 // Get returns the job's record, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (*jobtype.Job, error) {
@@ -510,6 +510,7 @@ func decodeJob(id string, vals []any) (*jobtype.Job, error) {
 	j.SimulatedGPUs = str(24) == "1"
 	j.Held = str(26)
 	j.CostUSD, _ = strconv.ParseFloat(str(27), 64)
+	j.BudgetReservedUSD, _ = strconv.ParseFloat(str(31), 64)
 	var errs []error
 	dec := func(i int, v any) {
 		if s := str(i); s != "" {

@@ -44,16 +44,16 @@ func TestLifecycle(t *testing.T) {
 	if out, err := s.Claim(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: "n1", Incarnation: "inc1", Lease: time.Minute}); err != nil || out != jobstore.ClaimStale {
 		t.Fatalf("early claim: %v %v", out, err)
 	}
-	if err := s.Dispatch(ctx, j.ID, 1, "n1", "local", 1, nil); err != nil {
+	if err := s.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: 1, Node: "n1", Backend: "local", Capacity: 1}); err != nil {
 		t.Fatalf("dispatch: %v", err)
 	}
 	// A second dispatch loses.
-	if err := s.Dispatch(ctx, j.ID, 1, "n1", "local", 5, nil); !errors.Is(err, jobstore.ErrConflict) {
+	if err := s.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: 1, Node: "n1", Backend: "local", Capacity: 5}); !errors.Is(err, jobstore.ErrConflict) {
 		t.Fatalf("second dispatch: %v", err)
 	}
 	// The node is full now.
 	j2, _, _ := s.Create(ctx, jobstore.NewJob{Spec: spec("b", jobspec.PriorityNormal)})
-	if err := s.Dispatch(ctx, j2.ID, 1, "n1", "local", 1, nil); !errors.Is(err, jobstore.ErrNodeFull) {
+	if err := s.Dispatch(ctx, jobstore.DispatchParams{JobID: j2.ID, Attempt: 1, Node: "n1", Backend: "local", Capacity: 1}); !errors.Is(err, jobstore.ErrNodeFull) {
 		t.Fatalf("dispatch on full node: %v", err)
 	}
 	if out, _ := s.Claim(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: "other", Incarnation: "inc1", Lease: time.Minute}); out != jobstore.ClaimStale {
@@ -85,7 +85,7 @@ func TestLifecycle(t *testing.T) {
 	if len(ids) != 2 || ids[0] != j.ID {
 		t.Fatalf("pending order: %v (want %s first)", ids, j.ID)
 	}
-	if err := s.Dispatch(ctx, j.ID, 2, "n1", "local", 1, nil); err != nil {
+	if err := s.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: 2, Node: "n1", Backend: "local", Capacity: 1}); err != nil {
 		t.Fatalf("dispatch 2: %v", err)
 	}
 	if out, _ := s.Claim(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 2, Node: "n1", Incarnation: "inc1", Lease: time.Minute}); out != jobstore.Claimed {
@@ -174,7 +174,7 @@ func TestCancelStates(t *testing.T) {
 		t.Fatalf("cancelled job still pending: %v", ids)
 	}
 	d, _, _ := s.Create(ctx, jobstore.NewJob{Spec: spec("d", jobspec.PriorityNormal)})
-	_ = s.Dispatch(ctx, d.ID, 1, "n1", "local", 4, nil)
+	_ = s.Dispatch(ctx, jobstore.DispatchParams{JobID: d.ID, Attempt: 1, Node: "n1", Backend: "local", Capacity: 4})
 	if st, err := s.Cancel(ctx, d.ID); err != nil || st != jobtype.StateDispatched {
 		t.Fatalf("cancel dispatched: %v %v", st, err)
 	}
@@ -200,7 +200,7 @@ func TestLeaseRenewReap(t *testing.T) {
 	s := jobstore.New(srv.Client(), jobstore.Config{Now: func() time.Time { return now }})
 	ctx := context.Background()
 	j, _, _ := s.Create(ctx, jobstore.NewJob{Spec: spec("l", jobspec.PriorityNormal)})
-	if err := s.Dispatch(ctx, j.ID, 1, "n1", "local", 2, nil); err != nil {
+	if err := s.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: 1, Node: "n1", Backend: "local", Capacity: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if out, _ := s.Claim(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: "n1", Incarnation: "inc1", Lease: 30 * time.Second}); out != jobstore.Claimed {
@@ -250,7 +250,7 @@ func TestCancelWhileWorkerGone(t *testing.T) {
 	ctx := context.Background()
 	for _, path := range []string{"reap", "requeue"} {
 		j, _, _ := s.Create(ctx, jobstore.NewJob{Spec: spec("w", jobspec.PriorityNormal)})
-		_ = s.Dispatch(ctx, j.ID, 1, "n1", "local", 9, nil)
+		_ = s.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: 1, Node: "n1", Backend: "local", Capacity: 9})
 		_, _ = s.Claim(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: "n1", Incarnation: "inc", Lease: 30 * time.Second})
 		if st, err := s.Cancel(ctx, j.ID); err != nil || st != jobtype.StateRunning {
 			t.Fatalf("%s: cancel: %s %v", path, st, err)

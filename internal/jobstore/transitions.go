@@ -14,16 +14,35 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 )
 
-// Dispatch reserves one slot on node (of capacity slots in all) for attempt
-// of job id and moves the job queued → dispatched, in one script. It returns
-// ErrNodeFull when the node has no free slot, and a *ConflictError when the
-// job is no longer queued at that attempt (or a cancel was asked).
-func (s *Store) Dispatch(ctx context.Context, id string, attempt int, node, backend string, capacity int, gpus []int, fence ...Fence) error {
+// DispatchParams names one dispatch: which attempt goes where.
+type DispatchParams struct {
+	JobID   string
+	Attempt int    // the queued attempt; any other makes a ConflictError
+	Node    string // a local node, or a cloud backend's jobtype.CloudNode
+	Backend string // the backend's name ("local" for a local node)
+	// Capacity is the node's slots in all (a cloud node: the backend's
+	// max_instances); the script refuses when they are all reserved.
+	Capacity int
+	// GPUs are the node's GPU indexes the attempt takes; nil or empty: a
+	// CPU slot. The script refuses a GPU another job holds.
+	GPUs []int
+	// Fence is the leader's fencing token; "" (tests, tools) checks none.
+	Fence Fence
+}
+
+// Dispatch reserves one slot on p.Node (of p.Capacity slots in all) and
+// p.GPUs for attempt p.Attempt of job p.JobID and moves the job queued →
+// dispatched, in one script. It returns ErrNodeFull when the node has no
+// free slot (or a GPU is held), a *ConflictError when the job is no longer
+// queued at that attempt (or a cancel was asked), and ErrFenced when
+// p.Fence is not the current leader's.
+func (s *Store) Dispatch(ctx context.Context, p DispatchParams) error {
+	id, attempt, node, gpus := p.JobID, p.Attempt, p.Node, p.GPUs
 	if gpus == nil {
 		gpus = []int{}
 	}
 	data := mustJSON(jobtype.StateChange{From: jobtype.StateQueued, To: jobtype.StateDispatched, Node: node})
-	r, err := s.run(ctx, "dispatch", id, dispatchScript, attempt, node, capacity, ms(s.now()), s.cfg.EventsMaxLen, data, backend, mustJSON(gpus), fenceArg(fence))
+	r, err := s.run(ctx, "dispatch", id, dispatchScript, attempt, node, p.Capacity, ms(s.now()), s.cfg.EventsMaxLen, data, p.Backend, mustJSON(gpus), string(p.Fence))
 	if err != nil {
 		return err
 	}

@@ -131,6 +131,9 @@ type Job struct {
 	// every cloud attempt's instance time × its price (added as each
 	// instance ends).
 	CostUSD float64 `json:"cost_usd,omitempty"`
+	// BudgetReservedUSD is the estimate the job holds against its budgets
+	// until it ends (jobstore.Reserve; 0 once settled or when it has none).
+	BudgetReservedUSD float64 `json:"budget_reserved_usd,omitempty"`
 	// Instance is the cloud instance of the current (or last) cloud attempt.
 	Instance *Instance `json:"instance,omitempty"`
 	// Wait says why a queued job waits, where it stands and when it should

@@ -1,0 +1,160 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+)
+
+// apply writes a round's plan, in this order: the re-routings with their
+// ledger records (a failure stops the round before anything is placed, and
+// the next round reads again), the pool pressure, the cloud dispatches,
+// the local assignments, the preemptions, the places in line. Every
+// dispatch carries the leader's fence; a fenced one stops the round.
+func (p *placer) apply(ctx context.Context, in *roundInput, plan roundPlan, fp string) {
+	s := p.s
+	rs := s.routing()
+	for _, rp := range plan.reroutes {
+		if _, _, err := s.applyReroute(ctx, rs, rp); err != nil {
+			s.log.Warn("placer: snapshot", slog.Any("err", err))
+			return
+		}
+	}
+	p.lastRound = time.Now()
+	p.lastFP = fp
+	if err := s.store.SetPoolPressure(ctx, "local", plan.pressure); err != nil {
+		s.log.Warn("placer: publish pool pressure", slog.Any("err", err))
+	}
+	offWaits, ok := p.dispatchCloud(ctx, plan.cloud, plan.offWaits)
+	if !ok {
+		return
+	}
+	if len(plan.snap.Pending) == 0 && len(offWaits) == 0 {
+		if p.hadWaits {
+			if err := s.store.SetWaits(ctx, nil); err == nil {
+				p.hadWaits = false
+			}
+		}
+		return
+	}
+	if len(plan.place.Assign) > 0 || len(plan.place.Preempt) > 0 {
+		p.lastFP = "" // the round changed things: look again next tick
+	}
+	if !p.dispatchLocal(ctx, in, plan) {
+		return
+	}
+	p.preempt(ctx, in, plan)
+	p.writeWaits(ctx, plan, offWaits)
+}
+
+// dispatchCloud moves each job of cds onto its backend's queue. The
+// node's reservations count the backend's instances, up to its
+// max_instances; a job with no instance to spare waits with the reason
+// (added to offWaits). It returns false when the leader was fenced (the
+// round must stop).
+func (p *placer) dispatchCloud(ctx context.Context, cds []cloudDispatch, offWaits []offWait) ([]offWait, bool) {
+	s := p.s
+	for _, cd := range cds {
+		j, b := cd.job, cd.backend
+		err := s.store.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: j.Attempt, Node: cd.node, Backend: b.Name,
+			Capacity: b.MaxInstances, Fence: s.leaderFence()})
+		switch {
+		case err == nil:
+			s.enqueue(ctx, j.ID, j.Attempt, cd.node, j.Spec.MaxRuntime.D())
+			p.lastFP = ""
+		case errors.Is(err, jobstore.ErrNodeFull):
+			offWaits = append(offWaits, offWait{j.ID, "cloud", fmt.Sprintf("routed to %s (site %s): all %d of its instances (max_instances) are in use; it waits there",
+				b.Name, b.Site, b.MaxInstances)})
+		case errors.Is(err, jobstore.ErrConflict):
+		case errors.Is(err, jobstore.ErrFenced):
+			s.log.Warn("placer: no longer the leader; stopping this round")
+			s.fence.Store(jobstore.Fence(""))
+			return offWaits, false
+		default:
+			s.log.Warn("placer: dispatch to cloud", slog.String("job_id", j.ID), slog.Any("err", err))
+		}
+	}
+	return offWaits, true
+}
+
+// dispatchLocal reserves and dispatches each assignment, then enqueues
+// it. A lost compare-and-set (a reservation or a cancel meanwhile) leaves
+// the job for the next round. It returns false when the round must stop
+// (fenced, or Redis failing).
+func (p *placer) dispatchLocal(ctx context.Context, in *roundInput, plan roundPlan) bool {
+	s := p.s
+	for _, a := range plan.place.Assign {
+		j := in.jobs[a.JobID]
+		capacity := 0
+		for _, n := range plan.snap.Nodes {
+			if n.Name == a.Node {
+				capacity = n.CPUSlots
+			}
+		}
+		err := s.store.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: j.Attempt, Node: a.Node, Backend: "local",
+			Capacity: capacity, GPUs: a.GPUs, Fence: s.leaderFence()})
+		switch {
+		case err == nil:
+			s.enqueue(ctx, j.ID, j.Attempt, a.Node, j.Spec.MaxRuntime.D())
+		case errors.Is(err, jobstore.ErrNodeFull), errors.Is(err, jobstore.ErrConflict):
+			// The read went stale (a reservation or a cancel meanwhile): next round.
+			s.log.Debug("placer: dispatch lost to a newer state", slog.String("job_id", j.ID), slog.Any("err", err))
+		case errors.Is(err, jobstore.ErrFenced):
+			s.log.Warn("placer: no longer the leader; stopping this round")
+			s.fence.Store(jobstore.Fence(""))
+			return false
+		default:
+			s.log.Warn("placer: dispatch", slog.String("job_id", j.ID), slog.Any("err", err))
+			return false
+		}
+	}
+	return true
+}
+
+// preempt asks each victim of the plan's preemptions to stop.
+func (p *placer) preempt(ctx context.Context, in *roundInput, plan roundPlan) {
+	s := p.s
+	for _, pr := range plan.place.Preempt {
+		for _, v := range pr.Victims {
+			vj := in.jobs[v]
+			if vj == nil {
+				continue
+			}
+			err := s.store.RequestPreempt(ctx, vj.ID, vj.Attempt, pr.ForJobID, s.leaderFence())
+			if err != nil {
+				s.log.Warn("placer: preempt", slog.String("job_id", v), slog.String("for", pr.ForJobID), slog.Any("err", err))
+				continue
+			}
+			s.log.Info("preempting a batch job for an urgent one", slog.String("job_id", v), slog.String("for", pr.ForJobID),
+				slog.String("node", pr.Node))
+		}
+	}
+}
+
+// writeWaits writes every waiting job's place in line (and the reason of
+// those the placer does not place) for `lathe status`.
+func (p *placer) writeWaits(ctx context.Context, plan roundPlan, offWaits []offWait) {
+	now := time.Now().UTC()
+	waits := make(map[string]jobtype.WaitInfo, len(plan.place.Waits)+len(offWaits))
+	for _, w := range offWaits {
+		waits[w.id] = jobtype.WaitInfo{Code: w.code, Reason: w.reason, At: now}
+	}
+	for _, w := range plan.place.Waits {
+		wi := jobtype.WaitInfo{Position: w.Position, Code: string(w.Code), Reason: w.Reason, At: now}
+		if !w.EstimatedStart.IsZero() {
+			t := w.EstimatedStart.UTC()
+			wi.EstimatedStart = &t
+		}
+		waits[w.JobID] = wi
+	}
+	if err := p.s.store.SetWaits(ctx, waits); err != nil {
+		p.s.log.Warn("placer: write waits", slog.Any("err", err))
+	} else {
+		p.hadWaits = len(waits) > 0
+	}
+}

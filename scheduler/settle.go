@@ -1,0 +1,56 @@
+package scheduler
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/lathe-ml/lathe/scheduler/routing"
+)
+
+// settleEvery is how often the leader settles the budget reservations of
+// jobs that ended.
+const settleEvery = 2 * time.Second
+
+// settler is the leader's duty that settles the budget reservations of
+// jobs that ended.
+type settler struct{ s *Scheduler }
+
+// run settles the budget reservation of every job that ended: its
+// reservation is released and its actual cost counted — GPU-hours it ran
+// (started to finished, × its GPUs) × its backend's price per GPU-hour. A
+// job that never started costs nothing; a cloud attempt's instance cost is
+// on the job already (jobstore.AddCost).
+func (d *settler) run(ctx context.Context) {
+	s := d.s
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ids, err := s.store.OpenReservations(ctx)
+	if err != nil || len(ids) == 0 {
+		return
+	}
+	jobs, err := s.store.GetMany(ctx, ids)
+	if err != nil {
+		return
+	}
+	rs := s.routing()
+	for _, j := range jobs {
+		if j == nil || !j.State.Terminal() {
+			continue
+		}
+		// Cloud attempts added their instances' cost to the job as each
+		// instance ended (the AWS worker); a local last attempt adds its
+		// GPU-hours here.
+		actual := j.CostUSD
+		if j.StartedAt != nil && j.FinishedAt != nil && j.Route != nil {
+			if b, ok := rs.cfg.Backend(j.Route.Backend); ok && b.Kind == routing.KindLocal {
+				actual += j.FinishedAt.Sub(*j.StartedAt).Hours() * float64(j.Spec.Resources.GPUs) * b.USDPerGPUHour()
+			}
+		}
+		if err := s.store.Settle(ctx, j.ID, actual); err != nil {
+			s.log.Warn("settle budget", slog.String("job_id", j.ID), slog.Any("err", err))
+			continue
+		}
+		s.log.Debug("budget settled", slog.String("job_id", j.ID), slog.Float64("usd", actual))
+	}
+}
