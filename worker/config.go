@@ -184,25 +184,50 @@ const (
 
 var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
+// withDefaults returns c with its defaults applied, or the first field
+// that is not usable.
 func (c Config) withDefaults() (Config, error) {
+	if err := c.identity(); err != nil {
+		return c, err
+	}
+	c.defaultPlaces()
+	if err := c.checkTrainers(); err != nil {
+		return c, err
+	}
+	c.defaultTimings()
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// identity checks the node name (the host name by default) and makes the
+// data dir absolute.
+func (c *Config) identity() error {
 	if c.Node == "" {
 		h, err := os.Hostname()
 		if err != nil {
-			return c, fmt.Errorf("worker: node name: %w", err)
+			return fmt.Errorf("worker: node name: %w", err)
 		}
 		c.Node = h
 	}
 	if !nodeNameRE.MatchString(c.Node) {
-		return c, fmt.Errorf("worker: node name %q: must match %s", c.Node, nodeNameRE)
+		return fmt.Errorf("worker: node name %q: must match %s", c.Node, nodeNameRE)
 	}
 	if c.DataDir == "" {
-		return c, errors.New("worker: data dir is required")
+		return errors.New("worker: data dir is required")
 	}
 	abs, err := filepath.Abs(c.DataDir)
 	if err != nil {
-		return c, fmt.Errorf("worker: data dir %q: %w", c.DataDir, err)
+		return fmt.Errorf("worker: data dir %q: %w", c.DataDir, err)
 	}
 	c.DataDir = abs
+	return nil
+}
+
+// defaultPlaces fills the slots, the site, the GPU source, the folders
+// under the data dir, the GPU monitor's settings and the reference trainer.
+func (c *Config) defaultPlaces() {
 	if c.Slots <= 0 {
 		c.Slots = 2
 	}
@@ -233,24 +258,35 @@ func (c Config) withDefaults() (Config, error) {
 	if _, ok := c.Trainers["reference"]; !ok {
 		c.Trainers["reference"] = []string{"/usr/bin/python3", "{scripts}/train_lora.py"}
 	}
+}
+
+// checkTrainers resolves worker.run_as and checks worker.cgroup_root and
+// each trainer's pass_env.
+func (c *Config) checkTrainers() error {
 	if c.RunAs != "" {
 		var err error
 		if c.runAs, c.runAsHome, err = resolveRunAs(c.RunAs); err != nil {
-			return c, fmt.Errorf("worker: %w", err)
+			return fmt.Errorf("worker: %w", err)
 		}
 	}
 	switch r := c.CgroupRoot; {
 	case r == "", r == CgroupAuto, r == CgroupNone:
 	case !filepath.IsAbs(r) || filepath.Clean(r) != r || r == "/":
-		return c, fmt.Errorf("worker: worker.cgroup_root = %q: must be %q, %q or a clean absolute path to a cgroup v2 directory", r, CgroupAuto, CgroupNone)
+		return fmt.Errorf("worker: worker.cgroup_root = %q: must be %q, %q or a clean absolute path to a cgroup v2 directory", r, CgroupAuto, CgroupNone)
 	}
 	for name, keys := range c.TrainerPassEnv {
 		for i, k := range keys {
 			if err := trainer.CheckPassEnvName(k); err != nil {
-				return c, fmt.Errorf("worker: trainers.%s.pass_env[%d]: %w", name, i, err)
+				return fmt.Errorf("worker: trainers.%s.pass_env[%d]: %w", name, i, err)
 			}
 		}
 	}
+	return nil
+}
+
+// defaultTimings fills the retry, kill, heartbeat, lease and shutdown
+// durations (CancelPoll at most a quarter of the lease).
+func (c *Config) defaultTimings() {
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 3
 	}
@@ -275,8 +311,4 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = c.KillGrace + 10*time.Second
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	return c, nil
 }

@@ -258,9 +258,9 @@ func (a *localAttempt) pin(ctx context.Context) endFunc {
 	return nil
 }
 
-// run is what execute leaves for result: how the trainer ended, why its
+// trainerRun is what execute leaves for result: how the trainer ended, why its
 // context was cancelled, its events, and whether the watchdog fired.
-type run struct {
+type trainerRun struct {
 	res   trainer.Result
 	cause error
 	sink  *eventSink
@@ -270,7 +270,7 @@ type run struct {
 // execute runs the trainer under max_runtime, the worker's stop, the
 // lease (keepLease and the watchdog) and the GPU monitor. The lease is
 // kept until the attempt is over (its artifacts published).
-func (a *localAttempt) execute(taskCtx context.Context) run {
+func (a *localAttempt) execute(taskCtx context.Context) trainerRun {
 	w, job := a.w, a.job
 	runCtx, cancel := context.WithCancelCause(taskCtx)
 	a.onClose(func() { cancel(nil) })
@@ -307,7 +307,7 @@ func (a *localAttempt) execute(taskCtx context.Context) run {
 	sink.close() // every trainer event is in the stream before the end is written
 	a.log.Info("trainer exited", slog.String("outcome", res.Outcome.String()), slog.Int("exit_code", res.ExitCode),
 		slog.String("signal", res.Signal), slog.Duration("ran", res.Ended.Sub(res.Started)))
-	return run{res: res, cause: context.Cause(runCtx), sink: sink, wd: wd}
+	return trainerRun{res: res, cause: context.Cause(runCtx), sink: sink, wd: wd}
 }
 
 // track writes the trainer's pidfile and counts it on its GPUs once it
@@ -337,7 +337,7 @@ func (a *localAttempt) track(sink *eventSink) {
 
 // result turns how the trainer ended into the store write that ends the
 // attempt.
-func (a *localAttempt) result(r run) endFunc {
+func (a *localAttempt) result(r trainerRun) endFunc {
 	switch r.res.Outcome {
 	case trainer.Succeeded:
 		return a.publish(r)
@@ -356,7 +356,7 @@ func (a *localAttempt) result(r run) endFunc {
 
 // publish copies the artifacts of a trainer that succeeded into the job's
 // output folder and ends the attempt succeeded.
-func (a *localAttempt) publish(r run) endFunc {
+func (a *localAttempt) publish(r trainerRun) endFunc {
 	w, job := a.w, a.job
 	dest, err := openOutput(w.cfg.AllowedRoots, w.outputDeny(), job.OutputURI)
 	if err != nil {
