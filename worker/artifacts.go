@@ -11,7 +11,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
-	"github.com/lathe-ml/lathe/worker/runner"
+	"github.com/lathe-ml/lathe/internal/trainer"
 )
 
 // publishArtifacts copies the attempt's artifacts from outDir (the output
@@ -26,30 +26,19 @@ import (
 // half a file and nothing is written through a link. When the trainer
 // reported no artifact, every regular file at the top of outDir is
 // published.
-func publishArtifacts(outDir, dest *os.File, reported []runner.TrainerEvent) ([]jobtype.Artifact, error) {
-	reported, err := runner.ArtifactsIn(outDir, reported)
+func publishArtifacts(outDir, dest *os.File, reported []trainer.TrainerEvent) ([]jobtype.Artifact, error) {
+	reported, err := trainer.PublishSet(outDir, reported)
 	if err != nil {
 		return nil, err
 	}
-	seen := map[string]bool{}
 	out := make([]jobtype.Artifact, 0, len(reported))
 	for _, r := range reported {
-		if !jobtype.ValidArtifactName(r.Path) {
-			return nil, fmt.Errorf("artifact name %q: must be a plain file name (no '/', '..' or control characters)", r.Path)
-		}
-		if seen[r.Path] {
-			continue
-		}
-		seen[r.Path] = true
 		n, sum, err := copyArtifact(outDir, r.Path, dest)
 		if err != nil {
 			return nil, err
 		}
-		if r.SHA256 != "" && r.SHA256 != sum {
-			return nil, fmt.Errorf("artifact %s: trainer reported sha256 %s, file has %s", r.Path, r.SHA256, sum)
-		}
-		if r.Bytes != 0 && r.Bytes != n {
-			return nil, fmt.Errorf("artifact %s: trainer reported %d bytes, file has %d", r.Path, r.Bytes, n)
+		if err := r.VerifyArtifact(n, sum); err != nil {
+			return nil, err
 		}
 		out = append(out, jobtype.Artifact{Path: r.Path, Format: r.Format, Bytes: n, SHA256: sum})
 	}

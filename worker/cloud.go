@@ -21,8 +21,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
+	"github.com/lathe-ml/lathe/internal/trainer"
 	"github.com/lathe-ml/lathe/scheduler/routing"
-	"github.com/lathe-ml/lathe/worker/runner"
 )
 
 // CloudLauncher is what the AWS worker needs of backends/aws: *aws.Backend.
@@ -114,7 +114,7 @@ func (c CloudConfig) withDefaults() (CloudConfig, routing.Backend, error) {
 	b, ok := c.Routing.Backend(c.Backend)
 	for name, keys := range c.TrainerPassEnv {
 		for i, k := range keys {
-			if err := runner.CheckPassEnvName(k); err != nil {
+			if err := trainer.CheckPassEnvName(k); err != nil {
 				return c, b, fmt.Errorf("worker: aws: trainers.%s.pass_env[%d]: %w", name, i, err)
 			}
 		}

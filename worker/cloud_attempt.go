@@ -18,6 +18,7 @@ import (
 	"github.com/lathe-ml/lathe/backends/aws/agent"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/trainer"
 )
 
 // EventCloud is the job event type of the AWS worker's notes: launch tries,
@@ -34,26 +35,22 @@ type cloudAttempt struct {
 	jobURI  string      // s3://…/job.json
 	ckpt    string      // the job's checkpoint prefix (s3://…/JOB/checkpoints/)
 	inst    *jobtype.Instance
-	seq     int // next events batch to mirror
-	metrics map[string]float64
-	logs    bool // raw log lines may go into Redis (redis_site carries the job's tags)
+	seq     int             // next events batch to mirror
+	rec     *trainer.Record // the agent's events folded (metrics, last log lines)
+	logs    bool            // raw log lines may go into Redis (redis_site carries the job's tags)
 	started bool
 	gone    time.Time // when the instance was first seen gone without a status
-	lastLog []string
 }
 
 func newCloudAttempt(c *Cloud, job *jobtype.Job) *cloudAttempt {
 	work, _ := agent.ParseS3URI(c.b.WorkURI)
 	ck, _ := agent.ParseS3URI(c.b.CheckpointURI)
 	a := &cloudAttempt{c: c, job: job, n: job.Attempt,
-		log:     c.log.With(slog.String("job_id", job.ID), slog.Int("attempt", job.Attempt)),
-		metrics: map[string]float64{}, started: job.State == jobtype.StateRunning}
+		log: c.log.With(slog.String("job_id", job.ID), slog.Int("attempt", job.Attempt)),
+		rec: trainer.NewRecord(job.Metrics), started: job.State == jobtype.StateRunning}
 	a.work = agent.S3URI{Bucket: work.Bucket, Key: joinKey(work.Key, job.ID, strconv.Itoa(job.Attempt)) + "/"}
 	a.jobURI = "s3://" + a.work.Bucket + "/" + a.work.Key + agent.JobObject
 	a.ckpt = "s3://" + ck.Bucket + "/" + joinKey(ck.Key, job.ID, strings.TrimSuffix(agent.CheckpointsFolder, "/")) + "/"
-	for k, v := range job.Metrics {
-		a.metrics[k] = v
-	}
 	if job.Instance != nil && job.Instance.Attempt == job.Attempt {
 		inst := *job.Instance
 		a.inst = &inst
@@ -73,8 +70,6 @@ func joinKey(parts ...string) string {
 	return strings.Join(out, "/")
 }
 
-type endFunc = func(context.Context) error
-
 // run carries the attempt to its end and returns the store write that
 // records it, or nil when there is nothing to write (detached, or the
 // attempt was lost to the store).
@@ -86,8 +81,8 @@ func (a *cloudAttempt) run(ctx context.Context) endFunc {
 		return end
 	}
 	if a.inst == nil {
-		if seq, err := a.c.store.Field(ctx, a.job.ID, "cloud_events_seq"); err == nil && seq != "" {
-			a.seq, _ = strconv.Atoi(seq)
+		if seq, err := a.c.store.CloudEventsSeq(ctx, a.job.ID); err == nil && seq != 0 {
+			a.seq = seq
 		}
 		end, ok := a.launch(ctx)
 		if !ok {
@@ -95,8 +90,8 @@ func (a *cloudAttempt) run(ctx context.Context) endFunc {
 		}
 	} else {
 		a.note(ctx, fmt.Sprintf("re-attached to instance %s (%s, %s)", a.inst.ID, a.inst.Type, a.inst.Market))
-		if seq, err := a.c.store.Field(ctx, a.job.ID, "cloud_events_seq"); err == nil && seq != "" {
-			a.seq, _ = strconv.Atoi(seq)
+		if seq, err := a.c.store.CloudEventsSeq(ctx, a.job.ID); err == nil && seq != 0 {
+			a.seq = seq
 		}
 	}
 	if a.seq < 1 {
@@ -105,22 +100,19 @@ func (a *cloudAttempt) run(ctx context.Context) endFunc {
 	return a.watchLoop(ctx)
 }
 
-// fail ends the attempt failed, for good.
-func (a *cloudAttempt) fail(reason, msg string) endFunc {
-	a.log.Error("attempt failed", slog.String("reason", reason), slog.String("error", msg))
-	return func(ctx context.Context) error {
-		return a.c.store.Finish(ctx, a.job.ID, a.n, jobstore.Ending{State: jobtype.StateFailed, Reason: reason, Error: msg})
-	}
+// ending is how the attempt's end is written (attemptEnd, shared with the
+// local worker).
+func (a *cloudAttempt) ending() attemptEnd {
+	return attemptEnd{store: a.c.store, job: a.job, n: a.n, maxAttempts: a.c.cfg.MaxAttempts, log: a.log}
 }
 
-// retryOrFail requeues a retryable failure as a new attempt (routed again),
-// or fails the job when its attempts are used up.
+// fail ends the attempt failed, for good.
+func (a *cloudAttempt) fail(reason, msg string) endFunc { return a.ending().fail(reason, msg) }
+
+// retryOrFail requeues a retryable failure as a new attempt, or fails the
+// job when its attempts are used up.
 func (a *cloudAttempt) retryOrFail(reason, msg string) endFunc {
-	if used := a.n - a.job.Preemptions; used >= a.c.cfg.MaxAttempts {
-		return a.fail(reason, fmt.Sprintf("%s; %d attempts used", msg, used))
-	}
-	a.log.Warn("attempt failed; retrying as a new attempt", slog.String("error", msg))
-	return func(ctx context.Context) error { return a.c.store.Requeue(ctx, a.job.ID, a.n, reason, msg) }
+	return a.ending().retryOrFail(reason, msg)
 }
 
 // checkResidency refuses, before anything is copied or launched, an
@@ -245,15 +237,8 @@ func (a *cloudAttempt) launch(ctx context.Context) (end endFunc, ok bool) {
 			return a.stagingFailed(ctx, "eval_dataset", err), false
 		}
 	}
-	body, _ := json.MarshalIndent(a.agentJob(dataset, evalDataset, maxRuntime), "", "  ")
-	for {
-		err := a.put(ctx, a.work.Bucket, a.work.Key+agent.JobObject, body)
-		if err == nil {
-			break
-		}
-		if end, ok := a.waitAndRelaunch(ctx, fmt.Sprintf("writing job.json to %s failed (%v); trying again in %s", a.jobURI, err, a.c.cfg.LaunchRetry)); !ok {
-			return end, false
-		}
+	if end, ok := a.writeJob(ctx, a.agentJob(dataset, evalDataset, maxRuntime)); !ok {
+		return end, false
 	}
 	req := aws.Request{JobID: a.job.ID, Attempt: a.n, GPUs: a.job.Spec.Resources.GPUs,
 		GPUMemoryGB: a.job.Spec.Resources.GPUMemoryGB, GPUModels: a.job.Spec.Resources.GPUModels,
@@ -266,31 +251,7 @@ func (a *cloudAttempt) launch(ctx context.Context) (end endFunc, ok bool) {
 			}
 		}
 		if err == nil {
-			inst := res.Instance
-			price, spot := a.c.cfg.EC2.Price(inst), inst.Spot
-			for _, t := range res.Attempts {
-				if t.InstanceID == inst.ID { // launched now: the choice says what was bought
-					price, spot = t.Choice.USDPerHour, t.Choice.Spot
-				}
-			}
-			market := "on-demand"
-			if spot {
-				market = "spot"
-			}
-			a.inst = &jobtype.Instance{ID: inst.ID, Attempt: a.n, Backend: a.c.b.Name, Region: a.c.b.Region, Type: inst.Type,
-				Market: market, Subnet: inst.SubnetID, LaunchTime: inst.LaunchTime.UTC(), USDPerHour: price, State: inst.State}
-			if a.inst.LaunchTime.IsZero() {
-				a.inst.LaunchTime = time.Now().UTC()
-			}
-			verb := "launched"
-			if res.Found {
-				verb = "found (launched before a restart)"
-			}
-			if err := a.c.store.Annotate(context.WithoutCancel(ctx), a.job.ID, a.n, "instance", string(mustRaw(a.inst))); err != nil {
-				a.log.Warn("record the instance on the job", slog.Any("err", err))
-			}
-			a.note(ctx, fmt.Sprintf("instance %s %s: %s %s in %s at $%.4f/h; agent job %s", inst.ID, verb, inst.Type, market,
-				inst.SubnetID, price, a.jobURI))
+			a.launched(ctx, res)
 			return nil, true
 		}
 		switch {
@@ -311,6 +272,51 @@ func (a *cloudAttempt) launch(ctx context.Context) (end endFunc, ok bool) {
 			}
 		}
 	}
+}
+
+// writeJob writes the agent's job.json, trying again every LaunchRetry
+// while the lease holds. ok is false when the attempt ended.
+func (a *cloudAttempt) writeJob(ctx context.Context, job agent.Job) (endFunc, bool) {
+	body, _ := json.MarshalIndent(job, "", "  ")
+	for {
+		err := a.put(ctx, a.work.Bucket, a.work.Key+agent.JobObject, body)
+		if err == nil {
+			return nil, true
+		}
+		if end, ok := a.waitAndRelaunch(ctx, fmt.Sprintf("writing job.json to %s failed (%v); trying again in %s", a.jobURI, err, a.c.cfg.LaunchRetry)); !ok {
+			return end, false
+		}
+	}
+}
+
+// launched records the instance the attempt got (launched now, or found
+// launched before a restart) on the job and in its events.
+func (a *cloudAttempt) launched(ctx context.Context, res aws.LaunchResult) {
+	inst := res.Instance
+	price, spot := a.c.cfg.EC2.Price(inst), inst.Spot
+	for _, t := range res.Attempts {
+		if t.InstanceID == inst.ID { // launched now: the choice says what was bought
+			price, spot = t.Choice.USDPerHour, t.Choice.Spot
+		}
+	}
+	market := "on-demand"
+	if spot {
+		market = "spot"
+	}
+	a.inst = &jobtype.Instance{ID: inst.ID, Attempt: a.n, Backend: a.c.b.Name, Region: a.c.b.Region, Type: inst.Type,
+		Market: market, Subnet: inst.SubnetID, LaunchTime: inst.LaunchTime.UTC(), USDPerHour: price, State: inst.State}
+	if a.inst.LaunchTime.IsZero() {
+		a.inst.LaunchTime = time.Now().UTC()
+	}
+	verb := "launched"
+	if res.Found {
+		verb = "found (launched before a restart)"
+	}
+	if err := a.c.store.RecordInstance(context.WithoutCancel(ctx), a.job.ID, a.n, a.inst); err != nil {
+		a.log.Warn("record the instance on the job", slog.Any("err", err))
+	}
+	a.note(ctx, fmt.Sprintf("instance %s %s: %s %s in %s at $%.4f/h; agent job %s", inst.ID, verb, inst.Type, market,
+		inst.SubnetID, price, a.jobURI))
 }
 
 // waitAndRelaunch notes why, then waits LaunchRetry while keeping the lease
@@ -412,7 +418,7 @@ func (a *cloudAttempt) watchLoop(ctx context.Context) endFunc {
 			a.gone = time.Time{}
 			if inst.State != a.inst.State {
 				a.inst.State = inst.State
-				_ = a.c.store.Annotate(context.WithoutCancel(ctx), a.job.ID, a.n, "instance", string(mustRaw(a.inst)))
+				_ = a.c.store.RecordInstance(context.WithoutCancel(ctx), a.job.ID, a.n, a.inst)
 			}
 		case err == nil || errors.Is(err, aws.ErrNotFound):
 			state := "unknown to EC2"
@@ -476,7 +482,7 @@ func (a *cloudAttempt) terminate(ctx context.Context) endFunc {
 		a.note(ctx, fmt.Sprintf("instance %s terminated; cost $%.4f (%s at $%.4f/h, per second, 60 s minimum)",
 			a.inst.ID, cost, now.Sub(a.inst.LaunchTime).Round(time.Second), a.inst.USDPerHour))
 	}
-	if err := a.c.store.Annotate(wctx, a.job.ID, a.n, "instance", string(mustRaw(a.inst))); err != nil {
+	if err := a.c.store.RecordInstance(wctx, a.job.ID, a.n, a.inst); err != nil {
 		a.log.Debug("record the terminated instance", slog.Any("err", err))
 	}
 	return nil
@@ -488,9 +494,7 @@ func (a *cloudAttempt) cancelled(ctx context.Context) endFunc {
 	if end := a.terminate(ctx); end != nil {
 		return nil
 	}
-	return func(ctx context.Context) error {
-		return a.c.store.Finish(ctx, a.job.ID, a.n, jobstore.Ending{State: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled})
-	}
+	return a.ending().cancelled()
 }
 
 // lost ends an attempt whose instance went away without a status.
@@ -521,10 +525,7 @@ func (a *cloudAttempt) ended(ctx context.Context, st agent.Status) endFunc {
 			}
 			return a.fail(jobtype.ReasonInternal, "artifacts: "+err.Error())
 		}
-		metrics := a.metricsWith(st.Metrics)
-		return func(ctx context.Context) error {
-			return a.c.store.Finish(ctx, a.job.ID, a.n, jobstore.Ending{State: jobtype.StateSucceeded, Metrics: metrics, Artifacts: arts})
-		}
+		return a.ending().succeeded(a.metricsWith(st.Metrics), arts)
 	case agent.StatePreempted:
 		if end := a.terminate(ctx); end != nil {
 			return nil
@@ -543,7 +544,7 @@ func (a *cloudAttempt) ended(ctx context.Context, st agent.Status) endFunc {
 		if end := a.terminate(ctx); end != nil {
 			return nil
 		}
-		if st.ExitCode == 3 {
+		if trainer.ExitOutcome(st.ExitCode) == trainer.Permanent {
 			return a.fail(jobtype.ReasonPermanent, "trainer exited 3 (permanent): "+st.Error)
 		}
 		return a.retryOrFail(jobtype.ReasonExit, fmt.Sprintf("attempt failed on %s (exit %d): %s", a.inst.ID, st.ExitCode, st.Error))
@@ -551,10 +552,7 @@ func (a *cloudAttempt) ended(ctx context.Context, st agent.Status) endFunc {
 }
 
 func (a *cloudAttempt) metricsWith(m map[string]float64) map[string]float64 {
-	out := make(map[string]float64, len(a.metrics)+len(m))
-	for k, v := range a.metrics {
-		out[k] = v
-	}
+	out := a.rec.Metrics()
 	for k, v := range m {
 		out[k] = v
 	}
@@ -623,7 +621,7 @@ func (a *cloudAttempt) mirror(ctx context.Context) {
 						a.work.Bucket, a.work.Key, agent.EventsFolder, a.c.b.Site)})}}, evs...)
 			}
 		}
-		evs = append(evs, jobstore.EventIn{Field: "cloud_events_seq", Value: strconv.Itoa(a.seq + 1)})
+		evs = append(evs, jobstore.CloudEventsSeqUpdate(a.seq+1))
 		if _, err := a.c.store.Append(ctx, a.job.ID, a.n, evs); err != nil {
 			a.log.Warn("mirror events failed; trying again", slog.Any("err", err))
 			return
@@ -647,46 +645,23 @@ func (a *cloudAttempt) convert(b []byte) (evs []jobstore.EventIn, first time.Tim
 		}
 		in := jobstore.EventIn{Type: l.Type, Time: t, Data: l.Data}
 		switch l.Type {
-		case jobtype.EventProgress:
-			var p jobtype.Progress
-			if json.Unmarshal(l.Data, &p) == nil {
-				in.Field, in.Value = "progress", string(mustRaw(p))
+		case jobtype.EventProgress, jobtype.EventEval, jobtype.EventDone, jobtype.EventCheckpoint, jobtype.EventArtifact:
+			var u trainer.Update
+			if ev, ok := trainer.ParseEvent(l.Data); ok {
+				ev.Kind = l.Type
+				u = a.rec.Apply(ev)
 			}
-		case jobtype.EventEval:
-			var e struct {
-				EvalLoss *float64 `json:"eval_loss"`
-			}
-			if json.Unmarshal(l.Data, &e) == nil && e.EvalLoss != nil {
-				a.metrics["eval_loss"] = *e.EvalLoss
-				in.Field, in.Value = "metrics", string(mustRaw(a.metrics))
-			}
-		case jobtype.EventDone:
-			var d struct {
-				Metrics map[string]float64 `json:"metrics"`
-			}
-			if json.Unmarshal(l.Data, &d) == nil {
-				for k, v := range d.Metrics {
-					a.metrics[k] = v
-				}
-				in.Field, in.Value = "metrics", string(mustRaw(a.metrics))
-			}
-		case jobtype.EventCheckpoint, jobtype.EventArtifact:
+			in = recordEvent(in, u)
 		case agent.TypeLog:
 			var ll jobtype.LogLine
 			_ = json.Unmarshal(l.Data, &ll)
-			a.lastLog = append(a.lastLog, ll.Line)
-			if len(a.lastLog) > lastLogLines {
-				a.lastLog = a.lastLog[1:]
-			}
+			a.rec.Log(ll.Line)
 			if !a.logs {
 				continue // raw lines stay in the backend's site
 			}
-			in.Type = jobtype.EventLog
+			in = recordEvent(jobstore.EventIn{Type: jobtype.EventLog, Time: t, Data: l.Data}, trainer.Update{})
 		default:
 			continue
-		}
-		if len(in.Data) == 0 {
-			in.Data = json.RawMessage(`{}`)
 		}
 		evs = append(evs, in)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
-	"github.com/lathe-ml/lathe/worker/runner"
+	"github.com/lathe-ml/lathe/internal/trainer"
 )
 
 // permanentError is a refusal that no retry can fix.
@@ -142,7 +142,7 @@ func (a *cloudAttempt) collect(ctx context.Context, arts []agent.Artifact) ([]jo
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	reported := make([]runner.TrainerEvent, 0, len(arts))
+	reported := make([]trainer.TrainerEvent, 0, len(arts))
 	for _, art := range arts {
 		if !jobtype.ValidArtifactName(art.Name) {
 			return nil, fmt.Errorf("artifact name %q: must be a plain file name", art.Name)
@@ -150,7 +150,7 @@ func (a *cloudAttempt) collect(ctx context.Context, arts []agent.Artifact) ([]jo
 		if _, err := agent.Download(ctx, a.c.cfg.S3, a.work.Bucket, a.work.Key+agent.ArtifactsFolder+art.Name, filepath.Join(tmp, art.Name)); err != nil {
 			return nil, err
 		}
-		reported = append(reported, runner.TrainerEvent{Kind: runner.EventArtifact, Path: art.Name, Format: art.Format, Bytes: art.Bytes, SHA256: art.SHA256})
+		reported = append(reported, trainer.TrainerEvent{Kind: trainer.EventArtifact, Path: art.Name, Format: art.Format, Bytes: art.Bytes, SHA256: art.SHA256})
 	}
 	tmpFD, err := pathpolicy.OpenDir(tmp)
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package worker runs job attempts: an asynq server consumes the node's
 // queue (node:<name>), each handler claims its attempt in the job store,
-// runs the trainer through worker/runner per the trainer contract, mirrors
+// runs the trainer through internal/trainer per the trainer contract, mirrors
 // its events into the job's stream, copies its artifacts to the job's output
 // folder and writes the attempt's end — all through the job store, the only
 // authority on a job's state. asynq only carries the attempt: tasks are
@@ -21,7 +21,7 @@ import (
 
 	"github.com/lathe-ml/lathe/backends/local/nvmlinventory"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
-	"github.com/lathe-ml/lathe/worker/runner"
+	"github.com/lathe-ml/lathe/internal/trainer"
 )
 
 // Config configures a Worker. Zero values take the defaults stated.
@@ -70,7 +70,7 @@ type Config struct {
 	// TrainerPassEnv names, per trainer, the variables of the worker's own
 	// environment that trainer gets (config trainers.NAME.pass_env), e.g.
 	// AWS credentials for a trainer that reads s3:// itself. Every other
-	// trainer gets only the base environment of runner.Config.Env and the
+	// trainer gets only the base environment of trainer.Config.Env and the
 	// contract's LATHE_* variables: never the worker's tokens or cloud
 	// credentials. Nil: none for any trainer.
 	TrainerPassEnv map[string][]string
@@ -125,7 +125,7 @@ type Config struct {
 	// write another cgroup's cgroup.procs, which a trainer running as root
 	// may: with lathed as root, set RunAs for the containment to hold.
 	// "" or "auto": a "lathe" child of lathed's own cgroup (or of the
-	// cgroup v2 root, see runner.AutoCgroupRoot); where there is no
+	// cgroup v2 root, see trainer.AutoCgroupRoot); where there is no
 	// writable cgroup v2 (or the kernel predates cgroup.kill, 5.14), Start
 	// logs a loud warning and trainers run in process groups only. "none":
 	// process groups only, on purpose: an escaped process outlives its
@@ -142,7 +142,7 @@ type Config struct {
 	Logger *slog.Logger
 
 	// runAs and runAsHome are RunAs resolved by withDefaults.
-	runAs     *runner.Credential
+	runAs     *trainer.Credential
 	runAsHome string
 }
 
@@ -150,7 +150,7 @@ type Config struct {
 var geteuid = os.Geteuid
 
 // resolveRunAs looks up the user of worker.run_as (a name or a uid).
-func resolveRunAs(name string) (*runner.Credential, string, error) {
+func resolveRunAs(name string) (*trainer.Credential, string, error) {
 	u, err := user.Lookup(name)
 	if err != nil {
 		if _, nerr := strconv.Atoi(name); nerr == nil {
@@ -171,7 +171,7 @@ func resolveRunAs(name string) (*runner.Credential, string, error) {
 	if euid := geteuid(); euid != 0 {
 		return nil, "", fmt.Errorf("worker.run_as = %q: lathed runs as uid %d, not root, so it cannot start trainers as another user: run lathed as root or remove worker.run_as", name, euid)
 	}
-	return &runner.Credential{UID: uint32(uid), GID: uint32(gid)}, u.HomeDir, nil
+	return &trainer.Credential{UID: uint32(uid), GID: uint32(gid)}, u.HomeDir, nil
 }
 
 // The special values of Config.CgroupRoot.
@@ -184,25 +184,50 @@ const (
 
 var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
+// withDefaults returns c with its defaults applied, or the first field
+// that is not usable.
 func (c Config) withDefaults() (Config, error) {
+	if err := c.identity(); err != nil {
+		return c, err
+	}
+	c.defaultPlaces()
+	if err := c.checkTrainers(); err != nil {
+		return c, err
+	}
+	c.defaultTimings()
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// identity checks the node name (the host name by default) and makes the
+// data dir absolute.
+func (c *Config) identity() error {
 	if c.Node == "" {
 		h, err := os.Hostname()
 		if err != nil {
-			return c, fmt.Errorf("worker: node name: %w", err)
+			return fmt.Errorf("worker: node name: %w", err)
 		}
 		c.Node = h
 	}
 	if !nodeNameRE.MatchString(c.Node) {
-		return c, fmt.Errorf("worker: node name %q: must match %s", c.Node, nodeNameRE)
+		return fmt.Errorf("worker: node name %q: must match %s", c.Node, nodeNameRE)
 	}
 	if c.DataDir == "" {
-		return c, errors.New("worker: data dir is required")
+		return errors.New("worker: data dir is required")
 	}
 	abs, err := filepath.Abs(c.DataDir)
 	if err != nil {
-		return c, fmt.Errorf("worker: data dir %q: %w", c.DataDir, err)
+		return fmt.Errorf("worker: data dir %q: %w", c.DataDir, err)
 	}
 	c.DataDir = abs
+	return nil
+}
+
+// defaultPlaces fills the slots, the site, the GPU source, the folders
+// under the data dir, the GPU monitor's settings and the reference trainer.
+func (c *Config) defaultPlaces() {
 	if c.Slots <= 0 {
 		c.Slots = 2
 	}
@@ -233,24 +258,35 @@ func (c Config) withDefaults() (Config, error) {
 	if _, ok := c.Trainers["reference"]; !ok {
 		c.Trainers["reference"] = []string{"/usr/bin/python3", "{scripts}/train_lora.py"}
 	}
+}
+
+// checkTrainers resolves worker.run_as and checks worker.cgroup_root and
+// each trainer's pass_env.
+func (c *Config) checkTrainers() error {
 	if c.RunAs != "" {
 		var err error
 		if c.runAs, c.runAsHome, err = resolveRunAs(c.RunAs); err != nil {
-			return c, fmt.Errorf("worker: %w", err)
+			return fmt.Errorf("worker: %w", err)
 		}
 	}
 	switch r := c.CgroupRoot; {
 	case r == "", r == CgroupAuto, r == CgroupNone:
 	case !filepath.IsAbs(r) || filepath.Clean(r) != r || r == "/":
-		return c, fmt.Errorf("worker: worker.cgroup_root = %q: must be %q, %q or a clean absolute path to a cgroup v2 directory", r, CgroupAuto, CgroupNone)
+		return fmt.Errorf("worker: worker.cgroup_root = %q: must be %q, %q or a clean absolute path to a cgroup v2 directory", r, CgroupAuto, CgroupNone)
 	}
 	for name, keys := range c.TrainerPassEnv {
 		for i, k := range keys {
-			if err := runner.CheckPassEnvName(k); err != nil {
-				return c, fmt.Errorf("worker: trainers.%s.pass_env[%d]: %w", name, i, err)
+			if err := trainer.CheckPassEnvName(k); err != nil {
+				return fmt.Errorf("worker: trainers.%s.pass_env[%d]: %w", name, i, err)
 			}
 		}
 	}
+	return nil
+}
+
+// defaultTimings fills the retry, kill, heartbeat, lease and shutdown
+// durations (CancelPoll at most a quarter of the lease).
+func (c *Config) defaultTimings() {
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 3
 	}
@@ -275,8 +311,4 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = c.KillGrace + 10*time.Second
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	return c, nil
 }

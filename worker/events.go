@@ -6,24 +6,22 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
-	"github.com/lathe-ml/lathe/worker/runner"
+	"github.com/lathe-ml/lathe/internal/trainer"
 )
 
 const (
-	flushEvery   = 100 * time.Millisecond
-	flushBatch   = 64
-	maxBuffered  = 10000 // log lines beyond this (Redis away) are counted, not kept
-	lastLogLines = 8
+	flushEvery  = 100 * time.Millisecond
+	flushBatch  = 64
+	maxBuffered = 10000 // log lines beyond this (Redis away) are counted, not kept
 )
 
-// eventSink receives the trainer's output (runner.Sink), keeps the latest
+// eventSink receives the trainer's output (trainer.Sink), keeps the latest
 // progress, metrics and artifacts, and writes events to the job's stream in
 // batches (one Lua call per batch). It stops the attempt when the store says
 // a cancel was asked or the attempt is no longer ours.
@@ -37,9 +35,7 @@ type eventSink struct {
 	mu       sync.Mutex
 	buf      []jobstore.EventIn
 	dropped  int
-	metricsM map[string]float64
-	arts     []runner.TrainerEvent
-	logs     []string
+	rec      *trainer.Record // under mu
 	kick     chan struct{}
 	onStart  func(pid int) // called once the trainer started (pidfile)
 	progress atomic.Int64  // unix ms of the last progress line (or the start)
@@ -49,11 +45,11 @@ type eventSink struct {
 	closed   chan struct{}
 }
 
-var _ runner.Sink = (*eventSink)(nil)
+var _ trainer.Sink = (*eventSink)(nil)
 
 func newEventSink(store *jobstore.Store, id string, attempt int, log *slog.Logger, cancel context.CancelCauseFunc) *eventSink {
 	return &eventSink{store: store, id: id, attempt: attempt, log: log, cancel: cancel,
-		metricsM: map[string]float64{}, kick: make(chan struct{}, 1), done: make(chan struct{}), closed: make(chan struct{})}
+		rec: trainer.NewRecord(nil), kick: make(chan struct{}, 1), done: make(chan struct{}), closed: make(chan struct{})}
 }
 
 func (s *eventSink) add(e jobstore.EventIn) {
@@ -85,55 +81,44 @@ func (s *eventSink) Started(pid int) {
 	s.add(jobstore.EventIn{Type: "started", Data: mustRaw(map[string]any{"pid": pid})})
 }
 
-// Event turns a contract line into a stream event and record updates.
-func (s *eventSink) Event(ev runner.TrainerEvent) {
-	in := jobstore.EventIn{Type: ev.Kind, Data: ev.Raw}
-	switch ev.Kind {
-	case runner.EventProgress:
-		s.progress.Store(time.Now().UnixMilli())
-		s.steps.Store(int64(ev.Step))
-		s.first.CompareAndSwap(0, int64(ev.Step))
-		p := jobtype.Progress{Step: ev.Step, TotalSteps: ev.TotalSteps, Epoch: ev.Epoch, Loss: ev.Loss,
-			LearningRate: ev.LearningRate, SamplesPerS: ev.SamplesPerS}
-		b, _ := json.Marshal(p)
-		in.Field, in.Value = "progress", string(b)
-	case runner.EventEval:
-		s.mu.Lock()
-		s.metricsM["eval_loss"] = ev.EvalLoss
-		b, _ := json.Marshal(s.metricsM)
-		s.mu.Unlock()
-		in.Field, in.Value = "metrics", string(b)
-	case runner.EventDone:
-		s.mu.Lock()
-		for k, v := range ev.Metrics {
-			s.metricsM[k] = v
-		}
-		b, _ := json.Marshal(s.metricsM)
-		s.mu.Unlock()
-		in.Field, in.Value = "metrics", string(b)
-	case runner.EventArtifact:
-		s.mu.Lock()
-		s.arts = append(s.arts, ev)
-		s.mu.Unlock()
-	case runner.EventCheckpoint:
-	default:
+// Event turns a contract line into a stream event and the record update
+// trainer.Record makes of it.
+func (s *eventSink) Event(ev trainer.TrainerEvent) {
+	if !ev.Known() {
 		// An event kind the contract does not define: keep it as a log line.
 		s.Log("stdout", string(ev.Raw))
 		return
 	}
+	if ev.Kind == trainer.EventProgress {
+		s.progress.Store(time.Now().UnixMilli())
+		s.steps.Store(int64(ev.Step))
+		s.first.CompareAndSwap(0, int64(ev.Step))
+	}
+	s.mu.Lock()
+	u := s.rec.Apply(ev)
+	s.mu.Unlock()
+	s.add(recordEvent(jobstore.EventIn{Type: ev.Kind, Data: ev.Raw}, u))
+}
+
+// recordEvent is in carrying the record update u (the local sink and the
+// AWS worker's mirror), with an empty object for data when it has none.
+func recordEvent(in jobstore.EventIn, u trainer.Update) jobstore.EventIn {
+	switch {
+	case u.Progress != nil:
+		in = in.WithProgress(*u.Progress)
+	case u.Metrics != nil:
+		in = in.WithMetrics(u.Metrics)
+	}
 	if len(in.Data) == 0 {
 		in.Data = json.RawMessage(`{}`)
 	}
-	s.add(in)
+	return in
 }
 
 // Log keeps a non-event line as a log event.
 func (s *eventSink) Log(stream, line string) {
 	s.mu.Lock()
-	s.logs = append(s.logs, line)
-	if len(s.logs) > lastLogLines {
-		s.logs = s.logs[len(s.logs)-lastLogLines:]
-	}
+	s.rec.Log(line)
 	s.mu.Unlock()
 	s.add(jobstore.EventIn{Type: jobtype.EventLog, Data: mustRaw(jobtype.LogLine{Stream: stream, Line: line})})
 }
@@ -179,7 +164,7 @@ func (s *eventSink) flush(final bool) {
 		switch {
 		case err == nil:
 			if cancelReq {
-				s.cancel(runner.ErrCancelled)
+				s.cancel(trainer.ErrCancelled)
 			}
 			return
 		case errors.Is(err, jobstore.ErrConflict) || errors.Is(err, jobstore.ErrNotFound):
@@ -209,26 +194,19 @@ func (s *eventSink) close() {
 func (s *eventSink) metrics() map[string]float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]float64, len(s.metricsM))
-	for k, v := range s.metricsM {
-		out[k] = v
-	}
-	return out
+	return s.rec.Metrics()
 }
 
-func (s *eventSink) artifacts() []runner.TrainerEvent {
+func (s *eventSink) artifacts() []trainer.TrainerEvent {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]runner.TrainerEvent(nil), s.arts...)
+	return s.rec.Artifacts()
 }
 
 func (s *eventSink) lastLogs() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.logs) == 0 {
-		return "(no output)"
-	}
-	return strings.Join(s.logs, " | ")
+	return s.rec.LastLogs()
 }
 
 func mustRaw(v any) json.RawMessage {

@@ -20,8 +20,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/trainer"
 	"github.com/lathe-ml/lathe/worker"
-	"github.com/lathe-ml/lathe/worker/runner"
 )
 
 // TestStartKillsOrphans: a trainer group left by a previous incarnation
@@ -58,7 +58,7 @@ func TestStartKillsOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop(context.Background())
-	if runner.GroupAlive(pgid) {
+	if trainer.GroupAlive(pgid) {
 		t.Fatalf("orphaned group %d still alive after the worker started", pgid)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "pids", "j-00000000000000aa-1.json")); !os.IsNotExist(err) {
@@ -88,7 +88,7 @@ func TestSelfFencing(t *testing.T) {
 	srv := redisOf(t, b)
 	srv.Kill()
 	// The trainer must be gone without Redis: wait on the process group.
-	for deadline := time.Now().Add(30 * time.Second); runner.GroupAlive(pid); {
+	for deadline := time.Now().Add(30 * time.Second); trainer.GroupAlive(pid); {
 		if time.Now().After(deadline) {
 			t.Fatalf("trainer group %d still alive with Redis gone for 30 s (lease %s)", pid, "2s")
 		}

@@ -20,7 +20,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
-	"github.com/lathe-ml/lathe/worker/runner"
+	"github.com/lathe-ml/lathe/internal/trainer"
 )
 
 // testHookBeforeTrainer, when set (by tests only, see export_test.go),
@@ -123,256 +123,306 @@ func recordEnd(log *slog.Logger, write func(ctx context.Context) error) error {
 	return fmt.Errorf("worker: record attempt end: %w", err)
 }
 
+// localAttempt is one claimed attempt on this node, carried through its
+// steps: prepare (checks, folders, data copies, environment), execute (the
+// trainer, with its lease, watchdog and event sink) and result (the store
+// write that ends it, built by attemptEnd).
+type localAttempt struct {
+	attemptEnd
+	w *Worker
+
+	argv                                          []string
+	workDir, outDir, ckptDir, inputsDir, specFile string
+	outFD                                         *os.File // the output folder, pinned before the trainer runs
+	env                                           []string
+	maxRuntime                                    time.Duration
+
+	cleanup []func() // run last first when the attempt is over, like defers
+}
+
 // runAttempt runs the trainer for a claimed attempt and returns the store
 // write that records how it ended.
 func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobtype.Job, attempt int) func(context.Context) error {
-	fail := func(reason, msg string) func(context.Context) error {
-		log.Error("attempt failed", slog.String("reason", reason), slog.String("error", msg))
-		return func(ctx context.Context) error {
-			return w.store.Finish(ctx, job.ID, attempt, jobstore.Ending{State: jobtype.StateFailed, Reason: reason, Error: msg})
-		}
+	a := &localAttempt{w: w, maxRuntime: job.Spec.MaxRuntime.D(),
+		attemptEnd: attemptEnd{store: w.store, job: job, n: attempt, maxAttempts: w.cfg.MaxAttempts, log: log}}
+	defer a.close()
+	if end := a.prepare(); end != nil {
+		return end
 	}
+	if end := a.pin(taskCtx); end != nil {
+		return end
+	}
+	return a.result(a.execute(taskCtx))
+}
+
+// onClose runs f when the attempt is over (after its result was built).
+func (a *localAttempt) onClose(f func()) { a.cleanup = append(a.cleanup, f) }
+
+func (a *localAttempt) close() {
+	for i := len(a.cleanup) - 1; i >= 0; i-- {
+		a.cleanup[i]()
+	}
+}
+
+// prepare checks the attempt may run here, makes its folders, copies its
+// data for the trainer and writes its job.json. A non-nil end means it
+// ended before anything ran.
+func (a *localAttempt) prepare() endFunc {
+	w, job := a.w, a.job
 	if missing := missingTags(job.Spec.Residency, w.cfg.SiteTags); len(missing) > 0 {
-		return fail(jobtype.ReasonResidency, fmt.Sprintf("node %s is in site %s (tags %s), which lacks residency tag(s) %s of the job: refused before anything ran",
+		return a.fail(jobtype.ReasonResidency, fmt.Sprintf("node %s is in site %s (tags %s), which lacks residency tag(s) %s of the job: refused before anything ran",
 			w.cfg.Node, w.cfg.Site, strings.Join(w.cfg.SiteTags, ","), strings.Join(missing, ",")))
 	}
-	argv, err := w.trainerArgv(job.Spec.Trainer)
-	if err != nil {
-		return fail(jobtype.ReasonPermanent, err.Error())
+	var err error
+	if a.argv, err = w.trainerArgv(job.Spec.Trainer); err != nil {
+		return a.fail(jobtype.ReasonPermanent, err.Error())
 	}
 	inputs, err := w.checkPaths(job)
 	if err != nil {
-		return fail(jobtype.ReasonPermanent, err.Error())
+		return a.fail(jobtype.ReasonPermanent, err.Error())
 	}
-	defer inputs.close()
-	workDir := filepath.Join(w.cfg.DataDir, "work", job.ID, strconv.Itoa(attempt))
-	outDir := filepath.Join(workDir, "output")
-	ckptDir := filepath.Join(w.cfg.CheckpointRoot, job.ID)
-	for _, d := range []string{outDir, ckptDir} {
+	a.onClose(inputs.close)
+	a.workDir = filepath.Join(w.cfg.DataDir, "work", job.ID, strconv.Itoa(a.n))
+	a.outDir = filepath.Join(a.workDir, "output")
+	a.ckptDir = filepath.Join(w.cfg.CheckpointRoot, job.ID)
+	for _, d := range []string{a.outDir, a.ckptDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fail(jobtype.ReasonInternal, fmt.Sprintf("make %s: %v", d, err))
+			return a.fail(jobtype.ReasonInternal, fmt.Sprintf("make %s: %v", d, err))
 		}
 	}
 	// The output folder is pinned now, before the trainer can touch it:
 	// its artifacts are read through this descriptor, whatever the trainer
 	// does to the folder's name.
-	outFD, err := pathpolicy.OpenDir(outDir)
-	if err != nil {
-		return fail(jobtype.ReasonInternal, fmt.Sprintf("open %s: %v", outDir, err))
+	if a.outFD, err = pathpolicy.OpenDir(a.outDir); err != nil {
+		return a.fail(jobtype.ReasonInternal, fmt.Sprintf("open %s: %v", a.outDir, err))
 	}
-	defer outFD.Close()
-	// The trainer reads private copies of the data, made from the files
-	// checkPaths opened and checked: a name swapped since leads nowhere.
-	spec := job.Spec
-	inputsDir := filepath.Join(workDir, "inputs")
-	defer os.RemoveAll(inputsDir)
-	if err := inputs.copyTo(inputsDir, &spec, w.dataDeny()); err != nil {
+	a.onClose(func() { a.outFD.Close() })
+	return a.writeInputs(inputs)
+}
+
+// writeInputs gives the trainer private copies of the data, made from the
+// files checkPaths opened and checked (a name swapped since leads
+// nowhere), and the job.json that points at them; then hands the folders
+// over to worker.run_as.
+func (a *localAttempt) writeInputs(inputs openedInputs) endFunc {
+	spec := a.job.Spec
+	a.inputsDir = filepath.Join(a.workDir, "inputs")
+	a.onClose(func() { os.RemoveAll(a.inputsDir) })
+	if err := inputs.copyTo(a.inputsDir, &spec, a.w.dataDeny()); err != nil {
 		reason := jobtype.ReasonInternal
 		if errors.Is(err, pathpolicy.ErrSymlink) || errors.Is(err, pathpolicy.ErrDenied) || errors.Is(err, pathpolicy.ErrNotData) {
 			reason = jobtype.ReasonPermanent // what the dataset folder holds: a retry would do the same
 		}
-		return fail(reason, err.Error())
+		return a.fail(reason, err.Error())
 	}
-	specFile := filepath.Join(workDir, "job.json")
+	a.specFile = filepath.Join(a.workDir, "job.json")
 	specJSON, _ := json.MarshalIndent(spec, "", "  ")
-	if err := os.WriteFile(specFile, specJSON, 0o644); err != nil {
-		return fail(jobtype.ReasonInternal, fmt.Sprintf("write %s: %v", specFile, err))
+	if err := os.WriteFile(a.specFile, specJSON, 0o644); err != nil {
+		return a.fail(jobtype.ReasonInternal, fmt.Sprintf("write %s: %v", a.specFile, err))
 	}
-
-	if err := w.handOver(workDir, outDir, inputsDir, ckptDir); err != nil {
-		return fail(jobtype.ReasonInternal, err.Error())
+	if err := a.w.handOver(a.workDir, a.outDir, a.inputsDir, a.ckptDir); err != nil {
+		return a.fail(jobtype.ReasonInternal, err.Error())
 	}
+	return nil
+}
 
-	visible, simulated, err := w.pinGPUs(taskCtx, job.GPUs)
+// pin pins the reserved GPUs and builds the trainer's environment (the
+// trainer contract's LATHE_* variables, CUDA_VISIBLE_DEVICES). GPUs that
+// cannot be pinned requeue the job.
+func (a *localAttempt) pin(ctx context.Context) endFunc {
+	w, job := a.w, a.job
+	visible, simulated, err := w.pinGPUs(ctx, job.GPUs)
 	if err != nil {
-		log.Warn("cannot pin the reserved GPUs; requeueing", slog.Any("err", err))
-		return func(ctx context.Context) error {
-			return w.store.Requeue(ctx, job.ID, attempt, "gpu", err.Error())
-		}
+		a.log.Warn("cannot pin the reserved GPUs; requeueing", slog.Any("err", err))
+		return a.requeue("gpu", err.Error())
 	}
-	env := []string{
+	a.env = []string{
 		"LATHE_JOB_ID=" + job.ID,
-		"LATHE_ATTEMPT=" + strconv.Itoa(attempt),
-		"LATHE_JOB_FILE=" + specFile,
-		"LATHE_OUTPUT_DIR=" + outDir,
-		"LATHE_CHECKPOINT_DIR=" + ckptDir,
+		"LATHE_ATTEMPT=" + strconv.Itoa(a.n),
+		"LATHE_JOB_FILE=" + a.specFile,
+		"LATHE_OUTPUT_DIR=" + a.outDir,
+		"LATHE_CHECKPOINT_DIR=" + a.ckptDir,
 		"CUDA_VISIBLE_DEVICES=" + visible,
 	}
 	if simulated {
-		env = append(env, "LATHE_SIMULATED_GPUS=1")
+		a.env = append(a.env, "LATHE_SIMULATED_GPUS=1")
 	}
 	if w.cfg.runAs != nil {
-		env = append(env, "HOME="+w.cfg.runAsHome)
+		a.env = append(a.env, "HOME="+w.cfg.runAsHome)
 	}
 	if len(job.GPUs) > 0 {
-		sim := "0"
-		if simulated {
-			sim = "1"
-		}
-		if err := w.store.Annotate(taskCtx, job.ID, attempt, "cuda_visible_devices", visible, "simulated_gpus", sim); err != nil {
-			log.Warn("record CUDA_VISIBLE_DEVICES on the job", slog.Any("err", err))
+		if err := w.store.RecordGPUs(ctx, job.ID, a.n, visible, simulated); err != nil {
+			a.log.Warn("record CUDA_VISIBLE_DEVICES on the job", slog.Any("err", err))
 		}
 	}
+	return nil
+}
 
+// trainerRun is what execute leaves for result: how the trainer ended, why its
+// context was cancelled, its events, and whether the watchdog fired.
+type trainerRun struct {
+	res   trainer.Result
+	cause error
+	sink  *eventSink
+	wd    *trainer.Watchdog
+}
+
+// execute runs the trainer under max_runtime, the worker's stop, the
+// lease (keepLease and the watchdog) and the GPU monitor. The lease is
+// kept until the attempt is over (its artifacts published).
+func (a *localAttempt) execute(taskCtx context.Context) trainerRun {
+	w, job := a.w, a.job
 	runCtx, cancel := context.WithCancelCause(taskCtx)
-	defer cancel(nil)
-	maxRuntime := job.Spec.MaxRuntime.D()
-	if maxRuntime > 0 {
-		timer := time.AfterFunc(maxRuntime, func() { cancel(runner.ErrTimeout) })
-		defer timer.Stop()
+	a.onClose(func() { cancel(nil) })
+	if a.maxRuntime > 0 {
+		timer := time.AfterFunc(a.maxRuntime, func() { cancel(trainer.ErrTimeout) })
+		a.onClose(func() { timer.Stop() })
 	}
 	stopWatch := context.AfterFunc(w.stopCtx, func() { cancel(errShutdown) })
-	defer stopWatch()
+	a.onClose(func() { stopWatch() })
 	// The watchdog stops the trainer even when this process cannot run
 	// (SIGSTOP): fed on each lease renewal, it fires when keepLease would
 	// fence, so the trainer is gone before the scheduler may reap.
-	wd := runner.NewWatchdog(w.cfg.LeaseTTL / 2)
-	go w.keepLease(runCtx, cancel, log, job.ID, attempt, wd)
+	wd := trainer.NewWatchdog(w.cfg.LeaseTTL / 2)
+	go w.keepLease(runCtx, cancel, a.log, job.ID, a.n, wd)
 
-	sink := newEventSink(w.store, job.ID, attempt, log, cancel)
+	sink := newEventSink(w.store, job.ID, a.n, a.log, cancel)
+	a.track(sink)
+	go sink.loop()
+	go w.monitor(runCtx, cancel, a.log, job.ID, job.GPUs, sink)
+	if h := testHookBeforeTrainer.Load(); h != nil {
+		(*h)(job)
+	}
+	res := trainer.Run(runCtx, trainer.Config{
+		Argv:      a.argv,
+		Env:       a.env,
+		PassEnv:   w.cfg.TrainerPassEnv[trainerName(job.Spec.Trainer)],
+		RunAs:     w.cfg.runAs,
+		Cgroup:    w.attemptCgroup(job.ID, a.n),
+		Dir:       a.workDir,
+		KillGrace: w.cfg.KillGrace,
+		Watchdog:  wd,
+		Logger:    a.log,
+	}, sink)
+	sink.close() // every trainer event is in the stream before the end is written
+	a.log.Info("trainer exited", slog.String("outcome", res.Outcome.String()), slog.Int("exit_code", res.ExitCode),
+		slog.String("signal", res.Signal), slog.Duration("ran", res.Ended.Sub(res.Started)))
+	return trainerRun{res: res, cause: context.Cause(runCtx), sink: sink, wd: wd}
+}
+
+// track writes the trainer's pidfile and counts it on its GPUs once it
+// started, and undoes both when the attempt is over.
+func (a *localAttempt) track(sink *eventSink) {
+	w, job := a.w, a.job
 	pids := filepath.Join(w.cfg.DataDir, "pids")
 	trainerPID := 0
 	sink.onStart = func(pid int) {
 		trainerPID = pid
-		w.writePidfile(pids, job.ID, attempt, pid, log)
+		w.writePidfile(pids, job.ID, a.n, pid, a.log)
 		w.trackTrainer(pid, true)
 		for _, g := range job.GPUs {
 			w.cfg.GPUs.SetLoad(g, pid, true)
 		}
 	}
-	defer func() {
+	a.onClose(func() {
 		if trainerPID != 0 {
 			w.trackTrainer(trainerPID, false)
 			for _, g := range job.GPUs {
 				w.cfg.GPUs.SetLoad(g, trainerPID, false)
 			}
 		}
-	}()
-	defer removePidfile(pids, job.ID, attempt)
-	go sink.loop()
-	go w.monitor(runCtx, cancel, log, job.ID, job.GPUs, sink)
-	if h := testHookBeforeTrainer.Load(); h != nil {
-		(*h)(job)
-	}
-	res := runner.Run(runCtx, runner.Config{
-		Argv:      argv,
-		Env:       env,
-		PassEnv:   w.cfg.TrainerPassEnv[trainerName(job.Spec.Trainer)],
-		RunAs:     w.cfg.runAs,
-		Cgroup:    w.attemptCgroup(job.ID, attempt),
-		Dir:       workDir,
-		KillGrace: w.cfg.KillGrace,
-		Watchdog:  wd,
-		Logger:    log,
-	}, sink)
-	sink.close() // every trainer event is in the stream before the end is written
-	cause := context.Cause(runCtx)
-	log.Info("trainer exited", slog.String("outcome", res.Outcome.String()), slog.Int("exit_code", res.ExitCode),
-		slog.String("signal", res.Signal), slog.Duration("ran", res.Ended.Sub(res.Started)))
-
-	switch res.Outcome {
-	case runner.Succeeded:
-		dest, err := openOutput(w.cfg.AllowedRoots, w.outputDeny(), job.OutputURI)
-		if err != nil {
-			reason := jobtype.ReasonInternal
-			if errors.Is(err, pathpolicy.ErrOutside) || errors.Is(err, pathpolicy.ErrDenied) || errors.Is(err, pathpolicy.ErrSymlink) {
-				reason = jobtype.ReasonPermanent
-			}
-			return fail(reason, err.Error())
-		}
-		defer dest.Close()
-		arts, err := publishArtifacts(outFD, dest, sink.artifacts())
-		if err != nil {
-			reason := jobtype.ReasonInternal
-			if errors.Is(err, pathpolicy.ErrNotArtifact) {
-				reason = jobtype.ReasonPermanent // the trainer's doing: a retry would do the same
-			}
-			return fail(reason, "artifacts: "+err.Error())
-		}
-		for i := range arts {
-			arts[i].Residency, arts[i].Site = job.Spec.Residency, w.cfg.Site
-		}
-		metrics := sink.metrics()
-		w.recordStepTime(job, res, sink, log)
-		return func(ctx context.Context) error {
-			return w.store.Finish(ctx, job.ID, attempt, jobstore.Ending{State: jobtype.StateSucceeded, Metrics: metrics, Artifacts: arts})
-		}
-	case runner.Permanent:
-		return fail(jobtype.ReasonPermanent, fmt.Sprintf("trainer exited 3 (permanent): %s", sink.lastLogs()))
-	case runner.TimedOut:
-		return fail(jobtype.ReasonTimeout, fmt.Sprintf("max_runtime %s reached", maxRuntime))
-	case runner.StartFailed:
-		return fail(jobtype.ReasonInternal, fmt.Sprintf("trainer did not start: %v", res.Err))
-	case runner.Cancelled:
-		switch {
-		case errors.Is(cause, errLost):
-			log.Warn("attempt lost to the store; not recording")
-			return func(context.Context) error { return nil }
-		case errors.Is(cause, errFenced):
-			return func(ctx context.Context) error {
-				return w.store.Requeue(ctx, job.ID, attempt, "fenced", "the worker lost Redis for half the lease; resuming from the last checkpoint")
-			}
-		case errors.Is(cause, errPreempted):
-			return func(ctx context.Context) error {
-				cur, err := w.store.Get(ctx, job.ID)
-				if err != nil {
-					return err
-				}
-				log.Info("preempted; back to the queue, resuming from the checkpoint", slog.String("for", cur.PreemptRequested))
-				return w.store.Preempted(ctx, job.ID, attempt, cur.PreemptRequested)
-			}
-		case errors.Is(cause, errHung):
-			msg := fmt.Sprintf("GPUs idle and no progress line for %s", w.cfg.HangTimeout)
-			if used := attempt - job.Preemptions; used >= w.cfg.MaxAttempts {
-				return fail(jobtype.ReasonHung, fmt.Sprintf("%s; %d attempts used", msg, used))
-			}
-			return func(ctx context.Context) error { return w.store.Requeue(ctx, job.ID, attempt, jobtype.ReasonHung, msg) }
-		case errors.Is(cause, errShutdown):
-			return func(ctx context.Context) error {
-				return w.store.Requeue(ctx, job.ID, attempt, "worker shutdown", "the worker stopped; resuming from the last checkpoint")
-			}
-		default:
-			// The trainer was stopped because a cancel was asked (asynq's fast
-			// path or our poll) — or because asynq cancelled the handler on
-			// its own (CancelProcessing by hand, an expired lease). Only the
-			// store's cancel_requested makes it a cancel; anything else is an
-			// interrupted attempt, and the job gets a new one.
-			return func(ctx context.Context) error {
-				req, err := w.store.CancelRequested(ctx, job.ID)
-				if err != nil {
-					return err
-				}
-				if req {
-					return w.store.Finish(ctx, job.ID, attempt, jobstore.Ending{State: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled})
-				}
-				log.Warn("asynq stopped the attempt without a cancel in the store; requeueing", slog.Any("cause", cause))
-				return w.store.Requeue(ctx, job.ID, attempt, "interrupted", fmt.Sprintf("the attempt was interrupted (%v) without a cancel request; resuming from the last checkpoint", cause))
-			}
-		}
-	default: // Failed: retryable
-		if wd.Starved() {
-			// The watchdog stopped it: this worker did not renew the lease
-			// in time (it was frozen), the trainer did not fail.
-			log.Warn("the watchdog stopped the trainer: the lease went unrenewed for half its length")
-			return func(ctx context.Context) error {
-				return w.store.Requeue(ctx, job.ID, attempt, "fenced", "the worker did not renew the lease for half its length; resuming from the last checkpoint")
-			}
-		}
-		msg := fmt.Sprintf("trainer failed (%s): %s", exitDesc(res), sink.lastLogs())
-		// Attempts ended by a preemption are not failures: they do not count.
-		if used := attempt - job.Preemptions; used >= w.cfg.MaxAttempts {
-			return fail(jobtype.ReasonExit, fmt.Sprintf("%s; %d attempts used", msg, used))
-		}
-		log.Warn("attempt failed; retrying as a new attempt", slog.String("error", msg))
-		return func(ctx context.Context) error { return w.store.Requeue(ctx, job.ID, attempt, jobtype.ReasonExit, msg) }
-	}
+	})
+	a.onClose(func() { removePidfile(pids, job.ID, a.n) })
 }
 
-func exitDesc(r runner.Result) string {
-	if r.Signal != "" {
-		return "signal " + r.Signal
+// result turns how the trainer ended into the store write that ends the
+// attempt.
+func (a *localAttempt) result(r trainerRun) endFunc {
+	switch r.res.Outcome {
+	case trainer.Succeeded:
+		return a.publish(r)
+	case trainer.Cancelled:
+		return a.stopped(r.cause)
+	case trainer.Failed:
+		if r.wd.Starved() {
+			// The watchdog stopped it: this worker did not renew the lease
+			// in time (it was frozen), the trainer did not fail.
+			a.log.Warn("the watchdog stopped the trainer: the lease went unrenewed for half its length")
+			return a.requeue("fenced", "the worker did not renew the lease for half its length; resuming from the last checkpoint")
+		}
 	}
-	return "exit " + strconv.Itoa(r.ExitCode)
+	return a.verdict(trainer.Judge(r.res, a.maxRuntime, r.sink.lastLogs()))
+}
+
+// publish copies the artifacts of a trainer that succeeded into the job's
+// output folder and ends the attempt succeeded.
+func (a *localAttempt) publish(r trainerRun) endFunc {
+	w, job := a.w, a.job
+	dest, err := openOutput(w.cfg.AllowedRoots, w.outputDeny(), job.OutputURI)
+	if err != nil {
+		reason := jobtype.ReasonInternal
+		if errors.Is(err, pathpolicy.ErrOutside) || errors.Is(err, pathpolicy.ErrDenied) || errors.Is(err, pathpolicy.ErrSymlink) {
+			reason = jobtype.ReasonPermanent
+		}
+		return a.fail(reason, err.Error())
+	}
+	defer dest.Close()
+	arts, err := publishArtifacts(a.outFD, dest, r.sink.artifacts())
+	if err != nil {
+		reason := jobtype.ReasonInternal
+		if errors.Is(err, pathpolicy.ErrNotArtifact) {
+			reason = jobtype.ReasonPermanent // the trainer's doing: a retry would do the same
+		}
+		return a.fail(reason, "artifacts: "+err.Error())
+	}
+	for i := range arts {
+		arts[i].Residency, arts[i].Site = job.Spec.Residency, w.cfg.Site
+	}
+	metrics := r.sink.metrics()
+	w.recordStepTime(job, r.res, r.sink, a.log)
+	return a.succeeded(metrics, arts)
+}
+
+// stopped ends an attempt whose trainer this worker stopped, as the cause
+// of the stop says.
+func (a *localAttempt) stopped(cause error) endFunc {
+	w, job := a.w, a.job
+	switch {
+	case errors.Is(cause, errLost):
+		a.log.Warn("attempt lost to the store; not recording")
+		return func(context.Context) error { return nil }
+	case errors.Is(cause, errFenced):
+		return a.requeue("fenced", "the worker lost Redis for half the lease; resuming from the last checkpoint")
+	case errors.Is(cause, errPreempted):
+		return func(ctx context.Context) error {
+			cur, err := w.store.Get(ctx, job.ID)
+			if err != nil {
+				return err
+			}
+			a.log.Info("preempted; back to the queue, resuming from the checkpoint", slog.String("for", cur.PreemptRequested))
+			return w.store.Preempted(ctx, job.ID, a.n, cur.PreemptRequested)
+		}
+	case errors.Is(cause, errHung):
+		return a.retryOrFail(jobtype.ReasonHung, fmt.Sprintf("GPUs idle and no progress line for %s", w.cfg.HangTimeout))
+	case errors.Is(cause, errShutdown):
+		return a.requeue("worker shutdown", "the worker stopped; resuming from the last checkpoint")
+	}
+	// The trainer was stopped because a cancel was asked (asynq's fast
+	// path or our poll) — or because asynq cancelled the handler on its
+	// own (CancelProcessing by hand, an expired lease). Only the store's
+	// cancel_requested makes it a cancel; anything else is an interrupted
+	// attempt, and the job gets a new one.
+	return func(ctx context.Context) error {
+		req, err := w.store.CancelRequested(ctx, job.ID)
+		if err != nil {
+			return err
+		}
+		if req {
+			return a.cancelled()(ctx)
+		}
+		a.log.Warn("asynq stopped the attempt without a cancel in the store; requeueing", slog.Any("cause", cause))
+		return a.requeue("interrupted", fmt.Sprintf("the attempt was interrupted (%v) without a cancel request; resuming from the last checkpoint", cause))(ctx)
+	}
 }
 
 // keepLease renews the attempt's lease every CancelPoll while it runs. The
@@ -380,7 +430,7 @@ func exitDesc(r runner.Result) string {
 // path was missed still lands within a CancelPoll. When the store says the
 // attempt is no longer ours, the trainer is stopped (errLost); when Redis
 // cannot be reached for half the lease, too (errFenced).
-func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, id string, attempt int, wd *runner.Watchdog) {
+func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, id string, attempt int, wd *trainer.Watchdog) {
 	t := time.NewTicker(w.cfg.CancelPoll)
 	defer t.Stop()
 	lastOK := time.Now()
@@ -398,7 +448,7 @@ func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, 
 			lastOK = time.Now()
 			wd.Feed()
 			if req {
-				cancel(runner.ErrCancelled)
+				cancel(trainer.ErrCancelled)
 				return
 			}
 		case errors.Is(err, jobstore.ErrPreemptRequested):
@@ -603,7 +653,7 @@ func missingTags(want, have []string) []string {
 // recordStepTime teaches routing how fast this base model trains on this
 // node's GPU model (or "cpu"): seconds per step of the attempt's own steps
 // (a resumed attempt counts from its first step).
-func (w *Worker) recordStepTime(job *jobtype.Job, res runner.Result, sink *eventSink, log *slog.Logger) {
+func (w *Worker) recordStepTime(job *jobtype.Job, res trainer.Result, sink *eventSink, log *slog.Logger) {
 	steps := sink.steps.Load() - sink.first.Load() + 1
 	ran := res.Ended.Sub(res.Started)
 	if steps < 2 || ran <= 0 {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
-	"github.com/lathe-ml/lathe/worker/runner"
+	"github.com/lathe-ml/lathe/internal/trainer"
 )
 
 // pidfile records a running trainer so that the next incarnation of this
@@ -92,20 +92,20 @@ func (w *Worker) killOrphans() ([]pidfile, error) {
 			continue
 		}
 		st, err := procStartTime(pf.PGID)
-		if err == nil && st == pf.StartTime && runner.GroupAlive(pf.PGID) {
+		if err == nil && st == pf.StartTime && trainer.GroupAlive(pf.PGID) {
 			w.log.Warn("killing a trainer orphaned by a previous incarnation of this worker",
 				slog.String("job_id", pf.JobID), slog.Int("attempt", pf.Attempt), slog.Int("pgid", pf.PGID))
-			if err := runner.KillGroup(pf.PGID, syscall.SIGKILL); err != nil {
+			if err := trainer.KillGroup(pf.PGID, syscall.SIGKILL); err != nil {
 				w.log.Warn("orphans: kill", slog.Int("pgid", pf.PGID), slog.Any("err", err))
 			}
-		} else if runner.GroupAlive(pf.PGID) && err != nil {
+		} else if trainer.GroupAlive(pf.PGID) && err != nil {
 			// The leader is gone but members of its group may remain.
-			_ = runner.KillGroup(pf.PGID, syscall.SIGKILL)
+			_ = trainer.KillGroup(pf.PGID, syscall.SIGKILL)
 		}
-		for deadline := time.Now().Add(10 * time.Second); runner.GroupAlive(pf.PGID) && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(10 * time.Second); trainer.GroupAlive(pf.PGID) && time.Now().Before(deadline); {
 			time.Sleep(10 * time.Millisecond)
 		}
-		if runner.GroupAlive(pf.PGID) {
+		if trainer.GroupAlive(pf.PGID) {
 			return gone, fmt.Errorf("worker: orphaned trainer group %d of job %s will not die", pf.PGID, pf.JobID)
 		}
 		_ = os.Remove(p)
@@ -165,11 +165,11 @@ func (w *Worker) killOrphanCgroups() error {
 			continue // the cgroup's own control files
 		}
 		cg := filepath.Join(w.cgroupDir, e.Name())
-		if populated, _ := runner.CgroupPopulated(cg); populated {
+		if populated, _ := trainer.CgroupPopulated(cg); populated {
 			w.log.Warn("killing the cgroup of a trainer orphaned by a previous incarnation of this worker", slog.String("cgroup", cg))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := runner.KillCgroup(ctx, cg)
+		err := trainer.KillCgroup(ctx, cg)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("worker: orphaned trainer cgroup will not die: %w", err)

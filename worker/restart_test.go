@@ -17,8 +17,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/trainer"
 	"github.com/lathe-ml/lathe/worker"
-	"github.com/lathe-ml/lathe/worker/runner"
 )
 
 // TestRestartReleasesDeadAttempts: a worker starting on a node kills the
@@ -77,7 +77,7 @@ func TestRestartReleasesDeadAttempts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop(ctx)
-	if runner.GroupAlive(pgid) {
+	if trainer.GroupAlive(pgid) {
 		t.Fatalf("orphaned group %d still alive after the worker started", pgid)
 	}
 	j, err := store.Get(ctx, ids[0])

@@ -21,7 +21,7 @@ import (
 	"github.com/lathe-ml/lathe/backends/local/nvmlinventory"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
-	"github.com/lathe-ml/lathe/worker/runner"
+	"github.com/lathe-ml/lathe/internal/trainer"
 )
 
 // Worker consumes one node's asynq queue and runs its attempts.
@@ -260,7 +260,7 @@ func (w *Worker) setupCgroup() error {
 		w.log.Warn("worker.cgroup_root is none: trainers run in process groups only; a process a trainer moves out of its group (setsid, a double fork) outlives its attempt")
 		return nil
 	case "", CgroupAuto:
-		r, err := runner.AutoCgroupRoot()
+		r, err := trainer.AutoCgroupRoot()
 		if err != nil {
 			w.log.Error("NO USABLE CGROUP V2: escaped trainer processes CANNOT BE CONTAINED. Trainers run in process groups only: "+
 				"a process a trainer moves out of its group (setsid, a double fork) outlives its attempt, keeps its GPU and its files. "+
@@ -271,7 +271,7 @@ func (w *Worker) setupCgroup() error {
 	}
 	sum := sha256.Sum256([]byte(w.cfg.DataDir))
 	dir := filepath.Join(root, w.cfg.Node+"-"+hex.EncodeToString(sum[:4]))
-	if err := runner.PrepareCgroup(dir); err != nil {
+	if err := trainer.PrepareCgroup(dir); err != nil {
 		return fmt.Errorf("worker: worker.cgroup_root = %q: %w", w.cfg.CgroupRoot, err)
 	}
 	w.cgroupDir = dir

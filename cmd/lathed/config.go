@@ -16,9 +16,9 @@ import (
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
+	"github.com/lathe-ml/lathe/internal/trainer"
 	"github.com/lathe-ml/lathe/scheduler"
 	"github.com/lathe-ml/lathe/scheduler/routing"
-	"github.com/lathe-ml/lathe/worker/runner"
 )
 
 // fileConfig is the daemon's config file (configs/lathe.yaml documents
@@ -323,7 +323,7 @@ func loadConfig(path string) (*fileConfig, error) {
 			return nil, fmt.Errorf("config %s: trainers.%s: empty command", path, name)
 		}
 		for i, k := range tr.PassEnv {
-			if err := runner.CheckPassEnvName(k); err != nil {
+			if err := trainer.CheckPassEnvName(k); err != nil {
 				return nil, fmt.Errorf("config %s: trainers.%s.pass_env[%d] = %q: %w", path, name, i, k, err)
 			}
 		}

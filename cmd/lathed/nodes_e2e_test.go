@@ -206,7 +206,7 @@ func TestTwoNodesKillWorker(t *testing.T) {
 //
 // The frozen worker cannot stop its trainer itself (and the trainer's
 // parent-death signal never fires); its trainer's watchdog process
-// (worker/runner/watchdog.go), no longer fed lease renewals, stops it
+// (internal/trainer/watchdog.go), no longer fed lease renewals, stops it
 // before the scheduler may reap the attempt.
 func TestTwoNodesStoppedWorker(t *testing.T) {
 	n := startTwoNodes(t)

@@ -2,7 +2,6 @@ package jobstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -126,16 +125,4 @@ func (s *Store) NodeAttempts(ctx context.Context, node string, n int) ([]*jobtyp
 		}
 	}
 	return out, nil
-}
-
-// Field reads one field of job id's record ("" when unset).
-func (s *Store) Field(ctx context.Context, id, field string) (string, error) {
-	v, err := s.rdb.HGet(ctx, s.key("job", id), field).Result()
-	if errors.Is(err, redis.Nil) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("jobstore: read %s of %s: %w", field, id, err)
-	}
-	return v, nil
 }

@@ -40,14 +40,15 @@ func TestCloudAttempt(t *testing.T) {
 	if _, err := s.Renew(ctx, j.ID, 1, "inc1", time.Minute); err != nil {
 		t.Fatalf("renew while provisioning: %v", err)
 	}
-	if err := s.Annotate(ctx, j.ID, 1, "instance", `{"id":"i-1","attempt":1,"type":"g5.xlarge","market":"spot","launch_time":"2026-01-01T00:00:00Z","usd_per_hour":1}`); err != nil {
+	if err := s.RecordInstance(ctx, j.ID, 1, &jobtype.Instance{ID: "i-1", Attempt: 1, Type: "g5.xlarge", Market: "spot",
+		LaunchTime: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), USDPerHour: 1}); err != nil {
 		t.Fatalf("annotate while provisioning: %v", err)
 	}
-	if _, err := s.Append(ctx, j.ID, 1, []jobstore.EventIn{{Type: "cloud", Data: []byte(`{}`)}, {Field: "cloud_events_seq", Value: "4"}}); err != nil {
+	if _, err := s.Append(ctx, j.ID, 1, []jobstore.EventIn{{Type: "cloud", Data: []byte(`{}`)}, jobstore.CloudEventsSeqUpdate(4)}); err != nil {
 		t.Fatalf("append while provisioning: %v", err)
 	}
-	if v, _ := s.Field(ctx, j.ID, "cloud_events_seq"); v != "4" {
-		t.Fatalf("field-only event: %q", v)
+	if v, _ := s.CloudEventsSeq(ctx, j.ID); v != 4 {
+		t.Fatalf("field-only event: %d", v)
 	}
 	// Adopt: only from the holder the caller saw.
 	if err := s.Adopt(ctx, jobstore.AdoptParams{ID: j.ID, Attempt: 1, Node: node, From: "someone-else", To: "inc2", Lease: time.Minute}); !errors.Is(err, jobstore.ErrConflict) {

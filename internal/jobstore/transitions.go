@@ -320,9 +320,9 @@ func (s *Store) Renew(ctx context.Context, id string, attempt int, incarnation s
 	return r.cancel, nil
 }
 
-// Annotate sets field/value pairs on job id while attempt is current and
-// dispatched or running (e.g. the CUDA_VISIBLE_DEVICES its trainer got).
-func (s *Store) Annotate(ctx context.Context, id string, attempt int, fieldValues ...any) error {
+// annotate sets field/value pairs on job id while attempt is current and
+// dispatched or running (RecordGPUs, RecordInstance).
+func (s *Store) annotate(ctx context.Context, id string, attempt int, fieldValues ...any) error {
 	r, err := s.run(ctx, "annotate", id, annotateScript, append([]any{attempt}, fieldValues...)...)
 	if err != nil {
 		return err

@@ -20,7 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
-	"github.com/lathe-ml/lathe/worker/runner"
+	"github.com/lathe-ml/lathe/internal/trainer"
 )
 
 // Defaults of Config.
@@ -257,20 +257,32 @@ func (a *agent) failed(msg string, args ...any) Status {
 	return Status{State: StateFailed, ExitCode: -1, Error: m}
 }
 
-// run does the attempt and returns its status (FinishedAt unset).
+// run does the attempt and returns its status (FinishedAt unset): read
+// the job, arm the guard, prepare the files, execute the trainer, and make
+// its result the status.
 func (a *agent) run(ctx, bg context.Context) Status {
 	started := time.Now()
 	job, err := a.readJob(ctx)
 	if err != nil {
 		return a.failed("%v", err)
 	}
-	// The guard: shut down by itself when the attempt outlives its
-	// max_runtime by the margin, whatever is stuck.
-	// It counts from Run's start (stuck downloads) and again from the
-	// trainer's start (sink.Started), so it always comes after the
-	// max_runtime timer.
-	// It stays armed after run returns, until Run has shut down: the final
-	// uploads are covered too.
+	guard := a.armGuard(started, job)
+	p, st, ok := a.prepare(ctx, job)
+	if !ok {
+		return st
+	}
+	defer p.outFD.Close()
+	res, sink, cause := a.execute(ctx, bg, job, p, guard)
+	return a.result(bg, job, p, res, sink, cause)
+}
+
+// armGuard arms the guard: shut down by itself when the attempt outlives
+// its max_runtime by the margin, whatever is stuck. It counts from Run's
+// start (stuck downloads) and again from the trainer's start
+// (sink.Started), so it always comes after the max_runtime timer. It stays
+// armed after run returns, until Run has shut down: the final uploads are
+// covered too.
+func (a *agent) armGuard(started time.Time, job *Job) *time.Timer {
 	guard := time.AfterFunc(time.Until(started.Add(job.MaxRuntime()+a.cfg.ShutdownMargin)), func() {
 		a.log.Error("max_runtime plus the margin passed: shutting the instance down",
 			slog.Duration("max_runtime", job.MaxRuntime()), slog.Duration("margin", a.cfg.ShutdownMargin))
@@ -284,63 +296,93 @@ func (a *agent) run(ctx, bg context.Context) Status {
 		_ = a.shutdown(context.Background(), "guard: max_runtime plus margin passed")
 	})
 	a.setGuard(guard)
+	return guard
+}
 
-	work := filepath.Join(a.cfg.WorkDir, a.uri.JobID, strconv.Itoa(a.uri.Attempt))
-	dataDir, outDir, ckptDir := filepath.Join(work, "data"), filepath.Join(work, "output"), filepath.Join(work, "checkpoints")
-	for _, d := range []string{dataDir, outDir, ckptDir} {
+// prepared is what prepare leaves for the trainer.
+type prepared struct {
+	work, outDir string
+	outFD        *os.File // the output folder, pinned before the trainer runs: artifacts are read through it
+	argv, env    []string
+}
+
+// prepare makes the attempt's folders, downloads its datasets, writes its
+// job.json, restores its checkpoints and builds the trainer's command and
+// environment. ok is false when the attempt failed (st says how).
+func (a *agent) prepare(ctx context.Context, job *Job) (p prepared, st Status, ok bool) {
+	p.work = filepath.Join(a.cfg.WorkDir, a.uri.JobID, strconv.Itoa(a.uri.Attempt))
+	dataDir, ckptDir := filepath.Join(p.work, "data"), filepath.Join(p.work, "checkpoints")
+	p.outDir = filepath.Join(p.work, "output")
+	for _, d := range []string{dataDir, p.outDir, ckptDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return a.failed("make %s: %v", d, err)
+			return p, a.failed("make %s: %v", d, err), false
 		}
 	}
-	// Pinned before the trainer runs: artifacts are read through it.
-	outFD, err := pathpolicy.OpenDir(outDir)
-	if err != nil {
-		return a.failed("open %s: %v", outDir, err)
+	var err error
+	if p.outFD, err = pathpolicy.OpenDir(p.outDir); err != nil {
+		return p, a.failed("open %s: %v", p.outDir, err), false
 	}
-	defer outFD.Close()
+	specFile, st, ok := a.stage(ctx, job, p.work, dataDir, ckptDir)
+	if ok {
+		if p.argv = a.cfg.TrainerArgv; len(p.argv) == 0 {
+			p.argv = job.TrainerArgv
+		}
+		if ok = len(p.argv) > 0; !ok {
+			st = a.failed("no trainer command: job.json has no trainer_argv and the agent was given none")
+		}
+	}
+	if !ok {
+		p.outFD.Close()
+		return p, st, false
+	}
+	p.env = append([]string{
+		"LATHE_JOB_ID=" + job.JobID,
+		"LATHE_ATTEMPT=" + strconv.Itoa(job.Attempt),
+		"LATHE_JOB_FILE=" + specFile,
+		"LATHE_OUTPUT_DIR=" + p.outDir,
+		"LATHE_CHECKPOINT_DIR=" + ckptDir,
+	}, a.cfg.Env...)
+	return p, Status{}, true
+}
+
+// stage downloads the datasets into dataDir, writes the spec that points
+// at them (job.json in work, returned) and restores the job's checkpoints
+// into ckptDir. ok is false when the attempt failed (st says how).
+func (a *agent) stage(ctx context.Context, job *Job, work, dataDir, ckptDir string) (specFile string, st Status, ok bool) {
 	spec := job.Spec
+	var err error
 	if spec.Dataset, err = a.fetch(ctx, job.Dataset, filepath.Join(dataDir, "train")); err != nil {
-		return a.failed("dataset: %v", err)
+		return "", a.failed("dataset: %v", err), false
 	}
 	if job.EvalDataset != "" {
 		if spec.EvalDataset, err = a.fetch(ctx, job.EvalDataset, filepath.Join(dataDir, "eval")); err != nil {
-			return a.failed("eval dataset: %v", err)
+			return "", a.failed("eval dataset: %v", err), false
 		}
 	}
-	specFile := filepath.Join(work, JobObject)
+	specFile = filepath.Join(work, JobObject)
 	specJSON, _ := json.MarshalIndent(spec, "", "  ")
 	if err := os.WriteFile(specFile, specJSON, 0o644); err != nil {
-		return a.failed("write %s: %v", specFile, err)
+		return "", a.failed("write %s: %v", specFile, err), false
 	}
-
 	prefix, _ := ParseS3URI(job.CheckpointPrefix)
 	a.ckpt = newCheckpoints(a.st, prefix, ckptDir, a.log, a.events.note)
 	restored, err := a.ckpt.restore(ctx)
 	if err != nil {
-		return a.failed("restore checkpoints from %s: %v", job.CheckpointPrefix, err)
+		return "", a.failed("restore checkpoints from %s: %v", job.CheckpointPrefix, err), false
 	}
 	if len(restored) > 0 {
 		a.events.note(fmt.Sprintf("restored checkpoints %v from %s", restored, job.CheckpointPrefix))
 	}
+	return specFile, Status{}, true
+}
 
-	argv := a.cfg.TrainerArgv
-	if len(argv) == 0 {
-		argv = job.TrainerArgv
-	}
-	if len(argv) == 0 {
-		return a.failed("no trainer command: job.json has no trainer_argv and the agent was given none")
-	}
-	env := append([]string{
-		"LATHE_JOB_ID=" + job.JobID,
-		"LATHE_ATTEMPT=" + strconv.Itoa(job.Attempt),
-		"LATHE_JOB_FILE=" + specFile,
-		"LATHE_OUTPUT_DIR=" + outDir,
-		"LATHE_CHECKPOINT_DIR=" + ckptDir,
-	}, a.cfg.Env...)
-
+// execute runs the trainer under max_runtime and the spot notice watch,
+// uploading checkpoints as it reports them; it returns how the trainer
+// ended, its sink, and why its context was cancelled.
+func (a *agent) execute(ctx, bg context.Context, job *Job, p prepared, guard *time.Timer) (trainer.Result, *sink, error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	timer := time.AfterFunc(job.MaxRuntime(), func() { cancel(runner.ErrTimeout) })
+	timer := time.AfterFunc(job.MaxRuntime(), func() { cancel(trainer.ErrTimeout) })
 	defer timer.Stop()
 	watchCtx, stopWatch := context.WithCancel(runCtx)
 	defer stopWatch()
@@ -352,11 +394,11 @@ func (a *agent) run(ctx, bg context.Context) Status {
 	go a.ckpt.loop(bg)
 
 	sink := &sink{a: a, onStart: func() { guard.Reset(job.MaxRuntime() + a.cfg.ShutdownMargin) }}
-	res := runner.Run(runCtx, runner.Config{
-		Argv:      argv,
-		Env:       env,
+	res := trainer.Run(runCtx, trainer.Config{
+		Argv:      p.argv,
+		Env:       p.env,
 		PassEnv:   job.TrainerPassEnv,
-		Dir:       work,
+		Dir:       p.work,
 		KillGrace: a.cfg.KillGrace,
 		Logger:    a.log,
 	}, sink)
@@ -364,12 +406,18 @@ func (a *agent) run(ctx, bg context.Context) Status {
 	cause := context.Cause(runCtx)
 	a.log.Info("trainer exited", slog.String("outcome", res.Outcome.String()), slog.Int("exit_code", res.ExitCode), slog.String("signal", res.Signal))
 	a.events.note(fmt.Sprintf("trainer exited: %s, exit code %d %s", res.Outcome, res.ExitCode, res.Signal))
+	return res, sink, cause
+}
 
+// result finishes the checkpoint uploads and turns how the trainer ended
+// into the attempt's status (trainer.Judge), uploading the artifacts of a
+// trainer that succeeded.
+func (a *agent) result(bg context.Context, job *Job, p prepared, res trainer.Result, sink *sink, cause error) Status {
 	ckptErr := a.ckpt.finish(bg)
 	st := Status{ExitCode: res.ExitCode, Metrics: sink.metrics, Checkpoint: a.ckpt.newest()}
-	switch res.Outcome {
-	case runner.Succeeded:
-		arts, err := uploadArtifacts(bg, a.st, a.uri, outFD, sink.artifacts)
+	switch v := trainer.Judge(res, job.MaxRuntime(), sink.lastLogs()); res.Outcome {
+	case trainer.Succeeded:
+		arts, err := uploadArtifacts(bg, a.st, a.uri, p.outFD, sink.artifacts)
 		if err != nil {
 			st.State, st.Error = StateFailed, "artifacts: "+err.Error()
 			a.events.note("attempt failed: " + st.Error)
@@ -377,31 +425,24 @@ func (a *agent) run(ctx, bg context.Context) Status {
 		}
 		st.State, st.Artifacts = StateSucceeded, arts
 		a.events.note(fmt.Sprintf("%d artifact(s) uploaded", len(arts)))
-	case runner.TimedOut:
-		st.State, st.Error = StateTimeout, fmt.Sprintf("max_runtime %s reached", job.MaxRuntime())
-	case runner.Cancelled:
+	case trainer.TimedOut:
+		st.State, st.Error = StateTimeout, v.Message
+	case trainer.Cancelled:
 		st.State = StatePreempted
 		if errors.Is(cause, errSpot) {
 			st.Error = "spot interruption notice"
 		} else {
 			st.Error = fmt.Sprintf("the agent was stopped: %v", cause)
 		}
-	case runner.StartFailed:
-		st.State, st.Error = StateFailed, fmt.Sprintf("trainer did not start: %v", res.Err)
-	default: // Failed, Permanent
-		st.State, st.Error = StateFailed, fmt.Sprintf("trainer failed (exit %d%s): %s", res.ExitCode, sigDesc(res.Signal), sink.lastLogs())
+	case trainer.StartFailed:
+		st.State, st.Error = StateFailed, v.Message
+	default: // Failed, Permanent: the AWS worker tells them apart by the exit code
+		st.State, st.Error = StateFailed, trainer.FailureMessage(res, sink.lastLogs())
 	}
 	if ckptErr != nil && st.State != StateSucceeded {
 		st.Error += "; checkpoint upload failed: " + ckptErr.Error()
 	}
 	return st
-}
-
-func sigDesc(sig string) string {
-	if sig == "" {
-		return ""
-	}
-	return ", " + sig
 }
 
 // readJob reads and checks job.json.
@@ -519,39 +560,36 @@ func retry(ctx context.Context, tries int, f func(context.Context) error) error 
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
-// lastLogLines is how many trailing log lines a failure's error quotes.
-const lastLogLines = 8
-
-// sink receives the trainer's output (runner.Sink): every line goes to the
+// sink receives the trainer's output (trainer.Sink): every line goes to the
 // events, checkpoints to the uploader, artifacts and metrics are kept.
 // runner calls it one call at a time; the fields are read after Run.
 type sink struct {
 	a         *agent
-	artifacts []runner.TrainerEvent
+	artifacts []trainer.TrainerEvent
 	metrics   map[string]float64
 	logs      []string
 	onStart   func()
 }
 
-var _ runner.Sink = (*sink)(nil)
+var _ trainer.Sink = (*sink)(nil)
 
 func (s *sink) Started(pid int) {
 	s.onStart()
 	s.a.events.note(fmt.Sprintf("trainer started (pid %d)", pid))
 }
 
-func (s *sink) Event(ev runner.TrainerEvent) {
+func (s *sink) Event(ev trainer.TrainerEvent) {
 	if !ev.Known() {
-		s.Log(runner.StreamStdout, string(ev.Raw))
+		s.Log(trainer.StreamStdout, string(ev.Raw))
 		return
 	}
 	s.a.events.add(ev.Kind, ev.Raw)
 	switch ev.Kind {
-	case runner.EventCheckpoint:
+	case trainer.EventCheckpoint:
 		s.a.ckpt.report(ev.Path)
-	case runner.EventArtifact:
+	case trainer.EventArtifact:
 		s.artifacts = append(s.artifacts, ev)
-	case runner.EventDone:
+	case trainer.EventDone:
 		s.metrics = ev.Metrics
 	}
 }
@@ -559,8 +597,8 @@ func (s *sink) Event(ev runner.TrainerEvent) {
 func (s *sink) Log(stream, line string) {
 	s.a.events.add(TypeLog, logData(stream, line))
 	s.logs = append(s.logs, line)
-	if len(s.logs) > lastLogLines {
-		s.logs = s.logs[len(s.logs)-lastLogLines:]
+	if len(s.logs) > trainer.LastLogLines {
+		s.logs = s.logs[len(s.logs)-trainer.LastLogLines:]
 	}
 }
 

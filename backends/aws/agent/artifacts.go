@@ -9,9 +9,8 @@ import (
 	"os"
 	"sort"
 
-	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
-	"github.com/lathe-ml/lathe/worker/runner"
+	"github.com/lathe-ml/lathe/internal/trainer"
 )
 
 // uploadArtifacts hashes each artifact the trainer reported in outDir (the
@@ -23,21 +22,13 @@ import (
 // file of the folder; the digest and the upload both read that one open
 // file, and the upload is hashed again so a file changed in between is
 // refused, not sent.
-func uploadArtifacts(ctx context.Context, st ObjectStore, uri JobURI, outDir *os.File, reported []runner.TrainerEvent) ([]Artifact, error) {
-	reported, err := runner.ArtifactsIn(outDir, reported)
+func uploadArtifacts(ctx context.Context, st ObjectStore, uri JobURI, outDir *os.File, reported []trainer.TrainerEvent) ([]Artifact, error) {
+	reported, err := trainer.PublishSet(outDir, reported)
 	if err != nil {
 		return nil, err
 	}
-	seen := map[string]bool{}
 	out := make([]Artifact, 0, len(reported))
 	for _, r := range reported {
-		if !jobtype.ValidArtifactName(r.Path) {
-			return nil, fmt.Errorf("artifact name %q: must be a plain file name (no '/', '..' or control characters)", r.Path)
-		}
-		if seen[r.Path] {
-			continue
-		}
-		seen[r.Path] = true
 		art, err := uploadArtifact(ctx, st, uri, outDir, r)
 		if err != nil {
 			return nil, err
@@ -49,7 +40,7 @@ func uploadArtifacts(ctx context.Context, st ObjectStore, uri JobURI, outDir *os
 }
 
 // uploadArtifact checks and uploads one artifact from one descriptor.
-func uploadArtifact(ctx context.Context, st ObjectStore, uri JobURI, outDir *os.File, r runner.TrainerEvent) (Artifact, error) {
+func uploadArtifact(ctx context.Context, st ObjectStore, uri JobURI, outDir *os.File, r trainer.TrainerEvent) (Artifact, error) {
 	f, size, err := pathpolicy.OpenArtifact(outDir, r.Path)
 	if err != nil {
 		return Artifact{}, err
@@ -64,11 +55,8 @@ func uploadArtifact(ctx context.Context, st ObjectStore, uri JobURI, outDir *os.
 	if n != size {
 		return Artifact{}, fmt.Errorf("artifact %s: changed while being read (%d bytes at open, %d read)", r.Path, size, n)
 	}
-	if r.SHA256 != "" && r.SHA256 != sum {
-		return Artifact{}, fmt.Errorf("artifact %s: trainer reported sha256 %s, file has %s", r.Path, r.SHA256, sum)
-	}
-	if r.Bytes != 0 && r.Bytes != n {
-		return Artifact{}, fmt.Errorf("artifact %s: trainer reported %d bytes, file has %d", r.Path, r.Bytes, n)
+	if err := r.VerifyArtifact(n, sum); err != nil {
+		return Artifact{}, err
 	}
 	// No timeout of its own (artifacts may be large): the guard bounds it.
 	err = retry(ctx, 3, func(ctx context.Context) error {

@@ -2,7 +2,7 @@
 // (`lathed agent --job s3://BUCKET/PREFIX/JOB_ID/ATTEMPT/job.json`, started
 // by the instance's user-data). [Run] fetches the attempt's job, stages its
 // datasets and its last checkpoint from S3, runs the trainer with the same
-// runner as the local worker (worker/runner, DESIGN.md "Trainer contract"),
+// runner as the local worker (internal/trainer, docs/trainer.md),
 // streams what the trainer reports back to S3, watches the instance metadata
 // service for a spot interruption, writes a final status object and shuts
 // the instance down.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
-	"github.com/lathe-ml/lathe/worker/runner"
+	"github.com/lathe-ml/lathe/internal/trainer"
 )
 
 // Object names under an attempt prefix (see the package doc).
@@ -55,7 +55,7 @@ type Job struct {
 	// daemon config, as a local worker gives them. Every other variable of
 	// the agent's environment (its AWS credentials, any LATHE_TOKEN*) stays
 	// out: the trainer gets runner's base environment, the contract's
-	// LATHE_* and these. A name runner.CheckPassEnvName refuses (a token, a
+	// LATHE_* and these. A name trainer.CheckPassEnvName refuses (a token, a
 	// contract variable) is an error.
 	TrainerPassEnv []string `json:"trainer_pass_env,omitempty"`
 }
@@ -87,7 +87,7 @@ func (j *Job) validate(want JobURI) error {
 		errs = append(errs, fmt.Errorf("max_runtime_s %d: must be > 0", j.MaxRuntimeS))
 	}
 	for i, k := range j.TrainerPassEnv {
-		if err := runner.CheckPassEnvName(k); err != nil {
+		if err := trainer.CheckPassEnvName(k); err != nil {
 			errs = append(errs, fmt.Errorf("trainer_pass_env[%d] = %q: %w", i, k, err))
 		}
 	}

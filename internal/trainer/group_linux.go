@@ -1,6 +1,6 @@
 //go:build linux
 
-package runner
+package trainer
 
 import (
 	"bytes"
@@ -43,7 +43,7 @@ func KillGroup(pgid int, sig syscall.Signal) error {
 		return fmt.Errorf("%w: %d", ErrInvalidGroup, pgid)
 	}
 	if err := syscall.Kill(-pgid, sig); err != nil {
-		return fmt.Errorf("runner: send %s to process group %d: %w", signalName(sig), pgid, err)
+		return fmt.Errorf("trainer: send %s to process group %d: %w", signalName(sig), pgid, err)
 	}
 	return nil
 }
@@ -54,12 +54,12 @@ func KillGroup(pgid int, sig syscall.Signal) error {
 func groupHasLiveMember(pgid int) (bool, error) {
 	d, err := os.Open("/proc")
 	if err != nil {
-		return false, fmt.Errorf("runner: scan /proc: %w", err)
+		return false, fmt.Errorf("trainer: scan /proc: %w", err)
 	}
 	defer d.Close()
 	names, err := d.Readdirnames(-1)
 	if err != nil {
-		return false, fmt.Errorf("runner: scan /proc: %w", err)
+		return false, fmt.Errorf("trainer: scan /proc: %w", err)
 	}
 	for _, name := range names {
 		pid, err := strconv.Atoi(name)
@@ -91,15 +91,15 @@ func procStat(pid int) (state byte, pgrp int, err error) {
 	// so parse after the last ')'.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, 0, fmt.Errorf("runner: parse /proc/%d/stat", pid)
+		return 0, 0, fmt.Errorf("trainer: parse /proc/%d/stat", pid)
 	}
 	f := bytes.Fields(b[i+1:])
 	if len(f) < 3 || len(f[0]) != 1 {
-		return 0, 0, fmt.Errorf("runner: parse /proc/%d/stat", pid)
+		return 0, 0, fmt.Errorf("trainer: parse /proc/%d/stat", pid)
 	}
 	pgrp, err = strconv.Atoi(string(f[2]))
 	if err != nil {
-		return 0, 0, fmt.Errorf("runner: parse /proc/%d/stat: %w", pid, err)
+		return 0, 0, fmt.Errorf("trainer: parse /proc/%d/stat: %w", pid, err)
 	}
 	return f[0][0], pgrp, nil
 }
@@ -132,7 +132,7 @@ func waitExited(pid int) error {
 		case syscall.EINTR:
 			continue
 		default:
-			return fmt.Errorf("runner: waitid %d: %w", pid, errno)
+			return fmt.Errorf("trainer: waitid %d: %w", pid, errno)
 		}
 	}
 }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package runner
+package trainer
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 )
 
 // errUnsupported says this package needs Linux.
-var errUnsupported = fmt.Errorf("runner: %w on %s", errors.ErrUnsupported, runtime.GOOS)
+var errUnsupported = fmt.Errorf("trainer: %w on %s", errors.ErrUnsupported, runtime.GOOS)
 
 // Run needs Linux; here it reports StartFailed with an error wrapping
 // errors.ErrUnsupported.
@@ -34,12 +34,12 @@ var ErrNoCgroup = errors.New("no usable cgroup v2")
 
 // AutoCgroupRoot needs Linux; here it returns an error wrapping ErrNoCgroup.
 func AutoCgroupRoot() (string, error) {
-	return "", fmt.Errorf("runner: %w on %s", ErrNoCgroup, runtime.GOOS)
+	return "", fmt.Errorf("trainer: %w on %s", ErrNoCgroup, runtime.GOOS)
 }
 
 // PrepareCgroup needs Linux; here it returns an error wrapping ErrNoCgroup.
 func PrepareCgroup(dir string) error {
-	return fmt.Errorf("runner: %w on %s", ErrNoCgroup, runtime.GOOS)
+	return fmt.Errorf("trainer: %w on %s", ErrNoCgroup, runtime.GOOS)
 }
 
 // CgroupPopulated needs Linux; here it reports false.

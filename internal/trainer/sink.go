@@ -1,4 +1,4 @@
-package runner
+package trainer
 
 // Stream names passed to Sink.Log.
 const (

@@ -1,6 +1,6 @@
 //go:build linux
 
-package runner
+package trainer
 
 import (
 	"bufio"
@@ -60,23 +60,23 @@ func AutoCgroupRoot() (string, error) {
 // Linux 5.14 and later). The error wraps ErrNoCgroup.
 func PrepareCgroup(dir string) error {
 	if !filepath.IsAbs(dir) {
-		return fmt.Errorf("runner: cgroup %q: %w: not an absolute path", dir, ErrNoCgroup)
+		return fmt.Errorf("trainer: cgroup %q: %w: not an absolute path", dir, ErrNoCgroup)
 	}
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(nearestExisting(dir), &st); err != nil {
-		return fmt.Errorf("runner: cgroup %s: %w: %w", dir, ErrNoCgroup, err)
+		return fmt.Errorf("trainer: cgroup %s: %w: %w", dir, ErrNoCgroup, err)
 	}
 	if st.Type != cgroup2Magic {
-		return fmt.Errorf("runner: cgroup %s: %w: not in a cgroup v2 file system", dir, ErrNoCgroup)
+		return fmt.Errorf("trainer: cgroup %s: %w: not in a cgroup v2 file system", dir, ErrNoCgroup)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("runner: cgroup %s: %w: %w", dir, ErrNoCgroup, err)
+		return fmt.Errorf("trainer: cgroup %s: %w: %w", dir, ErrNoCgroup, err)
 	}
 	if err := syscall.Statfs(dir, &st); err != nil || st.Type != cgroup2Magic {
-		return fmt.Errorf("runner: cgroup %s: %w: not in a cgroup v2 file system", dir, ErrNoCgroup)
+		return fmt.Errorf("trainer: cgroup %s: %w: not in a cgroup v2 file system", dir, ErrNoCgroup)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cgroup.kill")); err != nil {
-		return fmt.Errorf("runner: cgroup %s: %w: no cgroup.kill (Linux 5.14 or later is needed): %w", dir, ErrNoCgroup, err)
+		return fmt.Errorf("trainer: cgroup %s: %w: no cgroup.kill (Linux 5.14 or later is needed): %w", dir, ErrNoCgroup, err)
 	}
 	return nil
 }
@@ -96,7 +96,7 @@ func nearestExisting(dir string) string {
 func cgroup2Mount() (string, error) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return "", fmt.Errorf("runner: %w: %w", ErrNoCgroup, err)
+		return "", fmt.Errorf("trainer: %w: %w", ErrNoCgroup, err)
 	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
@@ -111,7 +111,7 @@ func cgroup2Mount() (string, error) {
 		}
 		return unescapeMount(pf[4]), nil
 	}
-	return "", fmt.Errorf("runner: %w: no cgroup2 mount in /proc/self/mountinfo", ErrNoCgroup)
+	return "", fmt.Errorf("trainer: %w: no cgroup2 mount in /proc/self/mountinfo", ErrNoCgroup)
 }
 
 // unescapeMount undoes mountinfo's octal escapes (\040 for a space).
@@ -143,12 +143,12 @@ func ownCgroup() (string, error) {
 	for _, line := range strings.Split(string(b), "\n") {
 		if p, ok := strings.CutPrefix(line, "0::"); ok {
 			if !strings.HasPrefix(p, "/") || strings.Contains(p, "/..") {
-				return "", fmt.Errorf("runner: own cgroup %q is outside the visible hierarchy", p)
+				return "", fmt.Errorf("trainer: own cgroup %q is outside the visible hierarchy", p)
 			}
 			return filepath.Clean(p), nil
 		}
 	}
-	return "", errors.New("runner: no cgroup v2 line in /proc/self/cgroup")
+	return "", errors.New("trainer: no cgroup v2 line in /proc/self/cgroup")
 }
 
 // cgroupHoldsChildProcesses reports whether a child of dir may hold
@@ -172,14 +172,14 @@ func CgroupPopulated(dir string) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return true, fmt.Errorf("runner: read %s/cgroup.events: %w", dir, err)
+		return true, fmt.Errorf("trainer: read %s/cgroup.events: %w", dir, err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "populated "); ok {
 			return strings.TrimSpace(v) != "0", nil
 		}
 	}
-	return true, fmt.Errorf("runner: %s/cgroup.events has no populated line", dir)
+	return true, fmt.Errorf("trainer: %s/cgroup.events has no populated line", dir)
 }
 
 // killCgroupOnce sends SIGKILL to every process of cgroup dir and its
@@ -191,7 +191,7 @@ func killCgroupOnce(dir string) error {
 	if err == nil || errors.Is(err, os.ErrNotExist) && !dirExists(dir) {
 		return nil
 	}
-	kerr := fmt.Errorf("runner: write %s/cgroup.kill: %w", dir, err)
+	kerr := fmt.Errorf("trainer: write %s/cgroup.kill: %w", dir, err)
 	// Fallback: one pid at a time, descendants included.
 	werr := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
@@ -219,7 +219,7 @@ func removeCgroup(dir string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("runner: remove cgroup %s: %w", dir, err)
+		return fmt.Errorf("trainer: remove cgroup %s: %w", dir, err)
 	}
 	for _, e := range entries {
 		if e.IsDir() {
@@ -229,7 +229,7 @@ func removeCgroup(dir string) error {
 		}
 	}
 	if err := syscall.Rmdir(dir); err != nil && !errors.Is(err, syscall.ENOENT) {
-		return fmt.Errorf("runner: remove cgroup %s: %w", dir, err)
+		return fmt.Errorf("trainer: remove cgroup %s: %w", dir, err)
 	}
 	return nil
 }
@@ -271,7 +271,7 @@ func KillCgroup(ctx context.Context, dir string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("runner: cgroup %s still has processes or cannot be removed: %w", dir,
+			return fmt.Errorf("trainer: cgroup %s still has processes or cannot be removed: %w", dir,
 				errors.Join(context.Cause(ctx), kerr, perr))
 		case <-time.After(delay):
 		}

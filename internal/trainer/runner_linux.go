@@ -1,6 +1,6 @@
 //go:build linux
 
-package runner
+package trainer
 
 import (
 	"context"
@@ -66,7 +66,7 @@ func Run(ctx context.Context, cfg Config, sink Sink) Result {
 		outcome, cause := ctxOutcome(ctx)
 		log.Info("trainer not started: context already done", slog.String("outcome", outcome.String()), slog.Any("cause", cause))
 		now := time.Now()
-		return Result{Outcome: outcome, ExitCode: -1, Err: fmt.Errorf("runner: not started: %w", cause), Started: now, Ended: now}
+		return Result{Outcome: outcome, ExitCode: -1, Err: fmt.Errorf("trainer: not started: %w", cause), Started: now, Ended: now}
 	}
 	path, err := resolve(cfg.Argv[0])
 	if err != nil {
@@ -93,14 +93,14 @@ func Run(ctx context.Context, cfg Config, sink Sink) Result {
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		dropCgroup(cfg.Cgroup, cg)
-		return startFailed(fmt.Errorf("runner: stdout pipe: %w", err))
+		return startFailed(fmt.Errorf("trainer: stdout pipe: %w", err))
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
 		dropCgroup(cfg.Cgroup, cg)
-		return startFailed(fmt.Errorf("runner: stderr pipe: %w", err))
+		return startFailed(fmt.Errorf("trainer: stderr pipe: %w", err))
 	}
 	a := &attempt{
 		cgroup: cg,
@@ -163,7 +163,7 @@ func (a *attempt) run(ctx context.Context) Result {
 		a.outR.Close()
 		a.errR.Close()
 		dropCgroup(a.cfg.Cgroup, a.cgroup)
-		err = fmt.Errorf("runner: start %s: %w", a.cfg.Argv[0], err)
+		err = fmt.Errorf("trainer: start %s: %w", a.cfg.Argv[0], err)
 		a.log.Warn("trainer not started", slog.Any("error", err))
 		return startFailed(err)
 	}
@@ -203,18 +203,29 @@ func (a *attempt) run(ctx context.Context) Result {
 		a.log.Warn("wait without reaping failed; killing the group after the reap", slog.Any("error", pinnedErr))
 		a.killGroupAndWait()
 	}
-	if a.cgroup != nil {
-		// Everything in the cgroup is dead (killGroupAndWait waited for it),
-		// the leader reaped: the cgroup can go.
-		a.cgroup.Close()
-		if err := removeCgroup(a.cfg.Cgroup); err != nil {
-			a.log.Warn("trainer cgroup not removed", slog.String("cgroup", a.cfg.Cgroup), slog.Any("error", err))
-		}
-	}
+	a.closeCgroup()
 
 	a.drain()
 	res := a.result(ctx, waitErr)
 	res.Started, res.Ended = started, time.Now()
+	a.logEnd(res)
+	return res
+}
+
+// closeCgroup removes the trainer's cgroup once everything in it is dead
+// (killGroupAndWait waited for it) and the leader is reaped.
+func (a *attempt) closeCgroup() {
+	if a.cgroup == nil {
+		return
+	}
+	a.cgroup.Close()
+	if err := removeCgroup(a.cfg.Cgroup); err != nil {
+		a.log.Warn("trainer cgroup not removed", slog.String("cgroup", a.cfg.Cgroup), slog.Any("error", err))
+	}
+}
+
+// logEnd logs how the trainer ended.
+func (a *attempt) logEnd(res Result) {
 	attrs := []any{
 		slog.String("outcome", res.Outcome.String()),
 		slog.Int("exit_code", res.ExitCode),
@@ -227,7 +238,6 @@ func (a *attempt) run(ctx context.Context) Result {
 		attrs = append(attrs, slog.Any("error", res.Err))
 	}
 	a.log.Info("trainer ended", attrs...)
-	return res
 }
 
 // watch stops the trainer when ctx is done: SIGTERM to the group, then
@@ -356,7 +366,7 @@ func (a *attempt) result(ctx context.Context, waitErr error) Result {
 	st := a.cmd.ProcessState
 	if st == nil {
 		res.Outcome = Failed
-		res.Err = fmt.Errorf("runner: wait for trainer %d: %w", a.pid, waitErr)
+		res.Err = fmt.Errorf("trainer: wait for trainer %d: %w", a.pid, waitErr)
 		return res
 	}
 	res.ExitCode = st.ExitCode()
@@ -367,15 +377,14 @@ func (a *attempt) result(ctx context.Context, waitErr error) Result {
 	case a.signalled:
 		var cause error
 		res.Outcome, cause = ctxOutcome(ctx)
-		res.Err = fmt.Errorf("runner: trainer stopped (%s): %w", st, cause)
-	case res.ExitCode == 0:
-		res.Outcome = Succeeded
-	case res.ExitCode == PermanentExitCode:
-		res.Outcome = Permanent
-		res.Err = fmt.Errorf("runner: trainer reported a permanent failure: %w", waitErr)
+		res.Err = fmt.Errorf("trainer: trainer stopped (%s): %w", st, cause)
 	default:
-		res.Outcome = Failed
-		res.Err = fmt.Errorf("runner: trainer failed: %w", waitErr)
+		switch res.Outcome = ExitOutcome(res.ExitCode); res.Outcome {
+		case Permanent:
+			res.Err = fmt.Errorf("trainer: trainer reported a permanent failure: %w", waitErr)
+		case Failed:
+			res.Err = fmt.Errorf("trainer: trainer failed: %w", waitErr)
+		}
 	}
 	return res
 }
@@ -403,11 +412,11 @@ func resolve(argv0 string) (string, error) {
 	}
 	p, err := exec.LookPath(argv0)
 	if err != nil {
-		return "", fmt.Errorf("runner: resolve %q: %w", argv0, err)
+		return "", fmt.Errorf("trainer: resolve %q: %w", argv0, err)
 	}
 	abs, err := filepath.Abs(p)
 	if err != nil {
-		return "", fmt.Errorf("runner: resolve %q: %w", argv0, err)
+		return "", fmt.Errorf("trainer: resolve %q: %w", argv0, err)
 	}
 	return abs, nil
 }
@@ -447,20 +456,20 @@ func (s *serialSink) log(stream, line string) {
 func makeCgroup(dir string) (*os.File, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		if errors.Is(err, os.ErrExist) {
-			return nil, fmt.Errorf("runner: cgroup %s already exists (another attempt's, or a leftover the worker did not clean up)", dir)
+			return nil, fmt.Errorf("trainer: cgroup %s already exists (another attempt's, or a leftover the worker did not clean up)", dir)
 		}
-		return nil, fmt.Errorf("runner: make cgroup: %w", err)
+		return nil, fmt.Errorf("trainer: make cgroup: %w", err)
 	}
 	f, err := os.Open(dir)
 	if err != nil {
 		_ = syscall.Rmdir(dir)
-		return nil, fmt.Errorf("runner: open cgroup: %w", err)
+		return nil, fmt.Errorf("trainer: open cgroup: %w", err)
 	}
 	var st syscall.Statfs_t
 	if err := syscall.Fstatfs(int(f.Fd()), &st); err != nil || st.Type != cgroup2Magic {
 		f.Close()
 		_ = syscall.Rmdir(dir)
-		return nil, fmt.Errorf("runner: cgroup %s: %w: not in a cgroup v2 file system", dir, ErrNoCgroup)
+		return nil, fmt.Errorf("trainer: cgroup %s: %w: not in a cgroup v2 file system", dir, ErrNoCgroup)
 	}
 	return f, nil
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package runner
+package trainer
 
 import (
 	"context"

@@ -1,5 +1,5 @@
-// Package runner runs one trainer attempt as a child process, following the
-// trainer contract in DESIGN.md ("Trainer contract").
+// Package trainer runs one trainer attempt as a child process, following the
+// trainer contract in docs/trainer.md.
 //
 // Run starts the trainer without a shell, in its own process group, with a
 // minimal environment, and reads its stdout and stderr line by line: JSON lines
@@ -26,4 +26,4 @@
 //
 // The package works on Linux only; elsewhere Run reports [StartFailed] with an
 // error wrapping [errors.ErrUnsupported].
-package runner
+package trainer

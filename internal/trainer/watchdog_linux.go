@@ -1,6 +1,6 @@
 //go:build linux
 
-package runner
+package trainer
 
 import (
 	"errors"
@@ -37,7 +37,7 @@ func (d *Watchdog) start(pgid int, grace time.Duration, cgroup *os.File) (*exec.
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("runner: watchdog pipe: %w", err)
+		return nil, fmt.Errorf("trainer: watchdog pipe: %w", err)
 	}
 	defer r.Close()
 	attr := &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
@@ -58,7 +58,7 @@ func (d *Watchdog) start(pgid int, grace time.Duration, cgroup *os.File) (*exec.
 	}
 	if err := cmd.Start(); err != nil {
 		w.Close()
-		return nil, fmt.Errorf("runner: start watchdog: %w", err)
+		return nil, fmt.Errorf("trainer: start watchdog: %w", err)
 	}
 	d.mu.Lock()
 	d.feed = w
