@@ -130,192 +130,276 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
-// run wires and runs the scheduler and/or the worker until ctx ends.
+// run wires and runs the scheduler and/or the worker until ctx ends: the
+// config, Redis and the store (openWiring), then the workers and the
+// scheduler; on the way out, what it started stops in reverse.
 func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWorker bool) error {
-	log, err := newLogger(stderr, o.logLevel)
+	d, err := openWiring(ctx, o, stderr, withScheduler && withWorker)
 	if err != nil {
 		return err
 	}
+	defer d.close()
+	if withWorker && o.backend == "aws" {
+		if err := d.startCloudWorker(ctx, o.awsBackend); err != nil {
+			return err
+		}
+	} else if withWorker {
+		if err := d.startLocalWorker(ctx); err != nil {
+			return err
+		}
+	}
+	if withScheduler {
+		if err := d.startScheduler(ctx); err != nil {
+			return err
+		}
+	}
+	<-ctx.Done()
+	d.log.Info("shutting down")
+	return nil
+}
+
+// wiring is what run wires: the config in force, Redis, the store, and
+// what it started, stopped in reverse by close.
+type wiring struct {
+	o        *opts
+	log      *slog.Logger
+	fc       *fileConfig
+	dataDir  string
+	url      string // Redis
+	managed  *managedRedis
+	rdb      *redis.Client
+	store    *jobstore.Store
+	roots    pathpolicy.Roots
+	endpoint string // EC2/S3 endpoint of the aws backends
+	stops    []func(context.Context) error
+}
+
+// openWiring reads the config, makes the data folder, connects to Redis
+// (starting a managed one when ownRedis and none is configured) and checks
+// it keeps every key. On error, what it opened is closed.
+func openWiring(ctx context.Context, o *opts, stderr io.Writer, ownRedis bool) (_ *wiring, err error) {
+	log, err := newLogger(stderr, o.logLevel)
+	if err != nil {
+		return nil, err
+	}
 	if o.gpusSet {
 		if _, err := nvmlinventory.ParseGPUsFlag(o.gpus); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	fc, err := loadConfig(o.configPath)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	dataDir := firstNonEmpty(o.dataDir, fc.DataDir, "lathe-data")
-	if dataDir, err = filepath.Abs(dataDir); err != nil {
-		return fmt.Errorf("--data-dir: %w", err)
+	d := &wiring{o: o, log: log, fc: fc}
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+	if d.dataDir, err = filepath.Abs(firstNonEmpty(o.dataDir, fc.DataDir, "lathe-data")); err != nil {
+		return nil, fmt.Errorf("--data-dir: %w", err)
 	}
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return fmt.Errorf("--data-dir %s: %w", dataDir, err)
+	if err := os.MkdirAll(d.dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("--data-dir %s: %w", d.dataDir, err)
 	}
-	url := firstNonEmpty(o.redisURL, fc.Redis.URL)
-	var managed *managedRedis
-	if url == "" {
-		if !(withScheduler && withWorker) {
+	if err := d.openRedis(ctx, ownRedis); err != nil {
+		return nil, err
+	}
+	d.store = jobstore.New(d.rdb, jobstore.Config{Prefix: fc.Redis.KeyPrefix, EventsMaxLen: fc.Jobs.EventsMaxLen})
+	if d.roots, err = allowedRoots(fc, d.dataDir); err != nil {
+		return nil, err
+	}
+	log.Info("file:// datasets and outputs allowed under", slog.Any("allowed_roots", []string(d.roots)))
+	d.endpoint = firstNonEmpty(o.endpoint, fc.AWS.EndpointURL)
+	return d, nil
+}
+
+// openRedis connects to the configured Redis, or starts a managed one when
+// none is configured and ownRedis (lathed up), then waits for it and checks
+// its eviction policy (an embedded managed Redis needs no check).
+func (d *wiring) openRedis(ctx context.Context, ownRedis bool) error {
+	d.url = firstNonEmpty(d.o.redisURL, d.fc.Redis.URL)
+	if d.url == "" {
+		if !ownRedis {
 			return fmt.Errorf("--redis-url (or redis.url in the config) is required: only `lathed up` runs its own Redis")
 		}
-		if managed, err = startManagedRedis(ctx, dataDir, log); err != nil {
-			return err
-		}
-		defer managed.Stop()
-		url = managed.URL
-	}
-	rdb, err := newRedisClient(url)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-	if err := waitRedis(ctx, rdb, o.redisWait, log); err != nil {
-		return err
-	}
-	if managed == nil || !managed.Embedded {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := checkNoEviction(cctx, rdb)
-		if err == nil {
-			warnNoAOF(cctx, rdb, log)
-		}
-		cancel()
+		m, err := startManagedRedis(ctx, d.dataDir, d.log)
 		if err != nil {
 			return err
 		}
+		d.managed, d.url = m, m.URL
 	}
-	store := jobstore.New(rdb, jobstore.Config{Prefix: fc.Redis.KeyPrefix, EventsMaxLen: fc.Jobs.EventsMaxLen})
+	rdb, err := newRedisClient(d.url)
+	if err != nil {
+		return err
+	}
+	d.rdb = rdb
+	if err := waitRedis(ctx, rdb, d.o.redisWait, d.log); err != nil {
+		return err
+	}
+	if d.managed != nil && d.managed.Embedded {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := checkNoEviction(cctx, rdb); err != nil {
+		return err
+	}
+	warnNoAOF(cctx, rdb, d.log)
+	return nil
+}
+
+// allowedRoots is jobs.allowed_roots, or the data folder and the working
+// folder when the config names none.
+func allowedRoots(fc *fileConfig, dataDir string) (pathpolicy.Roots, error) {
 	rootList := fc.Jobs.AllowedRoots
 	if len(rootList) == 0 {
 		cwd, err := os.Getwd()
 		if err != nil {
-			return fmt.Errorf("working directory: %w", err)
+			return nil, fmt.Errorf("working directory: %w", err)
 		}
 		rootList = []string{dataDir, cwd}
 	}
 	roots, err := pathpolicy.New(rootList)
 	if err != nil {
-		return fmt.Errorf("jobs.%w", err)
+		return nil, fmt.Errorf("jobs.%w", err)
 	}
-	log.Info("file:// datasets and outputs allowed under", slog.Any("allowed_roots", []string(roots)))
+	return roots, nil
+}
 
-	killGrace := fc.Worker.KillGrace.D()
-	trainers := fc.Trainers
-	var stops []func(context.Context) error
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), killGrace+20*time.Second)
-		defer cancel()
-		for i := len(stops) - 1; i >= 0; i-- {
-			_ = stops[i](sctx)
-		}
-	}()
-	endpoint := firstNonEmpty(o.endpoint, fc.AWS.EndpointURL)
-	if withWorker && o.backend == "aws" {
-		c, err := startCloudWorker(ctx, rdb, store, fc, o.awsBackend, endpoint, dataDir, roots, log)
-		if err != nil {
-			return err
-		}
-		stops = append(stops, c.Stop)
-	} else if withWorker {
-		scriptsDir := filepath.Join(dataDir, "scripts")
-		if err := writeScripts(scriptsDir); err != nil {
-			return err
-		}
-		node := firstNonEmpty(o.node, fc.Worker.Node)
-		if node == "" {
-			if node, err = os.Hostname(); err != nil {
-				return fmt.Errorf("--node not given and no host name: %w", err)
-			}
-		}
-		gpus, err := nvmlinventory.Open(ctx, gpusValue(o, fc), node, log)
-		if err != nil {
-			return err
-		}
-		// stops run in reverse: the worker stops before its GPUs close.
-		stops = append(stops, func(context.Context) error { return gpus.Close() })
-		site, siteTags := localSite(fc.route)
-		w, err := worker.New(rdb, store, worker.Config{
-			Site: site, SiteTags: siteTags,
-			Node: node, Slots: firstPositive(o.slots, fc.Worker.Slots), GPUs: gpus,
-			CheckpointRoot: fc.Worker.CheckpointRoot, MonitorInterval: fc.Worker.MonitorInterval.D(), HangTimeout: fc.Worker.HangTimeout.D(),
-			DataDir: dataDir, ScriptsDir: scriptsDir, Trainers: trainerCommands(trainers), TrainerPassEnv: trainerPassEnv(trainers),
-			MaxAttempts: fc.Worker.MaxAttempts, KillGrace: killGrace, HeartbeatTTL: fc.Worker.HeartbeatTTL.D(),
-			TaskCheckInterval: fc.Worker.TaskCheckInterval.D(), LeaseTTL: fc.Worker.LeaseTTL.D(), AllowedRoots: roots, Deny: daemonDeny(fc), RunAs: fc.Worker.RunAs,
-			CgroupRoot: fc.Worker.CgroupRoot, Logger: log,
-		})
-		if err != nil {
-			return err
-		}
-		if err := w.Start(ctx); err != nil {
-			return err
-		}
-		stops = append(stops, w.Stop)
-		if len(o.upClouds) > 0 {
-			// The AWS workers record staging in the ledger: make sure the
-			// key exists before the scheduler part would make it.
-			if _, err := openLedger(rdb, fc, dataDir, log); err != nil {
-				return err
-			}
-		}
-		for _, name := range o.upClouds {
-			c, err := startCloudWorker(ctx, rdb, store, fc, name, endpoint, dataDir, roots, log)
-			if err != nil {
-				return err
-			}
-			stops = append(stops, c.Stop)
+// close stops what the daemon started, in reverse (the worker before its
+// GPUs close, the scheduler before the workers), then closes Redis and
+// stops a managed one.
+func (d *wiring) close() {
+	sctx, cancel := context.WithTimeout(context.Background(), d.fc.Worker.KillGrace.D()+20*time.Second)
+	defer cancel()
+	for i := len(d.stops) - 1; i >= 0; i-- {
+		_ = d.stops[i](sctx)
+	}
+	if d.rdb != nil {
+		_ = d.rdb.Close()
+	}
+	if d.managed != nil {
+		d.managed.Stop()
+	}
+}
+
+// startCloudWorker starts the AWS worker of backend name.
+func (d *wiring) startCloudWorker(ctx context.Context, name string) error {
+	c, err := startCloudWorker(ctx, d.rdb, d.store, d.fc, name, d.endpoint, d.dataDir, d.roots, d.log)
+	if err != nil {
+		return err
+	}
+	d.stops = append(d.stops, c.Stop)
+	return nil
+}
+
+// startLocalWorker starts the worker of this machine's GPUs, and the AWS
+// workers `lathed up --cloud` asks for.
+func (d *wiring) startLocalWorker(ctx context.Context) error {
+	o, fc := d.o, d.fc
+	scriptsDir := filepath.Join(d.dataDir, "scripts")
+	if err := writeScripts(scriptsDir); err != nil {
+		return err
+	}
+	node := firstNonEmpty(o.node, fc.Worker.Node)
+	if node == "" {
+		var err error
+		if node, err = os.Hostname(); err != nil {
+			return fmt.Errorf("--node not given and no host name: %w", err)
 		}
 	}
-	if withScheduler {
-		names := []string{"reference"}
-		for n := range trainers {
-			if n != "reference" {
-				names = append(names, n)
-			}
-		}
-		// Event follows block on XREAD: give them their own, larger pool.
-		followRDB, err := newRedisClientPool(url, 512)
-		if err != nil {
-			return err
-		}
-		defer followRDB.Close()
-		tokens, err := loadTokens(fc.Auth, os.Getenv)
-		if err != nil {
-			return err
-		}
-		listen := firstNonEmpty(o.listen, fc.Scheduler.Listen, "127.0.0.1:8080")
-		if len(tokens) == 0 && !loopbackOnly(listen) {
-			return fmt.Errorf("--listen %s reaches beyond loopback and no API tokens are configured: refusing to run an open API there. Add auth.tokens to the config (see configs/lathe.yaml), or listen on 127.0.0.1", listen)
-		}
-		out := firstNonEmpty(fc.Jobs.DefaultOutputURI, fileuri.FromPath(filepath.Join(dataDir, "artifacts")))
-		led, err := openLedger(rdb, fc, dataDir, log)
-		if err != nil {
-			return err
-		}
-		s := scheduler.New(rdb, store, scheduler.Config{
-			Listen: listen, Tokens: tokens, AllowedRoots: roots, DataDeny: pathpolicy.DataDeny(dataDir, fc.Worker.CheckpointRoot, filepath.Join(dataDir, "scripts"), daemonDeny(fc)),
-			KeepFinished: fc.Jobs.KeepFinished, FinishedTTL: fc.Jobs.FinishedTTL.D(),
-			Defaults: jobspec.Defaults{MaxRuntime: fc.Jobs.DefaultMaxRuntime.D(), Residency: fc.route.DefaultResidency,
-				OutputURI: out},
-			Routing: fc.route, Ledger: led,
-			Trainers: names, KillGrace: killGrace, PlaceInterval: fc.Scheduler.PlaceInterval.D(),
-			RepairAfter: fc.Scheduler.RepairAfter.D(), ReapGrace: fc.Scheduler.ReapGrace.D(), LeaderTTL: fc.Scheduler.LeaderTTL.D(),
-			LeaseTTL:    fc.Worker.LeaseTTL.D(),
-			FollowRedis: followRDB, Logger: log,
-			ReadHeaderTimeout: fc.Scheduler.HTTPReadHeaderTimeout.D(), ReadTimeout: fc.Scheduler.HTTPReadTimeout.D(),
-			WriteTimeout: fc.Scheduler.HTTPWriteTimeout.D(), IdleTimeout: fc.Scheduler.HTTPIdleTimeout.D(),
-			Clouds:         cloudReconcilers(ctx, fc.route, firstNonEmpty(fc.Cluster, defaultCluster), endpoint, log),
-			ReconcileEvery: fc.Scheduler.ReconcileEvery.D(), ReconcileGrace: fc.Scheduler.ReconcileGrace.D(),
-			NoEvictionCheck: managed != nil && managed.Embedded,
-		})
-		if err := s.Start(ctx); err != nil {
-			return err
-		}
-		stops = append(stops, s.Stop)
-		go reloadOnHUP(ctx, o.configPath, s, log)
-		log.Info("lathe is up", slog.String("api", "http://"+s.Addr()), slog.String("data_dir", dataDir),
-			slog.String("redis", redactURL(url)))
+	gpus, err := nvmlinventory.Open(ctx, gpusValue(o, fc), node, d.log)
+	if err != nil {
+		return err
 	}
-	<-ctx.Done()
-	log.Info("shutting down")
+	// stops run in reverse: the worker stops before its GPUs close.
+	d.stops = append(d.stops, func(context.Context) error { return gpus.Close() })
+	site, siteTags := localSite(fc.route)
+	w, err := worker.New(d.rdb, d.store, worker.Config{
+		Site: site, SiteTags: siteTags,
+		Node: node, Slots: firstPositive(o.slots, fc.Worker.Slots), GPUs: gpus,
+		CheckpointRoot: fc.Worker.CheckpointRoot, MonitorInterval: fc.Worker.MonitorInterval.D(), HangTimeout: fc.Worker.HangTimeout.D(),
+		DataDir: d.dataDir, ScriptsDir: scriptsDir, Trainers: trainerCommands(fc.Trainers), TrainerPassEnv: trainerPassEnv(fc.Trainers),
+		MaxAttempts: fc.Worker.MaxAttempts, KillGrace: fc.Worker.KillGrace.D(), HeartbeatTTL: fc.Worker.HeartbeatTTL.D(),
+		TaskCheckInterval: fc.Worker.TaskCheckInterval.D(), LeaseTTL: fc.Worker.LeaseTTL.D(), AllowedRoots: d.roots, Deny: daemonDeny(fc), RunAs: fc.Worker.RunAs,
+		CgroupRoot: fc.Worker.CgroupRoot, Logger: d.log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	d.stops = append(d.stops, w.Stop)
+	if len(o.upClouds) > 0 {
+		// The AWS workers record staging in the ledger: make sure the
+		// key exists before the scheduler part would make it.
+		if _, err := openLedger(d.rdb, fc, d.dataDir, d.log); err != nil {
+			return err
+		}
+	}
+	for _, name := range o.upClouds {
+		if err := d.startCloudWorker(ctx, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startScheduler starts the API, the placer and the other leader duties,
+// and reloads the routing config on SIGHUP.
+func (d *wiring) startScheduler(ctx context.Context) error {
+	o, fc, log := d.o, d.fc, d.log
+	names := []string{"reference"}
+	for n := range fc.Trainers {
+		if n != "reference" {
+			names = append(names, n)
+		}
+	}
+	// Event follows block on XREAD: give them their own, larger pool.
+	followRDB, err := newRedisClientPool(d.url, 512)
+	if err != nil {
+		return err
+	}
+	d.stops = append(d.stops, func(context.Context) error { return followRDB.Close() })
+	tokens, err := loadTokens(fc.Auth, os.Getenv)
+	if err != nil {
+		return err
+	}
+	listen := firstNonEmpty(o.listen, fc.Scheduler.Listen, "127.0.0.1:8080")
+	if len(tokens) == 0 && !loopbackOnly(listen) {
+		return fmt.Errorf("--listen %s reaches beyond loopback and no API tokens are configured: refusing to run an open API there. Add auth.tokens to the config (see configs/lathe.yaml), or listen on 127.0.0.1", listen)
+	}
+	out := firstNonEmpty(fc.Jobs.DefaultOutputURI, fileuri.FromPath(filepath.Join(d.dataDir, "artifacts")))
+	led, err := openLedger(d.rdb, fc, d.dataDir, log)
+	if err != nil {
+		return err
+	}
+	s := scheduler.New(d.rdb, d.store, scheduler.Config{
+		Listen: listen, Tokens: tokens, AllowedRoots: d.roots, DataDeny: pathpolicy.DataDeny(d.dataDir, fc.Worker.CheckpointRoot, filepath.Join(d.dataDir, "scripts"), daemonDeny(fc)),
+		KeepFinished: fc.Jobs.KeepFinished, FinishedTTL: fc.Jobs.FinishedTTL.D(),
+		Defaults: jobspec.Defaults{MaxRuntime: fc.Jobs.DefaultMaxRuntime.D(), Residency: fc.route.DefaultResidency,
+			OutputURI: out},
+		Routing: fc.route, Ledger: led,
+		Trainers: names, KillGrace: fc.Worker.KillGrace.D(), PlaceInterval: fc.Scheduler.PlaceInterval.D(),
+		RepairAfter: fc.Scheduler.RepairAfter.D(), ReapGrace: fc.Scheduler.ReapGrace.D(), LeaderTTL: fc.Scheduler.LeaderTTL.D(),
+		LeaseTTL:    fc.Worker.LeaseTTL.D(),
+		FollowRedis: followRDB, Logger: log,
+		ReadHeaderTimeout: fc.Scheduler.HTTPReadHeaderTimeout.D(), ReadTimeout: fc.Scheduler.HTTPReadTimeout.D(),
+		WriteTimeout: fc.Scheduler.HTTPWriteTimeout.D(), IdleTimeout: fc.Scheduler.HTTPIdleTimeout.D(),
+		Clouds:         cloudReconcilers(ctx, fc.route, firstNonEmpty(fc.Cluster, defaultCluster), d.endpoint, log),
+		ReconcileEvery: fc.Scheduler.ReconcileEvery.D(), ReconcileGrace: fc.Scheduler.ReconcileGrace.D(),
+		NoEvictionCheck: d.managed != nil && d.managed.Embedded,
+	})
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	d.stops = append(d.stops, s.Stop)
+	go reloadOnHUP(ctx, o.configPath, s, log)
+	log.Info("lathe is up", slog.String("api", "http://"+s.Addr()), slog.String("data_dir", d.dataDir),
+		slog.String("redis", redactURL(d.url)))
 	return nil
 }
 
