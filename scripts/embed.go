@@ -13,7 +13,7 @@ const (
 )
 
 // TrainLoRA is scripts/train_lora.py, the reference LoRA trainer that follows
-// the trainer contract (DESIGN.md "Trainer contract", docs/trainer.md). Run it
+// the trainer contract (docs/design.md "Trainer contract", docs/trainer.md). Run it
 // as /usr/bin/python3 train_lora.py with the LATHE_* environment set.
 //
 //go:embed train_lora.py

@@ -69,7 +69,7 @@ func waitRedis(ctx context.Context, rdb *redis.Client, wait time.Duration, log *
 }
 
 // checkNoEviction refuses a Redis that may evict keys: asynq loses tasks to
-// eviction and Lathe loses jobs (DESIGN.md). The scheduler checks again on
+// eviction and Lathe loses jobs (docs/design.md, "Processes"). The scheduler checks again on
 // every /healthz.
 func checkNoEviction(ctx context.Context, rdb *redis.Client) error {
 	if err := jobstore.New(rdb, jobstore.Config{}).CheckNoEviction(ctx); err != nil {

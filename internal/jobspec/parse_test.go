@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// designExample is the job spec of DESIGN.md ("Job spec"), verbatim.
+// designExample is the job spec of docs/design.md ("Job spec"), verbatim.
 const designExample = `name: support-bot-lora
 base_model: tiny-char            # built-in demo model, or a Hugging Face id
 dataset: file:///data/support/train.jsonl   # file:// (under an allowed root) or s3://

@@ -2,7 +2,7 @@ package jobspec
 
 // Spec is one fine-tuning job as the user wrote it: after Parse with the
 // built-in defaults filled in, after Normalize with the daemon's too. Field
-// names and JSON/YAML keys follow DESIGN.md; Parse takes its schema from the
+// names and JSON/YAML keys follow docs/design.md; Parse takes its schema from the
 // json tags below, so a field added here is accepted by Parse at once (and
 // needs its rule in Validate). Use Clone to copy one: it holds slices.
 type Spec struct {
@@ -26,7 +26,7 @@ type Spec struct {
 	// Priority is urgent, normal (default) or batch.
 	Priority Priority `json:"priority"`
 	// MaxWait is how long the job may wait for local capacity before it may
-	// burst to a cloud backend (DESIGN.md "Routing"). Written like "2h" or
+	// burst to a cloud backend (docs/design.md "Routing"). Written like "2h" or
 	// "1d12h" (see ParseDuration).
 	MaxWait Duration `json:"max_wait,omitempty"`
 	// MaxRuntime bounds one attempt's run time; reaching it fails the job

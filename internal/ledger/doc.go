@@ -1,5 +1,5 @@
 // Package ledger is Lathe's tamper-evident, append-only record of routing
-// decisions (DESIGN.md, "Routing"): every decision and every staging, with who
+// decisions (docs/design.md, "Routing"): every decision and every staging, with who
 // submitted it, its inputs, each candidate accepted or rejected and why, the
 // estimates, the choice and a hash of the config, appended to one Redis stream
 // that is never capped. Each record is chained to the one before by an
