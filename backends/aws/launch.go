@@ -61,7 +61,7 @@ type LaunchResult struct {
 // never leaves the backend's region.
 func (b *Backend) Launch(ctx context.Context, req Request) (LaunchResult, error) {
 	var res LaunchResult
-	if err := req.validate(); err != nil {
+	if err := validateRequest(req); err != nil {
 		return res, err
 	}
 	found, err := b.findAttempt(ctx, req.JobID, req.Attempt)
