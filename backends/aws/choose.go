@@ -37,30 +37,14 @@ func validateRequest(r Request) error {
 }
 
 // Choice is one way to launch: an instance type in a market, at the
-// configured price.
+// configured price (its cloud.Offer: Type, Spot, USDPerHour, Market,
+// String), with the type's matching GPUs (from DescribeInstanceTypes).
 type Choice struct {
-	// Type is the EC2 instance type.
-	Type string
-	// Spot is true for the spot market, false for on-demand.
-	Spot bool
-	// USDPerHour is the configured price in that market.
-	USDPerHour float64
-	// GPUs, GPUModel and GPUMemoryGB describe the type's matching GPUs
-	// (from DescribeInstanceTypes).
+	cloud.Offer
 	GPUs        int
 	GPUModel    string
 	GPUMemoryGB float64
 }
-
-// Market is "spot" or "on-demand".
-func (c Choice) Market() string {
-	if c.Spot {
-		return "spot"
-	}
-	return "on-demand"
-}
-
-func (c Choice) String() string { return c.Type + " " + c.Market() }
 
 // gpuFit is what a type offers to a request: how many GPUs match.
 type gpuFit struct {
@@ -206,7 +190,7 @@ func rankChoices(cfg Config, fits []gpuFit) []Choice {
 			continue
 		}
 		p := price[f.name]
-		c := Choice{Type: f.name, GPUs: f.gpus, GPUModel: f.model, GPUMemoryGB: f.memGB}
+		c := Choice{Offer: cloud.Offer{Type: f.name}, GPUs: f.gpus, GPUModel: f.model, GPUMemoryGB: f.memGB}
 		if cfg.Spot != SpotNever && p.SpotUSDPerHour > 0 {
 			s := c
 			s.Spot, s.USDPerHour = true, p.SpotUSDPerHour

@@ -24,12 +24,7 @@ func (b *Backend) Cloud() *Cloud { return &Cloud{b: b} }
 // Launch is Backend.Launch with its result in cloud's terms.
 func (c *Cloud) Launch(ctx context.Context, req cloud.LaunchRequest) (cloud.LaunchResult, error) {
 	res, err := c.b.Launch(ctx, req)
-	out := cloud.LaunchResult{Instance: res.Instance.Cloud(), Found: res.Found}
-	for _, a := range res.Attempts {
-		out.Attempts = append(out.Attempts, cloud.LaunchAttempt{Choice: a.Choice.Offer(), Subnet: a.Subnet,
-			Code: a.Code, Message: a.Message, InstanceID: a.InstanceID})
-	}
-	return out, err
+	return cloud.LaunchResult{Instance: res.Instance.Cloud(), Found: res.Found, Attempts: res.Attempts}, err
 }
 
 // Find returns this cluster's managed instances that q selects, oldest
@@ -89,11 +84,6 @@ func (i Instance) Cloud() cloud.Instance {
 	return cloud.Instance{ID: i.ID, Backend: i.Tags[TagBackend], JobID: job, Attempt: attempt,
 		Managed: i.Tags[TagManaged] == "true", Type: i.Type, State: i.State, LaunchTime: i.LaunchTime,
 		Spot: i.Spot, SubnetID: i.SubnetID}
-}
-
-// Offer is the choice in cloud's terms.
-func (c Choice) Offer() cloud.Offer {
-	return cloud.Offer{Type: c.Type, Spot: c.Spot, USDPerHour: c.USDPerHour}
 }
 
 // find runs a query of any other shape (see filters).
