@@ -9,17 +9,21 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lathe-ml/lathe/backends/aws"
+	"github.com/lathe-ml/lathe/internal/cloud"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 )
 
-// CloudInstances is what the reconciler needs of a cloud backend
-// (*aws.Backend): this cluster's managed instances, and terminating one.
+// CloudInstances is what the reconciler needs of a cloud backend (a
+// cloud.Backend, such as backends/aws's Backend.Cloud): this cluster's
+// managed instances, terminating one, and its billing rule.
 type CloudInstances interface {
-	FindManaged(ctx context.Context) ([]aws.Instance, error)
+	Find(ctx context.Context, q cloud.Query) ([]cloud.Instance, error)
 	Terminate(ctx context.Context, instanceID string) error
+	Cost(launch, end time.Time, usdPerHour float64) float64
 }
+
+var _ CloudInstances = cloud.Backend(nil)
 
 // ReconcileStats counts the reconciler's work since the scheduler started.
 type ReconcileStats struct {
@@ -72,7 +76,7 @@ func (s *Scheduler) reconcileLoop(ctx context.Context) {
 }
 
 // reconcileOnce (leader only) terminates every instance tagged
-// lathe:managed=true with this cluster, older than ReconcileGrace, that is
+// managed by this cluster, older than ReconcileGrace, that is
 // not the live attempt of its job (fail closed: a missing job, a missing or
 // bad tag, an ended or cancelled job, another attempt, another backend).
 // A failure to list instances or to read the store terminates nothing.
@@ -98,7 +102,7 @@ func (s *Scheduler) reconcileBackend(ctx context.Context, backend string, api Cl
 	defer cancel()
 	s.rec.passes.Add(1)
 	log := s.log.With(slog.String("component", "reconciler"), slog.String("backend", backend))
-	insts, err := api.FindManaged(ctx)
+	insts, err := api.Find(ctx, cloud.Query{})
 	if err != nil {
 		s.rec.failures.Add(1)
 		log.Warn("list managed instances failed; terminating nothing this pass", slog.Any("err", err))
@@ -107,7 +111,7 @@ func (s *Scheduler) reconcileBackend(ctx context.Context, backend string, api Cl
 	live := map[string]int{}
 	jobs := map[string]*jobtype.Job{}
 	for _, in := range insts {
-		if in.Tags[aws.TagBackend] != backend {
+		if in.Backend != backend {
 			continue // another backend's (same cluster): its own pass
 		}
 		id, _, ok := in.JobAttempt()
@@ -128,14 +132,14 @@ func (s *Scheduler) reconcileBackend(ctx context.Context, backend string, api Cl
 			live[id] = j.Attempt
 		}
 	}
-	var mine []aws.Instance
+	var mine []cloud.Instance
 	for _, in := range insts {
-		if in.Tags[aws.TagBackend] == backend {
+		if in.Backend == backend {
 			mine = append(mine, in)
 		}
 	}
 	terminated := map[string]bool{}
-	for _, in := range aws.Orphans(mine, live, time.Now(), s.cfg.ReconcileGrace) {
+	for _, in := range cloud.Orphans(mine, live, time.Now(), s.cfg.ReconcileGrace) {
 		id, attempt, _ := in.JobAttempt()
 		why := "no job " + id
 		if j := jobs[id]; j != nil {
@@ -152,7 +156,7 @@ func (s *Scheduler) reconcileBackend(ctx context.Context, backend string, api Cl
 			slog.Duration("age", time.Since(in.LaunchTime).Round(time.Second)), slog.Int64("terminated_total", n))
 		terminated[in.ID] = true
 	}
-	s.endCancelledCloudAttempts(ctx, log, backend, mine, terminated)
+	s.endCancelledCloudAttempts(ctx, log, backend, api, mine, terminated)
 }
 
 // liveCloudAttempt: the job's current attempt runs on backend and may go
@@ -171,7 +175,7 @@ func liveCloudAttempt(j *jobtype.Job, backend string) bool {
 // worker that does ends them itself) and whose instance is gone (or never
 // was): terminated by this pass or earlier, or not launched yet. The
 // instance's cost, when the job records it, is added once.
-func (s *Scheduler) endCancelledCloudAttempts(ctx context.Context, log *slog.Logger, backend string, mine []aws.Instance, terminated map[string]bool) {
+func (s *Scheduler) endCancelledCloudAttempts(ctx context.Context, log *slog.Logger, backend string, api CloudInstances, mine []cloud.Instance, terminated map[string]bool) {
 	atts, err := s.store.NodeAttempts(ctx, jobtype.CloudNode(backend), 10000)
 	if err != nil {
 		log.Warn("list the backend's attempts", slog.Any("err", err))
@@ -200,7 +204,7 @@ func (s *Scheduler) endCancelledCloudAttempts(ctx context.Context, log *slog.Log
 			if inst.TerminatedAt != nil {
 				end = *inst.TerminatedAt
 			}
-			if _, err := s.store.AddAttemptCost(ctx, j.ID, j.Attempt, aws.Cost(inst.LaunchTime, end, inst.USDPerHour)); err != nil {
+			if _, err := s.store.AddAttemptCost(ctx, j.ID, j.Attempt, api.Cost(inst.LaunchTime, end, inst.USDPerHour)); err != nil {
 				log.Warn("record the instance's cost", slog.String("job_id", j.ID), slog.Any("err", err))
 			}
 		}

@@ -1,79 +1,38 @@
 package scheduler_test
 
 import (
-	"context"
-	"errors"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/lathe-ml/lathe/backends/aws"
+	"github.com/lathe-ml/lathe/internal/cloud"
+	"github.com/lathe-ml/lathe/internal/cloud/cloudfake"
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/scheduler"
 )
 
-// fakeCloud is a fake of a cloud backend's EC2 side (scheduler.CloudInstances):
-// a list of instances, a switch to make listing fail, and the ids it was
-// asked to terminate. The real one is tested against moto in
-// cmd/lathed/aws_e2e_test.go.
-type fakeCloud struct {
-	mu         sync.Mutex
-	insts      []aws.Instance
-	failList   bool
-	terminated []string
-}
-
-func (f *fakeCloud) FindManaged(context.Context) ([]aws.Instance, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.failList {
-		return nil, errors.New("RequestLimitExceeded")
+// instance is a running managed instance of backend aws-eu for a job
+// attempt, launched age ago, changed by mod.
+func instance(id, job string, attempt int, age time.Duration, mod ...func(*cloud.Instance)) cloud.Instance {
+	in := cloud.Instance{ID: id, Backend: "aws-eu", JobID: job, Attempt: attempt, Managed: true,
+		State: cloud.StateRunning, LaunchTime: time.Now().Add(-age)}
+	for _, m := range mod {
+		m(&in)
 	}
-	var out []aws.Instance
-	for _, in := range f.insts {
-		if !in.Gone() {
-			out = append(out, in)
-		}
-	}
-	return out, nil
+	return in
 }
 
-func (f *fakeCloud) Terminate(_ context.Context, id string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.terminated = append(f.terminated, id)
-	for i := range f.insts {
-		if f.insts[i].ID == id {
-			f.insts[i].State = "terminated"
-		}
-	}
-	return nil
-}
-
-func (f *fakeCloud) terminatedIDs() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.terminated...)
-}
-
-func instance(id, job string, attempt int, age time.Duration, tags ...string) aws.Instance {
-	t := map[string]string{aws.TagManaged: "true", aws.TagCluster: "c", aws.TagBackend: "aws-eu", aws.TagJobID: job,
-		aws.TagAttempt: string(rune('0' + attempt))}
-	for i := 0; i+1 < len(tags); i += 2 {
-		t[tags[i]] = tags[i+1]
-	}
-	return aws.Instance{ID: id, State: "running", LaunchTime: time.Now().Add(-age), Tags: t}
-}
-
-// TestReconciler: the leader terminates instances without a live attempt
+// TestReconciler runs against cloudfake, an in-memory fake of a cloud
+// backend that passes the seam's conformance suite (as backends/aws does
+// on moto; the real one runs in cmd/lathed/aws_e2e_test.go): the leader terminates instances without a live attempt
 // (no such job, an ended job, another attempt, a cancel asked, a bad tag),
 // keeps the live attempt's and a young one's, terminates nothing while
 // listing fails, and ends a cancelled attempt no worker holds.
 func TestReconciler(t *testing.T) {
-	cloud := &fakeCloud{failList: true}
-	b := setup(t, scheduler.Config{Clouds: map[string]scheduler.CloudInstances{"aws-eu": cloud},
+	fake := cloudfake.New("aws-eu")
+	fake.FailFind(cloudfake.ErrThrottled)
+	b := setup(t, scheduler.Config{Clouds: map[string]scheduler.CloudInstances{"aws-eu": fake},
 		ReconcileEvery: 50 * time.Millisecond, ReconcileGrace: time.Minute, ReapGrace: time.Millisecond})
 	ctx, s := b.ctx, b.store
 	node := jobtype.CloudNode("aws-eu")
@@ -104,16 +63,16 @@ func TestReconciler(t *testing.T) {
 		t.Fatal(err)
 	}
 	running(young, time.Hour)
-	cloud.insts = []aws.Instance{
+	fake.Put(
 		instance("i-live", live.ID, 1, time.Hour),
 		instance("i-stale-attempt", live.ID, 2, time.Hour),
 		instance("i-ended", ended.ID, 1, time.Hour),
 		instance("i-cancelled", cancelled.ID, 1, time.Hour),
 		instance("i-nojob", "j-00000000000000", 1, time.Hour),
-		instance("i-badtag", live.ID, 1, time.Hour, aws.TagAttempt, "x"),
+		instance("i-badtag", "", 0, time.Hour), // a bad attempt tag names no attempt
 		instance("i-young", "j-00000000000001", 1, time.Second),
-		instance("i-otherbackend", live.ID, 1, time.Hour, aws.TagBackend, "aws-us"),
-	}
+		instance("i-otherbackend", live.ID, 1, time.Hour, func(in *cloud.Instance) { in.Backend = "aws-us" }),
+	)
 	if err := b.s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -123,20 +82,18 @@ func TestReconciler(t *testing.T) {
 			t.Fatal("the reconciler did not run")
 		}
 	}
-	if got := cloud.terminatedIDs(); len(got) != 0 {
+	if got := fake.Terminated(); len(got) != 0 {
 		t.Fatalf("terminated %v while listing failed", got)
 	}
-	cloud.mu.Lock()
-	cloud.failList = false
-	cloud.mu.Unlock()
+	fake.FailFind(nil)
 	want := map[string]bool{"i-stale-attempt": true, "i-ended": true, "i-cancelled": true, "i-nojob": true, "i-badtag": true}
-	for deadline := time.Now().Add(5 * time.Second); len(cloud.terminatedIDs()) < len(want); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); len(fake.Terminated()) < len(want); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("terminated %v, want %v", cloud.terminatedIDs(), want)
+			t.Fatalf("terminated %v, want %v", fake.Terminated(), want)
 		}
 	}
 	time.Sleep(200 * time.Millisecond) // a few more passes: nothing else goes
-	got := cloud.terminatedIDs()
+	got := fake.Terminated()
 	seen := map[string]bool{}
 	for _, id := range got {
 		if !want[id] || seen[id] {

@@ -15,8 +15,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lathe-ml/lathe/backends/aws"
 	"github.com/lathe-ml/lathe/backends/aws/agent"
+	"github.com/lathe-ml/lathe/internal/cloud"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
@@ -24,23 +24,6 @@ import (
 	"github.com/lathe-ml/lathe/internal/trainer"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 )
-
-// CloudLauncher is what the AWS worker needs of backends/aws: *aws.Backend.
-type CloudLauncher interface {
-	// Launch makes sure the attempt has one instance (found by its tags
-	// first, or launched) and returns it.
-	Launch(ctx context.Context, req aws.Request) (aws.LaunchResult, error)
-	// Describe returns one instance; an error wrapping aws.ErrNotFound when
-	// EC2 does not know it, any other error says nothing about it.
-	Describe(ctx context.Context, instanceID string) (aws.Instance, error)
-	// Terminate terminates a managed instance (idempotent).
-	Terminate(ctx context.Context, instanceID string) error
-	// Price is the configured price of an instance, per hour.
-	Price(inst aws.Instance) float64
-	// DescribeBackend returns every instance of the backend (any state):
-	// one call for all watched instances.
-	DescribeBackend(ctx context.Context) ([]aws.Instance, error)
-}
 
 // CloudConfig configures the AWS worker of one cloud backend. Zero values
 // take the defaults stated.
@@ -52,9 +35,9 @@ type CloudConfig struct {
 	// Backend names the aws backend this worker runs. Required; it must be
 	// ready to launch (routing.Backend.LaunchReady).
 	Backend string
-	// EC2 launches, watches and terminates the backend's instances.
-	// Required.
-	EC2 CloudLauncher
+	// EC2 launches, watches, terminates and prices the backend's
+	// instances (backends/aws's Backend.Cloud). Required.
+	EC2 cloud.Backend
 	// S3 reads and writes the backend's work bucket (job.json, staged
 	// data, events, status, artifacts) and s3:// outputs. Required.
 	S3 agent.ObjectStore
@@ -213,7 +196,7 @@ type Cloud struct {
 	instMu  sync.Mutex
 	instAt  time.Time
 	instErr error
-	insts   map[string]aws.Instance
+	insts   map[string]cloud.Instance
 	state   int // 0 new, 1 started, 2 stopped
 	hbDone  chan struct{}
 }
@@ -430,13 +413,13 @@ func (c *Cloud) tmpDir(id string, attempt int) string {
 // every watched attempt; an instance that call did not list (a tag filter
 // not seeing it yet) is described on its own. An error says nothing about
 // the instance.
-func (c *Cloud) instance(ctx context.Context, id string) (aws.Instance, error) {
+func (c *Cloud) instance(ctx context.Context, id string) (cloud.Instance, error) {
 	c.instMu.Lock()
 	if time.Since(c.instAt) >= c.cfg.PollInterval {
-		all, err := c.cfg.EC2.DescribeBackend(ctx)
+		all, err := c.cfg.EC2.Find(ctx, cloud.Query{OwnOnly: true, Ended: true})
 		c.instAt, c.instErr = time.Now(), err
 		if err == nil {
-			c.insts = make(map[string]aws.Instance, len(all))
+			c.insts = make(map[string]cloud.Instance, len(all))
 			for _, in := range all {
 				c.insts[in.ID] = in
 			}
@@ -447,7 +430,7 @@ func (c *Cloud) instance(ctx context.Context, id string) (aws.Instance, error) {
 	c.instMu.Unlock()
 	switch {
 	case err != nil:
-		return aws.Instance{}, err
+		return cloud.Instance{}, err
 	case ok:
 		return in, nil
 	}

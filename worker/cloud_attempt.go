@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lathe-ml/lathe/backends/aws"
 	"github.com/lathe-ml/lathe/backends/aws/agent"
+	"github.com/lathe-ml/lathe/internal/cloud"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/trainer"
@@ -240,7 +240,7 @@ func (a *cloudAttempt) launch(ctx context.Context) (end endFunc, ok bool) {
 	if end, ok := a.writeJob(ctx, a.agentJob(dataset, evalDataset, maxRuntime)); !ok {
 		return end, false
 	}
-	req := aws.Request{JobID: a.job.ID, Attempt: a.n, GPUs: a.job.Spec.Resources.GPUs,
+	req := cloud.LaunchRequest{JobID: a.job.ID, Attempt: a.n, GPUs: a.job.Spec.Resources.GPUs,
 		GPUMemoryGB: a.job.Spec.Resources.GPUMemoryGB, GPUModels: a.job.Spec.Resources.GPUModels,
 		UserData: UserData(a.c.b.AgentPath, a.c.b.Region, a.jobURI)}
 	for {
@@ -257,9 +257,9 @@ func (a *cloudAttempt) launch(ctx context.Context) (end endFunc, ok bool) {
 		switch {
 		case ctx.Err() != nil:
 			return nil, false // detached
-		case errors.Is(err, aws.ErrNoFit):
+		case errors.Is(err, cloud.ErrNoFit):
 			return a.fail(jobtype.ReasonPermanent, "no instance type of backend "+a.c.b.Name+" fits the job's GPU request: "+err.Error()), false
-		case errors.Is(err, aws.ErrNoCapacity):
+		case errors.Is(err, cloud.ErrNoCapacity):
 			end, ok := a.waitAndRelaunch(ctx, fmt.Sprintf("no capacity for any instance type in any subnet of %s (site %s); the job waits in its site and tries again in %s",
 				a.c.b.Name, a.c.b.Site, a.c.cfg.LaunchRetry))
 			if !ok {
@@ -420,7 +420,7 @@ func (a *cloudAttempt) watchLoop(ctx context.Context) endFunc {
 				a.inst.State = inst.State
 				_ = a.c.store.RecordInstance(context.WithoutCancel(ctx), a.job.ID, a.n, a.inst)
 			}
-		case err == nil || errors.Is(err, aws.ErrNotFound):
+		case err == nil || errors.Is(err, cloud.ErrNotFound):
 			state := "unknown to EC2"
 			if err == nil {
 				state = inst.State
@@ -460,7 +460,7 @@ func (a *cloudAttempt) terminate(ctx context.Context) endFunc {
 		if err == nil {
 			break
 		}
-		if errors.Is(err, aws.ErrNotManaged) {
+		if errors.Is(err, cloud.ErrNotManaged) {
 			a.log.Error("instance is not managed by this cluster; not terminating it", slog.Any("err", err))
 			break
 		}
@@ -473,7 +473,7 @@ func (a *cloudAttempt) terminate(ctx context.Context) endFunc {
 	}
 	now := time.Now().UTC()
 	a.inst.State, a.inst.TerminatedAt = "terminated", &now
-	cost := aws.Cost(a.inst.LaunchTime, now, a.inst.USDPerHour)
+	cost := a.c.cfg.EC2.Cost(a.inst.LaunchTime, now, a.inst.USDPerHour)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if added, err := a.c.store.AddAttemptCost(wctx, a.job.ID, a.n, cost); err != nil {

@@ -10,46 +10,23 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/lathe-ml/lathe/internal/cloud"
 )
 
 // maxUserDataBytes is EC2's limit on user data before base64.
 const maxUserDataBytes = 16 * 1024
 
-// Request is what one launch needs: the job attempt it is for, its GPU
-// request and the instance's user data.
-type Request struct {
-	// JobID and Attempt (from 1) identify the attempt; they become the
-	// lathe:job-id and lathe:attempt tags.
-	JobID   string
-	Attempt int
-	// GPUs is the number of GPUs the instance must have (0: any).
-	GPUs int
-	// GPUMemoryGB is the memory each GPU must have, in GB (10^9 bytes,
-	// EC2's MiB converted and rounded to 0.1 GB: an A10G's 22888 MiB is
-	// 24.0 GB); 0: any.
-	GPUMemoryGB float64
-	// GPUModels are acceptable models, each matched case-insensitively as a
-	// substring of EC2's GPU name ("A100", "h100"); empty: any.
-	GPUModels []string
-	// UserData is the instance's user data, raw (this package base64-encodes
-	// it); at most 16 KiB. Never put credentials in it.
-	UserData string
-}
+// Request is what one launch needs (cloud.LaunchRequest): the job attempt
+// it is for, its GPU request (GPUMemoryGB is EC2's MiB converted and
+// rounded to 0.1 GB) and the instance's user data, at most 16 KiB raw (this
+// package base64-encodes it).
+type Request = cloud.LaunchRequest
 
-func (r Request) validate() error {
-	var bad []string
-	if r.JobID == "" || len(r.JobID) > 200 {
-		bad = append(bad, fmt.Sprintf("job id %q: want 1-200 characters", r.JobID))
-	}
-	if r.Attempt < 1 {
-		bad = append(bad, fmt.Sprintf("attempt %d: want >= 1", r.Attempt))
-	}
-	if r.GPUs < 0 {
-		bad = append(bad, fmt.Sprintf("gpus %d: want >= 0", r.GPUs))
-	}
-	if !(r.GPUMemoryGB >= 0) || math.IsInf(r.GPUMemoryGB, 0) {
-		bad = append(bad, fmt.Sprintf("gpu memory %v GB: want >= 0", r.GPUMemoryGB))
-	}
+// validateRequest checks req for EC2: cloud.RequestProblems and the user
+// data's size.
+func validateRequest(r Request) error {
+	bad := cloud.RequestProblems(r)
 	if len(r.UserData) > maxUserDataBytes {
 		bad = append(bad, fmt.Sprintf("user data: %d bytes, EC2 allows %d", len(r.UserData), maxUserDataBytes))
 	}
@@ -60,30 +37,14 @@ func (r Request) validate() error {
 }
 
 // Choice is one way to launch: an instance type in a market, at the
-// configured price.
+// configured price (its cloud.Offer: Type, Spot, USDPerHour, Market,
+// String), with the type's matching GPUs (from DescribeInstanceTypes).
 type Choice struct {
-	// Type is the EC2 instance type.
-	Type string
-	// Spot is true for the spot market, false for on-demand.
-	Spot bool
-	// USDPerHour is the configured price in that market.
-	USDPerHour float64
-	// GPUs, GPUModel and GPUMemoryGB describe the type's matching GPUs
-	// (from DescribeInstanceTypes).
+	cloud.Offer
 	GPUs        int
 	GPUModel    string
 	GPUMemoryGB float64
 }
-
-// Market is "spot" or "on-demand".
-func (c Choice) Market() string {
-	if c.Spot {
-		return "spot"
-	}
-	return "on-demand"
-}
-
-func (c Choice) String() string { return c.Type + " " + c.Market() }
 
 // gpuFit is what a type offers to a request: how many GPUs match.
 type gpuFit struct {
@@ -102,7 +63,7 @@ type gpuFit struct {
 // the type listed first in the config. An empty result with a nil error
 // means no allowed type fits.
 func (b *Backend) ChooseTypes(ctx context.Context, req Request) ([]Choice, error) {
-	if err := req.validate(); err != nil {
+	if err := validateRequest(req); err != nil {
 		return nil, err
 	}
 	names := make([]ec2types.InstanceType, len(b.cfg.InstanceTypes))
@@ -229,7 +190,7 @@ func rankChoices(cfg Config, fits []gpuFit) []Choice {
 			continue
 		}
 		p := price[f.name]
-		c := Choice{Type: f.name, GPUs: f.gpus, GPUModel: f.model, GPUMemoryGB: f.memGB}
+		c := Choice{Offer: cloud.Offer{Type: f.name}, GPUs: f.gpus, GPUModel: f.model, GPUMemoryGB: f.memGB}
 		if cfg.Spot != SpotNever && p.SpotUSDPerHour > 0 {
 			s := c
 			s.Spot, s.USDPerHour = true, p.SpotUSDPerHour

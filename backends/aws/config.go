@@ -119,6 +119,28 @@ func (c Config) validate() error {
 	default:
 		add("spot %q: want prefer, never or only", c.Spot)
 	}
+	c.validateTypes(add)
+	if c.EndpointURL != "" {
+		u, err := url.Parse(c.EndpointURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			// Never echo a password the URL carries (nor url.Parse's
+			// error, which quotes the whole URL).
+			shown := "(does not parse as a URL)"
+			if err == nil {
+				shown = u.Redacted()
+			}
+			add("endpoint_url %q: want http(s)://host[:port]", shown)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("aws: config: %s", strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// validateTypes adds what is wrong with the instance types (and with spot
+// "only" when none has a spot price) to validate's list.
+func (c Config) validateTypes(add func(format string, args ...any)) {
 	if len(c.InstanceTypes) == 0 {
 		add("instance_types: at least one is required")
 	}
@@ -144,20 +166,4 @@ func (c Config) validate() error {
 	if c.Spot == SpotOnly && len(c.InstanceTypes) > 0 && !anySpot {
 		add("spot %q: no instance type has a spot price", c.Spot)
 	}
-	if c.EndpointURL != "" {
-		u, err := url.Parse(c.EndpointURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			// Never echo a password the URL carries (nor url.Parse's
-			// error, which quotes the whole URL).
-			shown := "(does not parse as a URL)"
-			if err == nil {
-				shown = u.Redacted()
-			}
-			add("endpoint_url %q: want http(s)://host[:port]", shown)
-		}
-	}
-	if len(bad) > 0 {
-		return fmt.Errorf("aws: config: %s", strings.Join(bad, "; "))
-	}
-	return nil
 }

@@ -6,26 +6,41 @@ import (
 	"strings"
 
 	"github.com/aws/smithy-go"
+
+	"github.com/lathe-ml/lathe/internal/cloud"
 )
 
 // ErrNoCapacity is matched (errors.Is) by a *NoCapacityError: every choice
 // in every subnet of the backend was refused for capacity. The caller makes
 // the job wait in this backend's site; it never tries another region.
-var ErrNoCapacity = errors.New("aws: no capacity")
+var ErrNoCapacity error = &seamError{"aws: no capacity", cloud.ErrNoCapacity}
 
 // ErrNoFit is returned by Launch when no allowed instance type has the GPUs
 // the request needs: the job can never run on this backend (routing should
 // not have sent it here), unlike ErrNoCapacity.
-var ErrNoFit = errors.New("aws: no allowed instance type fits")
+var ErrNoFit error = &seamError{"aws: no allowed instance type fits", cloud.ErrNoFit}
 
 // ErrNotFound is returned by Describe for an instance EC2 does not know
 // (never launched, or terminated long enough ago to be forgotten).
-var ErrNotFound = errors.New("aws: instance not found")
+var ErrNotFound error = &seamError{"aws: instance not found", cloud.ErrNotFound}
 
 // ErrNotManaged is returned by Terminate for an instance that is not tagged
 // lathe:managed=true with this backend's cluster: Lathe never terminates
 // what it did not launch.
-var ErrNotManaged = errors.New("aws: instance not managed by this cluster")
+var ErrNotManaged error = &seamError{"aws: instance not managed by this cluster", cloud.ErrNotManaged}
+
+// seamError is a sentinel of this package that also matches (errors.Is)
+// its cloud package counterpart, so callers of the cloud.Backend seam
+// branch on cloud's errors while the messages stay this package's.
+type seamError struct {
+	msg  string
+	seam error
+}
+
+func (e *seamError) Error() string { return e.msg }
+
+// Is makes errors.Is(err, cloud.ErrX) true for this package's ErrX.
+func (e *seamError) Is(target error) bool { return target == e.seam }
 
 // NoCapacityError lists every launch attempt and why it was refused.
 type NoCapacityError struct {
@@ -40,8 +55,11 @@ func (e *NoCapacityError) Error() string {
 	return fmt.Sprintf("aws: no capacity after %d attempts: %s", len(e.Attempts), strings.Join(parts, "; "))
 }
 
-// Is makes errors.Is(err, ErrNoCapacity) true.
-func (e *NoCapacityError) Is(target error) bool { return target == ErrNoCapacity }
+// Is makes errors.Is(err, ErrNoCapacity) and errors.Is(err,
+// cloud.ErrNoCapacity) true.
+func (e *NoCapacityError) Is(target error) bool {
+	return target == ErrNoCapacity || target == cloud.ErrNoCapacity
+}
 
 // capacityCodes are RunInstances error codes that mean "not here, not now":
 // the next subnet or choice may work.

@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/lathe-ml/lathe/internal/cloud"
 )
 
 // liveStates are the states of an instance that exists and may bill (or
@@ -75,13 +77,21 @@ func filter(name string, values ...string) ec2types.Filter {
 	return ec2types.Filter{Name: aws.String(name), Values: values}
 }
 
-// managedFilters select this cluster's managed instances in live states.
-func (b *Backend) managedFilters() []ec2types.Filter {
-	return []ec2types.Filter{
-		filter("tag:"+TagManaged, "true"),
-		filter("tag:"+TagCluster, b.cfg.Cluster),
-		filter("instance-state-name", liveStates...),
+// filters select this cluster's managed instances (lathe:managed=true and
+// lathe:cluster), in live states unless q.Ended, this backend's only if
+// q.OwnOnly (lathe:backend), one job attempt's if q.JobID is set.
+func (b *Backend) filters(q cloud.Query) []ec2types.Filter {
+	f := []ec2types.Filter{filter("tag:"+TagManaged, "true"), filter("tag:"+TagCluster, b.cfg.Cluster)}
+	if !q.Ended {
+		f = append(f, filter("instance-state-name", liveStates...))
 	}
+	if q.OwnOnly {
+		f = append(f, filter("tag:"+TagBackend, b.cfg.Backend))
+	}
+	if q.JobID != "" {
+		f = append(f, filter("tag:"+TagJobID, q.JobID), filter("tag:"+TagAttempt, strconv.Itoa(q.Attempt)))
+	}
+	return f
 }
 
 // describe runs DescribeInstances over every page.
@@ -114,18 +124,15 @@ func (b *Backend) describe(ctx context.Context, in *ec2.DescribeInstancesInput) 
 // findAttempt returns this cluster's live instances of one job attempt,
 // oldest first.
 func (b *Backend) findAttempt(ctx context.Context, jobID string, attempt int) ([]Instance, error) {
-	f := append(b.managedFilters(),
-		filter("tag:"+TagJobID, jobID),
-		filter("tag:"+TagAttempt, strconv.Itoa(attempt)))
-	return b.describe(ctx, &ec2.DescribeInstancesInput{Filters: f})
+	return b.describe(ctx, &ec2.DescribeInstancesInput{Filters: b.filters(cloud.Query{JobID: jobID, Attempt: attempt})})
 }
 
 // FindManaged returns every instance tagged lathe:managed=true and this
 // backend's lathe:cluster that is pending, running, stopping or stopped,
 // oldest first, with all its tags: what the reconciler checks against the
-// live attempts (see Orphans).
+// live attempts (see cloud.Orphans).
 func (b *Backend) FindManaged(ctx context.Context) ([]Instance, error) {
-	out, err := b.describe(ctx, &ec2.DescribeInstancesInput{Filters: b.managedFilters()})
+	out, err := b.describe(ctx, &ec2.DescribeInstancesInput{Filters: b.filters(cloud.Query{})})
 	if err != nil {
 		return nil, fmt.Errorf("aws: find managed instances of cluster %s: %w", b.cfg.Cluster, err)
 	}
@@ -188,11 +195,7 @@ func (b *Backend) Terminate(ctx context.Context, instanceID string) error {
 // any state, terminated ones included while EC2 still lists them: one
 // paginated DescribeInstances for all the instances a worker watches.
 func (b *Backend) DescribeBackend(ctx context.Context) ([]Instance, error) {
-	out, err := b.describe(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
-		filter("tag:"+TagManaged, "true"),
-		filter("tag:"+TagCluster, b.cfg.Cluster),
-		filter("tag:"+TagBackend, b.cfg.Backend),
-	}})
+	out, err := b.describe(ctx, &ec2.DescribeInstancesInput{Filters: b.filters(cloud.Query{OwnOnly: true, Ended: true})})
 	if err != nil {
 		return nil, fmt.Errorf("aws: describe the instances of backend %s: %w", b.cfg.Backend, err)
 	}

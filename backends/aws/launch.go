@@ -12,28 +12,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/lathe-ml/lathe/internal/cloud"
 )
 
-// LaunchAttempt is one RunInstances call and its outcome: an event on the
-// job.
-type LaunchAttempt struct {
-	Choice Choice
-	Subnet string
-	// Code is the AWS error code; "" when the call launched InstanceID.
-	Code string
-	// Message is the AWS error message, if any.
-	Message string
-	// InstanceID is the launched instance on success.
-	InstanceID string
-}
-
-func (a LaunchAttempt) String() string {
-	s := a.Choice.String() + " in " + a.Subnet + ": "
-	if a.Code == "" {
-		return s + "launched " + a.InstanceID
-	}
-	return s + a.Code
-}
+// LaunchAttempt is one RunInstances call and its outcome (Code and Message
+// are the AWS error's): an event on the job.
+type LaunchAttempt = cloud.LaunchAttempt
 
 // LaunchResult is what Launch did.
 type LaunchResult struct {
@@ -61,7 +46,7 @@ type LaunchResult struct {
 // never leaves the backend's region.
 func (b *Backend) Launch(ctx context.Context, req Request) (LaunchResult, error) {
 	var res LaunchResult
-	if err := req.validate(); err != nil {
+	if err := validateRequest(req); err != nil {
 		return res, err
 	}
 	found, err := b.findAttempt(ctx, req.JobID, req.Attempt)
@@ -96,7 +81,7 @@ func (b *Backend) Launch(ctx context.Context, req Request) (LaunchResult, error)
 				out, err := b.ec2.RunInstances(ctx, in, noSDKRetry)
 				if err == nil && len(out.Instances) > 0 {
 					inst := fromEC2(out.Instances[0])
-					res.Attempts = append(res.Attempts, LaunchAttempt{Choice: c, Subnet: subnet, InstanceID: inst.ID})
+					res.Attempts = append(res.Attempts, LaunchAttempt{Choice: c.Offer, Subnet: subnet, InstanceID: inst.ID})
 					res.Instance = inst
 					b.log.Info("aws: launched instance", "job_id", req.JobID, "attempt", req.Attempt,
 						"instance_id", inst.ID, "instance_type", c.Type, "market", c.Market(), "subnet", subnet)
@@ -106,7 +91,7 @@ func (b *Backend) Launch(ctx context.Context, req Request) (LaunchResult, error)
 					err = fmt.Errorf("RunInstances returned no instance")
 				}
 				code := errorCode(err)
-				res.Attempts = append(res.Attempts, LaunchAttempt{Choice: c, Subnet: subnet, Code: code, Message: errorMessage(err)})
+				res.Attempts = append(res.Attempts, LaunchAttempt{Choice: c.Offer, Subnet: subnet, Code: code, Message: errorMessage(err)})
 				switch {
 				case capacityCodes[code]:
 					b.log.Info("aws: no capacity", "job_id", req.JobID, "attempt", req.Attempt,

@@ -515,15 +515,15 @@ func TestFindManagedAndOrphans(t *testing.T) {
 	}
 
 	later := managed[len(managed)-1].LaunchTime.Add(time.Hour)
-	orphans := Orphans(managed, map[string]int{"job-a": 2}, later, 10*time.Minute)
+	orph := orphans(managed, map[string]int{"job-a": 2}, later, 10*time.Minute)
 	got := map[string]bool{}
-	for _, o := range orphans {
+	for _, o := range orph {
 		got[o.ID] = true
 	}
-	if len(orphans) != 2 || !got[a1] || !got[b1] {
+	if len(orph) != 2 || !got[a1] || !got[b1] {
 		t.Fatalf("orphans = %v, want %s (stale attempt) and %s (no live attempt)", got, a1, b1)
 	}
-	if young := Orphans(managed, nil, managed[0].LaunchTime.Add(time.Minute), 10*time.Minute); len(young) != 0 {
+	if young := orphans(managed, nil, managed[0].LaunchTime.Add(time.Minute), 10*time.Minute); len(young) != 0 {
 		t.Fatalf("young orphans = %v", young)
 	}
 }

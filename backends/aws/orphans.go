@@ -5,34 +5,6 @@ import (
 	"time"
 )
 
-// Orphans returns the instances the reconciler must terminate: each one
-// tagged lathe:managed=true, not already terminated or shutting down,
-// launched more than grace before now, that is not the live attempt of its
-// job (live maps job id → the attempt that may run now). It fails closed:
-// an instance whose job or attempt tag is missing or unparseable, or whose
-// launch time is unknown, counts as old and orphaned. Instances without
-// lathe:managed=true are never returned. instances must be this cluster's
-// (FindManaged's result). Pure: no AWS, no clock.
-func Orphans(instances []Instance, live map[string]int, now time.Time, grace time.Duration) []Instance {
-	var out []Instance
-	for _, in := range instances {
-		if in.Tags[TagManaged] != "true" || in.Gone() {
-			continue
-		}
-		if !in.LaunchTime.IsZero() && now.Sub(in.LaunchTime) <= grace {
-			continue
-		}
-		job, attempt, ok := in.JobAttempt()
-		if ok {
-			if a, isLive := live[job]; isLive && a == attempt {
-				continue
-			}
-		}
-		out = append(out, in)
-	}
-	return out
-}
-
 // MinBilled is the shortest time Cost bills.
 const MinBilled = 60 * time.Second
 

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"github.com/lathe-ml/lathe/internal/cloud"
 )
 
 func validConfig() Config {
@@ -160,7 +162,18 @@ func managed(id, job, attempt string, launched time.Time) Instance {
 	return Instance{ID: id, State: "running", LaunchTime: launched, Tags: tags}
 }
 
-// TestOrphans: what the reconciler terminates, failing closed.
+// orphans is cloud.Orphans of EC2 instances seen through the seam
+// (Instance.Cloud): their tags parsed, then the reconciler's policy.
+func orphans(insts []Instance, live map[string]int, now time.Time, grace time.Duration) []cloud.Instance {
+	out := make([]cloud.Instance, len(insts))
+	for i, in := range insts {
+		out[i] = in.Cloud()
+	}
+	return cloud.Orphans(out, live, now, grace)
+}
+
+// TestOrphans: what the reconciler terminates, failing closed, with the
+// tags as EC2 holds them.
 func TestOrphans(t *testing.T) {
 	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	grace := 10 * time.Minute
@@ -192,7 +205,7 @@ func TestOrphans(t *testing.T) {
 	var all []Instance
 	want := map[string]bool{}
 	for _, c := range cases {
-		got := Orphans([]Instance{c.inst}, live, now, grace)
+		got := orphans([]Instance{c.inst}, live, now, grace)
 		if (len(got) == 1) != c.orphan {
 			t.Errorf("%s: orphan = %v, want %v", c.name, len(got) == 1, c.orphan)
 		}
@@ -201,7 +214,7 @@ func TestOrphans(t *testing.T) {
 			want[c.inst.ID] = true
 		}
 	}
-	got := Orphans(all, live, now, grace)
+	got := orphans(all, live, now, grace)
 	if len(got) != len(want) {
 		t.Fatalf("all together: %d orphans, want %d", len(got), len(want))
 	}
@@ -210,7 +223,7 @@ func TestOrphans(t *testing.T) {
 			t.Errorf("unexpected orphan %s", o.ID)
 		}
 	}
-	if got := Orphans(all, nil, now, grace); len(got) < len(want) {
+	if got := orphans(all, nil, now, grace); len(got) < len(want) {
 		t.Errorf("no live attempts: %d orphans, want at least %d", len(got), len(want))
 	}
 }

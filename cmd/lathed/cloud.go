@@ -94,7 +94,7 @@ func cloudReconcilers(ctx context.Context, rc routing.Config, cluster, endpoint 
 			log.Error("reconciler: backend not watched", slog.String("backend", b.Name), slog.Any("err", err))
 			continue
 		}
-		out[b.Name] = eb
+		out[b.Name] = eb.Cloud()
 	}
 	return out
 }
@@ -129,7 +129,7 @@ func startCloudWorker(ctx context.Context, rdb redis.UniversalClient, store *job
 		return nil, err
 	}
 	c, err := worker.NewCloud(rdb, store, worker.CloudConfig{
-		Routing: fc.route, Backend: name, EC2: eb, S3: agent.NewS3Store(s3Client(awsCfg, endpoint)), Ledger: led,
+		Routing: fc.route, Backend: name, EC2: eb.Cloud(), S3: agent.NewS3Store(s3Client(awsCfg, endpoint)), Ledger: led,
 		DataDir: dataDir, AllowedRoots: roots, Deny: daemonDeny(fc), MaxAttempts: fc.Worker.MaxAttempts, DefaultMaxRuntime: fc.Jobs.DefaultMaxRuntime.D(),
 		LeaseTTL: fc.AWS.LeaseTTL.D(), HeartbeatTTL: fc.Worker.HeartbeatTTL.D(), PollInterval: fc.AWS.PollInterval.D(),
 		LaunchRetry: fc.AWS.LaunchRetry.D(), StatusGrace: fc.AWS.StatusGrace.D(), TrainerPassEnv: trainerPassEnv(fc.Trainers), Logger: log,
