@@ -291,7 +291,7 @@ func (a *cloudAttempt) writeJob(ctx context.Context, job agent.Job) (endFunc, bo
 
 // launched records the instance the attempt got (launched now, or found
 // launched before a restart) on the job and in its events.
-func (a *cloudAttempt) launched(ctx context.Context, res aws.LaunchResult) {
+func (a *cloudAttempt) launched(ctx context.Context, res cloud.LaunchResult) {
 	inst := res.Instance
 	price, spot := a.c.cfg.EC2.Price(inst), inst.Spot
 	for _, t := range res.Attempts {
