@@ -1,0 +1,48 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestTreeKeepsItsLayers holds the tree to the layering of
+// docs/architecture.md: no production import outside importRules.
+func TestTreeKeepsItsLayers(t *testing.T) {
+	bad, err := layerViolations("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bad {
+		t.Error(b)
+	}
+}
+
+// TestLayerViolationsAreFound runs the check on a tree that breaks two rules
+// (internal/ importing scheduler/, placement importing routing) and keeps
+// one (worker importing internal/), so the check above can fail.
+func TestLayerViolationsAreFound(t *testing.T) {
+	root := t.TempDir()
+	write := func(rel, src string) {
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("internal/x/x.go", "package x\nimport _ \""+module+"scheduler\"\n")
+	write("scheduler/placement/p.go", "package placement\nimport _ \""+module+"scheduler/routing\"\n")
+	write("worker/w.go", "package worker\nimport _ \""+module+"internal/x\"\n")
+	write("internal/x/x_test.go", "package x\nimport _ \""+module+"cmd/lathe\"\n") // tests may
+	bad, err := layerViolations(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bad) != 2 || !strings.Contains(bad[0], "internal/x/x.go imports scheduler") ||
+		!strings.Contains(bad[1], "scheduler/placement/p.go imports scheduler/routing") {
+		t.Fatalf("violations = %q, want the two broken rules", bad)
+	}
+}
