@@ -83,3 +83,62 @@ func TestDecideRoundIsPure(t *testing.T) {
 		t.Fatal("the same input decided differently")
 	}
 }
+
+// TestDecideRoundCountsAHeldReservationOnce re-routes two retries to a
+// priced cloud backend in one round. The first already holds its budget
+// reservation (Reserve will be a no-op for it), and the spends read count
+// it: the round must not count it a second time, or the second retry would
+// be refused a budget that has room for it.
+func TestDecideRoundCountsAHeldReservationOnce(t *testing.T) {
+	rc, err := routing.ParseConfig([]byte(`
+sites:
+  dc-frankfurt: [onprem, eu]
+  aws-eu-central-1: [cloud, eu]
+redis_site: dc-frankfurt
+backends:
+  aws-eu:
+    kind: aws
+    site: aws-eu-central-1
+    region: eu-central-1
+    checkpoint_uri: s3://lathe-eu-ckpt/
+    budget_usd_per_month: 4
+    instance_types:
+      g6e.xlarge: {gpus: 1, gpu_model: L40S, gpu_memory_gb: 48, on_demand_usd_per_hour: 1.5}
+datasets:
+  buckets: {lathe-eu-ckpt: aws-eu-central-1, lathe-eu-data: aws-eu-central-1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := &routeState{cfg: rc, hash: rc.Hash()}
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	job := func(id string) *jobtype.Job {
+		return &jobtype.Job{ID: id, State: jobtype.StateQueued, Attempt: 2, UpdatedAt: now, OutputURI: "s3://lathe-eu-ckpt/out/" + id,
+			Route: &jobtype.RouteInfo{Backend: "aws-eu", Kind: routing.KindAWS, Attempt: 1, ConfigHash: rs.hash, DecidedAt: now},
+			Spec: jobspec.Spec{Name: id, BaseModel: "tiny-char", Trainer: "reference", Residency: []string{"eu"},
+				Dataset: "s3://lathe-eu-data/train.jsonl", Resources: jobspec.Resources{GPUs: 1},
+				ExpectedRuntime: jobspec.Duration(time.Hour), MaxRuntime: jobspec.Duration(time.Hour),
+				Output: jobspec.Output{URI: "s3://lathe-eu-ckpt/out"}}}
+	}
+	holder, second := job("holder"), job("second")
+	in := &roundInput{now: now, pending: []string{"holder", "second"}, jobs: map[string]*jobtype.Job{"holder": holder, "second": second},
+		routing: routingInput{now: now, stepTimes: map[string]float64{}, spends: map[string]jobstore.Spend{}}}
+	estimate := decideRoute(holder, "retry", rs, routingSnapshot(rs, Assumptions{}, in.routing), now, false).decision.EstCostUSD
+	if estimate <= 0 || 3*estimate <= 4 || 2*estimate > 4 {
+		t.Fatalf("estimate %.2f: the test needs 2 estimates to fit the $4 budget and 3 not to", estimate)
+	}
+	// The holder's reservation is in the spends read, and on its record.
+	holder.BudgetReservedUSD = estimate
+	in.routing.spends["backend:aws-eu"] = jobstore.Spend{ReservedUSD: estimate}
+
+	plan := decideRound(in, rs, roundOptions{defaultMaxRuntime: 24 * time.Hour})
+
+	if len(plan.reroutes) != 2 {
+		t.Fatalf("reroutes = %+v, want both retries", plan.reroutes)
+	}
+	for _, rp := range plan.reroutes {
+		if rp.held != "" || rp.decision.Refused {
+			t.Fatalf("%s: refused (%s; %v): its reservation was counted twice", rp.job.ID, rp.held, rp.decision.Reasons)
+		}
+	}
+}
