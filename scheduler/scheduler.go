@@ -64,6 +64,14 @@ type Config struct {
 	// IdleTimeout closes a keep-alive connection that sends no new request
 	// for this long; default 60s.
 	IdleTimeout time.Duration
+	// MaxConns caps the API's open connections, follow streams included;
+	// one more is answered 503 and closed before it is read. Default 4096;
+	// negative: no cap.
+	MaxConns int
+	// MaxConnsPerIP caps the open connections of one client IP (429 and
+	// closed beyond it), so one host cannot take every slot. Default 256;
+	// negative: no cap.
+	MaxConnsPerIP int
 	// RedisTimeout bounds each request's Redis work, so the API answers 503
 	// within 2 s when Redis is away; default 1.5s.
 	RedisTimeout time.Duration
@@ -177,6 +185,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 60 * time.Second
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = 4096 // negative stays: no cap
+	}
+	if c.MaxConnsPerIP == 0 {
+		c.MaxConnsPerIP = 256
 	}
 	if c.RedisTimeout <= 0 {
 		c.RedisTimeout = 1500 * time.Millisecond
@@ -303,6 +317,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("scheduler: listen %s: %w", s.cfg.Listen, err)
 	}
+	ln = newConnLimiter(ln, s.cfg.MaxConns, s.cfg.MaxConnsPerIP, s.log)
 	s.ln = ln
 	s.httpSrv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, ReadTimeout: s.cfg.ReadTimeout,
 		WriteTimeout: s.cfg.WriteTimeout, IdleTimeout: s.cfg.IdleTimeout}

@@ -154,6 +154,10 @@ type schedulerSection struct {
 	HTTPReadTimeout       duration `yaml:"http_read_timeout"`
 	HTTPWriteTimeout      duration `yaml:"http_write_timeout"`
 	HTTPIdleTimeout       duration `yaml:"http_idle_timeout"`
+	// The API's connection caps (scheduler.Config's MaxConns,
+	// MaxConnsPerIP); 0 = their defaults, negative = no cap.
+	HTTPMaxConns      int `yaml:"http_max_conns"`
+	HTTPMaxConnsPerIP int `yaml:"http_max_conns_per_ip"`
 }
 
 type workerSection struct {

@@ -27,6 +27,9 @@ func TestExampleConfigLoads(t *testing.T) {
 		sc.HTTPWriteTimeout.D() != time.Minute || sc.HTTPIdleTimeout.D() != time.Minute {
 		t.Fatalf("example config's API timeouts: %+v", sc)
 	}
+	if sc := c.Scheduler; sc.HTTPMaxConns != 4096 || sc.HTTPMaxConnsPerIP != 256 {
+		t.Fatalf("example config's API connection caps: %+v", sc)
+	}
 	if argv := c.Trainers["reference"].Command; len(argv) != 2 || argv[0] != "/usr/bin/python3" {
 		t.Fatalf("reference trainer %v", argv)
 	}

@@ -389,6 +389,7 @@ func (d *wiring) startScheduler(ctx context.Context) error {
 		FollowRedis: followRDB, Logger: log,
 		ReadHeaderTimeout: fc.Scheduler.HTTPReadHeaderTimeout.D(), ReadTimeout: fc.Scheduler.HTTPReadTimeout.D(),
 		WriteTimeout: fc.Scheduler.HTTPWriteTimeout.D(), IdleTimeout: fc.Scheduler.HTTPIdleTimeout.D(),
+		MaxConns: fc.Scheduler.HTTPMaxConns, MaxConnsPerIP: fc.Scheduler.HTTPMaxConnsPerIP,
 		Clouds:         cloudReconcilers(ctx, fc.route, firstNonEmpty(fc.Cluster, defaultCluster), d.endpoint, log),
 		ReconcileEvery: fc.Scheduler.ReconcileEvery.D(), ReconcileGrace: fc.Scheduler.ReconcileGrace.D(),
 		NoEvictionCheck: d.managed != nil && d.managed.Embedded,
