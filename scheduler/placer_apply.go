@@ -21,7 +21,13 @@ func (p *placer) apply(ctx context.Context, in *roundInput, plan roundPlan, fp s
 	rs := s.routing()
 	for _, rp := range plan.reroutes {
 		if _, _, err := s.applyReroute(ctx, rs, rp); err != nil {
-			s.log.Warn("placer: snapshot", slog.Any("err", err))
+			if leftQueue(err) {
+				// Cancelled or deleted since the read: nothing to decide
+				// (its planned dispatch, if any, loses the same way).
+				s.log.Debug("placer: reroute of a job that left the queue", slog.String("job_id", rp.job.ID), slog.Any("err", err))
+				continue
+			}
+			s.log.Warn("placer: reroute", slog.Any("err", err))
 			return
 		}
 	}

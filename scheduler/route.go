@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -353,7 +354,16 @@ func (s *Scheduler) reroute(ctx context.Context, j *jobtype.Job, path string) (*
 	return s.applyReroute(ctx, rs, decideRoute(j, path, rs, snap, snap.Now, s.cfg.Ledger != nil))
 }
 
-// recheckAll re-decides every queued job (config reload). Running jobs
+// leftQueue reports whether a reroute lost because its job left the queued
+// attempt it was read at (dispatched, cancelled, deleted, retried): the
+// decision is moot, not a failure.
+func leftQueue(err error) bool {
+	var ce *jobstore.ConflictError
+	return errors.As(err, &ce) || errors.Is(err, jobstore.ErrNotFound)
+}
+
+// recheckAll re-decides every queued job (config reload); one that left the
+// queue meanwhile is skipped. Running jobs
 // keep running where they are (never moved); their next attempt is decided
 // again before it is placed.
 func (s *Scheduler) recheckAll(ctx context.Context) error {
@@ -369,7 +379,7 @@ func (s *Scheduler) recheckAll(ctx context.Context) error {
 		if j == nil || j.State != jobtype.StateQueued {
 			continue
 		}
-		if _, _, err := s.reroute(ctx, j, "config reload"); err != nil {
+		if _, _, err := s.reroute(ctx, j, "config reload"); err != nil && !leftQueue(err) {
 			return err
 		}
 	}

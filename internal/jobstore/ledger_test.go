@@ -149,7 +149,7 @@ func TestSetRouteLogged(t *testing.T) {
 				} else {
 					id := ids[(g+i)%len(ids)]
 					var ri *jobtype.RouteInfo
-					ri, err = s.SetRouteLogged(ctx, led, jobstore.RouteUpdate{ID: id, Route: &jobtype.RouteInfo{Backend: "local", Path: "retry"}, Records: recs(id, "retry")})
+					ri, err = s.SetRouteLogged(ctx, led, jobstore.RouteUpdate{ID: id, Route: &jobtype.RouteInfo{Backend: "local", Path: "retry", Attempt: 1}, Records: recs(id, "retry")})
 					if err == nil && (ri.LedgerSeq == 0 || ri.Backend != "local") {
 						err = fmt.Errorf("returned route %+v", ri)
 					}
@@ -175,7 +175,7 @@ func TestSetRouteLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, _ := s.Get(ctx, ids[0])
-	_, err = s.SetRouteLogged(ctx, led, jobstore.RouteUpdate{ID: ids[0], Route: &jobtype.RouteInfo{Backend: "aws-eu", Path: "config reload"}, Records: recs(ids[0], "config reload")})
+	_, err = s.SetRouteLogged(ctx, led, jobstore.RouteUpdate{ID: ids[0], Route: &jobtype.RouteInfo{Backend: "aws-eu", Path: "config reload", Attempt: 1}, Records: recs(ids[0], "config reload")})
 	var ce *jobstore.ConflictError
 	if !errors.As(err, &ce) || ce.State != jobtype.StateCancelled {
 		t.Fatalf("set route on a cancelled job: %v", err)
@@ -192,7 +192,7 @@ func TestSetRouteLogged(t *testing.T) {
 	}
 
 	// Without a ledger: the route alone.
-	if ri, err := s.SetRouteLogged(ctx, nil, jobstore.RouteUpdate{ID: ids[1], Route: &jobtype.RouteInfo{Backend: "local", Path: "retry", LedgerSeq: 0}, Held: "held: why"}); err != nil || ri.LedgerSeq != 0 {
+	if ri, err := s.SetRouteLogged(ctx, nil, jobstore.RouteUpdate{ID: ids[1], Route: &jobtype.RouteInfo{Backend: "local", Path: "retry", Attempt: 1, LedgerSeq: 0}, Held: "held: why"}); err != nil || ri.LedgerSeq != 0 {
 		t.Fatalf("without a ledger: %+v %v", ri, err)
 	}
 	if j, _ := s.Get(ctx, ids[1]); j.Held != "held: why" {
@@ -202,7 +202,7 @@ func TestSetRouteLogged(t *testing.T) {
 		t.Fatalf("a route without a ledger appended records: head %d, was %d", h, headBefore)
 	}
 	// Put ids[1] back on a logged route for the check below.
-	if _, err := s.SetRouteLogged(ctx, led, jobstore.RouteUpdate{ID: ids[1], Route: &jobtype.RouteInfo{Backend: "local", Path: "retry"}, Records: recs(ids[1], "retry")}); err != nil {
+	if _, err := s.SetRouteLogged(ctx, led, jobstore.RouteUpdate{ID: ids[1], Route: &jobtype.RouteInfo{Backend: "local", Path: "retry", Attempt: 1}, Records: recs(ids[1], "retry")}); err != nil {
 		t.Fatal(err)
 	}
 

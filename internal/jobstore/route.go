@@ -15,8 +15,10 @@ import (
 	"github.com/lathe-ml/lathe/internal/ledger"
 )
 
-// setRouteScript writes a job's route and held reason, on a job that has
-// not ended. With ledger keys it also appends the decision's records, in the
+// setRouteScript writes a job's route and held reason, on a queued job at
+// the attempt the route was decided for: a routing decision is for one
+// queued attempt, so a job that was dispatched, cancelled or deleted, or
+// moved to another attempt, since it was read gets none. With ledger keys it also appends the decision's records, in the
 // same call: first the job is checked (nothing is written for a missing or
 // ended job), then the ledger's head (ledger_check: a head that moved is
 // answered, nothing written), then the route is written and the records
@@ -30,41 +32,47 @@ import (
 //	ARGV[2]  job id
 //	ARGV[3]  route JSON
 //	ARGV[4]  held reason ('' not held)
+//	ARGV[5]  attempt the route is for
 //	with KEYS:
-//	ARGV[5]  head seq the records were sealed on
-//	ARGV[6]  head mac
-//	ARGV[7]  record count
-//	ARGV[8…] the records' ledger.EntryArgs
+//	ARGV[6]  head seq the records were sealed on
+//	ARGV[7]  head mac
+//	ARGV[8]  record count
+//	ARGV[9…] the records' ledger.EntryArgs
 //
-// Returns the job reply: DONE, CONFLICT (ended), NOT_FOUND; or a
-// ledger_check reply.
+// Returns the job reply: DONE, CONFLICT (not queued, or at another
+// attempt), NOT_FOUND; or a ledger_check reply.
 var setRouteScript = redis.NewScript(luaCommon + ledger.LuaAppend + `
 local id = ARGV[2]
 local st = redis.call('HGET', jobkey(id), 'state')
-if not st then return {-1, '', 0, 0} end
-if terminal(st) then return reply(0, id) end
+if not st then return {NOT_FOUND, '', 0, 0} end
+if st ~= 'queued' or redis.call('HGET', jobkey(id), 'attempt') ~= ARGV[5] then return reply(CONFLICT, id) end
 if #KEYS == 2 then
-  local bad = ledger_check(KEYS[1], KEYS[2], ARGV[5], ARGV[6])
+  local bad = ledger_check(KEYS[1], KEYS[2], ARGV[6], ARGV[7])
   if bad then return bad end
 end
 redis.call('HSET', jobkey(id), 'route', ARGV[3], 'held', ARGV[4])
-if #KEYS == 2 then ledger_write(KEYS[1], KEYS[2], ARGV, 8, tonumber(ARGV[7])) end
+if #KEYS == 2 then ledger_write(KEYS[1], KEYS[2], ARGV, 9, tonumber(ARGV[8])) end
 return reply(1, id)
 `)
 
 // SetRoute records a new routing decision (spill-over, retry, config
-// reload) and the held reason ("" = not held) on a job that has not ended.
+// reload) and the held reason ("" = not held) on a queued job at
+// route.Attempt; on any other a ConflictError (it left the queue, or moved
+// to another attempt, since it was read).
 // A decision that has ledger records goes through SetRouteLogged instead.
 func (s *Store) SetRoute(ctx context.Context, id string, route *jobtype.RouteInfo, held string) error {
-	r, err := s.run(ctx, "set route", id, setRouteScript, mustJSON(route), held)
+	r, err := s.run(ctx, "set route", id, setRouteScript, mustJSON(route), held, route.Attempt)
 	if err != nil {
 		return err
 	}
 	if r.code != codeDone {
-		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: "set route needs a job that has not ended"}
+		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: setRouteWant}
 	}
 	return nil
 }
+
+// setRouteWant is what a set route that lost asked for.
+const setRouteWant = "set route needs the job queued at the attempt the route was decided for"
 
 // RouteUpdate is a new routing decision for SetRouteLogged.
 type RouteUpdate struct {
@@ -84,8 +92,8 @@ type RouteUpdate struct {
 // (u.Records) to l in the same script that writes the route: both are
 // stored or neither (Redis at maxmemory, a lost connection, a crash between
 // them cannot leave a decision whose route was never stored). A job that is
-// gone (ErrNotFound) or has ended (a ConflictError) gets neither route nor
-// records. It returns the route as stored. With no ledger, or no records,
+// gone (ErrNotFound), or is no longer queued at u.Route.Attempt (a
+// ConflictError), gets neither route nor records. It returns the route as stored. With no ledger, or no records,
 // it is SetRoute.
 func (s *Store) SetRouteLogged(ctx context.Context, l *ledger.Ledger, u RouteUpdate) (*jobtype.RouteInfo, error) {
 	id, route, held, records := u.ID, u.Route, u.Held, u.Records
@@ -107,7 +115,7 @@ func (s *Store) SetRouteLogged(ctx context.Context, l *ledger.Ledger, u RouteUpd
 		}
 		ri := *route
 		ri.LedgerSeq = sealed[0].Seq
-		args := append([]any{s.cfg.Prefix, id, mustJSON(&ri), held, strconv.FormatInt(seq, 10), mac, len(sealed)}, ledger.EntryArgs(sealed)...)
+		args := append([]any{s.cfg.Prefix, id, mustJSON(&ri), held, route.Attempt, strconv.FormatInt(seq, 10), mac, len(sealed)}, ledger.EntryArgs(sealed)...)
 		v, err := setRouteScript.Run(ctx, s.rdb, l.Keys(), args...).Slice()
 		if err != nil {
 			return nil, fmt.Errorf("jobstore: set route %s: %w", id, err)
@@ -131,7 +139,7 @@ func (s *Store) SetRouteLogged(ctx context.Context, l *ledger.Ledger, u RouteUpd
 		case codeNotFound:
 			return nil, fmt.Errorf("jobstore: set route %s: %w", id, ErrNotFound)
 		default:
-			return nil, &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: "set route needs a job that has not ended"}
+			return nil, &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: setRouteWant}
 		}
 	}
 }

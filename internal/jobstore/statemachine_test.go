@@ -90,7 +90,7 @@ func storeOps() map[string]storeOp {
 			return s.Adopt(ctx, jobstore.AdoptParams{ID: id, Attempt: 1, Node: "n1", From: "dead", To: "inc2", Lease: lease})
 		}},
 		"set route": {"", func(ctx context.Context, s *jobstore.Store, id string) error {
-			return s.SetRoute(ctx, id, &jobtype.RouteInfo{Backend: "local"}, "")
+			return s.SetRoute(ctx, id, &jobtype.RouteInfo{Backend: "local", Attempt: 1}, "")
 		}},
 	}
 }
