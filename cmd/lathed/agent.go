@@ -23,6 +23,7 @@ import (
 func agentCmd(stderr io.Writer, logLevel *string) *cobra.Command {
 	var (
 		job, endpoint, workDir, imds string
+		cgroupRoot                   string
 		noShutdown                   bool
 		imdsPoll                     time.Duration
 	)
@@ -59,7 +60,7 @@ func agentCmd(stderr io.Writer, logLevel *string) *cobra.Command {
 				return err
 			}
 			cfg := agent.Config{JobURI: job, S3: client, WorkDir: filepath.Join(workDir, "work"), Logger: log,
-				TrainerArgv: []string{"/usr/bin/python3", filepath.Join(scriptsDir, "train_lora.py")}}
+				TrainerArgv: []string{"/usr/bin/python3", filepath.Join(scriptsDir, "train_lora.py")}, CgroupRoot: cgroupRoot}
 			if imds != "" {
 				cfg.IMDSEndpoint = imds
 			}
@@ -87,6 +88,7 @@ func agentCmd(stderr io.Writer, logLevel *string) *cobra.Command {
 	f.StringVar(&workDir, "work-dir", "", "local folder for data, checkpoints and outputs (default a new temporary one)")
 	f.StringVar(&imds, "imds-endpoint", "", "instance metadata service (default http://169.254.169.254)")
 	f.DurationVar(&imdsPoll, "imds-poll-interval", agent.DefaultIMDSPollInterval, "how often the spot interruption notice is polled")
+	f.StringVar(&cgroupRoot, "cgroup-root", agent.CgroupAuto, "cgroup v2 directory for the trainer's cgroup (auto finds one; none: a process group only)")
 	f.BoolVar(&noShutdown, "no-shutdown", false, "do not shut the machine down at the end (tests, debugging)")
 	return cmd
 }

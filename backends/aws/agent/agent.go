@@ -92,9 +92,22 @@ type Config struct {
 	// Logger receives the agent's records; nil discards them.
 	Logger *slog.Logger
 
+	// CgroupRoot is the cgroup v2 directory under which the trainer's
+	// cgroup (CgroupRoot/JOB_ID-ATTEMPT) goes, so that every process it
+	// starts, one that left its process group included, dies with the
+	// attempt: "" or CgroupAuto finds one (trainer.AutoCgroupRoot),
+	// CgroupNone runs the trainer in a process group only. Where auto finds
+	// none, the attempt runs in a process group and the log says so.
+	CgroupRoot string
 	// store replaces the S3 adapter (tests).
 	store ObjectStore
 }
+
+// The special values of Config.CgroupRoot (as worker.cgroup_root).
+const (
+	CgroupAuto = "auto"
+	CgroupNone = "none"
+)
 
 func (cfg Config) normalise() (Config, JobURI, error) {
 	uri, err := ParseJobURI(cfg.JobURI)
@@ -112,6 +125,13 @@ func (cfg Config) normalise() (Config, JobURI, error) {
 	}
 	if cfg.KillGrace <= 0 {
 		cfg.KillGrace = DefaultKillGrace
+	}
+	switch r := cfg.CgroupRoot; {
+	case r == "":
+		cfg.CgroupRoot = CgroupAuto
+	case r == CgroupAuto, r == CgroupNone:
+	case !filepath.IsAbs(r) || filepath.Clean(r) != r:
+		return cfg, uri, fmt.Errorf("agent: --cgroup-root %q: must be %q, %q or a clean absolute path to a cgroup v2 directory", r, CgroupAuto, CgroupNone)
 	}
 	if cfg.IMDSEndpoint == "" {
 		cfg.IMDSEndpoint = DefaultIMDSEndpoint
@@ -400,6 +420,7 @@ func (a *agent) execute(ctx, bg context.Context, job *Job, p prepared, guard *ti
 		PassEnv:   job.TrainerPassEnv,
 		Dir:       p.work,
 		KillGrace: a.cfg.KillGrace,
+		Cgroup:    a.attemptCgroup(job),
 		Logger:    a.log,
 	}, sink)
 	stopWatch()
@@ -605,4 +626,29 @@ func (s *sink) Log(stream, line string) {
 func (s *sink) lastLogs() string {
 	b, _ := json.Marshal(s.logs)
 	return string(b)
+}
+
+// attemptCgroup is the trainer's cgroup (Config.CgroupRoot/JOB_ID-ATTEMPT),
+// made ready, or "" to run it in a process group only (CgroupNone, or no
+// usable cgroup v2, which is logged).
+func (a *agent) attemptCgroup(job *Job) string {
+	root := a.cfg.CgroupRoot
+	switch root {
+	case CgroupNone:
+		a.log.Warn("--cgroup-root none: the trainer runs in a process group only; a process it moves out of its group outlives the attempt until the instance ends")
+		return ""
+	case CgroupAuto:
+		r, err := trainer.AutoCgroupRoot()
+		if err != nil {
+			a.log.Error("NO USABLE CGROUP V2: the trainer runs in a process group only; a process it moves out of its group outlives the attempt until the instance ends", slog.Any("err", err))
+			return ""
+		}
+		root = r
+	}
+	dir := filepath.Join(root, job.JobID+"-"+strconv.Itoa(job.Attempt))
+	if err := trainer.PrepareCgroup(root); err != nil {
+		a.log.Error("NO USABLE CGROUP V2 at --cgroup-root: the trainer runs in a process group only", slog.String("cgroup_root", root), slog.Any("err", err))
+		return ""
+	}
+	return dir
 }
