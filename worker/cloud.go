@@ -191,7 +191,7 @@ type Cloud struct {
 	mu     sync.Mutex
 	active map[string]bool // job ids watched by this process
 
-	// The backend's instances as the last DescribeBackend saw them, shared
+	// The backend's instances as the last Find (own, ended too) saw them, shared
 	// by every watched attempt: one DescribeInstances per poll for all.
 	instMu  sync.Mutex
 	instAt  time.Time
