@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lathe-ml/lathe/internal/waitfor"
 )
 
 // The trainers in these tests are /bin/sh scripts written to t.TempDir():
@@ -158,15 +160,9 @@ func (w tWriter) Write(p []byte) (int, error) {
 func checkNoLeak(t *testing.T) {
 	before := runtime.NumGoroutine()
 	t.Cleanup(func() {
-		deadline := time.Now().Add(testTimeout)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				t.Errorf("goroutines leaked: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-				return
-			}
-			runtime.Gosched()
-			time.Sleep(time.Millisecond)
+		if !waitfor.Poll(testTimeout, func() bool { runtime.Gosched(); return runtime.NumGoroutine() <= before }) {
+			buf := make([]byte, 1<<20)
+			t.Errorf("goroutines leaked: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
 		}
 	})
 }
@@ -604,13 +600,7 @@ func TestGroupAliveAndKillGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Unreaped, the leader is a zombie: the group exists but is not alive.
-	deadline := time.Now().Add(testTimeout)
-	for GroupAlive(pgid) {
-		if time.Now().After(deadline) {
-			t.Fatal("group still alive after SIGKILL")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, testTimeout, "the group not alive after SIGKILL", func() bool { return !GroupAlive(pgid) })
 	_ = cmd.Wait()
 	if err := KillGroup(pgid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("KillGroup on a gone group = %v, want ESRCH", err)
