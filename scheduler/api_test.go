@@ -422,7 +422,7 @@ func TestValidateTokens(t *testing.T) {
 func TestAllowedRoots(t *testing.T) {
 	roots, _ := pathpolicy.New([]string{"/data"})
 	b := setup(t, scheduler.Config{AllowedRoots: roots, Defaults: jobspec.Defaults{OutputURI: "file:///data/out"}})
-	if code, body := do(t, "POST", b.url+"/api/v1/jobs", `{"name":"ok","base_model":"tiny-char","dataset":"file:///data/train.jsonl"}`, nil); code != 201 {
+	if code, body := do(t, "POST", b.url+"/api/v1/jobs", goodSpec, nil); code != 201 {
 		t.Fatalf("inside: %d %s", code, body)
 	}
 	code, body := do(t, "POST", b.url+"/api/v1/jobs", `{"name":"no","base_model":"tiny-char","dataset":"file:///etc/shadow","output":{"uri":"file:///tmp/x"}}`, nil)

@@ -141,6 +141,17 @@ func script(t *testing.T, body string) string {
 	return p
 }
 
+// scriptFile is script with the body of testdata/name, a /bin/sh trainer
+// that more than one test runs.
+func scriptFile(t *testing.T, name string) string {
+	t.Helper()
+	body, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return script(t, string(body))
+}
+
 // testLogger sends the runner's records to the test log.
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -331,12 +342,7 @@ func TestRunExitOutcomes(t *testing.T) {
 
 func TestRunCancelTrainerCheckpointsOnTERM(t *testing.T) {
 	checkNoLeak(t)
-	sh := script(t, `
-trap 'echo "{\"event\":\"checkpoint\",\"step\":7,\"path\":\"ckpt-7\"}"; exit 143' TERM
-echo ready
-sleep 1000 &
-wait
-`)
+	sh := scriptFile(t, "checkpoint-on-term.sh")
 	rec := newRecorder(t)
 	ready := rec.waitFor("ready")
 	ctx, cancel := context.WithCancel(context.Background())
