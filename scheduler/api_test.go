@@ -53,6 +53,18 @@ func setup(t *testing.T, cfg scheduler.Config) bundle {
 
 const goodSpec = `{"name":"ok","base_model":"tiny-char","dataset":"file:///data/train.jsonl"}`
 
+// storedJob returns a getter of job id for waitfor.Value: the job as the
+// store has it, nil while Get fails.
+func storedJob(ctx context.Context, store *jobstore.Store, id string) func() *jobtype.Job {
+	return func() *jobtype.Job {
+		j, err := store.Get(ctx, id)
+		if err != nil {
+			return nil
+		}
+		return j
+	}
+}
+
 // do sends one request: a body goes as JSON unless hdr sets Content-Type
 // ("" sends none), and hdr's Host is the request's Host.
 func do(t *testing.T, method, url, body string, hdr map[string]string) (int, []byte) {

@@ -112,14 +112,7 @@ func (b gpuBundle) submit(t *testing.T, name string, gpus int, prio string) stri
 
 func (b gpuBundle) waitFor(t *testing.T, id, what string, cond func(*jobtype.Job) bool) *jobtype.Job {
 	t.Helper()
-	get := func() *jobtype.Job {
-		j, err := b.store.Get(b.ctx, id)
-		if err != nil {
-			return nil
-		}
-		return j
-	}
-	return waitfor.Value(t, 60*time.Second, "job "+id+" "+what, get, func(j *jobtype.Job) bool {
+	return waitfor.Value(t, 60*time.Second, "job "+id+" "+what, storedJob(b.ctx, b.store, id), func(j *jobtype.Job) bool {
 		if j == nil {
 			return false
 		}

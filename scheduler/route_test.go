@@ -96,14 +96,7 @@ func (b routeBundle) records(t *testing.T, job string) []ledger.Record {
 
 func (b routeBundle) waitRoute(t *testing.T, id, what string, cond func(*jobtype.Job) bool) *jobtype.Job {
 	t.Helper()
-	get := func() *jobtype.Job {
-		j, err := b.store.Get(b.ctx, id)
-		if err != nil {
-			return nil
-		}
-		return j
-	}
-	return waitfor.Value(t, 20*time.Second, "job "+id+": "+what, get, func(j *jobtype.Job) bool { return j != nil && cond(j) })
+	return waitfor.Value(t, 20*time.Second, "job "+id+": "+what, storedJob(b.ctx, b.store, id), func(j *jobtype.Job) bool { return j != nil && cond(j) })
 }
 
 func spec(name, residency, extra string) string {
