@@ -20,6 +20,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/scheduler"
 )
 
@@ -51,6 +52,18 @@ func setup(t *testing.T, cfg scheduler.Config) bundle {
 }
 
 const goodSpec = `{"name":"ok","base_model":"tiny-char","dataset":"file:///data/train.jsonl"}`
+
+// storedJob returns a getter of job id for waitfor.Value: the job as the
+// store has it, nil while Get fails.
+func storedJob(ctx context.Context, store *jobstore.Store, id string) func() *jobtype.Job {
+	return func() *jobtype.Job {
+		j, err := store.Get(ctx, id)
+		if err != nil {
+			return nil
+		}
+		return j
+	}
+}
 
 // do sends one request: a body goes as JSON unless hdr sets Content-Type
 // ("" sends none), and hdr's Host is the request's Host.
@@ -283,18 +296,11 @@ func TestPlacementAndRepair(t *testing.T) {
 	defer b.s.Stop(b.ctx)
 	insp := asynq.NewInspectorFromRedisClient(b.rdb)
 	var info *asynq.TaskInfo
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	waitfor.NoError(t, 20*time.Second, "the urgent job enqueued", func() error {
 		var err error
 		info, err = insp.GetTaskInfo("node:n1", jobtype.TaskID(urgent.ID, 1))
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("urgent job never enqueued: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err
+	})
 	if info.MaxRetry != 0 || info.Timeout != 2*time.Hour+10*time.Second+time.Minute {
 		t.Fatalf("task MaxRetry %d Timeout %s", info.MaxRetry, info.Timeout)
 	}
@@ -306,15 +312,10 @@ func TestPlacementAndRepair(t *testing.T) {
 	if err := insp.DeleteTask("node:n1", info.ID); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if _, err := insp.GetTaskInfo("node:n1", info.ID); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("repair never enqueued the lost task again")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.NoError(t, 20*time.Second, "repair enqueuing the lost task again", func() error {
+		_, err := insp.GetTaskInfo("node:n1", info.ID)
+		return err
+	})
 }
 
 // TestRedisDown503: with Redis killed the API answers 503 within 2 s.
@@ -433,7 +434,7 @@ func TestValidateTokens(t *testing.T) {
 func TestAllowedRoots(t *testing.T) {
 	roots, _ := pathpolicy.New([]string{"/data"})
 	b := setup(t, scheduler.Config{AllowedRoots: roots, Defaults: jobspec.Defaults{OutputURI: "file:///data/out"}})
-	if code, body := do(t, "POST", b.url+"/api/v1/jobs", `{"name":"ok","base_model":"tiny-char","dataset":"file:///data/train.jsonl"}`, nil); code != 201 {
+	if code, body := do(t, "POST", b.url+"/api/v1/jobs", goodSpec, nil); code != 201 {
 		t.Fatalf("inside: %d %s", code, body)
 	}
 	code, body := do(t, "POST", b.url+"/api/v1/jobs", `{"name":"no","base_model":"tiny-char","dataset":"file:///etc/shadow","output":{"uri":"file:///tmp/x"}}`, nil)
@@ -459,16 +460,7 @@ func TestTwoSchedulersOneLeader(t *testing.T) {
 		return s
 	}
 	a, b := mk("a"), mk("b")
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); !cond(); {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not reached", what)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	waitFor("a leader", func() bool { return a.IsLeader() || b.IsLeader() })
+	waitfor.True(t, 20*time.Second, "a leader", func() bool { return a.IsLeader() || b.IsLeader() })
 	if a.IsLeader() && b.IsLeader() {
 		t.Fatal("two leaders")
 	}
@@ -478,7 +470,7 @@ func TestTwoSchedulersOneLeader(t *testing.T) {
 	}
 	old, _ := store.Leader(context.Background())
 	_ = leader.Stop(context.Background())
-	waitFor("takeover", other.IsLeader)
+	waitfor.True(t, 20*time.Second, "takeover", other.IsLeader)
 	cur, _ := store.Leader(context.Background())
 	if cur.Token() <= old.Token() {
 		t.Fatalf("new term's token %d not above the old %d", cur.Token(), old.Token())

@@ -15,6 +15,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/scheduler"
 	"github.com/lathe-ml/lathe/worker"
 )
@@ -111,20 +112,24 @@ func (b gpuBundle) submit(t *testing.T, name string, gpus int, prio string) stri
 
 func (b gpuBundle) waitFor(t *testing.T, id, what string, cond func(*jobtype.Job) bool) *jobtype.Job {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		j, err := b.store.Get(b.ctx, id)
-		if err == nil && cond(j) {
-			return j
+	return waitfor.Value(t, 60*time.Second, "job "+id+" "+what, storedJob(b.ctx, b.store, id), func(j *jobtype.Job) bool {
+		if j == nil {
+			return false
 		}
-		if err == nil && j.State.Terminal() {
+		if cond(j) {
+			return true
+		}
+		if j.State.Terminal() {
 			t.Fatalf("job %s ended %s (%s: %s) before %s", id, j.State, j.Reason, j.Error, what)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: %s not reached in 60s; last %+v %v", id, what, j, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
+}
+
+// nodes reads the node list; an error reads as no nodes.
+func (b gpuBundle) nodes() []jobstore.NodeStatus {
+	nodes, _ := b.store.Nodes(b.ctx)
+	return nodes
 }
 
 func running(j *jobtype.Job) bool   { return j.State == jobtype.StateRunning && j.Progress.Step > 0 }
@@ -161,14 +166,9 @@ func TestThreeFourGPUJobsOnEight(t *testing.T) {
 		}
 	}
 	// The third waits, with a reason; its place in line is written.
-	var w *jobtype.WaitInfo
-	for deadline := time.Now().Add(30 * time.Second); w == nil; {
-		w, _ = b.store.WaitOf(b.ctx, d)
-		if time.Now().After(deadline) {
-			t.Fatal("no wait info for the third job")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	w := waitfor.Value(t, 30*time.Second, "wait info for the third job",
+		func() *jobtype.WaitInfo { w, _ := b.store.WaitOf(b.ctx, d); return w },
+		func(w *jobtype.WaitInfo) bool { return w != nil })
 	if jd, _ := b.store.Get(b.ctx, d); jd.State != jobtype.StateQueued || w.Position != 1 || !strings.Contains(w.Reason, "4") {
 		t.Fatalf("third job: state %s wait %+v", jd.State, w)
 	}
@@ -212,21 +212,19 @@ func TestUrgentPreemptsBatch(t *testing.T) {
 	b.waitFor(t, u, "succeeded", succeeded)
 	for _, id := range []string{x, y} {
 		// The second attempt's trainer says which step it started from.
-		var startLine string
-		for deadline := time.Now().Add(60 * time.Second); startLine == ""; time.Sleep(20 * time.Millisecond) {
+		startLine := waitfor.Value(t, 60*time.Second, "job "+id+": a second attempt started", func() string {
 			evs, err := b.store.Events(b.ctx, id, "", 5000)
 			if err != nil {
 				t.Fatal(err)
 			}
+			line := ""
 			for _, e := range evs {
 				if e.Type == jobtype.EventLog && e.Attempt == 2 && strings.Contains(string(e.Data), "start step=") {
-					startLine = string(e.Data)
+					line = string(e.Data)
 				}
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("job %s: no second attempt started", id)
-			}
-		}
+			return line
+		}, func(line string) bool { return line != "" })
 		if strings.Contains(startLine, "start step=0 ") {
 			t.Fatalf("job %s's second attempt did not resume from its checkpoint: %s", id, startLine)
 		}
@@ -258,19 +256,14 @@ func TestDispatchedToDeadNode(t *testing.T) {
 	}
 	id := jobOf(t, out).ID
 	sawDispatched := false
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitfor.Value(t, 30*time.Second, "the job queued again for attempt 2", func() *jobtype.Job {
 		j, err := store.Get(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		sawDispatched = sawDispatched || (j.State == jobtype.StateDispatched && j.Node == "ghost")
-		if j.State == jobtype.StateQueued && j.Attempt == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job stuck: %s attempt %d on %q", j.State, j.Attempt, j.Node)
-		}
-	}
+		return j
+	}, func(j *jobtype.Job) bool { return j.State == jobtype.StateQueued && j.Attempt == 2 })
 	if !sawDispatched {
 		t.Fatal("the job was never dispatched to the ghost node (the test did not test anything)")
 	}
@@ -328,17 +321,11 @@ func TestUnhealthyGPUsGetNoWork(t *testing.T) {
 	if err := b.sim.AddECCErrors(3, 1); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		nodes, err := b.store.Nodes(b.ctx)
-		if err == nil && len(nodes) == 1 && len(nodes[0].GPUs) == 8 && !nodes[0].GPUs[7].Healthy && !nodes[0].GPUs[3].Healthy {
-			if !strings.Contains(nodes[0].GPUs[7].Unhealthy, "lost") || !strings.Contains(strings.ToLower(nodes[0].GPUs[3].Unhealthy), "ecc") {
-				t.Fatalf("unhealthy reasons: %q, %q", nodes[0].GPUs[7].Unhealthy, nodes[0].GPUs[3].Unhealthy)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the heartbeat never showed GPUs 3 and 7 unhealthy: %+v", nodes)
-		}
+	nodes := waitfor.Value(t, 30*time.Second, "the heartbeat showing GPUs 3 and 7 unhealthy", b.nodes, func(nodes []jobstore.NodeStatus) bool {
+		return len(nodes) == 1 && len(nodes[0].GPUs) == 8 && !nodes[0].GPUs[7].Healthy && !nodes[0].GPUs[3].Healthy
+	})
+	if !strings.Contains(nodes[0].GPUs[7].Unhealthy, "lost") || !strings.Contains(strings.ToLower(nodes[0].GPUs[3].Unhealthy), "ecc") {
+		t.Fatalf("unhealthy reasons: %q, %q", nodes[0].GPUs[7].Unhealthy, nodes[0].GPUs[3].Unhealthy)
 	}
 	big := b.submit(t, "big", 8, "urgent")
 	small := b.submit(t, "small", 4, "normal")
@@ -348,13 +335,9 @@ func TestUnhealthyGPUsGetNoWork(t *testing.T) {
 			t.Fatalf("the 4-GPU job got unhealthy GPU %d (%v)", g, js.GPUs)
 		}
 	}
-	var w *jobtype.WaitInfo
-	for deadline := time.Now().Add(30 * time.Second); w == nil; time.Sleep(20 * time.Millisecond) {
-		w, _ = b.store.WaitOf(b.ctx, big)
-		if time.Now().After(deadline) {
-			t.Fatal("no wait info for the 8-GPU job")
-		}
-	}
+	w := waitfor.Value(t, 30*time.Second, "wait info for the 8-GPU job",
+		func() *jobtype.WaitInfo { w, _ := b.store.WaitOf(b.ctx, big); return w },
+		func(w *jobtype.WaitInfo) bool { return w != nil })
 	if w.Code != "cannot fit anywhere" {
 		t.Fatalf("8-GPU job with 6 healthy GPUs waits with %+v", w)
 	}
@@ -373,17 +356,11 @@ func TestForeignMemoryCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		nodes, _ := b.store.Nodes(b.ctx)
-		if len(nodes) == 1 && len(nodes[0].GPUs) == 8 && nodes[0].GPUs[0].ForeignUsedMB == 60000 {
-			if nodes[0].GPUs[7].ForeignUsedMB != 0 || nodes[0].GPUs[0].MemoryUsedMB < 60000 {
-				t.Fatalf("GPU readings: %+v", nodes[0].GPUs)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the heartbeat never showed the foreign process: %+v", nodes)
-		}
+	nodes := waitfor.Value(t, 30*time.Second, "the heartbeat showing the foreign process", b.nodes, func(nodes []jobstore.NodeStatus) bool {
+		return len(nodes) == 1 && len(nodes[0].GPUs) == 8 && nodes[0].GPUs[0].ForeignUsedMB == 60000
+	})
+	if nodes[0].GPUs[7].ForeignUsedMB != 0 || nodes[0].GPUs[0].MemoryUsedMB < 60000 {
+		t.Fatalf("GPU readings: %+v", nodes[0].GPUs)
 	}
 	body := `{"name":"mem","base_model":"tiny-char","dataset":"file:///d.jsonl","resources":{"gpus":1,"gpu_memory_gb":40}}`
 	code, out := do(t, "POST", "http://"+b.s.Addr()+"/api/v1/jobs", body, nil)

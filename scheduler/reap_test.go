@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/scheduler"
 )
 
@@ -82,25 +84,21 @@ func (b reapBundle) running(t *testing.T, n int, node, inc string, lease time.Du
 
 func (b reapBundle) waitLeader(t *testing.T, want bool) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); b.s.IsLeader() != want; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("scheduler leader = %v after 20 s, want %v", !want, want)
-		}
-	}
+	waitfor.True(t, 20*time.Second, fmt.Sprintf("scheduler leader = %v", want), func() bool { return b.s.IsLeader() == want })
 }
 
 func (b reapBundle) waitRequeued(t *testing.T, ids []string) {
 	t.Helper()
 	for _, id := range ids {
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		// notReaped says what the job is while it is not reaped ("" once it is).
+		notReaped := func() string {
 			j, err := b.store.Get(b.ctx, id)
 			if err == nil && j.Attempt == 2 && j.State != jobtype.StateRunning {
-				break
+				return ""
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("job %s not reaped within 20 s: %+v %v\n%s", id, j, err, b.log.String())
-			}
+			return fmt.Sprintf("%+v %v\n%s", j, err, b.log.String())
 		}
+		waitfor.Value(t, 20*time.Second, "job "+id+" reaped", notReaped, func(s string) bool { return s == "" })
 	}
 }
 
@@ -135,11 +133,8 @@ func TestReapHoldsOnRedisBlip(t *testing.T) {
 	b.srv.Restart()
 	b.waitLeader(t, true)
 	ids := b.running(t, 2, "n1", "inc-1", 300*time.Millisecond)
-	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(b.log.String(), "waiting instead of reaping"); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the reaper never held the leases off:\n%s", b.log.String())
-		}
-	}
+	waitfor.Value(t, 20*time.Second, "the reaper holding the leases off", b.log.String,
+		func(log string) bool { return strings.Contains(log, "waiting instead of reaping") })
 	for _, id := range ids {
 		if j, err := b.store.Get(b.ctx, id); err != nil || j.State != jobtype.StateRunning || j.Attempt != 1 {
 			t.Fatalf("job %s was reaped during a Redis blip: %+v %v", id, j, err)

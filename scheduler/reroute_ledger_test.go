@@ -18,6 +18,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/scheduler"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 )
@@ -303,20 +304,15 @@ func TestRerouteUnderChangedConfig(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s2.Stop(context.Background()) })
 	for _, id := range ids {
-		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		j := waitfor.Value(t, 15*time.Second, "job "+id+", decided under another config, decided again under the one in force", func() *jobtype.Job {
 			j, err := b.store.Get(b.ctx, id)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if j.Held != "" {
-				if !strings.Contains(j.Held, "config reload") || j.Route == nil || j.Route.Backend != "local" {
-					t.Fatalf("job %s held %q with route %+v", id, j.Held, j.Route)
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("job %s, decided under another config, was never decided again under the one in force: route %+v", id, j.Route)
-			}
+			return j
+		}, func(j *jobtype.Job) bool { return j.Held != "" })
+		if !strings.Contains(j.Held, "config reload") || j.Route == nil || j.Route.Backend != "local" {
+			t.Fatalf("job %s held %q with route %+v", id, j.Held, j.Route)
 		}
 	}
 	// Held under this config, they are not decided again round after round:
@@ -326,14 +322,10 @@ func TestRerouteUnderChangedConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := time.Now()
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if w, _ := b.store.WaitOf(b.ctx, ids[0]); w != nil && w.At.After(held) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no placement round ran after the jobs were held")
-		}
-	}
+	waitfor.True(t, 15*time.Second, "a placement round after the jobs were held", func() bool {
+		w, _ := b.store.WaitOf(b.ctx, ids[0])
+		return w != nil && w.At.After(held)
+	})
 	if err := s2.Stop(b.ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler"
 	"github.com/lathe-ml/lathe/scheduler/routing"
@@ -95,15 +96,7 @@ func (b routeBundle) records(t *testing.T, job string) []ledger.Record {
 
 func (b routeBundle) waitRoute(t *testing.T, id, what string, cond func(*jobtype.Job) bool) *jobtype.Job {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		j, err := b.store.Get(b.ctx, id)
-		if err == nil && cond(j) {
-			return j
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: %s not reached; last %+v route %+v", id, what, j, j.Route)
-		}
-	}
+	return waitfor.Value(t, 20*time.Second, "job "+id+": "+what, storedJob(b.ctx, b.store, id), func(j *jobtype.Job) bool { return j != nil && cond(j) })
 }
 
 func spec(name, residency, extra string) string {
@@ -254,13 +247,10 @@ func TestSpillOver(t *testing.T) {
 	if j.Route.Backend != "local" || !j.Route.Waiting {
 		t.Fatalf("[onprem] job after spill-over: %+v", j.Route)
 	}
-	var w *jobtype.WaitInfo
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if w, _ = b.store.WaitOf(b.ctx, e.ID); w != nil && strings.Contains(w.Reason, "aws-eu") {
-			break
-		}
-	}
-	if w == nil || !strings.Contains(w.Reason, "aws-eu") || !strings.Contains(w.Reason, "no AWS worker") {
+	w := waitfor.Value(t, 10*time.Second, "the job routed to aws-eu waiting on aws-eu",
+		func() *jobtype.WaitInfo { w, _ := b.store.WaitOf(b.ctx, e.ID); return w },
+		func(w *jobtype.WaitInfo) bool { return w != nil && strings.Contains(w.Reason, "aws-eu") })
+	if !strings.Contains(w.Reason, "no AWS worker") {
 		t.Fatalf("the job routed to aws-eu waits with %+v", w)
 	}
 }
@@ -349,15 +339,10 @@ func TestBudgetReservedAndSettled(t *testing.T) {
 	if err := b.store.Finish(b.ctx, j.ID, 1, jobstore.Ending{State: jobtype.StateSucceeded}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		sp, _ = b.store.Spends(b.ctx, month, []string{"backend:local"})
-		if sp["backend:local"].ReservedUSD == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never settled: %+v", sp)
-		}
-	}
+	sp = waitfor.Value(t, 20*time.Second, "the reservation settled", func() map[string]jobstore.Spend {
+		sp, _ := b.store.Spends(b.ctx, month, []string{"backend:local"})
+		return sp
+	}, func(sp map[string]jobstore.Spend) bool { return sp["backend:local"].ReservedUSD == 0 })
 	got, _ := b.store.Get(b.ctx, j.ID)
 	ran := got.FinishedAt.Sub(*got.StartedAt).Hours()
 	want := ran * 1.10

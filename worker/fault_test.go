@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/trainer"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/worker"
 )
 
@@ -88,12 +90,8 @@ func TestSelfFencing(t *testing.T) {
 	srv := redisOf(t, b)
 	srv.Kill()
 	// The trainer must be gone without Redis: wait on the process group.
-	for deadline := time.Now().Add(30 * time.Second); trainer.GroupAlive(pid); {
-		if time.Now().After(deadline) {
-			t.Fatalf("trainer group %d still alive with Redis gone for 30 s (lease %s)", pid, "2s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.True(t, 30*time.Second, fmt.Sprintf("trainer group %d gone with Redis down (lease 2s)", pid),
+		func() bool { return !trainer.GroupAlive(pid) })
 	srv.Restart()
 	j = b.wait(t, id, func(j *jobtype.Job) bool { return j.State == jobtype.StateQueued })
 	if j.Attempt != 2 {

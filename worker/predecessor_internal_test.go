@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 )
 
 // TestPredecessorDeadZombie: a worker killed with -9 whose parent has not
@@ -25,14 +26,10 @@ func TestPredecessorDeadZombie(t *testing.T) {
 		t.Fatal("a live process is called dead")
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL) // not waited for: a zombie until Cleanup
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if st, err := procState(pid); err == nil && st == 'Z' {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the killed process never became a zombie")
-		}
-	}
+	waitfor.True(t, 10*time.Second, "the killed process a zombie", func() bool {
+		st, err := procState(pid)
+		return err == nil && st == 'Z'
+	})
 	if !predecessorDead(jobstore.Node{Host: host, PID: pid}) {
 		t.Fatal("a zombie predecessor is called alive: its successor is refused the node name")
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/worker"
 )
 
@@ -135,17 +136,15 @@ func redisOf(t *testing.T, b testBundle) *redistest.Server { return b.srv }
 
 func (b testBundle) wait(t *testing.T, id string, cond func(*jobtype.Job) bool) *jobtype.Job {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	get := func() *jobtype.Job {
 		j, err := b.store.Get(b.ctx, id)
-		if err == nil && cond(j) {
-			return j
+		if err != nil {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: condition not reached; last %+v", id, j)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return j
 	}
+	return waitfor.Value(t, 30*time.Second, "job "+id+": condition", get,
+		func(j *jobtype.Job) bool { return j != nil && cond(j) })
 }
 
 func terminal(j *jobtype.Job) bool { return j.State.Terminal() }
@@ -249,17 +248,10 @@ func TestStaleTaskDoesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	insp := asynq.NewInspectorFromRedisClient(b.rdb)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	waitfor.True(t, 20*time.Second, "the stale task handled", func() bool {
 		ti, err := insp.GetTaskInfo(info.Queue, info.ID)
-		if err != nil || ti.State == asynq.TaskStateCompleted {
-			break // handled and removed
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task never handled: %v", ti.State)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err != nil || ti.State == asynq.TaskStateCompleted // handled and removed
+	})
 	got, _ := b.store.Get(b.ctx, j.ID)
 	if got.State != jobtype.StateQueued || got.Attempt != 1 {
 		t.Fatalf("a stale task changed the job: %s attempt %d", got.State, got.Attempt)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 )
 
 // slowTrainerConfig: a /bin/sh stand-in trainer that prints progress until
@@ -119,13 +120,8 @@ func TestCancelInEveryState(t *testing.T) {
 func waitNode(t *testing.T, rs *redistest.Server, node string) {
 	t.Helper()
 	c := rs.Client()
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if n, _ := c.Exists(t.Context(), "lathe:node:"+node).Result(); n == 1 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %s never registered", node)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.True(t, 30*time.Second, "node "+node+" registered", func() bool {
+		n, _ := c.Exists(t.Context(), "lathe:node:"+node).Result()
+		return n == 1
+	})
 }

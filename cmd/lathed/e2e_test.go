@@ -24,6 +24,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/internal/wire"
 )
 
@@ -134,22 +135,19 @@ func (d *daemon) output() string { d.mu.Lock(); defer d.mu.Unlock(); return d.lo
 // waitHTTP waits until the API answers /healthz.
 func waitHTTP(t *testing.T, base string, d *daemon) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
+	waitfor.Value(t, 60*time.Second, "the API at "+base+" healthy", func() string {
 		select {
 		case <-d.done:
 			t.Fatalf("daemon exited:\n%s", d.output())
-		case <-time.After(50 * time.Millisecond):
+		default:
 		}
-	}
-	t.Fatalf("API at %s never became healthy:\n%s", base, d.output())
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			return err.Error()
+		}
+		resp.Body.Close()
+		return resp.Status
+	}, func(status string) bool { return strings.HasPrefix(status, "200 ") })
 }
 
 // cli runs lathe and returns stdout, stderr and the exit code.
@@ -193,20 +191,20 @@ func getJob(t *testing.T, base, id string) jobtype.Job {
 	return j
 }
 
-// waitJob polls the API until cond holds or the deadline passes.
+// waitJob polls the API until cond holds; on timeout it fails with the
+// job's last state, progress and error.
 func waitJob(t *testing.T, base, id string, within time.Duration, what string, cond func(jobtype.Job) bool) jobtype.Job {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		j := getJob(t, base, id)
-		if cond(j) {
-			return j
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: %s not reached within %s; last: state=%s progress=%+v error=%q", id, what, within, j.State, j.Progress, j.Error)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	j := waitfor.Value(t, within, "job "+id+": "+what, func() polledJob { return polledJob(getJob(t, base, id)) },
+		func(j polledJob) bool { return cond(jobtype.Job(j)) })
+	return jobtype.Job(j)
+}
+
+// polledJob is a job as a failed waitJob prints it.
+type polledJob jobtype.Job
+
+func (j polledJob) String() string {
+	return fmt.Sprintf("state=%s progress=%+v error=%q", j.State, j.Progress, j.Error)
 }
 
 // safetensorsHeader reads the JSON header of a safetensors file.

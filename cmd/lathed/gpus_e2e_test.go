@@ -12,6 +12,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 )
 
 // gpuSpec writes a spec for the real reference trainer asking for gpus
@@ -78,7 +79,8 @@ func TestUpSimulatedGPUs(t *testing.T) {
 	}
 	bothRan, thirdWaited := false, false
 	var reason string
-	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+	// Each poll also looks for the first two running together while the third waits.
+	observe := func() []jobtype.Job {
 		js := []jobtype.Job{getJob(t, base, ids[0]), getJob(t, base, ids[1]), getJob(t, base, ids[2])}
 		if js[0].State == jobtype.StateRunning && js[1].State == jobtype.StateRunning && js[0].CUDAVisibleDevices != "" && js[1].CUDAVisibleDevices != "" {
 			bothRan = true
@@ -95,16 +97,14 @@ func TestUpSimulatedGPUs(t *testing.T) {
 				}
 			}
 		}
-		if js[0].State.Terminal() && js[1].State.Terminal() && js[2].State.Terminal() {
-			for _, j := range js {
-				if j.State != jobtype.StateSucceeded || len(j.GPUs) != 4 || !j.SimulatedGPUs {
-					t.Fatalf("job %s ended %s (%s) on GPUs %v", j.ID, j.State, j.Error, j.GPUs)
-				}
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("three 4-GPU jobs did not all end: %s %s %s", js[0].State, js[1].State, js[2].State)
+		return js
+	}
+	js := waitfor.Value(t, 3*time.Minute, "three 4-GPU jobs all ended", observe, func(js []jobtype.Job) bool {
+		return js[0].State.Terminal() && js[1].State.Terminal() && js[2].State.Terminal()
+	})
+	for _, j := range js {
+		if j.State != jobtype.StateSucceeded || len(j.GPUs) != 4 || !j.SimulatedGPUs {
+			t.Fatalf("job %s ended %s (%s) on GPUs %v", j.ID, j.State, j.Error, j.GPUs)
 		}
 	}
 	if !bothRan || !thirdWaited {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 )
 
 // quickTrainer is a stand-in for the reference trainer (a /bin/sh one-liner
@@ -55,18 +56,15 @@ func TestLeaderKilledMidRun(t *testing.T) {
 		startDaemon(t, lathed, "worker", "--config", cfg, "--backend", "local", "--redis-url", rs.URL(), "--data-dir", data,
 			"--node", fmt.Sprintf("w%d", i), "--slots", "4")
 	}
-	leader := -1
-	for deadline := time.Now().Add(30 * time.Second); leader < 0; {
+	leader := waitfor.Value(t, 30*time.Second, "a scheduler leading", func() int {
+		leader := -1
 		for i, b := range bases {
 			if isLeader(t, b) {
 				leader = i
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no scheduler leads")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return leader
+	}, func(leader int) bool { return leader >= 0 })
 	other := 1 - leader
 	spec := []byte(`{"name":"many","base_model":"tiny-char","dataset":"file://` + repoRoot(t) + `/configs/examples/data/tiny-train.jsonl","trainer":"quick"}`)
 	var ids []string

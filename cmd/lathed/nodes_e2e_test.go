@@ -21,6 +21,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 )
 
 // twoNodes is a scheduler and the workers node-a and node-b on one Redis.
@@ -75,18 +76,14 @@ resources: {gpus: 0}
 	}
 	// Both nodes must be live before the job is submitted, so that either
 	// may get it and the other is there to take it over.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	// (On a timeout the workers' cleanup logs what they wrote.)
+	waitfor.NoError(t, 30*time.Second, "the two workers up", func() error {
 		live, err := rs.Client().Exists(t.Context(), "lathe:node:node-a", "lathe:node:node-b").Result()
-		if err == nil && live == 2 {
-			break
+		if err == nil && live != 2 {
+			err = fmt.Errorf("%d of node-a and node-b live", live)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the two workers did not come up:\nnode-a:\n%s\nnode-b:\n%s",
-				n.workers["node-a"].output(), n.workers["node-b"].output())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 	return n
 }
 
@@ -231,19 +228,11 @@ func TestTwoNodesStoppedWorker(t *testing.T) {
 	if err := w.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(w.output(), "the store moved on") {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s, continued, never said its attempt of %s was lost:\n%s", node, id, w.output())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitfor.Value(t, 30*time.Second, node+", continued, saying its attempt of "+id+" was lost", w.output,
+		func(log string) bool { return strings.Contains(log, "the store moved on") })
 	// Let its handler finish what it does with the lost attempt (a
 	// trainer it stops, an end it tries to record), then look again.
-	deadline = time.Now().Add(15 * time.Second)
-	for !strings.Contains(w.output(), "trainer exited") && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	_ = waitfor.Poll(15*time.Second, func() bool { return strings.Contains(w.output(), "trainer exited") })
 	watch.check(t)
 	for _, l := range strings.Split(w.output(), "\n") {
 		if strings.Contains(l, "watchdog") || strings.Contains(l, "moved on") || strings.Contains(l, "fenc") {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -87,19 +88,15 @@ func TestStartLogRedacted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(out.String(), "lathe is up") {
+	defer cancel() // also when the wait below fails
+	waitfor.Value(t, 30*time.Second, "lathed scheduler up", func() string {
 		select {
 		case err := <-done:
-			cancel()
 			t.Fatalf("lathed scheduler ended: %v\n%s", err, out.String())
-		case <-time.After(50 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("lathed scheduler not up within 30 s:\n%s", out.String())
-		}
-	}
+		return out.String()
+	}, func(log string) bool { return strings.Contains(log, "lathe is up") })
 	cancel()
 	<-done
 	log := out.String()

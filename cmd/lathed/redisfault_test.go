@@ -24,6 +24,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 )
 
 // redisKillJobs is how many jobs TestRedisKillNoAcceptedJobLost submits
@@ -210,12 +211,15 @@ func TestRedisKillNoAcceptedJobLost(t *testing.T) {
 	for _, a := range accepted {
 		pending[a.id] = true
 	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for len(pending) > 0 {
+	// notEnded reads the pending jobs, drops those that ended, and says what
+	// the others are.
+	notEnded := func() []string {
 		alive("waiting for the jobs")
+		var left []string
 		for id := range pending {
 			j := getJob(t, base, id)
 			if !j.State.Terminal() {
+				left = append(left, fmt.Sprintf("%s %s attempt %d node %q", id, j.State, j.Attempt, j.Node))
 				continue
 			}
 			if j.State != jobtype.StateSucceeded {
@@ -223,16 +227,9 @@ func TestRedisKillNoAcceptedJobLost(t *testing.T) {
 			}
 			delete(pending, id)
 		}
-		if time.Now().After(deadline) {
-			var left []string
-			for id := range pending {
-				j := getJob(t, base, id)
-				left = append(left, fmt.Sprintf("%s %s attempt %d node %q", id, j.State, j.Attempt, j.Node))
-			}
-			t.Fatalf("%d jobs not terminal 3 minutes after the restart:\n%s", len(pending), strings.Join(left, "\n"))
-		}
-		time.Sleep(200 * time.Millisecond)
+		return left
 	}
+	waitfor.Value(t, 3*time.Minute, "every job terminal after the restart", notEnded, func(left []string) bool { return len(left) == 0 })
 	alive("after every job ended")
 	t.Logf("every job ended %s after Redis came back", time.Since(restartedAt).Round(time.Millisecond))
 
@@ -271,20 +268,17 @@ func TestRedisKillNoAcceptedJobLost(t *testing.T) {
 func waitHealthy(t *testing.T, base string, within time.Duration) {
 	t.Helper()
 	c := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(within)
-	for {
+	waitfor.NoError(t, within, "/healthz 200 after the Redis restart", func() error {
 		resp, err := c.Get(base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/healthz not 200 within %s of the Redis restart (last: %v)", within, err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/healthz: %s", resp.Status)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // memJobs is how many jobs TestMeasureMemoryPerJob stores: 10,000 in the

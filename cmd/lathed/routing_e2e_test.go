@@ -12,6 +12,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 )
 
 const e2eRouting = `
@@ -123,9 +124,6 @@ func TestRoutingEndToEnd(t *testing.T) {
 	// SIGHUP reloads the routing sections (what a reload does to queued
 	// jobs is scheduler's TestConfigReloadHolds).
 	_ = d.cmd.Process.Signal(syscall.SIGHUP)
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(d.output(), "routing config reloaded"); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no reload logged after SIGHUP:\n%s", d.output())
-		}
-	}
+	waitfor.Value(t, 10*time.Second, "a reload logged after SIGHUP", d.output,
+		func(log string) bool { return strings.Contains(log, "routing config reloaded") })
 }

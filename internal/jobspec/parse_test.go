@@ -96,17 +96,7 @@ func TestParseReportsEveryProblem(t *testing.T) {
 
 func TestParseJSON(t *testing.T) {
 	want := mustParse(t, designExample)
-	src := `{
-	"name": "support-bot-lora", "base_model": "tiny-char",
-	"dataset": "file:\/\/\/data\/support\/train.jsonl",
-	"eval_dataset": "file:///data/support/eval.jsonl",
-	"lora": {"rank": 16, "alpha": 32.0, "dropout": 0.05, "target_modules": ["q_proj", "v_proj"]},
-	"training": {"epochs": 3, "learning_rate": 2e-4, "batch_size": 8, "max_steps": 0, "seed": 42},
-	"resources": {"gpus": 1, "gpu_memory_gb": 24, "gpu_models": ["A100", "H100"]},
-	"residency": ["onprem", "eu"], "priority": "normal", "max_wait": "2h", "max_runtime": "8h",
-	"budget_usd": 50, "trainer": "reference", "output": {"uri": "file:///models/support-bot", "formats": ["safetensors"]}
-}`
-	if got := mustParse(t, src); !reflect.DeepEqual(got, want) {
+	if got := mustParse(t, designJSON); !reflect.DeepEqual(got, want) {
 		t.Errorf("Parse(JSON)\n got %+v\nwant %+v", got, want)
 	}
 

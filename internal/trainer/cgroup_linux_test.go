@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lathe-ml/lathe/internal/waitfor"
 )
 
 // These tests need a writable cgroup v2 hierarchy with cgroup.kill (Linux
@@ -211,19 +213,15 @@ func TestWatchdogKillsTheCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer wd.stop()
-	for deadline := time.Now().Add(testTimeout); ; time.Sleep(5 * time.Millisecond) {
-		populated, err := CgroupPopulated(cg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !populated {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cgroup still populated %v after the watchdog's timeout (escaped %d live %v, leader %d live %v)",
-				testTimeout, escaped.Process.Pid, processLive(escaped.Process.Pid), leader.Process.Pid, processLive(leader.Process.Pid))
-		}
-	}
+	type cgroupState struct{ Populated, EscapedLive, LeaderLive bool }
+	waitfor.Value(t, testTimeout, fmt.Sprintf("the cgroup empty after the watchdog's timeout (escaped %d, leader %d)", escaped.Process.Pid, leader.Process.Pid),
+		func() cgroupState {
+			populated, err := CgroupPopulated(cg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return cgroupState{populated, processLive(escaped.Process.Pid), processLive(leader.Process.Pid)}
+		}, func(s cgroupState) bool { return !s.Populated })
 	if processLive(escaped.Process.Pid) || processLive(leader.Process.Pid) {
 		t.Fatal("a process of the cgroup lives on")
 	}

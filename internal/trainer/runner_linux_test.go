@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lathe-ml/lathe/internal/waitfor"
 )
 
 // The trainers in these tests are /bin/sh scripts written to t.TempDir():
@@ -139,6 +141,17 @@ func script(t *testing.T, body string) string {
 	return p
 }
 
+// scriptFile is script with the body of testdata/name, a /bin/sh trainer
+// that more than one test runs.
+func scriptFile(t *testing.T, name string) string {
+	t.Helper()
+	body, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return script(t, string(body))
+}
+
 // testLogger sends the runner's records to the test log.
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -158,15 +171,9 @@ func (w tWriter) Write(p []byte) (int, error) {
 func checkNoLeak(t *testing.T) {
 	before := runtime.NumGoroutine()
 	t.Cleanup(func() {
-		deadline := time.Now().Add(testTimeout)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				t.Errorf("goroutines leaked: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-				return
-			}
-			runtime.Gosched()
-			time.Sleep(time.Millisecond)
+		if !waitfor.Poll(testTimeout, func() bool { runtime.Gosched(); return runtime.NumGoroutine() <= before }) {
+			buf := make([]byte, 1<<20)
+			t.Errorf("goroutines leaked: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
 		}
 	})
 }
@@ -335,12 +342,7 @@ func TestRunExitOutcomes(t *testing.T) {
 
 func TestRunCancelTrainerCheckpointsOnTERM(t *testing.T) {
 	checkNoLeak(t)
-	sh := script(t, `
-trap 'echo "{\"event\":\"checkpoint\",\"step\":7,\"path\":\"ckpt-7\"}"; exit 143' TERM
-echo ready
-sleep 1000 &
-wait
-`)
+	sh := scriptFile(t, "checkpoint-on-term.sh")
 	rec := newRecorder(t)
 	ready := rec.waitFor("ready")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -604,13 +606,7 @@ func TestGroupAliveAndKillGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Unreaped, the leader is a zombie: the group exists but is not alive.
-	deadline := time.Now().Add(testTimeout)
-	for GroupAlive(pgid) {
-		if time.Now().After(deadline) {
-			t.Fatal("group still alive after SIGKILL")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, testTimeout, "the group not alive after SIGKILL", func() bool { return !GroupAlive(pgid) })
 	_ = cmd.Wait()
 	if err := KillGroup(pgid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("KillGroup on a gone group = %v, want ESRCH", err)

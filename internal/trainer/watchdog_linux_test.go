@@ -16,12 +16,7 @@ import (
 // after the timeout, checkpoints, and its group is gone.
 func TestWatchdogStopsUnfedTrainer(t *testing.T) {
 	checkNoLeak(t)
-	sh := script(t, `
-trap 'echo "{\"event\":\"checkpoint\",\"step\":7,\"path\":\"ckpt-7\"}"; exit 143' TERM
-echo ready
-sleep 1000 &
-wait
-`)
+	sh := scriptFile(t, "checkpoint-on-term.sh")
 	rec := newRecorder(t)
 	wd := NewWatchdog(300 * time.Millisecond)
 	res := await(t, runAsync(context.Background(), Config{Argv: []string{sh}, KillGrace: 2 * time.Second, Watchdog: wd, Logger: testLogger(t)}, rec), "Run")

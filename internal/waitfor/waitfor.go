@@ -50,6 +50,11 @@ func NoError(t testing.TB, within time.Duration, what string, f func() error) {
 	}
 }
 
+// Poll polls cond as True does and reports whether it held within the given
+// time, failing nothing: for a goroutine other than the test's, where
+// t.Fatal is not allowed, or a wait whose end the test checks by itself.
+func Poll(within time.Duration, cond func() bool) bool { return poll(within, cond) }
+
 // poll reports whether cond held before the deadline.
 func poll(within time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(within)

@@ -49,3 +49,13 @@ func TestNoErrorFailsWithTheLastError(t *testing.T) {
 		t.Fatalf("NoError's failure %q does not name the last error", r.failed)
 	}
 }
+
+func TestPollReportsWithoutFailing(t *testing.T) {
+	var n atomic.Int32
+	if !Poll(time.Minute, func() bool { return n.Add(1) >= 2 }) {
+		t.Fatal("Poll = false on a condition that held")
+	}
+	if Poll(20*time.Millisecond, func() bool { return false }) {
+		t.Fatal("Poll = true on a condition that never held")
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/lathe-ml/lathe/backends/aws/imdsfake"
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/mototest"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 )
 
 const (
@@ -330,18 +331,6 @@ func writeStandIn(t *testing.T) string {
 	return p
 }
 
-// waitFor polls cond until it holds, failing the test after a minute.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 type runResult struct {
 	st  Status
 	err error
@@ -367,7 +356,7 @@ func TestSpotInterruptionThenResume(t *testing.T) {
 	job := b.job("job-spot", 1, 600, []string{"/bin/sh", sh})
 	done := runAsync(b.ctx, b.config(t, job))
 
-	waitFor(t, "a progress line in S3", func() bool { return hasType(b.events(t, "job-spot", 1), "progress") })
+	waitfor.True(t, time.Minute, "a progress line in S3", func() bool { return hasType(b.events(t, "job-spot", 1), "progress") })
 	b.imds.Interrupt("terminate", time.Now().Add(2*time.Minute))
 	r := <-done
 	if r.err != nil {
@@ -456,16 +445,10 @@ func TestGuardShutsDownAStuckAttempt(t *testing.T) {
 	byGuard := make(chan bool, 1)
 	b.onShut = func() {
 		// The max_runtime timer fired first: the trainer saw its SIGTERM.
-		// (Not waitFor: this runs on the guard's goroutine, where
+		// (Poll, not True: this runs on the guard's goroutine, where
 		// t.Fatal is not allowed.)
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-			if _, err := os.Stat(pidfile + ".term"); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("the stand-in never got SIGTERM")
-				break
-			}
+		if !waitfor.Poll(time.Minute, func() bool { _, err := os.Stat(pidfile + ".term"); return err == nil }) {
+			t.Errorf("the stand-in never got SIGTERM")
 		}
 		// The guard wrote its status before shutting down.
 		if out, err := b.s3.GetObject(b.ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(prefix + "/job-stuck/1/" + StatusObject)}); err != nil {
@@ -534,7 +517,7 @@ func TestAgentStoppedIsPreempted(t *testing.T) {
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
 	done := runAsync(ctx, b.config(t, job))
-	waitFor(t, "a progress line in S3", func() bool { return hasType(b.events(t, "job-stop", 1), "progress") })
+	waitfor.True(t, time.Minute, "a progress line in S3", func() bool { return hasType(b.events(t, "job-stop", 1), "progress") })
 	cancel()
 	r := <-done
 	if r.err != nil {
