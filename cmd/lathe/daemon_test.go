@@ -16,7 +16,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/scheduler"
-	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // testDaemon is the real scheduler's HTTP API in process, for the CLI's
@@ -33,7 +33,7 @@ type testDaemon struct {
 
 // newTestDaemon starts the scheduler's API configured from the lathed
 // config text config the way lathed's scheduler command does
-// (cmd/lathed/root.go: the routing sections through routing.ParseConfig;
+// (cmd/lathed/root.go: the routing sections through routecfg.ParseConfig;
 // Defaults of jobs.default_max_runtime, given here as maxRuntime,
 // routing.default_residency and <data_dir>/artifacts).
 func newTestDaemon(t *testing.T, config string, maxRuntime time.Duration) *testDaemon {
@@ -41,7 +41,7 @@ func newTestDaemon(t *testing.T, config string, maxRuntime time.Duration) *testD
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	store := jobstore.New(rdb, jobstore.Config{})
-	cfg, err := routing.ParseConfig([]byte(config))
+	cfg, err := routecfg.ParseConfig([]byte(config))
 	if err != nil {
 		t.Fatal(err)
 	}

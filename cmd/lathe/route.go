@@ -24,6 +24,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // offlineNote is said by every offline explanation: lathe cannot see the
@@ -172,9 +173,9 @@ func (a *app) explainOffline(spec *jobspec.Spec, path string, wi apiclient.WhatI
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := routing.ParseConfig(data)
+	cfg, err := routecfg.ParseConfig(data)
 	if err != nil {
-		var ce *routing.ConfigError
+		var ce *routecfg.ConfigError
 		if errors.As(err, &ce) {
 			for _, fe := range ce.Errors {
 				fmt.Fprintf(a.stderr, "error: %s\n", fe.Error())
@@ -196,7 +197,7 @@ func (a *app) explainOffline(spec *jobspec.Spec, path string, wi apiclient.WhatI
 		switch {
 		case !ok:
 			return nil, usageErrorf("--assume-wait %s=%s: %s has no backend %q (backends: %s)", b, wi.Wait[b], path, b, backendNames(cfg))
-		case be.Kind != routing.KindLocal:
+		case be.Kind != routecfg.KindLocal:
 			return nil, usageErrorf("--assume-wait %s=%s: %s is a %s backend; only a local backend has a queue to wait in (a cloud wait counts as 0)", b, wi.Wait[b], b, be.Kind)
 		}
 	}
@@ -213,7 +214,7 @@ func (a *app) explainOffline(spec *jobspec.Spec, path string, wi apiclient.WhatI
 	for _, b := range cfg.Backends {
 		// As the scheduler: this deployment's workers form its first local
 		// backend's pool (scheduler/route.go snapshotFor).
-		if b.Kind == routing.KindLocal && !anyLocal {
+		if b.Kind == routecfg.KindLocal && !anyLocal {
 			anyLocal = true
 			pool := assumedPool(spec)
 			if d, ok := wi.Wait[b.Name]; ok {
@@ -261,7 +262,7 @@ func asWire(d routing.Decision) (wire.Decision, error) {
 }
 
 // readConfigFile reads lathed's config file at path, at most
-// routing.MaxConfigBytes (what ParseConfig takes): a longer one (or
+// routecfg.MaxConfigBytes (what ParseConfig takes): a longer one (or
 // /dev/zero) is a usage error naming the file and the limit.
 func readConfigFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
@@ -269,12 +270,12 @@ func readConfigFile(path string) ([]byte, error) {
 		return nil, usageErrorf("--config: %w", err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, routing.MaxConfigBytes+1))
+	data, err := io.ReadAll(io.LimitReader(f, routecfg.MaxConfigBytes+1))
 	if err != nil {
 		return nil, usageErrorf("--config: %w", err)
 	}
-	if len(data) > routing.MaxConfigBytes {
-		return nil, usageErrorf("--config %s: over %d bytes (4 MiB, the most a config file may hold): not read further", path, routing.MaxConfigBytes)
+	if len(data) > routecfg.MaxConfigBytes {
+		return nil, usageErrorf("--config %s: over %d bytes (4 MiB, the most a config file may hold): not read further", path, routecfg.MaxConfigBytes)
 	}
 	return data, nil
 }
@@ -339,7 +340,7 @@ func daemonDefaults(data []byte, path string) (jobspec.Defaults, error) {
 	return jobspec.Defaults{MaxRuntime: maxRuntime, OutputURI: out}, nil
 }
 
-func backendNames(cfg routing.Config) string {
+func backendNames(cfg routecfg.Config) string {
 	names := make([]string, len(cfg.Backends))
 	for i, b := range cfg.Backends {
 		names[i] = b.Name

@@ -19,7 +19,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/scheduler"
-	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 	"github.com/lathe-ml/lathe/worker"
 )
 
@@ -40,7 +40,7 @@ type awsSection struct {
 const defaultCluster = "lathe"
 
 // awsConfigOf is the backends/aws configuration of routing backend rb.
-func awsConfigOf(rb routing.Backend, cluster, endpoint string) awsbackend.Config {
+func awsConfigOf(rb routecfg.Backend, cluster, endpoint string) awsbackend.Config {
 	types := make([]awsbackend.InstanceType, 0, len(rb.InstanceTypes))
 	for _, t := range rb.InstanceTypes {
 		types = append(types, awsbackend.InstanceType{Name: t.Name, OnDemandUSDPerHour: t.OnDemandUSDPerHour, SpotUSDPerHour: t.SpotUSDPerHour})
@@ -74,10 +74,10 @@ func s3Client(awsCfg aws.Config, endpoint string) *s3.Client {
 // every aws backend of the config that can launch (one that cannot has no
 // instances of Lathe's). A backend whose settings are refused is logged and
 // left out.
-func cloudReconcilers(ctx context.Context, rc routing.Config, cluster, endpoint string, log *slog.Logger) map[string]scheduler.CloudInstances {
+func cloudReconcilers(ctx context.Context, rc routecfg.Config, cluster, endpoint string, log *slog.Logger) map[string]scheduler.CloudInstances {
 	out := map[string]scheduler.CloudInstances{}
 	for _, b := range rc.Backends {
-		if b.Kind != routing.KindAWS {
+		if b.Kind != routecfg.KindAWS {
 			continue
 		}
 		if err := b.LaunchReady(); err != nil {
@@ -103,10 +103,10 @@ func cloudReconcilers(ctx context.Context, rc routing.Config, cluster, endpoint 
 func startCloudWorker(ctx context.Context, rdb redis.UniversalClient, store *jobstore.Store, fc *fileConfig, name, endpoint, dataDir string,
 	roots pathpolicy.Roots, log *slog.Logger) (*worker.Cloud, error) {
 	b, ok := fc.route.Backend(name)
-	if name == "" || !ok || b.Kind != routing.KindAWS {
+	if name == "" || !ok || b.Kind != routecfg.KindAWS {
 		var names []string
 		for _, b := range fc.route.Backends {
-			if b.Kind == routing.KindAWS {
+			if b.Kind == routecfg.KindAWS {
 				names = append(names, b.Name)
 			}
 		}

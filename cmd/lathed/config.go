@@ -18,7 +18,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/internal/trainer"
 	"github.com/lathe-ml/lathe/scheduler"
-	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // fileConfig is the daemon's config file (configs/lathe.yaml documents
@@ -39,7 +39,7 @@ type fileConfig struct {
 	// differ.
 	Cluster string     `yaml:"cluster"`
 	AWS     awsSection `yaml:"aws"`
-	// The routing sections: scheduler/routing.ParseConfig reads and
+	// The routing sections: scheduler/routecfg.ParseConfig reads and
 	// validates them (strictly, every bad field at once); here they are
 	// only allowed.
 	Sites     yaml.Node `yaml:"sites"`
@@ -49,7 +49,7 @@ type fileConfig struct {
 	Budgets   yaml.Node `yaml:"budgets"`
 
 	// route is the parsed routing config (the implicit one without a file).
-	route routing.Config
+	route routecfg.Config
 	// path is the file read ("" without one).
 	path string
 }
@@ -195,17 +195,17 @@ type routingSection struct {
 
 // loadRouting parses the routing sections of the config file at path (""
 // = routing's implicit config: one site "local" [onprem]).
-func loadRouting(path string) (routing.Config, error) {
+func loadRouting(path string) (routecfg.Config, error) {
 	var b []byte
 	if path != "" {
 		var err error
 		if b, err = os.ReadFile(path); err != nil {
-			return routing.Config{}, fmt.Errorf("config: %w", err)
+			return routecfg.Config{}, fmt.Errorf("config: %w", err)
 		}
 	}
-	rc, err := routing.ParseConfig(b)
+	rc, err := routecfg.ParseConfig(b)
 	if err != nil {
-		return routing.Config{}, fmt.Errorf("config %s: %w", path, err)
+		return routecfg.Config{}, fmt.Errorf("config %s: %w", path, err)
 	}
 	return rc, nil
 }

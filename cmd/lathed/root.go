@@ -25,7 +25,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/internal/redact"
 	"github.com/lathe-ml/lathe/scheduler"
-	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 	"github.com/lathe-ml/lathe/scripts"
 	"github.com/lathe-ml/lathe/worker"
 )
@@ -486,9 +486,9 @@ func loopbackOnly(listen string) bool {
 
 // localSite is the site of the routing config's first local backend (the
 // pool this deployment's workers form) and its tags.
-func localSite(rc routing.Config) (string, []string) {
+func localSite(rc routecfg.Config) (string, []string) {
 	for _, b := range rc.Backends {
-		if b.Kind == routing.KindLocal {
+		if b.Kind == routecfg.KindLocal {
 			if st, ok := rc.Site(b.Site); ok {
 				return st.Name, st.Tags
 			}
