@@ -102,10 +102,10 @@ func cloudReconcilers(ctx context.Context, rc routecfg.Config, cluster, endpoint
 // startCloudWorker starts the AWS worker of backend name.
 func startCloudWorker(ctx context.Context, rdb redis.UniversalClient, store *jobstore.Store, fc *fileConfig, name, endpoint, dataDir string,
 	roots pathpolicy.Roots, log *slog.Logger) (*worker.Cloud, error) {
-	b, ok := fc.route.Backend(name)
+	b, ok := fc.daemon.Routing.Backend(name)
 	if name == "" || !ok || b.Kind != routecfg.KindAWS {
 		var names []string
-		for _, b := range fc.route.Backends {
+		for _, b := range fc.daemon.Routing.Backends {
 			if b.Kind == routecfg.KindAWS {
 				names = append(names, b.Name)
 			}
@@ -129,8 +129,8 @@ func startCloudWorker(ctx context.Context, rdb redis.UniversalClient, store *job
 		return nil, err
 	}
 	c, err := worker.NewCloud(rdb, store, worker.CloudConfig{
-		Routing: fc.route, Backend: name, EC2: eb.Cloud(), S3: agent.NewS3Store(s3Client(awsCfg, endpoint)), Ledger: led,
-		DataDir: dataDir, AllowedRoots: roots, Deny: daemonDeny(fc), MaxAttempts: fc.Worker.MaxAttempts, DefaultMaxRuntime: fc.Jobs.DefaultMaxRuntime.D(),
+		Routing: fc.daemon.Routing, Backend: name, EC2: eb.Cloud(), S3: agent.NewS3Store(s3Client(awsCfg, endpoint)), Ledger: led,
+		DataDir: dataDir, AllowedRoots: roots, Deny: daemonDeny(fc), MaxAttempts: fc.Worker.MaxAttempts, DefaultMaxRuntime: fc.daemon.MaxRuntime,
 		LeaseTTL: fc.AWS.LeaseTTL.D(), HeartbeatTTL: fc.Worker.HeartbeatTTL.D(), PollInterval: fc.AWS.PollInterval.D(),
 		LaunchRetry: fc.AWS.LaunchRetry.D(), StatusGrace: fc.AWS.StatusGrace.D(), TrainerPassEnv: trainerPassEnv(fc.Trainers), Logger: log,
 	})
