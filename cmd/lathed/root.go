@@ -377,8 +377,7 @@ func (d *wiring) startScheduler(ctx context.Context) error {
 	s := scheduler.New(d.rdb, d.store, scheduler.Config{
 		Listen: listen, Tokens: tokens, AllowedRoots: d.roots, DataDeny: pathpolicy.DataDeny(d.dataDir, fc.Worker.CheckpointRoot, filepath.Join(d.dataDir, "scripts"), daemonDeny(fc)),
 		KeepFinished: fc.Jobs.KeepFinished, FinishedTTL: fc.Jobs.FinishedTTL.D(),
-		Defaults: fc.daemon.Defaults(d.dataDir),
-		Routing:  fc.daemon.Routing, Ledger: led,
+		Defaults: fc.daemon.Defaults(d.dataDir), Routing: fc.daemon.Routing, Ledger: led,
 		Trainers: names, KillGrace: fc.Worker.KillGrace.D(), PlaceInterval: fc.Scheduler.PlaceInterval.D(),
 		RepairAfter: fc.Scheduler.RepairAfter.D(), ReapGrace: fc.Scheduler.ReapGrace.D(), LeaderTTL: fc.Scheduler.LeaderTTL.D(),
 		LeaseTTL:    fc.Worker.LeaseTTL.D(),
