@@ -10,6 +10,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/scheduler/placement"
 	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // roundOptions are the settings a round's decision depends on.
@@ -32,7 +33,7 @@ type roundPlan struct {
 // AWS worker: apply moves it to that backend's queue.
 type cloudDispatch struct {
 	job     *jobtype.Job
-	backend routing.Backend
+	backend routecfg.Backend
 	node    string // jobtype.CloudNode of the backend
 }
 
@@ -76,7 +77,7 @@ func decideRound(in *roundInput, rs *routeState, opts roundOptions) roundPlan {
 			plan.offWaits = append(plan.offWaits, offWait{j.ID, "held", "held: " + j.Held})
 			continue
 		}
-		if j.Route != nil && j.Route.Kind != "" && j.Route.Kind != routing.KindLocal {
+		if j.Route != nil && j.Route.Kind != "" && j.Route.Kind != routecfg.KindLocal {
 			if cd, ow, ok := decideCloud(j, rs, live); ok {
 				plan.cloud = append(plan.cloud, cd)
 			} else {
@@ -110,7 +111,7 @@ func reroutePath(j *jobtype.Job, rs *routeState, now time.Time) string {
 		// Decided under another routing config: a reload that did not
 		// reach it (cut short) or a restart with a changed config.
 		return "config reload"
-	case j.Held == "" && j.Route.Kind == routing.KindLocal && j.Spec.MaxWait > 0 && now.Sub(j.Route.DecidedAt) > j.Spec.MaxWait.D():
+	case j.Held == "" && j.Route.Kind == routecfg.KindLocal && j.Spec.MaxWait > 0 && now.Sub(j.Route.DecidedAt) > j.Spec.MaxWait.D():
 		return "spill-over"
 	}
 	return ""

@@ -7,7 +7,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
-	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // TestDecideRoundIsPure runs a placement round's decision without Redis:
@@ -16,20 +16,20 @@ import (
 // one too big to fit. The plan re-routes the retry, places what fits,
 // names the held job, and counts the pool's pressure.
 func TestDecideRoundIsPure(t *testing.T) {
-	rc, err := routing.ParseConfig(nil)
+	rc, err := routecfg.ParseConfig(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rs := &routeState{cfg: rc, hash: rc.Hash()}
 	local := ""
 	for _, b := range rc.Backends {
-		if b.Kind == routing.KindLocal {
+		if b.Kind == routecfg.KindLocal {
 			local = b.Name
 		}
 	}
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	route := func(attempt int) *jobtype.RouteInfo {
-		return &jobtype.RouteInfo{Backend: local, Kind: routing.KindLocal, Attempt: attempt, ConfigHash: rs.hash, DecidedAt: now}
+		return &jobtype.RouteInfo{Backend: local, Kind: routecfg.KindLocal, Attempt: attempt, ConfigHash: rs.hash, DecidedAt: now}
 	}
 	job := func(id string, gpus, attempt int, r *jobtype.RouteInfo) *jobtype.Job {
 		return &jobtype.Job{ID: id, State: jobtype.StateQueued, Attempt: attempt, Route: r, UpdatedAt: now,
@@ -90,7 +90,7 @@ func TestDecideRoundIsPure(t *testing.T) {
 // it: the round must not count it a second time, or the second retry would
 // be refused a budget that has room for it.
 func TestDecideRoundCountsAHeldReservationOnce(t *testing.T) {
-	rc, err := routing.ParseConfig([]byte(`
+	rc, err := routecfg.ParseConfig([]byte(`
 sites:
   dc-frankfurt: [onprem, eu]
   aws-eu-central-1: [cloud, eu]
@@ -114,7 +114,7 @@ datasets:
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	job := func(id string) *jobtype.Job {
 		return &jobtype.Job{ID: id, State: jobtype.StateQueued, Attempt: 2, UpdatedAt: now, OutputURI: "s3://lathe-eu-ckpt/out/" + id,
-			Route: &jobtype.RouteInfo{Backend: "aws-eu", Kind: routing.KindAWS, Attempt: 1, ConfigHash: rs.hash, DecidedAt: now},
+			Route: &jobtype.RouteInfo{Backend: "aws-eu", Kind: routecfg.KindAWS, Attempt: 1, ConfigHash: rs.hash, DecidedAt: now},
 			Spec: jobspec.Spec{Name: id, BaseModel: "tiny-char", Trainer: "reference", Residency: []string{"eu"},
 				Dataset: "s3://lathe-eu-data/train.jsonl", Resources: jobspec.Resources{GPUs: 1},
 				ExpectedRuntime: jobspec.Duration(time.Hour), MaxRuntime: jobspec.Duration(time.Hour),

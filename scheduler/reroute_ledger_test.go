@@ -20,7 +20,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/scheduler"
-	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // rerouteBundle is a scheduler that is not started (no placement loop: the
@@ -33,7 +33,7 @@ type rerouteBundle struct {
 	led   *ledger.Ledger
 	s     *scheduler.Scheduler
 	url   string
-	cfgs  [2]routing.Config // routeConfig, and one in which no site carries "eu"
+	cfgs  [2]routecfg.Config // routeConfig, and one in which no site carries "eu"
 }
 
 func rerouteSetup(t *testing.T) rerouteBundle {
@@ -53,7 +53,7 @@ func rerouteSetup(t *testing.T) rerouteBundle {
 	noEU := strings.Replace(strings.Replace(routeConfig, "dc-frankfurt: [onprem, eu]", "dc-frankfurt: [onprem]", 1),
 		"aws-eu-central-1: [cloud, eu]", "aws-eu-central-1: [cloud]", 1)
 	for i, text := range []string{routeConfig, noEU} {
-		if b.cfgs[i], err = routing.ParseConfig([]byte(text)); err != nil {
+		if b.cfgs[i], err = routecfg.ParseConfig([]byte(text)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // Routing: every decision goes through routing.Decide (pure) over a
@@ -26,7 +27,7 @@ import (
 
 // routeState is the routing config in force and its hash.
 type routeState struct {
-	cfg  routing.Config
+	cfg  routecfg.Config
 	hash string
 }
 
@@ -36,7 +37,7 @@ func (s *Scheduler) routing() *routeState { return s.route.Load() }
 // job that has not ended against it: a job no longer feasible where it is
 // routed is held with the reason (never moved); a held job feasible again
 // is released. Each change is a ledger record.
-func (s *Scheduler) SetRouting(ctx context.Context, cfg routing.Config) error {
+func (s *Scheduler) SetRouting(ctx context.Context, cfg routecfg.Config) error {
 	s.route.Store(&routeState{cfg: cfg, hash: cfg.Hash()})
 	s.log.Info("routing config loaded", slog.String("config_hash", cfg.Hash()), slog.Int("backends", len(cfg.Backends)))
 	return s.recheckAll(ctx)
@@ -107,7 +108,7 @@ func routingSnapshot(rs *routeState, as Assumptions, in routingInput) routing.Sn
 	snap := routing.Snapshot{Now: in.now, Config: rs.cfg, Pools: map[string]routing.Pool{},
 		BackendSpend: map[string]routing.Spend{}, TeamSpend: map[string]routing.Spend{}, SecondsPerStep: in.stepTimes}
 	for _, b := range rs.cfg.Backends {
-		if b.Kind == routing.KindLocal {
+		if b.Kind == routecfg.KindLocal {
 			// The workers of this deployment form its (first) local pool.
 			pool := localPool(in.nodes, in.pressure)
 			if d, ok := as.Wait[b.Name]; ok {

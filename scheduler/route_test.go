@@ -20,6 +20,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler"
 	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // Routing paths against a real redis-server, the real scheduler and the
@@ -62,7 +63,7 @@ func routeSetup(t *testing.T, cfgText string) routeBundle {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	store := jobstore.New(rdb, jobstore.Config{})
-	cfg, err := routing.ParseConfig([]byte(cfgText))
+	cfg, err := routecfg.ParseConfig([]byte(cfgText))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +268,7 @@ func TestConfigReloadHolds(t *testing.T) {
 	id := jobOf(t, body).ID
 	noEU := strings.Replace(strings.Replace(routeConfig, "dc-frankfurt: [onprem, eu]", "dc-frankfurt: [onprem]", 1),
 		"aws-eu-central-1: [cloud, eu]", "aws-eu-central-1: [cloud]", 1)
-	cfg, err := routing.ParseConfig([]byte(noEU))
+	cfg, err := routecfg.ParseConfig([]byte(noEU))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +279,7 @@ func TestConfigReloadHolds(t *testing.T) {
 	if j.Held == "" || !strings.Contains(j.Held, "config reload") || j.Route.Backend != "local" {
 		t.Fatalf("after the reload: held %q route %+v", j.Held, j.Route)
 	}
-	old, _ := routing.ParseConfig([]byte(routeConfig))
+	old, _ := routecfg.ParseConfig([]byte(routeConfig))
 	if err := b.s.SetRouting(b.ctx, old); err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
-	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // Config configures a Scheduler. Zero values take the defaults stated.
@@ -78,7 +78,7 @@ type Config struct {
 	// Routing is the routing config (sites, backends, buckets, budgets);
 	// the zero value is routing's implicit one: one site "local" [onprem]
 	// with one local backend, as a deployment without routing config.
-	Routing routing.Config
+	Routing routecfg.Config
 	// Ledger records every routing decision; nil records nothing (tests
 	// that do not look at it). lathed always sets it.
 	Ledger *ledger.Ledger
@@ -279,7 +279,7 @@ func New(rdb redis.UniversalClient, store *jobstore.Store, cfg Config) *Schedule
 	s.fence.Store(jobstore.Fence(""))
 	rc := cfg.Routing
 	if len(rc.Sites) == 0 {
-		implicit, err := routing.ParseConfig(nil)
+		implicit, err := routecfg.ParseConfig(nil)
 		if err != nil {
 			panic("scheduler: routing's implicit config does not parse: " + err.Error()) // a bug in routing, not input
 		}

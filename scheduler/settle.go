@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // settleEvery is how often the leader settles the budget reservations of
@@ -43,7 +43,7 @@ func (d *settler) run(ctx context.Context) {
 		// GPU-hours here.
 		actual := j.CostUSD
 		if j.StartedAt != nil && j.FinishedAt != nil && j.Route != nil {
-			if b, ok := rs.cfg.Backend(j.Route.Backend); ok && b.Kind == routing.KindLocal {
+			if b, ok := rs.cfg.Backend(j.Route.Backend); ok && b.Kind == routecfg.KindLocal {
 				actual += j.FinishedAt.Sub(*j.StartedAt).Hours() * float64(j.Spec.Resources.GPUs) * b.USDPerGPUHour()
 			}
 		}

@@ -22,7 +22,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/internal/trainer"
-	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // CloudConfig configures the AWS worker of one cloud backend. Zero values
@@ -31,9 +31,9 @@ type CloudConfig struct {
 	// Routing is the daemon's routing config: the backend's settings, the
 	// sites and their tags, where buckets and file:// data live, Redis's
 	// site. Required.
-	Routing routing.Config
+	Routing routecfg.Config
 	// Backend names the aws backend this worker runs. Required; it must be
-	// ready to launch (routing.Backend.LaunchReady).
+	// ready to launch (routecfg.Backend.LaunchReady).
 	Backend string
 	// EC2 launches, watches, terminates and prices the backend's
 	// instances (backends/aws's Backend.Cloud). Required.
@@ -93,7 +93,7 @@ type CloudConfig struct {
 	Logger *slog.Logger
 }
 
-func (c CloudConfig) withDefaults() (CloudConfig, routing.Backend, error) {
+func (c CloudConfig) withDefaults() (CloudConfig, routecfg.Backend, error) {
 	b, ok := c.Routing.Backend(c.Backend)
 	for name, keys := range c.TrainerPassEnv {
 		for i, k := range keys {
@@ -107,7 +107,7 @@ func (c CloudConfig) withDefaults() (CloudConfig, routing.Backend, error) {
 		return c, b, errors.New("worker: aws: --aws-backend is required (an aws backend of the config)")
 	case !ok:
 		return c, b, fmt.Errorf("worker: aws: backend %q is not in the config", c.Backend)
-	case b.Kind != routing.KindAWS:
+	case b.Kind != routecfg.KindAWS:
 		return c, b, fmt.Errorf("worker: aws: backend %q is kind %q, not aws", c.Backend, b.Kind)
 	}
 	if err := b.LaunchReady(); err != nil {
@@ -177,7 +177,7 @@ func (c CloudConfig) withDefaults() (CloudConfig, routing.Backend, error) {
 // instances by id or tags.
 type Cloud struct {
 	cfg         CloudConfig
-	b           routing.Backend
+	b           routecfg.Backend
 	node        string
 	rdb         redis.UniversalClient
 	store       *jobstore.Store

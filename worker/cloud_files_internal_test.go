@@ -20,7 +20,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/internal/redistest"
-	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // memStore is an in-memory FAKE of the S3 ObjectStore: a map of objects.
@@ -76,7 +76,7 @@ func TestStagingRefusesDaemonFiles(t *testing.T) {
 	good := filepath.Join(data, "train.jsonl")
 	os.WriteFile(good, []byte("{\"text\":\"ok\"}\n"), 0o644)
 	roots, _ := pathpolicy.New([]string{dataDir, data})
-	rc, err := routing.ParseConfig([]byte(cloudTestConfig))
+	rc, err := routecfg.ParseConfig([]byte(cloudTestConfig))
 	if err != nil {
 		t.Fatal(err)
 	}

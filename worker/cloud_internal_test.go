@@ -13,7 +13,7 @@ import (
 	"github.com/lathe-ml/lathe/backends/aws/agent"
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobtype"
-	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // Pure parts of the AWS worker: the residency re-check before anything is
@@ -45,7 +45,7 @@ datasets:
 
 func testAttempt(t *testing.T, cfgText string, job *jobtype.Job) *cloudAttempt {
 	t.Helper()
-	rc, err := routing.ParseConfig([]byte(cfgText))
+	rc, err := routecfg.ParseConfig([]byte(cfgText))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,7 +15,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/scheduler"
-	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // testDaemon is the real scheduler's HTTP API in process, for the CLI's
@@ -33,19 +32,26 @@ type testDaemon struct {
 
 // newTestDaemon starts the scheduler's API configured from the lathed
 // config text config the way lathed's scheduler command does
-// (cmd/lathed/root.go: the routing sections through routing.ParseConfig;
+// (cmd/lathed/root.go: the routing sections through routecfg.ParseConfig;
 // Defaults of jobs.default_max_runtime, given here as maxRuntime,
 // routing.default_residency and <data_dir>/artifacts).
 func newTestDaemon(t *testing.T, config string, maxRuntime time.Duration) *testDaemon {
 	t.Helper()
-	srv := redistest.Start(t)
-	rdb := srv.Client()
-	store := jobstore.New(rdb, jobstore.Config{})
-	cfg, err := routing.ParseConfig([]byte(config))
+	cfg, err := routecfg.ParseConfig([]byte(config))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defaults := jobspec.Defaults{MaxRuntime: maxRuntime, Residency: cfg.DefaultResidency, OutputURI: fileuri.FromPath(filepath.Join("/var/lib/lathe", "artifacts"))}
+	return startTestDaemon(t, cfg, defaults)
+}
+
+// startTestDaemon starts the scheduler's API with routing config cfg and
+// job defaults.
+func startTestDaemon(t *testing.T, cfg routecfg.Config, defaults jobspec.Defaults) *testDaemon {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	store := jobstore.New(rdb, jobstore.Config{})
 	s := scheduler.New(rdb, store, scheduler.Config{Routing: cfg, Defaults: defaults, Logger: slog.New(slog.DiscardHandler)})
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
@@ -69,15 +75,22 @@ func h100s(n int) []jobtype.GPU {
 	return gpus
 }
 
-// daemonFromConfig is newTestDaemon from the lathed config file at path,
-// with one live local node of 8 H100s (gpu-1); it returns the API's URL.
-func daemonFromConfig(t *testing.T, path string, maxRuntime time.Duration) string {
+// daemonFromConfig starts the scheduler's API wired from the lathed config
+// file at path as lathed wires it (routecfg.ReadDaemon: the routing config
+// and the job defaults; a relative data_dir, or none, against the file's
+// folder, as a lathed started there resolves it), with one live local node
+// of 8 H100s (gpu-1); it returns the API's URL.
+func daemonFromConfig(t *testing.T, path string) string {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	dc, err := routecfg.ReadDaemon(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := newTestDaemon(t, string(data), maxRuntime)
+	dataDir := dc.DataDir
+	if dataDir == "" {
+		dataDir = filepath.Join(filepath.Dir(path), routecfg.DefaultDataDir)
+	}
+	d := startTestDaemon(t, dc.Routing, dc.Defaults(dataDir))
 	d.heartbeat(t, jobstore.Node{Name: "gpu-1", Incarnation: "i1", Backend: "local", Slots: 2, GPUs: h100s(8)})
 	return d.url
 }

@@ -11,7 +11,7 @@ import (
 // one job; K with another spec exits 1 naming the key, and stores nothing.
 func TestSubmitIdempotencyKeyReused(t *testing.T) {
 	dir := t.TempDir()
-	server := daemonFromConfig(t, writeFile(t, dir, "lathe.yaml", routeConfig), 0)
+	server := daemonFromConfig(t, writeFile(t, dir, "lathe.yaml", routeConfig))
 	spec := func(name string) string {
 		return writeFile(t, dir, name+".yaml", "name: "+name+"\nbase_model: tiny-char\ndataset: file:///data/support/train.jsonl\n")
 	}

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -16,14 +16,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/lathe-ml/lathe/internal/apiclient"
 	"github.com/lathe-ml/lathe/internal/cost"
-	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // offlineNote is said by every offline explanation: lathe cannot see the
@@ -168,39 +167,28 @@ func parseWhatIf(waits, spents []string) (apiclient.WhatIf, error) {
 // knows is assumed (see offlineNote and Notes). The spec gets the daemon's
 // defaults first, from the same file.
 func (a *app) explainOffline(spec *jobspec.Spec, path string, wi apiclient.WhatIf) (*explanation, error) {
-	data, err := readConfigFile(path)
+	dc, err := a.readDaemon(path)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := routing.ParseConfig(data)
-	if err != nil {
-		var ce *routing.ConfigError
-		if errors.As(err, &ce) {
-			for _, fe := range ce.Errors {
-				fmt.Fprintf(a.stderr, "error: %s\n", fe.Error())
-			}
-			return nil, usageErrorf("--config %s: %d problem(s) in the routing config", path, len(ce.Errors))
-		}
-		return nil, usageErrorf("--config %s: %w", path, err)
-	}
-	def, err := daemonDefaults(data, path)
+	def, err := offlineDefaults(dc, path)
 	if err != nil {
 		return nil, err
 	}
-	def.Residency = cfg.DefaultResidency
+	cfg := dc.Routing
 	spec.Normalize(jobspec.DeploymentDefaults(def)) // as the scheduler does (its Config.Defaults)
 
 	// A what-if must name a backend of the config (a wait: a local one).
-	for _, b := range sortedKeys(wi.Wait) {
+	for _, b := range slices.Sorted(maps.Keys(wi.Wait)) {
 		be, ok := cfg.Backend(b)
 		switch {
 		case !ok:
 			return nil, usageErrorf("--assume-wait %s=%s: %s has no backend %q (backends: %s)", b, wi.Wait[b], path, b, backendNames(cfg))
-		case be.Kind != routing.KindLocal:
+		case be.Kind != routecfg.KindLocal:
 			return nil, usageErrorf("--assume-wait %s=%s: %s is a %s backend; only a local backend has a queue to wait in (a cloud wait counts as 0)", b, wi.Wait[b], b, be.Kind)
 		}
 	}
-	for _, b := range sortedKeys(wi.Spent) {
+	for _, b := range slices.Sorted(maps.Keys(wi.Spent)) {
 		if _, ok := cfg.Backend(b); !ok {
 			return nil, usageErrorf("--assume-spent %s=%g: %s has no backend %q (backends: %s)", b, wi.Spent[b], path, b, backendNames(cfg))
 		}
@@ -213,7 +201,7 @@ func (a *app) explainOffline(spec *jobspec.Spec, path string, wi apiclient.WhatI
 	for _, b := range cfg.Backends {
 		// As the scheduler: this deployment's workers form its first local
 		// backend's pool (scheduler/route.go snapshotFor).
-		if b.Kind == routing.KindLocal && !anyLocal {
+		if b.Kind == routecfg.KindLocal && !anyLocal {
 			anyLocal = true
 			pool := assumedPool(spec)
 			if d, ok := wi.Wait[b.Name]; ok {
@@ -260,23 +248,28 @@ func asWire(d routing.Decision) (wire.Decision, error) {
 	return wd, nil
 }
 
-// readConfigFile reads lathed's config file at path, at most
-// routing.MaxConfigBytes (what ParseConfig takes): a longer one (or
-// /dev/zero) is a usage error naming the file and the limit.
-func readConfigFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, usageErrorf("--config: %w", err)
+// readDaemon reads lathed's config file at path as lathed reads it
+// (routecfg.ReadDaemon: the routing sections and the job defaults, at most
+// routecfg.MaxConfigBytes); every problem is a usage error naming the file:
+// the routing config's problems one per line on stderr, a file over the
+// limit (or /dev/zero) with the limit.
+func (a *app) readDaemon(path string) (routecfg.Daemon, error) {
+	dc, err := routecfg.ReadDaemon(path)
+	var ce *routecfg.ConfigError
+	switch {
+	case err == nil:
+		return dc, nil
+	case routecfg.IsReadError(err):
+		return routecfg.Daemon{}, usageErrorf("--config: %w", err)
+	case errors.Is(err, routecfg.ErrTooLarge):
+		return routecfg.Daemon{}, usageErrorf("--config %s: over %d bytes (4 MiB, the most a config file may hold): not read further", path, routecfg.MaxConfigBytes)
+	case errors.As(err, &ce):
+		for _, fe := range ce.Errors {
+			fmt.Fprintf(a.stderr, "error: %s\n", fe.Error())
+		}
+		return routecfg.Daemon{}, usageErrorf("--config %s: %d problem(s) in the routing config", path, len(ce.Errors))
 	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, routing.MaxConfigBytes+1))
-	if err != nil {
-		return nil, usageErrorf("--config: %w", err)
-	}
-	if len(data) > routing.MaxConfigBytes {
-		return nil, usageErrorf("--config %s: over %d bytes (4 MiB, the most a config file may hold): not read further", path, routing.MaxConfigBytes)
-	}
-	return data, nil
+	return routecfg.Daemon{}, usageErrorf("--config %s: %w", path, err)
 }
 
 // assumedPool is a local pool of one synthetic node whose GPUs match the
@@ -299,61 +292,31 @@ func assumedPool(spec *jobspec.Spec) routing.Pool {
 		GPUs: []routing.PoolGPU{{Model: model, MemoryGB: mem, Healthy: r.GPUs}}}}}
 }
 
-// daemonDefaults reads the job defaults lathed applies to every spec from
-// its config file (data), before jobspec.DeploymentDefaults fills in what
-// the file leaves out: jobs.default_max_runtime and the default output
-// folder (jobs.default_output_uri, else <data_dir>/artifacts, data_dir
-// relative to the file, default lathe-data beside it — lathed resolves its
-// default against its working folder instead, which only moves the folder
-// within the same file:// site).
-func daemonDefaults(data []byte, path string) (jobspec.Defaults, error) {
-	var fc struct {
-		DataDir string `yaml:"data_dir"`
-		Jobs    struct {
-			DefaultMaxRuntime string `yaml:"default_max_runtime"`
-			DefaultOutputURI  string `yaml:"default_output_uri"`
-		} `yaml:"jobs"`
+// offlineDefaults are the job defaults lathed would normalise a spec with,
+// from its config file dc read at path (dc.Defaults): when the file gives
+// no jobs.default_output_uri, the output folder is <data_dir>/artifacts,
+// with data_dir (default routecfg.DefaultDataDir) relative to the file's
+// folder. lathed resolves its default data_dir against its working folder
+// instead, which the CLI cannot know; that only moves the folder within
+// the same file:// site, so routing decides alike.
+func offlineDefaults(dc routecfg.Daemon, path string) (jobspec.Defaults, error) {
+	dir := dc.DataDir
+	if dir == "" {
+		dir = filepath.Join(filepath.Dir(path), routecfg.DefaultDataDir)
 	}
-	if err := yaml.Unmarshal(data, &fc); err != nil {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
 		return jobspec.Defaults{}, usageErrorf("--config %s: %v", path, err)
 	}
-	maxRuntime, err := jobspec.ParseDuration(fc.Jobs.DefaultMaxRuntime)
-	if err != nil {
-		return jobspec.Defaults{}, usageErrorf("--config %s: jobs.default_max_runtime: %v", path, err)
-	}
-	out := fc.Jobs.DefaultOutputURI
-	if out == "" {
-		dir := fc.DataDir
-		if dir == "" {
-			dir = "lathe-data"
-		}
-		if !filepath.IsAbs(dir) {
-			base, err := filepath.Abs(filepath.Dir(path))
-			if err != nil {
-				return jobspec.Defaults{}, usageErrorf("--config %s: %v", path, err)
-			}
-			dir = filepath.Join(base, dir)
-		}
-		out = fileuri.FromPath(filepath.Join(dir, "artifacts"))
-	}
-	return jobspec.Defaults{MaxRuntime: maxRuntime, OutputURI: out}, nil
+	return dc.Defaults(dir), nil
 }
 
-func backendNames(cfg routing.Config) string {
+func backendNames(cfg routecfg.Config) string {
 	names := make([]string, len(cfg.Backends))
 	for i, b := range cfg.Backends {
 		names[i] = b.Name
 	}
 	return strings.Join(names, ", ")
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // choiceLine is the first line of an explanation: "→ aws-eu (site

@@ -3,8 +3,8 @@ package main
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
-	"time"
 )
 
 // TestRouteExplainOfflineAgreesWithDaemon: `lathe route --explain --config`
@@ -15,19 +15,30 @@ import (
 // redis-server with one live local node whose GPUs (8 × H100 80GB) fit every
 // GPU request of the table (offline, the local pool is assumed to fit).
 func TestRouteExplainOfflineAgreesWithDaemon(t *testing.T) {
-	t.Run("no jobs.default_max_runtime", func(t *testing.T) { routeAgreement(t, routeConfig, 0) })
+	t.Run("no jobs.default_max_runtime", func(t *testing.T) { routeAgreement(t, routeConfig) })
 	// lathed reads jobs.default_max_runtime into its scheduler's defaults.
 	t.Run("jobs.default_max_runtime 6h", func(t *testing.T) {
-		routeAgreement(t, routeConfig+"\njobs:\n  default_max_runtime: 6h\n", 6*time.Hour)
+		routeAgreement(t, routeConfig+"\njobs:\n  default_max_runtime: 6h\n")
+	})
+	// Every job default the file gives: the default output folder (staged
+	// back from a cloud site under its own name), the run time, and a
+	// default residency of [eu], which bursts an untagged job.
+	t.Run("job defaults", func(t *testing.T) {
+		routeAgreement(t, strings.Replace(routeConfig, "  default_residency: [onprem]", "  default_residency: [eu]", 1)+
+			"\njobs:\n  default_max_runtime: 3h\n  default_output_uri: file:///srv/lathe/models\n")
+	})
+	// A relative data_dir is relative to the config file's folder, for
+	// lathed and the CLI alike: the default output folder is under it.
+	t.Run("relative data_dir", func(t *testing.T) {
+		routeAgreement(t, strings.Replace(routeConfig, "data_dir: /var/lib/lathe", "data_dir: state", 1))
 	})
 }
 
-// routeAgreement runs the table against config; maxRuntime is its
-// jobs.default_max_runtime (0: none).
-func routeAgreement(t *testing.T, config string, maxRuntime time.Duration) {
+// routeAgreement runs the table against config.
+func routeAgreement(t *testing.T, config string) {
 	dir := t.TempDir()
 	cfgPath := writeFile(t, dir, "lathe.yaml", config)
-	online := daemonFromConfig(t, cfgPath, maxRuntime)
+	online := daemonFromConfig(t, cfgPath)
 
 	const base = "name: support-bot\nbase_model: tiny-char\n"
 	const fileData = "dataset: file:///data/support/train.jsonl\n"

@@ -19,7 +19,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/scheduler"
-	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 	"github.com/lathe-ml/lathe/worker"
 )
 
@@ -40,7 +40,7 @@ type awsSection struct {
 const defaultCluster = "lathe"
 
 // awsConfigOf is the backends/aws configuration of routing backend rb.
-func awsConfigOf(rb routing.Backend, cluster, endpoint string) awsbackend.Config {
+func awsConfigOf(rb routecfg.Backend, cluster, endpoint string) awsbackend.Config {
 	types := make([]awsbackend.InstanceType, 0, len(rb.InstanceTypes))
 	for _, t := range rb.InstanceTypes {
 		types = append(types, awsbackend.InstanceType{Name: t.Name, OnDemandUSDPerHour: t.OnDemandUSDPerHour, SpotUSDPerHour: t.SpotUSDPerHour})
@@ -74,10 +74,10 @@ func s3Client(awsCfg aws.Config, endpoint string) *s3.Client {
 // every aws backend of the config that can launch (one that cannot has no
 // instances of Lathe's). A backend whose settings are refused is logged and
 // left out.
-func cloudReconcilers(ctx context.Context, rc routing.Config, cluster, endpoint string, log *slog.Logger) map[string]scheduler.CloudInstances {
+func cloudReconcilers(ctx context.Context, rc routecfg.Config, cluster, endpoint string, log *slog.Logger) map[string]scheduler.CloudInstances {
 	out := map[string]scheduler.CloudInstances{}
 	for _, b := range rc.Backends {
-		if b.Kind != routing.KindAWS {
+		if b.Kind != routecfg.KindAWS {
 			continue
 		}
 		if err := b.LaunchReady(); err != nil {
@@ -102,11 +102,11 @@ func cloudReconcilers(ctx context.Context, rc routing.Config, cluster, endpoint 
 // startCloudWorker starts the AWS worker of backend name.
 func startCloudWorker(ctx context.Context, rdb redis.UniversalClient, store *jobstore.Store, fc *fileConfig, name, endpoint, dataDir string,
 	roots pathpolicy.Roots, log *slog.Logger) (*worker.Cloud, error) {
-	b, ok := fc.route.Backend(name)
-	if name == "" || !ok || b.Kind != routing.KindAWS {
+	b, ok := fc.daemon.Routing.Backend(name)
+	if name == "" || !ok || b.Kind != routecfg.KindAWS {
 		var names []string
-		for _, b := range fc.route.Backends {
-			if b.Kind == routing.KindAWS {
+		for _, b := range fc.daemon.Routing.Backends {
+			if b.Kind == routecfg.KindAWS {
 				names = append(names, b.Name)
 			}
 		}
@@ -129,8 +129,8 @@ func startCloudWorker(ctx context.Context, rdb redis.UniversalClient, store *job
 		return nil, err
 	}
 	c, err := worker.NewCloud(rdb, store, worker.CloudConfig{
-		Routing: fc.route, Backend: name, EC2: eb.Cloud(), S3: agent.NewS3Store(s3Client(awsCfg, endpoint)), Ledger: led,
-		DataDir: dataDir, AllowedRoots: roots, Deny: daemonDeny(fc), MaxAttempts: fc.Worker.MaxAttempts, DefaultMaxRuntime: fc.Jobs.DefaultMaxRuntime.D(),
+		Routing: fc.daemon.Routing, Backend: name, EC2: eb.Cloud(), S3: agent.NewS3Store(s3Client(awsCfg, endpoint)), Ledger: led,
+		DataDir: dataDir, AllowedRoots: roots, Deny: daemonDeny(fc), MaxAttempts: fc.Worker.MaxAttempts, DefaultMaxRuntime: fc.daemon.MaxRuntime,
 		LeaseTTL: fc.AWS.LeaseTTL.D(), HeartbeatTTL: fc.Worker.HeartbeatTTL.D(), PollInterval: fc.AWS.PollInterval.D(),
 		LaunchRetry: fc.AWS.LaunchRetry.D(), StatusGrace: fc.AWS.StatusGrace.D(), TrainerPassEnv: trainerPassEnv(fc.Trainers), Logger: log,
 	})

@@ -13,23 +13,24 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/lathe-ml/lathe/backends/local/nvmlinventory"
-	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/internal/trainer"
 	"github.com/lathe-ml/lathe/scheduler"
-	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // fileConfig is the daemon's config file (configs/lathe.yaml documents
 // every key). Flags given on the command line win over the file.
 type fileConfig struct {
+	// DataDir is data_dir as routecfg.ReadDaemon reads it (relative to the
+	// file's folder).
 	DataDir   string                  `yaml:"data_dir"`
 	Redis     redisSection            `yaml:"redis"`
 	Scheduler schedulerSection        `yaml:"scheduler"`
 	Worker    workerSection           `yaml:"worker"`
 	Jobs      jobsSection             `yaml:"jobs"`
-	Routing   routingSection          `yaml:"routing"`
+	Routing   yaml.Node               `yaml:"routing"`
 	Trainers  map[string]trainerEntry `yaml:"trainers"`
 	Auth      authSection             `yaml:"auth"`
 	Ledger    ledgerSection           `yaml:"ledger"`
@@ -39,17 +40,19 @@ type fileConfig struct {
 	// differ.
 	Cluster string     `yaml:"cluster"`
 	AWS     awsSection `yaml:"aws"`
-	// The routing sections: scheduler/routing.ParseConfig reads and
-	// validates them (strictly, every bad field at once); here they are
-	// only allowed.
+	// The routing sections (and routing: above): routecfg.ParseConfig
+	// reads and validates them (strictly, every bad field at once); here
+	// they are only allowed.
 	Sites     yaml.Node `yaml:"sites"`
 	RedisSite yaml.Node `yaml:"redis_site"`
 	Backends  yaml.Node `yaml:"backends"`
 	Datasets  yaml.Node `yaml:"datasets"`
 	Budgets   yaml.Node `yaml:"budgets"`
 
-	// route is the parsed routing config (the implicit one without a file).
-	route routing.Config
+	// daemon is what routecfg.ReadDaemon read of the file: the routing
+	// config (the implicit one without a file) and the job defaults, as the
+	// CLI's offline lathe route --explain --config reads them.
+	daemon routecfg.Daemon
 	// path is the file read ("" without one).
 	path string
 }
@@ -181,33 +184,41 @@ type workerSection struct {
 }
 
 type jobsSection struct {
-	DefaultMaxRuntime duration `yaml:"default_max_runtime"`
-	DefaultOutputURI  string   `yaml:"default_output_uri"`
-	EventsMaxLen      int64    `yaml:"events_max_len"`
-	AllowedRoots      []string `yaml:"allowed_roots"`
-	KeepFinished      int      `yaml:"keep_finished"`
-	FinishedTTL       duration `yaml:"finished_ttl"`
-}
-
-type routingSection struct {
-	DefaultResidency []string `yaml:"default_residency"`
+	// The job defaults: routecfg.ReadDaemon reads them (fileConfig.daemon);
+	// here they are only allowed.
+	DefaultMaxRuntime yaml.Node `yaml:"default_max_runtime"`
+	DefaultOutputURI  yaml.Node `yaml:"default_output_uri"`
+	EventsMaxLen      int64     `yaml:"events_max_len"`
+	AllowedRoots      []string  `yaml:"allowed_roots"`
+	KeepFinished      int       `yaml:"keep_finished"`
+	FinishedTTL       duration  `yaml:"finished_ttl"`
 }
 
 // loadRouting parses the routing sections of the config file at path (""
-// = routing's implicit config: one site "local" [onprem]).
-func loadRouting(path string) (routing.Config, error) {
+// = routing's implicit config: one site "local" [onprem]), as a SIGHUP
+// reloads them: the job defaults are not reloaded, nor read.
+func loadRouting(path string) (routecfg.Config, error) {
 	var b []byte
 	if path != "" {
 		var err error
-		if b, err = os.ReadFile(path); err != nil {
-			return routing.Config{}, fmt.Errorf("config: %w", err)
+		if b, err = routecfg.ReadFile(path); err != nil {
+			return routecfg.Config{}, configError(path, err)
 		}
 	}
-	rc, err := routing.ParseConfig(b)
+	rc, err := routecfg.ParseConfig(b)
 	if err != nil {
-		return routing.Config{}, fmt.Errorf("config %s: %w", path, err)
+		return routecfg.Config{}, configError(path, err)
 	}
 	return rc, nil
+}
+
+// configError names the config file in an error of routecfg's: "config:
+// open …" when it cannot be read, else "config PATH: …".
+func configError(path string, err error) error {
+	if routecfg.IsReadError(err) {
+		return fmt.Errorf("config: %w", err)
+	}
+	return fmt.Errorf("config %s: %w", path, err)
 }
 
 // duration reads "10s", "2h" from YAML.
@@ -270,11 +281,11 @@ func (d duration) D() time.Duration { return time.Duration(d) }
 // loadConfig reads path ("" = no file: all defaults). Unknown keys are errors.
 func loadConfig(path string) (*fileConfig, error) {
 	c := &fileConfig{}
-	rc, err := loadRouting(path)
+	d, err := routecfg.ReadDaemon(path)
 	if err != nil {
-		return nil, err
+		return nil, configError(path, err)
 	}
-	c.route = rc
+	c.daemon = d
 	if path == "" {
 		return c, nil
 	}
@@ -294,9 +305,7 @@ func loadConfig(path string) (*fileConfig, error) {
 		}
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
-	if c.DataDir != "" && !filepath.IsAbs(c.DataDir) {
-		c.DataDir = filepath.Join(filepath.Dir(path), c.DataDir)
-	}
+	c.DataDir = d.DataDir
 	if g := c.Worker.GPUs; g != "" {
 		if _, err := nvmlinventory.ParseGPUsFlag(g); err != nil {
 			return nil, fmt.Errorf("config %s: worker.gpus = %q: want auto, none or simulated:<server>, the server one of %s",
@@ -305,16 +314,6 @@ func loadConfig(path string) (*fileConfig, error) {
 	}
 	if r := c.Worker.CheckpointRoot; r != "" && !filepath.IsAbs(r) {
 		c.Worker.CheckpointRoot = filepath.Join(filepath.Dir(path), r)
-	}
-	for i, tag := range c.Routing.DefaultResidency {
-		if !jobspec.ValidResidencyTag(tag) {
-			return nil, fmt.Errorf("config %s: routing.default_residency[%d] = %q: must be a lower-case word", path, i, tag)
-		}
-	}
-	if u := c.Jobs.DefaultOutputURI; u != "" {
-		if _, err := fileuri.Path(u); err != nil {
-			return nil, fmt.Errorf("config %s: jobs.default_output_uri: %w", path, err)
-		}
 	}
 	if f := c.Ledger.KeyFile; f != "" && !filepath.IsAbs(f) {
 		c.Ledger.KeyFile = filepath.Join(filepath.Dir(path), f)

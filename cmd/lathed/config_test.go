@@ -20,7 +20,7 @@ func TestExampleConfigLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Scheduler.Listen != "127.0.0.1:8080" || c.Worker.Slots != 2 || c.Worker.KillGrace.D() != 10*time.Second ||
-		c.Jobs.DefaultMaxRuntime.D() != 24*time.Hour || len(c.Routing.DefaultResidency) != 1 || c.Routing.DefaultResidency[0] != "onprem" {
+		c.daemon.MaxRuntime != 24*time.Hour || len(c.daemon.Routing.DefaultResidency) != 1 || c.daemon.Routing.DefaultResidency[0] != "onprem" {
 		t.Fatalf("example config: %+v", c)
 	}
 	if sc := c.Scheduler; sc.HTTPReadHeaderTimeout.D() != 10*time.Second || sc.HTTPReadTimeout.D() != 30*time.Second ||

@@ -18,14 +18,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lathe-ml/lathe/backends/local/nvmlinventory"
-	"github.com/lathe-ml/lathe/internal/fileuri"
-	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/internal/redact"
 	"github.com/lathe-ml/lathe/scheduler"
-	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 	"github.com/lathe-ml/lathe/scripts"
 	"github.com/lathe-ml/lathe/worker"
 )
@@ -197,7 +195,7 @@ func openWiring(ctx context.Context, o *opts, stderr io.Writer, ownRedis bool) (
 			d.close()
 		}
 	}()
-	if d.dataDir, err = filepath.Abs(firstNonEmpty(o.dataDir, fc.DataDir, "lathe-data")); err != nil {
+	if d.dataDir, err = filepath.Abs(firstNonEmpty(o.dataDir, fc.DataDir, routecfg.DefaultDataDir)); err != nil {
 		return nil, fmt.Errorf("--data-dir: %w", err)
 	}
 	if err := os.MkdirAll(d.dataDir, 0o755); err != nil {
@@ -316,7 +314,7 @@ func (d *wiring) startLocalWorker(ctx context.Context) error {
 	}
 	// stops run in reverse: the worker stops before its GPUs close.
 	d.stops = append(d.stops, func(context.Context) error { return gpus.Close() })
-	site, siteTags := localSite(fc.route)
+	site, siteTags := localSite(fc.daemon.Routing)
 	w, err := worker.New(d.rdb, d.store, worker.Config{
 		Site: site, SiteTags: siteTags,
 		Node: node, Slots: firstPositive(o.slots, fc.Worker.Slots), GPUs: gpus,
@@ -372,7 +370,6 @@ func (d *wiring) startScheduler(ctx context.Context) error {
 	if len(tokens) == 0 && !loopbackOnly(listen) {
 		return fmt.Errorf("--listen %s reaches beyond loopback and no API tokens are configured: refusing to run an open API there. Add auth.tokens to the config (see configs/lathe.yaml), or listen on 127.0.0.1", listen)
 	}
-	out := firstNonEmpty(fc.Jobs.DefaultOutputURI, fileuri.FromPath(filepath.Join(d.dataDir, "artifacts")))
 	led, err := openLedger(d.rdb, fc, d.dataDir, log)
 	if err != nil {
 		return err
@@ -380,9 +377,7 @@ func (d *wiring) startScheduler(ctx context.Context) error {
 	s := scheduler.New(d.rdb, d.store, scheduler.Config{
 		Listen: listen, Tokens: tokens, AllowedRoots: d.roots, DataDeny: pathpolicy.DataDeny(d.dataDir, fc.Worker.CheckpointRoot, filepath.Join(d.dataDir, "scripts"), daemonDeny(fc)),
 		KeepFinished: fc.Jobs.KeepFinished, FinishedTTL: fc.Jobs.FinishedTTL.D(),
-		Defaults: jobspec.Defaults{MaxRuntime: fc.Jobs.DefaultMaxRuntime.D(), Residency: fc.route.DefaultResidency,
-			OutputURI: out},
-		Routing: fc.route, Ledger: led,
+		Defaults: fc.daemon.Defaults(d.dataDir), Routing: fc.daemon.Routing, Ledger: led,
 		Trainers: names, KillGrace: fc.Worker.KillGrace.D(), PlaceInterval: fc.Scheduler.PlaceInterval.D(),
 		RepairAfter: fc.Scheduler.RepairAfter.D(), ReapGrace: fc.Scheduler.ReapGrace.D(), LeaderTTL: fc.Scheduler.LeaderTTL.D(),
 		LeaseTTL:    fc.Worker.LeaseTTL.D(),
@@ -390,7 +385,7 @@ func (d *wiring) startScheduler(ctx context.Context) error {
 		ReadHeaderTimeout: fc.Scheduler.HTTPReadHeaderTimeout.D(), ReadTimeout: fc.Scheduler.HTTPReadTimeout.D(),
 		WriteTimeout: fc.Scheduler.HTTPWriteTimeout.D(), IdleTimeout: fc.Scheduler.HTTPIdleTimeout.D(),
 		MaxConns: fc.Scheduler.HTTPMaxConns, MaxConnsPerIP: fc.Scheduler.HTTPMaxConnsPerIP,
-		Clouds:         cloudReconcilers(ctx, fc.route, firstNonEmpty(fc.Cluster, defaultCluster), d.endpoint, log),
+		Clouds:         cloudReconcilers(ctx, fc.daemon.Routing, firstNonEmpty(fc.Cluster, defaultCluster), d.endpoint, log),
 		ReconcileEvery: fc.Scheduler.ReconcileEvery.D(), ReconcileGrace: fc.Scheduler.ReconcileGrace.D(),
 		NoEvictionCheck: d.managed != nil && d.managed.Embedded,
 	})
@@ -486,9 +481,9 @@ func loopbackOnly(listen string) bool {
 
 // localSite is the site of the routing config's first local backend (the
 // pool this deployment's workers form) and its tags.
-func localSite(rc routing.Config) (string, []string) {
+func localSite(rc routecfg.Config) (string, []string) {
 	for _, b := range rc.Backends {
-		if b.Kind == routing.KindLocal {
+		if b.Kind == routecfg.KindLocal {
 			if st, ok := rc.Site(b.Site); ok {
 				return st.Name, st.Tags
 			}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // bench100Config writes a config of 100 backends: 40 local pools in 4
@@ -111,7 +113,7 @@ func BenchmarkParseConfig100Backends(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := ParseConfig(data); err != nil {
+		if _, err := routecfg.ParseConfig(data); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -125,7 +127,7 @@ func TestBench100Decisions(t *testing.T) {
 		kind     string
 		refused  bool
 		feasible int
-	}{{KindAWS, false, 40}, {KindLocal, false, 20}, {KindAWS, false, 20}, {KindAWS, false, 20}, {"", true, 0}}
+	}{{routecfg.KindAWS, false, 40}, {routecfg.KindLocal, false, 20}, {routecfg.KindAWS, false, 20}, {routecfg.KindAWS, false, 20}, {"", true, 0}}
 	// (Job 2 has s3:// data: no local pool may take it, so an eu cloud
 	// backend does.)
 	for i, j := range benchJobs() {

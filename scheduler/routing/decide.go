@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/cost"
+
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // Decide routes job over snapshot s: every backend is checked (residency,
@@ -25,13 +27,13 @@ func Decide(job Job, s Snapshot) Decision {
 // backend, estimates the feasible ones, chooses one, and writes the reasons
 // of the choice: the rules of docs/routing.md, in order.
 func decide(job *Job, s *Snapshot, cks []check) Decision {
-	x, err := s.Config.index()
+	x, err := s.Config.Index()
 	if err != nil {
 		return refuseConfig(job, err)
 	}
 	e := newEval(x, job, s)
 
-	n := len(x.backends)
+	n := len(x.Backends)
 	d := Decision{Residency: slices.Clone(e.tags), Candidates: make([]Candidate, n)}
 	// The states stay on the stack for up to stackBackends backends.
 	var stack [stackBackends]candState
@@ -43,8 +45,8 @@ func decide(job *Job, s *Snapshot, cks []check) Decision {
 	}
 	var buf [16]checkID
 	perBackend, jobReason := e.jobChecks(cks, buf[:0])
-	for i := range x.backends {
-		e.assess(&d.Candidates[i], &x.backends[i], &states[i], perBackend, jobReason)
+	for i := range x.Backends {
+		e.assess(&d.Candidates[i], &x.Backends[i], &states[i], perBackend, jobReason)
 	}
 
 	d.Reasons = append(d.Reasons, e.residencyReason())
@@ -55,7 +57,7 @@ func decide(job *Job, s *Snapshot, cks []check) Decision {
 		d.Reasons = appendRejections(d.Reasons, d.Candidates, false)
 		return d
 	}
-	e.chosen(&d, &x.backends[chosen], &states[chosen])
+	e.chosen(&d, &x.Backends[chosen], &states[chosen])
 	return d
 }
 
@@ -64,7 +66,7 @@ func decide(job *Job, s *Snapshot, cks []check) Decision {
 func refuseConfig(job *Job, err error) Decision {
 	tags := job.Residency
 	if len(tags) == 0 {
-		tags = defaultResidency
+		tags = routecfg.DefaultResidency()
 	}
 	return Decision{Refused: true, Residency: slices.Clone(tags), Reasons: []string{ReasonConfigInvalid + ": " + err.Error()}}
 }
@@ -90,7 +92,7 @@ func (e *eval) jobChecks(cks []check, perBackend []checkID) ([]checkID, string) 
 // assess runs the backend checks on backend b (its state st), takes
 // jobReason when they pass, estimates a feasible backend, and fills its
 // Candidate c.
-func (e *eval) assess(c *Candidate, b *backendInfo, st *candState, perBackend []checkID, jobReason string) {
+func (e *eval) assess(c *Candidate, b *routecfg.BackendInfo, st *candState, perBackend []checkID, jobReason string) {
 	reason := ""
 	for _, id := range perBackend {
 		if reason = e.run(id, b, st); reason != "" {
@@ -104,30 +106,30 @@ func (e *eval) assess(c *Candidate, b *backendInfo, st *candState, perBackend []
 		e.prepare(b, st) // for the estimates, had a test removed every check that needs them
 	}
 	// c is zeroed: set field by field (no struct copy)
-	c.Backend, c.Site, c.Kind = b.name, e.x.sites[b.site].name, b.kind
+	c.Backend, c.Site, c.Kind = b.Name, e.x.Sites[b.Site].Name, b.Kind
 	c.Feasible, c.Reason = reason == "", reason
 	c.EstCostUSD, c.EstRuntimeS = st.cost, st.runtime.Seconds()
 	switch {
 	case !st.ready: // refused for residency before any estimate
-	case b.local:
+	case b.Local:
 		c.EstWaitS = waitOut(st.waitS)
 	case st.ti >= 0:
-		c.InstanceType, c.Spot = b.types[st.ti].name, b.spot
+		c.InstanceType, c.Spot = b.Types[st.ti].Name, b.Spot
 	}
 }
 
 // chosen writes the choice of backend b (its state st) into d: where, the
 // estimates, whether the job waits, and the reasons for runtime, cost and
 // staging.
-func (e *eval) chosen(d *Decision, b *backendInfo, st *candState) {
+func (e *eval) chosen(d *Decision, b *routecfg.BackendInfo, st *candState) {
 	job := &e.job
-	d.Backend, d.Site = b.name, e.x.sites[b.site].name
+	d.Backend, d.Site = b.Name, e.x.Sites[b.Site].Name
 	d.EstRuntime = st.runtime
 	d.EstGPUHours = cost.GPUHours(st.runtime, job.GPUs)
 	d.EstCostUSD = st.cost
-	d.Waiting = b.local && job.MaxWait > 0 && !(st.waitS <= job.MaxWait.Seconds())
+	d.Waiting = b.Local && job.MaxWait > 0 && !(st.waitS <= job.MaxWait.Seconds())
 	d.Reasons = append(d.Reasons, e.runtimeReason(b, st), e.costReason(b, st))
-	if !b.local {
+	if !b.Local {
 		d.Reasons = append(d.Reasons, "cloud wait counts as 0: capacity is bought; instance provisioning time is not modelled")
 	}
 	e.staging(d, b)
@@ -166,7 +168,7 @@ func (e *eval) choose(d *Decision, states []candState) int {
 		if !c.Feasible {
 			continue
 		}
-		if c.Kind != KindLocal {
+		if c.Kind != routecfg.KindLocal {
 			if cloud < 0 || rankCost(st) < rankCost(&states[cloud]) {
 				cloud = i
 			}
@@ -222,7 +224,7 @@ func (e *eval) cloudRejections(d *Decision) {
 // its backends in config order: "aws-0, aws-3: compute site lacks …". With
 // 100 backends in a few sites that is a few lines, not a hundred.
 func appendRejections(reasons []string, cands []Candidate, cloudOnly bool) []string {
-	skip := func(c *Candidate) bool { return c.Feasible || cloudOnly && c.Kind == KindLocal }
+	skip := func(c *Candidate) bool { return c.Feasible || cloudOnly && c.Kind == routecfg.KindLocal }
 	var done [stackBackends]bool
 	var more []bool
 	if len(cands) > len(done) {
@@ -279,7 +281,7 @@ func (e *eval) chooseByValue(d *Decision, states []candState) int {
 		if best < 0 || s < e.score(&states[best]) {
 			best = i
 		}
-		if d.Candidates[i].Kind == KindLocal {
+		if d.Candidates[i].Kind == routecfg.KindLocal {
 			if bestLocal < 0 || s < e.score(&states[bestLocal]) {
 				bestLocal = i
 			}
@@ -305,7 +307,7 @@ func (e *eval) chooseByValue(d *Decision, states []candState) int {
 	d.Trade = "value of time " + usd(vph) + "/h: " + side("best local", bestLocal) + "; " + side("best cloud", bestCloud) +
 		" → " + d.Candidates[best].Backend
 	d.Reasons = append(d.Reasons, "value: "+d.Candidates[best].Backend+" has the least cost plus waiting time valued at "+usd(vph)+"/h (see trade); residency is never traded")
-	if bestCloud < 0 && d.Candidates[best].Kind == KindLocal {
+	if bestCloud < 0 && d.Candidates[best].Kind == routecfg.KindLocal {
 		if w := states[best].waitS; e.job.MaxWait > 0 && !(w <= e.job.MaxWait.Seconds()) {
 			e.cloudRejections(d) // waiting past max_wait because no cloud could take it
 		}
@@ -344,7 +346,7 @@ func (e *eval) residencyReason() string {
 }
 
 // runtimeReason says which estimate the runtime comes from.
-func (e *eval) runtimeReason(b *backendInfo, st *candState) string {
+func (e *eval) runtimeReason(b *routecfg.BackendInfo, st *candState) string {
 	j := &e.job
 	switch st.rtSrc {
 	case rtExpected:
@@ -354,54 +356,54 @@ func (e *eval) runtimeReason(b *backendInfo, st *candState) string {
 			strconv.FormatFloat(st.rate, 'g', 4, 64) + " s/step learned for " + j.BaseModel + " on " + st.rateModel
 	case rtMax:
 		return "runtime " + st.runtime.String() + ": max_runtime, an upper bound (no expected_runtime, and no learned seconds per step for " +
-			j.BaseModel + " on " + b.name + ")"
+			j.BaseModel + " on " + b.Name + ")"
 	}
 	return "runtime unknown: no expected_runtime, learned seconds per step or max_runtime, so the cost is not estimated"
 }
 
 // costReason shows how the cost was worked out.
-func (e *eval) costReason(b *backendInfo, st *candState) string {
-	if b.local {
-		if !b.priced {
-			return "cost " + usd(0) + ": local backend " + b.name + " is unpriced (no price in the config)"
+func (e *eval) costReason(b *routecfg.BackendInfo, st *candState) string {
+	if b.Local {
+		if !b.Priced {
+			return "cost " + usd(0) + ": local backend " + b.Name + " is unpriced (no price in the config)"
 		}
 		return "cost " + costText(st) + ": " + strconv.FormatFloat(cost.GPUHours(st.runtime, e.job.GPUs), 'f', 2, 64) +
-			" GPU-hours × " + usd(b.usd) + "/GPU-hour on " + b.name
+			" GPU-hours × " + usd(b.USD) + "/GPU-hour on " + b.Name
 	}
-	t := &b.types[st.ti]
+	t := &b.Types[st.ti]
 	price := "on demand"
-	if b.spot {
+	if b.Spot {
 		price = "spot"
 	}
-	return "cost " + costText(st) + ": " + strconv.FormatFloat(st.runtime.Hours(), 'f', 2, 64) + " h × " + usd(t.usdPerHr) +
-		"/h (" + price + ") for a whole " + t.name + " (" + strconv.Itoa(t.gpus) + " × " + t.model + ")"
+	return "cost " + costText(st) + ": " + strconv.FormatFloat(st.runtime.Hours(), 'f', 2, 64) + " h × " + usd(t.USDPerHr) +
+		"/h (" + price + ") for a whole " + t.Name + " (" + strconv.Itoa(t.GPUs) + " × " + t.Model + ")"
 }
 
 // staging lists the data the decision moves between sites, each allowed
 // because both sites carry every tag (the checks said so).
-func (e *eval) staging(d *Decision, b *backendInfo) {
+func (e *eval) staging(d *Decision, b *routecfg.BackendInfo) {
 	x := e.x
-	compute := x.sites[b.site].name
+	compute := x.Sites[b.Site].Name
 	tags := "[" + strings.Join(e.tags, " ") + "]"
 	for _, l := range [...]*loc{&e.dataset, &e.evalSet} {
-		if l.kind == locSite && l.site != b.site {
-			d.addStaging(l.what, l.uri, x.sites[l.site].name, compute, tags)
+		if l.kind == locSite && l.site != b.Site {
+			d.addStaging(l.what, l.uri, x.Sites[l.site].Name, compute, tags)
 		}
 	}
-	if b.ckptSite != b.site {
-		d.addStaging("checkpoints", b.ckptURI, compute, x.sites[b.ckptSite].name, tags)
+	if b.CkptSite != b.Site {
+		d.addStaging("checkpoints", b.CkptURI, compute, x.Sites[b.CkptSite].Name, tags)
 	}
-	if l := &e.output; l.kind == locSite && l.site != b.site {
+	if l := &e.output; l.kind == locSite && l.site != b.Site {
 		uri := l.uri
 		if uri == "" {
 			uri = "file://"
 		}
-		d.addStaging("output", uri, compute, x.sites[l.site].name, tags)
+		d.addStaging("output", uri, compute, x.Sites[l.site].Name, tags)
 	}
-	if ls := e.logSite(b); ls != b.site {
-		d.addStaging("raw logs", "redis", compute, x.sites[ls].name, tags)
-	} else if !b.local && x.redis != b.site {
-		d.Reasons = append(d.Reasons, "raw logs stay in site "+compute+" (redis_site "+x.sites[x.redis].name+
+	if ls := e.logSite(b); ls != b.Site {
+		d.addStaging("raw logs", "redis", compute, x.Sites[ls].Name, tags)
+	} else if !b.Local && x.Redis != b.Site {
+		d.Reasons = append(d.Reasons, "raw logs stay in site "+compute+" (redis_site "+x.Sites[x.Redis].Name+
 			" lacks a tag; only control-plane metadata crosses): the agent keeps them in the backend's bucket")
 	}
 }

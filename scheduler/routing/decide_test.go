@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/cost"
+
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // baseJob is a 1-GPU, 2-hour job of team ml-research with file:// data.
@@ -614,8 +616,8 @@ func TestTiesAndDeterminism(t *testing.T) {
 func TestImplicitConfig(t *testing.T) {
 	for _, src := range []string{"", "data_dir: /x\n", "routing: {default_residency: [onprem]}\n"} {
 		c := mustParse(t, src)
-		d := Decide(baseJob(), Snapshot{Config: c, Pools: map[string]Pool{ImplicitBackend: h100Pool(1)}})
-		if d.Backend != ImplicitBackend || d.Site != ImplicitSite || d.Refused || len(d.Staging) != 0 || !hasReason(d, "unpriced") {
+		d := Decide(baseJob(), Snapshot{Config: c, Pools: map[string]Pool{routecfg.ImplicitBackend: h100Pool(1)}})
+		if d.Backend != routecfg.ImplicitBackend || d.Site != routecfg.ImplicitSite || d.Refused || len(d.Staging) != 0 || !hasReason(d, "unpriced") {
 			t.Errorf("%q: %+v", src, d)
 		}
 		if d := Decide(baseJob("eu"), Snapshot{Config: c}); !d.Refused {
@@ -623,11 +625,11 @@ func TestImplicitConfig(t *testing.T) {
 		}
 	}
 	// The zero Config behaves like an empty file.
-	d := Decide(baseJob(), Snapshot{Pools: map[string]Pool{ImplicitBackend: h100Pool(1)}})
-	if d.Backend != ImplicitBackend {
+	d := Decide(baseJob(), Snapshot{Pools: map[string]Pool{routecfg.ImplicitBackend: h100Pool(1)}})
+	if d.Backend != routecfg.ImplicitBackend {
 		t.Errorf("zero Config: %+v", d)
 	}
-	if (Config{}).Hash() != mustParse(t, "").Hash() {
+	if (routecfg.Config{}).Hash() != mustParse(t, "").Hash() {
 		t.Errorf("zero Config hashes unlike an empty file")
 	}
 }
@@ -635,8 +637,8 @@ func TestImplicitConfig(t *testing.T) {
 // TestInvalidConfigInGo: a Config built by hand that fails validation
 // refuses every job with ReasonConfigInvalid.
 func TestInvalidConfigInGo(t *testing.T) {
-	c := Config{Sites: []Site{{Name: "a", Tags: []string{"onprem"}}}, RedisSite: "nowhere",
-		Backends: []Backend{{Name: "l", Kind: KindLocal, Site: "a"}}}
+	c := routecfg.Config{Sites: []routecfg.Site{{Name: "a", Tags: []string{"onprem"}}}, RedisSite: "nowhere",
+		Backends: []routecfg.Backend{{Name: "l", Kind: routecfg.KindLocal, Site: "a"}}}
 	d := Decide(baseJob(), Snapshot{Config: c})
 	if !d.Refused || len(d.Reasons) != 1 || !strings.HasPrefix(d.Reasons[0], ReasonConfigInvalid+": ") || !strings.Contains(d.Reasons[0], "redis_site") {
 		t.Fatalf("%+v", d)

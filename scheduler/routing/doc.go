@@ -8,20 +8,10 @@
 //
 // # Config
 //
-// ParseConfig reads the routing sections of lathed's config file (sites,
-// redis_site, backends, datasets, routing, budgets; every other top-level
-// key is ignored here) strictly: unknown keys, wrong types, bad tags,
-// dangling site and bucket references, an aws backend with no instance
-// types, negative prices, a TCO that fails cost.TCO.Validate, both a flat
-// and a TCO price, a checkpoint_uri that is neither file:// nor s3://, or
-// whose bucket is not in datasets.buckets — every problem at once, each at
-// its dotted path with the value as written (*ConfigError). A file with no
-// sites is the implicit config: one site "local" tagged [onprem], holding
-// one unpriced local backend "local", Redis and file:// data — a deployment
-// without routing config routes every job to its own workers, as before.
-// ParseConfig also precomputes what Decide needs (tag sets as bitmasks,
-// instance types by price, bucket sites) and Config.Hash, the sha256 of the
-// canonical encoding that the ledger records.
+// The config Decide reads is routecfg.Config, which routecfg.ParseConfig
+// reads and validates from lathed's config file and indexes once (see
+// package routecfg and docs/routing.md). routing imports routecfg;
+// routecfg knows nothing of the decisions.
 //
 // # Pipeline
 //

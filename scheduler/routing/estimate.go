@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/lathe-ml/lathe/internal/cost"
+
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // Where a runtime estimate came from.
@@ -29,7 +31,7 @@ type candState struct {
 	fits      bool
 	costKnown bool  // false: no runtime estimate on a priced backend
 	rtSrc     uint8 // rtExpected, rtLearned, rtMax or rtUnknown
-	ti        int   // aws: index in backendInfo.types of the chosen type; -1: none
+	ti        int   // aws: index in BackendInfo.Types of the chosen type; -1: none
 	most      int   // the most matching GPUs on one node / in one type (for reasons)
 
 	runtime   time.Duration
@@ -42,13 +44,13 @@ type candState struct {
 // prepare works out fit and estimates of job on backend b, once: the
 // checks that need them call it, so a backend refused for residency costs
 // no more than its site checks.
-func (e *eval) prepare(b *backendInfo, st *candState) {
+func (e *eval) prepare(b *routecfg.BackendInfo, st *candState) {
 	if st.ready {
 		return
 	}
 	*st = candState{ready: true, ti: -1}
-	if b.local {
-		pool, known := e.s.Pools[b.name]
+	if b.Local {
+		pool, known := e.s.Pools[b.Name]
 		st.known, st.hasNodes = known, len(pool.Nodes) > 0
 		e.fitLocal(b, &pool, st)
 		e.waitLocal(&pool, st)
@@ -82,17 +84,17 @@ func (e *eval) gpuMatches(model string, memGB float64) bool {
 
 // typeMatches is gpuMatches for an instance type, with the answer on its
 // model kept per decision.
-func (e *eval) typeMatches(t *typeInfo) bool {
-	if t.memGB < e.job.GPUMemoryGB {
+func (e *eval) typeMatches(t *routecfg.TypeInfo) bool {
+	if t.MemGB < e.job.GPUMemoryGB {
 		return false
 	}
-	if t.modelID >= len(e.typeMatch) {
-		return e.gpuMatches(t.model, t.memGB)
+	if t.ModelID >= len(e.typeMatch) {
+		return e.gpuMatches(t.Model, t.MemGB)
 	}
-	m := &e.typeMatch[t.modelID]
+	m := &e.typeMatch[t.ModelID]
 	if *m == 0 {
 		*m = 2
-		if e.gpuMatches(t.model, t.memGB) {
+		if e.gpuMatches(t.Model, t.MemGB) {
 			*m = 1
 		}
 	}
@@ -108,7 +110,7 @@ type matchMemo struct {
 
 // fitLocal: some node has ≥ GPUs healthy matching GPUs; a job with no GPUs
 // always fits (CPU slots are not modelled here).
-func (e *eval) fitLocal(b *backendInfo, pool *Pool, st *candState) {
+func (e *eval) fitLocal(b *routecfg.BackendInfo, pool *Pool, st *candState) {
 	want := e.job.GPUs
 	if want <= 0 {
 		st.fits = true
@@ -157,30 +159,30 @@ func (e *eval) fitLocal(b *backendInfo, pool *Pool, st *candState) {
 	e.costLocal(b, st)
 }
 
-func (e *eval) costLocal(b *backendInfo, st *candState) {
+func (e *eval) costLocal(b *routecfg.BackendInfo, st *candState) {
 	switch {
-	case !b.priced || b.usd == 0 || e.job.GPUs <= 0:
+	case !b.Priced || b.USD == 0 || e.job.GPUs <= 0:
 		st.costKnown = true // nothing to pay, whatever the runtime
 	case st.rtSrc != rtUnknown:
-		st.cost, st.costKnown = cost.GPUHours(st.runtime, e.job.GPUs)*b.usd, true
+		st.cost, st.costKnown = cost.GPUHours(st.runtime, e.job.GPUs)*b.USD, true
 	}
 }
 
 // fitCloud chooses the instance type with the lowest estimated cost among
 // those with ≥ GPUs GPUs of a matching model and memory (any type for a job
 // with no GPUs); ties go to the lower hourly price, then config order.
-func (e *eval) fitCloud(b *backendInfo, st *candState) {
+func (e *eval) fitCloud(b *routecfg.BackendInfo, st *candState) {
 	var best candState
 	found := false
-	for i := range b.types {
-		t := &b.types[i]
+	for i := range b.Types {
+		t := &b.Types[i]
 		if e.job.GPUs > 0 && !e.typeMatches(t) {
 			continue
 		}
-		if t.gpus > st.most {
-			st.most = t.gpus
+		if t.GPUs > st.most {
+			st.most = t.GPUs
 		}
-		if t.gpus < e.job.GPUs {
+		if t.GPUs < e.job.GPUs {
 			continue
 		}
 		var c candState
@@ -190,14 +192,14 @@ func (e *eval) fitCloud(b *backendInfo, st *candState) {
 		} else {
 			r, ok := 0.0, false
 			if e.needRate() {
-				r, ok = e.rate(t.model)
+				r, ok = e.rate(t.Model)
 			}
-			c.rate, c.rateModel = r, t.model
+			c.rate, c.rateModel = r, t.Model
 			e.runtimeFor(&c, "", ok)
 		}
 		if c.rtSrc != rtUnknown {
-			c.cost, c.costKnown = c.runtime.Hours()*t.usdPerHr, true
-		} else if t.usdPerHr == 0 {
+			c.cost, c.costKnown = c.runtime.Hours()*t.USDPerHr, true
+		} else if t.USDPerHr == 0 {
 			c.costKnown = true
 		}
 		if !found || better(&c, &best) {

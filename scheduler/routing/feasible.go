@@ -4,6 +4,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // check is one feasibility concern: its function returns "" when backend
@@ -69,7 +71,7 @@ func (id checkID) jobLevel() bool {
 }
 
 // run runs check id on backend b (nil for a job-level check).
-func (e *eval) run(id checkID, b *backendInfo, st *candState) string {
+func (e *eval) run(id checkID, b *routecfg.BackendInfo, st *candState) string {
 	switch id {
 	case idKnownLocations:
 		return checkKnownLocations(e)
@@ -134,12 +136,12 @@ type siteMemo struct {
 // data lives, and memos so that 100 backends in a few sites build each
 // reason once.
 type eval struct {
-	x          *index
+	x          *routecfg.Index
 	job        Job // a copy: the eval holds no pointer into the caller's data, so it stays on the stack
 	s          snapMaps
 	tags       []string // effective residency
 	defaulted  bool     // tags came from the config default
-	want       tagSet
+	want       routecfg.TagSet
 	unknown    bool // a tag no site carries
 	dataset    loc
 	evalSet    loc
@@ -152,7 +154,7 @@ type eval struct {
 	need       string // describeNeed, once computed
 	lastMisfit misfit
 	team       teamBudget
-	typeMatch  [64]int8 // by index.models id: 0 unknown, 1 matches, 2 not
+	typeMatch  [64]int8 // by Index.Models id: 0 unknown, 1 matches, 2 not
 }
 
 // snapMaps are the maps of the Snapshot that the checks read.
@@ -173,46 +175,46 @@ func (e *eval) site(i int) *siteMemo {
 
 // newEval starts the evaluation of job over s. It returns the eval by value
 // so that the caller's copy stays on the stack.
-func newEval(x *index, job *Job, s *Snapshot) eval {
+func newEval(x *routecfg.Index, job *Job, s *Snapshot) eval {
 	var e eval
 	e.x, e.job = x, *job
 	e.s = snapMaps{Pools: s.Pools, BackendSpend: s.BackendSpend, TeamSpend: s.TeamSpend, SecondsPerStep: s.SecondsPerStep}
-	if n := len(x.sites) - len(e.siteBuf); n > 0 {
+	if n := len(x.Sites) - len(e.siteBuf); n > 0 {
 		e.siteMore = make([]siteMemo, n)
 	}
 	e.tags = job.Residency
 	if len(e.tags) == 0 {
-		e.tags, e.defaulted = x.defTags, true
+		e.tags, e.defaulted = x.DefTags, true
 	}
 	for _, t := range e.tags {
-		if i, ok := x.tagIdx[t]; ok {
-			e.want.add(i)
+		if i, ok := x.TagIdx[t]; ok {
+			e.want.Add(i)
 		} else {
 			e.unknown = true
 		}
 	}
-	e.dataset = x.locate("dataset", job.Dataset, false)
-	e.evalSet = x.locate("eval dataset", job.EvalDataset, false)
-	e.output = x.locate("output", job.Output, true)
+	e.dataset = locate(x, "dataset", job.Dataset, false)
+	e.evalSet = locate(x, "eval dataset", job.EvalDataset, false)
+	e.output = locate(x, "output", job.Output, true)
 	return e
 }
 
 // locate finds the site of uri; an empty uri touches nothing, except an
 // empty output, which is the daemon's default output folder (file://).
-func (x *index) locate(what, uri string, emptyIsFile bool) loc {
+func locate(x *routecfg.Index, what, uri string, emptyIsFile bool) loc {
 	l := loc{what: what, uri: uri, site: -1}
 	switch {
 	case uri == "" && !emptyIsFile:
 		l.kind = locNone
 	case uri == "" || strings.HasPrefix(uri, "file://"):
-		if x.fileSite < 0 {
+		if x.FileSite < 0 {
 			l.kind = locNoFileSite
 		} else {
-			l.kind, l.site = locSite, x.fileSite
+			l.kind, l.site = locSite, x.FileSite
 		}
 	case strings.HasPrefix(uri, "s3://"):
-		l.bucket, _ = s3Bucket(uri)
-		if i, ok := x.buckets[l.bucket]; ok {
+		l.bucket, _ = routecfg.S3Bucket(uri)
+		if i, ok := x.Buckets[l.bucket]; ok {
 			l.kind, l.site = locSite, i
 		} else {
 			l.kind = locUnknownBucket
@@ -225,22 +227,22 @@ func (x *index) locate(what, uri string, emptyIsFile bool) loc {
 
 // carries reports whether site i carries every effective tag of the job.
 func (e *eval) carries(i int) bool {
-	return !e.unknown && e.x.sites[i].tags.covers(&e.want)
+	return !e.unknown && e.x.Sites[i].Tags.Covers(&e.want)
 }
 
 // lacking writes head + "site NAME [tags]" + which + the effective tags the
 // site lacks, in job order ("…, which lacks eu, us"), in one allocation.
 func (e *eval) lacking(head string, i int, which string) string {
-	si := &e.x.sites[i]
+	si := &e.x.Sites[i]
 	var b strings.Builder
-	b.Grow(len(head) + 5 + len(si.label) + len(which) + 16)
+	b.Grow(len(head) + 5 + len(si.Label) + len(which) + 16)
 	b.WriteString(head)
 	b.WriteString("site ")
-	b.WriteString(si.label)
+	b.WriteString(si.Label)
 	b.WriteString(which)
 	n := 0
 	for k, t := range e.tags {
-		if ti, ok := e.x.tagIdx[t]; ok && si.tags.has(ti) {
+		if ti, ok := e.x.TagIdx[t]; ok && si.Tags.Has(ti) {
 			continue
 		}
 		dup := false
@@ -304,13 +306,13 @@ func checkKnownLocations(e *eval) string {
 }
 
 // checkComputeSite: the backend's site carries every tag.
-func checkComputeSite(e *eval, b *backendInfo) string {
-	if e.carries(b.site) {
+func checkComputeSite(e *eval, b *routecfg.BackendInfo) string {
+	if e.carries(b.Site) {
 		return ""
 	}
-	m := &e.site(b.site).compute
+	m := &e.site(b.Site).compute
 	if !m.done {
-		m.done, m.r = true, e.lacking(ReasonComputeSite+": ", b.site, " lacks ")
+		m.done, m.r = true, e.lacking(ReasonComputeSite+": ", b.Site, " lacks ")
 	}
 	return m.r
 }
@@ -332,15 +334,15 @@ func checkOutputSite(e *eval) string {
 
 // checkCheckpointSite: the site of the backend's checkpoints carries every
 // tag.
-func checkCheckpointSite(e *eval, b *backendInfo) string {
-	if e.carries(b.ckptSite) {
+func checkCheckpointSite(e *eval, b *routecfg.BackendInfo) string {
+	if e.carries(b.CkptSite) {
 		return ""
 	}
-	uri := b.ckptURI
+	uri := b.CkptURI
 	if uri == "" {
 		uri = "file://"
 	}
-	return e.lacking(ReasonCheckpointSite+": checkpoints "+uri+" go to ", b.ckptSite, ", which lacks ")
+	return e.lacking(ReasonCheckpointSite+": checkpoints "+uri+" go to ", b.CkptSite, ", which lacks ")
 }
 
 // checkLogSite: where the attempt's raw log lines go carries every tag. A
@@ -350,13 +352,13 @@ func checkCheckpointSite(e *eval, b *backendInfo) string {
 // its site's bucket unless the Redis site satisfies the job's tags"), which
 // the compute check already holds to the tags; the cloud agent keeps them
 // there and the AWS worker copies only metadata (docs/aws.md). See logSite.
-func checkLogSite(e *eval, b *backendInfo) string {
+func checkLogSite(e *eval, b *routecfg.BackendInfo) string {
 	if e.carries(e.logSite(b)) {
 		return ""
 	}
-	m := &e.site(e.x.redis).log
+	m := &e.site(e.x.Redis).log
 	if !m.done {
-		m.done, m.r = true, e.lacking(ReasonLogSite+": ", e.x.redis, " lacks ")
+		m.done, m.r = true, e.lacking(ReasonLogSite+": ", e.x.Redis, " lacks ")
 	}
 	return m.r
 }
@@ -365,8 +367,8 @@ func checkLogSite(e *eval, b *backendInfo) string {
 // data onto local workers is not built yet. Residency may allow the bucket,
 // so this is a feasibility check of its own: a cloud backend may still take
 // the job, and a refusal names it for the local backend.
-func checkLocalS3(e *eval, b *backendInfo) string {
-	if !b.local {
+func checkLocalS3(e *eval, b *routecfg.BackendInfo) string {
+	if !b.Local {
 		return ""
 	}
 	for _, u := range [...]string{e.job.Dataset, e.job.EvalDataset, e.job.Output} {
@@ -381,29 +383,29 @@ func checkLocalS3(e *eval, b *backendInfo) string {
 // (named trainers on instances are not built yet), so a job naming another
 // trainer must not go to a cloud backend, where it would silently run the
 // wrong one.
-func checkCloudTrainer(e *eval, b *backendInfo) string {
-	if b.local || e.job.Trainer == "" || e.job.Trainer == "reference" {
+func checkCloudTrainer(e *eval, b *routecfg.BackendInfo) string {
+	if b.Local || e.job.Trainer == "" || e.job.Trainer == "reference" {
 		return ""
 	}
 	return ReasonCloudTrainer + ": the job names trainer " + strconv.Quote(e.job.Trainer) + "; named trainers on cloud instances are not built yet"
 }
 
 // logSite is the site of backend b's raw log lines for this job.
-func (e *eval) logSite(b *backendInfo) int {
-	if b.local || e.carries(e.x.redis) {
-		return e.x.redis
+func (e *eval) logSite(b *routecfg.BackendInfo) int {
+	if b.Local || e.carries(e.x.Redis) {
+		return e.x.Redis
 	}
-	return b.site
+	return b.Site
 }
 
 // checkGPUFit: a node of the pool, or an instance type, has the GPUs.
-func checkGPUFit(e *eval, b *backendInfo, st *candState) string {
+func checkGPUFit(e *eval, b *routecfg.BackendInfo, st *candState) string {
 	e.prepare(b, st)
 	if st.fits {
 		return ""
 	}
 	kind := misfitCloud
-	if b.local {
+	if b.Local {
 		kind = misfitLocal
 		if !st.known || !st.hasNodes {
 			kind = misfitNoPool
@@ -469,11 +471,11 @@ func (j *Job) describeNeed() string {
 }
 
 // hasCost reports whether running on b costs anything (a budget applies).
-func hasCost(e *eval, b *backendInfo, st *candState) bool {
-	if b.local {
-		return b.priced && b.usd > 0 && e.job.GPUs > 0
+func hasCost(e *eval, b *routecfg.BackendInfo, st *candState) bool {
+	if b.Local {
+		return b.Priced && b.USD > 0 && e.job.GPUs > 0
 	}
-	return st.ti < 0 || b.types[st.ti].usdPerHr > 0
+	return st.ti < 0 || b.Types[st.ti].USDPerHr > 0
 }
 
 // overBudget says why the estimated cost does not fit in left, or "";
@@ -489,7 +491,7 @@ func overBudget(st *candState, left float64, what func() string) string {
 }
 
 // checkJobBudget: the estimated cost is within the job's budget_usd.
-func checkJobBudget(e *eval, b *backendInfo, st *candState) string {
+func checkJobBudget(e *eval, b *routecfg.BackendInfo, st *candState) string {
 	e.prepare(b, st)
 	if e.job.BudgetUSD <= 0 || !hasCost(e, b, st) {
 		return ""
@@ -502,7 +504,7 @@ func checkJobBudget(e *eval, b *backendInfo, st *candState) string {
 
 // checkTeamBudget: the estimated cost is within what is left of the team's
 // monthly budget (the tighter of the config's and the snapshot's limit).
-func checkTeamBudget(e *eval, b *backendInfo, st *candState) string {
+func checkTeamBudget(e *eval, b *routecfg.BackendInfo, st *candState) string {
 	e.prepare(b, st)
 	if !hasCost(e, b, st) {
 		return ""
@@ -511,7 +513,7 @@ func checkTeamBudget(e *eval, b *backendInfo, st *candState) string {
 	if !t.done {
 		t.done = true
 		t.sp = e.s.TeamSpend[e.job.Team]
-		t.limit = tighter(e.x.teams[e.job.Team], t.sp.LimitUSD)
+		t.limit = tighter(e.x.Teams[e.job.Team], t.sp.LimitUSD)
 		t.left = t.limit - t.sp.SpentUSD - t.sp.ReservedUSD
 	}
 	if t.limit <= 0 {
@@ -532,13 +534,13 @@ type teamBudget struct {
 
 // checkBackendBudget: a cloud backend's estimated cost is within what is
 // left of its monthly budget.
-func checkBackendBudget(e *eval, b *backendInfo, st *candState) string {
+func checkBackendBudget(e *eval, b *routecfg.BackendInfo, st *candState) string {
 	e.prepare(b, st)
-	if b.local || !hasCost(e, b, st) {
+	if b.Local || !hasCost(e, b, st) {
 		return ""
 	}
-	sp := e.s.BackendSpend[b.name]
-	limit := tighter(b.budget, sp.LimitUSD)
+	sp := e.s.BackendSpend[b.Name]
+	limit := tighter(b.Budget, sp.LimitUSD)
 	if limit <= 0 {
 		return ""
 	}

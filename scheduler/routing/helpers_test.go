@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // issueConfig is the config of the issue's scenarios: a local pool in an
@@ -22,9 +24,9 @@ func readTestdata(p string) string {
 	return string(b)
 }
 
-func mustParse(t testing.TB, src string) Config {
+func mustParse(t testing.TB, src string) routecfg.Config {
 	t.Helper()
-	c, err := ParseConfig([]byte(src))
+	c, err := routecfg.ParseConfig([]byte(src))
 	if err != nil {
 		t.Fatalf("ParseConfig: %v", err)
 	}

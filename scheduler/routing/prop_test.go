@@ -2,6 +2,7 @@ package routing
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // The residency property: no decision places the computation, the dataset,
@@ -31,7 +34,7 @@ var propTags = []string{"onprem", "eu", "us", "cloud"}
 // source jobs and snapshots are drawn from.
 type propWorld struct {
 	r       *rand.Rand
-	configs []Config
+	configs []routecfg.Config
 	oracles []*oracle
 }
 
@@ -39,9 +42,9 @@ func newPropWorld(t testing.TB, seed uint64, nConfigs int) *propWorld {
 	w := &propWorld{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	for range nConfigs {
 		c := w.randomConfig()
-		cc, errs := compile(c, nil)
-		if len(errs) > 0 {
-			t.Fatalf("generator made an invalid config: %v\n%+v", &ConfigError{Errors: errs}, c)
+		cc, err := routecfg.Compile(c)
+		if err != nil {
+			t.Fatalf("generator made an invalid config: %v\n%+v", err, c)
 		}
 		w.configs = append(w.configs, cc)
 		w.oracles = append(w.oracles, newOracle(cc))
@@ -74,11 +77,11 @@ var propModels = []struct {
 	mem   float64
 }{{"H100", 80}, {"A100", 40}, {"L40S", 48}, {"A10G", 24}}
 
-func (w *propWorld) randomConfig() Config {
+func (w *propWorld) randomConfig() routecfg.Config {
 	r := w.r
-	var c Config
+	var c routecfg.Config
 	for i := range 1 + r.IntN(4) {
-		c.Sites = append(c.Sites, Site{Name: "s" + strconv.Itoa(i), Tags: w.siteTags()})
+		c.Sites = append(c.Sites, routecfg.Site{Name: "s" + strconv.Itoa(i), Tags: w.siteTags()})
 	}
 	site := func() string { return c.Sites[r.IntN(len(c.Sites))].Name }
 	c.RedisSite = site()
@@ -93,7 +96,7 @@ func (w *propWorld) randomConfig() Config {
 	}
 	hasLocal := false
 	for i := range 1 + r.IntN(5) {
-		b := Backend{Name: "b" + strconv.Itoa(i), Site: site()}
+		b := routecfg.Backend{Name: "b" + strconv.Itoa(i), Site: site()}
 		ckpt := func() string {
 			if len(buckets) > 0 && r.IntN(2) == 0 {
 				return "s3://" + buckets[r.IntN(len(buckets))] + "/ckpt/" + b.Name
@@ -102,15 +105,15 @@ func (w *propWorld) randomConfig() Config {
 		}
 		if r.IntN(5) < 2 {
 			hasLocal = true
-			b.Kind = KindLocal
+			b.Kind = routecfg.KindLocal
 			if r.IntN(3) > 0 {
 				b.CheckpointURI = ckpt()
 			}
 			if r.IntN(3) > 0 {
-				b.Price = &Price{USDPerGPUHour: float64(r.IntN(300)) / 100}
+				b.Price = &routecfg.Price{USDPerGPUHour: float64(r.IntN(300)) / 100}
 			}
 		} else {
-			b.Kind, b.Region, b.CheckpointURI = KindAWS, "eu-test-"+strconv.Itoa(i), ckpt()
+			b.Kind, b.Region, b.CheckpointURI = routecfg.KindAWS, "eu-test-"+strconv.Itoa(i), ckpt()
 			b.Spot = r.IntN(4) == 0
 			if r.IntN(3) == 0 {
 				b.BudgetUSDPerMonth = float64(r.IntN(500))
@@ -119,7 +122,7 @@ func (w *propWorld) randomConfig() Config {
 				m := propModels[r.IntN(len(propModels))]
 				g := []int{1, 4, 8}[r.IntN(3)]
 				price := float64(g) * (1 + float64(r.IntN(600))/100)
-				b.InstanceTypes = append(b.InstanceTypes, InstanceType{Name: "t" + strconv.Itoa(k) + ".x", GPUs: g, GPUModel: m.model,
+				b.InstanceTypes = append(b.InstanceTypes, routecfg.InstanceType{Name: "t" + strconv.Itoa(k) + ".x", GPUs: g, GPUModel: m.model,
 					GPUMemoryGB: m.mem, OnDemandUSDPerHour: price, SpotUSDPerHour: price / 2})
 			}
 		}
@@ -144,7 +147,7 @@ func (w *propWorld) uri(buckets map[string]string, emptyPct int) string {
 	case n < emptyPct+35:
 		return "file:///data/x"
 	case n < 94 && len(buckets) > 0:
-		keys := sortedKeys(buckets)
+		keys := slices.Sorted(maps.Keys(buckets))
 		return "s3://" + keys[r.IntN(len(keys))] + "/x"
 	case n < 98:
 		return "s3://unlisted-bucket/x"
@@ -195,7 +198,7 @@ func (w *propWorld) randomCase() (Job, Snapshot, *oracle) {
 	s := Snapshot{Config: cfg, Pools: map[string]Pool{}, BackendSpend: map[string]Spend{}, TeamSpend: map[string]Spend{},
 		SecondsPerStep: map[string]float64{}}
 	for _, b := range cfg.Backends {
-		if b.Kind == KindLocal {
+		if b.Kind == routecfg.KindLocal {
 			if r.IntN(5) == 0 {
 				continue // no state
 			}
@@ -231,14 +234,14 @@ func (w *propWorld) randomCase() (Job, Snapshot, *oracle) {
 // oracle knows, from the public Config alone, which sites carry which tags
 // and where every URI lives.
 type oracle struct {
-	cfg   Config
+	cfg   routecfg.Config
 	tags  map[string]map[string]bool // site → tags
 	ckpts map[string]string          // backend → site of its checkpoints ("" unknown)
 	sites map[string]string          // backend → compute site
 	kinds map[string]string
 }
 
-func newOracle(c Config) *oracle {
+func newOracle(c routecfg.Config) *oracle {
 	o := &oracle{cfg: c, tags: map[string]map[string]bool{}, ckpts: map[string]string{}, sites: map[string]string{}, kinds: map[string]string{}}
 	for _, s := range c.Sites {
 		o.tags[s.Name] = map[string]bool{}
@@ -323,7 +326,7 @@ func (o *oracle) violations(j Job, d Decision) []string {
 		// Raw logs: Redis for a local attempt, or for a cloud one when
 		// redis_site carries the tags; else the cloud backend's own site.
 		logs := o.cfg.RedisSite
-		if c.Kind != KindLocal && !o.ok(o.cfg.RedisSite, eff) {
+		if c.Kind != routecfg.KindLocal && !o.ok(o.cfg.RedisSite, eff) {
 			logs = o.sites[c.Backend]
 		}
 		places := [][2]string{{"compute", o.sites[c.Backend]}, {"checkpoints", o.ckpts[c.Backend]}, {"raw logs", logs}}

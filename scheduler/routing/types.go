@@ -1,6 +1,10 @@
 package routing
 
-import "time"
+import (
+	"time"
+
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
+)
 
 // Job is what routing needs of a job: where its data is, what it asks for,
 // and what it may cost. The scheduler fills it from the normalised spec.
@@ -80,7 +84,7 @@ type Snapshot struct {
 	// Now is when the decision is made (recorded; the rules do not use it
 	// yet).
 	Now    time.Time
-	Config Config
+	Config routecfg.Config
 	// Pools by local backend name; a missing pool has 0 GPUs.
 	Pools map[string]Pool
 	// BackendSpend by cloud backend name, this month.

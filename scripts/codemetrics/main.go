@@ -137,6 +137,7 @@ var importRules = []struct {
 }{
 	{"internal/", []string{"internal/"}},
 	{"scheduler/placement", nil},
+	{"scheduler/routing/routecfg", []string{"internal/"}},
 	{"scheduler/routing", []string{"internal/", "scheduler/routing"}},
 	{"scheduler", []string{"internal/", "scheduler/placement", "scheduler/routing"}},
 	{"backends/", []string{"internal/", "backends/"}},

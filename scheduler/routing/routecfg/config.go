@@ -1,10 +1,11 @@
-package routing
+package routecfg
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/lathe-ml/lathe/internal/cost"
@@ -51,12 +52,16 @@ const (
 // a job with no residency tags stays on premises (fail closed).
 var defaultResidency = []string{"onprem"}
 
+// DefaultResidency returns a copy of the residency a config that gives no
+// routing.default_residency applies ([onprem]).
+func DefaultResidency() []string { return slices.Clone(defaultResidency) }
+
 // Config is the routing part of lathed's config file: sites and their tags,
 // backends, where data lives, the default residency and the budgets. Build it
-// with ParseConfig, which validates it and precomputes what Decide needs;
+// with ParseConfig, which validates it and precomputes what routing.Decide needs;
 // treat it as read-only afterwards (copies share the precomputed index). The
 // zero Config behaves like an empty config file (the implicit single site);
-// a Config built by hand in Go is validated and indexed again on every Decide
+// a Config built by hand in Go is validated and indexed again on every routing.Decide
 // call, and refused whole if invalid.
 type Config struct {
 	// Sites in config order. A site is a place with one legal standing
@@ -80,7 +85,7 @@ type Config struct {
 	// site and backend (ImplicitSite, ImplicitBackend) stand in.
 	Implicit bool `json:"implicit,omitempty"`
 
-	idx *index // built by ParseConfig; nil: build on use
+	idx *Index // built by ParseConfig; nil: build on use
 }
 
 // Site is a place with one legal standing and the residency tags it
@@ -183,7 +188,7 @@ func (b Backend) LaunchReady() error {
 	if strings.TrimSpace(b.InstanceProfile) == "" {
 		missing = append(missing, p+"instance_profile")
 	}
-	if bucket, ok := s3Bucket(b.WorkURI); !ok || bucket == "" {
+	if bucket, ok := S3Bucket(b.WorkURI); !ok || bucket == "" {
 		missing = append(missing, p+"work_uri")
 	}
 	if len(missing) > 0 {
@@ -275,8 +280,8 @@ func (c Config) LocalPrices() map[string]float64 {
 // comments, key order of maps and unrelated sections aside — hash alike.
 // The ledger records it with every decision.
 func (c Config) Hash() string {
-	if x, err := c.index(); err == nil {
-		return x.hash
+	if x, err := c.Index(); err == nil {
+		return x.Hash
 	}
 	return hashOf(c) // an invalid Config built in Go: hashed as it stands
 }

@@ -1,4 +1,4 @@
-package routing
+package routecfg
 
 import (
 	"errors"
@@ -11,9 +11,9 @@ import (
 	"github.com/lathe-ml/lathe/internal/fileuri"
 )
 
-// maxTags is the most distinct tags the sites may carry together (the tag
-// sets are bitmasks of maxTags bits).
-const maxTags = 256
+// MaxTags is the most distinct tags the sites may carry together (the tag
+// sets are bitmasks of MaxTags bits).
+const MaxTags = 256
 
 // validTag: ^[a-z][a-z0-9-]{0,31}$, the rule of job residency tags
 // (jobspec.ValidResidencyTag).
@@ -71,8 +71,8 @@ func validBucket(s string) bool {
 	return true
 }
 
-// s3Bucket returns the bucket of an s3://bucket/key URI.
-func s3Bucket(uri string) (string, bool) {
+// S3Bucket returns the bucket of an s3://bucket/key URI.
+func S3Bucket(uri string) (string, bool) {
 	rest, ok := strings.CutPrefix(uri, "s3://")
 	if !ok {
 		return "", false
@@ -235,8 +235,8 @@ func validateSites(c *checker, list []Site) map[string]bool {
 			}
 		}
 	}
-	if len(distinct) > maxTags {
-		c.add("sites", strconv.Itoa(len(distinct)), "the sites carry more than "+strconv.Itoa(maxTags)+" distinct tags")
+	if len(distinct) > MaxTags {
+		c.add("sites", strconv.Itoa(len(distinct)), "the sites carry more than "+strconv.Itoa(MaxTags)+" distinct tags")
 	}
 	return sites
 }
@@ -322,7 +322,7 @@ func validateCheckpointURI(c *checker, cfg *Config, p string, b Backend) {
 			c.add(p+".checkpoint_uri", u, "must be file:///absolute/path or s3://bucket/prefix")
 		}
 	case strings.HasPrefix(u, "s3://"):
-		bucket, _ := s3Bucket(u)
+		bucket, _ := S3Bucket(u)
 		if _, ok := cfg.Datasets.Buckets[bucket]; !ok {
 			c.add(p+".checkpoint_uri", u, "bucket "+strconv.Quote(bucket)+" is not listed in datasets.buckets (its site must be known)")
 		}
@@ -450,7 +450,7 @@ func validateLaunch(c *checker, cfg *Config, p string, b Backend) {
 		c.add(p+".key_name", b.KeyName, "must be an EC2 key pair name: not blank, at most 255 printable ASCII characters")
 	}
 	if c.present(p+".work_uri", b.WorkURI != "") {
-		bucket, ok := s3Bucket(b.WorkURI)
+		bucket, ok := S3Bucket(b.WorkURI)
 		site, listed := cfg.Datasets.Buckets[bucket]
 		_, known := cfg.Site(b.Site)
 		switch {
@@ -493,7 +493,7 @@ func launchDefaults(cfg *Config) {
 		}
 		// work_uri goes into the instance's user data: only a checkpoint_uri
 		// of its safe form is a default for it.
-		if bucket, ok := s3Bucket(b.CheckpointURI); ok && b.WorkURI == "" && validBucket(bucket) && cfg.Datasets.Buckets[bucket] == b.Site &&
+		if bucket, ok := S3Bucket(b.CheckpointURI); ok && b.WorkURI == "" && validBucket(bucket) && cfg.Datasets.Buckets[bucket] == b.Site &&
 			validS3Key(strings.TrimPrefix(b.CheckpointURI, "s3://"+bucket)) {
 			b.WorkURI = b.CheckpointURI
 		}

@@ -1,4 +1,4 @@
-package routing
+package routecfg
 
 import (
 	"errors"

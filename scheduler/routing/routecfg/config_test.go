@@ -1,4 +1,4 @@
-package routing
+package routecfg
 
 import (
 	"errors"
@@ -11,36 +11,7 @@ import (
 )
 
 // briefConfig is the example of the issue, TCO price included.
-const briefConfig = `
-sites:                      # site → its tags
-  dc-frankfurt: [onprem, eu, de]
-  aws-eu-central-1: [cloud, eu, de]
-  aws-us-east-1: [cloud, us]
-redis_site: dc-frankfurt
-backends:
-  local:
-    kind: local
-    site: dc-frankfurt
-    checkpoint_uri: file:///shared/ckpt
-    price: {tco: {purchase_usd_per_gpu: 30000, amortisation_months: 36, power_kw_per_gpu: 1.0, usd_per_kwh: 0.25, pue: 1.3, ops_overhead_pct: 20, utilisation: 0.7}}
-  aws-eu:
-    kind: aws
-    site: aws-eu-central-1
-    region: eu-central-1
-    checkpoint_uri: s3://lathe-eu-ckpt/
-    budget_usd_per_month: 5000
-    spot: false
-    instance_types:
-      p5.48xlarge: {gpus: 8, gpu_model: H100, gpu_memory_gb: 80, on_demand_usd_per_hour: 55.04, spot_usd_per_hour: 30.0}
-      g6e.xlarge:  {gpus: 1, gpu_model: L40S, gpu_memory_gb: 48, on_demand_usd_per_hour: 1.86}
-datasets:
-  file_site: dc-frankfurt
-  buckets: {lathe-eu-data: aws-eu-central-1, lathe-us-data: aws-us-east-1, lathe-eu-ckpt: aws-eu-central-1}
-routing:
-  default_residency: [onprem]
-budgets:
-  teams: {ml-research: 2000}
-`
+var briefConfig = readTestdata("testdata/brief.yaml")
 
 func TestParseConfigExample(t *testing.T) {
 	c := mustParse(t, briefConfig)
@@ -91,30 +62,11 @@ func TestParseConfigDefaults(t *testing.T) {
 	if c.Datasets.FileSite != "dc-frankfurt" || !reflect.DeepEqual(c.DefaultResidency, []string{"onprem"}) {
 		t.Errorf("defaults: file_site %q, default_residency %v", c.Datasets.FileSite, c.DefaultResidency)
 	}
-	// No local backend and no file_site: file:// URIs have no site.
-	cloudOnly := `
-sites: {aws-eu-central-1: [cloud, eu]}
-redis_site: aws-eu-central-1
-backends:
-  aws-eu:
-    kind: aws
-    site: aws-eu-central-1
-    region: eu-central-1
-    checkpoint_uri: file:///ckpt
-    instance_types: {g6e.xlarge: {gpus: 1, gpu_model: L40S, gpu_memory_gb: 48, on_demand_usd_per_hour: 1.86}}
-`
-	c = mustParse(t, cloudOnly)
+	// No local backend and no file_site: no file site (routing's
+	// TestNoFileSite decides on this config).
+	c = mustParse(t, readTestdata("testdata/cloud-only.yaml"))
 	if c.Datasets.FileSite != "" {
 		t.Errorf("cloud only: file_site %q", c.Datasets.FileSite)
-	}
-	d := Decide(baseJob("eu"), Snapshot{Config: c})
-	if !d.Refused || !strings.HasPrefix(d.Candidates[0].Reason, ReasonNoSite+": dataset file:///data/support/train.jsonl is file:// and there is no datasets.file_site") {
-		t.Errorf("file:// data with no file site: %+v", d)
-	}
-	j := baseJob("eu")
-	j.Dataset, j.Output = "", "file:///x"
-	if d := Decide(j, Snapshot{Config: c}); !d.Refused || !strings.HasPrefix(d.Candidates[0].Reason, ReasonNoSite+": output") {
-		t.Errorf("file:// output with no file site: %+v", d)
 	}
 }
 
