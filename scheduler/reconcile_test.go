@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/scheduler"
 )
 
@@ -77,22 +79,17 @@ func TestReconciler(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.s.Stop(ctx)
-	for deadline := time.Now().Add(5 * time.Second); b.s.ReconcileStats().Failures < 2; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the reconciler did not run")
-		}
-	}
+	waitfor.True(t, 5*time.Second, "two failed reconciler passes", func() bool { return b.s.ReconcileStats().Failures >= 2 })
 	if got := fake.Terminated(); len(got) != 0 {
 		t.Fatalf("terminated %v while listing failed", got)
 	}
 	fake.FailFind(nil)
 	want := map[string]bool{"i-stale-attempt": true, "i-ended": true, "i-cancelled": true, "i-nojob": true, "i-badtag": true}
-	for deadline := time.Now().Add(5 * time.Second); len(fake.Terminated()) < len(want); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("terminated %v, want %v", fake.Terminated(), want)
-		}
-	}
-	time.Sleep(200 * time.Millisecond) // a few more passes: nothing else goes
+	waitfor.Value(t, 5*time.Second, fmt.Sprintf("the orphans %v terminated", want), fake.Terminated,
+		func(got []string) bool { return len(got) >= len(want) })
+	// A few more passes: nothing else goes.
+	passes := b.s.ReconcileStats().Passes
+	waitfor.True(t, 5*time.Second, "three more reconciler passes", func() bool { return b.s.ReconcileStats().Passes >= passes+3 })
 	got := fake.Terminated()
 	seen := map[string]bool{}
 	for _, id := range got {
@@ -101,15 +98,10 @@ func TestReconciler(t *testing.T) {
 		}
 		seen[id] = true
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	waitfor.Value(t, 5*time.Second, "the cancelled attempt ended", func() jobtype.State {
 		j, _ := s.Get(ctx, cancelled.ID)
-		if j.State == jobtype.StateCancelled {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the cancelled attempt was not ended: %s", j.State)
-		}
-	}
+		return j.State
+	}, func(st jobtype.State) bool { return st == jobtype.StateCancelled })
 	if j, _ := s.Get(ctx, live.ID); j.State != jobtype.StateProvisioning {
 		t.Fatalf("the live job changed: %s", j.State)
 	}

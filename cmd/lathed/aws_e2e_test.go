@@ -40,6 +40,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/mototest"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/worker"
 )
@@ -162,15 +163,15 @@ func (r *cloudRig) scheduler() (string, *daemon) {
 func (r *cloudRig) worker() *daemon {
 	d := startDaemonEnv(r.t, r.env, r.lathed, "worker", "--backend", "aws", "--aws-backend", "aws-eu", "--redis-url", r.rs.URL(),
 		"--config", r.cfgPath, "--data-dir", filepath.Join(r.dir, "data"), "--endpoint-url", r.proxy.URL)
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(d.output(), "aws worker started"); time.Sleep(50 * time.Millisecond) {
+	if !waitfor.Poll(30*time.Second, func() bool {
 		select {
 		case <-d.done:
 			r.t.Fatalf("aws worker exited:\n%s", d.output())
 		default:
 		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("aws worker did not start:\n%s", d.output())
-		}
+		return strings.Contains(d.output(), "aws worker started")
+	}) {
+		r.t.Fatalf("aws worker did not start:\n%s", d.output())
 	}
 	return d
 }
@@ -372,31 +373,21 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 // waitTerminated waits until every instance of job id is terminated.
 func (r *cloudRig) waitTerminated(id string, within time.Duration) {
 	r.t.Helper()
-	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
-		done := true
+	waitfor.True(r.t, within, "job "+id+"'s instances terminated", func() bool {
 		for _, in := range r.instances(id) {
-			done = done && in.State.Name == ec2types.InstanceStateNameTerminated
+			if in.State.Name != ec2types.InstanceStateNameTerminated {
+				return false
+			}
 		}
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("job %s: instances not terminated within %s", id, within)
-		}
-	}
+		return true
+	})
 }
 
 // waitInstance waits until job id has n instances and returns them.
 func (r *cloudRig) waitInstance(id string, n int) []ec2types.Instance {
 	r.t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if in := r.instances(id); len(in) >= n {
-			return in
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("job %s: %d instance(s) never launched", id, n)
-		}
-	}
+	return waitfor.Value(r.t, 60*time.Second, fmt.Sprintf("job %s: %d instance(s) launched", id, n),
+		func() []ec2types.Instance { return r.instances(id) }, func(in []ec2types.Instance) bool { return len(in) >= n })
 }
 
 // TestAWSEndToEnd: an [eu] job with one GPU runs on aws-eu end to end.
@@ -429,11 +420,8 @@ func TestAWSEndToEnd(t *testing.T) {
 	waitJob(t, base, id, 60*time.Second, "running on the instance", func(j jobtype.Job) bool { return j.State == jobtype.StateRunning })
 	r.proxy.Add(mototest.Fault{Action: "DescribeInstances", Code: "Unavailable", Status: 503})
 	failing := r.proxy.Count("DescribeInstances")
-	for deadline := time.Now().Add(20 * time.Second); r.proxy.Count("DescribeInstances") < failing+5; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the worker did not describe the instance while the proxy failed it")
-		}
-	}
+	waitfor.True(t, 20*time.Second, "the worker describing the instance while the proxy fails it",
+		func() bool { return r.proxy.Count("DescribeInstances") >= failing+5 })
 	if n := r.terminations(aws.ToString(in.InstanceId)); n != 0 {
 		t.Fatalf("the instance was terminated while DescribeInstances failed (%d calls)", n)
 	}
@@ -492,25 +480,24 @@ func TestAWSEndToEnd(t *testing.T) {
 		t.Fatalf("lathe status: exit %d\n%s\n%s", code, out, errOut)
 	}
 	// The leader settles the job: its cost is aws-eu's spend this month.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	waitfor.Value(t, 20*time.Second, fmt.Sprintf("aws-eu's spend settled at the job's cost %v", j.CostUSD), func() string {
 		out, errOut, code := cli(t, r.lathe, base, "budgets", "-o", "json")
-		var b wire.Budgets
-		if code != 0 || json.Unmarshal([]byte(out), &b) != nil {
+		if code != 0 {
 			t.Fatalf("lathe budgets: exit %d\n%s\n%s", code, out, errOut)
 		}
-		spent := -1.0
+		return out
+	}, func(out string) bool {
+		var b wire.Budgets
+		if json.Unmarshal([]byte(out), &b) != nil {
+			t.Fatalf("lathe budgets -o json: %s", out)
+		}
 		for _, row := range b.Scopes {
 			if row.Scope == "backend:aws-eu" && row.ReservedUSD < 1e-9 {
-				spent = row.SpentUSD
+				return row.SpentUSD > j.CostUSD-1e-6 && row.SpentUSD < j.CostUSD+1e-6
 			}
 		}
-		if spent > j.CostUSD-1e-6 && spent < j.CostUSD+1e-6 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("aws-eu's spend is not the job's cost %v:\n%s", j.CostUSD, out)
-		}
-	}
+		return false
+	})
 	out, errOut, code := cli(t, r.lathe, base, "audit", "-o", "json")
 	if code != 0 || !strings.Contains(out, `"staging"`) || !strings.Contains(out, "s3://lathe-eu-work/runs/"+id+"/data/") {
 		t.Fatalf("no staging record in the ledger: exit %d\n%s\n%s", code, out, errOut)
@@ -579,10 +566,8 @@ func TestAWSCancelWhileDown(t *testing.T) {
 	}
 	iid := aws.ToString(r.instances(id)[0].InstanceId)
 	r.waitTerminated(id, 60*time.Second)
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s2.output(), "terminated an instance without a live attempt"); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the reconciler did not log its action:\n%s", s2.output())
-		}
+	if !waitfor.Poll(10*time.Second, func() bool { return strings.Contains(s2.output(), "terminated an instance without a live attempt") }) {
+		t.Fatalf("the reconciler did not log its action:\n%s", s2.output())
 	}
 	j := waitJob(t, base2, id, 30*time.Second, "cancelled", func(j jobtype.Job) bool { return j.State.Terminal() })
 	if j.State != jobtype.StateCancelled || r.terminations(iid) != 1 || r.proxy.Count("RunInstances") != 1 {
