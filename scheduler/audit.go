@@ -35,35 +35,13 @@ func (s *Scheduler) explain(w http.ResponseWriter, r *http.Request) {
 	}
 	p := principalOf(r)
 	d := routing.Decide(routingJob(spec, "", p.Team, strings.TrimRight(spec.Output.URI, "/")+"/<id>"), snap)
-	writeJSON(w, http.StatusOK, wire.Explanation{Decision: wireDecision(d), ConfigHash: rs.hash})
-}
-
-// wireDecision is d as the API shows it (POST /api/v1/route, a 422
-// refusal): the same JSON, nil slices kept nil.
-func wireDecision(d routing.Decision) wire.Decision {
-	return wire.Decision{Backend: d.Backend, Site: d.Site, Refused: d.Refused, Waiting: d.Waiting,
-		Residency: d.Residency, Reasons: d.Reasons,
-		Candidates: convertAll(d.Candidates, func(c routing.Candidate) wire.Candidate { return wire.Candidate(c) }),
-		Staging:    convertAll(d.Staging, func(st routing.Staging) wire.Staging { return wire.Staging(st) }),
-		EstRuntime: d.EstRuntime, EstGPUHours: d.EstGPUHours, EstCostUSD: d.EstCostUSD, Trade: d.Trade}
+	writeJSON(w, http.StatusOK, wire.Explanation{Decision: d.Wire(), ConfigHash: rs.hash})
 }
 
 // refusal is the 422 answer of a single submit that d refuses.
 func refusal(d routing.Decision) wire.Error {
-	wd := wireDecision(d)
+	wd := d.Wire()
 	return wire.Error{Error: "no backend may run this job; nothing was stored", Code: wire.CodeRefused, Reasons: d.Reasons, Decision: &wd}
-}
-
-// convertAll maps f over in; nil stays nil (null on the wire).
-func convertAll[A, B any](in []A, f func(A) B) []B {
-	if in == nil {
-		return nil
-	}
-	out := make([]B, len(in))
-	for i, a := range in {
-		out[i] = f(a)
-	}
-	return out
 }
 
 // ParseAssumptions reads BACKEND=DURATION and BACKEND=USD what-ifs

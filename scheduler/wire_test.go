@@ -31,7 +31,7 @@ func TestWireDecisionSameJSON(t *testing.T) {
 		EstRuntime: 2 * time.Hour, EstGPUHours: 2, EstCostUSD: 3.72, Trade: "trade"}
 	for name, d := range map[string]routing.Decision{"full": full, "zero": {}, "empty slices": {Residency: []string{}, Candidates: []routing.Candidate{}, Staging: []routing.Staging{}}} {
 		want, _ := json.Marshal(d)
-		got, _ := json.Marshal(wireDecision(d))
+		got, _ := json.Marshal(d.Wire())
 		if string(got) != string(want) {
 			t.Errorf("%s:\n got %s\nwant %s", name, got, want)
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -225,27 +224,7 @@ func (a *app) explainOffline(spec *jobspec.Spec, path string, wi apiclient.WhatI
 	// The scheduler's explain decides on the same routing job (no id, and
 	// here no team) with the same function.
 	job := routing.JobFromSpec(spec, "", "", strings.TrimRight(spec.Output.URI, "/")+"/<id>")
-	d, err := asWire(routing.Decide(job, snap))
-	if err != nil {
-		return nil, err
-	}
-	return &explanation{Decision: d, ConfigHash: cfg.Hash(), Offline: true, Notes: notes}, nil
-}
-
-// asWire is d in the API's shape (wire.Decision), through its JSON: the
-// two types have the same JSON field for field (the scheduler converts
-// field by field; its tests hold them equal), so an offline decision
-// prints exactly as the scheduler's answer does.
-func asWire(d routing.Decision) (wire.Decision, error) {
-	var wd wire.Decision
-	b, err := json.Marshal(d)
-	if err == nil {
-		err = json.Unmarshal(b, &wd)
-	}
-	if err != nil {
-		return wire.Decision{}, fmt.Errorf("route: decision as JSON: %w", err)
-	}
-	return wd, nil
+	return &explanation{Decision: routing.Decide(job, snap).Wire(), ConfigHash: cfg.Hash(), Offline: true, Notes: notes}, nil
 }
 
 // readDaemon reads lathed's config file at path as lathed reads it

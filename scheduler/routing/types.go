@@ -3,6 +3,7 @@ package routing
 import (
 	"time"
 
+	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
@@ -97,33 +98,14 @@ type Snapshot struct {
 }
 
 // Candidate is one backend's verdict for a job. Its estimates are zero
-// when a residency check refused it (nothing is estimated there).
-type Candidate struct {
-	Backend  string `json:"backend"`
-	Site     string `json:"site"`
-	Kind     string `json:"kind"`
-	Feasible bool   `json:"feasible"`
-	// Reason is "" when feasible, else one of the Reason* constants, ": ",
-	// and the details.
-	Reason string `json:"reason"`
-	// EstWaitS is the estimated wait in seconds; -1: unknown (a local pool
-	// with no healthy GPUs).
-	EstWaitS    float64 `json:"est_wait_s"`
-	EstCostUSD  float64 `json:"est_cost_usd"`
-	EstRuntimeS float64 `json:"est_runtime_s"`
-	// InstanceType chosen on a cloud backend (the cheapest that fits).
-	InstanceType string `json:"instance_type,omitempty"`
-	Spot         bool   `json:"spot,omitempty"`
-}
+// when a residency check refused it (nothing is estimated there); its
+// Reason is "" when feasible, else one of the Reason* constants, ": ", and
+// the details. It is the API's type (internal/wire): a decision's
+// candidates go on the wire as they are decided.
+type Candidate = wire.Candidate
 
-// Staging is data a decision moves between sites.
-type Staging struct {
-	// What: "dataset", "eval dataset", "checkpoints", "output", "raw logs".
-	What     string `json:"what"`
-	URI      string `json:"uri"`
-	FromSite string `json:"from_site"`
-	ToSite   string `json:"to_site"`
-}
+// Staging is data a decision moves between sites, as the API shows it.
+type Staging = wire.Staging
 
 // Decision is where a job goes and why.
 type Decision struct {
@@ -150,4 +132,12 @@ type Decision struct {
 	// Trade shows the wait-vs-burst arithmetic when the job has
 	// ValuePerHourUSD.
 	Trade string `json:"trade,omitempty"`
+}
+
+// Wire is d as the API shows it (POST /api/v1/route, a 422 refusal, the
+// CLI's offline explanation): the same JSON, nil slices kept nil.
+func (d Decision) Wire() wire.Decision {
+	return wire.Decision{Backend: d.Backend, Site: d.Site, Refused: d.Refused, Waiting: d.Waiting,
+		Residency: d.Residency, Reasons: d.Reasons, Candidates: d.Candidates, Staging: d.Staging,
+		EstRuntime: d.EstRuntime, EstGPUHours: d.EstGPUHours, EstCostUSD: d.EstCostUSD, Trade: d.Trade}
 }
