@@ -75,20 +75,7 @@ func run(root string, maxLines int, verbose bool) error {
 // maxLines, and the imports from internal/ to packages above it.
 func measure(root string, maxLines int) (funcs int, longs []long, upward []string, err error) {
 	fset := token.NewFileSet()
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			name := d.Name()
-			if path != root && (strings.HasPrefix(name, ".") || name == "node_modules" || name == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
+	err = walkProduction(root, func(path string) error {
 		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
 		if err != nil {
 			return fmt.Errorf("parse %s: %w", path, err)
@@ -127,6 +114,27 @@ func measure(root string, maxLines int) (funcs int, longs []long, upward []strin
 	return funcs, longs, upward, err
 }
 
+// walkProduction calls fn with the path of every production Go file under
+// root: not a test, not under testdata/, node_modules/ or a dot folder.
+func walkProduction(root string, fn func(path string) error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			name := d.Name()
+			if path != root && (strings.HasPrefix(name, ".") || name == "node_modules" || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		return fn(path)
+	})
+}
+
 // importRules is the layering of docs/architecture.md: a package (matched by
 // the longest prefix of its folder) may import, of Lathe's own packages,
 // only those under one of the listed prefixes (its own folder always).
@@ -151,20 +159,7 @@ var importRules = []struct {
 func layerViolations(root string) ([]string, error) {
 	fset := token.NewFileSet()
 	var bad []string
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			name := d.Name()
-			if path != root && (strings.HasPrefix(name, ".") || name == "node_modules" || name == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
+	err := walkProduction(root, func(path string) error {
 		rel, err := filepath.Rel(root, path)
 		if err != nil {
 			return err
