@@ -145,7 +145,6 @@ func ms(t time.Time) string                 { return strconv.FormatInt(t.UnixMil
 // increase (a second id in the same millisecond takes the last random part
 // plus one, as monotonic ULIDs do), so listing by id is listing by creation.
 func NewID(now time.Time) string {
-	const alphabet = "0123456789abcdefghjkmnpqrstvwxyz" // Crockford, lower case
 	idMu.Lock()
 	t := uint64(max(now.UnixMilli(), 0))
 	var r uint64
@@ -161,6 +160,17 @@ func NewID(now time.Time) string {
 	}
 	idLastMs, idLastRand = t, r
 	idMu.Unlock()
+	return encodeID(t, r)
+}
+
+// NewIDAt is the id NewID would make at time t with random part r (29
+// bits): the derived ids of schedule ticks (TickID).
+func NewIDAt(t time.Time, r uint64) string {
+	return encodeID(uint64(max(t.UnixMilli(), 0)), r)
+}
+
+func encodeID(t, r uint64) string {
+	const alphabet = "0123456789abcdefghjkmnpqrstvwxyz" // Crockford, lower case
 	var b [18]byte
 	b[0], b[1] = 'j', '-'
 	for i := 11; i >= 2; i-- {

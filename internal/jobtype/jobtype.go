@@ -17,7 +17,7 @@ import (
 // State is a job's lifecycle state (docs/design.md "Job lifecycle"; the transitions: Transitions).
 type State string
 
-// The job states. succeeded, failed and cancelled are terminal. There is no
+// The job states. succeeded, failed, cancelled and stopped are terminal. There is no
 // "preempted" state: a preempted attempt ends and the job goes back to
 // queued as the next attempt, with reason ReasonPreempted on the state
 // event (Transitions).
@@ -29,11 +29,20 @@ const (
 	StateSucceeded    State = "succeeded"
 	StateFailed       State = "failed"
 	StateCancelled    State = "cancelled"
+	// StatePaused is a sweep trial between two ASHA rungs: its attempt ran
+	// to the rung's step limit and stopped with a checkpoint; the sweep
+	// promotes it (queued, next attempt, resumes from the checkpoint) or
+	// stops it. It holds no slot or GPU.
+	StatePaused State = "paused"
+	// StateStopped ends a sweep trial the sweep stopped (not promoted by
+	// ASHA, stopped by the median rule, or never admitted because the
+	// sweep's budget ran out): neither failed nor cancelled. Terminal.
+	StateStopped State = "stopped"
 )
 
 // States lists every state, in lifecycle order.
-var States = []State{StateQueued, StateDispatched, StateProvisioning, StateRunning,
-	StateSucceeded, StateFailed, StateCancelled}
+var States = []State{StateQueued, StateDispatched, StateProvisioning, StateRunning, StatePaused,
+	StateSucceeded, StateFailed, StateCancelled, StateStopped}
 
 // Valid reports whether s is one of States.
 func (s State) Valid() bool {
@@ -47,7 +56,7 @@ func (s State) Valid() bool {
 
 // Terminal reports whether no further transition leaves s (except an explicit retry).
 func (s State) Terminal() bool {
-	return s == StateSucceeded || s == StateFailed || s == StateCancelled
+	return s == StateSucceeded || s == StateFailed || s == StateCancelled || s == StateStopped
 }
 
 // Failure reasons recorded in Job.Reason.
@@ -119,6 +128,8 @@ type Job struct {
 	SimulatedGPUs bool `json:"simulated_gpus,omitempty"`
 	// Route is the routing decision the job runs under.
 	Route *RouteInfo `json:"route,omitempty"`
+	// Trial is set on a sweep's trial (nil for a plain job).
+	Trial *TrialInfo `json:"trial,omitempty"`
 	// Held says why a job is held (its routing decision no longer holds
 	// under the current config): it is not placed until it is feasible
 	// again or cancelled. "" = not held.

@@ -22,6 +22,11 @@ const (
 	OpReap             Op = "reap"              // Reap: the attempt's lease expired
 	OpReleaseDead      Op = "release dead"      // ReleaseDead: the worker's new incarnation killed the trainer
 	OpRetry            Op = "retry"             // Retry: a new attempt of a failed or cancelled job
+	// Sweep trials (docs/sweeps.md). Their rows are added with the store
+	// scripts that make them (issue #13).
+	OpPause   Op = "pause"   // Pause: a trial's attempt reached its ASHA rung's step limit and checkpointed
+	OpPromote Op = "promote" // Promote: ASHA promotes a paused trial to the next rung (the next attempt resumes)
+	OpStop    Op = "stop"    // Stop: the sweep stops a trial that waits (never admitted) or is paused
 )
 
 // Transition is one allowed state change: operation Op moves a job from

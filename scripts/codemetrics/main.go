@@ -145,9 +145,11 @@ var importRules = []struct {
 }{
 	{"internal/", []string{"internal/"}},
 	{"scheduler/placement", nil},
+	{"scheduler/sweep", []string{"internal/"}},
+	{"scheduler/schedule", []string{"internal/"}},
 	{"scheduler/routing/routecfg", []string{"internal/"}},
 	{"scheduler/routing", []string{"internal/", "scheduler/routing"}},
-	{"scheduler", []string{"internal/", "scheduler/placement", "scheduler/routing"}},
+	{"scheduler", []string{"internal/", "scheduler/placement", "scheduler/routing", "scheduler/sweep", "scheduler/schedule"}},
 	{"backends/", []string{"internal/", "backends/"}},
 	{"worker", []string{"internal/", "backends/", "scheduler/routing"}},
 	{"scripts", []string{"internal/"}},
