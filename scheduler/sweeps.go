@@ -191,6 +191,11 @@ func (s *Scheduler) reserveAdmitted(ctx context.Context, sweepID string, ds []ro
 	}
 }
 
+// maxSubmitLeaderboard is the most trials a submit's answer lists (its
+// leaderboard); a bigger sweep's answer carries the record alone (GET
+// /api/v1/sweeps/{id} lists them).
+const maxSubmitLeaderboard = 1000
+
 // submitSweep is POST /api/v1/sweeps: a sweep spec (YAML or JSON, its
 // base job inline), stored with all its trials, 201 with its status (200
 // when an Idempotency-Key names a sweep stored before). dry_run=true
@@ -230,10 +235,12 @@ func (s *Scheduler) submitSweep(w http.ResponseWriter, r *http.Request) {
 		s.sweepError(w, r, err)
 		return
 	}
-	st, err := s.sweepStatus(ctx, sw)
-	if err != nil {
-		s.fail(w, r, err)
-		return
+	st := wire.SweepStatus{Sweep: sw}
+	if sw.Trials <= maxSubmitLeaderboard {
+		if st, err = s.sweepStatus(ctx, sw); err != nil {
+			s.fail(w, r, err)
+			return
+		}
 	}
 	status := http.StatusCreated
 	if existed {
