@@ -17,7 +17,8 @@ import (
 // of them (and at least one) are there and the trial's value is strictly
 // worse than their median (the mean of the two middle ones for an even
 // count), it is asked to stop (RequestStop, jobtype.ReasonMedianStopping).
-// A NaN is the worst value there is. Actions are ordered by index; an
+// A NaN is the worst value there is. A trial already asked to stop
+// (StopRequested) is not asked again. Actions are ordered by index; an
 // unknown goal gives none.
 func Median(grace, minTrials int, goal string, trials []Trial) []Action {
 	sc, ok := newScorer(goal)
@@ -27,7 +28,7 @@ func Median(grace, minTrials int, goal string, trials []Trial) []Action {
 	minTrials = max(minTrials, 1)
 	var acts []Action
 	for i, t := range trials {
-		if t.State != jobtype.StateRunning || len(t.History) == 0 {
+		if t.State != jobtype.StateRunning || t.StopRequested != "" || len(t.History) == 0 {
 			continue
 		}
 		last := t.History[len(t.History)-1]

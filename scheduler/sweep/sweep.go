@@ -46,6 +46,9 @@ type Trial struct {
 	// resumed from an earlier checkpoint evaluates it again): the later
 	// point wins.
 	History []Point
+	// StopRequested is TrialInfo.StopRequested: a running trial the sweep
+	// already asked to stop, which Median does not ask again.
+	StopRequested string
 }
 
 // ActionKind is what the duty does to a trial.
