@@ -57,7 +57,8 @@ func (d *sweeper) drive(ctx context.Context, id string) error {
 	if err := d.settle(ctx, sw); err != nil {
 		return err
 	}
-	if err := d.search(ctx, sw, sp); err != nil {
+	blocked, err := d.search(ctx, sw, sp)
+	if err != nil {
 		return err
 	}
 	adm, err := s.store.AdmitTrials(ctx, id)
@@ -72,8 +73,14 @@ func (d *sweeper) drive(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if sets.Active == 0 && sets.Paused == 0 && sets.Waiting > 0 && adm.Stalled != "" {
-		return d.stopWaiting(ctx, sw, adm.Stalled)
+	// Nothing runs, and the next admission or promotion does not fit the
+	// budget: nothing will ever free any, so the sweep ends here.
+	if sets.Active == 0 && ((sets.Waiting > 0 && adm.Stalled != "") || blocked != "") {
+		why := adm.Stalled
+		if why == "" {
+			why = blocked
+		}
+		return d.stopWaiting(ctx, sw, why)
 	}
 	if sets.Active == 0 && sets.Paused == 0 && sets.Waiting == 0 {
 		if done, err := s.store.FinishSweep(ctx, id); err != nil || done {
@@ -111,9 +118,9 @@ func (d *sweeper) settle(ctx context.Context, sw *jobtype.Sweep) error {
 	return nil
 }
 
-// stopWaiting ends the trials still waiting for a sweep whose budget
-// cannot admit the next one while nothing runs: stopped, reason sweep
-// budget, with the figures.
+// stopWaiting ends the trials still waiting for a sweep, and the paused
+// ones, when its budget cannot admit the next one or promote a paused one
+// while nothing runs: stopped, reason sweep budget, with the figures.
 func (d *sweeper) stopWaiting(ctx context.Context, sw *jobtype.Sweep, why string) error {
 	jobs, err := d.s.store.SweepTrials(ctx, sw.ID, 0, 0)
 	if err != nil {
@@ -121,7 +128,8 @@ func (d *sweeper) stopWaiting(ctx context.Context, sw *jobtype.Sweep, why string
 	}
 	n := 0
 	for _, j := range jobs {
-		if j == nil || j.Trial == nil || j.State != jobtype.StateQueued || j.Trial.Gate == "" {
+		waiting := j != nil && j.Trial != nil && j.State == jobtype.StateQueued && j.Trial.Gate != ""
+		if !waiting && (j == nil || j.State != jobtype.StatePaused) {
 			continue
 		}
 		if _, err := d.s.store.Stop(ctx, j.ID, jobtype.ReasonSweepBudget, why); err != nil && !errors.Is(err, jobstore.ErrConflict) {
@@ -134,16 +142,17 @@ func (d *sweeper) stopWaiting(ctx context.Context, sw *jobtype.Sweep, why string
 }
 
 // search applies the sweep's early stopping: ASHA's promotions and stops,
-// or median stopping's stop requests.
-func (d *sweeper) search(ctx context.Context, sw *jobtype.Sweep, sp *sweepspec.Sweep) error {
+// or median stopping's stop requests. blocked says why a promotion did
+// not fit the sweep's budget ("" when none was refused).
+func (d *sweeper) search(ctx context.Context, sw *jobtype.Sweep, sp *sweepspec.Sweep) (blocked string, err error) {
 	rungs := ashaRungs(sp)
 	median := sp.Search.Median
 	if len(rungs) < 2 && median == nil {
-		return nil
+		return "", nil
 	}
 	trials, waiting, err := d.trialViews(ctx, sw)
 	if err != nil {
-		return err
+		return "", err
 	}
 	var acts []sweep.Action
 	if len(rungs) >= 2 {
@@ -152,11 +161,15 @@ func (d *sweeper) search(ctx context.Context, sw *jobtype.Sweep, sp *sweepspec.S
 		acts = sweep.Median(median.GraceSteps, median.MinTrials, sw.Goal, trials)
 	}
 	for _, a := range acts {
-		if err := d.apply(ctx, sw, sp, rungs, a); err != nil {
-			return err
+		why, err := d.apply(ctx, sw, rungs, a)
+		if err != nil {
+			return "", err
+		}
+		if why != "" {
+			blocked = why
 		}
 	}
-	return nil
+	return blocked, nil
 }
 
 // trialViews reads every trial of sw with its objective history (the
@@ -175,7 +188,8 @@ func (d *sweeper) trialViews(ctx context.Context, sw *jobtype.Sweep) ([]sweep.Tr
 		if j.State == jobtype.StateQueued && j.Trial.Gate != "" {
 			waiting++
 		}
-		t := sweep.Trial{ID: j.ID, Index: j.Trial.Index, State: j.State, Rung: j.Trial.Rung, StopAtStep: j.Trial.StopAtStep}
+		t := sweep.Trial{ID: j.ID, Index: j.Trial.Index, State: j.State, Rung: j.Trial.Rung, StopAtStep: j.Trial.StopAtStep,
+			StopRequested: j.Trial.StopRequested}
 		if j.StartedAt != nil {
 			evals, err := d.s.store.Evals(ctx, j.ID)
 			if err != nil {
@@ -193,14 +207,15 @@ func (d *sweeper) trialViews(ctx context.Context, sw *jobtype.Sweep) ([]sweep.Tr
 }
 
 // apply carries out one decision. A promotion that does not fit the
-// sweep's budget leaves the trial paused (the next pass tries again).
-func (d *sweeper) apply(ctx context.Context, sw *jobtype.Sweep, sp *sweepspec.Sweep, rungs []int, a sweep.Action) error {
+// sweep's budget leaves the trial paused (the next pass tries again) and
+// says why.
+func (d *sweeper) apply(ctx context.Context, sw *jobtype.Sweep, rungs []int, a sweep.Action) (blocked string, err error) {
 	s := d.s
 	switch a.Kind {
 	case sweep.Promote:
 		j, err := s.store.Get(ctx, a.ID)
 		if err != nil {
-			return err
+			return "", err
 		}
 		share := float64(rungs[a.Rung]-rungs[a.Rung-1]) / float64(rungs[len(rungs)-1])
 		p := jobstore.PromoteParams{SweepID: sw.ID, ID: a.ID, Attempt: j.Attempt, Rung: a.Rung, StopAtStep: a.StopAtStep}
@@ -213,20 +228,22 @@ func (d *sweeper) apply(ctx context.Context, sw *jobtype.Sweep, sp *sweepspec.Sw
 		case err == nil:
 			s.log.Info("asha: promoted", slog.String("sweep_id", sw.ID), slog.String("trial", a.ID), slog.Int("rung", a.Rung))
 			s.Wake()
-		case errors.Is(err, jobstore.ErrOverBudget) || errors.Is(err, jobstore.ErrConflict):
-			s.log.Info("asha: promotion waits", slog.String("trial", a.ID), slog.Any("why", err))
+		case errors.Is(err, jobstore.ErrOverBudget):
+			s.log.Info("asha: promotion waits for the sweep budget", slog.String("trial", a.ID), slog.Any("why", err))
+			return err.Error(), nil
+		case errors.Is(err, jobstore.ErrConflict):
 		default:
-			return err
+			return "", err
 		}
 	case sweep.Stop, sweep.RequestStop:
 		st, err := s.store.Stop(ctx, a.ID, a.Reason, a.Message)
 		if err != nil && !errors.Is(err, jobstore.ErrConflict) {
-			return err
+			return "", err
 		}
 		s.log.Info("sweep: trial stopped", slog.String("sweep_id", sw.ID), slog.String("trial", a.ID), slog.String("reason", a.Reason), slog.String("why", a.Message))
 		if j, err := s.store.Get(ctx, a.ID); err == nil && (st == jobtype.StateDispatched || st == jobtype.StateRunning) {
 			s.cancelFastPath(ctx, j, st)
 		}
 	}
-	return nil
+	return "", nil
 }
