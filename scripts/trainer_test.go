@@ -151,7 +151,13 @@ type trainer struct {
 // simulated GPUs (so on the CPU); env entries given override those.
 func startTrainer(t *testing.T, scripts, jobFile, outDir, ckptDir string, env ...string) *trainer {
 	t.Helper()
-	cmd := exec.Command(python, filepath.Join(scripts, TrainLoRAFile))
+	return startArgv(t, []string{python, filepath.Join(scripts, TrainLoRAFile)}, jobFile, outDir, ckptDir, env...)
+}
+
+// startArgv is startTrainer for any trainer command (argv).
+func startArgv(t *testing.T, argv []string, jobFile, outDir, ckptDir string, env ...string) *trainer {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(),
 		"LATHE_JOB_ID=job-test",
 		"LATHE_ATTEMPT=1",

@@ -80,6 +80,9 @@ func (a *cloudAttempt) run(ctx context.Context) endFunc {
 	if end := a.checkTrainer(); end != nil {
 		return end
 	}
+	if end := a.checkStepLimit(); end != nil {
+		return end
+	}
 	if a.inst == nil {
 		if seq, err := a.c.store.CloudEventsSeq(ctx, a.job.ID); err == nil && seq != 0 {
 			a.seq = seq
@@ -167,6 +170,19 @@ func (a *cloudAttempt) checkResidency() endFunc {
 func (a *cloudAttempt) checkTrainer() endFunc {
 	if t := a.job.Spec.Trainer; t != "" && t != "reference" {
 		return a.fail(jobtype.ReasonPermanent, fmt.Sprintf("trainer %q: cloud instances run only the reference trainer (named trainers on instances are not built yet): refused before anything was copied or launched", t))
+	}
+	return nil
+}
+
+// checkStepLimit refuses, before anything is copied or launched, an
+// attempt with a step limit (a sweep trial's ASHA rung, TrialInfo's
+// StopAtStep): the agent has no paused status and the AWS worker no pause
+// path yet, so the instance would train past the rung, or the pause would
+// be lost.
+func (a *cloudAttempt) checkStepLimit() endFunc {
+	if limit := stopAtStep(a.job); limit > 0 {
+		return a.fail(jobtype.ReasonPermanent, fmt.Sprintf("ASHA pause on cloud backends is not built yet: this attempt of sweep %s's trial %d has the step limit %d (its rung); refused before anything was copied or launched",
+			a.job.Trial.SweepID, a.job.Trial.Index, limit))
 	}
 	return nil
 }
@@ -515,6 +531,12 @@ func (a *cloudAttempt) ended(ctx context.Context, st agent.Status) endFunc {
 	a.note(ctx, fmt.Sprintf("agent status %s (exit %d) %s", st.State, st.ExitCode, st.Error))
 	switch st.State {
 	case agent.StateSucceeded:
+		if v := judgePause(0, trainerEnd{pausedAt: a.rec.PausedAt()}); v.problem != "" {
+			if end := a.terminate(ctx); end != nil {
+				return nil
+			}
+			return a.fail(jobtype.ReasonPermanent, v.problem)
+		}
 		arts, err := a.collect(ctx, st.Artifacts)
 		if end := a.terminate(ctx); end != nil {
 			return nil
