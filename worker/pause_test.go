@@ -117,6 +117,10 @@ func TestTrialPausesAtItsStepLimitAndResumes(t *testing.T) {
 		t.Fatalf("the pause's checkpoint: %q %v", ck, err)
 	}
 
+	// The sweep duty's part (the leader's): settle the paused attempt, promote it.
+	if err := b.store.SettleTrial(b.ctx, sweepID, id, 0, 0); err != nil {
+		t.Fatal(err)
+	}
 	if err := b.store.Promote(b.ctx, jobstore.PromoteParams{SweepID: sweepID, ID: id, Attempt: 1, Rung: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -137,4 +141,31 @@ func TestTrialPausesAtItsStepLimitAndResumes(t *testing.T) {
 		}
 	}
 	t.Fatal("attempt 2 recorded no progress")
+}
+
+// TestStoppedTrialEndsStopped: the sweep stopping a running trial (the
+// median rule) stops its trainer like a cancel (SIGTERM, checkpoint), and
+// the attempt's end is stopped with the sweep's reason, not cancelled.
+func TestStoppedTrialEndsStopped(t *testing.T) {
+	b := setup(t, map[string]string{"slow": strings.Replace(standinTrainer(t), "'\n", "' --step-seconds 0.05\n", 1)})
+	spec := &jobspec.Spec{Name: "t", BaseModel: "none", Dataset: "file:///d.jsonl", Trainer: "slow", Priority: jobspec.PriorityNormal,
+		MaxRuntime: jobspec.Duration(time.Hour), Training: jobspec.Training{MaxSteps: 100000, LearningRate: 0.01, Seed: 666, CheckpointEvery: 100000}}
+	_, id := createTrial(t, b, spec, 0)
+	b.dispatch(t, id, 1)
+	b.wait(t, id, func(j *jobtype.Job) bool { return j.State == jobtype.StateRunning && j.Progress.Step >= 2 })
+	if _, err := b.store.Stop(b.ctx, id, jobtype.ReasonMedianStopping, "worse than the median at step 2"); err != nil {
+		t.Fatal(err)
+	}
+	j := b.wait(t, id, terminal)
+	if j.State != jobtype.StateStopped || j.Reason != jobtype.ReasonMedianStopping || j.Attempt != 1 {
+		t.Fatalf("got %s/%s attempt %d (%s), want stopped/%s on attempt 1", j.State, j.Reason, j.Attempt, j.Error, jobtype.ReasonMedianStopping)
+	}
+	evs, _ := b.store.Events(b.ctx, id, "", 100000)
+	found := false
+	for _, e := range evs {
+		found = found || e.Type == "checkpoint"
+	}
+	if !found {
+		t.Fatal("the stopped trainer's checkpoint on SIGTERM was not recorded")
+	}
 }
