@@ -80,9 +80,6 @@ func (a *cloudAttempt) run(ctx context.Context) endFunc {
 	if end := a.checkTrainer(); end != nil {
 		return end
 	}
-	if end := a.checkStepLimit(); end != nil {
-		return end
-	}
 	if a.inst == nil {
 		if seq, err := a.c.store.CloudEventsSeq(ctx, a.job.ID); err == nil && seq != 0 {
 			a.seq = seq
@@ -174,19 +171,6 @@ func (a *cloudAttempt) checkTrainer() endFunc {
 	return nil
 }
 
-// checkStepLimit refuses, before anything is copied or launched, an
-// attempt with a step limit (a sweep trial's ASHA rung, TrialInfo's
-// StopAtStep): the agent has no paused status and the AWS worker no pause
-// path yet, so the instance would train past the rung, or the pause would
-// be lost.
-func (a *cloudAttempt) checkStepLimit() endFunc {
-	if limit := stopAtStep(a.job); limit > 0 {
-		return a.fail(jobtype.ReasonPermanent, fmt.Sprintf("ASHA pause on cloud backends is not built yet: this attempt of sweep %s's trial %d has the step limit %d (its rung); refused before anything was copied or launched",
-			a.job.Trial.SweepID, a.job.Trial.Index, limit))
-	}
-	return nil
-}
-
 // siteOf is the site of a data URI: file:// in the file site, s3:// in its
 // bucket's site; "" when unknown.
 func (a *cloudAttempt) siteOf(uri string) string {
@@ -225,11 +209,12 @@ func (a *cloudAttempt) note(ctx context.Context, msg string) {
 }
 
 // agentJob is the attempt's job.json: the spec (max_runtime moved to
-// max_runtime_s), the staged datasets, the checkpoint prefix, and the
+// max_runtime_s; training.stop_at_step the attempt's step limit, ASHA's
+// rung, as attemptSpec), the staged datasets, the checkpoint prefix, and the
 // pass_env of the job's trainer, so the agent gives the instance's trainer
 // the environment a local worker would.
 func (a *cloudAttempt) agentJob(dataset, evalDataset string, maxRuntime time.Duration) agent.Job {
-	spec := a.job.Spec
+	spec := attemptSpec(a.job)
 	spec.MaxRuntime = 0
 	return agent.Job{JobID: a.job.ID, Attempt: a.n, Spec: spec, Dataset: dataset, EvalDataset: evalDataset,
 		CheckpointPrefix: a.ckpt, MaxRuntimeS: int64(maxRuntime / time.Second),
@@ -530,13 +515,9 @@ func (a *cloudAttempt) lost(ctx context.Context, state string) endFunc {
 func (a *cloudAttempt) ended(ctx context.Context, st agent.Status) endFunc {
 	a.note(ctx, fmt.Sprintf("agent status %s (exit %d) %s", st.State, st.ExitCode, st.Error))
 	switch st.State {
+	case agent.StatePaused:
+		return a.pausedEnd(ctx, st)
 	case agent.StateSucceeded:
-		if v := judgePause(0, trainerEnd{pausedAt: a.rec.PausedAt()}); v.problem != "" {
-			if end := a.terminate(ctx); end != nil {
-				return nil
-			}
-			return a.fail(jobtype.ReasonPermanent, v.problem)
-		}
 		arts, err := a.collect(ctx, st.Artifacts)
 		if end := a.terminate(ctx); end != nil {
 			return nil
@@ -571,6 +552,25 @@ func (a *cloudAttempt) ended(ctx context.Context, st agent.Status) endFunc {
 		}
 		return a.retryOrFail(jobtype.ReasonExit, fmt.Sprintf("attempt failed on %s (exit %d): %s", a.inst.ID, st.ExitCode, st.Error))
 	}
+}
+
+// pausedEnd ends an attempt whose agent says its trainer paused (exit 0,
+// paused_at; checkpoints in S3, no artifact): paused at that step, as the
+// local worker's pauseEnd, once the instance is terminated; a pause the
+// attempt's step limit does not allow fails it for good.
+func (a *cloudAttempt) pausedEnd(ctx context.Context, st agent.Status) endFunc {
+	if end := a.terminate(ctx); end != nil {
+		return nil
+	}
+	v := judgePause(stopAtStep(a.job), trainerEnd{pausedAt: st.PausedAt})
+	switch {
+	case v.problem != "":
+		return a.fail(jobtype.ReasonPermanent, v.problem)
+	case !v.paused:
+		return a.fail(jobtype.ReasonInternal, "the agent's status is paused without a paused_at step")
+	}
+	a.note(ctx, fmt.Sprintf("paused at step %d; checkpoint %s kept for the next rung", v.step, st.Checkpoint))
+	return a.ending().paused(v.step, a.metricsWith(st.Metrics))
 }
 
 func (a *cloudAttempt) metricsWith(m map[string]float64) map[string]float64 {

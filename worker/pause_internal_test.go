@@ -1,13 +1,20 @@
 package worker
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/lathe-ml/lathe/backends/aws/agent"
+	"github.com/lathe-ml/lathe/internal/cloud"
+	"github.com/lathe-ml/lathe/internal/cloud/cloudfake"
 	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/redistest"
 )
 
 // TestJudgePause: how an attempt whose trainer exited 0 ends, for each
@@ -71,32 +78,64 @@ func TestAttemptSpecCarriesTheStepLimit(t *testing.T) {
 	}
 }
 
-// TestCloudRefusesStepLimits: the AWS worker has no pause path yet, so an
-// attempt with a step limit is refused, permanent, before anything is
-// copied or launched; a trial without one (grid, random, ASHA's last
-// rung) goes on.
-func TestCloudRefusesStepLimits(t *testing.T) {
+// TestCloudJobCarriesTheStepLimit: the agent's job.json of a trial's
+// attempt with a step limit has training.stop_at_step (the agent writes
+// the spec as the trainer's job file), and the schedule's max_steps.
+func TestCloudJobCarriesTheStepLimit(t *testing.T) {
 	for _, c := range []struct {
-		name    string
-		trial   *jobtype.TrialInfo
-		refused bool
+		name  string
+		trial *jobtype.TrialInfo
+		want  int
 	}{
-		{"plain job", nil, false},
-		{"trial without a limit", &jobtype.TrialInfo{SweepID: "s-1", Index: 2}, false},
-		{"ASHA rung", &jobtype.TrialInfo{SweepID: "s-1", Index: 2, StopAtStep: 300}, true},
+		{"plain job", nil, 0},
+		{"trial without a limit", &jobtype.TrialInfo{SweepID: "s-1", Index: 2}, 0},
+		{"ASHA rung", &jobtype.TrialInfo{SweepID: "s-1", Index: 2, StopAtStep: 300}, 300},
 	} {
-		job := &jobtype.Job{ID: "j-1", Attempt: 1, OutputURI: "file:///out/j-1", Trial: c.trial,
-			Spec: jobspec.Spec{Residency: []string{"eu"}, Dataset: "s3://eu-data/t.jsonl"}}
+		job := &jobtype.Job{ID: "j-1", Attempt: 1, Trial: c.trial,
+			Spec: jobspec.Spec{Residency: []string{"eu"}, Dataset: "s3://eu-data/t.jsonl", Training: jobspec.Training{MaxSteps: 900}}}
+		aj := testAttempt(t, cloudTestConfig, job).agentJob("s3://eu-data/t.jsonl", "", time.Hour)
+		if aj.Spec.Training.StopAtStep != c.want || aj.Spec.Training.MaxSteps != 900 || job.Spec.Training.StopAtStep != 0 {
+			t.Errorf("%s: job.json stop_at_step %d max_steps %d (stored %d), want %d, 900 and 0",
+				c.name, aj.Spec.Training.StopAtStep, aj.Spec.Training.MaxSteps, job.Spec.Training.StopAtStep, c.want)
+		}
+	}
+}
+
+// TestCloudPausedStatus: the agent's paused status ends the attempt as
+// the local worker's pause does, after the instance is terminated: paused
+// at the status's step for an attempt with a step limit; failed,
+// permanent, for one without (the trainer's error). Against a real Redis
+// (the store calls of the end are not run here: worker/pause_test.go runs
+// the local pause against the real store) and cloudfake for EC2.
+func TestCloudPausedStatus(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	for _, c := range []struct {
+		name  string
+		trial *jobtype.TrialInfo
+		st    agent.Status
+		want  string // in the log
+	}{
+		{"ASHA rung", &jobtype.TrialInfo{SweepID: "s-1", StopAtStep: 3}, agent.Status{State: agent.StatePaused, PausedAt: 3, Checkpoint: "ckpt-3"},
+			"paused at step 3; checkpoint ckpt-3 kept"},
+		{"no step limit", nil, agent.Status{State: agent.StatePaused, PausedAt: 3}, "says paused_at 3, but this attempt has no step limit"},
+		{"paused without a step", &jobtype.TrialInfo{SweepID: "s-1", StopAtStep: 3}, agent.Status{State: agent.StatePaused}, "paused without a paused_at step"},
+	} {
+		job := &jobtype.Job{ID: "j-1", Attempt: 1, Trial: c.trial, Spec: jobspec.Spec{Residency: []string{"eu"}, Dataset: "s3://eu-data/t.jsonl"}}
 		a := testAttempt(t, cloudTestConfig, job)
+		ec2 := cloudfake.New("aws-eu")
+		ec2.Put(cloud.Instance{ID: "i-1", Backend: "aws-eu", JobID: "j-1", Attempt: 1, Managed: true, Type: "fake.gpu1", State: "running"})
+		a.c.cfg.EC2, a.c.store = ec2, jobstore.New(rdb, jobstore.Config{})
+		a.inst = &jobtype.Instance{ID: "i-1", Attempt: 1, Backend: "aws-eu", LaunchTime: time.Now().Add(-time.Minute), State: "running"}
 		var sb strings.Builder
 		a.log = slog.New(slog.NewTextHandler(&sb, nil))
-		end := a.checkStepLimit()
-		if (end != nil) != c.refused {
-			t.Fatalf("%s: refused = %v, want %v", c.name, end != nil, c.refused)
+		if end := a.ended(context.Background(), c.st); end == nil {
+			t.Fatalf("%s: no end", c.name)
 		}
-		if c.refused && (!strings.Contains(sb.String(), "ASHA pause on cloud backends is not built yet") ||
-			!strings.Contains(sb.String(), "step limit 300") || !strings.Contains(sb.String(), "reason=permanent")) {
-			t.Fatalf("%s: refusal %q does not say ASHA pause is not built, name the limit, with reason permanent", c.name, sb.String())
+		if !strings.Contains(sb.String(), c.want) {
+			t.Errorf("%s: log %q does not say %q", c.name, sb.String(), c.want)
+		}
+		if got := ec2.Terminated(); len(got) != 1 || got[0] != "i-1" {
+			t.Errorf("%s: terminated %v, want the attempt's instance", c.name, got)
 		}
 	}
 }
