@@ -952,6 +952,8 @@ def run(job, out_dir, ckpt_dir):
     # full run's schedule, then pause (see pause() below). At or past the
     # last step it is no stop: the run ends as usual.
     stop_at = tr["stop_at_step"] if 0 < tr["stop_at_step"] < total else 0
+    if tr["stop_at_step"] and not stop_at:
+        log("stop_at_step %d is at or past the last step %d: no pause" % (tr["stop_at_step"], total))
     if stop_at and not ckpt_dir:
         raise TrainerError("training.stop_at_step %d needs LATHE_CHECKPOINT_DIR: a paused run resumes from its checkpoint" % stop_at)
     ckpt_every = tr["checkpoint_every"] or max(1, total // 4)
