@@ -270,7 +270,9 @@ func TestStop(t *testing.T) {
 		t.Fatalf("sets: %+v (stopped admitted trials stay active until settled)", sets)
 	}
 	ends := map[string]func(id string) error{
-		"finish cancelled":  func(id string) error { return s.Finish(ctx, id, 1, jobstore.Ending{State: jobtype.StateCancelled, Reason: "cancelled"}) },
+		"finish cancelled": func(id string) error {
+			return s.Finish(ctx, id, 1, jobstore.Ending{State: jobtype.StateCancelled, Reason: "cancelled"})
+		},
 		"requeue":           func(id string) error { return s.Requeue(ctx, id, 1, "exit", "boom") },
 		"reap":              func(id string) error { return s.Reap(ctx, id, 1, -time.Hour) },
 		"pause":             func(id string) error { return s.Pause(ctx, id, 1, 10, nil) },
