@@ -6,7 +6,9 @@ package jobstore
 //
 // Keys (besides each trial's job:<id> hash, which gains the fields
 // sweep_id, trial_index, params, rung, stop_at_step, gate, stop_requested,
-// sweep_reserved_usd, sweep_reserved_gpu_h):
+// stop_message, sweep_est_usd, sweep_est_gpu_h, pending_score,
+// sweep_reserved_usd, sweep_reserved_gpu_h, sweep_settled_usd,
+// sweep_settled_gpu_h: luaSweep in sweep_scripts.go says what each holds):
 //
 //	sweep:<id>            hash  the sweep's record (jobtype.Sweep)
 //	sweep:<id>:trials     zset  every trial id, score = index
@@ -16,6 +18,7 @@ package jobstore
 //	sweeps                zset  every sweep id, score = created ms
 //	sweeps:running        set   sweeps whose state is running (the leader's sweep duty walks it)
 //	job:<id>:evals        list  a job's eval lines (the trainer's "eval" events, JSON), capped
+//	sweepidem:<key>       string Idempotency-Key → "<sweep id> <fingerprint of spec and team>" (24 h)
 //	tick:<schedule>:<ms>  string the run a schedule's tick made (SET NX: one run per tick)
 //	schedule:<name>       hash  a schedule's last tick, its run and outcome
 
@@ -223,7 +226,7 @@ func (s *Store) sweepArgs(ns NewSweep) ([]any, error) {
 		"reserved_gpu_h", "0", "spent_gpu_h", "0", "submitter", sw.Submitter, "team", sw.Team,
 		"schedule", sw.Schedule, "tick", tick, "created_at", ms(now), "updated_at", ms(now), "spec", string(spec)}
 	common := []any{"state", string(jobtype.StateQueued), "attempt", 1, "created_at", ms(now), "updated_at", ms(now),
-		"sweep_id", sw.ID, "rung", 0, "gate", ""}
+		"sweep_id", sw.ID, "rung", 0}
 	if sw.Submitter != "" || sw.Team != "" {
 		common = append(common, "submitter", sw.Submitter, "team", sw.Team)
 	}
@@ -252,6 +255,7 @@ func (s *Store) trialArgs(ns NewSweep, trials []NewTrial) []any {
 		if nj.Route != nil {
 			fields = append(fields, "route", mustJSON(nj.Route))
 		}
+		fields = append(fields, "gate", "") // last: the script sets the gate of a trial that waits
 		args = append(args, nj.ID, score, fmtF(t.EstUSD), fmtF(t.EstGPUHours), len(fields))
 		args = append(args, fields...)
 	}

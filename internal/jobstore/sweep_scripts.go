@@ -123,10 +123,27 @@ local nsf = tonumber(ARGV[i]); local sf = i + 1; i = sf + nsf
 local ncf = tonumber(ARGV[i]); local cf = i + 1; i = cf + ncf
 local n = tonumber(ARGV[i]); i = i + 1
 local first = i
+-- The trials' ids must be free: EXISTS over 500 keys a call.
+local batch = {}
+local function free()
+  if #batch > 0 and redis.call('EXISTS', unpack(batch)) > 0 then
+    for _, k in ipairs(batch) do
+      if redis.call('EXISTS', k) == 1 then return string.sub(k, #P + 5) end
+    end
+  end
+  batch = {}
+  return nil
+end
 for _ = 1, n do
-  if redis.call('EXISTS', jobkey(ARGV[i])) == 1 then return {CONFLICT, ARGV[i]} end
+  batch[#batch + 1] = jobkey(ARGV[i])
+  if #batch == 500 then
+    local taken = free()
+    if taken then return {CONFLICT, taken} end
+  end
   i = i + 5 + tonumber(ARGV[i + 4])
 end
+local taken = free()
+if taken then return {CONFLICT, taken} end
 local led = nil
 if #KEYS == 2 then
   local bad = ledger_check(KEYS[1], KEYS[2], ARGV[i], ARGV[i + 1])
@@ -142,17 +159,27 @@ if idem ~= '' then
 end
 local b = {busd = tonumber(ARGV[10]), bgpu = tonumber(ARGV[11]), rusd = 0, susd = 0, rgpu = 0, sgpu = 0}
 local tk, wk = sweepkey(sid, 'trials'), sweepkey(sid, 'waiting')
+-- Index entries go in 500 a call: ids (score 0) for jobs and state:queued,
+-- (index, id) for the trials and the waiting set.
+local ids, byindex, waiting = {}, {}, {}
+local function flush(force)
+  if #ids > 0 and (force or #ids >= 1000) then
+    redis.call('ZADD', P .. 'jobs', unpack(ids))
+    redis.call('ZADD', P .. 'state:queued', unpack(ids))
+    redis.call('ZADD', tk, unpack(byindex))
+    ids, byindex = {}, {}
+  end
+  if #waiting > 0 and (force or #waiting >= 1000) then
+    redis.call('ZADD', wk, unpack(waiting))
+    waiting = {}
+  end
+end
 local admitted, gate, stalled = 0, nil, ''
 i = first
 for k = 1, n do
   local id, score, eu, eg, nf = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])
   local key = jobkey(id)
-  redis.call('HSET', key, unpack(ARGV, cf, cf + ncf - 1))
-  redis.call('HSET', key, unpack(ARGV, i + 5, i + 4 + nf))
-  redis.call('ZADD', P .. 'jobs', 0, id)
-  redis.call('ZADD', P .. 'state:queued', 0, id)
-  redis.call('ZADD', tk, k - 1, id)
-  redis.call('XADD', key .. ':events', 'MAXLEN', '~', maxlen, '*', 'type', 'state', 'attempt', 1, 'time', now, 'data', data)
+  local now_admitted = false
   if gate == nil then
     if admitted >= maxp then
       gate = MAXPAR
@@ -160,17 +187,26 @@ for k = 1, n do
       gate = budgetgate(b, tonumber(eu), tonumber(eg), 'trial')
       if gate then stalled = gate end
     end
-    if gate == nil then
-      admit(sid, id, eu, eg, score, b)
-      admitted = admitted + 1
-    end
+    now_admitted = gate == nil
   end
-  if gate ~= nil then
-    redis.call('ZADD', wk, k - 1, id)
-    redis.call('HSET', key, 'gate', gate)
+  -- One HSET: the trial's own fields (its last pair is gate, ''), then the common ones.
+  local f = {unpack(ARGV, i + 5, i + 4 + nf)}
+  if gate then f[nf] = gate end
+  for c = cf, cf + ncf - 1 do f[#f + 1] = ARGV[c] end
+  redis.call('HSET', key, unpack(f))
+  ids[#ids + 1] = 0; ids[#ids + 1] = id
+  byindex[#byindex + 1] = k - 1; byindex[#byindex + 1] = id
+  redis.call('XADD', key .. ':events', 'MAXLEN', '~', maxlen, '*', 'type', 'state', 'attempt', 1, 'time', now, 'data', data)
+  if now_admitted then
+    admit(sid, id, eu, eg, score, b)
+    admitted = admitted + 1
+  else
+    waiting[#waiting + 1] = k - 1; waiting[#waiting + 1] = id
   end
+  flush(false)
   i = i + 5 + nf
 end
+flush(true)
 redis.call('HSET', sk, 'stalled', stalled)
 if led then ledger_write(KEYS[1], KEYS[2], ARGV, led.first, led.n) end
 return {DONE, sid, admitted}
