@@ -326,8 +326,10 @@ type Admitted struct {
 // the sweep's budgets (reserved atomically: concurrent calls never
 // overshoot a cap). One script. A trial that ended or paused does not
 // count as active (the sweep duty settles it); the waiting trial admission
-// stopped at gets the gate that stopped it. A sweep that is not running
-// is a *SweepConflictError.
+// stopped at gets the gate that stopped it (the trials behind it keep the
+// gate they were given last: rewriting thousands of gates a call is not
+// worth it; the sweep's Stalled says what holds it now). A sweep that is
+// not running is a *SweepConflictError.
 func (s *Store) AdmitTrials(ctx context.Context, sweepID string) (Admitted, error) {
 	res, err := admitScript.Run(ctx, s.rdb, nil, s.cfg.Prefix, sweepID, ms(s.now())).Slice()
 	if err != nil {

@@ -173,9 +173,15 @@ type Ending struct {
 
 // Finish ends attempt of job id in a terminal state, from running (or from
 // dispatched, for an attempt that never started), and frees its node slot.
+// A trial whose sweep asked it to stop, finished cancelled, ends stopped.
 func (s *Store) Finish(ctx context.Context, id string, attempt int, e Ending) error {
 	if !e.State.Terminal() {
 		return fmt.Errorf("jobstore: finish %s: %q is not a terminal state", id, e.State)
+	}
+	if e.State == jobtype.StateStopped {
+		// Only a stop the sweep asked ends a trial stopped: Finish cancelled
+		// writes it then (transitionScript).
+		return fmt.Errorf("jobstore: finish %s: stopped is written for a stop asked (Stop), not by Finish; finish cancelled", id)
 	}
 	now := s.now()
 	fields := []any{"reason", e.Reason, "error", e.Error, "finished_at", ms(now)}
