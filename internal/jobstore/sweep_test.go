@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -230,6 +231,69 @@ func BenchmarkCreateSweep10000(b *testing.B) {
 		ns := sweepOf(jobstore.MaxSweepTrials, func(sw *jobtype.Sweep) { sw.MaxParallel = 8 })
 		if _, _, err := bb.store.CreateSweep(bb.ctx, led, ns); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestCreateSweepLedgerRace: sweeps created while other appenders move
+// the ledger's head are sealed again on the new head: the chain verifies,
+// every trial has one decision record, and its route names it.
+func TestCreateSweepLedgerRace(t *testing.T) {
+	b := setup(t)
+	ctx, s := b.ctx, b.store
+	led := testLedger(s)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	sweeps := make([]jobstore.NewSweep, 3)
+	for g := range 6 {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			if g < len(sweeps) {
+				sweeps[g] = sweepOf(50, nil)
+				if _, _, err := s.CreateSweep(ctx, led, sweeps[g]); err != nil {
+					errs <- err
+				}
+				return
+			}
+			for range 20 {
+				if _, err := led.Append(ctx, ledger.Record{Kind: "other", Body: json.RawMessage(`{}`)}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	rep, err := led.Verify(ctx)
+	if err != nil || len(rep.Problems) > 0 || rep.Records != 3*20+3*50 {
+		t.Fatalf("ledger: %d records, %+v, %v; want %d", rep.Records, rep.Problems, err, 3*20+3*50)
+	}
+	decision := map[string]int64{}
+	if err := led.Range(ctx, "", func(r ledger.Record) error {
+		if r.Kind == "decision" {
+			if _, dup := decision[r.JobID]; dup {
+				t.Errorf("two decisions for %s", r.JobID)
+			}
+			decision[r.JobID] = r.Seq
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range sweeps {
+		trials, err := s.SweepTrials(ctx, ns.Sweep.ID, 0, 0)
+		if err != nil || len(trials) != 50 {
+			t.Fatalf("trials of %s: %d %v", ns.Sweep.ID, len(trials), err)
+		}
+		for _, j := range trials {
+			if seq, ok := decision[j.ID]; !ok || j.Route == nil || j.Route.LedgerSeq != seq {
+				t.Fatalf("trial %s: route %+v, its decision is record %d", j.ID, j.Route, seq)
+			}
 		}
 	}
 }
