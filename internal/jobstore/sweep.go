@@ -70,8 +70,9 @@ type NewSweep struct {
 }
 
 // NewTrial is one trial of a NewSweep: a NewJob (its ID must be
-// TrialID(sweep, Index); Route and Records as for CreateLogged) and what
-// it adds.
+// TrialID(sweep, Index); Route and Records as for CreateLogged; its
+// Submitter, Team and IdempotencyKey are not read: a trial has its
+// sweep's) and what it adds.
 type NewTrial struct {
 	Job    NewJob
 	Index  int
@@ -98,8 +99,8 @@ func (s *Store) CreateSweep(ctx context.Context, l *ledger.Ledger, ns NewSweep) 
 	if err := checkNewSweep(ns); err != nil {
 		return nil, false, err
 	}
-	sid := ns.Sweep.ID
-	base, err := s.sweepArgs(ns)
+	sid, now := ns.Sweep.ID, s.now()
+	base, err := s.sweepArgs(ns, now)
 	if err != nil {
 		return nil, false, err
 	}
@@ -115,7 +116,7 @@ func (s *Store) CreateSweep(ctx context.Context, l *ledger.Ledger, ns NewSweep) 
 		if err != nil {
 			return nil, false, fmt.Errorf("jobstore: create sweep %s: %w", sid, err)
 		}
-		args := append(base[:len(base):len(base)], s.trialArgs(ns, trials)...)
+		args := append(base[:len(base):len(base)], trialArgs(trials, now)...)
 		args = append(args, tail...)
 		var keys []string
 		if len(tail) > 0 {
@@ -199,8 +200,8 @@ func checkNewSweep(ns NewSweep) error {
 
 // sweepArgs are the create script's ARGV up to the trials: the sweep's
 // record, its admission limits, and the fields every trial shares.
-func (s *Store) sweepArgs(ns NewSweep) ([]any, error) {
-	sw, now := ns.Sweep, s.now()
+func (s *Store) sweepArgs(ns NewSweep, now time.Time) ([]any, error) {
+	sw := ns.Sweep
 	maxp := sw.MaxParallel
 	if maxp <= 0 {
 		maxp = len(ns.Trials)
@@ -239,10 +240,10 @@ func (s *Store) sweepArgs(ns NewSweep) ([]any, error) {
 	return append(args, common...), nil
 }
 
-// trialArgs are the create script's per-trial ARGV (trials: ns.Trials
-// with their routes' ledger sequence numbers set).
-func (s *Store) trialArgs(ns NewSweep, trials []NewTrial) []any {
-	now := s.now()
+// trialArgs are the create script's per-trial ARGV (trials: NewSweep's
+// with their routes' ledger sequence numbers set; now: the sweep's
+// creation, which orders them in the pending set).
+func trialArgs(trials []NewTrial, now time.Time) []any {
 	args := make([]any, 0, 1+len(trials)*23)
 	args = append(args, len(trials))
 	for _, t := range trials {
