@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
@@ -168,7 +169,7 @@ func (d *decoder) readJob(n *yaml.Node, readJob func(string) ([]byte, error)) ma
 	}
 	root, errs := parseDocument(data, "a job spec")
 	for _, fe := range errs {
-		fe.Field = join("job", fe.Field)
+		fe.Field = strings.TrimSuffix(join("job", fe.Field), ".")
 		fe.Message += " (in " + jobspec.TruncateValue(path) + ")"
 		d.add(fe)
 	}
