@@ -1,5 +1,10 @@
 package sweepspec
 
+import (
+	"strconv"
+	"strings"
+)
+
 // sweepJSON is the canonical JSON shape of a sweep spec: every field
 // written, defaults filled in, the base job inline as written.
 type sweepJSON struct {
@@ -52,7 +57,7 @@ func (s *Sweep) JSON() []byte {
 	}
 	out.Job, _ = s.baseDoc() // nil (null) only for a Sweep without a job
 	for _, p := range s.Parameters {
-		var space any = p.Values
+		var space any = jsonValues(p.Values)
 		switch p.Kind {
 		case KindUniform, KindLogUniform:
 			space = []float64{p.Lo, p.Hi}
@@ -82,4 +87,31 @@ func Inline(data []byte, readJob func(path string) ([]byte, error)) ([]byte, err
 		return nil, err
 	}
 	return s.JSON(), nil
+}
+
+// jsonValues are a grid's or choice's values for JSON, a float64 that is
+// a whole number written with ".0" so that it reads back as a float64, not
+// an int64.
+func jsonValues(vals []any) []any {
+	out := make([]any, len(vals))
+	for i, v := range vals {
+		if f, ok := v.(float64); ok {
+			v = jsonFloat(f)
+		}
+		out[i] = v
+	}
+	return out
+}
+
+// jsonFloat is a float64 whose JSON always reads back as one.
+type jsonFloat float64
+
+// MarshalJSON writes f in the shortest form that reads back the same,
+// with ".0" when that form would read as an integer.
+func (f jsonFloat) MarshalJSON() ([]byte, error) {
+	s := strconv.FormatFloat(float64(f), 'g', -1, 64)
+	if !strings.ContainsAny(s, ".e") {
+		s += ".0"
+	}
+	return []byte(s), nil
 }
