@@ -18,9 +18,9 @@ const lrGrid = "parameters: {training.learning_rate: {grid: [0.01, 0.02]}}\n"
 func TestParseErrors(t *testing.T) {
 	rank := func(space string) string { return "parameters: {lora.rank: " + space + "}\n" }
 	for _, tc := range []struct {
-		name, spec          string
-		noBase              bool // spec replaces baseJob
-		field, msg, value   string
+		name, spec        string
+		noBase            bool // spec replaces baseJob
+		field, msg, value string
 	}{
 		{name: "unknown top-level field", spec: lrGrid + "foo: 1\n", field: "foo", msg: "unknown field", value: "1"},
 		{name: "bad name", spec: lrGrid + "name: Bad_Name\n", field: "name", msg: "lower-case", value: "Bad_Name"},
