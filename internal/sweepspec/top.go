@@ -149,7 +149,7 @@ func (d *decoder) job(n *yaml.Node, opts Options) map[string]any {
 		d.fail("job", n, "must not be empty: the path of a job spec file, or a job spec mapping")
 		return nil
 	case opts.ReadJob == nil:
-		d.fail("job", n, "is a path: give the job inline (the API reads no files; `lathe sweep submit` inlines it)")
+		d.fail("job", n, "is a path: give the job inline (the API reads no files; the CLI inlines a path)")
 		return nil
 	}
 	return d.readJob(n, opts.ReadJob)
