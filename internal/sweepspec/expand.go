@@ -131,7 +131,7 @@ func (s *Sweep) trialJSON(base map[string]any, name string, params []jobtype.Par
 	doc := maps.Clone(base)
 	doc["name"] = name
 	doc["priority"] = string(s.Priority)
-	if s.Search.Kind == SearchASHA && s.Search.ASHA != nil {
+	if s.Search.Kind == SearchASHA && s.Search.ASHA != nil && s.Search.ASHA.MaxSteps > 0 {
 		setPath(doc, "training.max_steps", s.Search.ASHA.MaxSteps)
 	}
 	for _, p := range params {

@@ -237,3 +237,19 @@ func TestParseJobPath(t *testing.T) {
 	_, err = Parse([]byte("job: empty.yaml\n"+lrGrid), Options{ReadJob: read})
 	wantField(t, err, "job", "empty document", "")
 }
+
+// TestParseReportsEachNonGridSpace: a grid search names every space it
+// cannot run, and a bad priority is reported once, not again as the
+// job's.
+func TestParseReportsEachNonGridSpace(t *testing.T) {
+	_, err := Parse([]byte(baseJob+"parameters: {lora.rank: {int_uniform: [1, 4]}, lora.dropout: {uniform: [0, 0.1]}}\npriority: later\n"), Options{})
+	errs := fieldErrors(t, err)
+	if len(errs) != 3 {
+		t.Errorf("%d problems, want 3: %v", len(errs), err)
+	}
+	for _, f := range []string{"parameters.lora.rank.int_uniform", "parameters.lora.dropout.uniform", "priority"} {
+		if _, ok := findField(errs, f); !ok {
+			t.Errorf("no problem names %s: %v", f, err)
+		}
+	}
+}

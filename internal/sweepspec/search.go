@@ -171,15 +171,19 @@ func (d *decoder) checkSearch(s *Sweep, t *topNodes) {
 	switch s.Search.Kind {
 	case SearchGrid:
 		dims := make([]string, 0, len(s.Parameters))
+		axes := true
 		for _, p := range s.Parameters {
 			if p.Kind != KindGrid && p.Kind != KindChoice {
 				d.add(jobspec.FieldError{Field: "parameters." + p.Path + "." + p.Kind,
 					Message: "a grid search takes grid and choice spaces only (draw from " + p.Kind + " with search kind random or asha)"})
-				return
+				axes = false
 			}
 			dims = append(dims, strconv.Itoa(len(p.Values)))
 		}
-		if points > MaxTrials {
+		switch {
+		case !axes:
+			return // reported
+		case points > MaxTrials:
 			d.add(jobspec.FieldError{Field: "parameters", Value: strings.Join(dims, " × "),
 				Message: fmt.Sprintf("the grid has %d points; a sweep has at most %d trials", points, MaxTrials)})
 			return

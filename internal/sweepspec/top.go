@@ -70,6 +70,9 @@ func (d *decoder) top(root *yaml.Node, s *Sweep) *topNodes {
 			if ok && !s.Priority.Valid() {
 				d.fail(path, v, "must be urgent, normal or batch")
 			}
+			if !s.Priority.Valid() {
+				s.Priority = "" // reported; the default stands in for the checks that follow
+			}
 			t.badPriority = len(d.errs) > before
 		default:
 			return false
