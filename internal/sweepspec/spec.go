@@ -131,7 +131,8 @@ type Options struct {
 	// ReadJob reads the file a `job:` path names (relative paths are
 	// relative to the sweep file: the caller resolves them, and rewrites
 	// the job's relative data paths as `lathe submit` does). Nil: a path
-	// is refused ("job: give the job inline; the API reads no files").
+	// is refused ("job: is a path: give the job inline (the API reads no
+	// files; …)"), as the API must.
 	ReadJob func(path string) ([]byte, error)
 }
 
