@@ -88,6 +88,7 @@ DEFAULTS = {
         "seed": 42,
         "checkpoint_every": 0,
         "eval_every": 0,
+        "stop_at_step": 0,
     },
 }
 
@@ -124,7 +125,7 @@ def load_job(path):
         lora["rank"] = int(lora["rank"])
         lora["alpha"] = float(lora["alpha"]) or 2.0 * lora["rank"]
         lora["dropout"] = float(lora["dropout"])
-        for k in ("epochs", "batch_size", "max_steps", "seed", "checkpoint_every", "eval_every"):
+        for k in ("epochs", "batch_size", "max_steps", "seed", "checkpoint_every", "eval_every", "stop_at_step"):
             tr[k] = int(tr[k])
         tr["learning_rate"] = float(tr["learning_rate"])
     except (TypeError, ValueError) as e:
@@ -149,6 +150,8 @@ def load_job(path):
         raise TrainerError("need training.epochs >= 1 or training.max_steps >= 1")
     if tr["checkpoint_every"] < 0 or tr["eval_every"] < 0:
         raise TrainerError("training.checkpoint_every and eval_every must be >= 0")
+    if tr["stop_at_step"] < 0:
+        raise TrainerError("training.stop_at_step must be >= 0, got %d" % tr["stop_at_step"])
     return job
 
 
@@ -945,6 +948,14 @@ def run(job, out_dir, ckpt_dir):
     bs = tr["batch_size"]
     steps_per_epoch = -(-n // bs)
     total = tr["max_steps"] if tr["max_steps"] > 0 else tr["epochs"] * steps_per_epoch
+    # stop_at_step (an ASHA rung, set by Lathe): train to that step on the
+    # full run's schedule, then pause (see pause() below). At or past the
+    # last step it is no stop: the run ends as usual.
+    stop_at = tr["stop_at_step"] if 0 < tr["stop_at_step"] < total else 0
+    if tr["stop_at_step"] and not stop_at:
+        log("stop_at_step %d is at or past the last step %d: no pause" % (tr["stop_at_step"], total))
+    if stop_at and not ckpt_dir:
+        raise TrainerError("training.stop_at_step %d needs LATHE_CHECKPOINT_DIR: a paused run resumes from its checkpoint" % stop_at)
     ckpt_every = tr["checkpoint_every"] or max(1, total // 4)
     eval_every = tr["eval_every"] or max(1, total // 4)
     log_every = 5 if total <= 1000 else max(5, total // 200)
@@ -971,6 +982,8 @@ def run(job, out_dir, ckpt_dir):
             last_loss = state.get("last_loss")
             log("resuming from step %d (%s)" % (start, os.path.basename(path)))
             break
+    if stop_at:
+        log("stop_at_step %d: pausing there (final eval, checkpoint, no adapter) on the schedule of %d steps" % (stop_at, total))
 
     saved = [start]  # the newest step with a checkpoint on disk
 
@@ -993,9 +1006,29 @@ def run(job, out_dir, ckpt_dir):
             log("received signal %d at step %d: checkpoint ckpt-%d is current, exiting" % (sig, step, saved[0]))
         return {signal.SIGTERM: EXIT_SIGTERM, signal.SIGINT: EXIT_SIGINT}.get(sig, 128 + sig)
 
+    def pause(step):
+        """Reached stop_at (or resumed at or past it): the eval at step, a
+        checkpoint at step (unless it is on disk already), then done with
+        paused_at and no adapter. Exit 0."""
+        backend.model.eval()
+        eval_loss = evaluate(backend.forward, eval_x, eval_y, device)
+        emit({"event": "eval", "step": step, "eval_loss": round(eval_loss, 6)})
+        if _stop_signal:
+            return stop_now(step)
+        if saved[0] != step:
+            checkpoint(step)
+        metrics = {"eval_loss": round(eval_loss, 6)}
+        if last_loss is not None:
+            metrics["train_loss"] = round(last_loss, 6)
+        log("paused at step %d of %d (stop_at_step): checkpoint ckpt-%d, no adapter" % (step, total, step))
+        emit({"event": "done", "metrics": metrics, "paused_at": step})
+        return EXIT_OK
+
     model = backend.model
     if _stop_signal:
         return stop_now(start)
+    if stop_at and start >= stop_at:
+        return pause(start)
 
     loss_sum, loss_n, samples, t0 = 0.0, 0, 0, time.time()
     order = (None, None)  # (epoch, its window permutation)
@@ -1022,7 +1055,7 @@ def run(job, out_dir, ckpt_dir):
         loss_sum += lv
         loss_n += 1
         samples += x.shape[0]
-        if step == start + 1 or step % log_every == 0 or step == total:
+        if step == start + 1 or step % log_every == 0 or step == total or step == stop_at:
             dt = max(time.time() - t0, 1e-9)
             last_loss = loss_sum / loss_n
             emit({
@@ -1037,6 +1070,8 @@ def run(job, out_dir, ckpt_dir):
             loss_sum, loss_n, samples, t0 = 0.0, 0, 0, time.time()
         if _stop_signal:
             return stop_now(step)
+        if step == stop_at:
+            return pause(step)
         if step % eval_every == 0 and step != total:
             model.eval()
             emit({"event": "eval", "step": step, "eval_loss": round(evaluate(backend.forward, eval_x, eval_y, device), 6)})

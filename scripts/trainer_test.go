@@ -151,7 +151,13 @@ type trainer struct {
 // simulated GPUs (so on the CPU); env entries given override those.
 func startTrainer(t *testing.T, scripts, jobFile, outDir, ckptDir string, env ...string) *trainer {
 	t.Helper()
-	cmd := exec.Command(python, filepath.Join(scripts, TrainLoRAFile))
+	return startArgv(t, []string{python, filepath.Join(scripts, TrainLoRAFile)}, jobFile, outDir, ckptDir, env...)
+}
+
+// startArgv is startTrainer for any trainer command (argv).
+func startArgv(t *testing.T, argv []string, jobFile, outDir, ckptDir string, env ...string) *trainer {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(),
 		"LATHE_JOB_ID=job-test",
 		"LATHE_ATTEMPT=1",
@@ -312,7 +318,7 @@ func readSafetensorsHeader(t *testing.T, path string) (map[string]stTensor, map[
 // (checkpoints carry the RNG state, the batch order follows from the step).
 func TestTrainerRuns(t *testing.T) {
 	t.Parallel()
-	var fullSHA, resumedSHA string
+	var fullSHA, resumedSHA, pausedSHA string
 	t.Run("group", func(t *testing.T) {
 		t.Run("full run and eval_adapter", func(t *testing.T) {
 			t.Parallel()
@@ -322,9 +328,17 @@ func TestTrainerRuns(t *testing.T) {
 			t.Parallel()
 			resumedSHA = testSIGTERMAndResume(t)
 		})
+		t.Run("stop_at_step pause and resume", func(t *testing.T) {
+			t.Parallel()
+			pausedSHA = testPauseAndResume(t)
+		})
 	})
 	if fullSHA != "" && resumedSHA != "" && fullSHA != resumedSHA {
 		t.Errorf("the stopped and resumed run's adapter (sha256 %s) differs from the uninterrupted run's (%s)", resumedSHA, fullSHA)
+	}
+	if fullSHA != "" && pausedSHA != "" && fullSHA != pausedSHA {
+		t.Errorf("the paused (stop_at_step) and resumed run's adapter (sha256 %s) differs from the uninterrupted run's (%s): "+
+			"the pause changed the schedule or the state", pausedSHA, fullSHA)
 	}
 }
 
@@ -580,6 +594,117 @@ func testSIGTERMAndResume(t *testing.T) string {
 		t.Errorf("resumed run has no done event:\n%s", r2)
 	}
 	return fileSHA(t, filepath.Join(out, "adapter_model.safetensors"))
+}
+
+// testPauseAndResume runs the full run's job with training.stop_at_step 30
+// (ASHA's pause: not a checkpoint or eval step of the job), checks it stops
+// there (eval, checkpoint at 30, done with paused_at, exit 0, no adapter)
+// on the 50-step schedule, that a second attempt with the same limit pauses
+// at once from the checkpoint, then resumes it without the limit and
+// returns the final adapter's sha256.
+func testPauseAndResume(t *testing.T) string {
+	const stopAt, total = 30, 50
+	scripts := scriptDir(t)
+	work := t.TempDir()
+	spec := jobSpec(t)
+	spec["training"].(map[string]any)["stop_at_step"] = stopAt
+	jobFile := writeJob(t, work, spec)
+	out, ckpt := filepath.Join(work, "out"), filepath.Join(work, "ckpt")
+
+	r := runTrainer(t, scripts, jobFile, out, ckpt)
+	if r.code != 0 {
+		t.Fatalf("paused run: exit %d, want 0:\n%s", r.code, r)
+	}
+	checkPaused(t, r, stopAt, out, ckpt)
+	prog := r.ofKind("progress")
+	if len(prog) == 0 {
+		t.Fatalf("paused run printed no progress:\n%s", r)
+	}
+	last := prog[len(prog)-1]
+	if s, n := int(num(t, last, "step")), int(num(t, last, "total_steps")); s != stopAt || n != total {
+		t.Errorf("paused run's last progress: step %d of %d, want %d of %d (the full run's total)", s, n, stopAt, total)
+	}
+	// The learning rate at the pause is the full run's schedule at that step.
+	warm := 2.0 // max(1, total/20)
+	frac := (stopAt - warm) / (total - warm)
+	wantLR := 0.02 * (0.1 + 0.9*0.5*(1+math.Cos(math.Pi*frac)))
+	if lr := num(t, last, "learning_rate"); math.Abs(lr-wantLR) > 1e-12 {
+		t.Errorf("learning rate at step %d: %g, want %g (the schedule of %d steps)", stopAt, lr, wantLR, total)
+	}
+	var ckSteps []float64
+	for _, c := range r.ofKind("checkpoint") {
+		ckSteps = append(ckSteps, num(t, c, "step"))
+	}
+	if fmt.Sprint(ckSteps) != "[20 30]" {
+		t.Errorf("paused run's checkpoint steps %v, want [20 30] (checkpoint_every 20, then the pause)", ckSteps)
+	}
+
+	// A second attempt with the same limit (its predecessor paused, but the
+	// pause was not recorded): it pauses again at once, training nothing.
+	r2 := runTrainer(t, scripts, jobFile, out, ckpt)
+	if r2.code != 0 {
+		t.Fatalf("second paused run: exit %d, want 0:\n%s", r2.code, r2)
+	}
+	checkPaused(t, r2, stopAt, out, ckpt)
+	if n := len(r2.ofKind("progress")) + len(r2.ofKind("checkpoint")); n != 0 {
+		t.Errorf("a run resumed at its stop_at_step trained or checkpointed again (%d events):\n%s", n, r2)
+	}
+
+	// Promoted: the next attempt runs without the limit and resumes at 31.
+	delete(spec["training"].(map[string]any), "stop_at_step")
+	jobFile = writeJob(t, work, spec)
+	r3 := runTrainer(t, scripts, jobFile, out, ckpt)
+	if r3.code != 0 {
+		t.Fatalf("resumed run failed:\n%s", r3)
+	}
+	if !r3.hasLog(fmt.Sprintf("resuming from step %d", stopAt)) {
+		t.Errorf("resumed run does not log \"resuming from step %d\":\n%s", stopAt, r3)
+	}
+	prog = r3.ofKind("progress")
+	if len(prog) == 0 || int(num(t, prog[0], "step")) != stopAt+1 || int(num(t, prog[len(prog)-1], "step")) != total {
+		t.Fatalf("resumed run's progress %v, want steps %d to %d", prog, stopAt+1, total)
+	}
+	done := r3.events[len(r3.events)-1]
+	if _, paused := done["paused_at"]; done["event"] != "done" || paused {
+		t.Errorf("resumed run's last event %v, want a done without paused_at", done)
+	}
+	if len(r3.ofKind("artifact")) != 2 {
+		t.Errorf("resumed run's artifacts %v, want the adapter's two files", r3.ofKind("artifact"))
+	}
+	return fileSHA(t, filepath.Join(out, "adapter_model.safetensors"))
+}
+
+// checkPaused checks a run that paused at step stopAt: its last event is
+// done with paused_at and both metrics, its eval_loss the eval at stopAt;
+// no artifact event and nothing in out; ckpt-<stopAt> complete on disk.
+func checkPaused(t *testing.T, r *run, stopAt int, out, ckpt string) {
+	t.Helper()
+	done := r.events[len(r.events)-1]
+	if done["event"] != "done" {
+		t.Fatalf("paused run's last event %v, want done:\n%s", done, r)
+	}
+	if p, ok := done["paused_at"].(float64); !ok || int(p) != stopAt {
+		t.Errorf("done line %v: paused_at want %d", done, stopAt)
+	}
+	evals := r.ofKind("eval")
+	metrics, _ := done["metrics"].(map[string]any)
+	if len(evals) == 0 || num(t, evals[len(evals)-1], "step") != float64(stopAt) || metrics["eval_loss"] != evals[len(evals)-1]["eval_loss"] {
+		t.Errorf("done metrics %v, evals %v: want the eval at step %d in the metrics", metrics, evals, stopAt)
+	}
+	if _, ok := metrics["train_loss"].(float64); !ok {
+		t.Errorf("done metrics %v: no train_loss", metrics)
+	}
+	if a := r.ofKind("artifact"); len(a) != 0 {
+		t.Errorf("a paused run reported artifacts: %v", a)
+	}
+	if entries, _ := os.ReadDir(out); len(entries) != 0 {
+		t.Errorf("a paused run wrote %d files to the output folder (%s...), want none", len(entries), entries[0].Name())
+	}
+	for _, f := range []string{"adapter_model.safetensors", "optimizer.pt", "trainer_state.json"} {
+		if _, err := os.Stat(filepath.Join(ckpt, fmt.Sprintf("ckpt-%d", stopAt), f)); err != nil {
+			t.Errorf("the pause's checkpoint: %v", err)
+		}
+	}
 }
 
 func fileSHA(t *testing.T, path string) string {

@@ -57,6 +57,15 @@ func (e attemptEnd) succeeded(metrics map[string]float64, arts []jobtype.Artifac
 	}
 }
 
+// paused ends the attempt paused at step with its metrics (a sweep
+// trial's attempt reached its ASHA rung's step limit and checkpointed):
+// nothing is published. With a cancel asked the store ends it cancelled,
+// with a stop asked stopped (jobstore.Pause).
+func (e attemptEnd) paused(step int, metrics map[string]float64) endFunc {
+	e.log.Info("attempt paused at its step limit; checkpoint kept for the next rung", slog.Int("step", step))
+	return func(ctx context.Context) error { return e.store.Pause(ctx, e.job.ID, e.n, step, metrics) }
+}
+
 // cancelled ends the attempt cancelled.
 func (e attemptEnd) cancelled() endFunc {
 	return func(ctx context.Context) error {

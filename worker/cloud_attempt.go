@@ -209,11 +209,12 @@ func (a *cloudAttempt) note(ctx context.Context, msg string) {
 }
 
 // agentJob is the attempt's job.json: the spec (max_runtime moved to
-// max_runtime_s), the staged datasets, the checkpoint prefix, and the
+// max_runtime_s; training.stop_at_step the attempt's step limit, ASHA's
+// rung, as attemptSpec), the staged datasets, the checkpoint prefix, and the
 // pass_env of the job's trainer, so the agent gives the instance's trainer
 // the environment a local worker would.
 func (a *cloudAttempt) agentJob(dataset, evalDataset string, maxRuntime time.Duration) agent.Job {
-	spec := a.job.Spec
+	spec := attemptSpec(a.job)
 	spec.MaxRuntime = 0
 	return agent.Job{JobID: a.job.ID, Attempt: a.n, Spec: spec, Dataset: dataset, EvalDataset: evalDataset,
 		CheckpointPrefix: a.ckpt, MaxRuntimeS: int64(maxRuntime / time.Second),
@@ -514,6 +515,8 @@ func (a *cloudAttempt) lost(ctx context.Context, state string) endFunc {
 func (a *cloudAttempt) ended(ctx context.Context, st agent.Status) endFunc {
 	a.note(ctx, fmt.Sprintf("agent status %s (exit %d) %s", st.State, st.ExitCode, st.Error))
 	switch st.State {
+	case agent.StatePaused:
+		return a.pausedEnd(ctx, st)
 	case agent.StateSucceeded:
 		arts, err := a.collect(ctx, st.Artifacts)
 		if end := a.terminate(ctx); end != nil {
@@ -549,6 +552,25 @@ func (a *cloudAttempt) ended(ctx context.Context, st agent.Status) endFunc {
 		}
 		return a.retryOrFail(jobtype.ReasonExit, fmt.Sprintf("attempt failed on %s (exit %d): %s", a.inst.ID, st.ExitCode, st.Error))
 	}
+}
+
+// pausedEnd ends an attempt whose agent says its trainer paused (exit 0,
+// paused_at; checkpoints in S3, no artifact): paused at that step, as the
+// local worker's pauseEnd, once the instance is terminated; a pause the
+// attempt's step limit does not allow fails it for good.
+func (a *cloudAttempt) pausedEnd(ctx context.Context, st agent.Status) endFunc {
+	if end := a.terminate(ctx); end != nil {
+		return nil
+	}
+	v := judgePause(stopAtStep(a.job), trainerEnd{pausedAt: st.PausedAt})
+	switch {
+	case v.problem != "":
+		return a.fail(jobtype.ReasonPermanent, v.problem)
+	case !v.paused:
+		return a.fail(jobtype.ReasonInternal, "the agent's status is paused without a paused_at step")
+	}
+	a.note(ctx, fmt.Sprintf("paused at step %d; checkpoint %s kept for the next rung", v.step, st.Checkpoint))
+	return a.ending().paused(v.step, a.metricsWith(st.Metrics))
 }
 
 func (a *cloudAttempt) metricsWith(m map[string]float64) map[string]float64 {

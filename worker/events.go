@@ -197,6 +197,13 @@ func (s *eventSink) metrics() map[string]float64 {
 	return s.rec.Metrics()
 }
 
+// pausedAt is the done line's paused_at (0: none).
+func (s *eventSink) pausedAt() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rec.PausedAt()
+}
+
 func (s *eventSink) artifacts() []trainer.TrainerEvent {
 	s.mu.Lock()
 	defer s.mu.Unlock()

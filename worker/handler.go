@@ -205,7 +205,7 @@ func (a *localAttempt) prepare() endFunc {
 // nowhere), and the job.json that points at them; then hands the folders
 // over to worker.run_as.
 func (a *localAttempt) writeInputs(inputs openedInputs) endFunc {
-	spec := a.job.Spec
+	spec := attemptSpec(a.job) // the stored spec, with the attempt's step limit (ASHA)
 	a.inputsDir = filepath.Join(a.workDir, "inputs")
 	a.onClose(func() { os.RemoveAll(a.inputsDir) })
 	if err := inputs.copyTo(a.inputsDir, &spec, a.w.dataDeny()); err != nil {
@@ -336,10 +336,14 @@ func (a *localAttempt) track(sink *eventSink) {
 }
 
 // result turns how the trainer ended into the store write that ends the
-// attempt.
+// attempt. A trainer that exited 0 succeeded, or paused at its attempt's
+// step limit (pauseEnd).
 func (a *localAttempt) result(r trainerRun) endFunc {
 	switch r.res.Outcome {
 	case trainer.Succeeded:
+		if end := a.pauseEnd(r); end != nil {
+			return end
+		}
 		return a.publish(r)
 	case trainer.Cancelled:
 		return a.stopped(r.cause)

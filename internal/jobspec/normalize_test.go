@@ -88,6 +88,11 @@ func TestJSON(t *testing.T) {
 	if got != want {
 		t.Errorf("JSON()\n got %s\nwant %s", got, want)
 	}
+	// stop_at_step 0 (no stop: the only value a spec may give) leaves
+	// the canonical JSON as it was.
+	if got := string(mustParse(t, minimal+"training: {stop_at_step: 0}").JSON()); got != want {
+		t.Errorf("JSON() with stop_at_step 0\n got %s\nwant %s", got, want)
+	}
 
 	// No HTML escaping; no trailing newline.
 	s.BaseModel = "org/a<b>&c"

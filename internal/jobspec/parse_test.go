@@ -203,6 +203,8 @@ func TestParseErrors(t *testing.T) {
 		{"empty target_modules given is not defaulted", "lora: {target_modules: []}", []FieldError{{"lora.target_modules", "", "must list at least one module"}}},
 		{"zero epochs given", "training: {epochs: 0}", []FieldError{{"training.epochs", "0", "must be at least 1 when training.max_steps is 0"}}},
 		{"bad rank leaves alpha alone", "lora: {rank: 2000}", []FieldError{{"lora.rank", "2000", "must be between 1 and 1024"}}},
+		{"stop_at_step is Lathe's", "training: {max_steps: 100, stop_at_step: 5e1}", []FieldError{{"training.stop_at_step", "5e1",
+			"is set by Lathe for a sweep's ASHA rungs and must not be given in a job spec"}}},
 		{"unknown format", "output: {formats: [safetensors, gguf]}", []FieldError{{"output.formats[1]", "gguf", `unknown format "gguf" (known: safetensors)`}}},
 		{"name missing", "!base_model: m\ndataset: file:///d", []FieldError{{"name", "", "is required"}}},
 		{"everything missing", "!{}", []FieldError{

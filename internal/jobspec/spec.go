@@ -68,6 +68,12 @@ type Training struct {
 	CheckpointEvery int `json:"checkpoint_every,omitempty"`
 	// EvalEvery is the eval interval in steps; 0 = the trainer's default.
 	EvalEvery int `json:"eval_every,omitempty"`
+	// StopAtStep is the step at which the trainer stops with a final eval
+	// and a checkpoint, and no adapter (docs/sweeps.md, ASHA's pause). Lathe
+	// sets it in the job file of a sweep trial's attempt, for its rung; a
+	// spec a user submits must leave it 0 (Validate refuses anything else).
+	// 0 = run to the end.
+	StopAtStep int `json:"stop_at_step,omitempty"`
 }
 
 // Resources is the hardware a job asks for.

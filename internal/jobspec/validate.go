@@ -211,6 +211,9 @@ func (c *checker) training(t *Training) {
 	if t.EvalEvery < 0 {
 		c.add("training.eval_every", itoa(t.EvalEvery), "must not be negative")
 	}
+	if t.StopAtStep != 0 {
+		c.add("training.stop_at_step", itoa(t.StopAtStep), "is set by Lathe for a sweep's ASHA rungs and must not be given in a job spec")
+	}
 }
 
 // resources checks the resources section.

@@ -142,6 +142,8 @@ func TestValidateRules(t *testing.T) {
 		{"checkpoint_every", func(s *Spec) { s.Training.CheckpointEvery = 50 }, "", "", ""},
 		{"checkpoint_every negative", func(s *Spec) { s.Training.CheckpointEvery = -1 }, "training.checkpoint_every", "-1", "negative"},
 		{"eval_every negative", func(s *Spec) { s.Training.EvalEvery = -2 }, "training.eval_every", "-2", "negative"},
+		{"stop_at_step given", func(s *Spec) { s.Training.StopAtStep = 100 }, "training.stop_at_step", "100", "set by Lathe for a sweep's ASHA rungs"},
+		{"stop_at_step negative", func(s *Spec) { s.Training.StopAtStep = -1 }, "training.stop_at_step", "-1", "must not be given"},
 
 		// resources
 		{"gpus 0", func(s *Spec) { s.Resources.GPUs = 0 }, "", "", ""},

@@ -38,6 +38,7 @@ const (
 	codeClaimCancelled = 4  // CLAIM_CANCELLED: claim: a cancel was asked; the claim wrote cancelled
 	codeFenced         = 5  // FENCED: the leader's fence is stale; nothing written
 	codePreemptAsked   = 7  // PREEMPT_ASKED: renew: renewed, and a preemption was asked
+	codeOverBudget     = 8  // OVER_BUDGET: promote: the estimate does not fit the sweep's budgets; nothing written
 	codeIdemConflict   = -3 // IDEM_CONFLICT: create: an idempotency key names another spec's job
 )
 
@@ -59,11 +60,12 @@ const fromPlaceholder = "__FROM__"
 // luaCodes is prepended to every job script: the constants above as Lua
 // locals.
 var luaCodes = fmt.Sprintf(`
-local NOT_FOUND, CONFLICT, DONE, EXISTING, NODE_FULL, CLAIM_CANCELLED, FENCED, PREEMPT_ASKED, IDEM_CONFLICT = %d, %d, %d, %d, %d, %d, %d, %d, %d
+local NOT_FOUND, CONFLICT, DONE, EXISTING, NODE_FULL, CLAIM_CANCELLED, FENCED, PREEMPT_ASKED, IDEM_CONFLICT, OVER_BUDGET = %d, %d, %d, %d, %d, %d, %d, %d, %d, %d
 local RECHECK, FROM = %q, %q
+local EVALS_MAX = %d
 local FLAG_RELEASE, FLAG_REQUEUE, FLAG_CLEARCANCEL = %q, %q, %q
-`, codeNotFound, codeConflict, codeDone, codeExisting, codeNodeFull, codeClaimCancelled, codeFenced, codePreemptAsked, codeIdemConflict,
-	createRecheck, fromPlaceholder, flagRelease, flagRequeue, flagClearCancel)
+`, codeNotFound, codeConflict, codeDone, codeExisting, codeNodeFull, codeClaimCancelled, codeFenced, codePreemptAsked, codeIdemConflict, codeOverBudget,
+	createRecheck, fromPlaceholder, evalsMaxLen, flagRelease, flagRequeue, flagClearCancel)
 
 // luaCommon is prepended to every job script but create: the codes and
 // the helpers the scripts share.
@@ -72,7 +74,7 @@ local P = ARGV[1]
 local function jobkey(id) return P .. 'job:' .. id end
 local function evkey(id) return P .. 'job:' .. id .. ':events' end
 local function statekey(s) return P .. 'state:' .. s end
-local function terminal(s) return s == 'succeeded' or s == 'failed' or s == 'cancelled' end
+local function terminal(s) return s == 'succeeded' or s == 'failed' or s == 'cancelled' or s == 'stopped' end
 local function addevent(id, maxlen, typ, attempt, now, data)
   redis.call('XADD', evkey(id), 'MAXLEN', '~', maxlen, '*', 'type', typ, 'attempt', attempt, 'time', now, 'data', data)
 end
@@ -94,17 +96,42 @@ local function reply(code, id)
   local v = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested')
   return {code, v[1] or '', tonumber(v[2] or '0'), tonumber(v[3] or '0')}
 end
+-- stopasked is the reason and message of the stop a sweep asked of a
+-- trial's attempt ('' none; Stop also sets cancel_requested, and a cancel
+-- clears it): an attempt that would end cancelled ends stopped instead.
+local function stopasked(id)
+  local v = redis.call('HMGET', jobkey(id), 'stop_requested', 'stop_message')
+  return v[1] or '', v[2] or ''
+end
+-- endasked ends attempt of id, found in state from, because a cancel was
+-- asked: stopped (reason and error: the stop's) when a stop was asked,
+-- else cancelled (msg, if any, goes into the state event). The caller
+-- has checked state and attempt and released what it must. Returns the
+-- state written.
+local function endasked(id, from, attempt, now, maxlen, msg)
+  local why, smsg = stopasked(id)
+  local ev = {from = from, to = 'cancelled', reason = 'cancelled'}
+  if why ~= '' then
+    ev = {from = from, to = 'stopped', reason = why, error = smsg}
+    redis.call('HSET', jobkey(id), 'reason', why, 'error', smsg, 'finished_at', now)
+  else
+    if msg ~= '' then ev['error'] = msg end
+    redis.call('HSET', jobkey(id), 'reason', 'cancelled', 'finished_at', now)
+  end
+  setstate(id, from, ev.to, now)
+  addevent(id, maxlen, 'state', attempt, now, cjson.encode(ev))
+  return ev.to
+end
 -- workergone ends running attempt want of id, whose worker is gone (its
--- lease expired, or a new incarnation killed its trainer): cancelled when
--- a cancel was asked, else queued again as attempt want+1 (why goes into
--- the job's error). The caller has checked state and attempt.
+-- lease expired, or a new incarnation killed its trainer): cancelled (or
+-- stopped, endasked) when a cancel was asked, else queued again as attempt
+-- want+1 (why goes into the job's error). The caller has checked state and
+-- attempt.
 local function workergone(id, want, cancel, now, maxlen, data, score, why)
   release(id)
   if cancel == '1' then
     -- A cancel was asked while the worker was gone: the attempt ends, and so does the job.
-    setstate(id, 'running', 'cancelled', now)
-    redis.call('HSET', jobkey(id), 'reason', 'cancelled', 'finished_at', now)
-    addevent(id, maxlen, 'state', want, now, '{"from":"running","to":"cancelled","reason":"cancelled","error":"cancelled while its worker was gone"}')
+    endasked(id, 'running', want, now, maxlen, 'cancelled while its worker was gone')
     return reply(DONE, id)
   end
   setstate(id, 'running', 'queued', now)
@@ -252,7 +279,10 @@ return out
 //
 // Returns the job reply: DONE, CONFLICT (another state or attempt), or
 // NOT_FOUND. With FLAG_REQUEUE and no FLAG_CLEARCANCEL, a job whose cancel
-// was asked goes to cancelled instead of queued.
+// was asked goes to cancelled instead of queued. A trial whose sweep asked
+// it to stop (stop_requested) goes to stopped wherever it would go to
+// cancelled (a requeue on a cancel, Finish cancelled, CancelDispatched),
+// with the stop's reason and message.
 var transitionScript = redis.NewScript(luaCommon + `
 local id, allowed, want, to, now, maxlen, data, flags, score = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt')
@@ -265,12 +295,19 @@ end
 if not ok or (want ~= 0 and want ~= attempt) then return reply(CONFLICT, id) end
 local function has(f) return string.find(',' .. flags .. ',', ',' .. f .. ',', 1, true) ~= nil end
 local requeue, clearcancel = has(FLAG_REQUEUE), has(FLAG_CLEARCANCEL)
+local stopwhy, stopmsg = '', ''
+if not clearcancel then stopwhy, stopmsg = stopasked(id) end
 if requeue and not clearcancel and redis.call('HGET', jobkey(id), 'cancel_requested') == '1' then
   -- Requeueing a job whose cancel was asked ends it instead.
   to = 'cancelled'
   requeue = false
   data = '{"from":"' .. FROM .. '","to":"cancelled","reason":"cancelled"}'
   redis.call('HSET', jobkey(id), 'reason', 'cancelled', 'finished_at', now)
+end
+if to == 'cancelled' and stopwhy ~= '' then
+  -- The sweep asked this trial to stop: it ends stopped, not cancelled.
+  to = 'stopped'
+  data = cjson.encode({from = state, to = 'stopped', reason = stopwhy, error = stopmsg})
 end
 if has(FLAG_RELEASE) then release(id) end
 if clearcancel then redis.call('HSET', jobkey(id), 'cancel_requested', '0') end
@@ -281,6 +318,7 @@ if #ARGV >= 11 then
   for i = 11, #ARGV do fields[#fields+1] = ARGV[i] end
   redis.call('HSET', jobkey(id), unpack(fields))
 end
+if to == 'stopped' then redis.call('HSET', jobkey(id), 'reason', stopwhy, 'error', stopmsg, 'finished_at', now) end
 local evattempt = attempt
 if requeue then
   evattempt = attempt + 1
@@ -358,28 +396,26 @@ return reply(DONE, id)
 //	ARGV[6]  now, ms
 //	ARGV[7]  event stream maxlen
 //	ARGV[8]  state event data of the claim
-//	ARGV[9]  state event data of the cancellation
-//	ARGV[10] lease, ms (the attempt's lease runs until now + lease)
-//	ARGV[11] to state (default running)
+//	ARGV[9]  lease, ms (the attempt's lease runs until now + lease)
+//	ARGV[10] to state (default running)
 //
-// Returns the job reply: DONE; CLAIM_CANCELLED (the claim wrote
-// cancelled); CONFLICT (stale: another state, attempt or node); NOT_FOUND.
+// Returns the job reply: DONE; CLAIM_CANCELLED (the claim wrote cancelled,
+// or stopped for a trial whose sweep asked it to stop: endasked);
+// CONFLICT (stale: another state, attempt or node); NOT_FOUND.
 var claimScript = redis.NewScript(luaCommon + `
-local id, want, node, inc, now, maxlen, rdata, cdata = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local id, want, node, inc, now, maxlen, rdata = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested', 'node')
 if not cur[1] then return {NOT_FOUND, '', 0, 0} end
 if cur[1] ~= 'dispatched' or tonumber(cur[2]) ~= want or cur[4] ~= node then return reply(CONFLICT, id) end
 if cur[3] == '1' then
   release(id)
-  setstate(id, 'dispatched', 'cancelled', now)
-  redis.call('HSET', jobkey(id), 'reason', 'cancelled', 'finished_at', now)
-  addevent(id, maxlen, 'state', want, now, cdata)
-  return {CLAIM_CANCELLED, 'cancelled', want, 1}
+  local ended = endasked(id, 'dispatched', want, now, maxlen, '')
+  return {CLAIM_CANCELLED, ended, want, 1}
 end
-local to = ARGV[11] or 'running'
+local to = ARGV[10] or 'running'
 setstate(id, 'dispatched', to, now)
 if to == 'running' then redis.call('HSET', jobkey(id), 'started_at', now) end
-redis.call('HSET', jobkey(id), 'incarnation', inc, 'lease_until', tonumber(now) + tonumber(ARGV[10]))
+redis.call('HSET', jobkey(id), 'incarnation', inc, 'lease_until', tonumber(now) + tonumber(ARGV[9]))
 addevent(id, maxlen, 'state', want, now, rdata)
 return reply(DONE, id)
 `)
@@ -387,7 +423,10 @@ return reply(DONE, id)
 // appendScript appends trainer events of the running (or provisioning)
 // attempt and updates the record's progress, metrics and artifacts. A
 // writer whose attempt is no longer current (or whose job is not running)
-// loses.
+// loses. Each eval event (valid JSON data) is also pushed onto the job's
+// evals list ({"attempt":a,"time":ms,"data":…}), capped at the last
+// evalsMaxLen, which outlives the event stream's trimming (sweeps rank
+// trials by it).
 //
 //	ARGV[1]  prefix
 //	ARGV[2]  job id
@@ -406,6 +445,10 @@ local i = 5
 while i + 4 <= #ARGV do
   local typ, t, data, field, value = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4]
   if typ ~= '' then addevent(id, maxlen, typ, want, t, data) end
+  if typ == 'eval' and pcall(cjson.decode, data) then
+    redis.call('RPUSH', jobkey(id) .. ':evals', '{"attempt":' .. want .. ',"time":' .. tonumber(t) .. ',"data":' .. data .. '}')
+    redis.call('LTRIM', jobkey(id) .. ':evals', -EVALS_MAX, -1)
+  end
   if field ~= '' then redis.call('HSET', jobkey(id), field, value) end
   i = i + 5
 end
@@ -413,9 +456,12 @@ return reply(DONE, id)
 `)
 
 // cancelScript asks for a job's cancellation. A queued job is cancelled at
-// once (it holds nothing); a dispatched, provisioning or running one gets
-// the durable cancel_requested flag (and a cancel_requested event, once),
-// which its attempt's owner honours.
+// once (it holds nothing; a trial waiting for its sweep leaves the sweep's
+// waiting set), as is a paused trial (it leaves the sweep's paused set); a
+// dispatched, provisioning or running one gets the durable
+// cancel_requested flag (and a cancel_requested event, once), which its
+// attempt's owner honours. A cancel wins over a stop the sweep asked
+// before (stop_requested is cleared: the attempt ends cancelled).
 //
 //	ARGV[1]  prefix
 //	ARGV[2]  job id
@@ -433,7 +479,12 @@ if not cur[1] then return {NOT_FOUND, '', 0, 0} end
 local state, attempt = cur[1], cur[2]
 if state == 'cancelled' then return reply(DONE, id) end
 if terminal(state) then return reply(CONFLICT, id) end
-if state == 'queued' then
+if state == 'queued' or state == 'paused' then
+  local sid = redis.call('HGET', jobkey(id), 'sweep_id')
+  if sid and sid ~= '' then
+    redis.call('ZREM', P .. 'sweep:' .. sid .. ':waiting', id)
+    redis.call('SREM', P .. 'sweep:' .. sid .. ':paused', id)
+  end
   redis.call('ZREM', P .. 'pending', id)
   cdata = string.gsub(cdata, '"' .. FROM .. '"', '"' .. state .. '"')
   setstate(id, state, 'cancelled', now)
@@ -445,6 +496,7 @@ if cur[3] ~= '1' then
   redis.call('HSET', jobkey(id), 'cancel_requested', '1', 'updated_at', now)
   addevent(id, maxlen, 'cancel_requested', attempt, now, rdata)
 end
+if redis.call('HEXISTS', jobkey(id), 'stop_requested') == 1 then redis.call('HDEL', jobkey(id), 'stop_requested', 'stop_message') end
 return reply(DONE, id)
 `)
 
@@ -558,7 +610,7 @@ return workergone(id, want, cur[4], now, maxlen, data, score, 'lease expired (wo
 `)
 
 // deleteScript removes a finished job entirely: record, event stream, GPU
-// series, index entries, and its idempotency key (if the key still names
+// series, eval lines, index entries, and its idempotency key (if the key still names
 // it). It refuses a job that is not in a terminal state.
 //
 //	ARGV[1]  prefix
@@ -580,7 +632,7 @@ if idem and idem ~= '' then
   local v = redis.call('GET', P .. 'idem:' .. idem)
   if v == id or (v and string.sub(v, 1, #id + 1) == id .. ' ') then redis.call('DEL', P .. 'idem:' .. idem) end
 end
-redis.call('DEL', jobkey(id), evkey(id), jobkey(id) .. ':gpu')
+redis.call('DEL', jobkey(id), evkey(id), jobkey(id) .. ':gpu', jobkey(id) .. ':evals')
 redis.call('ZREM', P .. 'jobs', id)
 redis.call('ZREM', statekey(st), id)
 return {DONE, st, 0, 0}

@@ -189,9 +189,21 @@ var (
 	idLastMs, idLastRand uint64
 )
 
-// ValidID reports whether id has the shape NewID makes (cheap guard before
-// building keys from user input).
+// ValidID reports whether id has the shape NewID makes, or TrialID's (the
+// 18 characters of NewID's shape, "-" and five digits): a cheap guard
+// before building keys from user input.
 func ValidID(id string) bool {
+	if len(id) == trialIDLen {
+		if id[18] != '-' {
+			return false
+		}
+		for _, c := range id[19:] {
+			if c < '0' || c > '9' {
+				return false
+			}
+		}
+		id = id[:18]
+	}
 	if len(id) != 18 || !strings.HasPrefix(id, "j-") {
 		return false
 	}
@@ -202,6 +214,9 @@ func ValidID(id string) bool {
 	}
 	return true
 }
+
+// trialIDLen is the length of a TrialID.
+const trialIDLen = 24
 
 // PendingScore orders the pending set: priority first, then submit time.
 func PendingScore(p jobspec.Priority, submitted time.Time) float64 {
@@ -491,7 +506,8 @@ var jobFields = []string{"id", "name", "state", "reason", "error", "attempt", "b
 	"progress", "metrics", "artifacts", "output_uri", "cancel_requested", "submitter", "team",
 	"created_at", "updated_at", "started_at", "finished_at", "spec",
 	"preempt_requested", "cuda_visible_devices", "preemptions", "simulated_gpus",
-	"route", "held", "cost_usd", "instance", "incarnation", "lease_until", "budget_reserved_usd"}
+	"route", "held", "cost_usd", "instance", "incarnation", "lease_until", "budget_reserved_usd",
+	"sweep_id", "trial_index", "params", "rung", "stop_at_step", "gate", "stop_requested"}
 
 // Get returns the job's record, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (*jobtype.Job, error) {
@@ -545,6 +561,13 @@ func decodeJob(id string, vals []any) (*jobtype.Job, error) {
 	j.Incarnation = str(29)
 	if t := msTime(str(30)); !t.IsZero() {
 		j.LeaseUntil = &t
+	}
+	if str(32) != "" {
+		j.Trial = &jobtype.TrialInfo{SweepID: str(32), Gate: str(37), StopRequested: str(38)}
+		j.Trial.Index, _ = strconv.Atoi(str(33))
+		j.Trial.Rung, _ = strconv.Atoi(str(35))
+		j.Trial.StopAtStep, _ = strconv.Atoi(str(36))
+		dec(34, &j.Trial.Params)
 	}
 	if j.GPUs == nil {
 		j.GPUs = []int{}
@@ -725,8 +748,8 @@ func mustJSON(v any) string {
 	return string(b)
 }
 
-// Delete removes a finished (succeeded, failed or cancelled) job: its
-// record, events and index entries. Artifacts on disk are not touched.
+// Delete removes a finished (succeeded, failed, cancelled or stopped)
+// job: its record, events, eval lines and index entries. Artifacts on disk are not touched.
 func (s *Store) Delete(ctx context.Context, id string) error {
 	r, err := s.run(ctx, "delete", id, deleteScript)
 	if err != nil {
@@ -741,7 +764,9 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 // PruneFinished deletes the oldest finished jobs (by id, that is by
 // creation) beyond keep, and every finished job created before olderThan
 // (zero: no age limit), at most max per call. It returns how many it
-// deleted.
+// deleted. A sweep's trials are not pruned (they belong to their sweep,
+// which lists and ranks them); pruning whole sweeps is not built, so a
+// sweep's trials stay until deleted one by one.
 func (s *Store) PruneFinished(ctx context.Context, keep int, olderThan time.Time, max int) (int, error) {
 	deleted := 0
 	var ids []string
@@ -750,7 +775,11 @@ func (s *Store) PruneFinished(ctx context.Context, keep int, olderThan time.Time
 		if err != nil {
 			return 0, fmt.Errorf("jobstore: prune: %w", err)
 		}
-		ids = append(ids, got...)
+		for _, id := range got {
+			if len(id) != trialIDLen { // a trial (TrialID) belongs to its sweep
+				ids = append(ids, id)
+			}
+		}
 	}
 	sort.Strings(ids) // oldest first
 	excess := len(ids) - keep

@@ -69,7 +69,8 @@ const (
 	// the caller must do nothing.
 	ClaimStale
 	// ClaimCancelled: a cancel was asked before the attempt started; the
-	// claim wrote cancelled and the caller must do nothing else.
+	// claim wrote cancelled (stopped, for a trial its sweep asked to stop)
+	// and the caller must do nothing else.
 	ClaimCancelled
 )
 
@@ -98,8 +99,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimOutcome, error) 
 // cancelled when a cancel was asked.
 func (s *Store) claim(ctx context.Context, p ClaimParams, to jobtype.State) (ClaimOutcome, error) {
 	rdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: to, Node: p.Node})
-	cdata := mustJSON(jobtype.StateChange{From: jobtype.StateDispatched, To: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled})
-	r, err := s.run(ctx, "claim", p.ID, claimScript, p.Attempt, p.Node, p.Incarnation, ms(s.now()), s.cfg.EventsMaxLen, rdata, cdata, p.Lease.Milliseconds(), string(to))
+	r, err := s.run(ctx, "claim", p.ID, claimScript, p.Attempt, p.Node, p.Incarnation, ms(s.now()), s.cfg.EventsMaxLen, rdata, p.Lease.Milliseconds(), string(to))
 	if err != nil {
 		return 0, err
 	}
@@ -173,9 +173,15 @@ type Ending struct {
 
 // Finish ends attempt of job id in a terminal state, from running (or from
 // dispatched, for an attempt that never started), and frees its node slot.
+// A trial whose sweep asked it to stop, finished cancelled, ends stopped.
 func (s *Store) Finish(ctx context.Context, id string, attempt int, e Ending) error {
 	if !e.State.Terminal() {
 		return fmt.Errorf("jobstore: finish %s: %q is not a terminal state", id, e.State)
+	}
+	if e.State == jobtype.StateStopped {
+		// Only a stop the sweep asked ends a trial stopped: Finish cancelled
+		// writes it then (transitionScript).
+		return fmt.Errorf("jobstore: finish %s: stopped is written for a stop asked (Stop), not by Finish; finish cancelled", id)
 	}
 	now := s.now()
 	fields := []any{"reason", e.Reason, "error", e.Error, "finished_at", ms(now)}
@@ -483,11 +489,16 @@ func (s *Store) ReleaseDead(ctx context.Context, p ReleaseDeadParams) error {
 // Retry makes a new attempt of a failed or cancelled job: it goes back to
 // queued (attempt+1, through the pending set, routed and placed again) with
 // its cancel request, reason and error cleared. The checkpoint folder is
-// kept, so the new attempt resumes where the last one stopped.
+// kept, so the new attempt resumes where the last one stopped. A sweep's
+// trial is refused (ErrTrialRetry): its sweep holds its budget and its
+// place, and re-entering them is not built.
 func (s *Store) Retry(ctx context.Context, id string) (*jobtype.Job, error) {
 	j, err := s.Get(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if j.Trial != nil {
+		return nil, fmt.Errorf("jobstore: retry %s: trial of sweep %s: %w", id, j.Trial.SweepID, ErrTrialRetry)
 	}
 	if j.State != jobtype.StateFailed && j.State != jobtype.StateCancelled {
 		return nil, &ConflictError{ID: id, State: j.State, Attempt: j.Attempt, Want: "retry needs a failed or cancelled job"}

@@ -55,6 +55,10 @@ type TrainerEvent struct {
 	// Metrics is "metrics" of a done event; entries that are not numbers are
 	// left out.
 	Metrics map[string]float64
+	// PausedAt is "paused_at" of a done event: the step at which the
+	// trainer paused (its job file's training.stop_at_step, an ASHA rung;
+	// checkpointed, no adapter); 0 for a run that went to its end.
+	PausedAt int
 }
 
 // Known reports whether Kind is one of the kinds the trainer contract defines.
@@ -100,6 +104,8 @@ func parseEvent(line string) (ev TrainerEvent, bad []string, ok bool) {
 			check(name, parseInt(raw, &ev.TotalSteps))
 		case "bytes":
 			check(name, parseInt(raw, &ev.Bytes))
+		case "paused_at":
+			check(name, parseInt(raw, &ev.PausedAt))
 		case "epoch":
 			check(name, json.Unmarshal(raw, &ev.Epoch) == nil)
 		case "loss":

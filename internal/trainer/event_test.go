@@ -23,6 +23,9 @@ func TestParseEvent(t *testing.T) {
 			TrainerEvent{Kind: "artifact", Path: "a.safetensors", Format: "safetensors", Bytes: 123456789012, SHA256: "ff"}, nil},
 		{"done", `{"event":"done","metrics":{"train_loss":1.71,"eval_loss":1.88}}`, true,
 			TrainerEvent{Kind: "done", Metrics: map[string]float64{"train_loss": 1.71, "eval_loss": 1.88}}, nil},
+		{"paused done", `{"event":"done","metrics":{"eval_loss":1.9},"paused_at":300}`, true,
+			TrainerEvent{Kind: "done", Metrics: map[string]float64{"eval_loss": 1.9}, PausedAt: 300}, nil},
+		{"paused_at not an integer", `{"event":"done","paused_at":"300"}`, true, TrainerEvent{Kind: "done"}, []string{"paused_at"}},
 		{"unknown kind kept", `{"event":"gpu","step":3,"temp":71}`, true, TrainerEvent{Kind: "gpu", Step: 3}, nil},
 		{"integral float step", `{"event":"progress","step":1e3,"total_steps":20.0}`, true, TrainerEvent{Kind: "progress", Step: 1000, TotalSteps: 20}, nil},
 		{"null fields ignored", `{"event":"progress","loss":null,"step":null}`, true, TrainerEvent{Kind: "progress"}, nil},
@@ -82,4 +85,33 @@ func FuzzParseEvent(f *testing.F) {
 			t.Fatalf("event %+v from %q", ev, line)
 		}
 	})
+}
+
+// TestRecordPausedAt checks that a Record keeps a done line's paused_at
+// (ASHA's pause) beside its metrics, and that a done line without it
+// leaves 0: a run that went to its end.
+func TestRecordPausedAt(t *testing.T) {
+	r := NewRecord(map[string]float64{"eval_loss": 3})
+	if r.PausedAt() != 0 {
+		t.Fatalf("new record PausedAt %d, want 0", r.PausedAt())
+	}
+	for _, line := range []string{`{"event":"progress","step":300,"total_steps":900}`,
+		`{"event":"done","metrics":{"eval_loss":1.9,"train_loss":2.1},"paused_at":300}`} {
+		ev, ok := ParseEvent(json.RawMessage(line))
+		if !ok {
+			t.Fatalf("ParseEvent(%s) not ok", line)
+		}
+		r.Apply(ev)
+	}
+	if got := r.PausedAt(); got != 300 {
+		t.Errorf("PausedAt %d, want 300", got)
+	}
+	if m := r.Metrics(); m["eval_loss"] != 1.9 || m["train_loss"] != 2.1 {
+		t.Errorf("metrics %v", m)
+	}
+	ev, _ := ParseEvent(json.RawMessage(`{"event":"done","metrics":{}}`))
+	r.Apply(ev)
+	if got := r.PausedAt(); got != 0 {
+		t.Errorf("after a done line without paused_at: PausedAt %d, want 0", got)
+	}
 }

@@ -28,6 +28,7 @@ type Record struct {
 	metrics   map[string]float64
 	artifacts []TrainerEvent
 	logs      []string
+	pausedAt  int
 }
 
 // NewRecord returns a Record whose metrics start from metrics (those an
@@ -55,6 +56,7 @@ func (r *Record) Apply(ev TrainerEvent) Update {
 		for k, v := range ev.Metrics {
 			r.metrics[k] = v
 		}
+		r.pausedAt = ev.PausedAt
 		return Update{Metrics: r.Metrics()}
 	case EventArtifact:
 		r.artifacts = append(r.artifacts, ev)
@@ -78,6 +80,10 @@ func (r *Record) Metrics() map[string]float64 {
 	}
 	return out
 }
+
+// PausedAt is the last done event's paused_at: the step at which the
+// trainer paused (training.stop_at_step), 0 when it did not say it paused.
+func (r *Record) PausedAt() int { return r.pausedAt }
 
 // Artifacts returns the artifact events reported so far.
 func (r *Record) Artifacts() []TrainerEvent {

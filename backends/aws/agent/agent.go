@@ -438,6 +438,9 @@ func (a *agent) result(bg context.Context, job *Job, p prepared, res trainer.Res
 	st := Status{ExitCode: res.ExitCode, Metrics: sink.metrics, Checkpoint: a.ckpt.newest()}
 	switch v := trainer.Judge(res, job.MaxRuntime(), sink.lastLogs()); res.Outcome {
 	case trainer.Succeeded:
+		if sink.pausedAt != 0 {
+			return a.paused(st, sink.pausedAt, ckptErr)
+		}
 		arts, err := uploadArtifacts(bg, a.st, a.uri, p.outFD, sink.artifacts)
 		if err != nil {
 			st.State, st.Error = StateFailed, "artifacts: "+err.Error()
@@ -463,6 +466,22 @@ func (a *agent) result(bg context.Context, job *Job, p prepared, res trainer.Res
 	if ckptErr != nil && st.State != StateSucceeded {
 		st.Error += "; checkpoint upload failed: " + ckptErr.Error()
 	}
+	return st
+}
+
+// paused is the status of a trainer that exited 0 saying it paused at
+// step: no artifact is uploaded; the pause holds only if its checkpoints
+// reached S3 (the next attempt resumes from them), otherwise the attempt
+// failed (retryable). Whether the attempt had a step limit is the AWS
+// worker's to judge.
+func (a *agent) paused(st Status, step int, ckptErr error) Status {
+	if ckptErr != nil {
+		st.State, st.Error = StateFailed, fmt.Sprintf("the trainer paused at step %d, but the checkpoint upload failed: %v", step, ckptErr)
+		a.events.note("attempt failed: " + st.Error)
+		return st
+	}
+	st.State, st.PausedAt = StatePaused, step
+	a.events.note(fmt.Sprintf("the trainer paused at step %d (training.stop_at_step); checkpoint %s uploaded, no artifact", step, st.Checkpoint))
 	return st
 }
 
@@ -588,6 +607,7 @@ type sink struct {
 	a         *agent
 	artifacts []trainer.TrainerEvent
 	metrics   map[string]float64
+	pausedAt  int // the done line's paused_at
 	logs      []string
 	onStart   func()
 }
@@ -611,7 +631,7 @@ func (s *sink) Event(ev trainer.TrainerEvent) {
 	case trainer.EventArtifact:
 		s.artifacts = append(s.artifacts, ev)
 	case trainer.EventDone:
-		s.metrics = ev.Metrics
+		s.metrics, s.pausedAt = ev.Metrics, ev.PausedAt
 	}
 }
 

@@ -652,3 +652,49 @@ func TestShutdownCommandEnvironment(t *testing.T) {
 	}
 	check("a child started by shutdownCommand", strings.Split(strings.TrimSpace(string(out)), "\n"))
 }
+
+// TestPauseAtStopAtStepThenResume runs the reference trainer with
+// training.stop_at_step 3 of 6 steps (ASHA's pause, set by the AWS worker
+// from the trial): status paused at step 3 with the trainer's metrics and
+// ckpt-3 in S3, no artifact uploaded, the instance shut down. Attempt 2,
+// without the limit (promoted), restores that checkpoint, resumes at step
+// 4 and succeeds with the adapter.
+func TestPauseAtStopAtStepThenResume(t *testing.T) {
+	b := setup(t)
+	argv := []string{"/usr/bin/python3", filepath.Join(b.repo, "scripts", "train_lora.py")}
+	job := b.job("job-asha", 1, 600, argv)
+	job.Spec.Training.StopAtStep = 3
+	got, err := Run(b.ctx, b.config(t, job))
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	st := b.status(t, "job-asha", 1, got)
+	if st.State != StatePaused || st.PausedAt != 3 || st.ExitCode != 0 || st.Checkpoint != "ckpt-3" || st.Metrics["eval_loss"] <= 0 {
+		t.Fatalf("status %+v, want paused at 3 with checkpoint ckpt-3 and the eval_loss", st)
+	}
+	if arts := b.list(t, prefix+"/job-asha/1/"+ArtifactsFolder); len(arts) != 0 || len(st.Artifacts) != 0 {
+		t.Fatalf("a paused attempt uploaded artifacts %v (status %v)", arts, st.Artifacts)
+	}
+	if !slicesContainSuffix(b.list(t, prefix+"/job-asha/"+CheckpointsFolder+"ckpt-3/"), "/"+completeMarker) {
+		t.Fatal("ckpt-3 is not complete in S3")
+	}
+	if n := b.shutdownCount(); n != 1 {
+		t.Errorf("Shutdown called %d times, want 1", n)
+	}
+
+	job2 := b.job("job-asha", 2, 600, argv)
+	got2, err := Run(b.ctx, b.config(t, job2))
+	if err != nil || got2.State != StateSucceeded || got2.PausedAt != 0 || len(got2.Artifacts) == 0 {
+		t.Fatalf("attempt 2: %+v %v, want succeeded with artifacts", got2, err)
+	}
+	for _, e := range b.events(t, "job-asha", 2) {
+		if e.Type == "progress" {
+			var p struct{ Step int }
+			_ = json.Unmarshal(e.Data, &p)
+			if p.Step != 4 {
+				t.Fatalf("attempt 2's first progress step %d, want 4 (resumed from ckpt-3)", p.Step)
+			}
+			break
+		}
+	}
+}

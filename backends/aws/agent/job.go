@@ -166,7 +166,8 @@ func (u JobURI) EventsKey(seq int) string {
 
 // Status is status.json, the last object the agent writes for an attempt.
 type Status struct {
-	// State is one of StateSucceeded, StateFailed, StatePreempted, StateTimeout.
+	// State is one of StateSucceeded, StatePaused, StateFailed,
+	// StatePreempted, StateTimeout.
 	State string `json:"state"`
 	// ExitCode is the trainer's exit code; -1 when it was killed by a signal
 	// or never started. 3 means a permanent failure.
@@ -182,11 +183,18 @@ type Status struct {
 	// Checkpoint is the newest checkpoint folder uploaded (e.g. "ckpt-100"),
 	// empty when none.
 	Checkpoint string `json:"checkpoint,omitempty"`
+	// PausedAt is the step at which the trainer paused (its done line's
+	// paused_at: the job file's training.stop_at_step, an ASHA rung);
+	// StatePaused only.
+	PausedAt int `json:"paused_at,omitempty"`
 }
 
 // The states of Status.State.
 const (
 	StateSucceeded = "succeeded"
+	// StatePaused: the trainer exited 0 with a done line saying paused_at
+	// (ASHA's pause): no artifact was uploaded, its checkpoints were.
+	StatePaused    = "paused"
 	StateFailed    = "failed"
 	StatePreempted = "preempted"
 	StateTimeout   = "timeout"

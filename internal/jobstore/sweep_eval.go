@@ -1,0 +1,121 @@
+package jobstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// EvalPoint is one eval line of a job (the trainer's "eval" event).
+type EvalPoint struct {
+	Attempt int                `json:"attempt"`
+	Step    int                `json:"step"`
+	Metrics map[string]float64 `json:"metrics"`
+}
+
+// Evals reads a job's eval lines, oldest first (the last 2000: Append
+// keeps them in job:<id>:evals). Metrics are every numeric field of the
+// trainer's line but "step" ({"event":"eval","step":40,"eval_loss":1.9}
+// gives Step 40, Metrics {eval_loss: 1.9}). A line that is not a JSON
+// object is skipped.
+func (s *Store) Evals(ctx context.Context, id string) ([]EvalPoint, error) {
+	raw, err := s.rdb.LRange(ctx, s.key("job", id, "evals"), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobstore: evals of %s: %w", id, err)
+	}
+	out := make([]EvalPoint, 0, len(raw))
+	for _, r := range raw {
+		var line struct {
+			Attempt int                        `json:"attempt"`
+			Data    map[string]json.RawMessage `json:"data"`
+		}
+		if json.Unmarshal([]byte(r), &line) != nil || line.Data == nil {
+			continue
+		}
+		p := EvalPoint{Attempt: line.Attempt, Metrics: map[string]float64{}}
+		for k, v := range line.Data {
+			var f float64
+			if json.Unmarshal(v, &f) != nil {
+				continue
+			}
+			if k == "step" {
+				p.Step = int(f)
+				continue
+			}
+			p.Metrics[k] = f
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// tickTTL is how long a claimed tick is remembered.
+const tickTTL = 7 * 24 * time.Hour
+
+// ClaimTick records that schedule's tick at `at` made run runID, once:
+// won=false and the run recorded by whoever claimed it first otherwise
+// (SET NX). The claim is kept for a week.
+func (s *Store) ClaimTick(ctx context.Context, schedule string, at time.Time, runID string) (won bool, existing string, err error) {
+	if schedule == "" || runID == "" {
+		return false, "", fmt.Errorf("jobstore: claim tick: schedule %q, run %q: both must be set", schedule, runID)
+	}
+	res, err := claimTickScript.Run(ctx, s.rdb, []string{s.key("tick", schedule, ms(at))}, runID, int(tickTTL.Seconds())).Slice()
+	if err != nil {
+		return false, "", fmt.Errorf("jobstore: claim tick %s at %s: %w", schedule, at.UTC().Format(time.RFC3339), err)
+	}
+	if len(res) != 2 {
+		return false, "", fmt.Errorf("jobstore: claim tick %s: unexpected script reply %v", schedule, res)
+	}
+	code, _ := res[0].(int64)
+	existing, _ = res[1].(string)
+	return code == 1, existing, nil
+}
+
+// ScheduleState is what the store remembers of a schedule: its last tick
+// and the run it made.
+type ScheduleState struct {
+	// LastTick is the scheduled time of the last tick that ran (zero:
+	// none yet).
+	LastTick time.Time
+	// LastRun is the id of the job or sweep that tick made, LastKind
+	// which of the two it is ("job" or "sweep").
+	LastRun  string
+	LastKind string
+}
+
+// SetScheduleState stores schedule name's state (schedule:<name>).
+func (s *Store) SetScheduleState(ctx context.Context, name string, st ScheduleState) error {
+	if name == "" {
+		return errors.New("jobstore: set schedule state: the schedule's name is empty")
+	}
+	if st.LastKind != "" && st.LastKind != "job" && st.LastKind != "sweep" {
+		return fmt.Errorf("jobstore: set schedule state %s: last kind %q: want job or sweep", name, st.LastKind)
+	}
+	tick := ""
+	if !st.LastTick.IsZero() {
+		tick = ms(st.LastTick)
+	}
+	if err := s.rdb.HSet(ctx, s.key("schedule", name), "last_tick", tick, "last_run", st.LastRun, "last_kind", st.LastKind).Err(); err != nil {
+		return fmt.Errorf("jobstore: set schedule state %s: %w", name, err)
+	}
+	return nil
+}
+
+// ScheduleStateOf reads schedule name's state (zero when none was stored).
+func (s *Store) ScheduleStateOf(ctx context.Context, name string) (ScheduleState, error) {
+	v, err := s.rdb.HMGet(ctx, s.key("schedule", name), "last_tick", "last_run", "last_kind").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return ScheduleState{}, fmt.Errorf("jobstore: schedule state %s: %w", name, err)
+	}
+	str := func(i int) string { x, _ := v[i].(string); return x }
+	st := ScheduleState{LastRun: str(1), LastKind: str(2)}
+	if n, err := strconv.ParseInt(str(0), 10, 64); err == nil && n != 0 {
+		st.LastTick = time.UnixMilli(n).UTC()
+	}
+	return st, nil
+}

@@ -1,0 +1,298 @@
+package jobstore
+
+import (
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/ledger"
+)
+
+// The sweep scripts (sweep.go). Like the job scripts they take the prefix
+// as ARGV[1] and build their keys from it; each one's comment lists the
+// rest of ARGV and its reply.
+
+// luaSweep is prepended (after luaCommon) to every sweep script: the
+// sweep's keys, its budgets and admission.
+//
+// A trial's hash holds, besides a job's fields: sweep_id, trial_index,
+// params, rung, stop_at_step, gate, stop_requested and stop_message (a
+// stop the sweep asked of a running attempt), sweep_est_usd and
+// sweep_est_gpu_h (what admitting it reserves), pending_score (its place
+// in the pending set), sweep_reserved_usd and sweep_reserved_gpu_h (what
+// it holds now), sweep_settled_usd and sweep_settled_gpu_h (what
+// SettleTrial counted as spent so far).
+var luaSweep = fmt.Sprintf(`
+local MAXPAR = %q
+local EPS = 1e-9
+local function sweepkey(sid, part)
+  if part then return P .. 'sweep:' .. sid .. ':' .. part end
+  return P .. 'sweep:' .. sid
+end
+-- readbudget reads a sweep's budgets and what is reserved and spent.
+local function readbudget(sk)
+  local v = redis.call('HMGET', sk, 'budget_usd', 'budget_gpu_h', 'reserved_usd', 'spent_usd', 'reserved_gpu_h', 'spent_gpu_h')
+  local function num(x) return tonumber(x or '0') or 0 end
+  return {busd = num(v[1]), bgpu = num(v[2]), rusd = num(v[3]), susd = num(v[4]), rgpu = num(v[5]), sgpu = num(v[6])}
+end
+-- budgetgate is nil when an estimate of usd and gpuh fits budget b (each
+-- budget > 0: spent + reserved + estimate <= budget), else the gate that
+-- says which budget it does not fit and by how much ("next <what> ...").
+local function budgetgate(b, usd, gpuh, what)
+  if b.busd > 0 and b.susd + b.rusd + usd > b.busd + EPS then
+    return string.format('sweep budget: next %%s $%%.2f, $%%.2f of $%%.2f left', what, usd, math.max(b.busd - b.susd - b.rusd, 0), b.busd)
+  end
+  if b.bgpu > 0 and b.sgpu + b.rgpu + gpuh > b.bgpu + EPS then
+    return string.format('sweep budget: next %%s %%.2f GPU-h, %%.2f of %%.2f GPU-h left', what, gpuh, math.max(b.bgpu - b.sgpu - b.rgpu, 0), b.bgpu)
+  end
+  return nil
+end
+-- admit puts trial tid of sweep sid into the pending set (score) and the
+-- sweep's active set, reserving its estimate (usd, gpuh: strings) against
+-- the sweep; b is updated to match.
+local function admit(sid, tid, usd, gpuh, score, b)
+  redis.call('ZREM', sweepkey(sid, 'waiting'), tid)
+  redis.call('ZADD', P .. 'pending', score, tid)
+  redis.call('SADD', sweepkey(sid, 'active'), tid)
+  redis.call('HSET', jobkey(tid), 'gate', '', 'sweep_reserved_usd', usd, 'sweep_reserved_gpu_h', gpuh)
+  redis.call('HINCRBYFLOAT', sweepkey(sid), 'reserved_usd', usd)
+  redis.call('HINCRBYFLOAT', sweepkey(sid), 'reserved_gpu_h', gpuh)
+  b.rusd = b.rusd + tonumber(usd)
+  b.rgpu = b.rgpu + tonumber(gpuh)
+end
+`, jobtype.ReasonMaxParallel)
+
+// createSweepScript stores a sweep, all its trials and their ledger
+// records, and admits the first trials, in one call (CreateSweep). Before
+// anything is written it checks that the sweep's id is free (else
+// {EXISTING, id}), that its idempotency key names no live sweep ({EXISTING,
+// that sweep's id}; {IDEM_CONFLICT, id} when that sweep was stored from
+// another spec or team), that no trial's id is taken ({CONFLICT, id}) and,
+// with KEYS, the ledger's head (a ledger_check reply). Then it writes the
+// sweep's record and indexes, every trial's record (the common fields, then
+// its own), the job indexes, the trial's first state event and its place in
+// sweep:<id>:trials, and admits in index order while fewer than
+// max_parallel are admitted and each estimate fits the budgets; every
+// trial after the first that is not admitted waits (sweep:<id>:waiting)
+// with the gate that stopped admission, which is also the sweep's stalled
+// when it is a budget's. Nothing is unpacked beyond one record's fields.
+//
+//	KEYS[1]  ledger stream  (optional, with KEYS[2])
+//	KEYS[2]  ledger head
+//	ARGV[1]  prefix
+//	ARGV[2]  sweep id
+//	ARGV[3]  idempotency key ('' none)
+//	ARGV[4]  its fingerprint
+//	ARGV[5]  idempotency TTL, seconds
+//	ARGV[6]  now, ms
+//	ARGV[7]  event stream maxlen
+//	ARGV[8]  each trial's first state event data
+//	ARGV[9]  max_parallel
+//	ARGV[10] budget USD (0 none)
+//	ARGV[11] budget GPU-hours (0 none)
+//	ARGV[12] the number of the sweep's field/value entries, then them
+//	then the number of the trials' common field/value entries, then them
+//	then n, the number of trials; per trial: id, pending score, estimate
+//	  USD, estimate GPU-hours, the number m of its own field/value entries,
+//	  the m entries
+//	then with KEYS: the head's seq and mac the records were sealed on, the
+//	  record count, the records' ledger.EntryArgs
+//
+// Returns {DONE, id, admitted}, {EXISTING, id}, {IDEM_CONFLICT, id},
+// {CONFLICT, trial id} or a ledger_check reply.
+var createSweepScript = redis.NewScript(luaCommon + luaSweep + ledger.LuaAppend + `
+local sid, idem, fp, ttl, now, maxlen, data = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8]
+local maxp = tonumber(ARGV[9])
+local sk = sweepkey(sid)
+if redis.call('EXISTS', sk) == 1 then return {EXISTING, sid} end
+if idem ~= '' then
+  local v = redis.call('GET', P .. 'sweepidem:' .. idem)
+  if v then
+    local eid, efp = v, ''
+    local sp = string.find(v, ' ', 1, true)
+    if sp then eid, efp = string.sub(v, 1, sp - 1), string.sub(v, sp + 1) end
+    if redis.call('EXISTS', sweepkey(eid)) == 1 then
+      if efp ~= fp then return {IDEM_CONFLICT, eid} end
+      return {EXISTING, eid}
+    end
+  end
+end
+local i = 12
+local nsf = tonumber(ARGV[i]); local sf = i + 1; i = sf + nsf
+local ncf = tonumber(ARGV[i]); local cf = i + 1; i = cf + ncf
+local n = tonumber(ARGV[i]); i = i + 1
+local first = i
+-- The trials' ids must be free: EXISTS over 500 keys a call.
+local batch = {}
+local function free()
+  if #batch > 0 and redis.call('EXISTS', unpack(batch)) > 0 then
+    for _, k in ipairs(batch) do
+      if redis.call('EXISTS', k) == 1 then return string.sub(k, #P + 5) end
+    end
+  end
+  batch = {}
+  return nil
+end
+for _ = 1, n do
+  batch[#batch + 1] = jobkey(ARGV[i])
+  if #batch == 500 then
+    local taken = free()
+    if taken then return {CONFLICT, taken} end
+  end
+  i = i + 5 + tonumber(ARGV[i + 4])
+end
+local taken = free()
+if taken then return {CONFLICT, taken} end
+local led = nil
+if #KEYS == 2 then
+  local bad = ledger_check(KEYS[1], KEYS[2], ARGV[i], ARGV[i + 1])
+  if bad then return bad end
+  led = {first = i + 3, n = tonumber(ARGV[i + 2])}
+end
+redis.call('HSET', sk, unpack(ARGV, sf, sf + nsf - 1))
+redis.call('ZADD', P .. 'sweeps', now, sid)
+redis.call('SADD', P .. 'sweeps:running', sid)
+if idem ~= '' then
+  redis.call('HSET', sk, 'idem', idem)
+  redis.call('SET', P .. 'sweepidem:' .. idem, sid .. ' ' .. fp, 'EX', ttl)
+end
+local b = {busd = tonumber(ARGV[10]), bgpu = tonumber(ARGV[11]), rusd = 0, susd = 0, rgpu = 0, sgpu = 0}
+local tk, wk = sweepkey(sid, 'trials'), sweepkey(sid, 'waiting')
+-- Index entries go in 500 a call: ids (score 0) for jobs and state:queued,
+-- (index, id) for the trials and the waiting set.
+local ids, byindex, waiting = {}, {}, {}
+local function flush(force)
+  if #ids > 0 and (force or #ids >= 1000) then
+    redis.call('ZADD', P .. 'jobs', unpack(ids))
+    redis.call('ZADD', P .. 'state:queued', unpack(ids))
+    redis.call('ZADD', tk, unpack(byindex))
+    ids, byindex = {}, {}
+  end
+  if #waiting > 0 and (force or #waiting >= 1000) then
+    redis.call('ZADD', wk, unpack(waiting))
+    waiting = {}
+  end
+end
+local admitted, gate, stalled = 0, nil, ''
+i = first
+for k = 1, n do
+  local id, score, eu, eg, nf = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])
+  local key = jobkey(id)
+  local now_admitted = false
+  if gate == nil then
+    if admitted >= maxp then
+      gate = MAXPAR
+    else
+      gate = budgetgate(b, tonumber(eu), tonumber(eg), 'trial')
+      if gate then stalled = gate end
+    end
+    now_admitted = gate == nil
+  end
+  -- One HSET: the trial's own fields (its last pair is gate, ''), then the common ones.
+  local f = {unpack(ARGV, i + 5, i + 4 + nf)}
+  if gate then f[nf] = gate end
+  for c = cf, cf + ncf - 1 do f[#f + 1] = ARGV[c] end
+  redis.call('HSET', key, unpack(f))
+  ids[#ids + 1] = 0; ids[#ids + 1] = id
+  byindex[#byindex + 1] = k - 1; byindex[#byindex + 1] = id
+  redis.call('XADD', key .. ':events', 'MAXLEN', '~', maxlen, '*', 'type', 'state', 'attempt', 1, 'time', now, 'data', data)
+  if now_admitted then
+    admit(sid, id, eu, eg, score, b)
+    admitted = admitted + 1
+  else
+    waiting[#waiting + 1] = k - 1; waiting[#waiting + 1] = id
+  end
+  flush(false)
+  i = i + 5 + nf
+end
+flush(true)
+redis.call('HSET', sk, 'stalled', stalled)
+if led then ledger_write(KEYS[1], KEYS[2], ARGV, led.first, led.n) end
+return {DONE, sid, admitted}
+`)
+
+// admitScript admits waiting trials of a running sweep (AdmitTrials): it
+// counts the sweep's active trials that still run or wait to (a trial
+// that ended or paused is not counted: the sweep duty settles it), then
+// takes the waiting set's head while the count is below max_parallel and
+// its estimate fits the budgets. The head it stops at gets the gate that
+// stopped it; the sweep's stalled is set to a budget's gate, or cleared.
+// A waiting trial that is no longer queued (cancelled meanwhile) is
+// dropped from the waiting set.
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  sweep id
+//	ARGV[3]  now, ms
+//
+// Returns {DONE, stalled, admitted id, …}; {NOT_FOUND, ""}; {CONFLICT,
+// state} for a sweep that is not running.
+var admitScript = redis.NewScript(luaCommon + luaSweep + `
+local sid, now = ARGV[2], ARGV[3]
+local sk = sweepkey(sid)
+local v = redis.call('HMGET', sk, 'state', 'max_parallel', 'stalled')
+if not v[1] then return {NOT_FOUND, ''} end
+if v[1] ~= 'running' then return {CONFLICT, v[1]} end
+local maxp, was = tonumber(v[2]) or 0, v[3] or ''
+local count = 0
+for _, tid in ipairs(redis.call('SMEMBERS', sweepkey(sid, 'active'))) do
+  local st = redis.call('HGET', jobkey(tid), 'state')
+  if st and not terminal(st) and st ~= 'paused' then count = count + 1 end
+end
+local b = readbudget(sk)
+local out, stalled = {DONE, ''}, ''
+local wk = sweepkey(sid, 'waiting')
+while true do
+  local head = redis.call('ZRANGE', wk, 0, 0)
+  if #head == 0 then break end
+  local tid = head[1]
+  local t = redis.call('HMGET', jobkey(tid), 'state', 'sweep_est_usd', 'sweep_est_gpu_h', 'pending_score')
+  if t[1] ~= 'queued' then
+    redis.call('ZREM', wk, tid)
+  elseif count >= maxp then
+    redis.call('HSET', jobkey(tid), 'gate', MAXPAR)
+    break
+  else
+    local eu, eg = t[2] or '0', t[3] or '0'
+    local g = budgetgate(b, tonumber(eu), tonumber(eg), 'trial')
+    if g then
+      redis.call('HSET', jobkey(tid), 'gate', g)
+      stalled = g
+      break
+    end
+    admit(sid, tid, eu, eg, t[4] or '0', b)
+    count = count + 1
+    out[#out + 1] = tid
+  end
+end
+out[2] = stalled
+if stalled ~= was or #out > 2 then redis.call('HSET', sk, 'stalled', stalled, 'updated_at', now) end
+return out
+`)
+
+// settleTrialScript ends a trial's sweep reservation (SettleTrial): if it
+// leaves the sweep's active set, its reservation is released and what it
+// spent since its last settlement (usd and gpuh are its totals) is counted.
+//
+//	ARGV[1]  prefix
+//	ARGV[2]  sweep id
+//	ARGV[3]  trial id
+//	ARGV[4]  the trial's cost so far, USD
+//	ARGV[5]  its GPU-hours so far
+//
+// Returns 1 when it settled, 0 when the trial held nothing (settled
+// before, or never admitted).
+var settleTrialScript = redis.NewScript(luaCommon + luaSweep + `
+local sid, tid = ARGV[2], ARGV[3]
+if redis.call('SREM', sweepkey(sid, 'active'), tid) == 0 then return 0 end
+local v = redis.call('HMGET', jobkey(tid), 'sweep_reserved_usd', 'sweep_reserved_gpu_h', 'sweep_settled_usd', 'sweep_settled_gpu_h')
+local function num(x) return tonumber(x or '0') or 0 end
+local sk = sweepkey(sid)
+if num(v[1]) ~= 0 then redis.call('HINCRBYFLOAT', sk, 'reserved_usd', -num(v[1])) end
+if num(v[2]) ~= 0 then redis.call('HINCRBYFLOAT', sk, 'reserved_gpu_h', -num(v[2])) end
+local du, dg = tonumber(ARGV[4]) - num(v[3]), tonumber(ARGV[5]) - num(v[4])
+if du > 0 then redis.call('HINCRBYFLOAT', sk, 'spent_usd', du) end
+if dg > 0 then redis.call('HINCRBYFLOAT', sk, 'spent_gpu_h', dg) end
+redis.call('HSET', jobkey(tid), 'sweep_reserved_usd', '0', 'sweep_reserved_gpu_h', '0', 'sweep_settled_usd', ARGV[4], 'sweep_settled_gpu_h', ARGV[5])
+return 1
+`)
