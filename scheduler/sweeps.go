@@ -78,6 +78,10 @@ func (s *Scheduler) planSweep(ctx context.Context, req sweepRequest) (jobstore.N
 		return jobstore.NewSweep{}, nil, err
 	}
 	ns := jobstore.NewSweep{Sweep: sweepRecord(req), IdempotencyKey: req.idem, Trials: make([]jobstore.NewTrial, len(trials))}
+	sj, err := encodeSnapshot(snap)
+	if err != nil {
+		return jobstore.NewSweep{}, nil, err
+	}
 	ds := make([]routing.Decision, len(trials))
 	frac := firstRungShare(req.spec)
 	var refused []string
@@ -96,7 +100,7 @@ func (s *Scheduler) planSweep(ctx context.Context, req sweepRequest) (jobstore.N
 		nj := jobstore.NewJob{ID: id, Spec: t.Spec, OutputURI: out, Submitter: req.p.Name, Team: req.p.Team,
 			Route: routeInfo(d, rs, "sweep", 1, 0, snap.Now)}
 		if s.cfg.Ledger != nil {
-			if nj.Records, err = decisionRecords(rs, req.p, "sweep", t.Spec.Name, 1, rj, snap, d); err != nil {
+			if nj.Records, err = decisionRecordsOn(rs, req.p, "sweep", t.Spec.Name, 1, rj, sj, d); err != nil {
 				return jobstore.NewSweep{}, nil, err
 			}
 		}
