@@ -32,6 +32,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
+	"github.com/lathe-ml/lathe/scheduler/schedule"
 )
 
 // Config configures a Scheduler. Zero values take the defaults stated.
@@ -156,6 +157,9 @@ type Config struct {
 	// does not report one). Default false: every /healthz reads the policy
 	// and answers 503 unless it is noeviction.
 	NoEvictionCheck bool
+	// Schedules are the schedules the leader runs (the config's
+	// schedules:, schedules.go); SetSchedules replaces them. Nil: none.
+	Schedules []schedule.Schedule
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -259,10 +263,11 @@ type Scheduler struct {
 	cancel  context.CancelFunc
 	leader  *leaderLoop // the leader's duties (duty.go)
 
-	redisErrAt atomic.Int64               // unix ms of the last Redis error this scheduler saw itself (0: none)
-	tokenSums  [][32]byte                 // sha256 of each token's secret, for constant-time comparison
-	fence      atomic.Value               // jobstore.Fence of the current term, "" when not leading
-	route      atomic.Pointer[routeState] // the routing config in force
+	redisErrAt atomic.Int64                        // unix ms of the last Redis error this scheduler saw itself (0: none)
+	tokenSums  [][32]byte                          // sha256 of each token's secret, for constant-time comparison
+	fence      atomic.Value                        // jobstore.Fence of the current term, "" when not leading
+	route      atomic.Pointer[routeState]          // the routing config in force
+	scheds     atomic.Pointer[[]schedule.Schedule] // the schedules in force (schedules.go)
 	rec        reconcileCounters
 	recDone    chan struct{}
 
@@ -286,6 +291,7 @@ func New(rdb redis.UniversalClient, store *jobstore.Store, cfg Config) *Schedule
 		rc = implicit
 	}
 	s.route.Store(&routeState{cfg: rc, hash: rc.Hash()})
+	s.scheds.Store(&cfg.Schedules)
 	for _, t := range cfg.Tokens {
 		s.tokenSums = append(s.tokenSums, sha256.Sum256([]byte(t.Secret)))
 	}

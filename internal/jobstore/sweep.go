@@ -204,7 +204,7 @@ func (s *Store) Evals(ctx context.Context, id string) ([]EvalPoint, error) {
 // won=false and the run recorded by whoever claimed it first otherwise
 // (SET NX). The claim is kept for a week.
 func (s *Store) ClaimTick(ctx context.Context, schedule string, at time.Time, runID string) (won bool, existing string, err error) {
-	return false, "", errSweepNotBuilt
+	return s.claimTick(ctx, schedule, at, runID)
 }
 
 // TrialID is the job id of trial index of sweep sweepID: "j-", the sweep
