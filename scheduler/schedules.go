@@ -130,21 +130,17 @@ func (d *scheduleDuty) pass(ctx context.Context, sch schedule.Schedule, now time
 func (d *scheduleDuty) resume(ctx context.Context, sch schedule.Schedule, st jobstore.ScheduleState, now time.Time) error {
 	if now.Sub(st.Tick) > sch.StartingDeadline && sch.Missed != schedule.Once {
 		exists, err := d.exists(ctx, st.TickRunID)
-		if err != nil || exists {
-			return d.startedAlready(ctx, sch, st, err)
+		switch {
+		case err != nil:
+			return err
+		case exists:
+			return d.started(ctx, sch, st, jobstore.TickStarted, "")
 		}
 		return d.record(ctx, sch, st, st.Tick, jobstore.TickSkipped, st.TickRunID,
 			"claimed but not started within starting_deadline "+sch.StartingDeadline.String()+" (the leader stopped in between)")
 	}
 	d.s.log.Info("schedule: resuming a claimed tick", slog.String("schedule", sch.Name), slog.String("run_id", st.TickRunID))
 	return d.start(ctx, sch, st, now)
-}
-
-func (d *scheduleDuty) startedAlready(ctx context.Context, sch schedule.Schedule, st jobstore.ScheduleState, err error) error {
-	if err != nil {
-		return err
-	}
-	return d.started(ctx, sch, st, jobstore.TickStarted, "")
 }
 
 // start starts the claimed tick st.Tick's run st.TickRunID (after
