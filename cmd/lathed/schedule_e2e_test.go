@@ -125,7 +125,7 @@ func (r *schedRig) runs(t *testing.T, base, name string, from, to time.Time, eve
 		}
 	}
 	runs := map[time.Time]jobtype.Job{}
-	for tick := from.Truncate(every); !tick.After(to); tick = tick.Add(every) {
+	for tick := tickFloor(from, every); !tick.After(to); tick = tick.Add(every) {
 		if j, ok := byID[jobstore.TickID("j-", name, tick)]; ok {
 			runs[tick] = j
 			delete(byID, j.ID)
@@ -181,11 +181,11 @@ func TestSchedulesTwoSchedulersE2E(t *testing.T) {
 	end := start.Add(65 * time.Second)
 	waitfor.True(t, 90*time.Second, "the 65 s window", func() bool { return time.Now().After(end) })
 	runs := r.runs(t, survivor, "every10", start, end, 10*time.Second)
-	first := start.Truncate(10 * time.Second)
+	first := tickFloor(start, 10*time.Second)
 	if _, ok := runs[first]; !ok {
 		first = first.Add(10 * time.Second) // the first pass came after the next tick
 	}
-	last := end.Add(-3 * time.Second).Truncate(10 * time.Second)
+	last := tickFloor(end.Add(-3*time.Second), 10*time.Second)
 	n := 0
 	for tick := first; !tick.After(last); tick = tick.Add(10 * time.Second) {
 		j, ok := runs[tick]
@@ -261,31 +261,31 @@ func keys(m map[time.Time]jobtype.Job) []string {
 	return out
 }
 
-// TestSchedulesMissedOnceE2E: @every 5s with starting_deadline 2s, one
+// TestSchedulesMissedOnceE2E: @every 6s with starting_deadline 2s, one
 // `lathed scheduler`; it is stopped for five ticks and started again 2.3 s
-// after the fifth (so that tick is past its deadline and the next has not
-// come). missed: once ran one of the five missed ticks (the latest), not
+// after the fifth (so that tick is past its deadline, and the next is 3.7 s
+// away: time for the new process's first pass). missed: once ran one of the five missed ticks (the latest), not
 // five; missed: skip none of them. Ticks before and after ran.
 func TestSchedulesMissedOnceE2E(t *testing.T) {
 	t.Parallel()
-	const every = 5 * time.Second
-	r := newSchedE2E(t, "  - {name: once5, cron: \"@every 5s\", job: job.yaml, missed: once, starting_deadline: 2s, concurrency: allow}\n"+
-		"  - {name: skip5, cron: \"@every 5s\", job: job.yaml, missed: skip, starting_deadline: 2s, concurrency: allow}\n")
+	const every = 6 * time.Second
+	r := newSchedE2E(t, "  - {name: once6, cron: \"@every 6s\", job: job.yaml, missed: once, starting_deadline: 2s, concurrency: allow}\n"+
+		"  - {name: skip6, cron: \"@every 6s\", job: job.yaml, missed: skip, starting_deadline: 2s, concurrency: allow}\n")
 	start := time.Now()
 	d, base := r.scheduler(t)
 	waitfor.True(t, 30*time.Second, "two runs of each", func() bool {
-		return len(r.runs(t, base, "once5", start, time.Now(), every)) >= 2 && len(r.runs(t, base, "skip5", start, time.Now(), every)) >= 2
+		return len(r.runs(t, base, "once6", start, time.Now(), every)) >= 2 && len(r.runs(t, base, "skip6", start, time.Now(), every)) >= 2
 	})
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	<-d.done
 	stopped := time.Now()
-	lastBefore := stopped.Truncate(every)
+	lastBefore := tickFloor(stopped, every)
 	restart := lastBefore.Add(5*every + 2300*time.Millisecond)
 	waitfor.True(t, 45*time.Second, "five ticks of downtime", func() bool { return time.Now().After(restart) })
 	_, base = r.scheduler(t)
 	waitfor.True(t, 30*time.Second, "two more ticks", func() bool { return time.Now().After(restart.Add(2 * every)) })
 	end := time.Now()
-	for name, want := range map[string]int{"once5": 1, "skip5": 0} {
+	for name, want := range map[string]int{"once6": 1, "skip6": 0} {
 		runs := r.runs(t, base, name, start, end, every)
 		missed := 0
 		for tick := range runs {
@@ -296,9 +296,9 @@ func TestSchedulesMissedOnceE2E(t *testing.T) {
 		if missed != want {
 			t.Errorf("%s ran %d of the 5 missed ticks, want %d (runs %v)", name, missed, want, keys(runs))
 		}
-		if name == "once5" {
+		if name == "once6" {
 			if _, ok := runs[lastBefore.Add(5*every)]; !ok {
-				t.Errorf("once5 did not run the latest missed tick %s", lastBefore.Add(5*every).Format(time.TimeOnly))
+				t.Errorf("once6 did not run the latest missed tick %s", lastBefore.Add(5*every).Format(time.TimeOnly))
 			}
 		}
 		for _, tick := range []time.Time{lastBefore, lastBefore.Add(6 * every), lastBefore.Add(7 * every)} {
@@ -307,4 +307,11 @@ func TestSchedulesMissedOnceE2E(t *testing.T) {
 			}
 		}
 	}
+}
+
+// tickFloor is the last multiple of every since the Unix epoch at or
+// before t: an @every schedule's tick (time.Truncate counts from year 1).
+func tickFloor(t time.Time, every time.Duration) time.Time {
+	d := every.Milliseconds()
+	return time.UnixMilli(t.UnixMilli() / d * d)
 }

@@ -166,6 +166,8 @@ func parseEntry(e Entry, p, dir string) (Schedule, []FieldError) {
 	s.loc = loc
 	if err := s.parseCron(); err != nil {
 		bad("cron", e.Cron, err.Error())
+	} else if s.Next(time.Unix(0, 0)).IsZero() {
+		bad("cron", e.Cron, "never comes (no tick within five years)")
 	}
 	switch {
 	case e.Sweep != "" && e.Job != "":

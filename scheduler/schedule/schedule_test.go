@@ -60,6 +60,7 @@ func TestParseNamesEveryBadField(t *testing.T) {
 		{Name: "ok", Cron: "CRON_TZ=Europe/Berlin 0 2 * * *"},
 		{Name: "e", Cron: "@every 500ms", Job: "x", StartingDeadline: "0s"},
 		{Name: "f", Cron: "", Job: "x"},
+		{Name: "g", Cron: "0 0 30 2 *", Job: "x"},
 	}, "")
 	var se *Error
 	if !errors.As(err, &se) {
@@ -73,6 +74,7 @@ func TestParseNamesEveryBadField(t *testing.T) {
 		`schedules[2].job: "": give the file`, `schedules[2].name: "ok": used by schedules[0]`,
 		`schedules[3].cron: "@every 500ms": @every wants whole seconds`, `schedules[3].starting_deadline: "0s": must be at least 1s`,
 		`schedules[4].cron: "": empty`,
+		`schedules[5].cron: "0 0 30 2 *": never comes`,
 	}
 	msg := err.Error()
 	for _, w := range want {
