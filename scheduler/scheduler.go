@@ -263,15 +263,16 @@ type Scheduler struct {
 	cancel  context.CancelFunc
 	leader  *leaderLoop // the leader's duties (duty.go)
 
-	redisErrAt atomic.Int64                        // unix ms of the last Redis error this scheduler saw itself (0: none)
-	tokenSums  [][32]byte                          // sha256 of each token's secret, for constant-time comparison
-	fence      atomic.Value                        // jobstore.Fence of the current term, "" when not leading
-	route      atomic.Pointer[routeState]          // the routing config in force
-	scheds     atomic.Pointer[[]schedule.Schedule] // the schedules in force (schedules.go)
+	redisErrAt atomic.Int64               // unix ms of the last Redis error this scheduler saw itself (0: none)
+	tokenSums  [][32]byte                 // sha256 of each token's secret, for constant-time comparison
+	fence      atomic.Value               // jobstore.Fence of the current term, "" when not leading
+	route      atomic.Pointer[routeState] // the routing config in force
 	rec        reconcileCounters
 	recDone    chan struct{}
 
 	evictPolicy atomic.Value // string: Redis's maxmemory-policy as /healthz last read it
+
+	scheds atomic.Pointer[[]schedule.Schedule] // the schedules in force (schedules.go)
 }
 
 // New returns a Scheduler over rdb; Start runs it.
