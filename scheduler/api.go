@@ -47,6 +47,7 @@ func (s *Scheduler) routes() http.Handler {
 	mux.HandleFunc("GET /api/v1/gpus", s.withAuth(RoleViewer, s.listGPUs))
 	mux.HandleFunc("GET /api/v1/nodes", s.withAuth(RoleViewer, s.listNodes))
 	mux.HandleFunc("GET /api/v1/budgets", s.withAuth(RoleViewer, s.budgets))
+	mux.HandleFunc("GET /api/v1/schedules", s.withAuth(RoleViewer, s.listSchedules))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	return s.guard(mux)
 }
