@@ -40,6 +40,7 @@ func newLeaderLoop(s *Scheduler) *leaderLoop {
 		{name: "pruner", every: pruneEvery, run: (&pruner{s}).run},
 		{name: "settle", every: settleEvery, run: (&settler{s}).run},
 		{name: "sweeps", every: sweepEvery, run: (&sweeper{s}).run},
+		{name: "schedules", every: scheduleEvery, run: (&scheduleDuty{s: s}).run},
 	}}
 }
 

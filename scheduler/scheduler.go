@@ -32,6 +32,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
+	"github.com/lathe-ml/lathe/scheduler/schedule"
 )
 
 // Config configures a Scheduler. Zero values take the defaults stated.
@@ -156,6 +157,9 @@ type Config struct {
 	// does not report one). Default false: every /healthz reads the policy
 	// and answers 503 unless it is noeviction.
 	NoEvictionCheck bool
+	// Schedules are the schedules the leader runs (the config's
+	// schedules:, schedules.go); SetSchedules replaces them. Nil: none.
+	Schedules []schedule.Schedule
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -267,6 +271,8 @@ type Scheduler struct {
 	recDone    chan struct{}
 
 	evictPolicy atomic.Value // string: Redis's maxmemory-policy as /healthz last read it
+
+	scheds atomic.Pointer[[]schedule.Schedule] // the schedules in force (schedules.go)
 }
 
 // New returns a Scheduler over rdb; Start runs it.
@@ -286,6 +292,7 @@ func New(rdb redis.UniversalClient, store *jobstore.Store, cfg Config) *Schedule
 		rc = implicit
 	}
 	s.route.Store(&routeState{cfg: rc, hash: rc.Hash()})
+	s.scheds.Store(&cfg.Schedules)
 	for _, t := range cfg.Tokens {
 		s.tokenSums = append(s.tokenSums, sha256.Sum256([]byte(t.Secret)))
 	}

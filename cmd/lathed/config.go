@@ -18,6 +18,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/trainer"
 	"github.com/lathe-ml/lathe/scheduler"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
+	"github.com/lathe-ml/lathe/scheduler/schedule"
 )
 
 // fileConfig is the daemon's config file (configs/lathe.yaml documents
@@ -48,6 +49,13 @@ type fileConfig struct {
 	Backends  yaml.Node `yaml:"backends"`
 	Datasets  yaml.Node `yaml:"datasets"`
 	Budgets   yaml.Node `yaml:"budgets"`
+	// Schedules are the schedules the leader runs (docs/sweeps.md
+	// "Schedules"); loadConfig validates them into schedules.
+	Schedules []schedule.Entry `yaml:"schedules"`
+
+	// schedules is Schedules validated, their files resolved against the
+	// config file's folder.
+	schedules []schedule.Schedule
 
 	// daemon is what routecfg.ReadDaemon read of the file: the routing
 	// config (the implicit one without a file) and the job defaults, as the
@@ -212,6 +220,62 @@ func loadRouting(path string) (routecfg.Config, error) {
 	return rc, nil
 }
 
+// loadSchedules reads the schedules: section of the config file at path
+// ("" = none), as a SIGHUP reloads it; an unknown key of a schedule, a bad
+// field or a file that is not there is an error.
+func loadSchedules(path string) ([]schedule.Schedule, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := routecfg.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var f struct {
+		Schedules []schedule.Entry     `yaml:"schedules"`
+		Rest      map[string]yaml.Node `yaml:",inline"` // the other sections: not reloaded here
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	ss, err := parseSchedules(f.Schedules, path)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return ss, nil
+}
+
+// parseSchedules validates the schedules of the config file at path (their
+// relative files are relative to its folder) and checks that each one's
+// job or sweep file is a regular file lathed can read.
+func parseSchedules(entries []schedule.Entry, path string) ([]schedule.Schedule, error) {
+	dir := ""
+	if path != "" {
+		dir = filepath.Dir(path)
+		if abs, err := filepath.Abs(dir); err == nil {
+			dir = abs
+		}
+	}
+	ss, err := schedule.Parse(entries, dir)
+	if err != nil {
+		return nil, err
+	}
+	var bad []string
+	for i, s := range ss {
+		if fi, err := os.Stat(s.File); err != nil {
+			bad = append(bad, fmt.Sprintf("schedules[%d].%s: %q: %v", i, s.Kind, s.File, err))
+		} else if !fi.Mode().IsRegular() {
+			bad = append(bad, fmt.Sprintf("schedules[%d].%s: %q: not a regular file", i, s.Kind, s.File))
+		}
+	}
+	if len(bad) > 0 {
+		return nil, errors.New("schedules: " + strings.Join(bad, "; "))
+	}
+	return ss, nil
+}
+
 // configError names the config file in an error of routecfg's: "config:
 // open …" when it cannot be read, else "config PATH: …".
 func configError(path string, err error) error {
@@ -320,6 +384,9 @@ func loadConfig(path string) (*fileConfig, error) {
 	}
 	if f := c.Auth.TokensFile; f != "" && !filepath.IsAbs(f) {
 		c.Auth.TokensFile = filepath.Join(filepath.Dir(path), f)
+	}
+	if c.schedules, err = parseSchedules(c.Schedules, path); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	for name, tr := range c.Trainers {
 		if len(tr.Command) == 0 {

@@ -388,6 +388,7 @@ func (d *wiring) startScheduler(ctx context.Context) error {
 		Clouds:         cloudReconcilers(ctx, fc.daemon.Routing, firstNonEmpty(fc.Cluster, defaultCluster), d.endpoint, log),
 		ReconcileEvery: fc.Scheduler.ReconcileEvery.D(), ReconcileGrace: fc.Scheduler.ReconcileGrace.D(),
 		NoEvictionCheck: d.managed != nil && d.managed.Embedded,
+		Schedules:       fc.schedules,
 	})
 	if err := s.Start(ctx); err != nil {
 		return err
@@ -513,9 +514,10 @@ func openLedger(rdb redis.UniversalClient, fc *fileConfig, dataDir string, log *
 	return ledger.New(rdb, key, firstNonEmpty(fc.Redis.KeyPrefix, "lathe:")), nil
 }
 
-// reloadOnHUP re-reads the routing sections of the config file on SIGHUP
-// and hands them to the scheduler (jobs no longer feasible are held, never
-// moved). Other sections, and the worker, need a restart.
+// reloadOnHUP re-reads the schedules and the routing sections of the
+// config file on SIGHUP and hands them to the scheduler (jobs no longer
+// feasible are held, never moved); a bad section keeps its old version.
+// Other sections, and the worker, need a restart.
 func reloadOnHUP(ctx context.Context, path string, s *scheduler.Scheduler, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -525,6 +527,11 @@ func reloadOnHUP(ctx context.Context, path string, s *scheduler.Scheduler, log *
 		case <-ctx.Done():
 			return
 		case <-hup:
+		}
+		if ss, err := loadSchedules(path); err != nil {
+			log.Error("SIGHUP: schedules not reloaded; the old schedules stay", slog.Any("err", err))
+		} else {
+			s.SetSchedules(ss)
 		}
 		rc, err := loadRouting(path)
 		if err != nil {

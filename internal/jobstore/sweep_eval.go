@@ -3,12 +3,8 @@ package jobstore
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // EvalPoint is one eval line of a job (the trainer's "eval" event).
@@ -74,48 +70,4 @@ func (s *Store) ClaimTick(ctx context.Context, schedule string, at time.Time, ru
 	code, _ := res[0].(int64)
 	existing, _ = res[1].(string)
 	return code == 1, existing, nil
-}
-
-// ScheduleState is what the store remembers of a schedule: its last tick
-// and the run it made.
-type ScheduleState struct {
-	// LastTick is the scheduled time of the last tick that ran (zero:
-	// none yet).
-	LastTick time.Time
-	// LastRun is the id of the job or sweep that tick made, LastKind
-	// which of the two it is ("job" or "sweep").
-	LastRun  string
-	LastKind string
-}
-
-// SetScheduleState stores schedule name's state (schedule:<name>).
-func (s *Store) SetScheduleState(ctx context.Context, name string, st ScheduleState) error {
-	if name == "" {
-		return errors.New("jobstore: set schedule state: the schedule's name is empty")
-	}
-	if st.LastKind != "" && st.LastKind != "job" && st.LastKind != "sweep" {
-		return fmt.Errorf("jobstore: set schedule state %s: last kind %q: want job or sweep", name, st.LastKind)
-	}
-	tick := ""
-	if !st.LastTick.IsZero() {
-		tick = ms(st.LastTick)
-	}
-	if err := s.rdb.HSet(ctx, s.key("schedule", name), "last_tick", tick, "last_run", st.LastRun, "last_kind", st.LastKind).Err(); err != nil {
-		return fmt.Errorf("jobstore: set schedule state %s: %w", name, err)
-	}
-	return nil
-}
-
-// ScheduleStateOf reads schedule name's state (zero when none was stored).
-func (s *Store) ScheduleStateOf(ctx context.Context, name string) (ScheduleState, error) {
-	v, err := s.rdb.HMGet(ctx, s.key("schedule", name), "last_tick", "last_run", "last_kind").Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return ScheduleState{}, fmt.Errorf("jobstore: schedule state %s: %w", name, err)
-	}
-	str := func(i int) string { x, _ := v[i].(string); return x }
-	st := ScheduleState{LastRun: str(1), LastKind: str(2)}
-	if n, err := strconv.ParseInt(str(0), 10, 64); err == nil && n != 0 {
-		st.LastTick = time.UnixMilli(n).UTC()
-	}
-	return st, nil
 }

@@ -253,10 +253,10 @@ func forceRunning(t *testing.T, b testBundle, id string) {
 	}
 }
 
-// TestClaimTick: the first claim of a tick wins; every later one gets the
+// TestClaimTickOnce: the first claim of a tick wins; every later one gets the
 // first's run; another tick of the schedule, or another schedule's tick at
 // the same time, is a claim of its own.
-func TestClaimTick(t *testing.T) {
+func TestClaimTickOnce(t *testing.T) {
 	b := setup(t)
 	ctx, s := b.ctx, b.store
 	at := time.Date(2026, 12, 4, 2, 0, 0, 0, time.UTC)
@@ -278,26 +278,6 @@ func TestClaimTick(t *testing.T) {
 	}
 	if _, _, err := s.ClaimTick(ctx, "", at, run); err == nil {
 		t.Fatal("a tick of no schedule was claimed")
-	}
-}
-
-// TestScheduleState: a schedule's state reads back as stored; an unknown
-// schedule's is zero.
-func TestScheduleState(t *testing.T) {
-	b := setup(t)
-	ctx, s := b.ctx, b.store
-	if st, err := s.ScheduleStateOf(ctx, "nightly"); err != nil || st != (jobstore.ScheduleState{}) {
-		t.Fatalf("unknown: %+v %v", st, err)
-	}
-	want := jobstore.ScheduleState{LastTick: time.UnixMilli(1_700_000_000_000).UTC(), LastRun: "s-x", LastKind: "sweep"}
-	if err := s.SetScheduleState(ctx, "nightly", want); err != nil {
-		t.Fatal(err)
-	}
-	if st, err := s.ScheduleStateOf(ctx, "nightly"); err != nil || st != want {
-		t.Fatalf("read back %+v %v, want %+v", st, err, want)
-	}
-	if err := s.SetScheduleState(ctx, "nightly", jobstore.ScheduleState{LastKind: "cron"}); err == nil {
-		t.Fatal("kind cron was taken")
 	}
 }
 

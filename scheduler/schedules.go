@@ -1,0 +1,302 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/scheduler/schedule"
+)
+
+// The schedule duty (leader only, every scheduleEvery): for each schedule
+// of Config.Schedules it reads the schedule's state from the store,
+// decides the tick to run now (schedule.Due: at most one a pass, the
+// latest), applies the concurrency policy to the last run (forbid skips
+// the tick, replace cancels the run, allow goes on), claims the tick
+// (jobstore.ClaimTick: one run per tick however many schedulers), and
+// starts the run under the id derived from the schedule and the tick
+// (jobstore.TickID), recording each step in the schedule's state.
+//
+// Crash safety: the state says "claimed" from the claim until the run is
+// stored. A pass that finds it so (the leader died in between) stores the
+// run (the id is derived, so a run stored already is found, not stored
+// twice), unless the tick is past its starting_deadline by then.
+
+// scheduleEvery is how often the duty runs.
+const scheduleEvery = time.Second
+
+// maxScheduledFile caps a schedule's job file as a submit's body is capped.
+const maxScheduledFile = 1 << 20
+
+// SetSchedules replaces the schedules the leader runs (a config reload).
+// The schedules' states stay in the store: a schedule kept under its name
+// carries on from its last tick.
+func (s *Scheduler) SetSchedules(ss []schedule.Schedule) {
+	cp := append([]schedule.Schedule(nil), ss...)
+	s.scheds.Store(&cp)
+	s.log.Info("schedules loaded", slog.Int("schedules", len(cp)))
+}
+
+// schedules is the schedules in force.
+func (s *Scheduler) schedules() []schedule.Schedule {
+	if p := s.scheds.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// scheduleDuty is the leader's schedule duty.
+type scheduleDuty struct {
+	s   *Scheduler
+	now func() time.Time
+}
+
+func (d *scheduleDuty) run(ctx context.Context) {
+	for _, sch := range d.s.schedules() {
+		if ctx.Err() != nil {
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := d.pass(rctx, sch, d.clock())
+		cancel()
+		if err != nil {
+			d.s.sawRedis(err)
+			d.s.log.Warn("schedule pass", slog.String("schedule", sch.Name), slog.Any("err", err))
+		}
+	}
+}
+
+func (d *scheduleDuty) clock() time.Time {
+	if d.now != nil {
+		return d.now()
+	}
+	return time.Now()
+}
+
+// pass handles one schedule at now.
+func (d *scheduleDuty) pass(ctx context.Context, sch schedule.Schedule, now time.Time) error {
+	st, err := d.s.store.ScheduleStateOf(ctx, sch.Name)
+	if err != nil {
+		return err
+	}
+	if st.Outcome == jobstore.TickClaimed {
+		return d.resume(ctx, sch, st, now)
+	}
+	dec := sch.Due(st.Tick, now)
+	switch dec.Action {
+	case schedule.None:
+		return nil
+	case schedule.SkipTick:
+		return d.record(ctx, sch, st, dec.Tick, jobstore.TickSkipped, "", dec.Why)
+	}
+	runID := jobstore.TickID(runPrefix(sch.Kind), sch.Name, dec.Tick)
+	going, why, err := d.going(ctx, st.RunID)
+	if err != nil {
+		return err
+	}
+	if sch.Decide(going) == schedule.SkipForbid {
+		return d.record(ctx, sch, st, dec.Tick, jobstore.TickSkipped, "",
+			fmt.Sprintf("concurrency: forbid: the last run %s is still %s", st.RunID, why))
+	}
+	won, existing, err := d.s.store.ClaimTick(ctx, sch.Name, dec.Tick, runID)
+	if err != nil {
+		return err
+	}
+	if !won && existing != runID {
+		// Claimed under another id (the schedule's kind changed meanwhile):
+		// that claim is the tick's run.
+		return d.record(ctx, sch, st, dec.Tick, jobstore.TickSkipped, existing, "tick claimed as "+existing+" by another scheduler")
+	}
+	if dec.Why != "" {
+		d.s.log.Info("schedule: older ticks not run", slog.String("schedule", sch.Name), slog.String("why", dec.Why))
+	}
+	claimed := st
+	claimed.Tick, claimed.Outcome, claimed.Message, claimed.TickRunID, claimed.Kind = dec.Tick, jobstore.TickClaimed, dec.Why, runID, string(sch.Kind)
+	claimed.UpdatedAt = time.Time{}
+	if _, err := d.s.store.SetScheduleState(ctx, sch.Name, claimed); err != nil {
+		return err
+	}
+	return d.start(ctx, sch, claimed, now)
+}
+
+// resume finishes a claimed tick whose outcome was never recorded.
+func (d *scheduleDuty) resume(ctx context.Context, sch schedule.Schedule, st jobstore.ScheduleState, now time.Time) error {
+	if now.Sub(st.Tick) > sch.StartingDeadline && sch.Missed != schedule.Once {
+		exists, err := d.exists(ctx, st.TickRunID)
+		switch {
+		case err != nil:
+			return err
+		case exists:
+			return d.started(ctx, sch, st, jobstore.TickStarted, "")
+		}
+		return d.record(ctx, sch, st, st.Tick, jobstore.TickSkipped, st.TickRunID,
+			"claimed but not started within starting_deadline "+sch.StartingDeadline.String()+" (the leader stopped in between)")
+	}
+	d.s.log.Info("schedule: resuming a claimed tick", slog.String("schedule", sch.Name), slog.String("run_id", st.TickRunID))
+	return d.start(ctx, sch, st, now)
+}
+
+// start starts the claimed tick st.Tick's run st.TickRunID (after
+// cancelling the last run under concurrency: replace) and records the
+// outcome. A store it could not reach leaves the state claimed, for the
+// next pass.
+func (d *scheduleDuty) start(ctx context.Context, sch schedule.Schedule, st jobstore.ScheduleState, now time.Time) error {
+	outcome, msg := jobstore.TickStarted, ""
+	going, why, err := d.going(ctx, st.RunID)
+	if err != nil {
+		return err
+	}
+	if going && sch.Decide(true) == schedule.ReplaceRun {
+		if err := d.cancel(ctx, st.RunID); err != nil {
+			return err
+		}
+		outcome, msg = jobstore.TickReplaced, fmt.Sprintf("cancelled the last run %s (%s)", st.RunID, why)
+	}
+	var serr error
+	existed := false
+	if sch.Kind == schedule.KindSweep {
+		serr = d.s.startScheduledSweep(ctx, sch, st.TickRunID, st.Tick)
+	} else {
+		existed, serr = d.startJob(ctx, sch, st.TickRunID)
+	}
+	if serr != nil {
+		if redisDown(serr) {
+			return serr
+		}
+		d.s.log.Error("schedule: run not started", slog.String("schedule", sch.Name), slog.String("run_id", st.TickRunID), slog.Any("err", serr))
+		return d.record(ctx, sch, st, st.Tick, jobstore.TickFailed, st.TickRunID, serr.Error())
+	}
+	what := "schedule: run started"
+	if existed {
+		what = "schedule: run stored already (by another scheduler, or before a crash)"
+	}
+	d.s.log.Info(what, slog.String("schedule", sch.Name), slog.String("run_id", st.TickRunID),
+		slog.Time("tick", st.Tick), slog.Duration("late", now.Sub(st.Tick)))
+	return d.started(ctx, sch, st, outcome, msg)
+}
+
+// started records st's tick as started (or replaced): its run becomes the
+// schedule's last run.
+func (d *scheduleDuty) started(ctx context.Context, sch schedule.Schedule, st jobstore.ScheduleState, outcome, msg string) error {
+	st.Outcome, st.Message, st.Kind = outcome, msg, string(sch.Kind)
+	st.RunID, st.RunTick, st.UpdatedAt = st.TickRunID, st.Tick, time.Time{}
+	_, err := d.s.store.SetScheduleState(ctx, sch.Name, st)
+	return err
+}
+
+// record records tick as decided with outcome (skipped, failed) and why;
+// the schedule's last run stays.
+func (d *scheduleDuty) record(ctx context.Context, sch schedule.Schedule, st jobstore.ScheduleState, tick time.Time, outcome, runID, why string) error {
+	st.Tick, st.Outcome, st.Message, st.TickRunID, st.Kind, st.UpdatedAt = tick, outcome, why, runID, string(sch.Kind), time.Time{}
+	if outcome == jobstore.TickSkipped {
+		d.s.log.Info("schedule: tick skipped", slog.String("schedule", sch.Name), slog.Time("tick", tick), slog.String("why", why))
+	}
+	_, err := d.s.store.SetScheduleState(ctx, sch.Name, st)
+	return err
+}
+
+// startJob reads the schedule's job file and admits it as run id, for the
+// principal schedule:<name> of the schedule's team; existed says the run
+// was stored already.
+func (d *scheduleDuty) startJob(ctx context.Context, sch schedule.Schedule, id string) (existed bool, err error) {
+	body, err := readLimited(sch.File, maxScheduledFile)
+	if err != nil {
+		return false, fmt.Errorf("job file %s: %w", sch.File, err)
+	}
+	spec, err := jobspec.Parse(body)
+	if err != nil {
+		return false, fmt.Errorf("job file %s: %w", sch.File, err)
+	}
+	spec.Normalize(d.s.cfg.Defaults)
+	p := principal{Name: "schedule:" + sch.Name, Role: RoleSubmitter, Team: sch.Team}
+	_, existed, err = d.s.admitRun(ctx, p, id, spec)
+	return existed, err
+}
+
+// readLimited reads at most limit bytes of path; a longer file is an error.
+func readLimited(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("over %d bytes", limit)
+	}
+	return b, nil
+}
+
+// going reports whether run id (a job "j-…" or a sweep "s-…"; "" none)
+// has not ended, and its state. A run no longer in the store (pruned) has
+// ended.
+func (d *scheduleDuty) going(ctx context.Context, id string) (bool, string, error) {
+	switch {
+	case id == "":
+		return false, "", nil
+	case jobstore.ValidSweepID(id):
+		sw, err := d.s.store.GetSweep(ctx, id)
+		if errors.Is(err, jobstore.ErrNotFound) {
+			return false, "", nil
+		}
+		if err != nil {
+			return false, "", err
+		}
+		return sw.State == jobtype.SweepRunning, string(sw.State), nil
+	}
+	j, err := d.s.store.Get(ctx, id)
+	if errors.Is(err, jobstore.ErrNotFound) {
+		return false, "", nil
+	}
+	if err != nil {
+		return false, "", err
+	}
+	return !j.State.Terminal(), string(j.State), nil
+}
+
+// exists reports whether run id is in the store.
+func (d *scheduleDuty) exists(ctx context.Context, id string) (bool, error) {
+	var err error
+	if jobstore.ValidSweepID(id) {
+		_, err = d.s.store.GetSweep(ctx, id)
+	} else {
+		_, err = d.s.store.Get(ctx, id)
+	}
+	if errors.Is(err, jobstore.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// cancel cancels run id: a job as POST /cancel does, a sweep with every
+// trial that has not ended.
+func (d *scheduleDuty) cancel(ctx context.Context, id string) error {
+	if jobstore.ValidSweepID(id) {
+		_, err := d.s.store.CancelSweep(ctx, id)
+		return err
+	}
+	_, err := d.s.cancelRun(ctx, id)
+	var ce *jobstore.ConflictError
+	if errors.As(err, &ce) {
+		return nil // it ended meanwhile
+	}
+	return err
+}
+
+// runPrefix is the run id prefix of a kind ("j-" a job, "s-" a sweep).
+func runPrefix(k schedule.Kind) string {
+	if k == schedule.KindSweep {
+		return "s-"
+	}
+	return "j-"
+}
