@@ -156,6 +156,17 @@ func (s *Scheduler) admitSweep(ctx context.Context, req sweepRequest) (*jobtype.
 	if err != nil {
 		return nil, false, err
 	}
+	if hold := s.cfg.TestHoldScheduledSweep; hold > 0 && req.schedule != "" {
+		// A test hook (lathed: LATHE_TEST_HOLD_SCHEDULED_SWEEP): the sweep
+		// is expanded, nothing of it is stored, and the test kills this
+		// leader now.
+		s.log.Warn("test hook: holding a planned scheduled sweep before storing it", slog.String("sweep_id", req.id), slog.Duration("hold", hold))
+		select {
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-time.After(hold):
+		}
+	}
 	sw, existed, err := s.store.CreateSweep(ctx, s.cfg.Ledger, ns)
 	if err != nil {
 		return nil, false, err
