@@ -2,17 +2,21 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/waitfor"
@@ -215,7 +219,7 @@ func TestSweepBudgetEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	sweepJob(t, dir, 20, 1, "expected_runtime: 10h\n")
 	cfgPath := filepath.Join(dir, "lathe.yaml")
-	_ = os.WriteFile(cfgPath, []byte("backends:\n  local:\n    kind: local\n    price: {usd_per_gpu_hour: 1.10}\n"), 0o644)
+	_ = os.WriteFile(cfgPath, []byte("sites:\n  dc: [onprem]\nredis_site: dc\nbackends:\n  local:\n    kind: local\n    site: dc\n    price: {usd_per_gpu_hour: 1.10}\n"), 0o644)
 	port := redistest.FreePort(t)
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	d := startDaemon(t, lathed, "up", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", filepath.Join(dir, "data"),
@@ -291,5 +295,225 @@ objective: {metric: eval_loss, goal: minimize}
 	}
 	if st.Sweep.ReservedUSD > 1e-6 || st.Sweep.SpentUSD <= 0 || st.Sweep.SpentUSD > budget {
 		t.Errorf("at the end: reserved $%.4f (want 0), spent $%.4f (want > 0 and ≤ $%.2f)", st.Sweep.ReservedUSD, st.Sweep.SpentUSD, budget)
+	}
+}
+
+// standinDaemon starts `lathed up` with the ASHA stand-in trainer
+// (scripts/standin/asha_standin.py, not a trainer: its loss is a known
+// function of the learning rate and the step) registered as "asha", and
+// writes its base job (job.yaml in dir); it returns the API's base URL and
+// the lathe binary.
+func standinDaemon(t *testing.T, dir string, slots int, stepSeconds string) (base, lathe string) {
+	t.Helper()
+	lathed, lathe := binaries(t)
+	root := repoRoot(t)
+	cfg := fmt.Sprintf("trainers:\n  reference: [\"/usr/bin/python3\", \"{scripts}/train_lora.py\"]\n  asha: [\"/usr/bin/python3\", %q, \"--step-seconds\", %q]\n",
+		filepath.Join(root, "scripts/standin/asha_standin.py"), stepSeconds)
+	cfgPath := filepath.Join(dir, "lathe.yaml")
+	_ = os.WriteFile(cfgPath, []byte(cfg), 0o644)
+	job := fmt.Sprintf("name: standin\nbase_model: standin\ntrainer: asha\ndataset: file://%s/configs/examples/data/tiny-train.jsonl\n"+
+		"training: {max_steps: 60, learning_rate: 0.01, eval_every: 1, checkpoint_every: 1}\nresources: {gpus: 0}\nmax_runtime: 10m\n", root)
+	_ = os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(job), 0o644)
+	port := redistest.FreePort(t)
+	base = "http://127.0.0.1:" + strconv.Itoa(port)
+	d := startDaemon(t, lathed, "up", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", filepath.Join(dir, "data"),
+		"--config", cfgPath, "--slots", strconv.Itoa(slots))
+	waitHTTP(t, base, d)
+	return base, lathe
+}
+
+// submitSweepFile submits a sweep file with the CLI and waits until the
+// sweep is no longer running; it returns its final status.
+func submitSweepFile(t *testing.T, lathe, base, spec string, within time.Duration) wire.SweepStatus {
+	t.Helper()
+	out, errOut, code := cli(t, lathe, base, "sweep", "submit", spec, "-o", "json")
+	if code != 0 {
+		t.Fatalf("sweep submit exited %d\n%s\n%s", code, out, errOut)
+	}
+	var st wire.SweepStatus
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Sweep == nil {
+		t.Fatalf("sweep submit -o json: %v\n%s", err, out)
+	}
+	id := st.Sweep.ID
+	waitfor.Value(t, within, "sweep "+id+" no longer running", func() string {
+		s := getSweep(t, base, id)
+		return fmt.Sprintf("%s %v", s.Sweep.State, s.Sweep.Counts)
+	}, func(s string) bool { return !strings.HasPrefix(s, "running") })
+	return getSweep(t, base, id)
+}
+
+// TestSweepASHAEndToEnd: 27 trials of the ASHA stand-in (objective
+// (log10 lr + 2.5)² + 1 + 5/√step, so the best of all 27 run to the end
+// is the learning rate 10^-2.5), η = 3, rungs 10/30/90 steps: ASHA finds
+// that trial, in at most 40% of the steps of running all 27 to the end;
+// promoted trials resume from their checkpoint (the first step of their
+// next attempt is past the rung); the others end stopped, not promoted.
+func TestSweepASHAEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	base, lathe := standinDaemon(t, dir, 4, "0.01")
+	var lrs []string
+	for k := 0; k < 27; k++ {
+		lrs = append(lrs, strconv.FormatFloat(math.Pow(10, -4+3*float64(k)/26), 'g', 17, 64))
+	}
+	spec := filepath.Join(dir, "sweep.yaml")
+	_ = os.WriteFile(spec, []byte(`name: asha-e2e
+job: job.yaml
+parameters:
+  training.learning_rate: {grid: [`+strings.Join(lrs, ", ")+`]}
+search: {kind: asha, trials: 27, seed: 3, min_steps: 10, max_steps: 90, reduction_factor: 3}
+objective: {metric: eval_loss, goal: minimize}
+max_parallel: 4
+`), 0o644)
+	st := submitSweepFile(t, lathe, base, spec, 5*time.Minute)
+	if st.Sweep.State != jobtype.SweepDone {
+		t.Fatalf("sweep ended %s: %v", st.Sweep.State, st.Sweep.Counts)
+	}
+	best := st.Leaderboard[0]
+	lr, _ := best.Params[0].Value.(float64)
+	if math.Abs(math.Log10(lr)+2.5) > 1e-9 || best.State != jobtype.StateSucceeded || best.Rung != 2 {
+		t.Fatalf("best trial %s: lr %v, %s, rung %d; want lr 10^-2.5 (the best of all 27 run to the end), succeeded at rung 2", best.ID, lr, best.State, best.Rung)
+	}
+	steps, promoted := 0, 0
+	for _, r := range st.Leaderboard {
+		j := getJob(t, base, r.ID)
+		steps += j.Progress.Step
+		switch {
+		case j.State == jobtype.StateSucceeded && j.Progress.Step == 90:
+		case j.State == jobtype.StateStopped && j.Reason == jobtype.ReasonNotPromoted:
+		default:
+			t.Errorf("trial %s ended %s (%s) at step %d; want succeeded at 90 or stopped, not promoted", j.ID, j.State, j.Reason, j.Progress.Step)
+		}
+		if j.Trial.Rung > 0 {
+			promoted++
+			checkResumed(t, base, j)
+		}
+	}
+	if full := 27 * 90; float64(steps) > 0.4*float64(full) {
+		t.Errorf("ASHA ran %d steps, over 40%% of the %d of running all 27 to the end", steps, full)
+	}
+	if promoted < 9 {
+		t.Errorf("%d trials promoted past the first rung; want at least 27/3", promoted)
+	}
+	t.Logf("ASHA: %d steps of %d (%.1f%%), %d promotions past rung 0, best %s lr=%g", steps, 27*90, 100*float64(steps)/float64(27*90), promoted, best.ID, lr)
+}
+
+// checkResumed checks that each attempt after the first of promoted trial
+// j started past the step its last attempt paused at (its checkpoint).
+func checkResumed(t *testing.T, base string, j jobtype.Job) {
+	t.Helper()
+	first := map[int]int{} // attempt → its first progress step
+	for _, ev := range events(t, base, j.ID) {
+		if ev.Type != jobtype.EventProgress {
+			continue
+		}
+		if _, ok := first[ev.Attempt]; ok {
+			continue
+		}
+		var p jobtype.Progress
+		_ = json.Unmarshal(ev.Data, &p)
+		first[ev.Attempt] = p.Step
+	}
+	rungs := []int{10, 30, 90}
+	for a := 2; a <= j.Attempt; a++ {
+		if s, ok := first[a]; ok && s <= rungs[0] {
+			t.Errorf("trial %s attempt %d began at step %d: not resumed past its rung", j.ID, a, s)
+		}
+	}
+	if _, ok := first[2]; !ok {
+		t.Errorf("trial %s at rung %d has no progress in its attempt 2", j.ID, j.Trial.Rung)
+	}
+}
+
+// TestSweepMedianStopping: a grid of 4 trials of the stand-in, two of them
+// made to diverge (training.seed 666: eval_loss 10 + step), with median
+// stopping: the diverging trials end stopped by the median rule, the two
+// others succeed.
+func TestSweepMedianStopping(t *testing.T) {
+	dir := t.TempDir()
+	base, lathe := standinDaemon(t, dir, 4, "0.1")
+	spec := filepath.Join(dir, "sweep.yaml")
+	_ = os.WriteFile(spec, []byte(`name: median-e2e
+job: job.yaml
+parameters:
+  training.learning_rate: {grid: [0.003, 0.004]}
+  training.seed: {grid: [42, 666]}
+search: {kind: grid, median: {grace_steps: 5, min_trials: 2}}
+objective: {metric: eval_loss, goal: minimize}
+max_parallel: 4
+`), 0o644)
+	st := submitSweepFile(t, lathe, base, spec, 3*time.Minute)
+	for _, r := range st.Leaderboard {
+		j := getJob(t, base, r.ID)
+		seed := j.Spec.Training.Seed
+		switch {
+		case seed == 666 && (j.State != jobtype.StateStopped || j.Reason != jobtype.ReasonMedianStopping):
+			t.Errorf("diverging trial %s ended %s (%s: %s); want stopped by the median rule", j.ID, j.State, j.Reason, j.Error)
+		case seed == 666 && j.Progress.Step >= 60:
+			t.Errorf("diverging trial %s ran to step %d: not stopped early", j.ID, j.Progress.Step)
+		case seed != 666 && j.State != jobtype.StateSucceeded:
+			t.Errorf("trial %s (seed %d) ended %s (%s: %s); want succeeded", j.ID, seed, j.State, j.Reason, j.Error)
+		}
+	}
+}
+
+// TestScheduledSweepLeaderKilledMidExpansion: a sweep schedule of 50
+// trials; the leading scheduler claims the tick and expands the sweep
+// (every trial's spec built, validated and routed), and is killed with -9
+// before storing it (it is held there by a named test hook,
+// LATHE_TEST_HOLD_SCHEDULED_SWEEP). The second scheduler takes the lead,
+// finds the tick claimed and its sweep missing, and admits the same sweep
+// (the same derived id): it ends with exactly 50 trials, none doubled.
+func TestScheduledSweepLeaderKilledMidExpansion(t *testing.T) {
+	r := newSchedE2E(t, "  - {name: nightly, cron: \"@every 1h\", sweep: sweep.yaml, concurrency: allow}\n")
+	_ = os.WriteFile(filepath.Join(r.data, "sweep.yaml"), []byte(`name: nightly-e2e
+job: job.yaml
+parameters:
+  training.learning_rate: {log_uniform: [0.0001, 0.1]}
+  lora.rank: {choice: [4, 8, 16]}
+search: {kind: random, trials: 50, seed: 7}
+max_parallel: 50
+`), 0o644)
+	portA := strconv.Itoa(redistest.FreePort(t))
+	a := startDaemonEnv(t, []string{"LATHE_TEST_HOLD_SCHEDULED_SWEEP=10m"}, r.lathed, "scheduler", "--config", r.cfg,
+		"--redis-url", r.rs.URL(), "--listen", "127.0.0.1:"+portA, "--data-dir", r.data)
+	waitHTTP(t, "http://127.0.0.1:"+portA, a)
+	waitfor.True(t, time.Minute, "the leader holding the expanded sweep", func() bool {
+		return strings.Contains(a.output(), "test hook: holding a planned scheduled sweep")
+	})
+	_, base := r.scheduler(t)
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-a.done
+	var sweeps wire.SweepList
+	waitfor.Value(t, time.Minute, "the second scheduler admitting the sweep", func() int {
+		resp, err := http.Get(base + "/api/v1/sweeps")
+		if err != nil {
+			return -1
+		}
+		defer resp.Body.Close()
+		_ = json.NewDecoder(resp.Body).Decode(&sweeps)
+		return len(sweeps.Sweeps)
+	}, func(n int) bool { return n >= 1 })
+	if len(sweeps.Sweeps) != 1 || sweeps.Sweeps[0].Trials != 50 || sweeps.Sweeps[0].Schedule != "nightly" {
+		t.Fatalf("sweeps after the takeover: %+v", sweeps.Sweeps)
+	}
+	sw := sweeps.Sweeps[0]
+	if want := jobstore.TickID("s-", "nightly", *sw.Tick); sw.ID != want {
+		t.Errorf("the sweep's id %s is not its tick's derived id %s", sw.ID, want)
+	}
+	ctx := context.Background()
+	ids, err := r.rs.Client().ZRange(ctx, "lathe:jobs", 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	trials := 0
+	for _, id := range ids {
+		if strings.HasPrefix(id, "j-"+sw.ID[2:]+"-") {
+			trials++
+		}
+	}
+	if trials != 50 || len(ids) != 50 {
+		t.Fatalf("the store holds %d jobs, %d of them trials of %s; want exactly 50 trials", len(ids), trials, sw.ID)
 	}
 }
