@@ -68,9 +68,13 @@ type concurrencyWatch struct {
 	store, processes int
 }
 
+// An empty sweepID counts every job's.
 func watchSweep(t *testing.T, base, sweepID string) *concurrencyWatch {
 	w := &concurrencyWatch{done: make(chan struct{})}
-	needle := []byte("LATHE_JOB_ID=j-" + sweepID[2:] + "-")
+	needle, list := []byte("LATHE_JOB_ID=j-"), base+"/api/v1/jobs?limit=1000"
+	if sweepID != "" {
+		needle, list = []byte("LATHE_JOB_ID=j-"+sweepID[2:]+"-"), list+"&sweep="+sweepID
+	}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
@@ -86,7 +90,7 @@ func watchSweep(t *testing.T, base, sweepID string) *concurrencyWatch {
 				}
 			}
 			active := 0
-			if resp, err := http.Get(base + "/api/v1/jobs?limit=1000&sweep=" + sweepID); err == nil {
+			if resp, err := http.Get(list); err == nil {
 				var l wire.JobList
 				_ = json.NewDecoder(resp.Body).Decode(&l)
 				resp.Body.Close()
@@ -141,24 +145,23 @@ max_parallel: 2
 	d := startDaemon(t, lathed, "up", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", filepath.Join(dir, "data"), "--slots", "6")
 	waitHTTP(t, base, d)
 
-	out, errOut, code := cli(t, lathe, base, "sweep", "submit", spec, "-o", "json")
+	// The daemon runs only this sweep: the watch counts every job.
+	watch := watchSweep(t, base, "")
+	out, errOut, code := cli(t, lathe, base, "sweep", "submit", spec, "--wait", "-o", "json")
+	storePeak, procPeak := watch.stop()
 	if code != 0 {
-		t.Fatalf("sweep submit exited %d\n%s\n%s", code, out, errOut)
+		t.Fatalf("sweep submit --wait exited %d\n%s\n%s", code, out, errOut)
 	}
 	var st wire.SweepStatus
 	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Sweep == nil {
-		t.Fatalf("sweep submit -o json: %v\n%s", err, out)
+		t.Fatalf("sweep submit --wait -o json: %v\n%s", err, out)
+	}
+	if !strings.Contains(errOut, "6 succeeded; best ") {
+		t.Errorf("the live view (stderr) never showed 6 succeeded and the best so far:\n%s", errOut)
 	}
 	id := st.Sweep.ID
-	watch := watchSweep(t, base, id)
-	final := waitfor.Value(t, 5*time.Minute, "sweep "+id+" done", func() string {
-		s := getSweep(t, base, id)
-		return fmt.Sprintf("%s %v", s.Sweep.State, s.Sweep.Counts)
-	}, func(s string) bool { return !strings.HasPrefix(s, "running") })
-	storePeak, procPeak := watch.stop()
-	st = getSweep(t, base, id)
 	if st.Sweep.State != jobtype.SweepDone || st.Sweep.Counts[jobtype.StateSucceeded] != 6 {
-		t.Fatalf("sweep ended %s with %v, want done with 6 succeeded", final, st.Sweep.Counts)
+		t.Fatalf("sweep ended %s with %v, want done with 6 succeeded", st.Sweep.State, st.Sweep.Counts)
 	}
 	if storePeak != 2 || procPeak != 2 {
 		t.Errorf("peak concurrency: %d trials holding a slot in the store, %d trainer processes; want exactly 2 (max_parallel)", storePeak, procPeak)
