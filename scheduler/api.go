@@ -47,6 +47,10 @@ func (s *Scheduler) routes() http.Handler {
 	mux.HandleFunc("GET /api/v1/gpus", s.withAuth(RoleViewer, s.listGPUs))
 	mux.HandleFunc("GET /api/v1/nodes", s.withAuth(RoleViewer, s.listNodes))
 	mux.HandleFunc("GET /api/v1/budgets", s.withAuth(RoleViewer, s.budgets))
+	mux.HandleFunc("POST /api/v1/sweeps", s.withAuth(RoleSubmitter, s.submitSweep))
+	mux.HandleFunc("GET /api/v1/sweeps", s.withAuth(RoleViewer, s.listSweeps))
+	mux.HandleFunc("GET /api/v1/sweeps/{id}", s.withAuth(RoleViewer, s.getSweep))
+	mux.HandleFunc("POST /api/v1/sweeps/{id}/cancel", s.withAuth(RoleSubmitter, s.cancelSweep))
 	mux.HandleFunc("GET /api/v1/schedules", s.withAuth(RoleViewer, s.listSchedules))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	return s.guard(mux)
@@ -98,14 +102,8 @@ func (s *Scheduler) rctx(r *http.Request) (context.Context, context.CancelFunc) 
 // normalises it with the deployment's defaults; on a bad body it answers
 // (413, or 400 with every bad field) and returns false.
 func (s *Scheduler) readSpec(w http.ResponseWriter, r *http.Request) (*jobspec.Spec, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, wire.Error{Error: fmt.Sprintf("body over %d bytes", s.cfg.MaxBodyBytes), Code: "too_large"})
-			return nil, false
-		}
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "read body: " + err.Error(), Code: "invalid"})
+	body, ok := s.readBody(w, r, s.cfg.MaxBodyBytes)
+	if !ok {
 		return nil, false
 	}
 	spec, err := jobspec.Parse(body)
@@ -120,6 +118,22 @@ func (s *Scheduler) readSpec(w http.ResponseWriter, r *http.Request) (*jobspec.S
 	}
 	spec.Normalize(s.cfg.Defaults)
 	return spec, true
+}
+
+// readBody reads a request's body of at most limit bytes; otherwise it
+// answers (413, or 400) and returns false.
+func (s *Scheduler) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, wire.Error{Error: fmt.Sprintf("body over %d bytes", limit), Code: "too_large"})
+			return nil, false
+		}
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "read body: " + err.Error(), Code: "invalid"})
+		return nil, false
+	}
+	return body, true
 }
 
 func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
@@ -504,9 +518,22 @@ func (s *Scheduler) list(w http.ResponseWriter, r *http.Request) {
 			Fields: []jobspec.FieldError{{Field: "cursor", Value: cursor, Message: "not a job id"}}})
 		return
 	}
+	sweepID := q.Get("sweep")
+	if sweepID != "" && !jobstore.ValidSweepID(sweepID) {
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad sweep", Code: "invalid",
+			Fields: []jobspec.FieldError{{Field: "sweep", Value: sweepID, Message: "not a sweep id"}}})
+		return
+	}
 	ctx, cancel := s.rctx(r)
 	defer cancel()
-	jobs, next, err := s.listFor(ctx, principalOf(r), st, cursor, limit)
+	var jobs []*jobtype.Job
+	var next string
+	var err error
+	if sweepID != "" {
+		jobs, next, err = s.listSweepTrials(ctx, principalOf(r), sweepID, cursor, st, limit)
+	} else {
+		jobs, next, err = s.listFor(ctx, principalOf(r), st, cursor, limit)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -574,6 +601,17 @@ func (s *Scheduler) cancelJob(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	job = s.cancelFastPath(ctx, job, st)
+	s.log.Info("cancel requested", slog.String("job_id", id), slog.String("state", string(job.State)))
+	writeJSON(w, http.StatusAccepted, job)
+}
+
+// cancelFastPath takes a cancel's fast paths for job, which the cancel
+// found in state st (the durable cancel_requested is set already): a task
+// still waiting in its queue is deleted and the attempt cancelled here; a
+// running one is told through asynq's CancelProcessing. It returns the job
+// as it is now.
+func (s *Scheduler) cancelFastPath(ctx context.Context, job *jobtype.Job, st jobtype.State) *jobtype.Job {
 	switch st {
 	case jobtype.StateDispatched:
 		tid := jobtype.TaskID(job.ID, job.Attempt)
@@ -581,7 +619,9 @@ func (s *Scheduler) cancelJob(w http.ResponseWriter, r *http.Request) {
 			// The task left the queue before a worker took it: nobody else
 			// owns the attempt, so the cancel is ours to write.
 			if err := s.store.CancelDispatched(ctx, job.ID, job.Attempt); err == nil {
-				job, _ = s.store.Get(ctx, id)
+				if j, err := s.store.Get(ctx, job.ID); err == nil {
+					return j
+				}
 			}
 		} else {
 			_ = s.insp.CancelProcessing(tid)
@@ -589,8 +629,7 @@ func (s *Scheduler) cancelJob(w http.ResponseWriter, r *http.Request) {
 	case jobtype.StateRunning:
 		_ = s.insp.CancelProcessing(jobtype.TaskID(job.ID, job.Attempt))
 	}
-	s.log.Info("cancel requested", slog.String("job_id", id), slog.String("state", string(job.State)))
-	writeJSON(w, http.StatusAccepted, job)
+	return job
 }
 
 // allowed answers 403 (and returns false) unless the request's principal may

@@ -39,6 +39,7 @@ func newLeaderLoop(s *Scheduler) *leaderLoop {
 		{name: "repair", every: s.cfg.RepairAfter / 2, run: (&repairer{s}).run},
 		{name: "pruner", every: pruneEvery, run: (&pruner{s}).run},
 		{name: "settle", every: settleEvery, run: (&settler{s}).run},
+		{name: "sweeps", every: sweepEvery, run: (&sweeper{s}).run},
 		{name: "schedules", every: scheduleEvery, run: (&scheduleDuty{s: s}).run},
 	}}
 }

@@ -179,14 +179,39 @@ func localPool(nodes []jobstore.NodeStatus, pr jobstore.PoolPressure) routing.Po
 // as routing saw it, the inputs that vary, and the whole decision (every
 // candidate with its reason and estimates, the choice).
 type ledgerBody struct {
-	Path     string                   `json:"path"`
-	Job      routing.Job              `json:"job"`
-	Name     string                   `json:"name,omitempty"`
-	Attempt  int                      `json:"attempt,omitempty"`
-	Pools    map[string]routing.Pool  `json:"pools"`
-	Spend    map[string]routing.Spend `json:"backend_spend"`
-	Teams    map[string]routing.Spend `json:"team_spend,omitempty"`
-	Decision routing.Decision         `json:"decision"`
+	Path    string      `json:"path"`
+	Job     routing.Job `json:"job"`
+	Name    string      `json:"name,omitempty"`
+	Attempt int         `json:"attempt,omitempty"`
+	snapshotJSON
+	Decision routing.Decision `json:"decision"`
+}
+
+// snapshotJSON is the part of a decision record that the decisions over
+// one snapshot share (the pools, the backends' and teams' spend), encoded
+// once: a sweep's 10,000 decisions encode it once, not 10,000 times.
+type snapshotJSON struct {
+	Pools json.RawMessage `json:"pools"`
+	Spend json.RawMessage `json:"backend_spend"`
+	Teams json.RawMessage `json:"team_spend,omitempty"`
+}
+
+// encodeSnapshot encodes what decision records say of snap.
+func encodeSnapshot(snap routing.Snapshot) (snapshotJSON, error) {
+	var sj snapshotJSON
+	var err error
+	if sj.Pools, err = json.Marshal(snap.Pools); err != nil {
+		return sj, fmt.Errorf("scheduler: ledger record: %w", err)
+	}
+	if sj.Spend, err = json.Marshal(snap.BackendSpend); err != nil {
+		return sj, fmt.Errorf("scheduler: ledger record: %w", err)
+	}
+	if len(snap.TeamSpend) > 0 {
+		if sj.Teams, err = json.Marshal(snap.TeamSpend); err != nil {
+			return sj, fmt.Errorf("scheduler: ledger record: %w", err)
+		}
+	}
+	return sj, nil
 }
 
 // record appends a refused submit's decision to the ledger on its own: the
@@ -217,8 +242,17 @@ func (s *Scheduler) record(ctx context.Context, rs *routeState, p principal, pat
 // decisionRecords builds a decision's ledger records: the decision, then
 // one per staging, which names the decision's sequence number seq.
 func decisionRecords(rs *routeState, p principal, path, name string, attempt int, job routing.Job, snap routing.Snapshot, d routing.Decision) (func(seq int64) []ledger.Record, error) {
-	body, err := json.Marshal(ledgerBody{Path: path, Job: job, Name: name, Attempt: attempt, Pools: snap.Pools,
-		Spend: snap.BackendSpend, Teams: snap.TeamSpend, Decision: d})
+	sj, err := encodeSnapshot(snap)
+	if err != nil {
+		return nil, err
+	}
+	return decisionRecordsOn(rs, p, path, name, attempt, job, sj, d)
+}
+
+// decisionRecordsOn is decisionRecords with the snapshot's part encoded
+// already (encodeSnapshot).
+func decisionRecordsOn(rs *routeState, p principal, path, name string, attempt int, job routing.Job, sj snapshotJSON, d routing.Decision) (func(seq int64) []ledger.Record, error) {
+	body, err := json.Marshal(ledgerBody{Path: path, Job: job, Name: name, Attempt: attempt, snapshotJSON: sj, Decision: d})
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: ledger record: %w", err)
 	}

@@ -160,6 +160,11 @@ type Config struct {
 	// Schedules are the schedules the leader runs (the config's
 	// schedules:, schedules.go); SetSchedules replaces them. Nil: none.
 	Schedules []schedule.Schedule
+	// TestHoldScheduledSweep is a test hook: a scheduled sweep, expanded
+	// and routed, waits this long before it is stored (so a test can kill
+	// the leader in the middle of a sweep's expansion). 0, the default: no
+	// wait. lathed sets it from LATHE_TEST_HOLD_SCHEDULED_SWEEP.
+	TestHoldScheduledSweep time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }

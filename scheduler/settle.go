@@ -4,8 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"time"
-
-	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // settleEvery is how often the leader settles the budget reservations of
@@ -41,12 +39,7 @@ func (d *settler) run(ctx context.Context) {
 		// Cloud attempts added their instances' cost to the job as each
 		// instance ended (the AWS worker); a local last attempt adds its
 		// GPU-hours here.
-		actual := j.CostUSD
-		if j.StartedAt != nil && j.FinishedAt != nil && j.Route != nil {
-			if b, ok := rs.cfg.Backend(j.Route.Backend); ok && b.Kind == routecfg.KindLocal {
-				actual += j.FinishedAt.Sub(*j.StartedAt).Hours() * float64(j.Spec.Resources.GPUs) * b.USDPerGPUHour()
-			}
-		}
+		actual, _ := jobUsage(rs.cfg, j)
 		if err := s.store.Settle(ctx, j.ID, actual); err != nil {
 			s.log.Warn("settle budget", slog.String("job_id", j.ID), slog.Any("err", err))
 			continue

@@ -16,8 +16,9 @@ const maxPage = 1000
 
 func (a *app) listCmd() *cobra.Command {
 	var (
-		state string
-		limit int
+		state   string
+		limit   int
+		sweepID string
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
@@ -33,7 +34,13 @@ func (a *app) listCmd() *cobra.Command {
 			c := a.client()
 			out := apiclient.JobList{Jobs: []*jobtype.Job{}}
 			for len(out.Jobs) < limit {
-				page, err := c.List(cmd.Context(), state, out.NextCursor, min(limit-len(out.Jobs), maxPage))
+				var page *apiclient.JobList
+				var err error
+				if sweepID != "" {
+					page, err = c.ListSweep(cmd.Context(), sweepID, state, out.NextCursor, min(limit-len(out.Jobs), maxPage))
+				} else {
+					page, err = c.List(cmd.Context(), state, out.NextCursor, min(limit-len(out.Jobs), maxPage))
+				}
 				if err != nil {
 					return err
 				}
@@ -65,6 +72,7 @@ func (a *app) listCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&state, "state", "", "only jobs in this state")
+	f.StringVar(&sweepID, "sweep", "", "only the trials of this sweep, in index order")
 	f.IntVar(&limit, "limit", 50, "show at most this many jobs (pages are followed)")
 	return cmd
 }

@@ -112,6 +112,7 @@ Exit codes: 0 success; 1 the job failed or was cancelled, or the API refused;
 		a.routeCmd(),
 		a.costCmd(),
 		a.auditCmd(),
+		a.sweepCmd(),
 	)
 	return root
 }

@@ -389,6 +389,9 @@ func (d *wiring) startScheduler(ctx context.Context) error {
 		ReconcileEvery: fc.Scheduler.ReconcileEvery.D(), ReconcileGrace: fc.Scheduler.ReconcileGrace.D(),
 		NoEvictionCheck: d.managed != nil && d.managed.Embedded,
 		Schedules:       fc.schedules,
+		// A test hook, named so: cmd/lathed's sweep schedule test kills the
+		// leader while it holds an expanded sweep.
+		TestHoldScheduledSweep: testHoldScheduledSweep(),
 	})
 	if err := s.Start(ctx); err != nil {
 		return err
@@ -544,4 +547,15 @@ func reloadOnHUP(ctx context.Context, path string, s *scheduler.Scheduler, log *
 		}
 		log.Info("SIGHUP: routing config reloaded", slog.String("config_hash", rc.Hash()))
 	}
+}
+
+// testHoldScheduledSweep reads LATHE_TEST_HOLD_SCHEDULED_SWEEP (a Go
+// duration): the test hook scheduler.Config.TestHoldScheduledSweep. Unset
+// or bad: 0.
+func testHoldScheduledSweep() time.Duration {
+	d, err := time.ParseDuration(os.Getenv("LATHE_TEST_HOLD_SCHEDULED_SWEEP"))
+	if err != nil || d < 0 {
+		return 0
+	}
+	return d
 }

@@ -1,0 +1,249 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/sweepspec"
+	"github.com/lathe-ml/lathe/scheduler/sweep"
+)
+
+// sweepEvery is how often the leader drives the running sweeps.
+const sweepEvery = time.Second
+
+// sweeper is the leader's duty that drives every running sweep, one pass
+// at a time, from what the store holds (so a new leader carries on where
+// the last one stopped): settle the trials whose attempt ended, apply
+// ASHA's or median stopping's decisions, admit waiting trials, stop the
+// waiting ones when the budget is spent, and finish the sweep.
+type sweeper struct{ s *Scheduler }
+
+func (d *sweeper) run(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	ids, err := d.s.store.RunningSweeps(ctx)
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			d.s.log.Warn("sweeps: list running", slog.Any("err", err))
+		}
+		return
+	}
+	for _, id := range ids {
+		if err := d.drive(ctx, id); err != nil {
+			d.s.log.Warn("sweep pass", slog.String("sweep_id", id), slog.Any("err", err))
+		}
+	}
+}
+
+// drive is one pass over one running sweep.
+func (d *sweeper) drive(ctx context.Context, id string) error {
+	s := d.s
+	sw, err := s.store.GetSweep(ctx, id)
+	if err != nil {
+		return err
+	}
+	if sw.State != jobtype.SweepRunning {
+		return nil
+	}
+	sp, err := sweepspec.Parse(sw.Spec, sweepspec.Options{})
+	if err != nil {
+		return fmt.Errorf("sweep %s: its stored spec: %w", id, err)
+	}
+	if err := d.settle(ctx, sw); err != nil {
+		return err
+	}
+	blocked, err := d.search(ctx, sw, sp)
+	if err != nil {
+		return err
+	}
+	adm, err := s.store.AdmitTrials(ctx, id)
+	if err != nil {
+		return err
+	}
+	if len(adm.IDs) > 0 {
+		s.reserveAdmitted(ctx, id, nil)
+		s.Wake()
+	}
+	sets, err := s.store.SweepSetsOf(ctx, id)
+	if err != nil {
+		return err
+	}
+	// Nothing runs, and the next admission or promotion does not fit the
+	// budget: nothing will ever free any, so the sweep ends here.
+	if sets.Active == 0 && ((sets.Waiting > 0 && adm.Stalled != "") || blocked != "") {
+		why := adm.Stalled
+		if why == "" {
+			why = blocked
+		}
+		return d.stopWaiting(ctx, sw, why)
+	}
+	if sets.Active == 0 && sets.Paused == 0 && sets.Waiting == 0 {
+		if done, err := s.store.FinishSweep(ctx, id); err != nil || done {
+			if done {
+				s.log.Info("sweep done", slog.String("sweep_id", id))
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// settle settles the sweep reservation of every active trial whose
+// attempt ended (terminal, or paused between ASHA rungs).
+func (d *sweeper) settle(ctx context.Context, sw *jobtype.Sweep) error {
+	s := d.s
+	sets, err := s.store.SweepSetsOf(ctx, sw.ID)
+	if err != nil || len(sets.ActiveIDs) == 0 {
+		return err
+	}
+	jobs, err := s.store.GetMany(ctx, sets.ActiveIDs)
+	if err != nil {
+		return err
+	}
+	cfg := s.routing().cfg
+	for _, j := range jobs {
+		if j == nil || !(j.State.Terminal() || j.State == jobtype.StatePaused) {
+			continue
+		}
+		usd, gpuh := jobUsage(cfg, j)
+		if err := s.store.SettleTrial(ctx, sw.ID, j.ID, usd, gpuh); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopWaiting ends the trials still waiting for a sweep, and the paused
+// ones, when its budget cannot admit the next one or promote a paused one
+// while nothing runs: stopped, reason sweep budget, with the figures.
+func (d *sweeper) stopWaiting(ctx context.Context, sw *jobtype.Sweep, why string) error {
+	jobs, err := d.s.store.SweepTrials(ctx, sw.ID, 0, 0)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, j := range jobs {
+		waiting := j != nil && j.Trial != nil && j.State == jobtype.StateQueued && j.Trial.Gate != ""
+		if !waiting && (j == nil || j.State != jobtype.StatePaused) {
+			continue
+		}
+		if _, err := d.s.store.Stop(ctx, j.ID, jobtype.ReasonSweepBudget, why); err != nil && !errors.Is(err, jobstore.ErrConflict) {
+			return err
+		}
+		n++
+	}
+	d.s.log.Info("sweep budget spent: waiting trials stopped", slog.String("sweep_id", sw.ID), slog.Int("trials", n), slog.String("why", why))
+	return nil
+}
+
+// search applies the sweep's early stopping: ASHA's promotions and stops,
+// or median stopping's stop requests. blocked says why a promotion did
+// not fit the sweep's budget ("" when none was refused).
+func (d *sweeper) search(ctx context.Context, sw *jobtype.Sweep, sp *sweepspec.Sweep) (blocked string, err error) {
+	rungs := ashaRungs(sp)
+	median := sp.Search.Median
+	if len(rungs) < 2 && median == nil {
+		return "", nil
+	}
+	trials, waiting, err := d.trialViews(ctx, sw)
+	if err != nil {
+		return "", err
+	}
+	var acts []sweep.Action
+	if len(rungs) >= 2 {
+		acts = sweep.ASHA(rungs, sp.Search.ASHA.ReductionFactor, sw.Goal, trials, waiting)
+	} else {
+		acts = sweep.Median(median.GraceSteps, median.MinTrials, sw.Goal, trials)
+	}
+	for _, a := range acts {
+		why, err := d.apply(ctx, sw, rungs, a)
+		if err != nil {
+			return "", err
+		}
+		if why != "" {
+			blocked = why
+		}
+	}
+	return blocked, nil
+}
+
+// trialViews reads every trial of sw with its objective history (the
+// eval lines of the trials that started), and counts those not admitted.
+func (d *sweeper) trialViews(ctx context.Context, sw *jobtype.Sweep) ([]sweep.Trial, int, error) {
+	jobs, err := d.s.store.SweepTrials(ctx, sw.ID, 0, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]sweep.Trial, 0, len(jobs))
+	waiting := 0
+	for _, j := range jobs {
+		if j == nil || j.Trial == nil {
+			continue
+		}
+		if j.State == jobtype.StateQueued && j.Trial.Gate != "" {
+			waiting++
+		}
+		t := sweep.Trial{ID: j.ID, Index: j.Trial.Index, State: j.State, Rung: j.Trial.Rung, StopAtStep: j.Trial.StopAtStep,
+			StopRequested: j.Trial.StopRequested}
+		if j.StartedAt != nil {
+			evals, err := d.s.store.Evals(ctx, j.ID)
+			if err != nil {
+				return nil, 0, err
+			}
+			for _, e := range evals {
+				if v, ok := e.Metrics[sw.Metric]; ok {
+					t.History = append(t.History, sweep.Point{Step: e.Step, Value: v})
+				}
+			}
+		}
+		out = append(out, t)
+	}
+	return out, waiting, nil
+}
+
+// apply carries out one decision. A promotion that does not fit the
+// sweep's budget leaves the trial paused (the next pass tries again) and
+// says why.
+func (d *sweeper) apply(ctx context.Context, sw *jobtype.Sweep, rungs []int, a sweep.Action) (blocked string, err error) {
+	s := d.s
+	switch a.Kind {
+	case sweep.Promote:
+		j, err := s.store.Get(ctx, a.ID)
+		if err != nil {
+			return "", err
+		}
+		share := float64(rungs[a.Rung]-rungs[a.Rung-1]) / float64(rungs[len(rungs)-1])
+		p := jobstore.PromoteParams{SweepID: sw.ID, ID: a.ID, Attempt: j.Attempt, Rung: a.Rung, StopAtStep: a.StopAtStep}
+		if j.Route != nil {
+			p.EstUSD = j.Route.EstCostUSD * share
+			p.EstGPUHours = float64(j.Spec.Resources.GPUs) * j.Route.EstRuntimeS / 3600 * share
+		}
+		err = s.store.Promote(ctx, p)
+		switch {
+		case err == nil:
+			s.log.Info("asha: promoted", slog.String("sweep_id", sw.ID), slog.String("trial", a.ID), slog.Int("rung", a.Rung))
+			s.Wake()
+		case errors.Is(err, jobstore.ErrOverBudget):
+			s.log.Info("asha: promotion waits for the sweep budget", slog.String("trial", a.ID), slog.Any("why", err))
+			return err.Error(), nil
+		case errors.Is(err, jobstore.ErrConflict):
+		default:
+			return "", err
+		}
+	case sweep.Stop, sweep.RequestStop:
+		st, err := s.store.Stop(ctx, a.ID, a.Reason, a.Message)
+		if err != nil && !errors.Is(err, jobstore.ErrConflict) {
+			return "", err
+		}
+		s.log.Info("sweep: trial stopped", slog.String("sweep_id", sw.ID), slog.String("trial", a.ID), slog.String("reason", a.Reason), slog.String("why", a.Message))
+		if j, err := s.store.Get(ctx, a.ID); err == nil && (st == jobtype.StateDispatched || st == jobtype.StateRunning) {
+			s.cancelFastPath(ctx, j, st)
+		}
+	}
+	return "", nil
+}

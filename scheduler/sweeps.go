@@ -1,0 +1,299 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/sweepspec"
+	"github.com/lathe-ml/lathe/internal/wire"
+	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/sweep"
+)
+
+// Sweeps (docs/sweeps.md): a sweep spec is expanded into trials here,
+// every trial validated and routed like a submitted job, and the sweep
+// with all its trials, their routes and ledger records stored in one
+// store call (jobstore.CreateSweep). The leader's sweep duty
+// (sweep_duty.go) drives it from there.
+
+// sweepRequest is one sweep to admit: the parsed spec, and who and what
+// asks for it.
+type sweepRequest struct {
+	spec     *sweepspec.Sweep
+	id       string // the sweep's id (drawn, or derived from a schedule's tick)
+	idem     string // idempotency key, scoped ("" none)
+	p        principal
+	schedule string     // the schedule that made it ("" by hand)
+	tick     *time.Time // its tick
+}
+
+// sweepRefusedError is a sweep no backend may run (some trial refused):
+// nothing was stored.
+type sweepRefusedError struct{ reasons []string }
+
+func (e *sweepRefusedError) Error() string {
+	return "no backend may run some trials of the sweep; nothing was stored: " + strings.Join(e.reasons, "; ")
+}
+
+// sweepInvalidError is a sweep whose trials are not valid jobs here.
+type sweepInvalidError struct{ fields []jobspec.FieldError }
+
+func (e *sweepInvalidError) Error() string {
+	return jobspec.JoinFieldErrors("invalid sweep: ", e.fields)
+}
+
+// planSweep expands req's spec into its trials, normalises, checks and
+// routes each one over one snapshot (pure apart from the snapshot read):
+// the NewSweep to store. A trial no backend may run refuses the sweep.
+func (s *Scheduler) planSweep(ctx context.Context, req sweepRequest) (jobstore.NewSweep, []routing.Decision, error) {
+	trials, err := req.spec.Expand()
+	if err != nil {
+		var ve *jobspec.ValidationError
+		if errors.As(err, &ve) {
+			return jobstore.NewSweep{}, nil, &sweepInvalidError{fields: ve.Errors}
+		}
+		return jobstore.NewSweep{}, nil, &sweepInvalidError{fields: []jobspec.FieldError{{Message: err.Error()}}}
+	}
+	var fields []jobspec.FieldError
+	for i := range trials {
+		trials[i].Spec.Normalize(s.cfg.Defaults)
+		for _, fe := range s.admissible(trials[i].Spec) {
+			fields = append(fields, prefixField(fmt.Sprintf("trials[%d]", i), fe))
+		}
+	}
+	if len(fields) > 0 {
+		return jobstore.NewSweep{}, nil, &sweepInvalidError{fields: fields}
+	}
+	rs := s.routing()
+	snap, err := s.snapshotFor(ctx, rs, Assumptions{})
+	if err != nil {
+		return jobstore.NewSweep{}, nil, err
+	}
+	ns := jobstore.NewSweep{Sweep: sweepRecord(req), IdempotencyKey: req.idem, Trials: make([]jobstore.NewTrial, len(trials))}
+	sj, err := encodeSnapshot(snap)
+	if err != nil {
+		return jobstore.NewSweep{}, nil, err
+	}
+	ds := make([]routing.Decision, len(trials))
+	frac := firstRungShare(req.spec)
+	var refused []string
+	for i, t := range trials {
+		id := jobstore.TrialID(req.id, i)
+		out := strings.TrimRight(t.Spec.Output.URI, "/") + "/" + id
+		rj := routingJob(t.Spec, id, req.p.Team, out)
+		d := routing.Decide(rj, snap)
+		ds[i] = d
+		if d.Refused {
+			for _, why := range d.Reasons {
+				refused = append(refused, fmt.Sprintf("trials[%d]: %s", i, why))
+			}
+			continue
+		}
+		nj := jobstore.NewJob{ID: id, Spec: t.Spec, OutputURI: out, Submitter: req.p.Name, Team: req.p.Team,
+			Route: routeInfo(d, rs, "sweep", 1, 0, snap.Now)}
+		if s.cfg.Ledger != nil {
+			if nj.Records, err = decisionRecordsOn(rs, req.p, "sweep", t.Spec.Name, 1, rj, sj, d); err != nil {
+				return jobstore.NewSweep{}, nil, err
+			}
+		}
+		ns.Trials[i] = jobstore.NewTrial{Job: nj, Index: i, Params: t.Params, StopAtStep: firstStopAt(req.spec),
+			EstUSD: d.EstCostUSD * frac, EstGPUHours: float64(t.Spec.Resources.GPUs) * d.EstRuntime.Hours() * frac}
+	}
+	if len(refused) > 0 {
+		return jobstore.NewSweep{}, ds, &sweepRefusedError{reasons: refused}
+	}
+	return ns, ds, nil
+}
+
+// sweepRecord is the record of the sweep req asks for.
+func sweepRecord(req sweepRequest) jobtype.Sweep {
+	sp := req.spec
+	return jobtype.Sweep{ID: req.id, Name: sp.Name, Search: sp.Search.Kind, Metric: sp.Objective.Metric, Goal: sp.Objective.Goal,
+		Trials: sp.Search.Trials, MaxParallel: sp.MaxParallel, BudgetUSD: sp.BudgetUSD, BudgetGPUHours: sp.BudgetGPUHours,
+		Submitter: req.p.Name, Team: req.p.Team, Schedule: req.schedule, Tick: req.tick, Spec: sp.JSON()}
+}
+
+// ashaRungs are an ASHA sweep's rungs (nil for other searches).
+func ashaRungs(sp *sweepspec.Sweep) []int {
+	if sp.Search.Kind != sweepspec.SearchASHA || sp.Search.ASHA == nil {
+		return nil
+	}
+	a := sp.Search.ASHA
+	return sweep.Rungs(a.MinSteps, a.MaxSteps, a.ReductionFactor)
+}
+
+// firstStopAt is the first attempt's step limit: ASHA's first rung (0 for
+// other searches, or when there is one rung).
+func firstStopAt(sp *sweepspec.Sweep) int {
+	if r := ashaRungs(sp); len(r) > 1 {
+		return r[0]
+	}
+	return 0
+}
+
+// firstRungShare is the share of a full run's cost the first attempt
+// reserves: ASHA's first rung's steps over the last's (1 otherwise).
+func firstRungShare(sp *sweepspec.Sweep) float64 {
+	if r := ashaRungs(sp); len(r) > 1 {
+		return float64(r[0]) / float64(r[len(r)-1])
+	}
+	return 1
+}
+
+// admitSweep plans and stores the sweep req asks for, then reserves the
+// admitted trials' estimates against their backends' and teams' monthly
+// budgets (as a submit does) and wakes the placer.
+func (s *Scheduler) admitSweep(ctx context.Context, req sweepRequest) (*jobtype.Sweep, bool, error) {
+	ns, ds, err := s.planSweep(ctx, req)
+	if err != nil {
+		return nil, false, err
+	}
+	if hold := s.cfg.TestHoldScheduledSweep; hold > 0 && req.schedule != "" {
+		// A test hook (lathed: LATHE_TEST_HOLD_SCHEDULED_SWEEP): the sweep
+		// is expanded, nothing of it is stored, and the test kills this
+		// leader now.
+		s.log.Warn("test hook: holding a planned scheduled sweep before storing it", slog.String("sweep_id", req.id), slog.Duration("hold", hold))
+		select {
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-time.After(hold):
+		}
+	}
+	sw, existed, err := s.store.CreateSweep(ctx, s.cfg.Ledger, ns)
+	if err != nil {
+		return nil, false, err
+	}
+	if !existed {
+		s.reserveAdmitted(ctx, sw.ID, ds)
+		s.Wake()
+	}
+	return sw, existed, nil
+}
+
+// reserveAdmitted reserves the monthly budgets of a sweep's active trials
+// (a trial reserves once: reserving again is a no-op). ds are the trials'
+// decisions when the caller has them (nil: read from each trial's route).
+func (s *Scheduler) reserveAdmitted(ctx context.Context, sweepID string, ds []routing.Decision) {
+	sets, err := s.store.SweepSetsOf(ctx, sweepID)
+	if err != nil {
+		s.log.Warn("sweep: read active trials", slog.String("sweep_id", sweepID), slog.Any("err", err))
+		return
+	}
+	jobs, err := s.store.GetMany(ctx, sets.ActiveIDs)
+	if err != nil {
+		return
+	}
+	rs := s.routing()
+	for _, j := range jobs {
+		if j == nil || j.Trial == nil || j.BudgetReservedUSD > 0 || j.State.Terminal() {
+			continue
+		}
+		var d routing.Decision
+		if ds != nil && j.Trial.Index < len(ds) {
+			d = ds[j.Trial.Index]
+		} else if j.Route != nil {
+			d = routing.Decision{Backend: j.Route.Backend, EstCostUSD: j.Route.EstCostUSD}
+		}
+		s.reserveBudget(ctx, rs, j, d)
+	}
+}
+
+// maxSubmitLeaderboard is the most trials a submit's answer lists (its
+// leaderboard); a bigger sweep's answer carries the record alone (GET
+// /api/v1/sweeps/{id} lists them).
+const maxSubmitLeaderboard = 1000
+
+// submitSweep is POST /api/v1/sweeps: a sweep spec (YAML or JSON, its
+// base job inline), stored with all its trials, 201 with its status (200
+// when an Idempotency-Key names a sweep stored before). dry_run=true
+// expands and routes without storing.
+func (s *Scheduler) submitSweep(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readBody(w, r, s.cfg.MaxBodyBytes*16)
+	if !ok {
+		return
+	}
+	sp, err := sweepspec.Parse(body, sweepspec.Options{})
+	if err != nil {
+		s.sweepError(w, r, err)
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > 200 {
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "Idempotency-Key longer than 200 bytes", Code: "invalid"})
+		return
+	}
+	dry, ok := boolParam(w, r, "dry_run")
+	if !ok {
+		return
+	}
+	p := principalOf(r)
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	req := sweepRequest{spec: sp, id: jobstore.NewSweepID(time.Now()), p: p}
+	if key != "" {
+		req.idem = idemScope(p) + key
+	}
+	if dry {
+		s.dryRunSweep(ctx, w, r, req)
+		return
+	}
+	sw, existed, err := s.admitSweep(ctx, req)
+	if err != nil {
+		s.sweepError(w, r, err)
+		return
+	}
+	st := wire.SweepStatus{Sweep: sw}
+	if sw.Trials <= maxSubmitLeaderboard {
+		if st, err = s.sweepStatus(ctx, sw); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	status := http.StatusCreated
+	if existed {
+		status = http.StatusOK
+	}
+	s.log.Info("sweep accepted", slog.String("sweep_id", sw.ID), slog.String("name", sw.Name), slog.Int("trials", sw.Trials), slog.Bool("existing", existed))
+	writeJSON(w, status, st)
+}
+
+// dryRunSweep answers the trials a sweep would make and their routes.
+func (s *Scheduler) dryRunSweep(ctx context.Context, w http.ResponseWriter, r *http.Request, req sweepRequest) {
+	ns, _, err := s.planSweep(ctx, req)
+	if err != nil {
+		s.sweepError(w, r, err)
+		return
+	}
+	out := wire.SweepDryRun{DryRun: true, Search: req.spec.Search.Kind, Trials: make([]wire.DryRunTrial, len(ns.Trials))}
+	for i, t := range ns.Trials {
+		out.Trials[i] = wire.DryRunTrial{Index: i, Params: t.Params, Route: t.Job.Route}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// sweepError answers an admission error: 400 with the fields, 422 with
+// the refusals, else as fail does.
+func (s *Scheduler) sweepError(w http.ResponseWriter, r *http.Request, err error) {
+	var ve *jobspec.ValidationError
+	var ie *sweepInvalidError
+	var re *sweepRefusedError
+	switch {
+	case errors.As(err, &ve):
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid sweep spec", Code: "invalid", Fields: ve.Errors})
+	case errors.As(err, &ie):
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid sweep: some trials are not valid jobs here; nothing was stored", Code: "invalid", Fields: ie.fields})
+	case errors.As(err, &re):
+		writeJSON(w, http.StatusUnprocessableEntity, wire.BatchRefusal{Error: "no backend may run some trials of the sweep; nothing was stored",
+			Code: wire.CodeRefused, Reasons: re.reasons})
+	default:
+		s.fail(w, r, err)
+	}
+}

@@ -1,0 +1,233 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/wire"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
+	"github.com/lathe-ml/lathe/scheduler/sweep"
+)
+
+// maySeeSweep reports whether p may read sweep sw (its team's, as jobs).
+func maySeeSweep(p principal, sw *jobtype.Sweep) bool {
+	return p.Role == RoleAdmin || p.AllTeams || sw.Team == p.Team
+}
+
+// sweepFor reads the sweep of the request's {id} that p may read, or
+// answers 404 (the same for one that exists and one p may not read).
+func (s *Scheduler) sweepFor(ctx context.Context, w http.ResponseWriter, r *http.Request) (*jobtype.Sweep, bool) {
+	id := r.PathValue("id")
+	if !jobstore.ValidSweepID(id) {
+		writeJSON(w, http.StatusNotFound, wire.Error{Error: "sweep " + strconv.Quote(id) + " not found", Code: "not_found"})
+		return nil, false
+	}
+	sw, err := s.store.GetSweep(ctx, id)
+	if err == nil && !maySeeSweep(principalOf(r), sw) {
+		err = jobstore.ErrNotFound
+	}
+	if err != nil {
+		if errors.Is(err, jobstore.ErrNotFound) {
+			writeJSON(w, http.StatusNotFound, wire.Error{Error: "sweep " + id + " not found", Code: "not_found"})
+			return nil, false
+		}
+		s.fail(w, r, err)
+		return nil, false
+	}
+	return sw, true
+}
+
+// getSweep is GET /api/v1/sweeps/{id}: the record and the leaderboard.
+func (s *Scheduler) getSweep(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	sw, ok := s.sweepFor(ctx, w, r)
+	if !ok {
+		return
+	}
+	st, err := s.sweepStatus(ctx, sw)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// sweepStatus reads every trial of sw: the counts by state and the
+// leaderboard, best first (sweep.Rank).
+func (s *Scheduler) sweepStatus(ctx context.Context, sw *jobtype.Sweep) (wire.SweepStatus, error) {
+	jobs, err := s.store.SweepTrials(ctx, sw.ID, 0, 0)
+	if err != nil {
+		return wire.SweepStatus{}, err
+	}
+	rs := s.routing()
+	sw.Counts = map[jobtype.State]int{}
+	byID := make(map[string]*jobtype.Job, len(jobs))
+	trials := make([]sweep.Trial, 0, len(jobs))
+	for _, j := range jobs {
+		if j == nil || j.Trial == nil {
+			continue
+		}
+		sw.Counts[j.State]++
+		byID[j.ID] = j
+		trials = append(trials, rankView(j, sw.Metric))
+	}
+	st := wire.SweepStatus{Sweep: sw, Leaderboard: make([]wire.TrialRow, 0, len(trials))}
+	for _, t := range sweep.Rank(sw.Goal, trials) {
+		j := byID[t.ID]
+		row := trialRow(rs, j, t)
+		if row.Objective != nil && st.Best == "" {
+			st.Best = j.ID
+		}
+		if row.Objective != nil && j.State == jobtype.StateSucceeded && st.BestSucceeded == "" {
+			st.BestSucceeded = j.ID
+		}
+		st.Leaderboard = append(st.Leaderboard, row)
+	}
+	return st, nil
+}
+
+// rankView is a trial as the leaderboard ranks it: its last objective
+// value (the record's metric) at the step it reached.
+func rankView(j *jobtype.Job, metric string) sweep.Trial {
+	t := sweep.Trial{ID: j.ID, Index: j.Trial.Index, State: j.State, Rung: j.Trial.Rung, StopAtStep: j.Trial.StopAtStep}
+	if v, ok := j.Metrics[metric]; ok {
+		t.History = []sweep.Point{{Step: j.Progress.Step, Value: v}}
+	}
+	return t
+}
+
+// trialRow is one leaderboard row.
+func trialRow(rs *routeState, j *jobtype.Job, t sweep.Trial) wire.TrialRow {
+	usd, gpuh := jobUsage(rs.cfg, j)
+	row := wire.TrialRow{ID: j.ID, Index: j.Trial.Index, Params: j.Trial.Params, State: j.State, Reason: j.Reason,
+		Gate: j.Trial.Gate, Rung: j.Trial.Rung, GPUHours: gpuh, CostUSD: usd, Started: j.StartedAt, Finished: j.FinishedAt}
+	if v, ok := sweep.Objective(t.History); ok {
+		row.Objective, row.Step = &v, t.History[len(t.History)-1].Step
+	}
+	return row
+}
+
+// jobUsage is a job's cost and GPU-hours so far: what cloud attempts
+// added to its record, plus a local attempt's GPU-hours (started to
+// finished, or to now while it runs, × its GPUs) × its backend's price.
+func jobUsage(cfg routecfg.Config, j *jobtype.Job) (usd, gpuHours float64) {
+	usd = j.CostUSD
+	if j.StartedAt == nil || j.Route == nil {
+		return usd, 0
+	}
+	end := j.UpdatedAt
+	if j.FinishedAt != nil {
+		end = *j.FinishedAt
+	}
+	h := end.Sub(*j.StartedAt).Hours()
+	if h < 0 {
+		h = 0
+	}
+	gpuHours = h * float64(j.Spec.Resources.GPUs)
+	if b, ok := cfg.Backend(j.Route.Backend); ok && b.Kind == routecfg.KindLocal {
+		usd += gpuHours * b.USDPerGPUHour()
+	}
+	return usd, gpuHours
+}
+
+// listSweeps is GET /api/v1/sweeps: the sweeps the token may read, newest
+// first.
+func (s *Scheduler) listSweeps(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	cursor := q.Get("cursor")
+	if cursor != "" && !jobstore.ValidSweepID(cursor) {
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad cursor", Code: "invalid",
+			Fields: []jobspec.FieldError{{Field: "cursor", Value: cursor, Message: "not a sweep id"}}})
+		return
+	}
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	p := principalOf(r)
+	sws, next, err := s.store.ListSweeps(ctx, cursor, 100)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := wire.SweepList{Sweeps: []*jobtype.Sweep{}, NextCursor: next}
+	for _, sw := range sws {
+		if maySeeSweep(p, sw) {
+			out.Sweeps = append(out.Sweeps, sw)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// cancelSweep is POST /api/v1/sweeps/{id}/cancel: the sweep and every
+// trial that has not ended (jobstore.CancelSweep); running trials are
+// told through the cancel fast path, as a job's cancel.
+func (s *Scheduler) cancelSweep(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	sw, ok := s.sweepFor(ctx, w, r)
+	if !ok {
+		return
+	}
+	if p := principalOf(r); !(p.Role == RoleAdmin || (p.Role == RoleSubmitter && sw.Team == p.Team)) {
+		writeJSON(w, http.StatusForbidden, wire.Error{Error: "sweep " + sw.ID + " belongs to another team", Code: "forbidden"})
+		return
+	}
+	n, err := s.store.CancelSweep(ctx, sw.ID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if sets, err := s.store.SweepSetsOf(ctx, sw.ID); err == nil {
+		jobs, _ := s.store.GetMany(ctx, sets.ActiveIDs)
+		for _, j := range jobs {
+			if j != nil && (j.State == jobtype.StateDispatched || j.State == jobtype.StateRunning) {
+				s.cancelFastPath(ctx, j, j.State)
+			}
+		}
+	}
+	s.Wake()
+	if sw, err = s.store.GetSweep(ctx, sw.ID); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.SweepCancelled{Sweep: sw, Trials: n})
+}
+
+// listSweepTrials is GET /api/v1/jobs?sweep=ID: the sweep's trials in
+// index order from cursor (a trial id), limit at a time.
+func (s *Scheduler) listSweepTrials(ctx context.Context, p principal, sweepID, cursor string, st jobtype.State, limit int) ([]*jobtype.Job, string, error) {
+	sw, err := s.store.GetSweep(ctx, sweepID)
+	if err != nil || !maySeeSweep(p, sw) {
+		return []*jobtype.Job{}, "", nil
+	}
+	from := 0
+	if cursor != "" {
+		prefix := strings.TrimSuffix(jobstore.TrialID(sweepID, 0), "00000")
+		n, err := strconv.Atoi(strings.TrimPrefix(cursor, prefix))
+		if !strings.HasPrefix(cursor, prefix) || err != nil || n < 0 {
+			return []*jobtype.Job{}, "", nil
+		}
+		from = n + 1
+	}
+	jobs, err := s.store.SweepTrials(ctx, sweepID, from, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]*jobtype.Job, 0, len(jobs))
+	for _, j := range jobs {
+		if j != nil && (st == "" || j.State == st) {
+			out = append(out, j)
+		}
+	}
+	next := ""
+	if len(jobs) == limit && from+limit < sw.Trials {
+		next = jobstore.TrialID(sweepID, from+limit-1)
+	}
+	return out, next, nil
+}
