@@ -71,6 +71,7 @@ func printJob(w io.Writer, j *jobtype.Job, now time.Time) error {
 		{"Name", j.Name},
 		{"State", stateCell(j)},
 	}
+	rows = append(rows, trialRows(j.Trial)...)
 	rows = append(rows, waitRows(j.Wait, now)...)
 	rows = append(rows, placementRows(j)...)
 	rows = append(rows, [][2]string{
@@ -97,6 +98,25 @@ func printJob(w io.Writer, j *jobtype.Job, now time.Time) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d bytes\tsha256 %s\n", label, a.Path, a.Bytes, orDash(sum))
 	}
 	return tw.Flush()
+}
+
+// trialRows are a sweep trial's sweep, index, parameters, ASHA rung and
+// why it waits for its sweep (none for a plain job).
+func trialRows(t *jobtype.TrialInfo) [][2]string {
+	if t == nil {
+		return nil
+	}
+	rows := [][2]string{
+		{"Sweep", fmt.Sprintf("%s, trial %d (rung %d)", t.SweepID, t.Index, t.Rung)},
+		{"Params", fmtParams(t.Params)},
+	}
+	if t.Gate != "" {
+		rows = append(rows, [2]string{"Waits for", "the sweep: " + t.Gate})
+	}
+	if t.StopRequested != "" {
+		rows = append(rows, [2]string{"Stop asked", t.StopRequested})
+	}
+	return rows
 }
 
 // stateCell is a job's state with why, and a cancel or preemption on its

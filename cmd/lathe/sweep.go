@@ -171,7 +171,7 @@ func sweepLine(st *wire.SweepStatus) string {
 	if st.Sweep.Stalled != "" {
 		line += "; " + st.Sweep.Stalled
 	}
-	return line
+	return termSafe(line)
 }
 
 // fmtParams writes a trial's parameters as path=value, in order.
@@ -205,11 +205,11 @@ func (a *app) printSweep(st *wire.SweepStatus) error {
 	}
 	sw := st.Sweep
 	fmt.Fprintf(a.stdout, "sweep %s (%s): %s, %s search, %d trials, max_parallel %d, objective %s %s\n",
-		sw.ID, sw.Name, sw.State, sw.Search, sw.Trials, sw.MaxParallel, sw.Goal, sw.Metric)
+		sw.ID, termSafe(sw.Name), sw.State, sw.Search, sw.Trials, sw.MaxParallel, sw.Goal, termSafe(sw.Metric))
 	fmt.Fprintf(a.stdout, "cost: $%.2f spent, $%.2f reserved%s; GPU-hours: %.2f spent, %.2f reserved%s\n",
 		sw.SpentUSD, sw.ReservedUSD, budgetOf(sw.BudgetUSD, "$%.2f"), sw.SpentGPUHours, sw.ReservedGPUHours, budgetOf(sw.BudgetGPUHours, "%.2f"))
 	if sw.Stalled != "" {
-		fmt.Fprintf(a.stdout, "admitting stopped: %s\n", sw.Stalled)
+		fmt.Fprintf(a.stdout, "admitting stopped: %s\n", termSafe(sw.Stalled))
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "RANK\tTRIAL\tPARAMS\tSTATE\tRUNG\t%s\tSTEP\tGPU-H\tCOST\n", strings.ToUpper(sw.Metric))
@@ -224,7 +224,7 @@ func (a *app) printSweep(st *wire.SweepStatus) error {
 		} else if r.Gate != "" {
 			state += " (waits: " + r.Gate + ")"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%d\t%.3f\t$%.2f\n", i+1, r.ID, fmtParams(r.Params), state, r.Rung, obj, r.Step, r.GPUHours, r.CostUSD)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%d\t%.3f\t$%.2f\n", i+1, r.ID, termSafe(fmtParams(r.Params)), termSafe(state), r.Rung, obj, r.Step, r.GPUHours, r.CostUSD)
 	}
 	return tw.Flush()
 }
@@ -307,7 +307,7 @@ func printSweepList(w io.Writer, sws []*jobtype.Sweep, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tSEARCH\tTRIALS\tSPENT\tAGE")
 	for _, sw := range sws {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t$%.2f\t%s\n", sw.ID, sw.Name, sw.State, sw.Search, sw.Trials, sw.SpentUSD, fmtAge(now.Sub(sw.CreatedAt)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t$%.2f\t%s\n", sw.ID, termSafe(sw.Name), sw.State, sw.Search, sw.Trials, sw.SpentUSD, fmtAge(now.Sub(sw.CreatedAt)))
 	}
 	return tw.Flush()
 }
