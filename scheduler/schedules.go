@@ -7,11 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/specpath"
 	"github.com/lathe-ml/lathe/scheduler/schedule"
 )
 
@@ -210,7 +212,7 @@ func (d *scheduleDuty) startJob(ctx context.Context, sch schedule.Schedule, id s
 	if err != nil {
 		return false, fmt.Errorf("job file %s: %w", sch.File, err)
 	}
-	spec, err := jobspec.Parse(body)
+	spec, err := jobspec.Parse(specpath.Resolve(body, filepath.Dir(sch.File)))
 	if err != nil {
 		return false, fmt.Errorf("job file %s: %w", sch.File, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/lathe-ml/lathe/internal/specpath"
 	"github.com/lathe-ml/lathe/internal/sweepspec"
 	"github.com/lathe-ml/lathe/scheduler/schedule"
 )
@@ -28,7 +29,11 @@ func (s *Scheduler) startScheduledSweep(ctx context.Context, sch schedule.Schedu
 		if !filepath.IsAbs(path) {
 			path = filepath.Join(dir, path)
 		}
-		return readLimited(path, maxScheduledFile)
+		b, err := readLimited(path, maxScheduledFile)
+		if err != nil {
+			return nil, err
+		}
+		return specpath.Resolve(b, filepath.Dir(path)), nil
 	}})
 	if err != nil {
 		return fmt.Errorf("sweep file %s: %w", sch.File, err)

@@ -370,3 +370,42 @@ func mustLoc(t *testing.T, name string) *time.Location {
 	}
 	return loc
 }
+
+// TestNightlyExampleAdmitsItsSweep: the schedule of
+// configs/examples/nightly.yaml, started for a tick as the schedule duty
+// starts it, admits configs/examples/sweep-grid.yaml as the tick's sweep
+// (its derived id, the schedule's principal): 6 trials, each with the demo
+// job's data paths resolved against the job file's folder; a second start
+// of the same tick stores nothing new.
+func TestNightlyExampleAdmitsItsSweep(t *testing.T) {
+	r := newSchedRig(t, 1)
+	s := r.ss[0]
+	root, _ := filepath.Abs("..")
+	ex := filepath.Join(root, "configs", "examples")
+	sch := schedule.Schedule{Name: "nightly-tiny-grid", Kind: schedule.KindSweep, File: filepath.Join(ex, "sweep-grid.yaml")}
+	tick := time.Date(2026, 12, 4, 2, 0, 0, 0, time.UTC)
+	id := jobstore.TickID("s-", sch.Name, tick)
+	ctx := context.Background()
+	for range 2 {
+		if err := s.startScheduledSweep(ctx, sch, id, tick); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sw, err := s.store.GetSweep(ctx, id)
+	if err != nil || sw.Trials != 6 || sw.Schedule != sch.Name || sw.Tick == nil || !sw.Tick.Equal(tick) || sw.Submitter != "schedule:"+sch.Name {
+		t.Fatalf("the night's sweep: %+v, %v", sw, err)
+	}
+	jobs, err := s.store.SweepTrials(ctx, id, 0, 0)
+	if err != nil || len(jobs) != 6 {
+		t.Fatalf("%d trials (%v), want 6", len(jobs), err)
+	}
+	want := fileuri.FromPath(filepath.Join(ex, "data", "tiny-train.jsonl"))
+	for _, j := range jobs {
+		if j.Spec.Dataset != want {
+			t.Errorf("trial %s dataset %q, want %q (resolved against the job file's folder)", j.ID, j.Spec.Dataset, want)
+		}
+	}
+	if n, _ := s.store.Redis().ZCard(ctx, "lathe:jobs").Result(); n != 6 {
+		t.Errorf("the store holds %d jobs after two starts of one tick, want 6", n)
+	}
+}

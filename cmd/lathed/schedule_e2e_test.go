@@ -315,3 +315,16 @@ func tickFloor(t time.Time, every time.Duration) time.Time {
 	d := every.Milliseconds()
 	return time.UnixMilli(t.UnixMilli() / d * d)
 }
+
+// TestNightlyExampleConfigLoads: configs/examples/nightly.yaml is a
+// config lathed loads, with its one sweep schedule's file resolved.
+func TestNightlyExampleConfigLoads(t *testing.T) {
+	p := filepath.Join(repoRoot(t), "configs", "examples", "nightly.yaml")
+	fc, err := loadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fc.schedules) != 1 || fc.schedules[0].Kind != "sweep" || fc.schedules[0].File != filepath.Join(filepath.Dir(p), "sweep-grid.yaml") {
+		t.Fatalf("schedules: %+v", fc.schedules)
+	}
+}
