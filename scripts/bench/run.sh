@@ -6,12 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bt="${1:-3s}"
-out=$(go test -run '^$' -bench 'SubmitAPI|SubmitBatchAPI|HTTPFloor|EnqueueRaw|SubmitToStart' -benchtime "$bt" -count 3 ./scheduler/ 2>&1)
+out=$(go test -run '^$' -bench 'SubmitAPI|SubmitBatchAPI|HTTPFloor|EnqueueRaw$|SubmitToStart' -benchtime "$bt" -count 3 ./scheduler/ 2>&1)
 echo "$out" | grep -E '^(Benchmark|cpu|goos|goarch|ok|FAIL)'
 echo "$out" | awk '
   /^BenchmarkSubmitAPI/   { for (i=1;i<=NF;i++) if ($(i+1)=="submits/s")  { api+=$i; na++ } }
   /^BenchmarkSubmitBatchAPI/ { for (i=1;i<=NF;i++) if ($(i+1)=="submits/s") { bat+=$i; nb++ } }
-  /^BenchmarkEnqueueRaw/  { for (i=1;i<=NF;i++) if ($(i+1)=="enqueues/s") { raw+=$i; nr++ } }
+  /^BenchmarkEnqueueRaw-/ { for (i=1;i<=NF;i++) if ($(i+1)=="enqueues/s") { raw+=$i; nr++ } }
   /^BenchmarkHTTPFloor/   { for (i=1;i<=NF;i++) if ($(i+1)=="requests/s") { fl+=$i; nf++ } }
   /^BenchmarkSubmitToStart/ { for (i=1;i<=NF;i++) if ($(i+1)=="p50-ms") { p50[++np]=$i } }
   END {
