@@ -47,6 +47,14 @@ func (d *sweeper) drive(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	if sw.State == jobtype.SweepCancelled {
+		// Its trials end as their cancels land: settle them, then let it go.
+		if err := d.settle(ctx, sw); err != nil {
+			return err
+		}
+		_, err := s.store.FinishSweep(ctx, id)
+		return err
+	}
 	if sw.State != jobtype.SweepRunning {
 		return nil
 	}

@@ -58,12 +58,14 @@ stored; a bad field is named with its trial.`,
 
 // readSweep reads a sweep file with its base job inline.
 func (a *app) readSweep(file string) ([]byte, error) {
-	data, err := os.ReadFile(file)
+	f, err := os.Open(file)
 	if err != nil {
 		return nil, usageErrorf("read sweep spec: %w", err)
 	}
-	if len(data) > 16*jobspec.MaxSpecBytes {
-		return nil, usageErrorf("%s: over %d bytes", file, 16*jobspec.MaxSpecBytes)
+	data, err := readBounded(f, file) // the API's limit; /dev/zero is read no further
+	f.Close()
+	if err != nil {
+		return nil, err
 	}
 	dir := filepath.Dir(file)
 	body, err := sweepspec.Inline(data, func(path string) ([]byte, error) {

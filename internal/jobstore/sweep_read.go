@@ -108,7 +108,9 @@ func (s *Store) ListSweeps(ctx context.Context, cursor string, limit int) (sweep
 	return sweeps, next, nil
 }
 
-// RunningSweeps lists the ids of the sweeps whose state is running.
+// RunningSweeps lists the ids of the sweeps the sweep duty walks: those
+// whose state is running, and cancelled ones until their admitted trials
+// are settled (FinishSweep takes them out).
 func (s *Store) RunningSweeps(ctx context.Context) ([]string, error) {
 	ids, err := s.rdb.SMembers(ctx, s.key("sweeps", "running")).Result()
 	if err != nil {
@@ -151,8 +153,10 @@ func (s *Store) SweepSetsOf(ctx context.Context, sweepID string) (SweepSets, err
 }
 
 // FinishSweep marks a running sweep done once its waiting, active and
-// paused sets are empty (checked in the script; false when they are not,
-// or when the sweep was cancelled). A sweep done before answers true.
+// paused sets are empty (checked in the script; false when they are not),
+// and takes it out of RunningSweeps; a cancelled sweep whose sets are
+// empty leaves RunningSweeps, still cancelled (true). A sweep done before
+// answers true.
 func (s *Store) FinishSweep(ctx context.Context, sweepID string) (bool, error) {
 	res, err := finishSweepScript.Run(ctx, s.rdb, nil, s.cfg.Prefix, sweepID, ms(s.now())).Slice()
 	if err != nil {

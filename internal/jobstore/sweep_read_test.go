@@ -15,9 +15,10 @@ import (
 // TestCancelSweep: cancelling a sweep of more trials than one script
 // takes cancels every waiting, admitted and paused trial at once (reason
 // cancelled, error "sweep cancelled"), asks the running ones (a stop asked
-// before is dropped), leaves ended trials alone, and takes the sweep out
-// of the running sweeps; a second call finds nothing more to do; a done
-// sweep is refused.
+// before is dropped), leaves ended trials alone, and keeps the sweep in the
+// walked sweeps until its admitted trials are settled (then FinishSweep
+// takes it out, still cancelled); a second call finds nothing more to do;
+// a done sweep is refused.
 func TestCancelSweep(t *testing.T) {
 	b := setup(t)
 	ctx, s := b.ctx, b.store
@@ -47,8 +48,12 @@ func TestCancelSweep(t *testing.T) {
 	if got.State != jobtype.SweepCancelled || got.FinishedAt == nil {
 		t.Fatalf("sweep: %+v", got)
 	}
-	if running, _ := s.RunningSweeps(ctx); len(running) != 0 {
-		t.Fatalf("running sweeps: %v", running)
+	// The duty still walks it, to settle the admitted trials' reservations.
+	if running, _ := s.RunningSweeps(ctx); len(running) != 1 {
+		t.Fatalf("walked sweeps after the cancel: %v, want the cancelled one", running)
+	}
+	if done, err := s.FinishSweep(ctx, sw.ID); done || err != nil {
+		t.Fatalf("finish of a cancelled sweep with unsettled trials: %v %v", done, err)
 	}
 	trials, _ := s.SweepTrials(ctx, sw.ID, 0, 0)
 	for i, j := range trials {
@@ -80,6 +85,24 @@ func TestCancelSweep(t *testing.T) {
 	}
 	if n, err := s.CancelSweep(ctx, sw.ID); err != nil || n != 1 {
 		t.Fatalf("cancel again: %d %v (trial 0 still running, asked again)", n, err)
+	}
+	if err := s.Requeue(ctx, trial(0), 1, "interrupted", ""); err != nil {
+		t.Fatal(err)
+	}
+	sets, _ := s.SweepSetsOf(ctx, sw.ID)
+	for _, id := range sets.ActiveIDs {
+		if err := s.SettleTrial(ctx, sw.ID, id, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := s.FinishSweep(ctx, sw.ID); !ok || err != nil {
+		t.Fatalf("finish of a cancelled sweep, every trial settled: %v %v", ok, err)
+	}
+	if running, _ := s.RunningSweeps(ctx); len(running) != 0 {
+		t.Fatalf("walked sweeps: %v, want none", running)
+	}
+	if got, _ := s.GetSweep(ctx, sw.ID); got.State != jobtype.SweepCancelled {
+		t.Fatalf("a cancelled sweep once settled is %s", got.State)
 	}
 	done, _, _ := s.CreateSweep(ctx, nil, sweepOf(1, nil))
 	if _, err := s.Stop(ctx, jobstore.TrialID(done.ID, 0), jobtype.ReasonSweepBudget, ""); err != nil {

@@ -124,7 +124,8 @@ return found
 `)
 
 // finishSweepScript marks a running sweep done when its waiting, active
-// and paused sets are all empty (FinishSweep).
+// and paused sets are all empty, and takes it (or a cancelled sweep whose
+// trials are all settled) out of sweeps:running (FinishSweep).
 //
 //	ARGV[1]  prefix
 //	ARGV[2]  sweep id
@@ -138,17 +139,20 @@ local sk = sweepkey(sid)
 local st = redis.call('HGET', sk, 'state')
 if not st then return {NOT_FOUND, ''} end
 if st == 'done' then return {DONE, st} end
-if st ~= 'running' then return {CONFLICT, st} end
+if st ~= 'running' and st ~= 'cancelled' then return {CONFLICT, st} end
 local left = redis.call('ZCARD', sweepkey(sid, 'waiting')) + redis.call('SCARD', sweepkey(sid, 'active')) + redis.call('SCARD', sweepkey(sid, 'paused'))
 if left > 0 then return {CONFLICT, st} end
-redis.call('HSET', sk, 'state', 'done', 'finished_at', now, 'updated_at', now, 'stalled', '')
+if st == 'running' then
+  redis.call('HSET', sk, 'state', 'done', 'finished_at', now, 'updated_at', now, 'stalled', '')
+end
 redis.call('SREM', P .. 'sweeps:running', sid)
-return {DONE, 'done'}
+return {DONE, st == 'running' and 'done' or st}
 `)
 
 // cancelSweepScript cancels a sweep and one chunk of its trials
 // (CancelSweep calls it chunk by chunk): the first call moves the sweep
-// running → cancelled (out of sweeps:running); each call then takes up to
+// running → cancelled (it stays in sweeps:running until its trials are
+// settled: FinishSweep); each call then takes up to
 // count trials from index from: a queued (waiting or admitted) or paused
 // trial is cancelled at once (reason cancelled, error "sweep cancelled");
 // a dispatched, provisioning or running one gets cancel_requested (a stop
@@ -171,8 +175,9 @@ local st = redis.call('HGET', sk, 'state')
 if not st then return {NOT_FOUND, 0, 0} end
 if st == 'done' then return {CONFLICT, 0, 0} end
 if st == 'running' then
+  -- It stays in sweeps:running until the duty has settled its admitted
+  -- trials (FinishSweep takes it out).
   redis.call('HSET', sk, 'state', 'cancelled', 'finished_at', now, 'updated_at', now, 'stalled', '')
-  redis.call('SREM', P .. 'sweeps:running', sid)
 end
 local ids = redis.call('ZRANGEBYSCORE', sweepkey(sid, 'trials'), from, '+inf', 'LIMIT', 0, count)
 local n = 0
