@@ -77,7 +77,11 @@ func (c *Client) Get(ctx context.Context, id string) (*jobtype.Job, error) {
 // state; an empty cursor means the first page; limit ≤ 0 means the
 // scheduler's default (50). Pass the returned NextCursor to get the next page.
 func (c *Client) List(ctx context.Context, state, cursor string, limit int) (*JobList, error) {
-	q := url.Values{}
+	return c.listJobs(ctx, url.Values{}, state, cursor, limit)
+}
+
+// listJobs is GET /api/v1/jobs with q and the paging parameters.
+func (c *Client) listJobs(ctx context.Context, q url.Values, state, cursor string, limit int) (*JobList, error) {
 	if state != "" {
 		q.Set("state", state)
 	}

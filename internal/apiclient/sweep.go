@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/url"
-	"strconv"
 
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/wire"
@@ -70,22 +69,9 @@ func (c *Client) CancelSweep(ctx context.Context, id string) (*wire.SweepCancell
 // ListSweep returns one page of a sweep's trials in index order (GET
 // /api/v1/jobs?sweep=ID), optionally only those in state.
 func (c *Client) ListSweep(ctx context.Context, sweepID, state, cursor string, limit int) (*JobList, error) {
-	q := url.Values{"sweep": {sweepID}}
-	if state != "" {
-		q.Set("state", state)
-	}
-	if cursor != "" {
-		q.Set("cursor", cursor)
-	}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
-	}
-	var list JobList
-	if err := c.call(ctx, http.MethodGet, "/api/v1/jobs", q, nil, nil, &list); err != nil {
-		return nil, err
-	}
-	if list.Jobs == nil {
+	list, err := c.listJobs(ctx, url.Values{"sweep": {sweepID}}, state, cursor, limit)
+	if err == nil && list.Jobs == nil {
 		list.Jobs = []*jobtype.Job{}
 	}
-	return &list, nil
+	return list, err
 }

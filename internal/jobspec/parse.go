@@ -634,6 +634,10 @@ func isNull(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
 }
 
+// KindName names what n is, for messages: "a list", "a mapping", "a
+// number"… (the sweep spec's parser says it the same way).
+func KindName(n *yaml.Node) string { return kindName(n) }
+
 // kindName names what n is, for messages: "a list", "a mapping", "a number"…
 func kindName(n *yaml.Node) string {
 	switch n.Kind {

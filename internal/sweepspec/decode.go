@@ -65,7 +65,7 @@ func parseDocument(data []byte, what string) (*yaml.Node, []jobspec.FieldError) 
 	case isNull(root):
 		return nil, empty
 	case root.Kind != yaml.MappingNode:
-		return nil, []jobspec.FieldError{{Value: render(root), Message: what + " must be a mapping of fields, not " + kindName(root)}}
+		return nil, []jobspec.FieldError{{Value: render(root), Message: what + " must be a mapping of fields, not " + jobspec.KindName(root)}}
 	}
 	return root, nil
 }
@@ -189,7 +189,7 @@ func (d *decoder) fail(path string, n *yaml.Node, msg string) {
 // know (fn returns false for those: it reports nothing itself then).
 func (d *decoder) mapping(path string, n *yaml.Node, fn func(key, child string, v *yaml.Node) bool) bool {
 	if n.Kind != yaml.MappingNode {
-		d.fail(path, n, "must be a mapping, not "+kindName(n))
+		d.fail(path, n, "must be a mapping, not "+jobspec.KindName(n))
 		return false
 	}
 	seen := make(map[string]bool, len(n.Content)/2)
@@ -198,7 +198,7 @@ func (d *decoder) mapping(path string, n *yaml.Node, fn func(key, child string, 
 		child := join(path, jobspec.TruncateValue(k.Value))
 		switch {
 		case k.Kind != yaml.ScalarNode || k.Tag != "!!str":
-			d.fail(join(path, render(k)), v, "keys must be strings, not "+kindName(k))
+			d.fail(join(path, render(k)), v, "keys must be strings, not "+jobspec.KindName(k))
 		case seen[k.Value]:
 			d.fail(child, v, "duplicate key")
 		case isNull(v):
@@ -216,7 +216,7 @@ func (d *decoder) mapping(path string, n *yaml.Node, fn func(key, child string, 
 // str decodes a string.
 func (d *decoder) str(path string, n *yaml.Node) (string, bool) {
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
-		msg := "must be a string, not " + kindName(n)
+		msg := "must be a string, not " + jobspec.KindName(n)
 		if n.Kind == yaml.ScalarNode {
 			msg += " (put it in quotes)"
 		}
@@ -242,7 +242,7 @@ func (d *decoder) integer(path string, n *yaml.Node) (int64, bool) {
 	if ok && n.Tag == "!!int" {
 		d.fail(path, n, "must be an integer in the int64 range")
 	} else {
-		d.fail(path, n, "must be an integer, not "+kindName(n))
+		d.fail(path, n, "must be an integer, not "+jobspec.KindName(n))
 	}
 	return 0, false
 }
@@ -260,7 +260,7 @@ func (d *decoder) number(path string, n *yaml.Node) (float64, bool) {
 		}
 		return x, true
 	}
-	d.fail(path, n, "must be a number, not "+kindName(n))
+	d.fail(path, n, "must be a number, not "+jobspec.KindName(n))
 	return 0, false
 }
 
@@ -307,34 +307,6 @@ func join(path, key string) string {
 // isNull reports whether n is a YAML null (null, ~, or nothing at all).
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
 
-// kindName names what n is, for messages: "a list", "a mapping", "a number"…
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.AliasNode:
-		return "an alias"
-	case yaml.ScalarNode:
-		switch n.Tag {
-		case "!!str":
-			return "a string"
-		case "!!int":
-			return "an integer"
-		case "!!float":
-			return "a number"
-		case "!!bool":
-			return "a boolean"
-		case "!!null":
-			return "null"
-		case "!!timestamp":
-			return "a timestamp"
-		}
-		return "a value tagged " + jobspec.TruncateValue(n.Tag)
-	}
-	return "a document"
-}
 
 // render writes n back as short flow-style text for FieldError.Value, cut
 // to jobspec's 200 characters; its cost is bounded whatever the input.

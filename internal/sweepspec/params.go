@@ -170,7 +170,7 @@ func compatible(kind string, field fieldKind) bool {
 // scalars (string, number, boolean).
 func (d *decoder) values(path string, n *yaml.Node) ([]any, bool) {
 	if n.Kind != yaml.SequenceNode {
-		d.fail(path, n, "must be a list of values, not "+kindName(n))
+		d.fail(path, n, "must be a list of values, not "+jobspec.KindName(n))
 		return nil, false
 	}
 	if len(n.Content) == 0 || len(n.Content) > MaxValues {
@@ -187,7 +187,7 @@ func (d *decoder) values(path string, n *yaml.Node) ([]any, bool) {
 			good = false
 		}
 		if !good || v == nil {
-			d.fail(item, c, "must be a string, a finite number or a boolean, not "+kindName(c))
+			d.fail(item, c, "must be a string, a finite number or a boolean, not "+jobspec.KindName(c))
 			ok = false
 			continue
 		}

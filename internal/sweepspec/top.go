@@ -144,7 +144,7 @@ func (d *decoder) job(n *yaml.Node, opts Options) map[string]any {
 		return d.jobMapping("job", "", n)
 	}
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
-		d.fail("job", n, "must be the path of a job spec file, or a job spec mapping, not "+kindName(n))
+		d.fail("job", n, "must be the path of a job spec file, or a job spec mapping, not "+jobspec.KindName(n))
 		return nil
 	}
 	switch path := n.Value; {
@@ -224,7 +224,7 @@ func (d *decoder) generic(path string, n *yaml.Node) any {
 		ok = false
 	}
 	if !ok {
-		d.fail(path, n, "is "+kindName(n)+", which a job spec cannot hold (put a string in quotes)")
+		d.fail(path, n, "is "+jobspec.KindName(n)+", which a job spec cannot hold (put a string in quotes)")
 	}
 	return v
 }
