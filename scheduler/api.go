@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -88,6 +89,12 @@ func (s *Scheduler) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 // redisDown reports whether err means Redis could not be reached in time.
 func redisDown(err error) bool {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		// A file's error (a schedule's job file that is gone): not Redis,
+		// though *fs.PathError has the method set of a net.Error.
+		return false
+	}
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) ||
 		errors.Is(err, io.EOF) || errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||

@@ -312,14 +312,29 @@ func TestScheduleFailedStart(t *testing.T) {
 	}
 }
 
-// TestScheduleSweepKindIsStubbed: a sweep schedule's tick is recorded
-// failed with the stub's error until the sweep admission is built.
-func TestScheduleSweepKindIsStubbed(t *testing.T) {
+// TestScheduleSweepTick: a sweep schedule's tick whose sweep file is
+// missing is recorded failed, naming the file; once the file is there the
+// next tick admits its sweep under the tick's derived id, with every
+// trial, and records it started.
+func TestScheduleSweepTick(t *testing.T) {
 	r := newSchedRig(t, 1, schedule.Entry{Name: "sw", Cron: "@every 10s", Sweep: "sweep.yaml"})
 	r.passAt(t0.Add(time.Second))
 	if st := r.state(t, "sw"); st.Outcome != jobstore.TickFailed || st.Kind != "sweep" || !strings.HasPrefix(st.TickRunID, "s-") ||
-		!strings.Contains(st.Message, "not built yet") {
-		t.Fatalf("sweep tick: %+v", st)
+		!strings.Contains(st.Message, filepath.Join(r.dir, "sweep.yaml")) {
+		t.Fatalf("sweep tick without its file: %+v", st)
+	}
+	sweep := "name: sw\njob: job.yaml\nparameters:\n  lora.rank: {grid: [4, 8, 16]}\n"
+	if err := os.WriteFile(filepath.Join(r.dir, "sweep.yaml"), []byte(sweep), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.passAt(t0.Add(11 * time.Second))
+	st := r.state(t, "sw")
+	want := jobstore.TickID("s-", "sw", t0.Add(10*time.Second))
+	if st.Outcome != jobstore.TickStarted || st.RunID != want {
+		t.Fatalf("sweep tick with its file: %+v, want started as %s", st, want)
+	}
+	if sw, err := r.store.GetSweep(r.ctx, want); err != nil || sw.Trials != 3 || sw.Schedule != "sw" {
+		t.Fatalf("the tick's sweep: %+v, %v", sw, err)
 	}
 }
 
