@@ -307,7 +307,6 @@ func join(path, key string) string {
 // isNull reports whether n is a YAML null (null, ~, or nothing at all).
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
 
-
 // render writes n back as short flow-style text for FieldError.Value, cut
 // to jobspec's 200 characters; its cost is bounded whatever the input.
 func render(n *yaml.Node) string {
