@@ -119,8 +119,9 @@ func (w *concurrencyWatch) stop() (store, processes int) {
 	return w.store, w.processes
 }
 
-// TestSweepGridEndToEnd: a 3×2 grid of the tiny job with max_parallel 2 on
-// a pool that could run 6 at once (`lathed up --slots 6`): at most and at
+// TestSweepGridEndToEnd: configs/examples/sweep-grid.yaml, a 3×2 grid of
+// the tiny demo job with max_parallel 2, on a pool that could run 6 at
+// once (`lathed up --slots 6`), with the real trainer: at most and at
 // some point exactly 2 trials hold a slot (sampled from the store and from
 // /proc), all 6 succeed, the leaderboard is ranked by eval_loss, and
 // `lathe sweep pull --best` brings that trial's adapter.
@@ -128,18 +129,7 @@ func TestSweepGridEndToEnd(t *testing.T) {
 	requireTorch(t)
 	lathed, lathe := binaries(t)
 	dir := t.TempDir()
-	job := sweepJob(t, dir, 30, 0, "")
-	spec := filepath.Join(dir, "sweep.yaml")
-	_ = os.WriteFile(spec, []byte(`name: grid-e2e
-job: job.yaml
-parameters:
-  training.learning_rate: {grid: [0.002, 0.02, 0.05]}
-  lora.rank: {grid: [4, 8]}
-search: grid
-objective: {metric: eval_loss, goal: minimize}
-max_parallel: 2
-`), 0o644)
-	_ = job
+	spec := filepath.Join(repoRoot(t), "configs", "examples", "sweep-grid.yaml") // the example, as a user runs it
 	port := redistest.FreePort(t)
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	d := startDaemon(t, lathed, "up", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", filepath.Join(dir, "data"), "--slots", "6")
