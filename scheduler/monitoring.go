@@ -13,7 +13,7 @@ import (
 )
 
 // asynqmon (issue #14): asynq's own web UI and its JSON API, mounted at
-// MonitoringRoot behind the API's tokens. asynqmon has no authentication
+// monitoringRoot behind the API's tokens. asynqmon has no authentication
 // of its own, so every request passes the API's edge (guard: loopback Host
 // in open mode, no cross-site Origin) and then monitoring's checks:
 //
@@ -31,8 +31,8 @@ import (
 // authentication (any user name) and asks for it with a Basic challenge:
 // the browser prompts once and sends it with every request to this origin.
 
-// MonitoringRoot is the path asynqmon is served under.
-const MonitoringRoot = "/monitoring"
+// monitoringRoot is the path asynqmon is served under (docs/api.md).
+const monitoringRoot = "/monitoring"
 
 // sharedRedis is an asynq.RedisConnOpt that hands asynqmon the scheduler's
 // own Redis client, so asynqmon opens no connection pool of its own (and
@@ -43,11 +43,11 @@ type sharedRedis struct{ c redis.UniversalClient }
 // MakeRedisClient returns the shared client (asynq.RedisConnOpt).
 func (o sharedRedis) MakeRedisClient() interface{} { return o.c }
 
-// monitoring returns the handler of MonitoringRoot and everything under it.
+// monitoring returns the handler of monitoringRoot and everything under it.
 func (s *Scheduler) monitoring() http.Handler {
 	conn := sharedRedis{c: s.rdb}
-	full := asynqmon.New(asynqmon.Options{RootPath: MonitoringRoot, RedisConnOpt: conn})
-	view := asynqmon.New(asynqmon.Options{RootPath: MonitoringRoot, RedisConnOpt: conn, ReadOnly: true})
+	full := asynqmon.New(asynqmon.Options{RootPath: monitoringRoot, RedisConnOpt: conn})
+	view := asynqmon.New(asynqmon.Options{RootPath: monitoringRoot, RedisConnOpt: conn, ReadOnly: true})
 	// Only an admin reaches the asynqmon that writes, whatever the method.
 	serve := func(w http.ResponseWriter, r *http.Request) {
 		p := principalOf(r)
