@@ -144,7 +144,7 @@ func (m topModel) View() string {
 // topStyles are the styles of the view's parts: lipgloss styles on a
 // terminal, none for plain output.
 type topStyles struct {
-	title, section, dim, err, bad lipgloss.Style
+	title, section, dim, err lipgloss.Style
 }
 
 func ttyStyles() topStyles {
@@ -153,13 +153,12 @@ func ttyStyles() topStyles {
 		section: lipgloss.NewStyle().Bold(true).Foreground(lipgloss.Color("12")),
 		dim:     lipgloss.NewStyle().Faint(true),
 		err:     lipgloss.NewStyle().Foreground(lipgloss.Color("9")),
-		bad:     lipgloss.NewStyle().Foreground(lipgloss.Color("9")),
 	}
 }
 
 func plainStyles() topStyles {
 	s := lipgloss.NewStyle()
-	return topStyles{title: s, section: s, dim: s, err: s, bad: s}
+	return topStyles{title: s, section: s, dim: s, err: s}
 }
 
 // renderOverview is the text of one overview at now: every string that
@@ -263,7 +262,7 @@ func renderGPUs(b *strings.Builder, nodes []wire.NodeGPUs, st topStyles) {
 		for _, g := range n.GPUs {
 			health := "ok"
 			if !g.Healthy {
-				health = st.bad.Render("unhealthy: " + termSafe(orDash(g.Unhealthy)))
+				health = "unhealthy: " + termSafe(orDash(g.Unhealthy)) // unstyled: escapes would skew tabwriter's columns
 			}
 			job := termSafe(g.JobID)
 			switch {
@@ -291,7 +290,7 @@ func renderCloud(b *strings.Builder, c wire.OverviewCloud, st topStyles) {
 	for _, cb := range c.Backends {
 		budget := "none"
 		if cb.LimitUSD > 0 {
-			budget = fmt.Sprintf("$%.2f (%.0f%% used)", cb.LimitUSD, 100*(cb.SpentUSD+cb.ReservedUSD)/cb.LimitUSD)
+			budget = fmt.Sprintf("$%.2f (%.0f%% spent or reserved)", cb.LimitUSD, 100*(cb.SpentUSD+cb.ReservedUSD)/cb.LimitUSD)
 		}
 		fmt.Fprintf(tw, "  %s\t%d\t$%.2f\t%s\t$%.2f\t$%.2f\t%s\n", termSafe(cb.Name), cb.Instances, cb.USDPerHour,
 			termSafe(cb.Month), cb.SpentUSD, cb.ReservedUSD, budget)
