@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lathe-ml/lathe/internal/fileuri"
@@ -48,6 +47,7 @@ func (s *Scheduler) routes() http.Handler {
 	mux.HandleFunc("GET /api/v1/gpus", s.withAuth(RoleViewer, s.listGPUs))
 	mux.HandleFunc("GET /api/v1/nodes", s.withAuth(RoleViewer, s.listNodes))
 	mux.HandleFunc("GET /api/v1/budgets", s.withAuth(RoleViewer, s.budgets))
+	mux.HandleFunc("GET /api/v1/overview", s.withAuth(RoleViewer, s.overview))
 	mux.HandleFunc("POST /api/v1/sweeps", s.withAuth(RoleSubmitter, s.submitSweep))
 	mux.HandleFunc("GET /api/v1/sweeps", s.withAuth(RoleViewer, s.listSweeps))
 	mux.HandleFunc("GET /api/v1/sweeps/{id}", s.withAuth(RoleViewer, s.getSweep))
@@ -878,16 +878,10 @@ func (s *Scheduler) queues(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	qs := []wire.QueueInfo{}
-	for _, n := range nodes {
-		q := wire.QueueInfo{Name: jobtype.NodeQueue(n.Name), Node: n.Name, Slots: n.Slots, Reserved: n.Reserved}
-		if info, err := s.insp.GetQueueInfo(q.Name); err == nil {
-			q.Pending, q.Active, q.Archived, q.Completed = info.Pending, info.Active, info.Archived, info.Completed
-		} else if !errors.Is(err, asynq.ErrQueueNotFound) && redisDown(err) {
-			s.fail(w, r, err)
-			return
-		}
-		qs = append(qs, q)
+	qs, err := s.queueInfos(nodes)
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	writeJSON(w, http.StatusOK, wire.QueueStats{Pending: pending, ByState: counts, Queues: qs})
 }

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"net/http"
 	"sort"
 	"time"
@@ -23,6 +24,20 @@ func (s *Scheduler) budgets(w http.ResponseWriter, r *http.Request) {
 			Fields: []jobspec.FieldError{{Field: "month", Value: month, Message: "want YYYY-MM"}}})
 		return
 	}
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	rows, err := s.budgetRows(ctx, month)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.Budgets{Month: month, Scopes: rows})
+}
+
+// budgetRows is month's row of every backend of the config and every team
+// (with a budget, or holding a token), sorted by scope: one Redis call
+// (jobstore.Spends). GET /api/v1/budgets and the overview both read it.
+func (s *Scheduler) budgetRows(ctx context.Context, month string) ([]wire.BudgetRow, error) {
 	rs := s.routing()
 	limits := map[string]float64{}
 	kinds := map[string]string{}
@@ -45,17 +60,14 @@ func (s *Scheduler) budgets(w http.ResponseWriter, r *http.Request) {
 		scopes = append(scopes, sc)
 	}
 	sort.Strings(scopes)
-	ctx, cancel := s.rctx(r)
-	defer cancel()
 	spends, err := s.store.Spends(ctx, month, scopes)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return nil, err
 	}
 	rows := make([]wire.BudgetRow, 0, len(scopes))
 	for _, sc := range scopes {
 		sp := spends[sc]
 		rows = append(rows, wire.BudgetRow{Scope: sc, Kind: kinds[sc], LimitUSD: limits[sc], SpentUSD: sp.SpentUSD, ReservedUSD: sp.ReservedUSD})
 	}
-	writeJSON(w, http.StatusOK, wire.Budgets{Month: month, Scopes: rows})
+	return rows, nil
 }

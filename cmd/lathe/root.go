@@ -105,6 +105,7 @@ Exit codes: 0 success; 1 the job failed or was cancelled, or the API refused;
 		a.retryCmd(),
 		a.pullCmd(),
 		a.queuesCmd(),
+		a.topCmd(),
 		a.schedulesCmd(),
 		a.gpusCmd(),
 		a.nodesCmd(),

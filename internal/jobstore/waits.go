@@ -46,3 +46,21 @@ func (s *Store) WaitOf(ctx context.Context, id string) (*jobtype.WaitInfo, error
 	}
 	return &w, nil
 }
+
+// Waits returns every waiting job's place in line from the last placement
+// round (job id → WaitInfo), in one HGETALL; empty before the first round.
+// An entry that does not decode is skipped: the waits are hints.
+func (s *Store) Waits(ctx context.Context) (map[string]jobtype.WaitInfo, error) {
+	raw, err := s.rdb.HGetAll(ctx, s.key("waits")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobstore: waits: %w", err)
+	}
+	out := make(map[string]jobtype.WaitInfo, len(raw))
+	for id, v := range raw {
+		var w jobtype.WaitInfo
+		if json.Unmarshal([]byte(v), &w) == nil {
+			out[id] = w
+		}
+	}
+	return out, nil
+}
