@@ -23,9 +23,29 @@ func (s *Scheduler) budgets(w http.ResponseWriter, r *http.Request) {
 			Fields: []jobspec.FieldError{{Field: "month", Value: month, Message: "want YYYY-MM"}}})
 		return
 	}
+	limits, kinds, scopes := s.budgetScopes()
+	ctx, cancel := s.rctx(r)
+	defer cancel()
+	spends, err := s.store.Spends(ctx, month, scopes)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rows := make([]wire.BudgetRow, 0, len(scopes))
+	for _, sc := range scopes {
+		sp := spends[sc]
+		rows = append(rows, wire.BudgetRow{Scope: sc, Kind: kinds[sc], LimitUSD: limits[sc], SpentUSD: sp.SpentUSD, ReservedUSD: sp.ReservedUSD})
+	}
+	writeJSON(w, http.StatusOK, wire.Budgets{Month: month, Scopes: rows})
+}
+
+// budgetScopes returns every budget scope ("backend:<name>", "team:<team>")
+// sorted, with its monthly limit (0: none) and, for a backend, its kind:
+// each backend of the routing config, each team with a budget, each team
+// a token names. GET /api/v1/budgets and /metrics read the same scopes.
+func (s *Scheduler) budgetScopes() (limits map[string]float64, kinds map[string]string, scopes []string) {
 	rs := s.routing()
-	limits := map[string]float64{}
-	kinds := map[string]string{}
+	limits, kinds = map[string]float64{}, map[string]string{}
 	for _, b := range rs.cfg.Backends {
 		limits["backend:"+b.Name] = b.BudgetUSDPerMonth
 		kinds["backend:"+b.Name] = b.Kind
@@ -40,22 +60,10 @@ func (s *Scheduler) budgets(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	scopes := make([]string, 0, len(limits))
+	scopes = make([]string, 0, len(limits))
 	for sc := range limits {
 		scopes = append(scopes, sc)
 	}
 	sort.Strings(scopes)
-	ctx, cancel := s.rctx(r)
-	defer cancel()
-	spends, err := s.store.Spends(ctx, month, scopes)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	rows := make([]wire.BudgetRow, 0, len(scopes))
-	for _, sc := range scopes {
-		sp := spends[sc]
-		rows = append(rows, wire.BudgetRow{Scope: sc, Kind: kinds[sc], LimitUSD: limits[sc], SpentUSD: sp.SpentUSD, ReservedUSD: sp.ReservedUSD})
-	}
-	writeJSON(w, http.StatusOK, wire.Budgets{Month: month, Scopes: rows})
+	return limits, kinds, scopes
 }
