@@ -53,6 +53,13 @@ func newMetrics(s *Scheduler) *metrics {
 		Help:    "Run time (started to finished) of ended jobs whose budget reservation the leader's settler settled, by backend and final state.",
 		Buckets: prometheus.ExponentialBuckets(10, 3, 10), // 10 s … ~55 h
 	}, []string{"backend", "state"})
+	// Every configured backend's series exist from the start (at 0), so a
+	// rate() over them is defined before the first job ends.
+	for _, b := range s.routing().cfg.Backends {
+		for _, st := range []jobtype.State{jobtype.StateSucceeded, jobtype.StateFailed, jobtype.StateCancelled, jobtype.StateStopped} {
+			m.jobDuration.WithLabelValues(b.Name, string(st))
+		}
+	}
 	m.reg.MustRegister(m.placeRound, m.routeDecisions, m.jobDuration, &storeCollector{s: s})
 	return m
 }
