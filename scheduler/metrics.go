@@ -114,6 +114,9 @@ var (
 	descSlots      = desc("lathe_node_slots", "A live node's job slots (GET /api/v1/queues queues[].slots).", "node")
 	descReserved   = desc("lathe_node_slots_reserved", "A live node's reserved slots (GET /api/v1/queues queues[].reserved).", "node")
 	descAsynq      = desc("lathe_asynq_queue_size", "Tasks in a node's asynq queue by asynq task state (asynq Inspector GetQueueInfo; GET /api/v1/queues queues[]).", "queue", "state")
+	descAsynqLat   = desc("lathe_asynq_queue_latency_seconds", "Age of the oldest pending task of a node's asynq queue (asynq QueueInfo.Latency; asynq x/metrics' asynq_queue_latency_seconds).", "queue")
+	descAsynqDone  = desc("lathe_asynq_tasks_processed_total", "Tasks asynq processed from a node's queue since the queue was created (QueueInfo.ProcessedTotal; asynq_tasks_processed_total).", "queue")
+	descAsynqFail  = desc("lathe_asynq_tasks_failed_total", "Tasks of a node's queue whose handler returned an error, since the queue was created (QueueInfo.FailedTotal; asynq_tasks_failed_total).", "queue")
 	descGPUUtil    = desc("lathe_gpu_utilization_ratio", "GPU utilisation, 0-1, from the node's last heartbeat (NVML; DCGM_FI_DEV_GPU_UTIL / 100).", "node", "gpu", "model")
 	descGPUUsed    = desc("lathe_gpu_memory_used_bytes", "GPU framebuffer memory used, from the node's last heartbeat (NVML; DCGM_FI_DEV_FB_USED, which is in MiB).", "node", "gpu", "model")
 	descGPUTotal   = desc("lathe_gpu_memory_total_bytes", "GPU framebuffer memory total (NVML; DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE, in MiB there).", "node", "gpu", "model")
@@ -140,7 +143,7 @@ type storeCollector struct{ s *Scheduler }
 // Describe sends every description the collector may emit.
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLeader, descStoreUp, descScrape, descJobs, descLiveJobs, descPending,
-		descOldestWait, descSlots, descReserved, descAsynq, descGPUUtil, descGPUUsed, descGPUTotal, descGPUTemp,
+		descOldestWait, descSlots, descReserved, descAsynq, descAsynqLat, descAsynqDone, descAsynqFail, descGPUUtil, descGPUUsed, descGPUTotal, descGPUTemp,
 		descGPUPower, descGPUECC, descGPUHealthy, descGPUHeld, descGPUSim, descInstances, descPrice, descLimit,
 		descSpent, descReservedD, descSweeps, descRecPasses, descRecActions} {
 		ch <- d
@@ -307,6 +310,9 @@ func (c *storeCollector) readNodes(nodes []jobstore.NodeStatus, emit emitter) er
 			"retry": qi.Retry, "archived": qi.Archived, "completed": qi.Completed} {
 			emit(descAsynq, prometheus.GaugeValue, float64(v), q, st)
 		}
+		emit(descAsynqLat, prometheus.GaugeValue, qi.Latency.Seconds(), q)
+		emit(descAsynqDone, prometheus.CounterValue, float64(qi.ProcessedTotal), q)
+		emit(descAsynqFail, prometheus.CounterValue, float64(qi.FailedTotal), q)
 	}
 	for _, g := range gpuRows(nodes) {
 		lv := []string{g.Node, strconv.Itoa(g.Index), g.Name}

@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler"
 )
@@ -432,4 +434,53 @@ func TestGrafanaDashboardMetricsExported(t *testing.T) {
 	if err != nil || !strings.Contains(string(prov), "uid: lathe-prometheus") || !strings.Contains(string(prov), "http://prometheus:9090") {
 		t.Errorf("the provisioned datasource must be uid lathe-prometheus at http://prometheus:9090 (the board names it): %v", err)
 	}
+}
+
+// TestMetricsLeaderObserves: a started scheduler that leads says so, its
+// placer observes its rounds, and its settler observes the run time of a
+// job whose budget reservation it settles.
+func TestMetricsLeaderObserves(t *testing.T) {
+	b := setup(t, scheduler.Config{})
+	s := scheduler.New(b.rdb, b.store, scheduler.Config{Listen: "127.0.0.1:0", Logger: quiet,
+		PlaceInterval: 50 * time.Millisecond, Defaults: jobspec.Defaults{OutputURI: "file://" + t.TempDir()}})
+	if err := s.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(b.ctx) })
+	lb := b
+	lb.url = "http://" + s.Addr()
+	waitfor.True(t, 20*time.Second, "leadership", s.IsLeader)
+	id := submit(t, lb) // no node yet: it waits, and the rounds look at it
+	count := func() float64 {
+		_, ss, _ := scrapeMetrics(t, lb, "")
+		return metricValue(t, ss, "lathe_placement_round_duration_seconds_count", nil)
+	}
+	waitfor.True(t, 20*time.Second, "placement rounds observed", func() bool { return count() >= 1 })
+	_, ss, _ := scrapeMetrics(t, lb, "")
+	if got := metricValue(t, ss, "lathe_scheduler_leader", nil); got != 1 {
+		t.Fatalf("lathe_scheduler_leader %v on the leader, want 1", got)
+	}
+
+	// The job is placed on a node, runs and ends with a reservation open:
+	// the settler settles it and observes its run time.
+	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n9", Incarnation: "i9", Backend: "local", Slots: 1},
+		jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
+		t.Fatal(err)
+	}
+	j := waitfor.Value(t, 20*time.Second, "the job placed on n9", storedJob(b.ctx, b.store, id),
+		func(j *jobtype.Job) bool { return j != nil && j.State == jobtype.StateDispatched })
+	if out, err := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: id, Attempt: j.Attempt, Node: "n9", Incarnation: "i9", Lease: time.Minute}); out != jobstore.Claimed {
+		t.Fatalf("claim: %v %v", out, err)
+	}
+	if err := b.store.Reserve(b.ctx, id, jobstore.Month(time.Now()), 1, []jobstore.BudgetScope{{Scope: "backend:local"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.Finish(b.ctx, id, j.Attempt, jobstore.Ending{State: jobtype.StateFailed, Error: "boom"}); err != nil {
+		t.Fatal(err)
+	}
+	lv := map[string]string{"backend": "local", "state": "failed"}
+	waitfor.True(t, 20*time.Second, "the ended job's run time observed", func() bool {
+		_, ss, _ := scrapeMetrics(t, lb, "")
+		return metricValue(t, ss, "lathe_job_duration_seconds_count", lv) == 1
+	})
 }
