@@ -46,7 +46,7 @@ func newMetrics(s *Scheduler) *metrics {
 	})
 	m.routeDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lathe_routing_decisions_total",
-		Help: "Routing decisions this scheduler made, by chosen backend (\"\" when refused), path (submit, retry, requeue, ...) and outcome (routed, waiting, refused).",
+		Help: "Routing decisions this scheduler made, by chosen backend (\"\" when refused), path (submit, placement, retry, preemption, spill-over, config reload) and outcome (routed, waiting, refused).",
 	}, []string{"backend", "path", "outcome"})
 	m.jobDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "lathe_job_duration_seconds",
