@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
@@ -483,4 +486,31 @@ func TestMetricsLeaderObserves(t *testing.T) {
 		_, ss, _ := scrapeMetrics(t, lb, "")
 		return metricValue(t, ss, "lathe_job_duration_seconds_count", lv) == 1
 	})
+}
+
+// TestMetricsStoreDown: with Redis gone a scrape still answers, with
+// lathe_store_up 0 and none of the store's metrics (a gap, not zeros).
+func TestMetricsStoreDown(t *testing.T) {
+	b := setup(t, scheduler.Config{})
+	rdb := redis.NewClient(&redis.Options{Addr: b.srv.Addr, DialTimeout: time.Second, ReadTimeout: time.Second,
+		WriteTimeout: time.Second, MaxRetries: 1, ContextTimeoutEnabled: true})
+	s := scheduler.New(rdb, jobstore.New(rdb, jobstore.Config{}), scheduler.Config{Logger: quiet})
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+	b.srv.Kill()
+	db := b
+	db.url = hs.URL
+	_, ss, _ := scrapeMetrics(t, db, "")
+	if got := metricValue(t, ss, "lathe_store_up", nil); got != 0 {
+		t.Fatalf("lathe_store_up %v with Redis down, want 0", got)
+	}
+	for _, s := range ss {
+		switch s.name {
+		case "lathe_jobs", "lathe_queue_pending_jobs", "lathe_gpu_healthy", "lathe_budget_limit_dollars":
+			t.Fatalf("with Redis down the scrape holds %s", s.name)
+		}
+	}
+	if got := metricValue(t, ss, "lathe_scheduler_leader", nil); got != 0 {
+		t.Fatalf("lathe_scheduler_leader %v, want 0 (the process's own metrics stay)", got)
+	}
 }
