@@ -514,3 +514,32 @@ func TestMetricsStoreDown(t *testing.T) {
 		t.Fatalf("lathe_scheduler_leader %v, want 0 (the process's own metrics stay)", got)
 	}
 }
+
+// TestPrometheusConfig: configs/prometheus/prometheus.yml passes promtool
+// check config (its credentials file pointed at a file that exists: the
+// compose file writes the real one when Prometheus starts), and it scrapes
+// the compose scheduler's /metrics.
+func TestPrometheusConfig(t *testing.T) {
+	raw, err := os.ReadFile("../configs/prometheus/prometheus.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	for _, want := range []string{"metrics_path: /metrics", `targets: ["scheduler:8080"]`, "credentials_file: /tmp/lathe-token"} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("configs/prometheus/prometheus.yml lacks %q", want)
+		}
+	}
+	dir := t.TempDir()
+	token := dir + "/lathe-token"
+	if err := os.WriteFile(token, []byte("a-token-of-sixteen-chars"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := dir + "/prometheus.yml"
+	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(text, "/tmp/lathe-token", token)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("/usr/bin/promtool", "check", "config", cfg).CombinedOutput(); err != nil {
+		t.Fatalf("promtool check config: %v\n%s", err, out)
+	}
+}
