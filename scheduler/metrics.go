@@ -37,6 +37,7 @@ const activeScan = 10000
 var liveStates = []jobtype.State{jobtype.StateQueued, jobtype.StateDispatched,
 	jobtype.StateProvisioning, jobtype.StateRunning, jobtype.StatePaused}
 
+// newMetrics builds s's registry and instruments; New calls it once.
 func newMetrics(s *Scheduler) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.placeRound = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -96,8 +97,7 @@ type slogPrinter struct{ log *slog.Logger }
 
 func (p slogPrinter) Println(v ...any) { p.log.Warn("metrics", slog.Any("err", v)) }
 
-// desc builds a metric description (all of ours are lathe_ and unprefixed
-// otherwise).
+// desc builds a metric description without constant labels.
 func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, labels, nil)
 }
@@ -154,6 +154,7 @@ func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 // that fails leaves the store's out and sets lathe_store_up 0.
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
+	// Must is safe here: these label values are constants of this file.
 	gauge := func(d *prometheus.Desc, v float64, lv ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lv...)
 	}
@@ -168,7 +169,14 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	start := time.Now()
 	var buf []prometheus.Metric
 	emit := func(d *prometheus.Desc, t prometheus.ValueType, v float64, lv ...string) {
-		buf = append(buf, prometheus.MustNewConstMetric(d, t, v, lv...))
+		// A label value from a heartbeat that is not UTF-8 (a node's or
+		// GPU's name) drops that one series, logged, rather than the scrape.
+		m, err := prometheus.NewConstMetric(d, t, v, lv...)
+		if err != nil {
+			s.log.Warn("metrics: series dropped", slog.String("desc", d.String()), slog.Any("labels", lv), slog.Any("err", err))
+			return
+		}
+		buf = append(buf, m)
 	}
 	if err := c.read(ctx, emit); err != nil {
 		s.log.Warn("metrics: store read", slog.Any("err", err))
