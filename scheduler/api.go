@@ -53,6 +53,7 @@ func (s *Scheduler) routes() http.Handler {
 	mux.HandleFunc("GET /api/v1/sweeps/{id}", s.withAuth(RoleViewer, s.getSweep))
 	mux.HandleFunc("POST /api/v1/sweeps/{id}/cancel", s.withAuth(RoleSubmitter, s.cancelSweep))
 	mux.HandleFunc("GET /api/v1/schedules", s.withAuth(RoleViewer, s.listSchedules))
+	mux.HandleFunc("GET /metrics", s.withAuth(RoleViewer, s.metricsHandler()))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.Handle(monitoringRoot+"/", s.monitoring()) // every method: monitoring.go checks the role per method
 	return s.guard(mux)

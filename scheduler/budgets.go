@@ -38,9 +38,26 @@ func (s *Scheduler) budgets(w http.ResponseWriter, r *http.Request) {
 // (with a budget, or holding a token), sorted by scope: one Redis call
 // (jobstore.Spends). GET /api/v1/budgets and the overview both read it.
 func (s *Scheduler) budgetRows(ctx context.Context, month string) ([]wire.BudgetRow, error) {
+	limits, kinds, scopes := s.budgetScopes()
+	spends, err := s.store.Spends(ctx, month, scopes)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]wire.BudgetRow, 0, len(scopes))
+	for _, sc := range scopes {
+		sp := spends[sc]
+		rows = append(rows, wire.BudgetRow{Scope: sc, Kind: kinds[sc], LimitUSD: limits[sc], SpentUSD: sp.SpentUSD, ReservedUSD: sp.ReservedUSD})
+	}
+	return rows, nil
+}
+
+// budgetScopes returns every budget scope ("backend:<name>", "team:<team>")
+// sorted, with its monthly limit (0: none) and, for a backend, its kind:
+// each backend of the routing config, each team with a budget, each team
+// a token names. GET /api/v1/budgets and /metrics read the same scopes.
+func (s *Scheduler) budgetScopes() (limits map[string]float64, kinds map[string]string, scopes []string) {
 	rs := s.routing()
-	limits := map[string]float64{}
-	kinds := map[string]string{}
+	limits, kinds = map[string]float64{}, map[string]string{}
 	for _, b := range rs.cfg.Backends {
 		limits["backend:"+b.Name] = b.BudgetUSDPerMonth
 		kinds["backend:"+b.Name] = b.Kind
@@ -55,19 +72,10 @@ func (s *Scheduler) budgetRows(ctx context.Context, month string) ([]wire.Budget
 			}
 		}
 	}
-	scopes := make([]string, 0, len(limits))
+	scopes = make([]string, 0, len(limits))
 	for sc := range limits {
 		scopes = append(scopes, sc)
 	}
 	sort.Strings(scopes)
-	spends, err := s.store.Spends(ctx, month, scopes)
-	if err != nil {
-		return nil, err
-	}
-	rows := make([]wire.BudgetRow, 0, len(scopes))
-	for _, sc := range scopes {
-		sp := spends[sc]
-		rows = append(rows, wire.BudgetRow{Scope: sc, Kind: kinds[sc], LimitUSD: limits[sc], SpentUSD: sp.SpentUSD, ReservedUSD: sp.ReservedUSD})
-	}
-	return rows, nil
+	return limits, kinds, scopes
 }

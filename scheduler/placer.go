@@ -54,6 +54,7 @@ type roundInput struct {
 func (p *placer) round(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	start := time.Now()
 	in, fp, ok := p.read(ctx)
 	if !ok {
 		return
@@ -61,6 +62,7 @@ func (p *placer) round(ctx context.Context) {
 	s := p.s
 	plan := decideRound(in, s.routing(), roundOptions{defaultMaxRuntime: s.cfg.Defaults.MaxRuntime, ledger: s.cfg.Ledger != nil})
 	p.apply(ctx, in, plan, fp)
+	s.metrics.placeRound.Observe(time.Since(start).Seconds())
 }
 
 // read takes the round's inputs. A round costs a read of every scanned

@@ -366,6 +366,7 @@ func (s *Scheduler) applyReroute(ctx context.Context, rs *routeState, rp reroute
 	if err != nil {
 		return nil, "", fmt.Errorf("scheduler: reroute (%s): %w", rp.path, err)
 	}
+	s.metrics.observeDecision(rp.path, rp.decision.Backend, rp.decision.Refused, rp.decision.Waiting)
 	if rp.held != "" {
 		s.log.Warn("job held: no longer feasible", slog.String("job_id", j.ID), slog.String("path", rp.path), slog.String("why", rp.held))
 		return ri, rp.held, nil
@@ -450,6 +451,7 @@ func (s *Scheduler) admit(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if dry {
 		return admission{id: id, decision: d, route: routeInfo(d, rs, "submit", 1, 0, snap.Now)}, true
 	}
+	s.metrics.observeDecision("submit", d.Backend, d.Refused, d.Waiting)
 	if d.Refused {
 		rj.ID = ""
 		if _, err := s.record(ctx, rs, p, "submit", spec.Name, 0, rj, snap, d); err != nil {
@@ -491,6 +493,7 @@ func (s *Scheduler) admitBatch(ctx context.Context, w http.ResponseWriter, r *ht
 		id := jobstore.NewID(now)
 		rjs[i] = routingJob(njs[i].Spec, id, p.Team, strings.TrimRight(njs[i].Spec.Output.URI, "/")+"/"+id)
 		ds[i] = routing.Decide(rjs[i], snap)
+		s.metrics.observeDecision("submit", ds[i].Backend, ds[i].Refused, ds[i].Waiting)
 		njs[i].ID = id
 		if ds[i].Refused {
 			for _, why := range ds[i].Reasons {

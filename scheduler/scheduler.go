@@ -278,6 +278,8 @@ type Scheduler struct {
 	evictPolicy atomic.Value // string: Redis's maxmemory-policy as /healthz last read it
 
 	scheds atomic.Pointer[[]schedule.Schedule] // the schedules in force (schedules.go)
+
+	metrics *metrics // GET /metrics (metrics.go)
 }
 
 // New returns a Scheduler over rdb; Start runs it.
@@ -298,6 +300,7 @@ func New(rdb redis.UniversalClient, store *jobstore.Store, cfg Config) *Schedule
 	}
 	s.route.Store(&routeState{cfg: rc, hash: rc.Hash()})
 	s.scheds.Store(&cfg.Schedules)
+	s.metrics = newMetrics(s)
 	for _, t := range cfg.Tokens {
 		s.tokenSums = append(s.tokenSums, sha256.Sum256([]byte(t.Secret)))
 	}

@@ -44,6 +44,7 @@ func (d *settler) run(ctx context.Context) {
 			s.log.Warn("settle budget", slog.String("job_id", j.ID), slog.Any("err", err))
 			continue
 		}
+		s.metrics.observeEnded(j)
 		s.log.Debug("budget settled", slog.String("job_id", j.ID), slog.Float64("usd", actual))
 	}
 }

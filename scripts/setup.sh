@@ -5,7 +5,8 @@
 #
 #   scripts/setup.sh          what the demo needs: redis-server, /usr/bin/python3 with torch
 #   scripts/setup.sh --test   also what the tests need: docker-compose (the compose
-#                             file is checked), moto_server (an AWS emulator: must be
+#                             file is checked), promtool (Debian prometheus: /metrics
+#                             is checked with promtool check metrics), moto_server (an AWS emulator: must be
 #                             preinstalled, PyPI is not reachable from these machines)
 #
 # Needs root (or sudo) only when something is missing. Go 1.26 must already
@@ -25,6 +26,7 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || need+=(python3-torch)
 if [ "$want_test" = 1 ]; then
   command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
+  [ -x /usr/bin/promtool ] || need+=(prometheus)
 fi
 
 if [ ${#need[@]} -gt 0 ]; then
