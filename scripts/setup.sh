@@ -4,7 +4,8 @@
 # that has everything installs nothing.
 #
 #   scripts/setup.sh          what the demo needs: redis-server, /usr/bin/python3 with torch
-#   scripts/setup.sh --test   also what the tests need: docker-compose (the compose
+#   scripts/setup.sh --test   also what the tests need: chromium and chromium-driver
+#                             (the dashboard's browser test), docker-compose (the compose
 #                             file is checked), moto_server (an AWS emulator: must be
 #                             preinstalled, PyPI is not reachable from these machines)
 #
@@ -25,6 +26,9 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || need+=(python3-torch)
 if [ "$want_test" = 1 ]; then
   command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
+  # The dashboard's browser test (cmd/lathed/dashboard_e2e_test.go, not built yet).
+  [ -x /usr/bin/chromium ] || need+=(chromium)
+  [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
 fi
 
 if [ ${#need[@]} -gt 0 ]; then
