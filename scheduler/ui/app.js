@@ -15,7 +15,8 @@ function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null) continue;
-    if (k === 'class') e.className = v; else e.setAttribute(k, String(v));
+    // style through the CSSOM: the page's Content-Security-Policy refuses style attributes.
+    if (k === 'class') e.className = v; else if (k === 'style') e.style.cssText = v; else e.setAttribute(k, String(v));
   }
   for (const kid of kids) {
     if (kid === undefined || kid === null) continue;
