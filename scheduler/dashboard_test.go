@@ -1,0 +1,94 @@
+package scheduler_test
+
+import (
+	"encoding/base64"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/lathe-ml/lathe/scheduler"
+)
+
+// The dashboard (issue #14): its page and assets against a real
+// redis-server, with and without tokens.
+
+// get answers the status, content type, Cache-Control and body of GET url.
+func get(t *testing.T, url string, hdr map[string]string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sb strings.Builder
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		sb.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return resp.StatusCode, resp.Header, sb.String()
+}
+
+// TestDashboardServesPage: open mode on loopback serves the page at "/"
+// and "/jobs/{id}" and its assets, each with its content type and
+// no-cache, and none of them names an external URL.
+func TestDashboardServesPage(t *testing.T) {
+	b := setup(t, scheduler.Config{})
+	files := map[string]string{"/": "text/html", "/jobs/j-1": "text/html", "/ui/app.js": "text/javascript", "/ui/app.css": "text/css"}
+	for p, ct := range files {
+		code, h, body := get(t, b.url+p, nil)
+		if code != 200 || !strings.HasPrefix(h.Get("Content-Type"), ct) || h.Get("Cache-Control") != "no-cache" {
+			t.Fatalf("GET %s: %d, Content-Type %q, Cache-Control %q; want 200, %s, no-cache", p, code, h.Get("Content-Type"), h.Get("Cache-Control"), ct)
+		}
+		if strings.Contains(body, "http://") || strings.Contains(body, "https://") || strings.Contains(body, "//cdn") {
+			t.Fatalf("GET %s names an external URL", p)
+		}
+		if ct == "text/html" && !strings.Contains(body, `<script src="/ui/app.js">`) {
+			t.Fatalf("GET %s is not the dashboard page: %.200s", p, body)
+		}
+	}
+	for _, p := range []string{"/ui/", "/ui/index.html", "/ui/nope.js", "/ui/../api.go"} {
+		if code, _, _ := get(t, b.url+p, nil); code != 404 {
+			t.Fatalf("GET %s: %d, want 404", p, code)
+		}
+	}
+	if code, _, _ := get(t, b.url+"/monitoring/", nil); code != 200 {
+		t.Fatalf("/monitoring/ next to the dashboard: %d", code)
+	}
+}
+
+// TestDashboardNeedsTokens: with tokens the page, its assets and the API
+// reads it makes are 401 without one (with a Basic challenge); a viewer's
+// token opens them as a bearer token or as a Basic password; a Basic
+// password does not authorise a write.
+func TestDashboardNeedsTokens(t *testing.T) {
+	b := setup(t, scheduler.Config{Tokens: monTokens})
+	for _, p := range []string{"/", "/jobs/j-1", "/ui/app.js"} {
+		code, h, _ := get(t, b.url+p, nil)
+		if code != 401 || !strings.HasPrefix(h.Get("WWW-Authenticate"), "Basic ") {
+			t.Fatalf("GET %s without a token: %d %q, want 401 and a Basic challenge", p, code, h.Values("WWW-Authenticate"))
+		}
+		if code, _, _ := get(t, b.url+p, bearer("not-a-token-at-all-xx")); code != 401 {
+			t.Fatalf("GET %s with a bad token: %d, want 401", p, code)
+		}
+	}
+	basic := map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("me:"+monViewer))}
+	for _, p := range []string{"/", "/jobs/j-1", "/ui/app.js", "/ui/app.css", "/api/v1/overview", "/api/v1/jobs?limit=200", "/api/v1/sweeps"} {
+		for _, h := range []map[string]string{bearer(monViewer), basic} {
+			if code, _, body := get(t, b.url+p, h); code != 200 {
+				t.Fatalf("viewer GET %s: %d %.200s", p, code, body)
+			}
+		}
+	}
+	adminBasic := map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("me:"+monAdmin)), "Content-Type": "application/json"}
+	if code, _ := do(t, "POST", b.url+"/api/v1/jobs", `{}`, adminBasic); code != 401 {
+		t.Fatalf("POST /api/v1/jobs with Basic credentials: %d, want 401 (Basic is for reads)", code)
+	}
+}
