@@ -28,6 +28,10 @@ const maxJSONDepth = 10000
 // It is a small recursive-descent reader over the bytes, many times faster
 // than Decoder.Token. It never panics: input that is not valid JSON gets an
 // error, not a tree.
+// JSONNode converts one valid JSON value into a yaml.Node tree (what Parse
+// does for a JSON spec; the sweep spec's parser uses it too).
+func JSONNode(data []byte) (*yaml.Node, error) { return jsonNode(data) }
+
 func jsonNode(data []byte) (*yaml.Node, error) {
 	c := jsonConv{data: data, stack: make([]*yaml.Node, 0, 32)}
 	// About one node per 8 bytes of a typical spec; the slabs grow if not.

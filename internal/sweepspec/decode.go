@@ -32,7 +32,7 @@ func parseDocument(data []byte, what string) (*yaml.Node, []jobspec.FieldError) 
 	empty := []jobspec.FieldError{{Message: "empty document: " + what + " is a mapping of fields"}}
 	var root *yaml.Node
 	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '{' && json.Valid(data) {
-		n, err := jsonToNode(data)
+		n, err := jobspec.JSONNode(data)
 		if err != nil {
 			return nil, docError("invalid JSON: " + err.Error())
 		}
@@ -104,61 +104,6 @@ func shapeErrors(root *yaml.Node) []jobspec.FieldError {
 		}
 	}
 	return errs
-}
-
-// jsonToNode converts one valid JSON value into a yaml.Node tree, so JSON
-// and YAML go through one decoder: keys in document order (duplicates
-// kept, for the decoder to report), strings tagged !!str, numbers as
-// written and tagged !!int when they fit an int64, else !!float.
-func jsonToNode(data []byte) (*yaml.Node, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var value func(depth int) (*yaml.Node, error)
-	value = func(depth int) (*yaml.Node, error) {
-		if depth > maxDepth {
-			return nil, fmt.Errorf("nested more than %d levels deep", maxDepth)
-		}
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Style: yaml.FlowStyle}
-			if t == '[' {
-				n.Kind, n.Tag = yaml.SequenceNode, "!!seq"
-			}
-			for dec.More() {
-				if n.Kind == yaml.MappingNode {
-					k, err := dec.Token()
-					if err != nil {
-						return nil, err
-					}
-					n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k.(string)})
-				}
-				c, err := value(depth + 1)
-				if err != nil {
-					return nil, err
-				}
-				n.Content = append(n.Content, c)
-			}
-			_, err := dec.Token() // the closing delimiter
-			return n, err
-		case json.Number:
-			tag := "!!float"
-			if _, err := strconv.ParseInt(t.String(), 10, 64); err == nil {
-				tag = "!!int"
-			}
-			return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: t.String()}, nil
-		case string:
-			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: t, Style: yaml.DoubleQuotedStyle}, nil
-		case bool:
-			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(t)}, nil
-		default: // nil
-			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}, nil
-		}
-	}
-	return value(0)
 }
 
 // decoder walks the sweep spec's nodes, recording every problem instead of
