@@ -8,7 +8,6 @@ package aws
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -18,7 +17,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
-	"github.com/aws/aws-sdk-go-v2/service/iam"
 
 	"github.com/lathe-ml/lathe/internal/mototest"
 )
@@ -40,36 +38,7 @@ func setup(t *testing.T) *testBundle {
 	awsCfg := srv.Config(ctx)
 	ec := ec2.NewFromConfig(awsCfg)
 
-	vpc, err := ec.CreateVpc(ctx, &ec2.CreateVpcInput{CidrBlock: aws.String("10.0.0.0/16")})
-	if err != nil {
-		t.Fatalf("CreateVpc: %v", err)
-	}
-	var subnets []string
-	for i, cidr := range []string{"10.0.1.0/24", "10.0.2.0/24"} {
-		sn, err := ec.CreateSubnet(ctx, &ec2.CreateSubnetInput{
-			VpcId: vpc.Vpc.VpcId, CidrBlock: aws.String(cidr),
-			AvailabilityZone: aws.String(fmt.Sprintf("%s%c", mototest.Region, 'a'+i)),
-		})
-		if err != nil {
-			t.Fatalf("CreateSubnet: %v", err)
-		}
-		subnets = append(subnets, aws.ToString(sn.Subnet.SubnetId))
-	}
-	sg, err := ec.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{
-		GroupName: aws.String("lathe-workers"), Description: aws.String("lathe"), VpcId: vpc.Vpc.VpcId,
-	})
-	if err != nil {
-		t.Fatalf("CreateSecurityGroup: %v", err)
-	}
-	if _, err := iam.NewFromConfig(awsCfg).CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{
-		InstanceProfileName: aws.String("lathe-instance"),
-	}); err != nil {
-		t.Fatalf("CreateInstanceProfile: %v", err)
-	}
-	imgs, err := ec.DescribeImages(ctx, &ec2.DescribeImagesInput{Owners: []string{"amazon"}})
-	if err != nil || len(imgs.Images) == 0 {
-		t.Fatalf("DescribeImages: %v (%d images)", err, len(imgs.Images))
-	}
+	net := mototest.NewNetwork(ctx, t, awsCfg)
 	return &testBundle{
 		moto: srv,
 		ec2:  ec,
@@ -77,10 +46,10 @@ func setup(t *testing.T) *testBundle {
 			Cluster:         "test-cluster",
 			Backend:         "aws-eu",
 			Region:          mototest.Region,
-			AMI:             aws.ToString(imgs.Images[0].ImageId),
-			Subnets:         subnets,
-			SecurityGroups:  []string{aws.ToString(sg.GroupId)},
-			InstanceProfile: "lathe-instance",
+			AMI:             net.AMI,
+			Subnets:         net.Subnets,
+			SecurityGroups:  []string{net.SecurityGroup},
+			InstanceProfile: net.InstanceProfile,
 			Spot:            SpotNever,
 			InstanceTypes: []InstanceType{
 				{Name: "g5.xlarge", OnDemandUSDPerHour: 1.006, SpotUSDPerHour: 0.45},

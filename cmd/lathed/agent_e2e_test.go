@@ -11,7 +11,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/lathe-ml/lathe/backends/aws/agent"
 	"github.com/lathe-ml/lathe/backends/aws/imdsfake"
@@ -32,10 +31,7 @@ func TestAgentCommand(t *testing.T) {
 	moto := mototest.Start(t)
 	client := s3.NewFromConfig(moto.Config(ctx), mototest.S3PathStyle)
 	const bucket = "lathe-e2e"
-	if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket),
-		CreateBucketConfiguration: &types.CreateBucketConfiguration{LocationConstraint: types.BucketLocationConstraint(mototest.Region)}}); err != nil {
-		t.Fatal(err)
-	}
+	mototest.Bucket(ctx, t, client, bucket)
 	put := func(key string, data []byte) {
 		if _, err := client.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader(data)}); err != nil {
 			t.Fatalf("put %s: %v", key, err)

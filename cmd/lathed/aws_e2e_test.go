@@ -30,9 +30,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
-	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
@@ -76,36 +74,8 @@ func newCloudRig(t *testing.T, spot string) *cloudRig {
 	awsCfg := r.moto.Config(ctx)
 	r.ec2 = ec2.NewFromConfig(awsCfg)
 	r.s3 = s3.NewFromConfig(awsCfg, mototest.S3PathStyle)
-	vpc, err := r.ec2.CreateVpc(ctx, &ec2.CreateVpcInput{CidrBlock: aws.String("10.0.0.0/16")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var subnets []string
-	for i, cidr := range []string{"10.0.1.0/24", "10.0.2.0/24"} {
-		sn, err := r.ec2.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: vpc.Vpc.VpcId, CidrBlock: aws.String(cidr),
-			AvailabilityZone: aws.String(fmt.Sprintf("%s%c", mototest.Region, 'a'+i))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		subnets = append(subnets, aws.ToString(sn.Subnet.SubnetId))
-	}
-	sg, err := r.ec2.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{GroupName: aws.String("lathe-workers"),
-		Description: aws.String("lathe"), VpcId: vpc.Vpc.VpcId})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := iam.NewFromConfig(awsCfg).CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{
-		InstanceProfileName: aws.String("lathe-instance")}); err != nil {
-		t.Fatal(err)
-	}
-	imgs, err := r.ec2.DescribeImages(ctx, &ec2.DescribeImagesInput{Owners: []string{"amazon"}})
-	if err != nil || len(imgs.Images) == 0 {
-		t.Fatalf("DescribeImages: %v", err)
-	}
-	if _, err := r.s3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("lathe-eu-work"),
-		CreateBucketConfiguration: &s3types.CreateBucketConfiguration{LocationConstraint: s3types.BucketLocationConstraint(mototest.Region)}}); err != nil {
-		t.Fatal(err)
-	}
+	net := mototest.NewNetwork(ctx, t, awsCfg)
+	mototest.Bucket(ctx, t, r.s3, "lathe-eu-work")
 	r.dir = t.TempDir()
 	root := repoRoot(t)
 	cfg := fmt.Sprintf(`cluster: %s
@@ -126,7 +96,7 @@ backends:
     ami: %s
     subnets: [%s]
     security_groups: [%s]
-    instance_profile: lathe-instance
+    instance_profile: %s
     spot: %s
     instance_types:
       g5.xlarge: {gpus: 1, gpu_model: A10G, gpu_memory_gb: 24, on_demand_usd_per_hour: 1.006, spot_usd_per_hour: 0.45}
@@ -138,7 +108,7 @@ worker: {heartbeat_ttl: 3s}
 aws: {poll_interval: 300ms, launch_retry: 2s, status_grace: 3s, lease_ttl: 3s}
 jobs:
   allowed_roots: [%s, %s]
-`, cloudCluster, mototest.Region, aws.ToString(imgs.Images[0].ImageId), strings.Join(subnets, ", "), aws.ToString(sg.GroupId), spot, root, r.dir)
+`, cloudCluster, mototest.Region, net.AMI, strings.Join(net.Subnets, ", "), net.SecurityGroup, net.InstanceProfile, spot, root, r.dir)
 	r.cfgPath = filepath.Join(r.dir, "lathed.yaml")
 	if err := os.WriteFile(r.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

@@ -21,7 +21,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/lathe-ml/lathe/backends/aws/imdsfake"
 	"github.com/lathe-ml/lathe/internal/jobspec"
@@ -53,15 +52,7 @@ func setup(t *testing.T) *testBundle {
 	ctx := t.Context()
 	moto := mototest.Start(t)
 	client := s3.NewFromConfig(moto.Config(ctx), mototest.S3PathStyle)
-	_, err := client.CreateBucket(ctx, &s3.CreateBucketInput{
-		Bucket: aws.String(bucket),
-		CreateBucketConfiguration: &types.CreateBucketConfiguration{
-			LocationConstraint: types.BucketLocationConstraint(mototest.Region),
-		},
-	})
-	if err != nil {
-		t.Fatalf("create bucket: %v", err)
-	}
+	mototest.Bucket(ctx, t, client, bucket)
 	imds := imdsfake.New()
 	t.Cleanup(imds.Close)
 	_, file, _, _ := runtime.Caller(0)
