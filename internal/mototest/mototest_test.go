@@ -4,6 +4,12 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -71,4 +77,60 @@ func TestBinaryFound(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("moto_server: %s", p)
+}
+
+// TestNetworkSurvivesLostAnswers: a proxy (a fake, in front of the real
+// moto_server) forwards the first CreateSubnet, CreateSecurityGroup and
+// CreateInstanceProfile and then drops the connection without answering,
+// as moto's server once did in CI. The SDK retries; moto answers the
+// retry with a conflict; NewNetwork still returns the network the first
+// tries made.
+func TestNetworkSurvivesLostAnswers(t *testing.T) {
+	ctx := context.Background()
+	srv := mototest.Start(t)
+	target, _ := url.Parse(srv.URL())
+	rp := httputil.NewSingleHostReverseProxy(target)
+	var mu sync.Mutex
+	dropped := map[string]int{}
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		form, _ := url.ParseQuery(string(body))
+		action := form.Get("Action")
+		mu.Lock()
+		drop := dropped[action] == 0 && (action == "CreateSubnet" || action == "CreateSecurityGroup" || action == "CreateInstanceProfile")
+		if drop {
+			dropped[action]++
+		}
+		mu.Unlock()
+		if !drop {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		rp.ServeHTTP(rec, r) // moto does it ...
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close() // ... and the answer is lost
+		}
+	}))
+	t.Cleanup(proxy.Close)
+	cfg := mototest.ConfigFor(ctx, t, proxy.URL)
+	n := mototest.NewNetwork(ctx, t, cfg)
+	if len(dropped) != 3 {
+		t.Fatalf("the proxy dropped the answers of %v, want CreateSubnet, CreateSecurityGroup, CreateInstanceProfile", dropped)
+	}
+	ec := ec2.NewFromConfig(srv.Config(ctx))
+	subs, err := ec.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{Filters: []ec2types.Filter{{Name: aws.String("vpc-id"), Values: []string{n.VPC}}}})
+	if err != nil || len(subs.Subnets) != 2 || len(n.Subnets) != 2 {
+		t.Fatalf("subnets in the VPC: %v, %d; NewNetwork gave %v", err, len(subs.Subnets), n.Subnets)
+	}
+	for _, s := range subs.Subnets {
+		if !slices.Contains(n.Subnets, aws.ToString(s.SubnetId)) {
+			t.Fatalf("subnet %s is not among %v", aws.ToString(s.SubnetId), n.Subnets)
+		}
+	}
+	if n.SecurityGroup == "" || n.AMI == "" || n.InstanceProfile != "lathe-instance" {
+		t.Fatalf("network %+v", n)
+	}
 }
