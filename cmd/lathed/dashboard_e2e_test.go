@@ -286,7 +286,7 @@ func TestDashboardChromium(t *testing.T) {
 		t.Fatalf("job bad-data ended %s (error %q), want failed with an error", fail.State, fail.Error)
 	}
 	// Holds every GPU for the rest of the test (stopped at cleanup).
-	ids["running"] = submitID(t, lathe, base, dashSpec(t, dir, "eight-gpus", 8, "normal", 1000000, 0, good))
+	ids["running"] = submitID(t, lathe, base, dashSpec(t, dir, "eight-gpus", 8, "normal", 50000, 0, good))
 	run := waitJob(t, base, ids["running"], time.Minute, "running on 8 GPUs", func(j jobtype.Job) bool {
 		return j.State == jobtype.StateRunning && len(j.GPUs) == 8
 	})
