@@ -60,8 +60,8 @@ func getOverview(t *testing.T, base string) wire.Overview {
 
 // pageOverview is what the overview page shows, read from its DOM.
 type pageOverview struct {
-	Marker     string                `json:"marker"`
-	Navs       int                   `json:"navs"`
+	Marker     float64               `json:"marker"`
+	TimeOrigin float64               `json:"timeOrigin"`
 	Status     string                `json:"status"`
 	Pending    string                `json:"pending"`
 	States     map[string]string     `json:"states"`
@@ -89,7 +89,7 @@ type pageGPU struct {
 // readPageJS reads the overview's panels (scheduler/ui/app.js renders them).
 const readPageJS = `
 const txt = (e) => e ? e.textContent : '';
-const out = {marker: String(window.__latheE2E || ''), navs: performance.getEntriesByType('navigation').length,
+const out = {marker: window.__latheE2E || 0, timeOrigin: performance.timeOrigin,
   status: txt(document.querySelector('#status')), pending: txt(document.querySelector('#q-pending')),
   states: {}, priorities: {}, jobs: {}, nodes: {}, badges: {}};
 for (const tr of document.querySelectorAll('#q-states tbody tr[data-state]')) out.states[tr.dataset.state] = txt(tr.querySelector('td.n'));
@@ -261,10 +261,12 @@ func TestDashboardChromium(t *testing.T) {
 	waitHTTP(t, base, d)
 
 	// The page is opened once, before any job exists; every job below
-	// appears in it by its polls. A reload would drop window.__latheE2E.
+	// appears in it by its polls. A reload would drop window.__latheE2E
+	// and start a new document with another performance.timeOrigin.
 	b.navigate(t, base+"/")
-	if err := b.exec(`window.__latheE2E = 'loaded-once'; return null;`, nil); err != nil {
-		t.Fatalf("set the page's marker: %v", err)
+	var loaded float64
+	if err := b.exec(`window.__latheE2E = performance.timeOrigin; return window.__latheE2E;`, &loaded); err != nil || loaded == 0 {
+		t.Fatalf("set the page's marker: %v (timeOrigin %v)", err, loaded)
 	}
 	waitfor.Value(t, 30*time.Second, "the page's first poll", func() string {
 		s, err := b.text("#status")
@@ -349,8 +351,8 @@ func TestDashboardChromium(t *testing.T) {
 	ids["new"] = submitID(t, lathe, base, dashSpec(t, dir, "submitted-later", 2, "normal", 60, 0, good))
 	p := waitfor.Value(t, 30*time.Second, "job submitted-later "+ids["new"]+" in the jobs table", func() pageOverview { return readPage(t, b) },
 		func(p pageOverview) bool { _, ok := p.Jobs[ids["new"]]; return ok })
-	if p.Marker != "loaded-once" || p.Navs != 1 {
-		t.Errorf("the page was reloaded: window.__latheE2E = %q (want loaded-once), %d navigation entries (want 1)", p.Marker, p.Navs)
+	if p.Marker != loaded || p.TimeOrigin != loaded {
+		t.Errorf("the page was reloaded: window.__latheE2E = %v, performance.timeOrigin = %v; want both %v, as at load", p.Marker, p.TimeOrigin, loaded)
 	}
 	checkQueuePanel(t, b, base)
 	checkJobsTable(t, b, base, ids)
