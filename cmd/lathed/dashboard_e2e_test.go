@@ -266,7 +266,7 @@ func TestDashboardChromium(t *testing.T) {
 	b.navigate(t, base+"/")
 	var loaded float64
 	if err := b.exec(`window.__latheE2E = performance.timeOrigin; return window.__latheE2E;`, &loaded); err != nil || loaded == 0 {
-		t.Fatalf("set the page's marker: %v (timeOrigin %v)", err, loaded)
+		t.Fatalf("set the page's marker: %v (timeOrigin %.1f, want > 0)", err, loaded)
 	}
 	waitfor.Value(t, 30*time.Second, "the page's first poll", func() string {
 		s, err := b.text("#status")
@@ -352,7 +352,7 @@ func TestDashboardChromium(t *testing.T) {
 	p := waitfor.Value(t, 30*time.Second, "job submitted-later "+ids["new"]+" in the jobs table", func() pageOverview { return readPage(t, b) },
 		func(p pageOverview) bool { _, ok := p.Jobs[ids["new"]]; return ok })
 	if p.Marker != loaded || p.TimeOrigin != loaded {
-		t.Errorf("the page was reloaded: window.__latheE2E = %v, performance.timeOrigin = %v; want both %v, as at load", p.Marker, p.TimeOrigin, loaded)
+		t.Errorf("the page was reloaded: window.__latheE2E = %.1f, performance.timeOrigin = %.1f; want both %.1f, as at load", p.Marker, p.TimeOrigin, loaded)
 	}
 	checkQueuePanel(t, b, base)
 	checkJobsTable(t, b, base, ids)
