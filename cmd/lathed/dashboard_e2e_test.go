@@ -284,8 +284,8 @@ func TestDashboardChromium(t *testing.T) {
 		t.Fatalf("job small-ok ended %s (%s), want succeeded", ok.State, ok.Error)
 	}
 	fail := waitJob(t, base, ids["failed"], 2*time.Minute, "failed", func(j jobtype.Job) bool { return j.State.Terminal() })
-	if fail.State != jobtype.StateFailed || fail.Error == "" {
-		t.Fatalf("job bad-data ended %s (error %q), want failed with an error", fail.State, fail.Error)
+	if fail.State != jobtype.StateFailed || fail.Error == "" || fail.Attempt != 1 {
+		t.Fatalf("job bad-data ended %s (error %q) after %d attempts, want failed with an error after 1 (exit 3 is not retried)", fail.State, fail.Error, fail.Attempt)
 	}
 	// Holds every GPU for the rest of the test (stopped at cleanup).
 	ids["running"] = submitID(t, lathe, base, dashSpec(t, dir, "eight-gpus", 8, "normal", 50000, 0, good))
