@@ -6,8 +6,10 @@
 #   scripts/setup.sh          what the demo needs: redis-server, /usr/bin/python3 with torch
 #   scripts/setup.sh --test   also what the tests need: docker-compose (the compose
 #                             file is checked), promtool (Debian prometheus: /metrics
-#                             is checked with promtool check metrics), moto_server (an AWS emulator: must be
-#                             preinstalled, PyPI is not reachable from these machines)
+#                             is checked with promtool check metrics), chromium and chromium-driver
+#                             (the dashboard's headless-Chromium test drives them through chromedriver),
+#                             moto_server (an AWS emulator: must be preinstalled, PyPI is not reachable
+#                             from these machines)
 #
 # Needs root (or sudo) only when something is missing. Go 1.26 must already
 # be on PATH (it is not a Debian package at that version).
@@ -27,6 +29,8 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ "$want_test" = 1 ]; then
   command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
   [ -x /usr/bin/promtool ] || need+=(prometheus)
+  [ -x /usr/bin/chromium ] || need+=(chromium)
+  [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
 fi
 
 if [ ${#need[@]} -gt 0 ]; then
