@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/scheduler"
 )
 
@@ -86,6 +88,25 @@ func TestDashboardNeedsTokens(t *testing.T) {
 				t.Fatalf("viewer GET %s: %d %.200s", p, code, body)
 			}
 		}
+	}
+	// The job page's GPU charts read /api/v1/jobs/{id}/gpu with the page's
+	// Basic credentials too (another team's job is a 404, as with a bearer token).
+	mine, _, err := b.store.Create(b.ctx, jobstore.NewJob{Spec: &jobspec.Spec{Name: "mine", BaseModel: "tiny-char", Dataset: "file:///d/t.jsonl"}, Team: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, _, err := b.store.Create(b.ctx, jobstore.NewJob{Spec: &jobspec.Spec{Name: "theirs", BaseModel: "tiny-char", Dataset: "file:///d/t.jsonl"}, Team: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, body := get(t, b.url+"/api/v1/jobs/"+mine.ID+"/gpu", basic); code != 200 || !strings.Contains(body, `"points":[]`) {
+		t.Fatalf("viewer GET its job's GPU series with Basic: %d %.200s", code, body)
+	}
+	if code, _, _ := get(t, b.url+"/api/v1/jobs/"+theirs.ID+"/gpu", basic); code != 404 {
+		t.Fatalf("viewer GET another team's GPU series with Basic: %d, want 404", code)
+	}
+	if code, _, _ := get(t, b.url+"/api/v1/jobs/"+mine.ID+"/gpu", nil); code != 401 {
+		t.Fatalf("GPU series without a token: %d, want 401", code)
 	}
 	adminBasic := map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("me:"+monAdmin)), "Content-Type": "application/json"}
 	if code, _ := do(t, "POST", b.url+"/api/v1/jobs", `{}`, adminBasic); code != 401 {
