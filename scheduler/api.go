@@ -532,6 +532,10 @@ func (s *Scheduler) list(w http.ResponseWriter, r *http.Request) {
 			Fields: []jobspec.FieldError{{Field: "cursor", Value: cursor, Message: "not a job id"}}})
 		return
 	}
+	withLoss, ok := boolParam(w, r, "loss_series")
+	if !ok {
+		return
+	}
 	sweepID := q.Get("sweep")
 	if sweepID != "" && !jobstore.ValidSweepID(sweepID) {
 		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad sweep", Code: "invalid",
@@ -552,7 +556,37 @@ func (s *Scheduler) list(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, wire.JobList{Jobs: jobs, NextCursor: next})
+	out := wire.JobList{Jobs: jobs, NextCursor: next}
+	if withLoss {
+		if out.LossSeries, err = s.listLossSeries(ctx, jobs); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// listLossSeries is the loss series (with the latest progress) of each of
+// jobs that has made progress, by id: one pipeline of an LRANGE per such
+// job (none when none has).
+func (s *Scheduler) listLossSeries(ctx context.Context, jobs []*jobtype.Job) (map[string][]jobtype.LossPoint, error) {
+	var ids []string
+	for _, j := range jobs {
+		if j.Progress.Step > 0 {
+			ids = append(ids, j.ID)
+		}
+	}
+	series, err := s.store.LossSeries(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]jobtype.LossPoint, len(ids))
+	for _, j := range jobs {
+		if j.Progress.Step > 0 {
+			out[j.ID] = withLatest(series[j.ID], j.Progress.Step, j.Progress.Loss)
+		}
+	}
+	return out, nil
 }
 
 // listScan bounds how many job ids one list request looks through for a

@@ -327,4 +327,31 @@ func TestOverviewLossSeries(t *testing.T) {
 			t.Errorf("team b's overview shows %s with series %v", r.Name, r.LossSeries)
 		}
 	}
+	// Finished, the job's series is in the jobs list, for its team.
+	if err := b.store.Finish(b.ctx, run, 1, jobstore.Ending{State: jobtype.StateSucceeded, Reason: "exit"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{admin, viewA, viewB} {
+		var l wire.JobList
+		b.get(t, secret, "/api/v1/jobs?limit=200&loss_series=true", &l)
+		got, ok := l.LossSeries[run]
+		if secret == viewB {
+			if ok || len(l.LossSeries) != 0 {
+				t.Errorf("team b's list has loss series %v", l.LossSeries)
+			}
+			continue
+		}
+		if len(l.LossSeries) != 1 || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("list's loss series %v (want only run-a's %v)", l.LossSeries, want)
+		}
+	}
+	var plain map[string]any
+	b.get(t, admin, "/api/v1/jobs?limit=200", &plain)
+	if _, ok := plain["loss_series"]; ok {
+		t.Errorf("a list without loss_series=true carries them")
+	}
+	code, body := do(t, "GET", b.url+"/api/v1/jobs?loss_series=1", "", map[string]string{"Authorization": "Bearer " + admin})
+	if code != 400 || !strings.Contains(string(body), `"field":"loss_series","value":"1"`) {
+		t.Errorf("loss_series=1: %d %s, want 400 naming it", code, body)
+	}
 }
