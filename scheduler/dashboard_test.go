@@ -56,6 +56,26 @@ func TestDashboardServesPage(t *testing.T) {
 			t.Fatalf("GET %s is not the dashboard page: %.200s", p, body)
 		}
 	}
+	// The panels of issue #14 are on the page, read their endpoints, and
+	// the script never parses a string as HTML (server strings go in as
+	// text or attributes).
+	_, _, page := get(t, b.url+"/", nil)
+	_, _, script := get(t, b.url+"/ui/app.js", nil)
+	for _, id := range []string{`id="job-table"`, `id="loss-chart"`, `id="decision-table"`, `id="decisions-note"`, `id="gpu-util-chart"`, `id="gpu-mem-chart"`} {
+		if !strings.Contains(page, id) {
+			t.Errorf("the page has no %s", id)
+		}
+	}
+	for _, use := range []string{"/api/v1/decisions?limit=", "loss_series=true", "'/gpu'", "r.loss_series"} {
+		if !strings.Contains(script, use) {
+			t.Errorf("app.js does not read %s", use)
+		}
+	}
+	for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"} {
+		if strings.Contains(script, bad) {
+			t.Errorf("app.js uses %s", bad)
+		}
+	}
 	for _, p := range []string{"/ui/", "/ui/index.html", "/ui/nope.js", "/ui/../api.go"} {
 		if code, _, _ := get(t, b.url+p, nil); code != 404 {
 			t.Fatalf("GET %s: %d, want 404", p, code)
