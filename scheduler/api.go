@@ -36,13 +36,14 @@ func (s *Scheduler) routes() http.Handler {
 	mux.HandleFunc("GET /api/v1/audit", s.withAuth(RoleAdmin, s.audit))
 	mux.HandleFunc("GET /api/v1/audit/verify", s.withAuth(RoleAdmin, s.auditVerify))
 	mux.HandleFunc("GET /api/v1/audit/export", s.withAuth(RoleAdmin, s.auditExport))
+	mux.HandleFunc("GET /api/v1/decisions", s.readAPI(s.decisions))
 	mux.HandleFunc("GET /api/v1/jobs", s.readAPI(s.list))
 	mux.HandleFunc("GET /api/v1/jobs/{id}", s.readAPI(s.get))
 	mux.HandleFunc("POST /api/v1/jobs/{id}/cancel", s.withAuth(RoleSubmitter, s.cancelJob))
 	mux.HandleFunc("POST /api/v1/jobs/{id}/retry", s.withAuth(RoleSubmitter, s.retryJob))
 	mux.HandleFunc("GET /api/v1/jobs/{id}/events", s.readAPI(s.events))
 	mux.HandleFunc("GET /api/v1/jobs/{id}/artifacts/{name}", s.withAuth(RoleViewer, s.artifact))
-	mux.HandleFunc("GET /api/v1/jobs/{id}/gpu", s.withAuth(RoleViewer, s.gpuSeries))
+	mux.HandleFunc("GET /api/v1/jobs/{id}/gpu", s.readAPI(s.gpuSeries))
 	mux.HandleFunc("GET /api/v1/queues", s.withAuth(RoleViewer, s.queues))
 	mux.HandleFunc("GET /api/v1/gpus", s.withAuth(RoleViewer, s.listGPUs))
 	mux.HandleFunc("GET /api/v1/nodes", s.withAuth(RoleViewer, s.listNodes))
@@ -531,6 +532,10 @@ func (s *Scheduler) list(w http.ResponseWriter, r *http.Request) {
 			Fields: []jobspec.FieldError{{Field: "cursor", Value: cursor, Message: "not a job id"}}})
 		return
 	}
+	withLoss, ok := boolParam(w, r, "loss_series")
+	if !ok {
+		return
+	}
 	sweepID := q.Get("sweep")
 	if sweepID != "" && !jobstore.ValidSweepID(sweepID) {
 		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad sweep", Code: "invalid",
@@ -551,7 +556,37 @@ func (s *Scheduler) list(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, wire.JobList{Jobs: jobs, NextCursor: next})
+	out := wire.JobList{Jobs: jobs, NextCursor: next}
+	if withLoss {
+		if out.LossSeries, err = s.listLossSeries(ctx, jobs); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// listLossSeries is the loss series (with the latest progress) of each of
+// jobs that has made progress, by id: one pipeline of an LRANGE per such
+// job (none when none has).
+func (s *Scheduler) listLossSeries(ctx context.Context, jobs []*jobtype.Job) (map[string][]jobtype.LossPoint, error) {
+	var ids []string
+	for _, j := range jobs {
+		if j.Progress.Step > 0 {
+			ids = append(ids, j.ID)
+		}
+	}
+	series, err := s.store.LossSeries(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]jobtype.LossPoint, len(ids))
+	for _, j := range jobs {
+		if j.Progress.Step > 0 {
+			out[j.ID] = withLatest(series[j.ID], j.Progress.Step, j.Progress.Loss)
+		}
+	}
+	return out, nil
 }
 
 // listScan bounds how many job ids one list request looks through for a

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/scheduler"
 )
 
@@ -54,6 +56,26 @@ func TestDashboardServesPage(t *testing.T) {
 			t.Fatalf("GET %s is not the dashboard page: %.200s", p, body)
 		}
 	}
+	// The panels of issue #14 are on the page, read their endpoints, and
+	// the script never parses a string as HTML (server strings go in as
+	// text or attributes).
+	_, _, page := get(t, b.url+"/", nil)
+	_, _, script := get(t, b.url+"/ui/app.js", nil)
+	for _, id := range []string{`id="job-table"`, `id="loss-chart"`, `id="decision-table"`, `id="decisions-note"`, `id="gpu-util-chart"`, `id="gpu-mem-chart"`} {
+		if !strings.Contains(page, id) {
+			t.Errorf("the page has no %s", id)
+		}
+	}
+	for _, use := range []string{"/api/v1/decisions?limit=", "loss_series=true", "'/gpu'", "r.loss_series"} {
+		if !strings.Contains(script, use) {
+			t.Errorf("app.js does not read %s", use)
+		}
+	}
+	for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"} {
+		if strings.Contains(script, bad) {
+			t.Errorf("app.js uses %s", bad)
+		}
+	}
 	for _, p := range []string{"/ui/", "/ui/index.html", "/ui/nope.js", "/ui/../api.go"} {
 		if code, _, _ := get(t, b.url+p, nil); code != 404 {
 			t.Fatalf("GET %s: %d, want 404", p, code)
@@ -86,6 +108,25 @@ func TestDashboardNeedsTokens(t *testing.T) {
 				t.Fatalf("viewer GET %s: %d %.200s", p, code, body)
 			}
 		}
+	}
+	// The job page's GPU charts read /api/v1/jobs/{id}/gpu with the page's
+	// Basic credentials too (another team's job is a 404, as with a bearer token).
+	mine, _, err := b.store.Create(b.ctx, jobstore.NewJob{Spec: &jobspec.Spec{Name: "mine", BaseModel: "tiny-char", Dataset: "file:///d/t.jsonl"}, Team: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, _, err := b.store.Create(b.ctx, jobstore.NewJob{Spec: &jobspec.Spec{Name: "theirs", BaseModel: "tiny-char", Dataset: "file:///d/t.jsonl"}, Team: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, body := get(t, b.url+"/api/v1/jobs/"+mine.ID+"/gpu", basic); code != 200 || !strings.Contains(body, `"points":[]`) {
+		t.Fatalf("viewer GET its job's GPU series with Basic: %d %.200s", code, body)
+	}
+	if code, _, _ := get(t, b.url+"/api/v1/jobs/"+theirs.ID+"/gpu", basic); code != 404 {
+		t.Fatalf("viewer GET another team's GPU series with Basic: %d, want 404", code)
+	}
+	if code, _, _ := get(t, b.url+"/api/v1/jobs/"+mine.ID+"/gpu", nil); code != 401 {
+		t.Fatalf("GPU series without a token: %d, want 401", code)
 	}
 	adminBasic := map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("me:"+monAdmin)), "Content-Type": "application/json"}
 	if code, _ := do(t, "POST", b.url+"/api/v1/jobs", `{}`, adminBasic); code != 401 {

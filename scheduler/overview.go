@@ -50,7 +50,8 @@ type overviewInput struct {
 // active state (5), one pipeline reading the active jobs, the waits, the
 // node set and one pipeline of their heartbeats and reservations, one
 // pipeline of the budget scopes), plus asynq's GetQueueInfo per local node
-// for an all-teams token.
+// for an all-teams token, plus one pipeline of an LRANGE (≤ 32 entries)
+// per running job answered for the loss series (none without one).
 func (s *Scheduler) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
@@ -60,7 +61,43 @@ func (s *Scheduler) overview(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, buildOverview(in, p))
+	ov := buildOverview(in, p)
+	if err := s.addLossSeries(ctx, ov.Running); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ov)
+}
+
+// addLossSeries fills in the running jobs' loss series: one pipeline of an
+// LRANGE per job (none without running jobs), over the jobs the answer
+// holds, so a team's token reads its team's series only.
+func (s *Scheduler) addLossSeries(ctx context.Context, running []wire.RunningJob) error {
+	ids := make([]string, len(running))
+	for i, r := range running {
+		ids[i] = r.ID
+	}
+	series, err := s.store.LossSeries(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for i := range running {
+		running[i].LossSeries = withLatest(series[running[i].ID], running[i].Step, running[i].Loss)
+	}
+	return nil
+}
+
+// withLatest is a loss series with the job's latest progress (step, loss)
+// added when it is past the series' last point (the series may lag it by
+// less than its spacing); [] for none.
+func withLatest(series []jobtype.LossPoint, step int, loss float64) []jobtype.LossPoint {
+	if step > 0 && (len(series) == 0 || series[len(series)-1].Step() < step) {
+		series = append(series, jobtype.LossPoint{float64(step), loss})
+	}
+	if series == nil {
+		series = []jobtype.LossPoint{}
+	}
+	return series
 }
 
 // allTeams reports whether p reads every team's jobs.

@@ -280,3 +280,78 @@ func TestOverviewTeamFilter(t *testing.T) {
 		t.Errorf("overview without a token: %d, want 401", code)
 	}
 }
+
+// TestOverviewLossSeries: each running job's loss_series is its store's
+// downsampled series (jobstore.AddLossPoint over every progress update
+// recorded) plus its latest progress; a job without progress has []; a
+// team's viewer gets its team's series only.
+func TestOverviewLossSeries(t *testing.T) {
+	b := overviewSetup(t)
+	run := b.ids["run-a"]
+	want := jobstore.AddLossPoint(nil, 40, 1.93) // overviewSetup's one update
+	for step := 41; step <= 400; step++ {
+		p := jobtype.Progress{Step: step, TotalSteps: 400, Loss: 2 - float64(step)/1000}
+		want = jobstore.AddLossPoint(want, p.Step, p.Loss)
+		ev := jobstore.EventIn{Type: jobtype.EventProgress, Data: json.RawMessage(`{}`)}.WithProgress(p)
+		if _, err := b.store.Append(b.ctx, run, 1, []jobstore.EventIn{ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if last := want[len(want)-1]; last.Step() != 400 {
+		want = append(want, jobtype.LossPoint{400, 2 - 0.4}) // the latest progress, past the last kept point
+	}
+	const admin, viewA, viewB = "admin-secret-0123456789", "viewer-a-secret-0123456789", "viewer-b-secret-0123456789"
+	for _, secret := range []string{admin, viewA} {
+		var ov wire.Overview
+		b.get(t, secret, "/api/v1/overview", &ov)
+		seen := false
+		for _, r := range ov.Running {
+			switch {
+			case r.ID == run:
+				seen = true
+				if len(r.LossSeries) > jobstore.LossSeriesMax+1 || fmt.Sprint(r.LossSeries) != fmt.Sprint(want) {
+					t.Errorf("run-a's loss series %v,\nwant %v", r.LossSeries, want)
+				}
+			case r.LossSeries == nil || len(r.LossSeries) != 0:
+				t.Errorf("%s has no progress; series %#v, want []", r.Name, r.LossSeries)
+			}
+		}
+		if !seen {
+			t.Fatalf("run-a not among the running jobs: %+v", ov.Running)
+		}
+	}
+	var ovB wire.Overview
+	b.get(t, viewB, "/api/v1/overview", &ovB)
+	for _, r := range ovB.Running {
+		if r.ID == run || len(r.LossSeries) != 0 {
+			t.Errorf("team b's overview shows %s with series %v", r.Name, r.LossSeries)
+		}
+	}
+	// Finished, the job's series is in the jobs list, for its team.
+	if err := b.store.Finish(b.ctx, run, 1, jobstore.Ending{State: jobtype.StateSucceeded, Reason: "exit"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{admin, viewA, viewB} {
+		var l wire.JobList
+		b.get(t, secret, "/api/v1/jobs?limit=200&loss_series=true", &l)
+		got, ok := l.LossSeries[run]
+		if secret == viewB {
+			if ok || len(l.LossSeries) != 0 {
+				t.Errorf("team b's list has loss series %v", l.LossSeries)
+			}
+			continue
+		}
+		if len(l.LossSeries) != 1 || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("list's loss series %v (want only run-a's %v)", l.LossSeries, want)
+		}
+	}
+	var plain map[string]any
+	b.get(t, admin, "/api/v1/jobs?limit=200", &plain)
+	if _, ok := plain["loss_series"]; ok {
+		t.Errorf("a list without loss_series=true carries them")
+	}
+	code, body := do(t, "GET", b.url+"/api/v1/jobs?loss_series=1", "", map[string]string{"Authorization": "Bearer " + admin})
+	if code != 400 || !strings.Contains(string(body), `"field":"loss_series","value":"1"`) {
+		t.Errorf("loss_series=1: %d %s, want 400 naming it", code, body)
+	}
+}

@@ -62,10 +62,10 @@ const fromPlaceholder = "__FROM__"
 var luaCodes = fmt.Sprintf(`
 local NOT_FOUND, CONFLICT, DONE, EXISTING, NODE_FULL, CLAIM_CANCELLED, FENCED, PREEMPT_ASKED, IDEM_CONFLICT, OVER_BUDGET = %d, %d, %d, %d, %d, %d, %d, %d, %d, %d
 local RECHECK, FROM = %q, %q
-local EVALS_MAX = %d
+local EVALS_MAX, LOSS_MAX = %d, %d
 local FLAG_RELEASE, FLAG_REQUEUE, FLAG_CLEARCANCEL = %q, %q, %q
 `, codeNotFound, codeConflict, codeDone, codeExisting, codeNodeFull, codeClaimCancelled, codeFenced, codePreemptAsked, codeIdemConflict, codeOverBudget,
-	createRecheck, fromPlaceholder, evalsMaxLen, flagRelease, flagRequeue, flagClearCancel)
+	createRecheck, fromPlaceholder, evalsMaxLen, LossSeriesMax, flagRelease, flagRequeue, flagClearCancel)
 
 // luaCommon is prepended to every job script but create: the codes and
 // the helpers the scripts share.
@@ -426,7 +426,8 @@ return reply(DONE, id)
 // loses. Each eval event (valid JSON data) is also pushed onto the job's
 // evals list ({"attempt":a,"time":ms,"data":…}), capped at the last
 // evalsMaxLen, which outlives the event stream's trimming (sweeps rank
-// trials by it).
+// trials by it). Each progress update also goes into the job's loss series
+// (lossPointLua).
 //
 //	ARGV[1]  prefix
 //	ARGV[2]  job id
@@ -436,7 +437,7 @@ return reply(DONE, id)
 //	         the record ('' none), its new value
 //
 // Returns the job reply: DONE, CONFLICT, NOT_FOUND.
-var appendScript = redis.NewScript(luaCommon + `
+var appendScript = redis.NewScript(luaCommon + lossPointLua + `
 local id, want, maxlen = ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested')
 if not cur[1] then return {NOT_FOUND, '', 0, 0} end
@@ -450,6 +451,7 @@ while i + 4 <= #ARGV do
     redis.call('LTRIM', jobkey(id) .. ':evals', -EVALS_MAX, -1)
   end
   if field ~= '' then redis.call('HSET', jobkey(id), field, value) end
+  if field == 'progress' then losspoint(id, value) end
   i = i + 5
 end
 return reply(DONE, id)
@@ -632,7 +634,7 @@ if idem and idem ~= '' then
   local v = redis.call('GET', P .. 'idem:' .. idem)
   if v == id or (v and string.sub(v, 1, #id + 1) == id .. ' ') then redis.call('DEL', P .. 'idem:' .. idem) end
 end
-redis.call('DEL', jobkey(id), evkey(id), jobkey(id) .. ':gpu', jobkey(id) .. ':evals')
+redis.call('DEL', jobkey(id), evkey(id), jobkey(id) .. ':gpu', jobkey(id) .. ':evals', jobkey(id) .. ':loss')
 redis.call('ZREM', P .. 'jobs', id)
 redis.call('ZREM', statekey(st), id)
 return {DONE, st, 0, 0}

@@ -81,6 +81,17 @@ type Progress struct {
 	SamplesPerS  float64 `json:"samples_per_s,omitempty"`
 }
 
+// LossPoint is one point of a job's downsampled loss series: [step, loss]
+// (JSON: a two-number array; jobstore.AddLossPoint says which points are
+// kept).
+type LossPoint [2]float64
+
+// Step is the point's step.
+func (p LossPoint) Step() int { return int(p[0]) }
+
+// Loss is the point's training loss.
+func (p LossPoint) Loss() float64 { return p[1] }
+
 // Artifact is one file a job produced, as stored under its output folder.
 type Artifact struct {
 	Path   string `json:"path"`

@@ -21,10 +21,13 @@ import (
 //	    {'ledger_tampered', n} (the head is missing, the stream is not)
 //	ledger_write(stream, head, argv, i, n) -- appends n entries whose
 //	    field values are argv[i], argv[i+1], … (EntryArgs) and moves the
-//	    head to the last one; returns their stream ids
+//	    head to the last one; pushes each entry with a team onto that
+//	    team's index (stream..":team:"..team, the newest TeamIndexMax stream
+//	    ids, newest first: Recent reads it); returns their stream ids
 //
 // Check first, before any write; write last. Append itself runs on them.
-const LuaAppend = `
+var LuaAppend = `
+local LEDGER_TEAM_MAX = ` + strconv.Itoa(TeamIndexMax) + `
 local ledger_fields = {'seq', 'time', 'kind', 'job_id', 'team', 'token', 'config_hash', 'body', 'prev', 'mac'}
 local function ledger_check(stream, head, seq, mac)
   local h = redis.call('HMGET', head, 'seq', 'mac')
@@ -38,17 +41,24 @@ local function ledger_check(stream, head, seq, mac)
   return nil
 end
 local function ledger_write(stream, head, argv, i, n)
-  local ids, seq, mac = {}, nil, nil
+  local ids, seq, mac, teams = {}, nil, nil, {}
   for _ = 1, n do
     local e = {}
     for f = 1, #ledger_fields do
       e[#e + 1] = ledger_fields[f]; e[#e + 1] = argv[i + f - 1]
     end
     seq, mac = argv[i], argv[i + #ledger_fields - 1]
-    ids[#ids + 1] = redis.call('XADD', stream, '*', unpack(e))
+    local id = redis.call('XADD', stream, '*', unpack(e))
+    ids[#ids + 1] = id
+    local team = argv[i + 4]
+    if team ~= '' then
+      redis.call('LPUSH', stream .. ':team:' .. team, id)
+      teams[team] = true
+    end
     i = i + #ledger_fields
   end
   if n > 0 then redis.call('HSET', head, 'seq', seq, 'mac', mac) end
+  for team in pairs(teams) do redis.call('LTRIM', stream .. ':team:' .. team, 0, LEDGER_TEAM_MAX - 1) end
   return ids
 end
 `

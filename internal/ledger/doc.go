@@ -11,6 +11,8 @@
 //
 //	ledger        stream  one entry per record, never trimmed (XADD without MAXLEN)
 //	ledger:head   hash    seq and mac of the last record
+//	ledger:team:T list    the stream ids of team T's newest records (TeamIndexMax),
+//	                      newest first: an index for Recent, not covered by any MAC
 //
 // Each stream entry has exactly the fields seq, time, kind, job_id, team,
 // token, config_hash, body, prev and mac, in that order, holding the Record's

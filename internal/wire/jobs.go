@@ -41,6 +41,10 @@ type BatchResponse struct {
 type JobList struct {
 	Jobs       []*jobtype.Job `json:"jobs"`
 	NextCursor string         `json:"next_cursor"`
+	// LossSeries, with ?loss_series=true only, is the downsampled loss
+	// series of each listed job that has made progress, by id, as the
+	// overview's running jobs carry it (RunningJob.LossSeries).
+	LossSeries map[string][]jobtype.LossPoint `json:"loss_series,omitempty"`
 }
 
 // EventList is the answer of GET /api/v1/jobs/{id}/events without follow:

@@ -72,6 +72,12 @@ type RunningJob struct {
 	// a live cloud instance's time × its price.
 	CostUSD   float64    `json:"cost_usd"`
 	StartedAt *time.Time `json:"started_at,omitempty"`
+	// LossSeries is the job's training loss over its run, downsampled
+	// (jobstore.AddLossPoint: at most jobstore.LossSeriesMax points about
+	// evenly spaced in steps), then its latest progress when that is past
+	// the last point: [[step, loss], …], [] before any progress. The
+	// dashboard draws it as the jobs table's sparkline.
+	LossSeries []jobtype.LossPoint `json:"loss_series"`
 }
 
 // NodeGPUs is one live node and its GPUs as its last heartbeat reported

@@ -38,7 +38,9 @@ async function api(path) {
   if (!resp.ok) {
     let msg = resp.status + ' ' + resp.statusText;
     try { const body = await resp.json(); if (body.error) msg += ': ' + body.error; } catch (e) { /* not JSON */ }
-    throw new Error(path + ': ' + msg);
+    const err = new Error(path + ': ' + msg);
+    err.status = resp.status;
+    throw err;
   }
   return resp.json();
 }
@@ -129,9 +131,27 @@ function renderCloud(c) {
     el('td', {}, b.limit_usd > 0 ? usd(b.limit_usd) : 'none'))));
 }
 
+// sparkline draws a loss series [[step, loss], …] as a small inline SVG
+// (the jobs table's loss cell); null for fewer than two points.
+function sparkline(series) {
+  if (!series || series.length < 2) return null;
+  const W = 80, H = 18, P = 1;
+  const xs = series.map((p) => p[0]), ys = series.map((p) => p[1]);
+  const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
+  const sx = (x) => P + (x1 === x0 ? 0.5 : (x - x0) / (x1 - x0)) * (W - 2 * P);
+  const sy = (y) => H - P - (y1 === y0 ? 0.5 : (y - y0) / (y1 - y0)) * (H - 2 * P);
+  // The description is an attribute, not a <title>, so the cell's text stays the loss alone.
+  const e = svg('svg', { class: 'spark', viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, 'data-points': series.length,
+    role: 'img', 'aria-label': 'loss ' + series[0][1].toFixed(3) + ' → ' + series[series.length - 1][1].toFixed(3) + ' over steps ' + x0 + '–' + x1 });
+  e.appendChild(svg('path', { d: series.map((p, i) => (i ? 'L' : 'M') + sx(p[0]).toFixed(1) + ' ' + sy(p[1]).toFixed(1)).join(' ') }));
+  return e;
+}
+
 // jobRows merges the jobs list with the overview's live rows (progress
-// and cost of running jobs, place in line of waiting ones).
+// and cost of running jobs, place in line of waiting ones) and each job's
+// loss series (the overview's for running jobs, the list's for others).
 function jobRows(list, ov) {
+  const listSeries = list.loss_series || {};
   const running = new Map((ov.running || []).map((r) => [r.id, r]));
   const waiting = new Map((ov.waiting || []).map((w, i) => [w.id, { w, i }]));
   return (list.jobs || []).map((j) => {
@@ -144,6 +164,7 @@ function jobRows(list, ov) {
       node: (r && r.node) || j.node || '', gpus: (r ? r.gpus : j.gpus) || [],
       step: r ? r.step : p.step, total: r ? r.total_steps : p.total_steps, loss: r ? r.loss : p.loss,
       cost: r ? r.cost_usd : (j.cost_usd || 0), wait: j.state === 'queued' ? wait : null, error: j.error || '',
+      series: (r && r.loss_series) || listSeries[j.id] || [],
     };
   });
 }
@@ -164,7 +185,8 @@ function jobRow(r) {
     el('td', { class: 'backend' }, r.backend), el('td', { class: 'node' }, r.node),
     el('td', { class: 'gpus' }, r.gpus.join(',')),
     el('td', { class: 'progress' }, bar(r.total ? r.step / r.total : 0), ' ', r.total ? r.step + '/' + r.total : ''),
-    el('td', { class: 'loss' }, r.loss ? r.loss.toFixed(3) : ''), el('td', { class: 'cost' }, usd(r.cost)),
+    el('td', { class: 'loss' }, r.loss ? r.loss.toFixed(3) : '', sparkline(r.series)),
+    el('td', { class: 'cost' }, usd(r.cost)),
     el('td', { class: 'reason', 'data-position': w ? w.position : '' }, waitText));
 }
 
@@ -193,8 +215,44 @@ function renderSweeps(list, details) {
   }));
 }
 
+// choice says what a decision chose, in words.
+function choice(d) {
+  if (d.refused) return 'refused';
+  return (d.waiting ? 'waits for ' : '') + (d.backend || '?') + (d.site ? ' @ ' + d.site : '');
+}
+
+// shortReasons is a decision's first reasons in a line; the cell's title
+// holds them all.
+const REASONS_SHOWN = 3;
+function shortReasons(rs) {
+  return rs.slice(0, REASONS_SHOWN).join('; ') + (rs.length > REASONS_SHOWN ? '; … (' + (rs.length - REASONS_SHOWN) + ' more)' : '');
+}
+
+function renderDecisions(ans) {
+  const note = $('#decisions-note');
+  if (!ans) { note.textContent = 'this scheduler keeps no ledger'; replaceRows($('#decision-table tbody'), []); return; }
+  note.textContent = ans.team ? 'team ' + ans.team + ' only' : 'every team';
+  replaceRows($('#decision-table tbody'), (ans.decisions || []).map((d) => el('tr', { 'data-kind': d.kind, 'data-decision-job': d.job_id || '' },
+    el('td', {}, when(d.time)),
+    el('td', { class: 'id' }, d.job_id ? el('a', { href: '/jobs/' + encodeURIComponent(d.job_id) }, shortID(d.job_id)) : '–'),
+    el('td', { class: 'name' }, d.job_name || ''), el('td', {}, d.team || ''), el('td', {}, d.path || ''),
+    el('td', { class: d.refused ? 'state-failed' : (d.waiting ? 'state-queued' : 'state-running') }, choice(d)),
+    el('td', { class: 'cost' }, d.refused ? '' : usd(d.est_cost_usd)),
+    el('td', { class: 'reason', title: (d.reasons || []).join('\n') }, shortReasons(d.reasons || [])))));
+}
+
+// pollDecisions reads the routing panel's decisions every DECISIONS_EVERY
+// polls (10 s): null when the scheduler keeps no ledger (501).
+const DECISIONS_EVERY = 5;
+let decisionsTick = 0;
+async function pollDecisions() {
+  if (decisionsTick++ % DECISIONS_EVERY !== 0) return undefined;
+  try { return await api('/api/v1/decisions?limit=50'); } catch (e) { if (e.status === 501) return null; throw e; }
+}
+
 async function pollOverview() {
-  const [ov, list, sweeps] = await Promise.all([api('/api/v1/overview'), api('/api/v1/jobs?limit=200'), api('/api/v1/sweeps?limit=10')]);
+  const [ov, list, sweeps, decisions] = await Promise.all([api('/api/v1/overview'), api('/api/v1/jobs?limit=200&loss_series=true'),
+    api('/api/v1/sweeps?limit=10'), pollDecisions()]);
   const details = new Map();
   await Promise.all((sweeps.sweeps || []).slice(0, 10).map(async (sw) => {
     try { details.set(sw.id, await api('/api/v1/sweeps/' + encodeURIComponent(sw.id))); } catch (e) { /* shown without best */ }
@@ -205,6 +263,7 @@ async function pollOverview() {
   view.rows = jobRows(list, ov);
   renderJobs();
   renderSweeps(sweeps, details);
+  if (decisions !== undefined) renderDecisions(decisions);
   document.body.dataset.overviewAt = ov.at;
 }
 
@@ -257,6 +316,63 @@ function drawCurve(svgEl, points, cls) {
   svgEl.dataset.points = String(points.length);
 }
 
+// drawSeries draws several series [{points: [{x, y}], cls, label}] into
+// svgEl on shared axes (y from 0 to yMax, or to the largest y), x as
+// clock times (x in ms); each path carries data-points and data-label.
+function drawSeries(svgEl, series, yMax, unit) {
+  const W = 600, H = 240, L = 48, R = 10, T = 10, B = 24;
+  svgEl.replaceChildren();
+  svgEl.appendChild(svg('line', { class: 'axis', x1: L, y1: H - B, x2: W - R, y2: H - B }));
+  svgEl.appendChild(svg('line', { class: 'axis', x1: L, y1: T, x2: L, y2: H - B }));
+  const all = series.flatMap((s) => s.points);
+  svgEl.dataset.points = String(all.length);
+  if (all.length === 0) {
+    const t = svg('text', { x: W / 2 - 40, y: H / 2 });
+    t.textContent = 'no samples yet';
+    svgEl.appendChild(t);
+    return;
+  }
+  const xs = all.map((p) => p.x);
+  const x0 = Math.min(...xs), x1 = Math.max(...xs);
+  const y1 = yMax || Math.max(1, ...all.map((p) => p.y));
+  const sx = (x) => L + (x1 === x0 ? 0.5 : (x - x0) / (x1 - x0)) * (W - L - R);
+  const sy = (y) => H - B - Math.max(0, Math.min(1, y / y1)) * (H - T - B);
+  for (const s of series) {
+    if (s.points.length === 0) continue;
+    const d = s.points.map((p, i) => (i ? 'L' : 'M') + sx(p.x).toFixed(1) + ' ' + sy(p.y).toFixed(1)).join(' ');
+    const path = svg('path', { class: 'series ' + s.cls, d: d, 'data-points': s.points.length, 'data-label': s.label });
+    const title = svg('title', {});
+    title.textContent = s.label;
+    path.appendChild(title);
+    svgEl.appendChild(path);
+  }
+  const labels = [[L - 4, T + 10, y1.toFixed(0) + unit, 'end'], [L - 4, H - B, '0', 'end'],
+    [L, H - 6, when(x0), 'start'], [W - R, H - 6, when(x1), 'end']];
+  for (const [x, y, s, anchor] of labels) {
+    const t = svg('text', { x: x, y: y, 'text-anchor': anchor });
+    t.textContent = s;
+    svgEl.appendChild(t);
+  }
+}
+
+// renderGPUSeries draws GET /api/v1/jobs/{id}/gpu: utilisation (%) and
+// memory used (GiB) over time, one line per GPU.
+function renderGPUSeries(gs) {
+  const byGPU = new Map();
+  for (const p of gs.points || []) {
+    for (const g of p.gpus || []) {
+      if (!byGPU.has(g.index)) byGPU.set(g.index, []);
+      byGPU.get(g.index).push({ t: p.t, util: g.utilization_pct || 0, mem: (g.memory_used_mb || 0) / 1024 });
+    }
+  }
+  const idx = [...byGPU.keys()].sort((a, b) => a - b);
+  const series = (field) => idx.map((i, k) => ({ label: 'GPU ' + i, cls: 'gpu-line gpu-line-' + (k % 8),
+    points: byGPU.get(i).map((q) => ({ x: q.t, y: q[field] })) }));
+  drawSeries($('#gpu-util-chart'), series('util'), 100, '%');
+  drawSeries($('#gpu-mem-chart'), series('mem'), 0, ' GiB');
+  $('#gpu-legend').replaceChildren(...idx.map((i, k) => el('span', { class: 'legend gpu-line-' + (k % 8), 'data-gpu': i }, 'GPU ' + i)));
+}
+
 function eventSummary(e) {
   const d = e.data || {};
   switch (e.type) {
@@ -286,6 +402,7 @@ function setupJob(id) {
   return async function pollJob() {
     const j = await api('/api/v1/jobs/' + encodeURIComponent(id));
     const got = await api('/api/v1/jobs/' + encodeURIComponent(id) + '/events' + (after ? '?after=' + encodeURIComponent(after) : ''));
+    renderGPUSeries(await api('/api/v1/jobs/' + encodeURIComponent(id) + '/gpu'));
     for (const e of got.events || []) { evs.push(e); after = e.id; }
     renderJobFacts(j);
     const pts = (type, field) => evs.filter((e) => e.type === type && e.data && typeof e.data[field] === 'number')
