@@ -58,6 +58,64 @@ func getOverview(t *testing.T, base string) wire.Overview {
 	return ov
 }
 
+// getJSON reads GET base+path into v (a 200 answer, or the test fails).
+func getJSON(t *testing.T, base, path string, v any) {
+	t.Helper()
+	resp, err := http.Get(base + path)
+	if err != nil {
+		t.Fatalf("get %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("get %s: %s, want 200 OK", path, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("decode %s: %v", path, err)
+	}
+}
+
+// routingView is the routing panel's rows (job id and what was chosen) or
+// the API's decisions in the same form.
+type routingView struct {
+	Jobs   []string `json:"jobs"`
+	Kinds  []string `json:"kinds"`
+	Points string   `json:"points"` // the succeeded job's sparkline's points
+}
+
+// checkRoutingAndSparklines waits until the routing panel lists the
+// decisions GET /api/v1/decisions answers, in its order (the panel polls
+// every 10 s), and the succeeded job's row draws a loss sparkline of as
+// many points as the jobs list's loss series of it.
+func checkRoutingAndSparklines(t *testing.T, b *browser, base, succeeded string) {
+	t.Helper()
+	var list wire.JobList
+	getJSON(t, base, "/api/v1/jobs?limit=200&loss_series=true", &list)
+	wantPoints := strconv.Itoa(len(list.LossSeries[succeeded]))
+	if wantPoints == "0" {
+		t.Fatalf("the jobs list has no loss series for the succeeded job %s", succeeded)
+	}
+	var last pageAndAPI
+	if !waitfor.Poll(30*time.Second, func() bool {
+		var page routingView
+		if err := b.exec(`const out = {jobs: [], kinds: [], points: ''};
+			for (const tr of document.querySelectorAll('#decision-table tbody tr[data-kind]')) { out.jobs.push(tr.dataset.decisionJob); out.kinds.push(tr.dataset.kind); }
+			const sp = document.querySelector('#job-table tbody tr[data-job="`+succeeded+`"] svg.spark');
+			out.points = sp ? sp.dataset.points : ''; return out;`, &page); err != nil {
+			t.Fatalf("read the routing panel: %v", err)
+		}
+		var ans wire.Decisions
+		getJSON(t, base, "/api/v1/decisions?limit=50", &ans)
+		api := routingView{Jobs: []string{}, Kinds: []string{}, Points: wantPoints}
+		for _, d := range ans.Decisions {
+			api.Jobs, api.Kinds = append(api.Jobs, d.JobID), append(api.Kinds, d.Kind)
+		}
+		last = pageAndAPI{page: fmt.Sprintf("%+v", page), api: fmt.Sprintf("%+v", api)}
+		return len(api.Jobs) >= 5 && slices.Equal(page.Jobs, api.Jobs) && slices.Equal(page.Kinds, api.Kinds) && page.Points == api.Points
+	}) {
+		t.Fatalf("the routing panel and the succeeded job's sparkline never showed what the API answers (5 jobs submitted, so at least 5 decisions):%s", last)
+	}
+}
+
 // pageOverview is what the overview page shows, read from its DOM.
 type pageOverview struct {
 	Marker     float64               `json:"marker"`
@@ -356,6 +414,7 @@ func TestDashboardChromium(t *testing.T) {
 	}
 	checkQueuePanel(t, b, base)
 	checkJobsTable(t, b, base, ids)
+	checkRoutingAndSparklines(t, b, base, ids["succeeded"])
 	b.screenshot(t, shotPaths(t, "dashboard.png", "")...)
 
 	// The succeeded job's page: its loss curve has one point per progress
