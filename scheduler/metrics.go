@@ -258,7 +258,7 @@ func (c *storeCollector) readLive(ctx context.Context, counts map[jobtype.State]
 		}
 		ids = append(ids, got...)
 	}
-	jobs, err := c.s.store.GetMany(ctx, ids)
+	jobs, err := c.s.store.GetManyBrief(ctx, ids)
 	if err != nil {
 		return err
 	}

@@ -89,7 +89,7 @@ func (s *Scheduler) readOverview(ctx context.Context, withQueues bool) (overview
 		}
 		ids = append(ids, got...)
 	}
-	if in.jobs, err = s.store.GetMany(ctx, ids); err != nil {
+	if in.jobs, err = s.store.GetManyBrief(ctx, ids); err != nil {
 		return in, err
 	}
 	if in.waits, err = s.store.Waits(ctx); err != nil {

@@ -64,10 +64,14 @@ const dashboardSweeps = 10
 // own duties write and read in the background, so INFO deltas around its
 // requests would be noise); the idle leader's background rate; and the
 // process's VmRSS and VmHWM.
-// Run it with -benchtime 1x (scripts/bench/dashboard.sh).
+// Run it with -benchtime 1x (scripts/bench/dashboard.sh); LATHE_BENCH_LATHED
+// names another lathed binary to time (the counts are this tree's).
 func BenchmarkDashboard100k(b *testing.B) {
 	finished, requests := envInt(b, "LATHE_BENCH_FINISHED", 97800), envInt(b, "LATHE_BENCH_REQUESTS", 200)
 	lathed, lathe := binaries(b)
+	if v := os.Getenv("LATHE_BENCH_LATHED"); v != "" {
+		lathed = v // another build to time, e.g. an earlier commit's for a before/after
+	}
 	srv := redistest.Start(b)
 	rdb := srv.Client()
 	ctx := context.Background()
