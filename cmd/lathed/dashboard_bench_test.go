@@ -55,8 +55,9 @@ const dashboardSweeps = 10
 // /metrics scrape against the real `lathed scheduler` process over a real
 // redis-server holding 100,000 jobs: LATHE_BENCH_FINISHED finished (default
 // 97,800, with their events, artifacts and costs), 200 running on 25
-// heartbeating nodes of 8 GPUs (every GPU held) and 2,000 queued (1,940
-// seeded, 60 trials of 10 sweeps). Each endpoint is asked
+// heartbeating nodes of 8 GPUs (every GPU held; their attempt tasks held
+// active in the 25 nodes' asynq queues by seedtest.Workers) and 2,000
+// queued (1,940 seeded, 60 trials of 10 sweeps). Each endpoint is asked
 // LATHE_BENCH_REQUESTS times (default 200) one after another after a
 // warm-up; it prints p50, p99 and the ratio of each to the floor's; the
 // Redis commands and round trips per request, counted exactly by an
@@ -81,6 +82,11 @@ func BenchmarkDashboard100k(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	stop, err := seedtest.Workers(ctx, rdb, seeded)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(stop)
 	mem, _ := rdb.Info(ctx, "memory").Result()
 	logf("seeded %d finished, %d running, %d queued jobs in %.1f s; redis %s", len(seeded.Finished), len(seeded.Running),
 		len(seeded.Queued), time.Since(t0).Seconds(), infoField(mem, "used_memory_human"))

@@ -1,11 +1,14 @@
 package jobstore_test
 
 import (
+	"context"
 	"reflect"
 	"testing"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/seedtest"
 )
 
@@ -45,5 +48,31 @@ func TestGetManyBrief(t *testing.T) {
 		if f.Spec.Priority == "" || f.Team == "" || f.Route == nil || (f.State == jobtype.StateSucceeded && f.CostUSD == 0) {
 			t.Errorf("job %d: the seed left a brief field empty: %+v", i, f)
 		}
+	}
+}
+
+// BenchmarkGetMany2200 reads the records of 2,200 active jobs (200
+// running, 2,000 queued, as the overview and /metrics do) whole
+// (GetMany) and brief (GetManyBrief).
+func BenchmarkGetMany2200(b *testing.B) {
+	srv := redistest.Start(b)
+	store := jobstore.New(srv.Client(), jobstore.Config{})
+	ctx := context.Background()
+	seeded, err := seedtest.Seed(ctx, store, seedtest.Cluster{Nodes: 25, GPUsPerNode: 8, Running: 200, Queued: 2000, Events: 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ids := append(append([]string{}, seeded.Running...), seeded.Queued...)
+	for _, bc := range []struct {
+		name string
+		get  func(context.Context, []string) ([]*jobtype.Job, error)
+	}{{"full", store.GetMany}, {"brief", store.GetManyBrief}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for range b.N {
+				if jobs, err := bc.get(ctx, ids); err != nil || len(jobs) != len(ids) {
+					b.Fatal(len(jobs), err)
+				}
+			}
+		})
 	}
 }

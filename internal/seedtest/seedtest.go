@@ -11,9 +11,13 @@ package seedtest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
@@ -245,4 +249,36 @@ func trainerEvents(n, seed int, done bool) []jobstore.EventIn {
 		evs[len(evs)-1] = jobstore.EventIn{Type: jobtype.EventDone, Data: []byte(`{"event":"done"}`)}
 	}
 	return evs
+}
+
+// Workers stands in for the nodes' workers on the asynq side: each running
+// job's attempt task is enqueued on its node's queue as the placer does
+// (so all the nodes' queues exist) and taken by an asynq server that holds
+// it, as a worker holds its task while the trainer runs. Stop it with the
+// returned function.
+func Workers(ctx context.Context, rdb redis.UniversalClient, s Seeded) (stop func(), err error) {
+	client := asynq.NewClientFromRedisClient(rdb)
+	queues := map[string]int{}
+	for i, id := range s.Running {
+		node := s.Nodes[i%len(s.Nodes)]
+		queues[jobtype.NodeQueue(node)] = 1
+		payload, _ := json.Marshal(jobtype.TaskPayload{JobID: id, Attempt: 1})
+		if _, err := client.EnqueueContext(ctx, asynq.NewTask(jobtype.TaskType, payload), asynq.TaskID(jobtype.TaskID(id, 1)),
+			asynq.Queue(jobtype.NodeQueue(node)), asynq.MaxRetry(0), asynq.Timeout(24*time.Hour)); err != nil {
+			return nil, err
+		}
+	}
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: max(1, len(s.Running)), Queues: queues,
+		LogLevel: asynq.FatalLevel, ShutdownTimeout: time.Second})
+	held := make(chan struct{})
+	if err := srv.Start(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		select {
+		case <-ctx.Done():
+		case <-held:
+		}
+		return nil
+	})); err != nil {
+		return nil, err
+	}
+	return func() { close(held); srv.Shutdown() }, nil
 }
