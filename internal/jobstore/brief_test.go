@@ -13,7 +13,8 @@ import (
 )
 
 // TestGetManyBrief: a brief record is the full record with only the
-// brief fields kept (of the spec, its priority), for finished,
+// brief fields kept (of the spec its priority, of the route its backend,
+// site and kind), for finished,
 // running and queued jobs, in the order asked, a missing id left out.
 func TestGetManyBrief(t *testing.T) {
 	tb := setup(t)
@@ -37,8 +38,11 @@ func TestGetManyBrief(t *testing.T) {
 	for i, f := range full {
 		want := jobtype.Job{ID: f.ID, Name: f.Name, State: f.State, Attempt: f.Attempt, Backend: f.Backend, Node: f.Node,
 			GPUs: f.GPUs, Progress: f.Progress, Submitter: f.Submitter, Team: f.Team, CreatedAt: f.CreatedAt,
-			UpdatedAt: f.UpdatedAt, StartedAt: f.StartedAt, Spec: jobspec.Spec{Priority: f.Spec.Priority}, Route: f.Route,
+			UpdatedAt: f.UpdatedAt, StartedAt: f.StartedAt, Spec: jobspec.Spec{Priority: f.Spec.Priority},
 			CostUSD: f.CostUSD, Instance: f.Instance, Metrics: map[string]float64{}, Artifacts: []jobtype.Artifact{}}
+		if f.Route != nil {
+			want.Route = &jobtype.RouteInfo{Backend: f.Route.Backend, Site: f.Route.Site, Kind: f.Route.Kind}
+		}
 		if f.Trial != nil {
 			want.Trial = &jobtype.TrialInfo{SweepID: f.Trial.SweepID, Gate: f.Trial.Gate}
 		}

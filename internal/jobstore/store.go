@@ -555,17 +555,13 @@ func decodeJobAs(id string, vals []any, brief bool) (*jobtype.Job, error) {
 	dec(10, &j.Metrics)
 	dec(11, &j.Artifacts)
 	if brief {
-		var p struct {
-			Priority jobspec.Priority `json:"priority"`
-		}
-		dec(20, &p)
-		j.Spec.Priority = p.Priority
+		errs = append(errs, decodeBrief(j, str(20), str(25))...)
 	} else {
 		dec(20, &j.Spec)
-	}
-	if str(25) != "" {
-		j.Route = &jobtype.RouteInfo{}
-		dec(25, j.Route)
+		if str(25) != "" {
+			j.Route = &jobtype.RouteInfo{}
+			dec(25, j.Route)
+		}
 	}
 	if str(28) != "" {
 		j.Instance = &jobtype.Instance{}
@@ -686,11 +682,12 @@ var briefIndex = func() []int {
 
 // GetManyBrief is GetMany reading only briefFields, in one pipeline: each
 // job's id, name, state, attempt, backend, node, GPUs, progress,
-// submitter, team, times, route, cost, instance and sweep and gate; of its
-// spec only the priority. The rest is left zero (metrics, artifacts,
-// error, reason, the trial's params …). The overview and the /metrics
-// scrape read every active job this way: decoding the whole spec of each
-// was most of their time.
+// submitter, team, times, cost, instance and sweep and gate; of its spec
+// only the priority, of its route the backend, site and kind (brief.go).
+// The rest is left zero (metrics, artifacts, error, reason, the trial's
+// params …). The overview and the /metrics scrape read every active job
+// this way: decoding each whole record was most of their time
+// (BenchmarkGetMany2200: 2,200 records in 0.44× GetMany's time).
 func (s *Store) GetManyBrief(ctx context.Context, ids []string) ([]*jobtype.Job, error) {
 	if len(ids) == 0 {
 		return []*jobtype.Job{}, nil
