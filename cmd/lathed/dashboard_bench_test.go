@@ -28,13 +28,13 @@ import (
 )
 
 // dashboardEndpoints are the reads BenchmarkDashboard100k times, in this
-// order: the floor first (the HTTP round trip and one Redis PING), then
+// order: the floor first (the HTTP round trip, a Redis PING and INFO), then
 // what the dashboard page polls every 2 s (scheduler/ui/app.js) and a
 // Prometheus scrape. In a path, {running} is a running job's id,
 // {finished} a succeeded job's, {sweep} a sweep's and {last} the id of the
 // running job's last event. Add a panel's endpoint with one line.
 var dashboardEndpoints = []struct{ name, path string }{
-	{"floor: GET /healthz (one PING)", "/healthz"},
+	{"floor: GET /healthz (PING, eviction check)", "/healthz"},
 	{"GET /api/v1/overview", "/api/v1/overview"},
 	{"GET /api/v1/jobs?limit=200", "/api/v1/jobs?limit=200"},
 	{"GET /api/v1/sweeps?limit=10", "/api/v1/sweeps?limit=10"},
@@ -61,7 +61,8 @@ const dashboardSweeps = 10
 // LATHE_BENCH_REQUESTS times (default 200) one after another after a
 // warm-up; it prints p50, p99 and the ratio of each to the floor's; the
 // Redis commands and round trips per request, counted exactly by an
-// in-process scheduler on the same Redis (countDashboard; the binary's
+// in-process scheduler on the same Redis over LATHE_BENCH_COUNTED requests
+// (default 20; countDashboard; the binary's
 // own duties write and read in the background, so INFO deltas around its
 // requests would be noise); the idle leader's background rate; and the
 // process's VmRSS and VmHWM.
