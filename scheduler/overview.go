@@ -51,7 +51,7 @@ type overviewInput struct {
 // active state (5), one pipeline reading the active jobs, the waits, the
 // node set and one pipeline of their heartbeats and reservations, one
 // pipeline of the budget scopes), plus asynq's GetQueueInfo per local node
-// for an all-teams token (two round trips each, 8 nodes at a time:
+// for an all-teams token (three round trips each, 8 nodes at a time:
 // asynqQueues). The active jobs are read brief (jobstore.GetManyBrief).
 func (s *Scheduler) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
@@ -137,9 +137,9 @@ const asynqQueueReaders = 8
 
 // asynqQueues is asynq's GetQueueInfo of each queue (nil for a queue asynq
 // does not know, or one it could not read while Redis is up), read
-// asynqQueueReaders at a time: each is two round trips, so 25 nodes read
-// one after another cost 50 round trips of waiting. An error only when
-// Redis is down.
+// asynqQueueReaders at a time: each is three round trips (SISMEMBER and
+// two scripts), so 25 nodes read one after another cost 75 round trips of
+// waiting. An error only when Redis is down.
 func (s *Scheduler) asynqQueues(names []string) ([]*asynq.QueueInfo, error) {
 	infos := make([]*asynq.QueueInfo, len(names))
 	errs := make([]error, len(names))
