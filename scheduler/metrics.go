@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -258,7 +257,7 @@ func (c *storeCollector) readLive(ctx context.Context, counts map[jobtype.State]
 		}
 		ids = append(ids, got...)
 	}
-	jobs, err := c.s.store.GetMany(ctx, ids)
+	jobs, err := c.s.store.GetManyBrief(ctx, ids)
 	if err != nil {
 		return err
 	}
@@ -304,15 +303,21 @@ func (c *storeCollector) readLive(ctx context.Context, counts map[jobtype.State]
 
 // readNodes emits every live node's slots, asynq queue and GPUs.
 func (c *storeCollector) readNodes(nodes []jobstore.NodeStatus, emit emitter) error {
-	for _, n := range nodes {
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = jobtype.NodeQueue(n.Name)
+	}
+	infos, err := c.s.asynqQueues(names)
+	if err != nil {
+		return err
+	}
+	for i, n := range nodes {
 		emit(descSlots, prometheus.GaugeValue, float64(n.Slots), n.Name)
 		emit(descReserved, prometheus.GaugeValue, float64(n.Reserved), n.Name)
-		q := jobtype.NodeQueue(n.Name)
+		q := names[i]
 		var qi asynq.QueueInfo
-		if info, err := c.s.insp.GetQueueInfo(q); err == nil {
-			qi = *info
-		} else if !errors.Is(err, asynq.ErrQueueNotFound) && redisDown(err) {
-			return err
+		if infos[i] != nil {
+			qi = *infos[i]
 		}
 		for st, v := range map[string]int{"pending": qi.Pending, "active": qi.Active, "scheduled": qi.Scheduled,
 			"retry": qi.Retry, "archived": qi.Archived, "completed": qi.Completed} {

@@ -24,6 +24,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/seedtest"
 	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler"
@@ -549,11 +550,12 @@ func TestPrometheusConfig(t *testing.T) {
 	}
 }
 
-// BenchmarkMetricsScrape times GET /metrics over a store holding
-// 2,000 queued jobs, 200 running on 25 nodes of 8 GPUs, and
+// BenchmarkMetricsScrape times GET /metrics, in process, over a store
+// holding 2,000 queued jobs, 200 running on 25 nodes of 8 GPUs, and
 // LATHE_BENCH_FINISHED finished ones (default 10,000: a finished job costs
-// a scrape nothing, its state index is counted with ZCARD), and reports
-// the p50 and p99 of the scrapes.
+// a scrape nothing, its state index is counted with ZCARD), seeded by
+// seedtest, and reports the p50 and p99 of the scrapes. The same against
+// the lathed binary with 100,000 jobs: cmd/lathed BenchmarkDashboard100k.
 func BenchmarkMetricsScrape(b *testing.B) {
 	finished := 10000
 	if v := os.Getenv("LATHE_BENCH_FINISHED"); v != "" {
@@ -569,54 +571,10 @@ func BenchmarkMetricsScrape(b *testing.B) {
 	s := scheduler.New(rdb, store, scheduler.Config{Logger: quiet})
 	hs := httptest.NewServer(s.Handler())
 	b.Cleanup(hs.Close)
-	ctx := context.Background()
-	create := func(n int) []string {
-		var ids []string
-		for len(ids) < n {
-			batch := make([]jobstore.NewJob, min(500, n-len(ids)))
-			for i := range batch {
-				batch[i] = jobstore.NewJob{Spec: &jobspec.Spec{Name: "bench", BaseModel: "tiny-char", Dataset: "file:///d",
-					Priority: jobspec.PriorityNormal, Trainer: "reference"}}
-			}
-			got, err := store.CreateMany(ctx, batch)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, c := range got {
-				ids = append(ids, c.Job.ID)
-			}
-		}
-		return ids
+	if _, err := seedtest.Seed(context.Background(), store, seedtest.Cluster{Nodes: 25, GPUsPerNode: 8,
+		Finished: finished, Running: 200, Queued: 2000, Events: 20}); err != nil {
+		b.Fatal(err)
 	}
-	for n := 0; n < 25; n++ {
-		gpus := make([]jobtype.GPU, 8)
-		for i := range gpus {
-			gpus[i] = jobtype.GPU{Index: i, UUID: fmt.Sprintf("GPU-%d-%d", n, i), Name: "NVIDIA H100 80GB HBM3", Healthy: true, MemoryTotalMB: 81559}
-		}
-		if err := store.Heartbeat(ctx, jobstore.Node{Name: fmt.Sprintf("n%02d", n), Incarnation: "i", Backend: "local", Slots: 8, GPUs: gpus},
-			jobstore.HeartbeatOptions{TTL: time.Hour, First: true}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	run := func(ids []string, end jobtype.State) {
-		for i, id := range ids {
-			node := fmt.Sprintf("n%02d", i%25)
-			if err := store.Dispatch(ctx, jobstore.DispatchParams{JobID: id, Attempt: 1, Node: node, Backend: "local", Capacity: 1 << 30}); err != nil {
-				b.Fatal(err)
-			}
-			if out, err := store.Claim(ctx, jobstore.ClaimParams{ID: id, Attempt: 1, Node: node, Incarnation: "i", Lease: time.Hour}); out != jobstore.Claimed {
-				b.Fatalf("claim: %v %v", out, err)
-			}
-			if end != "" {
-				if err := store.Finish(ctx, id, 1, jobstore.Ending{State: end}); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-	}
-	run(create(finished), jobtype.StateSucceeded)
-	run(create(200), "")
-	create(2000)
 	c := &http.Client{}
 	var took []time.Duration
 	b.ResetTimer()

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -50,8 +51,10 @@ type overviewInput struct {
 // active state (5), one pipeline reading the active jobs, the waits, the
 // node set and one pipeline of their heartbeats and reservations, one
 // pipeline of the budget scopes), plus asynq's GetQueueInfo per local node
-// for an all-teams token, plus one pipeline of an LRANGE (≤ 32 entries)
-// per running job answered for the loss series (none without one).
+// for an all-teams token (three round trips each, 8 nodes at a time:
+// asynqQueues), plus one pipeline of an LRANGE (≤ 32 entries) per running
+// job answered for the loss series (none without one). The active jobs are
+// read brief (jobstore.GetManyBrief).
 func (s *Scheduler) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
@@ -126,7 +129,7 @@ func (s *Scheduler) readOverview(ctx context.Context, withQueues bool) (overview
 		}
 		ids = append(ids, got...)
 	}
-	if in.jobs, err = s.store.GetMany(ctx, ids); err != nil {
+	if in.jobs, err = s.store.GetManyBrief(ctx, ids); err != nil {
 		return in, err
 	}
 	if in.waits, err = s.store.Waits(ctx); err != nil {
@@ -146,19 +149,56 @@ func (s *Scheduler) readOverview(ctx context.Context, withQueues bool) (overview
 
 // queueInfos is each node's queue as GET /api/v1/queues shows it: the
 // node's slots and reservations, and asynq's task counts (one GetQueueInfo
-// per node; a queue asynq does not know yet counts nothing).
+// per node, asynqQueues; a queue asynq does not know yet counts nothing).
 func (s *Scheduler) queueInfos(nodes []jobstore.NodeStatus) ([]wire.QueueInfo, error) {
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = jobtype.NodeQueue(n.Name)
+	}
+	infos, err := s.asynqQueues(names)
+	if err != nil {
+		return nil, err
+	}
 	qs := []wire.QueueInfo{}
-	for _, n := range nodes {
-		q := wire.QueueInfo{Name: jobtype.NodeQueue(n.Name), Node: n.Name, Slots: n.Slots, Reserved: n.Reserved}
-		if info, err := s.insp.GetQueueInfo(q.Name); err == nil {
+	for i, n := range nodes {
+		q := wire.QueueInfo{Name: names[i], Node: n.Name, Slots: n.Slots, Reserved: n.Reserved}
+		if info := infos[i]; info != nil {
 			q.Pending, q.Active, q.Archived, q.Completed = info.Pending, info.Active, info.Archived, info.Completed
-		} else if !errors.Is(err, asynq.ErrQueueNotFound) && redisDown(err) {
-			return nil, err
 		}
 		qs = append(qs, q)
 	}
 	return qs, nil
+}
+
+// asynqQueueReaders bounds the GetQueueInfo calls asynqQueues makes at once.
+const asynqQueueReaders = 8
+
+// asynqQueues is asynq's GetQueueInfo of each queue (nil for a queue asynq
+// does not know, or one it could not read while Redis is up), read
+// asynqQueueReaders at a time: each is three round trips (SISMEMBER and
+// two scripts), so 25 nodes read one after another cost 75 round trips of
+// waiting. An error only when Redis is down.
+func (s *Scheduler) asynqQueues(names []string) ([]*asynq.QueueInfo, error) {
+	infos := make([]*asynq.QueueInfo, len(names))
+	errs := make([]error, len(names))
+	sem := make(chan struct{}, asynqQueueReaders)
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			info, err := s.insp.GetQueueInfo(name)
+			switch {
+			case err == nil:
+				infos[i] = info
+			case !errors.Is(err, asynq.ErrQueueNotFound) && redisDown(err):
+				errs[i] = err
+			}
+		}()
+	}
+	wg.Wait()
+	return infos, errors.Join(errs...)
 }
 
 // buildOverview makes the answer for p out of what was read: pure.

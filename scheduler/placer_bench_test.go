@@ -5,12 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
@@ -28,7 +24,7 @@ import (
 func BenchmarkPlaceRound10kOn64x8(b *testing.B) {
 	srv := redistest.Start(b)
 	rdb := srv.Client()
-	trips := &tripCounter{}
+	trips := &redistest.Trips{}
 	rdb.AddHook(trips)
 	store := jobstore.New(rdb, jobstore.Config{})
 	s := New(rdb, store, Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -67,11 +63,11 @@ func BenchmarkPlaceRound10kOn64x8(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		trips.reset()
+		trips.Reset()
 		b.StartTimer()
 		newPlacer(s).round(ctx)
 		b.StopTimer()
-		cmds, pipes = trips.cmds.Load(), trips.pipes.Load()
+		cmds, pipes = trips.Cmds(), trips.Pipelines()
 		ids, err := store.IDsInState(ctx, jobtype.StateDispatched, 20000)
 		if err != nil {
 			b.Fatal(err)
@@ -82,48 +78,10 @@ func BenchmarkPlaceRound10kOn64x8(b *testing.B) {
 		}
 		b.StartTimer()
 	}
-	b.Logf("commands sent alone in the last round, by name: %v", trips.names)
+	b.Logf("commands sent alone in the last round, by name: %v", trips.Alone())
 	b.ReportMetric(float64(placed), "placed/round")
 	b.ReportMetric(float64(cmds+pipes), "trips/round")
 	b.ReportMetric(float64(cmds), "cmds/round")
 	b.ReportMetric(float64(pipes), "pipelines/round")
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/round")
-}
-
-// tripCounter is a go-redis hook that counts round trips to Redis: each
-// command sent alone (a script's EVALSHA included) and each pipeline (one
-// trip, however many commands it carries).
-type tripCounter struct {
-	cmds, pipes atomic.Int64
-	mu          sync.Mutex
-	names       map[string]int // commands sent alone, by name
-}
-
-func (c *tripCounter) reset() {
-	c.cmds.Store(0)
-	c.pipes.Store(0)
-	c.mu.Lock()
-	c.names = map[string]int{}
-	c.mu.Unlock()
-}
-
-func (c *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.cmds.Add(1)
-		c.mu.Lock()
-		if c.names != nil {
-			c.names[cmd.Name()]++
-		}
-		c.mu.Unlock()
-		return next(ctx, cmd)
-	}
-}
-
-func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.pipes.Add(1)
-		return next(ctx, cmds)
-	}
 }

@@ -35,7 +35,7 @@ var (
 )
 
 // binaries builds lathed and lathe once per test run.
-func binaries(t *testing.T) (lathed, lathe string) {
+func binaries(t testing.TB) (lathed, lathe string) {
 	t.Helper()
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "lathe-e2e-bin-")
@@ -70,7 +70,7 @@ func requireTorch(t *testing.T) {
 	}
 }
 
-func repoRoot(t *testing.T) string {
+func repoRoot(t testing.TB) string {
 	t.Helper()
 	wd, _ := os.Getwd()
 	return filepath.Clean(filepath.Join(wd, "..", ".."))
@@ -91,13 +91,13 @@ type syncBuf struct {
 
 func (s syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
 
-func startDaemon(t *testing.T, bin string, args ...string) *daemon {
+func startDaemon(t testing.TB, bin string, args ...string) *daemon {
 	t.Helper()
 	return startDaemonEnv(t, nil, bin, args...)
 }
 
 // startDaemonEnv starts bin with extra environment entries (nil: inherit).
-func startDaemonEnv(t *testing.T, env []string, bin string, args ...string) *daemon {
+func startDaemonEnv(t testing.TB, env []string, bin string, args ...string) *daemon {
 	t.Helper()
 	d := &daemon{logs: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
 	d.cmd = exec.Command(bin, args...)
@@ -133,7 +133,7 @@ func startDaemonEnv(t *testing.T, env []string, bin string, args ...string) *dae
 func (d *daemon) output() string { d.mu.Lock(); defer d.mu.Unlock(); return d.logs.String() }
 
 // waitHTTP waits until the API answers /healthz.
-func waitHTTP(t *testing.T, base string, d *daemon) {
+func waitHTTP(t testing.TB, base string, d *daemon) {
 	t.Helper()
 	waitfor.Value(t, 60*time.Second, "the API at "+base+" healthy", func() string {
 		select {
@@ -151,7 +151,7 @@ func waitHTTP(t *testing.T, base string, d *daemon) {
 }
 
 // cli runs lathe and returns stdout, stderr and the exit code.
-func cli(t *testing.T, bin, server string, args ...string) (string, string, int) {
+func cli(t testing.TB, bin, server string, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "LATHE_SERVER="+server)

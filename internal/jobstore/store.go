@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -521,7 +522,11 @@ func (s *Store) Get(ctx context.Context, id string) (*jobtype.Job, error) {
 	return decodeJob(id, vals)
 }
 
-func decodeJob(id string, vals []any) (*jobtype.Job, error) {
+func decodeJob(id string, vals []any) (*jobtype.Job, error) { return decodeJobAs(id, vals, false) }
+
+// decodeJobAs decodes a record read with jobFields (a brief one: only
+// briefFields set, the others nil, and only the spec's priority decoded).
+func decodeJobAs(id string, vals []any, brief bool) (*jobtype.Job, error) {
 	str := func(i int) string { v, _ := vals[i].(string); return v }
 	if str(2) == "" {
 		return nil, fmt.Errorf("jobstore: get %s: %w", id, ErrNotFound)
@@ -549,10 +554,14 @@ func decodeJob(id string, vals []any) (*jobtype.Job, error) {
 	dec(9, &j.Progress)
 	dec(10, &j.Metrics)
 	dec(11, &j.Artifacts)
-	dec(20, &j.Spec)
-	if str(25) != "" {
-		j.Route = &jobtype.RouteInfo{}
-		dec(25, j.Route)
+	if brief {
+		errs = append(errs, decodeBrief(j, str(20), str(25))...)
+	} else {
+		dec(20, &j.Spec)
+		if str(25) != "" {
+			j.Route = &jobtype.RouteInfo{}
+			dec(25, j.Route)
+		}
 	}
 	if str(28) != "" {
 		j.Instance = &jobtype.Instance{}
@@ -646,6 +655,59 @@ func (s *Store) GetMany(ctx context.Context, ids []string) ([]*jobtype.Job, erro
 	out := make([]*jobtype.Job, 0, len(ids))
 	for i, c := range cmds {
 		j, err := decodeJob(ids[i], c.Val())
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// briefFields are the fields GetManyBrief reads: what a view of every
+// active job shows and counts (the overview, the /metrics scrape).
+var briefFields = []string{"name", "state", "attempt", "backend", "node", "gpus", "progress", "submitter", "team",
+	"created_at", "updated_at", "started_at", "spec", "route", "cost_usd", "instance", "sweep_id", "gate"}
+
+// briefIndex is each of briefFields' index in jobFields.
+var briefIndex = func() []int {
+	out := make([]int, len(briefFields))
+	for i, f := range briefFields {
+		out[i] = slices.Index(jobFields, f)
+	}
+	return out
+}()
+
+// GetManyBrief is GetMany reading only briefFields, in one pipeline: each
+// job's id, name, state, attempt, backend, node, GPUs, progress,
+// submitter, team, times, cost, instance and sweep and gate; of its spec
+// only the priority, of its route the backend, site and kind (brief.go).
+// The rest is left zero (metrics, artifacts, error, reason, the trial's
+// params …). The overview and the /metrics scrape read every active job
+// this way: decoding each whole record was most of their time
+// (BenchmarkGetMany2200: 2,200 records in 0.44× GetMany's time).
+func (s *Store) GetManyBrief(ctx context.Context, ids []string) ([]*jobtype.Job, error) {
+	if len(ids) == 0 {
+		return []*jobtype.Job{}, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.HMGet(ctx, s.key("job", id), briefFields...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("jobstore: get many: %w", err)
+	}
+	out := make([]*jobtype.Job, 0, len(ids))
+	vals := make([]any, len(jobFields))
+	for i, c := range cmds {
+		clear(vals)
+		for k, v := range c.Val() {
+			vals[briefIndex[k]] = v
+		}
+		j, err := decodeJobAs(ids[i], vals, true)
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}
