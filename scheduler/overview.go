@@ -51,11 +51,11 @@ type overviewInput struct {
 // Redis round trips: 12 (CountByState, PendingCount, one id range per
 // active state (5), one pipeline reading the active jobs, the waits, the
 // node set and one pipeline of their heartbeats and reservations, one
-// pipeline of the budget scopes), plus asynq's GetQueueInfo per local node
-// for an all-teams token (three round trips each, 8 nodes at a time:
-// asynqQueues), plus one pipeline of an LRANGE (≤ 32 entries) per running
-// job answered for the loss series (none without one). The active jobs are
-// read brief (jobstore.GetManyBrief).
+// pipeline of the budget scopes), plus one pipeline of asynq's task counts
+// of every local node's queue for an all-teams token (asynqCounts), plus
+// one pipeline of an LRANGE (≤ 32 entries) per running job answered for
+// the loss series (none without one). The active jobs are read brief
+// (jobstore.GetManyBrief).
 func (s *Scheduler) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
@@ -217,7 +217,8 @@ func (s *Scheduler) asynqCounts(ctx context.Context, names []string) ([]*asynqCo
 // asynqQueueReaders bounds the GetQueueInfo calls asynqQueues makes at once.
 const asynqQueueReaders = 8
 
-// asynqQueues is asynq's GetQueueInfo of each queue (nil for a queue asynq
+// asynqQueues (the /metrics scrape, which exports more of a queue than
+// asynqCounts reads) is asynq's GetQueueInfo of each queue (nil for a queue asynq
 // does not know, or one it could not read while Redis is up), read
 // asynqQueueReaders at a time: each is three round trips (SISMEMBER and
 // two scripts), so 25 nodes read one after another cost 75 round trips of
