@@ -918,7 +918,7 @@ func (s *Scheduler) queues(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	qs, err := s.queueInfos(nodes)
+	qs, err := s.queueInfos(ctx, nodes)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -556,7 +556,15 @@ func TestPrometheusConfig(t *testing.T) {
 // a scrape nothing, its state index is counted with ZCARD), seeded by
 // seedtest, and reports the p50 and p99 of the scrapes. The same against
 // the lathed binary with 100,000 jobs: cmd/lathed BenchmarkDashboard100k.
-func BenchmarkMetricsScrape(b *testing.B) {
+func BenchmarkMetricsScrape(b *testing.B) { benchSeededGet(b, "/metrics") }
+
+// BenchmarkOverview is BenchmarkMetricsScrape for GET /api/v1/overview (no
+// asynq queue holds a task here, so asynq's reads are one SISMEMBER each).
+func BenchmarkOverview(b *testing.B) { benchSeededGet(b, "/api/v1/overview") }
+
+// benchSeededGet times GET path over the store BenchmarkMetricsScrape
+// describes.
+func benchSeededGet(b *testing.B, path string) {
 	finished := 10000
 	if v := os.Getenv("LATHE_BENCH_FINISHED"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -580,14 +588,14 @@ func BenchmarkMetricsScrape(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
-		resp, err := c.Get(hs.URL + "/metrics")
+		resp, err := c.Get(hs.URL + path)
 		if err != nil {
 			b.Fatal(err)
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != 200 {
-			b.Fatalf("GET /metrics: %d", resp.StatusCode)
+			b.Fatalf("GET %s: %d", path, resp.StatusCode)
 		}
 		took = append(took, time.Since(start))
 	}

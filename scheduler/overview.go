@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
@@ -50,11 +51,11 @@ type overviewInput struct {
 // Redis round trips: 12 (CountByState, PendingCount, one id range per
 // active state (5), one pipeline reading the active jobs, the waits, the
 // node set and one pipeline of their heartbeats and reservations, one
-// pipeline of the budget scopes), plus asynq's GetQueueInfo per local node
-// for an all-teams token (three round trips each, 8 nodes at a time:
-// asynqQueues), plus one pipeline of an LRANGE (≤ 32 entries) per running
-// job answered for the loss series (none without one). The active jobs are
-// read brief (jobstore.GetManyBrief).
+// pipeline of the budget scopes), plus one pipeline of asynq's task counts
+// of every local node's queue for an all-teams token (asynqCounts), plus
+// one pipeline of an LRANGE (≤ 32 entries) per running job answered for
+// the loss series (none without one). The active jobs are read brief
+// (jobstore.GetManyBrief).
 func (s *Scheduler) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
@@ -139,7 +140,7 @@ func (s *Scheduler) readOverview(ctx context.Context, withQueues bool) (overview
 		return in, err
 	}
 	if withQueues {
-		if in.queues, err = s.queueInfos(in.nodes); err != nil {
+		if in.queues, err = s.queueInfos(ctx, in.nodes); err != nil {
 			return in, err
 		}
 	}
@@ -148,32 +149,76 @@ func (s *Scheduler) readOverview(ctx context.Context, withQueues bool) (overview
 }
 
 // queueInfos is each node's queue as GET /api/v1/queues shows it: the
-// node's slots and reservations, and asynq's task counts (one GetQueueInfo
-// per node, asynqQueues; a queue asynq does not know yet counts nothing).
-func (s *Scheduler) queueInfos(nodes []jobstore.NodeStatus) ([]wire.QueueInfo, error) {
+// node's slots and reservations, and asynq's task counts (asynqCounts: one
+// round trip for every node; a queue asynq does not know yet counts
+// nothing).
+func (s *Scheduler) queueInfos(ctx context.Context, nodes []jobstore.NodeStatus) ([]wire.QueueInfo, error) {
 	names := make([]string, len(nodes))
 	for i, n := range nodes {
 		names[i] = jobtype.NodeQueue(n.Name)
 	}
-	infos, err := s.asynqQueues(names)
+	counts, err := s.asynqCounts(ctx, names)
 	if err != nil {
 		return nil, err
 	}
 	qs := []wire.QueueInfo{}
 	for i, n := range nodes {
 		q := wire.QueueInfo{Name: names[i], Node: n.Name, Slots: n.Slots, Reserved: n.Reserved}
-		if info := infos[i]; info != nil {
-			q.Pending, q.Active, q.Archived, q.Completed = info.Pending, info.Active, info.Archived, info.Completed
+		if c := counts[i]; c != nil {
+			q.Pending, q.Active, q.Archived, q.Completed = c.Pending, c.Active, c.Archived, c.Completed
 		}
 		qs = append(qs, q)
 	}
 	return qs, nil
 }
 
+// asynqCount is a queue's task counts as asynq's Inspector.GetQueueInfo
+// has them, of the states the overview and GET /api/v1/queues show.
+type asynqCount struct{ Pending, Active, Archived, Completed int }
+
+// asynqCounts is each queue's asynqCount (nil for a queue asynq does not
+// know, or one it could not read while Redis is up), in one pipeline for
+// every queue: SISMEMBER asynq:queues, LLEN of its pending and active
+// lists, ZCARD of its archived and completed sets. GetQueueInfo reads the
+// same keys (its first two round trips) but three round trips a queue,
+// the third a script sampling MEMORY USAGE of up to 120 of its tasks,
+// which neither answer shows. The keys are asynq v0.26's layout
+// (internal/base: asynq:{<queue>}:<state>); TestAsynqCountsAgree compares
+// the counts with GetQueueInfo on a real Redis with tasks in every state
+// read, so an asynq upgrade that moves them fails there. An error only
+// when Redis is down.
+func (s *Scheduler) asynqCounts(ctx context.Context, names []string) ([]*asynqCount, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	pipe := s.rdb.Pipeline()
+	known := make([]*redis.BoolCmd, len(names))
+	sizes := make([][4]*redis.IntCmd, len(names))
+	for i, q := range names {
+		prefix := "asynq:{" + q + "}:"
+		known[i] = pipe.SIsMember(ctx, "asynq:queues", q)
+		sizes[i] = [4]*redis.IntCmd{pipe.LLen(ctx, prefix+"pending"), pipe.LLen(ctx, prefix+"active"),
+			pipe.ZCard(ctx, prefix+"archived"), pipe.ZCard(ctx, prefix+"completed")}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && redisDown(err) {
+		return nil, err
+	}
+	out := make([]*asynqCount, len(names))
+	for i := range names {
+		if !known[i].Val() || known[i].Err() != nil || slices.ContainsFunc(sizes[i][:], func(c *redis.IntCmd) bool { return c.Err() != nil }) {
+			continue
+		}
+		out[i] = &asynqCount{Pending: int(sizes[i][0].Val()), Active: int(sizes[i][1].Val()),
+			Archived: int(sizes[i][2].Val()), Completed: int(sizes[i][3].Val())}
+	}
+	return out, nil
+}
+
 // asynqQueueReaders bounds the GetQueueInfo calls asynqQueues makes at once.
 const asynqQueueReaders = 8
 
-// asynqQueues is asynq's GetQueueInfo of each queue (nil for a queue asynq
+// asynqQueues (the /metrics scrape, which exports more of a queue than
+// asynqCounts reads) is asynq's GetQueueInfo of each queue (nil for a queue asynq
 // does not know, or one it could not read while Redis is up), read
 // asynqQueueReaders at a time: each is three round trips (SISMEMBER and
 // two scripts), so 25 nodes read one after another cost 75 round trips of
@@ -208,14 +253,29 @@ func buildOverview(in overviewInput, p principal) wire.Overview {
 	if !all {
 		jobs = slices.DeleteFunc(slices.Clone(jobs), func(j *jobtype.Job) bool { return !mayRead(p, j) })
 	}
-	ov := wire.Overview{At: in.now, Truncated: in.truncated, Running: []wire.RunningJob{}, Waiting: []wire.WaitingJob{}}
+	nRunning, nWaiting := 0, 0
+	for _, j := range jobs {
+		switch j.State {
+		case jobtype.StateDispatched, jobtype.StateProvisioning, jobtype.StateRunning:
+			nRunning++
+		case jobtype.StateQueued:
+			nWaiting++
+		}
+	}
+	ov := wire.Overview{At: in.now, Truncated: in.truncated, Running: make([]wire.RunningJob, 0, nRunning),
+		Waiting: make([]wire.WaitingJob, 0, nWaiting)}
 	if !all {
 		ov.Team = p.Team
 	}
 	ov.Queues = overviewQueues(in, jobs, all)
-	readable := make(map[string]bool, len(jobs))
+	var readable map[string]bool // the jobs a team's token may see; every job for all teams
+	if !all {
+		readable = make(map[string]bool, len(jobs))
+	}
 	for _, j := range jobs {
-		readable[j.ID] = true
+		if readable != nil {
+			readable[j.ID] = true
+		}
 		switch j.State {
 		case jobtype.StateDispatched, jobtype.StateProvisioning, jobtype.StateRunning:
 			ov.Running = append(ov.Running, runningJob(j, in.now))

@@ -55,6 +55,40 @@ func TestGetManyBrief(t *testing.T) {
 	}
 }
 
+// TestStates: each job's state as its record has it, "" for an id gone,
+// in the order asked.
+func TestStates(t *testing.T) {
+	tb := setup(t)
+	seeded, err := seedtest.Seed(tb.ctx, tb.store, seedtest.Cluster{Nodes: 1, GPUsPerNode: 2, Finished: 3, Running: 2, Queued: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := append(append(append([]string{}, seeded.Queued...), "j-missing"), append(seeded.Running, seeded.Finished...)...)
+	got, err := tb.store.States(tb.ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(ids) {
+		t.Fatalf("%d states for %d ids", len(got), len(ids))
+	}
+	for i, id := range ids {
+		var want jobtype.State
+		if id != "j-missing" {
+			j, err := tb.store.Get(tb.ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = j.State
+		}
+		if got[i] != want {
+			t.Errorf("%s: state %q, want %q", id, got[i], want)
+		}
+	}
+	if got, err := tb.store.States(tb.ctx, nil); err != nil || len(got) != 0 {
+		t.Errorf("no ids: %v, %v", got, err)
+	}
+}
+
 // BenchmarkGetMany2200 reads the records of 2,200 active jobs (200
 // running, 2,000 queued, as the overview and /metrics do) whole
 // (GetMany) and brief (GetManyBrief).
