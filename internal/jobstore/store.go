@@ -678,9 +678,15 @@ func (s *Store) GetMany(ctx context.Context, ids []string) ([]*jobtype.Job, erro
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("jobstore: get many: %w", err)
 	}
-	out := make([]*jobtype.Job, 0, len(ids))
-	for i, c := range cmds {
-		j, err := decodeJob(ids[i], c.Val())
+	return decodeFound(len(ids), func(i int) (*jobtype.Job, error) { return decodeJob(ids[i], cmds[i].Val()) })
+}
+
+// decodeFound is the records decode(0) … decode(n-1) give, in order,
+// skipping those that are gone (ErrNotFound); the first other error stops it.
+func decodeFound(n int, decode func(i int) (*jobtype.Job, error)) ([]*jobtype.Job, error) {
+	out := make([]*jobtype.Job, 0, n)
+	for i := range n {
+		j, err := decode(i)
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}
@@ -740,23 +746,14 @@ func (s *Store) GetManyBrief(ctx context.Context, ids []string) ([]*jobtype.Job,
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("jobstore: get many: %w", err)
 	}
-	out := make([]*jobtype.Job, 0, len(ids))
 	vals := make([]any, len(jobFields))
-	for i, c := range cmds {
+	return decodeFound(len(ids), func(i int) (*jobtype.Job, error) {
 		clear(vals)
-		for k, v := range c.Val() {
+		for k, v := range cmds[i].Val() {
 			vals[briefIndex[k]] = v
 		}
-		j, err := decodeJobAs(ids[i], vals, true)
-		if errors.Is(err, ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, nil
+		return decodeJobAs(ids[i], vals, true)
+	})
 }
 
 // States is each job's state ("" for one that is gone), in one pipeline
