@@ -92,8 +92,9 @@ func decideRound(in *roundInput, rs *routeState, opts roundOptions) roundPlan {
 	}
 	snap.Nodes = placementNodes(in, opts.defaultMaxRuntime)
 	plan.snap = snap
-	plan.pressure = poolPressure(snap, in, opts.defaultMaxRuntime)
 	plan.place = placement.Place(snap)
+	plan.pressure = poolPressure(snap, in, opts.defaultMaxRuntime)
+	plan.pressure.Joins = joinWaits(plan.place.Joins, snap.Now)
 	return plan
 }
 
@@ -226,6 +227,22 @@ func poolPressure(snap placement.Snapshot, in *roundInput, def time.Duration) jo
 		p.Capacity = in.pressure.Capacity // no node live: keep what was last seen
 	}
 	return p
+}
+
+// joinWaits are a plan's joins as waits after now, by priority.
+func joinWaits(joins []placement.Join, now time.Time) [3][]jobstore.JoinWait {
+	var out [3][]jobstore.JoinWait
+	for _, jn := range joins {
+		if jn.Priority < 0 || jn.Priority > 2 {
+			continue
+		}
+		w := -1.0
+		if !jn.At.IsZero() {
+			w = max(0, jn.At.Sub(now).Seconds())
+		}
+		out[jn.Priority] = append(out[jn.Priority], jobstore.JoinWait{GPUs: jn.GPUs, WaitS: w})
+	}
+	return out
 }
 
 // capacityOf counts each node's GPUs by model and memory.

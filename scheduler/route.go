@@ -172,6 +172,11 @@ func localPool(nodes []jobstore.NodeStatus, pr jobstore.PoolPressure) routing.Po
 		}
 	}
 	pool.GPUHoursAhead = [3]float64{pr.PendingGPUHours[0] + pr.RunningGPUHours, pr.PendingGPUHours[1], pr.PendingGPUHours[2]}
+	for p, js := range pr.Joins {
+		for _, jw := range js {
+			pool.Joins[p] = append(pool.Joins[p], routing.JoinWait{GPUs: jw.GPUs, WaitS: jw.WaitS})
+		}
+	}
 	return pool
 }
 

@@ -199,6 +199,16 @@ type PoolPressure struct {
 	// with a node live: what routing judges a GPU request against when no
 	// node is live (a restart must not make GPU jobs infeasible).
 	Capacity []CapacityNode `json:"capacity,omitempty"`
+	// Joins are the estimated waits of a new job joining the queue at each
+	// priority 0..2, ascending by GPU count (placement.Plan.Joins, as
+	// seconds after At; −1: never).
+	Joins [3][]JoinWait `json:"joins,omitzero"`
+}
+
+// JoinWait is the wait of a new job of GPUs GPUs, in seconds (−1: never).
+type JoinWait struct {
+	GPUs  int     `json:"gpus"`
+	WaitS float64 `json:"wait_s"`
 }
 
 // CapacityNode is one node's GPUs by model and memory.

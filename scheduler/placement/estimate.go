@@ -1,6 +1,9 @@
 package placement
 
-import "cmp"
+import (
+	"cmp"
+	"time"
+)
 
 // gpuSim is one node's GPUs during the estimate replay.
 type gpuSim struct {
@@ -20,12 +23,16 @@ type gpuSim struct {
 func (p *planner) estimate() {
 	var gs []gpuSim
 	var cs []cpuSim
+	prio := PriorityUrgent // joins are recorded for every priority below this
 	for i := range p.out {
 		o := &p.out[i]
 		if o.placed {
 			continue
 		}
 		j := &p.pending[i]
+		for ; prio < j.Priority && prio <= PriorityBatch; prio++ {
+			gs = p.joins(gs, prio)
+		}
 		switch {
 		case o.shape != nil:
 			if gs == nil {
@@ -40,6 +47,40 @@ func (p *planner) estimate() {
 				}
 			}
 			o.start = p.replayCPU(cs, i, max(j.Request.CPUSlots, 1), j)
+		}
+	}
+	for ; prio <= PriorityBatch; prio++ {
+		gs = p.joins(gs, prio)
+	}
+}
+
+// joins records, for priority prio, when a new job of 1, 2, 4, … GPUs (up
+// to the largest node's count) would start in the replay as it stands:
+// after every waiting job replayed so far, which are those of priority
+// prio or more urgent. It returns gs, made when it was nil.
+func (p *planner) joins(gs []gpuSim, prio int) []gpuSim {
+	if p.maxGPUs == 0 {
+		return gs
+	}
+	if gs == nil {
+		gs = p.newGPUSims()
+	}
+	sh := p.shapeOf(Request{})
+	for k := 1; ; k *= 2 {
+		k = min(k, p.maxGPUs)
+		at := never
+		for ni := range gs {
+			if sh.static[ni] >= k {
+				at = min(at, gs[ni].kth(sh, ni, k))
+			}
+		}
+		jn := Join{Priority: prio, GPUs: k}
+		if at != never {
+			jn.At = p.now.Add(time.Duration(at))
+		}
+		p.plan.Joins = append(p.plan.Joins, jn)
+		if k == p.maxGPUs {
+			return gs
 		}
 	}
 }

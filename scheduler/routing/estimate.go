@@ -325,6 +325,36 @@ func containsFold(s, sub string) bool {
 	return false
 }
 
+// joinWait sets st.waitS from pool.Joins and reports whether it could: the
+// job's priority has joins, one is at least the job's size, and every GPU
+// of the pool could serve the job (the joins are for any model and memory).
+func (e *eval) joinWait(pool *Pool, st *candState) bool {
+	joins := pool.Joins[min(max(e.job.Priority, 0), 2)]
+	if len(joins) == 0 {
+		return false
+	}
+	for _, n := range pool.Nodes {
+		for _, g := range n.GPUs {
+			if g.Healthy > 0 && !e.gpuMatches(g.Model, g.MemoryGB) {
+				return false
+			}
+		}
+	}
+	for _, jw := range joins {
+		if jw.GPUs < e.job.GPUs {
+			continue
+		}
+		switch {
+		case jw.WaitS < 0 || math.IsNaN(jw.WaitS) || math.IsInf(jw.WaitS, 0):
+			st.waitS = math.Inf(1)
+		default:
+			st.waitS = min(jw.WaitS, maxEstimate.Seconds())
+		}
+		return true
+	}
+	return false
+}
+
 func lowerASCII(c byte) byte {
 	if 'A' <= c && c <= 'Z' {
 		return c + 'a' - 'A'
@@ -333,14 +363,17 @@ func lowerASCII(c byte) byte {
 }
 
 // waitLocal: AssumeWait when set; 0 for a job with no GPUs (CPU slots are
-// not modelled); else the GPU-hours ahead at priority ≤ the job's over the
-// healthy GPUs; +Inf with no healthy GPUs.
+// not modelled); else the wait of a job of its size joining the queue at
+// its priority (Pool.Joins) when every GPU of the pool could serve it; else
+// the GPU-hours ahead at priority ≤ the job's over the healthy GPUs; +Inf
+// with no healthy GPUs.
 func (e *eval) waitLocal(pool *Pool, st *candState) {
 	switch {
 	case pool.AssumeWait != nil:
 		st.waitS = max(0, min(pool.AssumeWait.Seconds(), maxEstimate.Seconds()))
 	case e.job.GPUs <= 0:
 		st.waitS = 0
+	case e.joinWait(pool, st):
 	default:
 		healthy := pool.HealthyGPUs
 		if healthy <= 0 {

@@ -55,6 +55,23 @@ type Pool struct {
 	// AssumeWait, when set, replaces the estimated wait (what-if:
 	// lathe route --assume-wait).
 	AssumeWait *time.Duration
+	// Joins, when set, are the waits of a new job joining the queue now,
+	// by priority 0..2, ascending by GPU count, from the last placement
+	// round's replay (placement.Plan.Joins): what a job that every GPU of
+	// the pool could serve waits, better than GPU-hours over GPUs, which
+	// counts work that does not block it (a half-empty pool with long jobs
+	// running). A job that names a GPU model or memory not every GPU has,
+	// or that is larger than the largest count, is estimated from
+	// GPUHoursAhead.
+	Joins [3][]JoinWait
+}
+
+// JoinWait is the estimated wait of a new job of GPUs GPUs: WaitS seconds,
+// or −1 when it would never start (no node holds that many healthy GPUs,
+// or they are held by jobs with no estimate).
+type JoinWait struct {
+	GPUs  int     `json:"gpus"`
+	WaitS float64 `json:"wait_s"`
 }
 
 // PoolNode is one node of a local pool: its healthy GPUs grouped by model.
