@@ -158,10 +158,21 @@ func placementNodes(in *roundInput, def time.Duration) []placement.Node {
 			continue
 		}
 		pn := placement.Node{Name: n.Name, CPUSlots: n.Slots, CPUSlotsUsed: n.CPUReserved}
+		// Who holds each GPU index, as n.GPUHolder says, indexed once: a
+		// node with many GPUs and jobs (a simulated pool of 256) would
+		// otherwise cost GPUs × jobs.
+		holder := make(map[int]string, len(n.GPUs))
+		for id, r := range n.Reservations {
+			for _, g := range r.GPUs {
+				if cur, ok := holder[g]; !ok || id < cur {
+					holder[g] = id
+				}
+			}
+		}
 		for _, g := range n.GPUs {
 			pn.GPUs = append(pn.GPUs, placement.GPU{Index: g.Index, UUID: g.UUID, Name: g.Name,
 				MemoryTotalMB: g.MemoryTotalMB, ForeignUsedMB: g.ForeignUsedMB, Healthy: g.Healthy,
-				JobID: n.GPUHolder(g.Index)})
+				JobID: holder[g.Index]})
 		}
 		for id, r := range n.Reservations {
 			run := placement.Running{JobID: id, Priority: placement.PriorityNormal, GPUs: r.GPUs, EndsAt: in.now}

@@ -1,0 +1,671 @@
+package scheduler
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
+)
+
+// Simulation: `lathe simulate` replays a trace in virtual time through the
+// scheduler's own decisions — decideRoute (routing.Decide) at submit and
+// decideRound (reroutes, spill-over, placement.Place) at every event —
+// over a simulated pool of owned GPUs and the config's cloud backends.
+// Only the clock, the inventory, the queue and the jobs' ends are
+// simulated; every decision is the production function's. A job's true
+// duration is hidden from the policy until it ends (docs/simulate.md).
+
+// SimJob is one job of a simulation.
+type SimJob struct {
+	ID string
+	// Submit is when it arrives, after the simulation's start.
+	Submit time.Duration
+	// Duration is its true run time, which the policy does not see.
+	Duration time.Duration
+	GPUs     int
+	Priority jobspec.Priority
+	// Residency tags; empty: the config's default_residency.
+	Residency []string
+	// GPUModel, when set, is a GPU model the job asks for.
+	GPUModel string
+	// Hint is what the policy is told of its run time (expected_runtime);
+	// 0: the policy learns it (SimSetup.Learned).
+	Hint time.Duration
+}
+
+// SimSetup is one simulated deployment.
+type SimSetup struct {
+	// Config is the routing config: sites, the local backend (the owned
+	// pool) and cloud backends with their instance types and prices.
+	Config routecfg.Config
+	// Owned is how many GPUs the local pool has; NodeGPUs how many per node
+	// (0: one node of Owned GPUs, a pool in which any job fits that fits
+	// the pool, as the trace's cluster gang-scheduled multi-node jobs).
+	Owned, NodeGPUs int
+	// GPUName and GPUMemoryMB describe the owned GPUs.
+	GPUName     string
+	GPUMemoryMB uint64
+	// MaxWait is every job's max_wait.
+	MaxWait time.Duration
+	// CloudStartup delays a cloud job's start after its dispatch (instance
+	// start-up); 0: the policy's assumption, none.
+	CloudStartup time.Duration
+}
+
+// SimOutcome is what became of one job.
+type SimOutcome struct {
+	ID      string
+	Backend string
+	Site    string
+	Cloud   bool
+	// Refused: no backend could take it; Stuck: it never started (held, or
+	// no capacity ever came).
+	Refused, Stuck bool
+	Wait           time.Duration // first start − submit
+	Start, End     time.Duration
+	CostUSD        float64 // cloud jobs: instance hours × price; owned: 0 (owned GPUs are paid by the hour, see SimResult)
+	Preemptions    int
+	Reason         string // refused or stuck: why
+}
+
+// SimResult is one simulation's outcome.
+type SimResult struct {
+	Jobs []SimOutcome
+	// Horizon runs from the first submit to the latest end any job would
+	// have with no queueing (submit + duration): the same for every policy
+	// and pool size, so owned costs compare.
+	Horizon time.Duration
+	// OwnedUSDPerGPUHour is the owned GPUs' price per hour of ownership.
+	OwnedUSDPerGPUHour     float64
+	OwnedCostUSD           float64 // Owned × horizon hours × price
+	CloudCostUSD           float64
+	OwnedBusyGPUHours      float64
+	CloudGPUHours          float64
+	Violations             []string // residency violations the simulator found (must be none)
+	Rounds                 int      // placement rounds run
+	Decisions              int      // routing decisions made (submit and reroutes)
+	ConfigDefaultResidency []string
+}
+
+// errSim wraps a simulation's setup errors.
+var errSim = errors.New("simulate")
+
+// simJob is a job during the simulation.
+type simJob struct {
+	in       *SimJob
+	job      jobtype.Job
+	ran      time.Duration // run time before its last preemption
+	started  bool
+	out      SimOutcome
+	insType  string        // the chosen cloud instance type
+	runStart time.Duration // when its current run started
+	done     bool
+}
+
+type simEvent struct {
+	at   time.Duration
+	kind int // 0 end, 1 arrival, 2 wake (spill-over)
+	job  int
+	seq  int64 // ends: the attempt they end (a preempted run's end is void)
+}
+
+type eventHeap []simEvent
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	if h[i].kind != h[j].kind {
+		return h[i].kind < h[j].kind
+	}
+	return h[i].job < h[j].job
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(simEvent)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// simEpoch is the simulation's time zero.
+var simEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Simulate replays jobs (sorted by Submit) through the scheduler's routing
+// and placement over setup, and learns run times as they end when a job
+// has no Hint. It checks every start against the job's residency itself.
+// ctx cancels a long run.
+func Simulate(ctx context.Context, setup SimSetup, jobs []SimJob) (SimResult, error) {
+	sm, err := newSim(setup, jobs)
+	if err != nil {
+		return SimResult{}, err
+	}
+	if err := sm.run(ctx); err != nil {
+		return SimResult{}, err
+	}
+	return sm.result(), nil
+}
+
+type sim struct {
+	setup   SimSetup
+	rs      *routeState
+	local   routecfg.Backend
+	clouds  []routecfg.Backend
+	jobs    []simJob
+	events  eventHeap
+	now     time.Duration
+	pending []int // queued jobs, in queue order
+	nodes   []jobstore.NodeStatus
+	where   map[string]int // job id → index
+	press   jobstore.PoolPressure
+	learn   learner
+	price   float64
+	res     SimResult
+	seq     int64
+	tags    map[string][]string // site → tags
+	buckets map[string]string   // bucket → site
+}
+
+func newSim(setup SimSetup, jobs []SimJob) (*sim, error) {
+	cfg, err := routecfg.Compile(setup.Config)
+	if err != nil {
+		return nil, fmt.Errorf("%w: config: %w", errSim, err)
+	}
+	sm := &sim{setup: setup, rs: &routeState{cfg: cfg, hash: cfg.Hash()}, where: map[string]int{},
+		tags: map[string][]string{}, buckets: map[string]string{}}
+	found := false
+	for _, b := range cfg.Backends {
+		switch {
+		case b.Kind == routecfg.KindLocal && !found:
+			sm.local, found = b, true
+		case b.Kind != routecfg.KindLocal:
+			sm.clouds = append(sm.clouds, b)
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("%w: config: no local backend (kind: local): the owned pool needs one", errSim)
+	}
+	if p := sm.local.Price; p != nil && p.TCO != nil {
+		b := p.TCO.Breakdown()
+		sm.price = b.HardwarePerHour + b.OpsPerHour + b.PowerPerHour
+	} else if p != nil {
+		sm.price = p.USDPerGPUHour
+	}
+	for _, s := range cfg.Sites {
+		sm.tags[s.Name] = s.Tags
+	}
+	for bk, site := range cfg.Datasets.Buckets {
+		sm.buckets[bk] = site
+	}
+	switch {
+	case setup.Owned < 0 || setup.Owned > 1<<20:
+		return nil, fmt.Errorf("%w: owned GPUs %d: want 0 to %d", errSim, setup.Owned, 1<<20)
+	case setup.NodeGPUs < 0:
+		return nil, fmt.Errorf("%w: GPUs per node %d: want 0 (one node) or more", errSim, setup.NodeGPUs)
+	case setup.MaxWait < 0:
+		return nil, fmt.Errorf("%w: max_wait %s: want 0 or more", errSim, setup.MaxWait)
+	}
+	sm.nodes = simNodes(setup)
+	for _, b := range sm.clouds {
+		sm.nodes = append(sm.nodes, jobstore.NodeStatus{Node: jobstore.Node{Name: jobtype.CloudNode(b.Name), Backend: b.Kind}})
+	}
+	sm.jobs = make([]simJob, len(jobs))
+	var horizon time.Duration
+	for i := range jobs {
+		in := &jobs[i]
+		if _, dup := sm.where[in.ID]; dup || in.ID == "" {
+			return nil, fmt.Errorf("%w: job %d: id %q is empty or repeated", errSim, i, in.ID)
+		}
+		if in.Duration < 0 || in.Submit < 0 || in.GPUs < 0 {
+			return nil, fmt.Errorf("%w: job %s: negative submit, duration or gpus", errSim, in.ID)
+		}
+		if i > 0 && in.Submit < jobs[i-1].Submit {
+			return nil, fmt.Errorf("%w: job %s: not sorted by submit time", errSim, in.ID)
+		}
+		sm.where[in.ID] = i
+		horizon = max(horizon, in.Submit+in.Duration)
+		sm.jobs[i] = simJob{in: in, out: SimOutcome{ID: in.ID}}
+		sm.push(simEvent{at: in.Submit, kind: 1, job: i})
+	}
+	if len(jobs) > 0 {
+		horizon -= jobs[0].Submit
+	}
+	sm.res.Horizon = horizon
+	sm.res.ConfigDefaultResidency = cfg.DefaultResidency
+	return sm, nil
+}
+
+// simNodes is the owned pool: Owned GPUs in nodes of NodeGPUs.
+func simNodes(setup SimSetup) []jobstore.NodeStatus {
+	per := setup.NodeGPUs
+	if per <= 0 {
+		per = setup.Owned
+	}
+	var out []jobstore.NodeStatus
+	for left, n := setup.Owned, 0; left > 0; n++ {
+		k := min(per, left)
+		left -= k
+		ns := jobstore.NodeStatus{Node: jobstore.Node{Name: fmt.Sprintf("owned-%03d", n), Backend: "local"},
+			Reservations: map[string]jobstore.Reservation{}}
+		for g := range k {
+			ns.GPUs = append(ns.GPUs, jobtype.GPU{Index: g, UUID: fmt.Sprintf("GPU-sim-%d-%d", n, g),
+				Name: setup.GPUName, MemoryTotalMB: setup.GPUMemoryMB, Healthy: true})
+		}
+		out = append(out, ns)
+	}
+	return out
+}
+
+func (sm *sim) push(e simEvent) { heap.Push(&sm.events, e) }
+
+func (sm *sim) run(ctx context.Context) error {
+	for sm.events.Len() > 0 {
+		if sm.res.Rounds%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("%w: %w", errSim, err)
+			}
+		}
+		t := sm.events[0].at
+		sm.now = t
+		wake := false
+		for sm.events.Len() > 0 && sm.events[0].at == t {
+			e := heap.Pop(&sm.events).(simEvent)
+			switch e.kind {
+			case 0:
+				if sm.jobs[e.job].job.Attempt == int(e.seq) && !sm.jobs[e.job].done && sm.jobs[e.job].started {
+					sm.finish(e.job)
+					wake = true
+				}
+			case 1:
+				sm.arrive(e.job)
+				wake = true
+			case 2:
+				wake = true
+			}
+		}
+		if wake {
+			sm.round()
+		}
+	}
+	for i := range sm.jobs {
+		if sj := &sm.jobs[i]; !sj.done && !sj.out.Refused {
+			sj.out.Stuck = true
+			if sj.out.Reason == "" {
+				sj.out.Reason = "never started"
+				if sj.job.Held != "" {
+					sj.out.Reason = sj.job.Held
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (sm *sim) at() time.Time { return simEpoch.Add(sm.now) }
+
+// spec is the job's spec as the policy sees it now.
+func (sm *sim) spec(sj *simJob) jobspec.Spec {
+	in := sj.in
+	sp := jobspec.Spec{Name: in.ID, Resources: jobspec.Resources{GPUs: in.GPUs}, Residency: in.Residency,
+		Priority: cmp.Or(in.Priority, jobspec.PriorityNormal), MaxWait: jobspec.Duration(sm.setup.MaxWait),
+		Output: jobspec.Output{URI: sm.outputFor(sj)}}
+	if in.GPUModel != "" {
+		sp.Resources.GPUModels = []string{in.GPUModel}
+	}
+	est := in.Hint
+	if est <= 0 {
+		elapsed := time.Duration(0)
+		if sj.started {
+			elapsed = sm.now - sj.out.Start + sj.ran
+		}
+		est = sm.learn.estimate(in.GPUs, elapsed)
+	}
+	est = max(est-sj.ran, time.Second)
+	// The policy's estimate is both the routing runtime (expected_runtime)
+	// and placement's bound (max_runtime): a simulated job is never
+	// stopped at it, it runs its true duration.
+	sp.ExpectedRuntime, sp.MaxRuntime = jobspec.Duration(est), jobspec.Duration(est)
+	return sp
+}
+
+// outputFor is where the job's output goes: file:// when the file site
+// carries its tags, else the first bucket (by name) whose site does, else
+// file:// (and routing refuses it).
+func (sm *sim) outputFor(sj *simJob) string {
+	tags := sm.effective(sj.in)
+	if fs := sm.rs.cfg.Datasets.FileSite; fs != "" && carriesAll(sm.tags[fs], tags) {
+		return "file:///lathe-sim/out"
+	}
+	names := make([]string, 0, len(sm.buckets))
+	for b := range sm.buckets {
+		names = append(names, b)
+	}
+	slices.Sort(names)
+	for _, b := range names {
+		if carriesAll(sm.tags[sm.buckets[b]], tags) {
+			return "s3://" + b + "/lathe-sim/out"
+		}
+	}
+	return "file:///lathe-sim/out"
+}
+
+func (sm *sim) effective(in *SimJob) []string {
+	if len(in.Residency) > 0 {
+		return in.Residency
+	}
+	return sm.rs.cfg.DefaultResidency
+}
+
+func carriesAll(have, want []string) bool {
+	for _, t := range want {
+		if !slices.Contains(have, t) {
+			return false
+		}
+	}
+	return true
+}
+
+func (sm *sim) arrive(i int) {
+	sj := &sm.jobs[i]
+	sj.job = jobtype.Job{ID: sj.in.ID, Name: sj.in.ID, State: jobtype.StateQueued, Attempt: 1,
+		CreatedAt: sm.at(), UpdatedAt: sm.at()}
+	sj.job.Spec = sm.spec(sj)
+	sj.job.OutputURI = sj.job.Spec.Output.URI
+	snap := routingSnapshot(sm.rs, Assumptions{}, sm.routingInput())
+	rp := decideRoute(&sj.job, "submit", sm.rs, snap, sm.at(), false)
+	sm.res.Decisions++
+	if rp.decision.Refused {
+		sj.out.Refused, sj.out.Reason = true, strings.Join(rp.decision.Reasons, "; ")
+		return
+	}
+	sm.setRoute(i, rp)
+	sm.enqueue(i)
+}
+
+// setRoute stores a decision's route on job i, as applyReroute does.
+func (sm *sim) setRoute(i int, rp reroutePlan) {
+	sj := &sm.jobs[i]
+	sj.job.Route, sj.job.Held = rp.route, rp.held
+	if rp.held != "" {
+		return
+	}
+	sj.insType = ""
+	for _, c := range rp.decision.Candidates {
+		if c.Backend == rp.decision.Backend {
+			sj.insType = c.InstanceType
+		}
+	}
+	if rp.route != nil && rp.route.Kind == routecfg.KindLocal && sm.setup.MaxWait > 0 {
+		sm.push(simEvent{at: sm.now + sm.setup.MaxWait + time.Millisecond, kind: 2, job: i})
+	}
+}
+
+// enqueue puts job i in the pending set in queue order: priority, then
+// submit time.
+func (sm *sim) enqueue(i int) {
+	key := func(k int) (int, time.Duration, int) {
+		return sm.jobs[k].job.Spec.Priority.Rank(), sm.jobs[k].in.Submit, k
+	}
+	pi, si, ii := key(i)
+	at, _ := slices.BinarySearchFunc(sm.pending, i, func(a, _ int) int {
+		pa, sa, ia := key(a)
+		return cmp.Or(cmp.Compare(pa, pi), cmp.Compare(sa, si), cmp.Compare(ia, ii))
+	})
+	sm.pending = slices.Insert(sm.pending, at, i)
+}
+
+func (sm *sim) routingInput() routingInput {
+	return routingInput{now: sm.at(), nodes: sm.nodes, pressure: sm.press, spends: map[string]jobstore.Spend{}}
+}
+
+// round runs one placement round (decideRound) and applies its plan.
+func (sm *sim) round() {
+	sm.res.Rounds++
+	in := &roundInput{now: sm.at(), nodes: sm.nodes, jobs: make(map[string]*jobtype.Job, len(sm.pending)+64),
+		routing: sm.routingInput(), pressure: sm.press}
+	for _, i := range sm.pending {
+		sj := &sm.jobs[i]
+		sj.job.Spec = sm.spec(sj)
+		in.pending = append(in.pending, sj.in.ID)
+		in.jobs[sj.in.ID] = &sj.job
+	}
+	for ni := range sm.nodes {
+		for id := range sm.nodes[ni].Reservations {
+			sj := &sm.jobs[sm.where[id]]
+			sj.job.Spec = sm.spec(sj)
+			in.jobs[id] = &sj.job
+		}
+	}
+	plan := decideRound(in, sm.rs, roundOptions{defaultMaxRuntime: 24 * time.Hour})
+	sm.press = plan.pressure
+	for _, rp := range plan.reroutes {
+		sm.res.Decisions++
+		sm.setRoute(sm.where[rp.job.ID], rp)
+	}
+	started := map[int]bool{}
+	for _, cd := range plan.cloud {
+		i := sm.where[cd.job.ID]
+		sm.startCloud(i, cd.backend)
+		started[i] = true
+	}
+	for _, a := range plan.place.Assign {
+		i := sm.where[a.JobID]
+		sm.startLocal(i, a.Node, a.GPUs)
+		started[i] = true
+	}
+	for _, pr := range plan.place.Preempt {
+		for _, v := range pr.Victims {
+			sm.preempt(sm.where[v])
+		}
+	}
+	if len(started) > 0 {
+		sm.pending = slices.DeleteFunc(sm.pending, func(i int) bool { return started[i] })
+	}
+}
+
+func (sm *sim) node(name string) *jobstore.NodeStatus {
+	for ni := range sm.nodes {
+		if sm.nodes[ni].Name == name {
+			return &sm.nodes[ni]
+		}
+	}
+	return nil
+}
+
+func (sm *sim) startLocal(i int, node string, gpus []int) {
+	sj := &sm.jobs[i]
+	n := sm.node(node)
+	n.Reservations[sj.in.ID] = jobstore.Reservation{Attempt: sj.job.Attempt, GPUs: gpus}
+	sm.checkResidency(sj, sm.local)
+	sm.begin(i, sm.local, 0)
+}
+
+func (sm *sim) startCloud(i int, b routecfg.Backend) {
+	sm.checkResidency(&sm.jobs[i], b)
+	sm.begin(i, b, sm.setup.CloudStartup)
+}
+
+// begin starts job i's attempt on b after delay.
+func (sm *sim) begin(i int, b routecfg.Backend, delay time.Duration) {
+	sj := &sm.jobs[i]
+	start := sm.now + delay
+	if !sj.started {
+		sj.out.Wait = start - sj.in.Submit
+		sj.out.Start = start
+	}
+	sj.started = true
+	sj.out.Backend, sj.out.Site, sj.out.Cloud = b.Name, b.Site, b.Kind != routecfg.KindLocal
+	sj.job.State = jobtype.StateRunning
+	t := sm.at().Add(delay)
+	sj.job.StartedAt = &t
+	sj.job.Backend = b.Name
+	left := sj.in.Duration - sj.ran
+	sj.runStart = start
+	sm.push(simEvent{at: start + left, kind: 0, job: i, seq: int64(sj.job.Attempt)})
+}
+
+func (sm *sim) finish(i int) {
+	sj := &sm.jobs[i]
+	sj.done = true
+	sj.out.End = sm.now
+	sj.job.State = jobtype.StateSucceeded
+	ranHere := sm.now - sj.runStart
+	if sj.out.Cloud {
+		sm.res.CloudGPUHours += ranHere.Hours() * float64(sj.in.GPUs)
+		cost := ranHere.Hours() * sm.instancePrice(sj.out.Backend, sj.insType)
+		sj.out.CostUSD += cost
+		sm.res.CloudCostUSD += cost
+	} else {
+		sm.res.OwnedBusyGPUHours += ranHere.Hours() * float64(sj.in.GPUs)
+		sm.release(sj.in.ID)
+	}
+	if sj.in.Hint <= 0 {
+		sm.learn.add(sj.in.GPUs, sj.in.Duration)
+	}
+}
+
+func (sm *sim) release(id string) {
+	for ni := range sm.nodes {
+		delete(sm.nodes[ni].Reservations, id)
+	}
+}
+
+// preempt stops job i (a batch job an urgent one needs the GPUs of): it
+// goes back to the queue and resumes from a checkpoint taken as it stopped
+// (the simulation assumes no lost work).
+func (sm *sim) preempt(i int) {
+	sj := &sm.jobs[i]
+	if sj.done || !sj.started || sj.out.Cloud {
+		return
+	}
+	ranHere := sm.now - sj.runStart
+	sm.res.OwnedBusyGPUHours += ranHere.Hours() * float64(sj.in.GPUs)
+	sj.ran += ranHere
+	sm.release(sj.in.ID)
+	sj.job.State = jobtype.StateQueued
+	sj.job.Preemptions++
+	sj.job.Attempt++ // the pending end event is void
+	sj.job.Route.Attempt = sj.job.Attempt
+	sj.out.Preemptions++
+	sm.enqueue(i)
+}
+
+func (sm *sim) instancePrice(backend, typ string) float64 {
+	for _, b := range sm.clouds {
+		if b.Name != backend {
+			continue
+		}
+		for _, t := range b.InstanceTypes {
+			if t.Name == typ {
+				return t.USDPerHour(b.Spot)
+			}
+		}
+	}
+	return 0
+}
+
+// checkResidency is the simulator's own check of a start: the backend's
+// site, its checkpoint location and the job's output location must carry
+// every tag of the job. It does not trust routing.
+func (sm *sim) checkResidency(sj *simJob, b routecfg.Backend) {
+	tags := sm.effective(sj.in)
+	check := func(what, site string) {
+		if !carriesAll(sm.tags[site], tags) {
+			sm.res.Violations = append(sm.res.Violations, fmt.Sprintf("job %s (residency %v): %s in site %q [%s]",
+				sj.in.ID, tags, what, site, strings.Join(sm.tags[site], " ")))
+		}
+	}
+	check("computes on "+b.Name, b.Site)
+	if ck := b.CheckpointURI; strings.HasPrefix(ck, "s3://") {
+		bucket, _, _ := strings.Cut(strings.TrimPrefix(ck, "s3://"), "/")
+		check("checkpoints to "+ck, sm.buckets[bucket])
+	} else {
+		check("checkpoints on "+b.Name, b.Site)
+	}
+	if out := sj.job.OutputURI; strings.HasPrefix(out, "s3://") {
+		bucket, _, _ := strings.Cut(strings.TrimPrefix(out, "s3://"), "/")
+		check("writes output to "+out, sm.buckets[bucket])
+	} else {
+		check("writes output to "+out, sm.rs.cfg.Datasets.FileSite)
+	}
+}
+
+func (sm *sim) result() SimResult {
+	r := sm.res
+	r.OwnedUSDPerGPUHour = sm.price
+	r.OwnedCostUSD = float64(sm.setup.Owned) * r.Horizon.Hours() * sm.price
+	r.Jobs = make([]SimOutcome, len(sm.jobs))
+	for i := range sm.jobs {
+		r.Jobs[i] = sm.jobs[i].out
+	}
+	return r
+}
+
+// learner learns run times from the jobs that ended so far: the median of
+// those with the same GPU count (all, while there are none), given how long
+// the job has run already — a job that has run 10 hours is not expected to
+// end at the median of 2 (docs/simulate.md "Estimates").
+type learner struct {
+	by  map[int][]time.Duration // GPU count → sorted durations
+	all []time.Duration
+}
+
+const learnDefault = time.Hour
+
+func (l *learner) add(gpus int, d time.Duration) {
+	if l.by == nil {
+		l.by = map[int][]time.Duration{}
+	}
+	ins := func(s []time.Duration) []time.Duration {
+		at, _ := slices.BinarySearch(s, d)
+		return slices.Insert(s, at, d)
+	}
+	l.by[gpus] = ins(l.by[gpus])
+	l.all = ins(l.all)
+}
+
+// estimate is the median run time of finished jobs of gpus GPUs that ran
+// longer than elapsed.
+func (l *learner) estimate(gpus int, elapsed time.Duration) time.Duration {
+	s := l.by[gpus]
+	if len(s) == 0 {
+		s = l.all
+	}
+	if len(s) == 0 {
+		return max(learnDefault, 2*elapsed)
+	}
+	at, _ := slices.BinarySearch(s, elapsed+1)
+	if at >= len(s) {
+		return 2 * elapsed // it outlived every job seen: expect as much again
+	}
+	return s[at+(len(s)-at)/2]
+}
+
+// Quantile returns the q-quantile (0..1) of xs, sorted in place; 0 for none.
+func Quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	k := int(math.Ceil(q*float64(len(xs)))) - 1
+	return xs[min(max(k, 0), len(xs)-1)]
+}
+
+// String is a one-line summary for logs.
+func (r SimResult) String() string {
+	return "horizon " + r.Horizon.String() + ", owned $" + strconv.FormatFloat(r.OwnedCostUSD, 'f', 0, 64) +
+		", cloud $" + strconv.FormatFloat(r.CloudCostUSD, 'f', 0, 64)
+}
