@@ -177,6 +177,7 @@ type sim struct {
 	seq     int64
 	tags    map[string][]string // site → tags
 	buckets map[string]string   // bucket → site
+	prof    profile             // Reference's owned GPUs in use
 }
 
 func newSim(setup SimSetup, jobs []SimJob) (*sim, error) {
