@@ -199,12 +199,7 @@ func newSim(setup SimSetup, jobs []SimJob) (*sim, error) {
 	if !found {
 		return nil, fmt.Errorf("%w: config: no local backend (kind: local): the owned pool needs one", errSim)
 	}
-	if p := sm.local.Price; p != nil && p.TCO != nil {
-		b := p.TCO.Breakdown()
-		sm.price = b.HardwarePerHour + b.OpsPerHour + b.PowerPerHour
-	} else if p != nil {
-		sm.price = p.USDPerGPUHour
-	}
+	sm.price = OwnedUSDPerGPUHour(cfg)
 	for _, s := range cfg.Sites {
 		sm.tags[s.Name] = s.Tags
 	}
@@ -669,4 +664,60 @@ func Quantile(xs []float64, q float64) float64 {
 func (r SimResult) String() string {
 	return "horizon " + r.Horizon.String() + ", owned $" + strconv.FormatFloat(r.OwnedCostUSD, 'f', 0, 64) +
 		", cloud $" + strconv.FormatFloat(r.CloudCostUSD, 'f', 0, 64)
+}
+
+// OwnedUSDPerGPUHour is the price of one owned GPU for one hour of
+// ownership of cfg's first local backend: its flat usd_per_gpu_hour, or
+// its TCO's hardware, operations and power per hour (not divided by
+// utilisation: the simulation pays for every hour, used or not); 0 when
+// unpriced.
+func OwnedUSDPerGPUHour(cfg routecfg.Config) float64 {
+	for _, b := range cfg.Backends {
+		if b.Kind != routecfg.KindLocal {
+			continue
+		}
+		switch {
+		case b.Price == nil:
+			return 0
+		case b.Price.TCO != nil:
+			br := b.Price.TCO.Breakdown()
+			return br.HardwarePerHour + br.OpsPerHour + br.PowerPerHour
+		}
+		return b.Price.USDPerGPUHour
+	}
+	return 0
+}
+
+// WithCloudPriceRatio returns cfg with every cloud instance type priced at
+// ratio × the owned GPU-hour (OwnedUSDPerGPUHour) per GPU, on demand and
+// spot alike, compiled again. cfg is not modified.
+func WithCloudPriceRatio(cfg routecfg.Config, ratio float64) (routecfg.Config, error) {
+	if !(ratio > 0) || math.IsInf(ratio, 0) {
+		return cfg, fmt.Errorf("%w: --price-ratio %v: want a number above 0", errSim, ratio)
+	}
+	own := OwnedUSDPerGPUHour(cfg)
+	if own <= 0 {
+		return cfg, fmt.Errorf("%w: --price-ratio: the local backend has no price (price: {usd_per_gpu_hour: …}) to scale from", errSim)
+	}
+	out := cfg
+	out.Backends = slices.Clone(cfg.Backends)
+	for i := range out.Backends {
+		b := &out.Backends[i]
+		if b.Kind == routecfg.KindLocal {
+			continue
+		}
+		b.InstanceTypes = slices.Clone(b.InstanceTypes)
+		for k := range b.InstanceTypes {
+			t := &b.InstanceTypes[k]
+			t.OnDemandUSDPerHour = ratio * own * float64(t.GPUs)
+			if t.SpotUSDPerHour > 0 || b.Spot {
+				t.SpotUSDPerHour = t.OnDemandUSDPerHour
+			}
+		}
+	}
+	c, err := routecfg.Compile(out)
+	if err != nil {
+		return cfg, fmt.Errorf("%w: --price-ratio: %w", errSim, err)
+	}
+	return c, nil
 }

@@ -1,0 +1,413 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lathe-ml/lathe/internal/simplot"
+	"github.com/lathe-ml/lathe/internal/trace"
+	"github.com/lathe-ml/lathe/scheduler"
+)
+
+// simFlags are lathe simulate's flags.
+type simFlags struct {
+	trace, config, owned, residencyMix, priorityMix, estimates, plot, gpuModel string
+	maxWait, cloudStartup                                                      time.Duration
+	priceRatio, gpuMemGB                                                       float64
+	seed                                                                       uint64
+	nodeGPUs                                                                   int
+	reference                                                                  bool
+}
+
+func (a *app) simulateCmd() *cobra.Command {
+	var f simFlags
+	cmd := &cobra.Command{
+		Use:   "simulate --trace FILE --config lathe.yaml",
+		Short: "Replay a job trace through Lathe's routing and placement: own more GPUs, or rent?",
+		Long: `lathe simulate replays a trace (CSV: submit_s,duration_s,gpus; lathe export jobs writes
+one from your own history) in virtual time through the scheduler's own routing and placement
+functions, over an owned pool of --owned GPUs and the cloud backends of --config (lathed's
+config file: its sites, backends, prices and datasets). A job's true run time is hidden from
+the policy until it ends (--estimates). It needs no scheduler and no Redis.
+
+It reports total cost (owned GPUs every hour of the horizon at the local backend's price,
+plus cloud instance hours at theirs), cost per job GPU-hour, the share rented, owned
+utilisation, waits (mean, p50, p95, p99; per priority), jobs refused and residency
+violations (the simulator checks every start against the job's tags itself: must be 0).
+With a range of --owned (32..256/32) it also runs all-cloud (0 owned) and names the
+cost-optimal pool and the break-even; --plot writes an SVG of cost and waits against owned GPUs.
+See docs/simulate.md.`,
+		Args: exactArgs(),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			return a.simulate(cmd, f)
+		}),
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.trace, "trace", "", "the trace: CSV with submit_s,duration_s,gpus (other columns: see docs/simulate.md)")
+	fl.StringVar(&f.config, "config", "", "lathed's config file: its routing sections (sites, backends, prices) are the simulated deployment")
+	fl.StringVar(&f.owned, "owned", "64", "owned GPUs: N, or a range FROM..TO/STEP (32..256/32)")
+	fl.DurationVar(&f.maxWait, "max-wait", 2*time.Hour, "every job's max_wait: how long it may wait for owned GPUs before it bursts (0: never bursts for waiting)")
+	fl.Float64Var(&f.priceRatio, "price-ratio", 0, "price every cloud GPU-hour at this many owned GPU-hours (0: the config's instance prices)")
+	fl.StringVar(&f.residencyMix, "residency-mix", "", "draw residency for jobs the trace gives none: onprem=0.6,eu=0.3,us=0.1 (tags joined by +: eu+de=0.2); default: the config's default_residency")
+	fl.StringVar(&f.priorityMix, "priority-mix", "", "draw priority for jobs the trace gives none: urgent=0.1,normal=0.6,batch=0.3; default: all normal")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of every draw (residency, priority, hint noise)")
+	fl.StringVar(&f.estimates, "estimates", "learned", "how the policy estimates run times: learned, hint:SIGMA, oracle; several, comma-separated, run side by side")
+	fl.BoolVar(&f.reference, "reference", false, "also run the clairvoyant reference (conservative backfill that knows every duration)")
+	fl.StringVar(&f.plot, "plot", "", "write an SVG plot of cost and waits against owned GPUs here (with a range of --owned)")
+	fl.IntVar(&f.nodeGPUs, "node-gpus", 0, "GPUs per owned node (a job never spans nodes); 0: one node of all owned GPUs")
+	fl.StringVar(&f.gpuModel, "gpu-model", "NVIDIA H100 80GB HBM3", "the owned GPUs' model, as NVML names it")
+	fl.Float64Var(&f.gpuMemGB, "gpu-memory-gb", 80, "the owned GPUs' memory")
+	fl.DurationVar(&f.cloudStartup, "cloud-startup", 0, "a cloud job starts this long after it is sent (instance start-up; the policy assumes 0)")
+	return cmd
+}
+
+// simReport is lathe simulate -o json.
+type simReport struct {
+	Trace     string                 `json:"trace"`
+	Config    string                 `json:"config"`
+	Jobs      int                    `json:"jobs"`
+	MaxWait   string                 `json:"max_wait"`
+	Seed      uint64                 `json:"seed"`
+	OwnedUSD  float64                `json:"owned_usd_per_gpu_hour"`
+	Draws     scheduler.DrawReport   `json:"draws"`
+	Runs      []scheduler.SimSummary `json:"runs"`
+	AllCloud  map[string]float64     `json:"all_cloud_cost_usd,omitempty"`
+	Optimum   map[string]int         `json:"cost_optimal_owned_gpus,omitempty"`
+	BreakEven map[string]float64     `json:"break_even_owned_gpus,omitempty"`
+	Elapsed   string                 `json:"elapsed"`
+}
+
+func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
+	start := time.Now()
+	if f.trace == "" || f.config == "" {
+		return usageErrorf("lathe simulate needs --trace FILE and --config FILE")
+	}
+	sizes, err := parseOwned(f.owned)
+	if err != nil {
+		return usageErrorf("%w", err)
+	}
+	var ests []scheduler.Estimator
+	for s := range strings.SplitSeq(f.estimates, ",") {
+		e, err := scheduler.ParseEstimator(s)
+		if err != nil {
+			return usageErrorf("%w", err)
+		}
+		ests = append(ests, e)
+	}
+	if f.maxWait < 0 {
+		return usageErrorf("--max-wait %s: want 0 or more", f.maxWait)
+	}
+	if f.nodeGPUs < 0 || f.nodeGPUs > 4096 {
+		return usageErrorf("--node-gpus %d: want 0 (one node) to 4096", f.nodeGPUs)
+	}
+	if !(f.gpuMemGB > 0) || f.gpuMemGB > 1e6 {
+		return usageErrorf("--gpu-memory-gb %v: want a number above 0", f.gpuMemGB)
+	}
+	if f.cloudStartup < 0 {
+		return usageErrorf("--cloud-startup %s: want 0 or more", f.cloudStartup)
+	}
+	draws := scheduler.Draws{Seed: f.seed}
+	if f.residencyMix != "" {
+		if draws.Residency, err = scheduler.ParseMix("--residency-mix", f.residencyMix, scheduler.ValidResidency); err != nil {
+			return usageErrorf("%w", err)
+		}
+	}
+	if f.priorityMix != "" {
+		if draws.Priority, err = scheduler.ParseMix("--priority-mix", f.priorityMix, scheduler.ValidPriority); err != nil {
+			return usageErrorf("%w", err)
+		}
+	}
+	dc, err := a.readDaemon(f.config)
+	if err != nil {
+		return err
+	}
+	cfg := dc.Routing
+	if f.priceRatio != 0 {
+		if cfg, err = scheduler.WithCloudPriceRatio(cfg, f.priceRatio); err != nil {
+			return usageErrorf("%w", err)
+		}
+	}
+	tf, err := os.Open(f.trace)
+	if err != nil {
+		return usageErrorf("--trace: %w", err)
+	}
+	tj, err := trace.Read(io.LimitReader(tf, 1<<30))
+	tf.Close()
+	if err != nil {
+		return usageErrorf("--trace %s: %w", f.trace, err)
+	}
+	jobs, drawn := scheduler.SimJobsFromTrace(tj, draws)
+	setup := scheduler.SimSetup{Config: cfg, NodeGPUs: f.nodeGPUs, GPUName: f.gpuModel,
+		GPUMemoryMB: uint64(f.gpuMemGB * 1024), MaxWait: f.maxWait, CloudStartup: f.cloudStartup}
+	sweep := len(sizes) > 1
+	var runs []scheduler.SimRun
+	add := func(owned int, label string, js []scheduler.SimJob, ref bool) {
+		runs = append(runs, scheduler.SimRun{Owned: owned, Estimates: label, Jobs: js, Reference: ref})
+	}
+	for _, e := range ests {
+		js := scheduler.WithEstimates(jobs, e, f.seed)
+		if sweep {
+			add(0, e.String(), js, false)
+		}
+		for _, n := range sizes {
+			add(n, e.String(), js, false)
+		}
+	}
+	if f.reference {
+		if sweep {
+			add(0, "reference", jobs, true)
+		}
+		for _, n := range sizes {
+			add(n, "reference", jobs, true)
+		}
+	}
+	sums, err := scheduler.SimulateRuns(cmd.Context(), setup, runs)
+	if err != nil {
+		if errors.Is(err, cmd.Context().Err()) && cmd.Context().Err() != nil {
+			return failedErrorf("%w", err)
+		}
+		return usageErrorf("%w", err)
+	}
+	rep := simReport{Trace: filepath.Base(f.trace), Config: filepath.Base(f.config), Jobs: len(jobs),
+		MaxWait: f.maxWait.String(), Seed: f.seed, OwnedUSD: scheduler.OwnedUSDPerGPUHour(cfg), Draws: drawn}
+	groups := map[string][]scheduler.SimSummary{}
+	var labels []string
+	for _, s := range sums {
+		if s.Owned == 0 && sweep {
+			if rep.AllCloud == nil {
+				rep.AllCloud = map[string]float64{}
+			}
+			rep.AllCloud[s.Estimates] = s.TotalCostUSD
+		} else if _, ok := groups[s.Estimates]; !ok {
+			labels = append(labels, s.Estimates)
+		}
+		if s.Owned != 0 || !sweep {
+			groups[s.Estimates] = append(groups[s.Estimates], s)
+		}
+		rep.Runs = append(rep.Runs, s)
+	}
+	if sweep {
+		rep.Optimum, rep.BreakEven = map[string]int{}, map[string]float64{}
+		for _, l := range labels {
+			g := groups[l]
+			rep.Optimum[l] = g[scheduler.Optimum(g)].Owned
+			rep.BreakEven[l] = scheduler.BreakEven(g, rep.AllCloud[l])
+		}
+	}
+	rep.Elapsed = time.Since(start).Round(time.Millisecond).String()
+	if f.plot != "" {
+		if err := writePlot(f.plot, rep, groups, labels, f); err != nil {
+			return err
+		}
+	}
+	if a.output == outJSON {
+		return writeJSON(a.stdout, rep)
+	}
+	return writeSimTable(a.stdout, rep, labels, groups, f)
+}
+
+// parseOwned reads N or FROM..TO/STEP.
+func parseOwned(s string) ([]int, error) {
+	bad := func(why string) error { return fmt.Errorf("--owned %q: %s", s, why) }
+	num := func(v string) (int, error) {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 || n > 1<<16 {
+			return 0, bad("want a whole number of GPUs from 0 to 65536, or FROM..TO/STEP")
+		}
+		return n, nil
+	}
+	from, rest, isRange := strings.Cut(s, "..")
+	if !isRange {
+		n, err := num(s)
+		if err != nil {
+			return nil, err
+		}
+		return []int{n}, nil
+	}
+	to, step, hasStep := strings.Cut(rest, "/")
+	a, err := num(from)
+	if err != nil {
+		return nil, err
+	}
+	b, err := num(to)
+	if err != nil {
+		return nil, err
+	}
+	st := 1
+	if hasStep {
+		if st, err = num(step); err != nil || st == 0 {
+			return nil, bad("STEP must be at least 1")
+		}
+	}
+	if b < a {
+		return nil, bad("TO is below FROM")
+	}
+	if (b-a)/st+1 > 64 {
+		return nil, bad("more than 64 pool sizes")
+	}
+	var out []int
+	for n := a; n <= b; n += st {
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func hours(s float64) string {
+	switch {
+	case s < 60:
+		return strconv.FormatFloat(s, 'f', 0, 64) + "s"
+	case s < 3600:
+		return strconv.FormatFloat(s/60, 'f', 1, 64) + "m"
+	}
+	return strconv.FormatFloat(s/3600, 'f', 2, 64) + "h"
+}
+
+func dollars(x float64) string {
+	s := strconv.FormatFloat(math.Round(x), 'f', 0, 64)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 && c != '-' && s[i-1] != '-' {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return "$" + b.String()
+}
+
+func writeSimTable(w io.Writer, rep simReport, labels []string, groups map[string][]scheduler.SimSummary, f simFlags) error {
+	fmt.Fprintf(w, "Trace %s: %d jobs; config %s; owned GPUs at $%.2f per GPU-hour, every hour; max_wait %s; seed %d\n",
+		termSafe(rep.Trace), rep.Jobs, termSafe(rep.Config), rep.OwnedUSD, rep.MaxWait, rep.Seed)
+	fmt.Fprintf(w, "Drawn: residency %s; priority %s\n", counts(rep.Draws.Residency), counts(rep.Draws.Priority))
+	if len(rep.Draws.FromTrace) > 0 {
+		fmt.Fprintf(w, "From the trace: %s\n", counts(rep.Draws.FromTrace))
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "OWNED\tESTIMATES\tTOTAL\tOWNED $\tCLOUD $\t$/JOB-GPU-H\tRENTED\tOWNED UTIL\tWAIT MEAN\tP50\tP95\tP99\tCLOUD JOBS\tREFUSED\tSTUCK\tVIOLATIONS\t")
+	for _, s := range rep.Runs {
+		owned := strconv.Itoa(s.Owned)
+		if s.Owned == 0 && len(rep.AllCloud) > 0 {
+			owned = "0 (all-cloud)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f%%\t%.1f%%\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t\n", owned, s.Estimates,
+			dollars(s.TotalCostUSD), dollars(s.OwnedCostUSD), dollars(s.CloudCostUSD), s.CostPerJobGPUHour,
+			100*s.RentedShare, 100*s.OwnedUtilisation, hours(s.Wait.MeanS), hours(s.Wait.P50S), hours(s.Wait.P95S),
+			hours(s.Wait.P99S), s.CloudJobs, s.Refused, s.Stuck, len(s.Violations))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	multiPrio := len(rep.Draws.Priority) > 1 || rep.Draws.FromTrace["priority"] > 0
+	if multiPrio {
+		fmt.Fprintln(w, "\nWaits by priority (mean / p95):")
+		for _, s := range rep.Runs {
+			var parts []string
+			for _, p := range []string{"urgent", "normal", "batch"} {
+				if ws, ok := s.ByPriority[p]; ok {
+					parts = append(parts, fmt.Sprintf("%s %d jobs %s / %s", p, ws.Jobs, hours(ws.MeanS), hours(ws.P95S)))
+				}
+			}
+			fmt.Fprintf(w, "  %d owned, %s: %s\n", s.Owned, s.Estimates, strings.Join(parts, "; "))
+		}
+	}
+	for _, s := range rep.Runs {
+		for i, v := range s.Violations {
+			if i == 5 {
+				fmt.Fprintf(w, "  … %d more\n", len(s.Violations)-5)
+				break
+			}
+			fmt.Fprintf(w, "RESIDENCY VIOLATION (%d owned, %s): %s\n", s.Owned, s.Estimates, termSafe(v))
+		}
+	}
+	if len(rep.Optimum) > 0 {
+		fmt.Fprintln(w)
+		for _, l := range labels {
+			be := "no break-even in range"
+			if x := rep.BreakEven[l]; x > 0 {
+				be = fmt.Sprintf("break-even at %.0f owned GPUs (beyond it, owning costs more than renting everything)", x)
+			}
+			g := groups[l]
+			best := g[scheduler.Optimum(g)]
+			fmt.Fprintf(w, "Cost-optimal pool (%s): %d GPUs, %s (all-cloud %s; %s)\n", l, best.Owned,
+				dollars(best.TotalCostUSD), dollars(rep.AllCloud[l]), be)
+		}
+	}
+	if f.plot != "" {
+		fmt.Fprintf(w, "Plot: %s\n", termSafe(f.plot))
+	}
+	fmt.Fprintf(w, "Simulated in %s.\n", rep.Elapsed)
+	return nil
+}
+
+func counts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", termSafe(k), m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func writePlot(path string, rep simReport, groups map[string][]scheduler.SimSummary, labels []string, f simFlags) error {
+	if len(rep.Optimum) == 0 {
+		return usageErrorf("--plot needs a range of --owned (e.g. 32..256/32)")
+	}
+	var main string
+	for _, l := range labels {
+		if l != "reference" {
+			main = l
+			break
+		}
+	}
+	if main == "" {
+		main = labels[0]
+	}
+	pts := func(l string) []simplot.Point {
+		var out []simplot.Point
+		for _, s := range groups[l] {
+			out = append(out, simplot.Point{Owned: s.Owned, CostUSD: s.TotalCostUSD, P95WaitS: s.Wait.P95S, MeanWaitS: s.Wait.MeanS})
+		}
+		return out
+	}
+	in := simplot.Input{
+		Title:  fmt.Sprintf("%s: owned $%.2f/GPU-h, max_wait %s, estimates %s", rep.Trace, rep.OwnedUSD, rep.MaxWait, main),
+		Points: pts(main), AllCloudCostUSD: rep.AllCloud[main], BreakEvenOwned: rep.BreakEven[main], OptimalOwned: rep.Optimum[main],
+	}
+	if _, ok := groups["reference"]; ok && main != "reference" {
+		in.Reference = pts("reference")
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".lathe-plot-*.svg")
+	if err != nil {
+		return failedErrorf("--plot: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := simplot.SVG(tmp, in); err != nil {
+		tmp.Close()
+		return failedErrorf("--plot: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return failedErrorf("--plot: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return failedErrorf("--plot: %w", err)
+	}
+	return nil
+}
