@@ -114,6 +114,7 @@ Exit codes: 0 success; 1 the job failed or was cancelled, or the API refused;
 		a.costCmd(),
 		a.auditCmd(),
 		a.sweepCmd(),
+		a.exportCmd(),
 	)
 	return root
 }
