@@ -115,6 +115,7 @@ Exit codes: 0 success; 1 the job failed or was cancelled, or the API refused;
 		a.auditCmd(),
 		a.sweepCmd(),
 		a.simulateCmd(),
+		a.exportCmd(),
 	)
 	return root
 }
