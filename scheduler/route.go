@@ -330,6 +330,11 @@ type reroutePlan struct {
 // reasons, decided (and held) for this attempt under this config.
 func decideRoute(j *jobtype.Job, path string, rs *routeState, snap routing.Snapshot, now time.Time, withLedger bool) reroutePlan {
 	rj := routingJob(&j.Spec, j.ID, j.Team, j.OutputURI)
+	if path == "spill-over" {
+		// It waited its max_wait already: that counts, or a job whose
+		// estimate stays under max_wait would wait max_wait again and again.
+		rj.Waited = now.Sub(queuedSince(j))
+	}
 	d := routing.Decide(rj, snap)
 	rp := reroutePlan{job: j, path: path, decision: d}
 	if withLedger {
@@ -354,6 +359,15 @@ func decideRoute(j *jobtype.Job, path string, rs *routeState, snap routing.Snaps
 	ri.Attempt, ri.Preemptions, ri.ConfigHash = j.Attempt, j.Preemptions, rs.hash
 	rp.route = &ri
 	return rp
+}
+
+// queuedSince is when job j's attempt last joined the queue: its submit,
+// or the end of its last run (a requeue after a run).
+func queuedSince(j *jobtype.Job) time.Time {
+	if j.StartedAt != nil && j.UpdatedAt.After(*j.StartedAt) {
+		return j.UpdatedAt
+	}
+	return j.CreatedAt
 }
 
 // applyReroute stores a re-decided route and the decision's ledger

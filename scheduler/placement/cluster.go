@@ -77,8 +77,13 @@ func indexNodes(s Snapshot) []nodeState {
 		}
 
 		ns.gpus = make([]gpuState, len(n.GPUs))
+		lastName, lastLower := "", ""
 		for gi, g := range n.GPUs {
-			st := gpuState{index: g.Index, name: strings.ToLower(g.Name), healthy: g.Healthy, holder: g.JobID, release: never}
+			if g.Name != lastName || gi == 0 {
+				// A node's GPUs mostly share one name: lower it once.
+				lastName, lastLower = g.Name, strings.ToLower(g.Name)
+			}
+			st := gpuState{index: g.Index, name: lastLower, healthy: g.Healthy, holder: g.JobID, release: never}
 			if g.MemoryTotalMB > g.ForeignUsedMB {
 				st.freeMB = g.MemoryTotalMB - g.ForeignUsedMB
 			}

@@ -362,12 +362,20 @@ func lowerASCII(c byte) byte {
 	return c
 }
 
-// waitLocal: AssumeWait when set; 0 for a job with no GPUs (CPU slots are
+// waitLocal: Job.Waited plus, from now: AssumeWait when set; 0 for a job with no GPUs (CPU slots are
 // not modelled); else the wait of a job of its size joining the queue at
 // its priority (Pool.Joins) when every GPU of the pool could serve it; else
 // the GPU-hours ahead at priority ≤ the job's over the healthy GPUs; +Inf
 // with no healthy GPUs.
 func (e *eval) waitLocal(pool *Pool, st *candState) {
+	e.waitLocalEstimate(pool, st)
+	if w := e.job.Waited.Seconds(); w > 0 && st.waitS > 0 {
+		st.waitS = min(st.waitS+w, maxEstimate.Seconds())
+	}
+}
+
+// waitLocalEstimate is the local wait from now (waitLocal's rules).
+func (e *eval) waitLocalEstimate(pool *Pool, st *candState) {
 	switch {
 	case pool.AssumeWait != nil:
 		st.waitS = max(0, min(pool.AssumeWait.Seconds(), maxEstimate.Seconds()))

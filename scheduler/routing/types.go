@@ -29,6 +29,10 @@ type Job struct {
 	// bursts to a cloud backend; 0 = no limit: it never bursts for queue
 	// pressure.
 	MaxWait time.Duration
+	// Waited is how long the job has waited for the local pool already (a
+	// spill-over: it waited its max_wait): its local wait is Waited plus
+	// the estimate, unless it could start now (estimate 0). 0 for a new job.
+	Waited time.Duration
 	// BudgetUSD caps the job's estimated cost; 0 = none.
 	BudgetUSD float64
 	// ExpectedRuntime is the user's estimate; 0: estimate it.
