@@ -244,6 +244,9 @@ func newSim(setup SimSetup, jobs []SimJob) (*sim, error) {
 	return sm, nil
 }
 
+// simCPUSlots is each simulated node's CPU slots: enough for any trace.
+const simCPUSlots = 1 << 20
+
 // simNodes is the owned pool: Owned GPUs in nodes of NodeGPUs.
 func simNodes(setup SimSetup) []jobstore.NodeStatus {
 	per := setup.NodeGPUs
@@ -254,7 +257,8 @@ func simNodes(setup SimSetup) []jobstore.NodeStatus {
 	for left, n := setup.Owned, 0; left > 0; n++ {
 		k := min(per, left)
 		left -= k
-		ns := jobstore.NodeStatus{Node: jobstore.Node{Name: fmt.Sprintf("owned-%03d", n), Backend: "local"},
+		// CPU slots are not modelled: a CPU-only job starts at once.
+		ns := jobstore.NodeStatus{Node: jobstore.Node{Name: fmt.Sprintf("owned-%03d", n), Backend: "local", Slots: simCPUSlots},
 			Reservations: map[string]jobstore.Reservation{}}
 		for g := range k {
 			ns.GPUs = append(ns.GPUs, jobtype.GPU{Index: g, UUID: fmt.Sprintf("GPU-sim-%d-%d", n, g),

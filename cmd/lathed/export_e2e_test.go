@@ -160,6 +160,38 @@ auth:
 	}
 	check("alice", exportAlice, slices.DeleteFunc(slices.Clone(all), func(id string) bool { return id == bGPU }))
 	check("bob", exportBob, []string{bGPU}, "-o", filepath.Join(dir, "bob.csv"))
+
+	// The export replays: lathe simulate --trace on it, with the daemon's
+	// own config as the simulated deployment (8 owned H100s).
+	csv := filepath.Join(dir, "all.csv")
+	check("admin", exportRoot, all, "-o", csv)
+	out, errOut, code := cliAs(t, lathe, base, "", "simulate", "--trace", csv, "--config", cfgPath, "--owned", "8", "-o", "json")
+	if code != 0 {
+		t.Fatalf("simulate exited %d\n%s\n%s", code, out, errOut)
+	}
+	var rep struct {
+		Jobs  int `json:"jobs"`
+		Draws struct {
+			FromTrace map[string]int `json:"from_trace"`
+		} `json:"draws"`
+		Runs []struct {
+			Owned                int `json:"owned_gpus"`
+			Jobs, Refused, Stuck int
+			Violations           []string `json:"residency_violations"`
+			Wait                 struct{ Jobs int }
+			OwnedCostUSD         float64 `json:"owned_cost_usd"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("simulate -o json: %v\n%s", err, out)
+	}
+	if rep.Jobs != 3 || len(rep.Runs) != 1 || rep.Draws.FromTrace["residency"] != 3 || rep.Draws.FromTrace["priority"] != 3 {
+		t.Fatalf("simulate read %d jobs, %d runs, from the trace %v; want 3 jobs with their residency and priority\n%s", rep.Jobs, len(rep.Runs), rep.Draws.FromTrace, out)
+	}
+	r := rep.Runs[0]
+	if r.Owned != 8 || r.Jobs != 3 || r.Wait.Jobs != 3 || r.Refused+r.Stuck != 0 || len(r.Violations) != 0 || !(r.OwnedCostUSD > 0) {
+		t.Errorf("simulate of the export: %+v; want 3 jobs run on 8 owned GPUs, none refused, no violation, an owned cost", r)
+	}
 }
 
 // cliAs runs lathe with LATHE_TOKEN=token (and no other token from this
