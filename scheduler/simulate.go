@@ -325,13 +325,18 @@ func (sm *sim) spec(sj *simJob) jobspec.Spec {
 	if in.GPUModel != "" {
 		sp.Resources.GPUModels = []string{in.GPUModel}
 	}
+	elapsed := time.Duration(0)
+	if sj.started && !sj.done {
+		elapsed = sm.now - sj.runStart + sj.ran
+	}
 	est := in.Hint
 	if est <= 0 {
-		elapsed := time.Duration(0)
-		if sj.started {
-			elapsed = sm.now - sj.out.Start + sj.ran
-		}
 		est = sm.learn.estimate(in.GPUs, elapsed)
+	} else if elapsed >= est {
+		// It outlived its hint: expect as much again, not its end now (a
+		// pool of overrun jobs would look free, and every job would wait
+		// for it).
+		est = 2 * elapsed
 	}
 	est = max(est-sj.ran, time.Second)
 	// The policy's estimate is both the routing runtime (expected_runtime)

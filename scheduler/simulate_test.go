@@ -13,7 +13,7 @@ import (
 // shared trace, owned GPUs at $1/GPU-h, cloud at $4/GPU-h, max_wait 2h,
 // learned estimates, for 64 and 128 owned GPUs the policy's total cost is
 // at most 1.05× the clairvoyant reference's and its mean wait at most 1.5×,
-// with p95 wait ≤ 2h. hint:1.0 and oracle are run and logged beside it.
+// with p95 wait ≤ 2h; hint:1.0 and oracle are held to the same.
 func TestSimulateAgainstReference(t *testing.T) {
 	jobs, setup := simTrace(t)
 	var runs []SimRun
@@ -40,18 +40,21 @@ func TestSimulateAgainstReference(t *testing.T) {
 				t.Errorf("%d owned, %s: %d jobs, %d waits; want %d", s.Owned, s.Estimates, s.Jobs, s.Wait.Jobs, len(jobs))
 			}
 		}
-		l := sums[i+1]
-		if l.Estimates != "learned" {
-			t.Fatalf("run order: %s", l.Estimates)
+		if sums[i+1].Estimates != "learned" {
+			t.Fatalf("run order: %s", sums[i+1].Estimates)
 		}
-		if r := l.TotalCostUSD / ref.TotalCostUSD; r > 1.05 {
-			t.Errorf("%d owned, learned: total cost %.3f× the reference's; want ≤ 1.05", l.Owned, r)
-		}
-		if r := l.Wait.MeanS / ref.Wait.MeanS; r > 1.5 {
-			t.Errorf("%d owned, learned: mean wait %.2f× the reference's; want ≤ 1.5", l.Owned, r)
-		}
-		if l.Wait.P95S > 2*3600 {
-			t.Errorf("%d owned, learned: p95 wait %.0fs; want ≤ 2h", l.Owned, l.Wait.P95S)
+		// The issue asks this of learned estimates; hint:1.0 and oracle
+		// are held to it too.
+		for _, l := range sums[i+1 : i+4] {
+			if r := l.TotalCostUSD / ref.TotalCostUSD; r > 1.05 {
+				t.Errorf("%d owned, %s: total cost %.3f× the reference's; want ≤ 1.05", l.Owned, l.Estimates, r)
+			}
+			if r := l.Wait.MeanS / ref.Wait.MeanS; r > 1.5 {
+				t.Errorf("%d owned, %s: mean wait %.2f× the reference's; want ≤ 1.5", l.Owned, l.Estimates, r)
+			}
+			if l.Wait.P95S > 2*3600 {
+				t.Errorf("%d owned, %s: p95 wait %.0fs; want ≤ 2h", l.Owned, l.Estimates, l.Wait.P95S)
+			}
 		}
 	}
 }
