@@ -175,17 +175,29 @@ func Optimum(sums []SimSummary) int {
 	return best
 }
 
-// BreakEven is the pool size, interpolated between the runs of sums
-// (ascending by Owned), above which owning costs more than renting every
-// GPU-hour (allCloud, the cost with no owned GPUs): the last crossing of
-// allCloud from below. 0 when the costs never cross it in range.
-func BreakEven(sums []SimSummary, allCloud float64) float64 {
+// BreakEven is the pool size above which owning costs more than renting
+// every GPU-hour (allCloud, the cost with no owned GPUs): the last crossing
+// of allCloud from below, interpolated between the runs of sums (ascending
+// by Owned). When the last run is still below allCloud it is extrapolated
+// (extrapolated true): past the last run each owned GPU is taken to add its
+// price for the horizon and save nothing more, so the answer is where that
+// line meets allCloud — an upper bound on the pool size, as more GPUs can
+// still save a little. 0 when no run is below allCloud.
+func BreakEven(sums []SimSummary, allCloud float64) (owned float64, extrapolated bool) {
 	for i := len(sums) - 1; i > 0; i-- {
 		a, b := sums[i-1], sums[i]
 		if a.TotalCostUSD <= allCloud && b.TotalCostUSD > allCloud {
 			f := (allCloud - a.TotalCostUSD) / (b.TotalCostUSD - a.TotalCostUSD)
-			return float64(a.Owned) + f*float64(b.Owned-a.Owned)
+			return float64(a.Owned) + f*float64(b.Owned-a.Owned), false
 		}
 	}
-	return 0
+	if len(sums) == 0 {
+		return 0, false
+	}
+	last := sums[len(sums)-1]
+	if last.TotalCostUSD > allCloud || last.Owned == 0 || last.OwnedCostUSD <= 0 {
+		return 0, false
+	}
+	perGPU := last.OwnedCostUSD / float64(last.Owned) // one owned GPU over the horizon
+	return float64(last.Owned) + (allCloud-last.TotalCostUSD)/perGPU, true
 }

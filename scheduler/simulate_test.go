@@ -81,8 +81,12 @@ func TestSimulateSweepOptimum(t *testing.T) {
 	pol, ref := sums[1:9], sums[10:]
 	allCloud := sums[0].TotalCostUSD
 	po, ro := pol[Optimum(pol)].Owned, ref[Optimum(ref)].Owned
-	t.Logf("optimum: policy %d GPUs ($%.0f), reference %d GPUs ($%.0f); all-cloud $%.0f; break-even %.0f",
-		po, pol[Optimum(pol)].TotalCostUSD, ro, ref[Optimum(ref)].TotalCostUSD, allCloud, BreakEven(pol, allCloud))
+	be, extra := BreakEven(pol, allCloud)
+	t.Logf("optimum: policy %d GPUs ($%.0f), reference %d GPUs ($%.0f); all-cloud $%.0f; break-even %.0f (extrapolated %v)",
+		po, pol[Optimum(pol)].TotalCostUSD, ro, ref[Optimum(ref)].TotalCostUSD, allCloud, be, extra)
+	if !(be > 256) || !extra {
+		t.Errorf("break-even %.1f (extrapolated %v); want past 256, extrapolated", be, extra)
+	}
 	if po != ro {
 		t.Errorf("the policy's optimum is %d GPUs, the reference's %d", po, ro)
 	}

@@ -85,7 +85,9 @@ type simReport struct {
 	AllCloud  map[string]float64     `json:"all_cloud_cost_usd,omitempty"`
 	Optimum   map[string]int         `json:"cost_optimal_owned_gpus,omitempty"`
 	BreakEven map[string]float64     `json:"break_even_owned_gpus,omitempty"`
-	Elapsed   string                 `json:"elapsed"`
+	// BreakEvenExtrapolated: past the largest pool run (scheduler.BreakEven).
+	BreakEvenExtrapolated map[string]bool `json:"break_even_extrapolated,omitempty"`
+	Elapsed               string          `json:"elapsed"`
 }
 
 func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
@@ -198,11 +200,11 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 		rep.Runs = append(rep.Runs, s)
 	}
 	if sweep {
-		rep.Optimum, rep.BreakEven = map[string]int{}, map[string]float64{}
+		rep.Optimum, rep.BreakEven, rep.BreakEvenExtrapolated = map[string]int{}, map[string]float64{}, map[string]bool{}
 		for _, l := range labels {
 			g := groups[l]
 			rep.Optimum[l] = g[scheduler.Optimum(g)].Owned
-			rep.BreakEven[l] = scheduler.BreakEven(g, rep.AllCloud[l])
+			rep.BreakEven[l], rep.BreakEvenExtrapolated[l] = scheduler.BreakEven(g, rep.AllCloud[l])
 		}
 	}
 	rep.Elapsed = time.Since(start).Round(time.Millisecond).String()
@@ -336,6 +338,9 @@ func writeSimTable(w io.Writer, rep simReport, labels []string, groups map[strin
 			be := "no break-even in range"
 			if x := rep.BreakEven[l]; x > 0 {
 				be = fmt.Sprintf("break-even at %.0f owned GPUs (beyond it, owning costs more than renting everything)", x)
+				if rep.BreakEvenExtrapolated[l] {
+					be = fmt.Sprintf("break-even at about %.0f owned GPUs, extrapolated past the largest pool run: at most that many", x)
+				}
 			}
 			g := groups[l]
 			best := g[scheduler.Optimum(g)]
@@ -388,7 +393,8 @@ func writePlot(path string, rep simReport, groups map[string][]scheduler.SimSumm
 		return out
 	}
 	in := simplot.Input{
-		Title:  fmt.Sprintf("%s: owned $%.2f/GPU-h, max_wait %s, estimates %s", rep.Trace, rep.OwnedUSD, rep.MaxWait, main),
+		Title: fmt.Sprintf("%s: owned $%.2f/GPU-h, max_wait %s, estimates %s%s", rep.Trace, rep.OwnedUSD, rep.MaxWait, main,
+			map[bool]string{true: "; break-even extrapolated"}[rep.BreakEvenExtrapolated[main]]),
 		Points: pts(main), AllCloudCostUSD: rep.AllCloud[main], BreakEvenOwned: rep.BreakEven[main], OptimalOwned: rep.Optimum[main],
 	}
 	if _, ok := groups["reference"]; ok && main != "reference" {
