@@ -1,0 +1,156 @@
+package main
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseOwned(t *testing.T) {
+	for in, want := range map[string][]int{
+		"64":          {64},
+		"0":           {0},
+		"32..256/32":  {32, 64, 96, 128, 160, 192, 224, 256},
+		"8..10":       {8, 9, 10},
+		"10..30/15":   {10, 25},
+		" 16..16/4 ":  {16},
+		"-1":          nil,
+		"x":           nil,
+		"32..16":      nil,
+		"1..100/0":    nil,
+		"0..1000/1":   nil, // more than 64 sizes
+		"1..2/x":      nil,
+		"99999999999": nil,
+	} {
+		got, err := parseOwned(in)
+		if want == nil {
+			if err == nil || !strings.Contains(err.Error(), "--owned") {
+				t.Errorf("parseOwned(%q) = %v, %v; want an error naming --owned", in, got, err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("parseOwned(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+}
+
+// simFiles writes a small trace and a deployment: an owned pool in
+// dc [onprem eu] and one cloud backend in eu at $4 per GPU-hour.
+func simFiles(t *testing.T) (trace, config string) {
+	dir := t.TempDir()
+	trace = writeFile(t, dir, "trace.csv", "submit_s,duration_s,gpus,user\n0,3600,8,x\n60,3600,8,x\n120,600,1,x\n7200,60,2,x\n")
+	config = writeFile(t, dir, "lathe.yaml", `sites:
+  dc: [onprem, eu]
+  aws-eu: [cloud, eu]
+redis_site: dc
+routing:
+  default_residency: [eu]
+backends:
+  owned:
+    kind: local
+    site: dc
+    price: {usd_per_gpu_hour: 1}
+  cloud:
+    kind: aws
+    site: aws-eu
+    region: eu-central-1
+    checkpoint_uri: s3://ckpt/
+    instance_types:
+      one: {gpus: 1, gpu_model: H100, gpu_memory_gb: 80, on_demand_usd_per_hour: 4}
+      eight: {gpus: 8, gpu_model: H100, gpu_memory_gb: 80, on_demand_usd_per_hour: 32}
+datasets:
+  file_site: dc
+  buckets: {ckpt: aws-eu}
+`)
+	return trace, config
+}
+
+func TestSimulateCLI(t *testing.T) {
+	tr, cfg := simFiles(t)
+	// 8 owned GPUs: the second 8-GPU job would wait an hour, within the
+	// 2h max_wait; with --max-wait 30m it bursts.
+	r := lathe(t, "", "simulate", "--trace", tr, "--config", cfg, "--owned", "8", "-o", "json")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var rep struct {
+		Jobs int
+		Runs []struct {
+			Owned     int     `json:"owned_gpus"`
+			Total     float64 `json:"total_cost_usd"`
+			Cloud     float64 `json:"cloud_cost_usd"`
+			CloudJobs int     `json:"cloud_jobs"`
+			Wait      struct {
+				MeanS float64 `json:"mean_s"`
+			}
+			Violations []string `json:"residency_violations"`
+		}
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	run := rep.Runs[0]
+	if rep.Jobs != 4 || run.Owned != 8 || run.CloudJobs != 0 || run.Cloud != 0 || run.Wait.MeanS <= 0 || len(run.Violations) != 0 {
+		t.Fatalf("8 owned, max_wait 2h: %+v; want every job on owned GPUs, one waiting", rep)
+	}
+	r = lathe(t, "", "simulate", "--trace", tr, "--config", cfg, "--owned", "8", "--max-wait", "30m", "-o", "json")
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 0 {
+		t.Fatalf("%v %d\n%s%s", err, r.code, r.stdout, r.stderr)
+	}
+	// The second job would wait 59m, the third (1 GPU) 58m: both burst, for
+	// an hour of the 8-GPU type and 10 minutes of the 1-GPU type.
+	if run := rep.Runs[0]; run.CloudJobs != 2 || math.Abs(run.Cloud-(32+4.0/6)) > 1e-9 {
+		t.Fatalf("max_wait 30m: %+v; want two jobs burst for $32.67", run)
+	}
+	// A range: all-cloud, optimum, break-even and a plot.
+	plot := filepath.Join(t.TempDir(), "p.svg")
+	r = lathe(t, "", "simulate", "--trace", tr, "--config", cfg, "--owned", "0..16/8", "--reference", "--plot", plot)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for _, want := range []string{"0 (all-cloud)", "reference", "Cost-optimal pool (learned)", "Plot: " + plot} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	b, err := os.ReadFile(plot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var svg struct{ XMLName xml.Name }
+	if err := xml.Unmarshal(b, &svg); err != nil || svg.XMLName.Local != "svg" {
+		t.Fatalf("plot: %v %v", svg.XMLName, err)
+	}
+}
+
+func TestSimulateCLIUsage(t *testing.T) {
+	tr, cfg := simFiles(t)
+	bad := writeFile(t, t.TempDir(), "bad.csv", "submit_s,duration_s,gpus\n0,x,1\n")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"simulate", "--config", cfg}, "--trace"},
+		{[]string{"simulate", "--trace", tr, "--config", cfg, "--owned", "lots"}, `--owned "lots"`},
+		{[]string{"simulate", "--trace", tr, "--config", cfg, "--estimates", "learned,magic"}, `--estimates "magic"`},
+		{[]string{"simulate", "--trace", tr, "--config", cfg, "--residency-mix", "eu=2,m a r s=1"}, "--residency-mix"},
+		{[]string{"simulate", "--trace", tr, "--config", cfg, "--priority-mix", "asap=1"}, `priority "asap"`},
+		{[]string{"simulate", "--trace", tr, "--config", cfg, "--plot", "x.svg"}, "--plot needs a range"},
+		{[]string{"simulate", "--trace", tr, "--config", cfg, "--price-ratio", "-2"}, "--price-ratio"},
+		{[]string{"simulate", "--trace", bad, "--config", cfg}, `duration_s "x"`},
+		{[]string{"simulate", "--trace", filepath.Join(t.TempDir(), "none.csv"), "--config", cfg}, "--trace"},
+		{[]string{"simulate", "--trace", tr, "--config", tr}, "--config"},
+		{[]string{"simulate", "--trace", tr, "--config", cfg, "--max-wait", "-1h"}, "--max-wait"},
+	} {
+		r := lathe(t, "", c.args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d naming %q", c.args, r.code, r.stderr, exitUsage, c.want)
+		}
+	}
+}
