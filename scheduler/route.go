@@ -110,7 +110,7 @@ func routingSnapshot(rs *routeState, as Assumptions, in routingInput) routing.Sn
 	for _, b := range rs.cfg.Backends {
 		if b.Kind == routecfg.KindLocal {
 			// The workers of this deployment form its (first) local pool.
-			pool := localPool(in.nodes, in.pressure)
+			pool := localPool(in.nodes, in.pressure, in.now)
 			if d, ok := as.Wait[b.Name]; ok {
 				pool.AssumeWait = &d
 			}
@@ -138,7 +138,7 @@ func routingSnapshot(rs *routeState, as Assumptions, in routingInput) routing.Sn
 // back; placement skips it, and the job waits), of the live nodes, or as
 // last seen when none is live (a restart must not make GPU jobs
 // infeasible). The wait counts healthy GPUs only.
-func localPool(nodes []jobstore.NodeStatus, pr jobstore.PoolPressure) routing.Pool {
+func localPool(nodes []jobstore.NodeStatus, pr jobstore.PoolPressure, now time.Time) routing.Pool {
 	pool := routing.Pool{}
 	add := func(pn *routing.PoolNode, model string, mem float64, n int) {
 		for i := range pn.GPUs {
@@ -172,9 +172,15 @@ func localPool(nodes []jobstore.NodeStatus, pr jobstore.PoolPressure) routing.Po
 		}
 	}
 	pool.GPUHoursAhead = [3]float64{pr.PendingGPUHours[0] + pr.RunningGPUHours, pr.PendingGPUHours[1], pr.PendingGPUHours[2]}
+	// The joins are waits from pr.At: what has passed since counts off.
+	age := max(0, now.Sub(pr.At).Seconds())
 	for p, js := range pr.Joins {
 		for _, jw := range js {
-			pool.Joins[p] = append(pool.Joins[p], routing.JoinWait{GPUs: jw.GPUs, WaitS: jw.WaitS})
+			w := jw.WaitS
+			if w > 0 {
+				w = max(0, w-age)
+			}
+			pool.Joins[p] = append(pool.Joins[p], routing.JoinWait{GPUs: jw.GPUs, WaitS: w})
 		}
 	}
 	return pool

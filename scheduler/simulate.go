@@ -178,6 +178,7 @@ type sim struct {
 	tags    map[string][]string // site → tags
 	buckets map[string]string   // bucket → site
 	prof    profile             // Reference's owned GPUs in use
+	stale   bool                // the pool changed since the last round
 }
 
 func newSim(setup SimSetup, jobs []SimJob) (*sim, error) {
@@ -280,23 +281,33 @@ func (sm *sim) run(ctx context.Context) error {
 		}
 		t := sm.events[0].at
 		sm.now = t
-		wake := false
+		// A round runs after the events of one instant when they can change
+		// what it decides: a job arrived, a job waiting past its max_wait,
+		// or GPUs freed with jobs waiting. GPUs freed with none waiting
+		// only make the pool's pressure stale: it is refreshed by a round
+		// just before the next submit's routing reads it (live, rounds
+		// run every place_interval, so routing reads a fresh one).
+		need := false
 		for sm.events.Len() > 0 && sm.events[0].at == t {
 			e := heap.Pop(&sm.events).(simEvent)
+			sj := &sm.jobs[e.job]
 			switch e.kind {
 			case 0:
-				if sm.jobs[e.job].job.Attempt == int(e.seq) && !sm.jobs[e.job].done && sm.jobs[e.job].started {
+				if sj.job.Attempt == int(e.seq) && !sj.done && sj.started {
 					sm.finish(e.job)
-					wake = true
+					sm.stale = true
 				}
 			case 1:
+				if sm.stale {
+					sm.round()
+				}
 				sm.arrive(e.job)
-				wake = true
+				need = true
 			case 2:
-				wake = true
+				need = need || (!sj.started && !sj.out.Refused && slices.Contains(sm.pending, e.job))
 			}
 		}
-		if wake {
+		if need || (sm.stale && len(sm.pending) > 0) {
 			sm.round()
 		}
 	}
@@ -330,7 +341,9 @@ func (sm *sim) spec(sj *simJob) jobspec.Spec {
 		elapsed = sm.now - sj.runStart + sj.ran
 	}
 	est := in.Hint
-	if est <= 0 {
+	if est <= 0 && !sj.started {
+		est = sm.learn.mean(in.GPUs)
+	} else if est <= 0 {
 		est = sm.learn.estimate(in.GPUs, elapsed)
 	} else if elapsed >= est {
 		// It outlived its hint: expect as much again, not its end now (a
@@ -439,6 +452,7 @@ func (sm *sim) routingInput() routingInput {
 // round runs one placement round (decideRound) and applies its plan.
 func (sm *sim) round() {
 	sm.res.Rounds++
+	sm.stale = false
 	in := &roundInput{now: sm.at(), nodes: sm.nodes, jobs: make(map[string]*jobtype.Job, len(sm.pending)+64),
 		routing: sm.routingInput(), pressure: sm.press}
 	for _, i := range sm.pending {
@@ -619,27 +633,46 @@ func (sm *sim) result() SimResult {
 	return r
 }
 
-// learner learns run times from the jobs that ended so far: the median of
-// those with the same GPU count (all, while there are none), given how long
-// the job has run already — a job that has run 10 hours is not expected to
-// end at the median of 2 (docs/simulate.md "Estimates").
+// learner learns run times from the jobs that ended so far, by GPU count
+// (all jobs, while none of that count has ended): a queued job is expected
+// to run their mean (what the queue ahead of a new job adds up to is a sum
+// of run times, and the mean of a heavy-tailed distribution is well above
+// its median); a running job the median of those that ran longer than it
+// has (when it is likely to end: a job that has run 10 hours is not
+// expected to end at the median of 2). docs/simulate.md "Estimates".
 type learner struct {
-	by  map[int][]time.Duration // GPU count → sorted durations
-	all []time.Duration
+	by     map[int][]time.Duration // GPU count → sorted durations
+	all    []time.Duration
+	sum    map[int]time.Duration // GPU count → sum of durations
+	sumAll time.Duration
 }
 
 const learnDefault = time.Hour
 
 func (l *learner) add(gpus int, d time.Duration) {
 	if l.by == nil {
-		l.by = map[int][]time.Duration{}
+		l.by, l.sum = map[int][]time.Duration{}, map[int]time.Duration{}
 	}
+	l.sum[gpus] += d
+	l.sumAll += d
 	ins := func(s []time.Duration) []time.Duration {
 		at, _ := slices.BinarySearch(s, d)
 		return slices.Insert(s, at, d)
 	}
 	l.by[gpus] = ins(l.by[gpus])
 	l.all = ins(l.all)
+}
+
+// mean is the mean run time of finished jobs of gpus GPUs (all, while
+// there are none).
+func (l *learner) mean(gpus int) time.Duration {
+	if n := len(l.by[gpus]); n > 0 {
+		return l.sum[gpus] / time.Duration(n)
+	}
+	if n := len(l.all); n > 0 {
+		return l.sumAll / time.Duration(n)
+	}
+	return learnDefault
 }
 
 // estimate is the median run time of finished jobs of gpus GPUs that ran

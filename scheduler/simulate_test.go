@@ -218,6 +218,12 @@ func TestSimulateSmall(t *testing.T) {
 	if got := l.estimate(1, 3*time.Hour); got != 10*time.Hour {
 		t.Errorf("given 3h elapsed: %s; want 10h", got)
 	}
+	if got := l.mean(1); got != 13*time.Hour/3 {
+		t.Errorf("mean %s; want 4h20m", got)
+	}
+	if got := l.mean(8); got != 13*time.Hour/3 {
+		t.Errorf("mean of 8-GPU jobs with none ended: %s; want all jobs' 4h20m", got)
+	}
 }
 
 // TestSimulateBadInput: errors name the field and the value.
