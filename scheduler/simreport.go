@@ -39,7 +39,8 @@ type SimSummary struct {
 	CostPerJobGPUHour float64 `json:"cost_per_job_gpu_hour_usd"`
 	// RentedShare of the job GPU-hours ran in the cloud.
 	RentedShare float64 `json:"rented_share"`
-	// OwnedUtilisation is the owned GPU-hours used over those owned.
+	// OwnedUtilisation is the owned GPU-hours used over those owned during
+	// the horizon, or the run's makespan when queueing made that longer.
 	OwnedUtilisation float64              `json:"owned_utilisation"`
 	Wait             WaitStats            `json:"wait"`
 	ByPriority       map[string]WaitStats `json:"wait_by_priority"`
@@ -93,7 +94,8 @@ func Summarize(res SimResult, jobs []SimJob, owned int, estimates string) SimSum
 		s.CostPerJobGPUHour = s.TotalCostUSD / s.JobGPUHours
 		s.RentedShare = res.CloudGPUHours / s.JobGPUHours
 	}
-	if h := float64(owned) * res.Horizon.Hours(); h > 0 {
+	// Over the horizon, or the run's makespan when queueing made it longer.
+	if h := float64(owned) * max(res.Horizon, res.Makespan).Hours(); h > 0 {
 		s.OwnedUtilisation = res.OwnedBusyGPUHours / h
 	}
 	return s
@@ -181,8 +183,9 @@ func Optimum(sums []SimSummary) int {
 // by Owned). When the last run is still below allCloud it is extrapolated
 // (extrapolated true): past the last run each owned GPU is taken to add its
 // price for the horizon and save nothing more, so the answer is where that
-// line meets allCloud — an upper bound on the pool size, as more GPUs can
-// still save a little. 0 when no run is below allCloud.
+// line meets allCloud — a lower bound on the pool size, as more GPUs still
+// save a little cloud and push the crossing further. 0 when no run is below
+// allCloud.
 func BreakEven(sums []SimSummary, allCloud float64) (owned float64, extrapolated bool) {
 	for i := len(sums) - 1; i > 0; i-- {
 		a, b := sums[i-1], sums[i]

@@ -87,10 +87,12 @@ type SimResult struct {
 	// and pool size, so owned costs compare.
 	Horizon time.Duration
 	// OwnedUSDPerGPUHour is the owned GPUs' price per hour of ownership.
-	OwnedUSDPerGPUHour     float64
-	OwnedCostUSD           float64 // Owned × horizon hours × price
-	CloudCostUSD           float64
-	OwnedBusyGPUHours      float64
+	OwnedUSDPerGPUHour float64
+	OwnedCostUSD       float64 // Owned × horizon hours × price
+	CloudCostUSD       float64
+	OwnedBusyGPUHours  float64
+	// Makespan runs from the first submit to the last end of this run.
+	Makespan               time.Duration
 	CloudGPUHours          float64
 	Violations             []string // residency violations the simulator found (must be none)
 	Rounds                 int      // placement rounds run
@@ -626,6 +628,11 @@ func (sm *sim) result() SimResult {
 	r := sm.res
 	r.OwnedUSDPerGPUHour = sm.price
 	r.OwnedCostUSD = float64(sm.setup.Owned) * r.Horizon.Hours() * sm.price
+	for i := range sm.jobs {
+		if o := &sm.jobs[i].out; !o.Refused && !o.Stuck {
+			r.Makespan = max(r.Makespan, o.End-sm.jobs[0].in.Submit)
+		}
+	}
 	r.Jobs = make([]SimOutcome, len(sm.jobs))
 	for i := range sm.jobs {
 		r.Jobs[i] = sm.jobs[i].out

@@ -157,19 +157,18 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	add := func(owned int, label string, js []scheduler.SimJob, ref bool) {
 		runs = append(runs, scheduler.SimRun{Owned: owned, Estimates: label, Jobs: js, Reference: ref})
 	}
+	allCloudRun := sweep && sizes[0] > 0
+	if allCloudRun {
+		// All-cloud: no owned GPU, so no estimate matters; run once.
+		add(0, "all-cloud", jobs, false)
+	}
 	for _, e := range ests {
 		js := scheduler.WithEstimates(jobs, e, f.seed)
-		if sweep {
-			add(0, e.String(), js, false)
-		}
 		for _, n := range sizes {
 			add(n, e.String(), js, false)
 		}
 	}
 	if f.reference {
-		if sweep {
-			add(0, "reference", jobs, true)
-		}
 		for _, n := range sizes {
 			add(n, "reference", jobs, true)
 		}
@@ -185,21 +184,26 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 		MaxWait: f.maxWait.String(), Seed: f.seed, OwnedUSD: scheduler.OwnedUSDPerGPUHour(cfg), Draws: drawn}
 	groups := map[string][]scheduler.SimSummary{}
 	var labels []string
-	for _, s := range sums {
-		if s.Owned == 0 && sweep {
-			if rep.AllCloud == nil {
-				rep.AllCloud = map[string]float64{}
-			}
-			rep.AllCloud[s.Estimates] = s.TotalCostUSD
-		} else if _, ok := groups[s.Estimates]; !ok {
+	allCloud := 0.0
+	for i, s := range sums {
+		rep.Runs = append(rep.Runs, s)
+		if allCloudRun && i == 0 {
+			allCloud = s.TotalCostUSD
+			continue
+		}
+		if s.Owned == 0 {
+			allCloud = s.TotalCostUSD // a range from 0: its runs are all-cloud
+		}
+		if _, ok := groups[s.Estimates]; !ok {
 			labels = append(labels, s.Estimates)
 		}
-		if s.Owned != 0 || !sweep {
-			groups[s.Estimates] = append(groups[s.Estimates], s)
-		}
-		rep.Runs = append(rep.Runs, s)
+		groups[s.Estimates] = append(groups[s.Estimates], s)
 	}
 	if sweep {
+		rep.AllCloud = map[string]float64{}
+		for _, l := range labels {
+			rep.AllCloud[l] = allCloud
+		}
 		rep.Optimum, rep.BreakEven, rep.BreakEvenExtrapolated = map[string]int{}, map[string]float64{}, map[string]bool{}
 		for _, l := range labels {
 			g := groups[l]
@@ -299,9 +303,6 @@ func writeSimTable(w io.Writer, rep simReport, labels []string, groups map[strin
 	fmt.Fprintln(tw, "OWNED\tESTIMATES\tTOTAL\tOWNED $\tCLOUD $\t$/JOB-GPU-H\tRENTED\tOWNED UTIL\tWAIT MEAN\tP50\tP95\tP99\tCLOUD JOBS\tREFUSED\tSTUCK\tVIOLATIONS\t")
 	for _, s := range rep.Runs {
 		owned := strconv.Itoa(s.Owned)
-		if s.Owned == 0 && len(rep.AllCloud) > 0 {
-			owned = "0 (all-cloud)"
-		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f%%\t%.1f%%\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t\n", owned, s.Estimates,
 			dollars(s.TotalCostUSD), dollars(s.OwnedCostUSD), dollars(s.CloudCostUSD), s.CostPerJobGPUHour,
 			100*s.RentedShare, 100*s.OwnedUtilisation, hours(s.Wait.MeanS), hours(s.Wait.P50S), hours(s.Wait.P95S),
@@ -339,7 +340,7 @@ func writeSimTable(w io.Writer, rep simReport, labels []string, groups map[strin
 			if x := rep.BreakEven[l]; x > 0 {
 				be = fmt.Sprintf("break-even at %.0f owned GPUs (beyond it, owning costs more than renting everything)", x)
 				if rep.BreakEvenExtrapolated[l] {
-					be = fmt.Sprintf("break-even at about %.0f owned GPUs, extrapolated past the largest pool run: at most that many", x)
+					be = fmt.Sprintf("break-even at about %.0f owned GPUs, extrapolated past the largest pool run: at least that many", x)
 				}
 			}
 			g := groups[l]
