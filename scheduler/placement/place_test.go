@@ -408,3 +408,38 @@ func TestPickGPUs(t *testing.T) {
 		}
 	}
 }
+
+// TestJoins: the plan says when a new job joining at each priority would
+// start, after the waiting jobs of that priority or more urgent ones.
+func TestJoins(t *testing.T) {
+	now := t0
+	node := run(h100Node("a", 8), "r1", PriorityNormal, 2*time.Hour, false, 0, 1, 2, 3, 4, 5)
+	// r1 holds 0-5 for 2h; an urgent 2-GPU job takes 6-7 now, for 1h; a
+	// normal 4-GPU job waits.
+	plan := Place(Snapshot{Now: now, Nodes: []Node{node}, Pending: []Job{
+		job("u", PriorityUrgent, 2, time.Hour), job("n", PriorityNormal, 4, 3*time.Hour),
+	}})
+	at := map[[2]int]time.Duration{}
+	for _, jn := range plan.Joins {
+		at[[2]int{jn.Priority, jn.GPUs}] = jn.At.Sub(now)
+	}
+	want := map[[2]int]time.Duration{
+		// urgent: behind u (on GPUs 6-7 now, for 1h); r1 frees 0-5 at 2h.
+		{0, 1}: time.Hour, {0, 2}: time.Hour, {0, 4}: 2 * time.Hour, {0, 8}: 2 * time.Hour,
+		// normal: also behind n, the head, reserved on 0-3 from 2h to 5h:
+		// 6-7 free at 1h, 4-5 at 2h, all 8 at 5h.
+		{1, 1}: time.Hour, {1, 2}: time.Hour, {1, 4}: 2 * time.Hour, {1, 8}: 5 * time.Hour,
+		{2, 4}: 2 * time.Hour, {2, 8}: 5 * time.Hour,
+	}
+	for k, w := range want {
+		if got, ok := at[k]; !ok || got != w {
+			t.Errorf("join priority %d, %d GPUs: %v (present %v); want %v", k[0], k[1], got, ok, w)
+		}
+	}
+	if len(plan.Joins) != 12 { // 3 priorities × 1, 2, 4, 8
+		t.Errorf("%d joins; want 12: %+v", len(plan.Joins), plan.Joins)
+	}
+	if p := Place(Snapshot{Now: now}); len(p.Joins) != 0 {
+		t.Errorf("no nodes: joins %+v; want none", p.Joins)
+	}
+}

@@ -90,10 +90,14 @@
 // cost.TCO.USDPerGPUHour; an unpriced backend costs 0 and says so); cloud =
 // runtime hours × the instance's hourly price (on demand, or spot with
 // spot: true, prefer or only) — instances are whole, so a 1-GPU job on an 8-GPU type pays
-// for 8. Wait on a local pool: Pool.AssumeWait when set (what-if), else the
+// for 8. Wait on a local pool: Pool.AssumeWait when set (what-if); else,
+// when every GPU of the pool serves the job and it is no larger than the
+// largest of Pool.Joins, the wait of a new job of its size joining the
+// queue at its priority (the last placement round's replay); else the
 // GPU-hours ahead at the job's priority or higher over the pool's healthy
-// GPUs, unknown (EstWaitS −1) with none; 0 for a job with no GPUs. A cloud
-// backend's wait is 0.
+// GPUs, unknown (EstWaitS −1) with none; 0 for a job with no GPUs; plus
+// Job.Waited (a spill-over) unless the estimate is 0. A cloud backend's
+// wait is 0.
 //
 // 5. Pressure. Among the feasible candidates: a local one whose wait is
 // within max_wait (or any, when max_wait is 0: such a job never bursts for
