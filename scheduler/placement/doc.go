@@ -106,7 +106,9 @@
 // job's is found by replaying the waiting jobs in queue order over the
 // release times, each holding what it takes for its Estimate. A job behind a
 // single running job that holds what it needs is estimated to start at that
-// job's EndsAt.
+// job's EndsAt. The same replay gives the Plan's Joins: when a new job of
+// 1, 2, 4, … GPUs (any model) joining at the end of each priority would
+// start; routing reads them as the local pool's wait.
 //
 // 6. Determinism. The same Snapshot gives the same Plan, whatever order it
 // lists nodes, GPUs and running jobs in (node names and GPU indices being
