@@ -61,17 +61,7 @@ func getOverview(t *testing.T, base string) wire.Overview {
 // getJSON reads GET base+path into v (a 200 answer, or the test fails).
 func getJSON(t *testing.T, base, path string, v any) {
 	t.Helper()
-	resp, err := http.Get(base + path)
-	if err != nil {
-		t.Fatalf("get %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("get %s: %s, want 200 OK", path, resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		t.Fatalf("decode %s: %v", path, err)
-	}
+	getAs(t, base, "", path, v)
 }
 
 // routingView is the routing panel's rows (job id and what was chosen) or

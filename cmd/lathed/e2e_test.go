@@ -153,8 +153,15 @@ func waitHTTP(t testing.TB, base string, d *daemon) {
 // cli runs lathe and returns stdout, stderr and the exit code.
 func cli(t testing.TB, bin, server string, args ...string) (string, string, int) {
 	t.Helper()
+	return runLathe(t, bin, append(os.Environ(), "LATHE_SERVER="+server), args...)
+}
+
+// runLathe runs the lathe binary bin with env from the repository root and
+// returns stdout, stderr and the exit code.
+func runLathe(t testing.TB, bin string, env []string, args ...string) (string, string, int) {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "LATHE_SERVER="+server)
+	cmd.Env = env
 	cmd.Dir = repoRoot(t)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"math"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -198,30 +196,21 @@ auth:
 // process's environment) and returns stdout, stderr and the exit code.
 func cliAs(t testing.TB, bin, server, token string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "LATHE_TOKEN=") })
-	cmd.Env = append(cmd.Env, "LATHE_SERVER="+server, "LATHE_TOKEN="+token)
-	cmd.Dir = repoRoot(t)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("run lathe %v: %v", args, err)
-	}
-	return out.String(), errb.String(), code
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "LATHE_TOKEN=") })
+	return runLathe(t, bin, append(env, "LATHE_SERVER="+server, "LATHE_TOKEN="+token), args...)
 }
 
-// getAs GETs base+path with a bearer token and decodes the JSON answer.
+// getAs GETs base+path with a bearer token (none: "") and decodes the JSON
+// answer; another status than 200 fails the test.
 func getAs(t *testing.T, base, token, path string, v any) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, base+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", path, err)
