@@ -436,6 +436,7 @@ func (s *Store) createRun(ctx context.Context, njs []NewJob, keys []string, tail
 		if nj.Route != nil {
 			fields = append(fields, "route", mustJSON(nj.Route))
 		}
+		fields = append(fields, tallyFieldsOf(nj.Spec, nj.Route)...)
 		fp := ""
 		if nj.IdempotencyKey != "" {
 			fp = idemFingerprint(specJSON, nj.Team)

@@ -64,3 +64,21 @@ func (s *Store) Waits(ctx context.Context) (map[string]jobtype.WaitInfo, error) 
 	}
 	return out, nil
 }
+
+// RawWaits is Waits without the decoding: job id → the WaitInfo's JSON as
+// SetWaits stored it, for a reader that decodes only some of them
+// (WaitPosition, DecodeWait): the overview shows a page of the waiting
+// jobs but orders them all by place in line.
+func (s *Store) RawWaits(ctx context.Context) (map[string]string, error) {
+	raw, err := s.rdb.HGetAll(ctx, s.key("waits")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobstore: waits: %w", err)
+	}
+	return raw, nil
+}
+
+// DecodeWait decodes one of RawWaits' values; ok is false for one that
+// does not decode (Waits skips those).
+func DecodeWait(raw string) (w jobtype.WaitInfo, ok bool) {
+	return w, json.Unmarshal([]byte(raw), &w) == nil
+}
