@@ -82,3 +82,25 @@ func (s *Store) RawWaits(ctx context.Context) (map[string]string, error) {
 func DecodeWait(raw string) (w jobtype.WaitInfo, ok bool) {
 	return w, json.Unmarshal([]byte(raw), &w) == nil
 }
+
+// WaitsOf is the place in line of each of ids the last placement round
+// listed (job id → WaitInfo; ids it did not list are absent), in one
+// HMGET; an entry that does not decode is left out (the waits are hints).
+func (s *Store) WaitsOf(ctx context.Context, ids []string) (map[string]jobtype.WaitInfo, error) {
+	out := map[string]jobtype.WaitInfo{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	vals, err := s.rdb.HMGet(ctx, s.key("waits"), ids...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobstore: waits of %d jobs: %w", len(ids), err)
+	}
+	for i, v := range vals {
+		if raw, ok := v.(string); ok {
+			if w, ok := DecodeWait(raw); ok {
+				out[ids[i]] = w
+			}
+		}
+	}
+	return out, nil
+}
