@@ -66,7 +66,8 @@ type overviewInput struct {
 //
 // Redis round trips: 13 (CountByState, PendingCount, one id range per
 // active state (5), one pipeline reading the queued jobs' tallies, one
-// reading the other active jobs brief, the waits, the node set and one
+// reading the other active jobs brief, the waits (not read for
+// waiting_limit=0, the dashboard's poll: 12), the node set and one
 // pipeline of their heartbeats and reservations, one pipeline of the
 // budget scopes), plus one pipeline of asynq's task counts of every local
 // node's queue for an all-teams token (asynqCounts), plus one pipeline of
@@ -88,12 +89,11 @@ func (s *Scheduler) overview(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	in, err := s.readOverview(ctx, allTeams(p))
+	in, err := s.readOverview(ctx, allTeams(p), limit)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	in.waitingLimit = limit
 	ov := buildOverview(in, p)
 	if err := s.addLossSeries(ctx, ov.Running); err != nil {
 		s.fail(w, r, err)
@@ -136,10 +136,11 @@ func withLatest(series []jobtype.LossPoint, step int, loss float64) []jobtype.Lo
 // allTeams reports whether p reads every team's jobs.
 func allTeams(p principal) bool { return p.Role == RoleAdmin || p.AllTeams }
 
-// readOverview reads an overview's inputs; withQueues adds asynq's queue
-// counts per node.
-func (s *Scheduler) readOverview(ctx context.Context, withQueues bool) (overviewInput, error) {
-	in := overviewInput{now: time.Now().UTC()}
+// readOverview reads an overview's inputs for an answer of waitingLimit
+// waiting rows (none: the waits are not read); withQueues adds asynq's
+// queue counts per node.
+func (s *Scheduler) readOverview(ctx context.Context, withQueues bool, waitingLimit int) (overviewInput, error) {
+	in := overviewInput{now: time.Now().UTC(), waitingLimit: waitingLimit}
 	in.month = jobstore.Month(in.now)
 	var err error
 	if in.counts, err = s.store.CountByState(ctx); err != nil {
@@ -169,8 +170,10 @@ func (s *Scheduler) readOverview(ctx context.Context, withQueues bool) (overview
 	if in.jobs, err = s.store.GetManyBrief(ctx, ids); err != nil {
 		return in, err
 	}
-	if in.waits, err = s.store.RawWaits(ctx); err != nil {
-		return in, err
+	if waitingLimit > 0 {
+		if in.waits, err = s.store.RawWaits(ctx); err != nil {
+			return in, err
+		}
 	}
 	if in.nodes, err = s.store.Nodes(ctx); err != nil {
 		return in, err

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -156,48 +154,4 @@ func tallyOf(id string, vals []any) (t *Tally, ok bool, err error) {
 		}
 	}
 	return t, true, nil
-}
-
-// WaitPosition is the place in line of a WaitInfo as SetWaits stores it
-// (RawWaits' values), read without decoding the rest: json.Marshal writes
-// {"position":N,… first. Wherever encoding/json could read it otherwise
-// (a number it would not take, a second key it would match, which it does
-// case-insensitively, an escape or a byte past ASCII after it that could
-// spell one) the value is decoded whole instead. ok is false for a value
-// that does not decode.
-func WaitPosition(raw string) (pos int, ok bool) {
-	const head = `{"position":`
-	if n, ok := plainPosition(raw, head); ok {
-		return n, true
-	}
-	var w jobtype.WaitInfo
-	if json.Unmarshal([]byte(raw), &w) != nil {
-		return 0, false
-	}
-	return w.Position, true
-}
-
-// plainPosition reads raw's leading {"position":N as WaitPosition does; ok
-// false where it leaves it to encoding/json.
-func plainPosition(raw, head string) (int, bool) {
-	if len(raw) <= len(head) || raw[:len(head)] != head {
-		return 0, false
-	}
-	i := len(head)
-	for i < len(raw) && raw[i] >= '0' && raw[i] <= '9' {
-		i++
-	}
-	digits := raw[len(head):i]
-	if digits == "" || len(digits) > 9 || digits[0] == '0' && len(digits) > 1 || i == len(raw) || raw[i] != ',' && raw[i] != '}' {
-		return 0, false
-	}
-	const key = `position"`
-	for k := i; k < len(raw); k++ {
-		c := raw[k]
-		if c >= 0x80 || c == '\\' && k+1 < len(raw) && raw[k+1] == 'u' || k+len(key) <= len(raw) && strings.EqualFold(raw[k:k+len(key)], key) {
-			return 0, false
-		}
-	}
-	n, err := strconv.Atoi(digits)
-	return n, err == nil
 }
