@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobtype"
@@ -22,6 +19,10 @@ import (
 // creation (Create, CreateMany, a sweep's trials) and SetRoute, the only
 // writers of the route. A record stored before those fields existed (no
 // priority field) is read brief instead (GetManyBrief), once per read.
+// One case reads stale: while a scheduler of a build before these fields
+// still leads (a rolling upgrade), a route it rewrites (spill-over, retry,
+// reload) leaves route_kind and route_backend as they were, until the job
+// is routed again by a newer one.
 
 // The fields only a tally reads: copies of the spec's priority and the
 // route's kind and backend, written with the spec and the route.
@@ -36,13 +37,7 @@ var tallyFields = []string{"state", "name", "team", "backend", "created_at", "ga
 	tallyPriority, tallyRouteKind, tallyRouteBackend}
 
 // tallyArgs is an HMGET of tallyFields, its key (args[1]) to be set.
-var tallyArgs = func() []any {
-	out := []any{"hmget", ""}
-	for _, f := range tallyFields {
-		out = append(out, f)
-	}
-	return out
-}()
+var tallyArgs = hmgetArgs(tallyFields)
 
 // Tally is what a count over many active jobs shows of each (GetTallies).
 type Tally struct {
@@ -97,16 +92,9 @@ func (s *Store) GetTallies(ctx context.Context, ids []string) ([]Tally, error) {
 	if len(ids) == 0 {
 		return []Tally{}, nil
 	}
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.SliceCmd, len(ids))
-	for i, id := range ids {
-		args := slices.Clone(tallyArgs)
-		args[1] = s.key("job", id)
-		cmds[i] = redis.NewSliceCmd(ctx, args...)
-		_ = pipe.Process(ctx, cmds[i])
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("jobstore: get tallies: %w", err)
+	cmds, err := s.hmgetMany(ctx, ids, tallyArgs, "get tallies")
+	if err != nil {
+		return nil, err
 	}
 	out := make([]Tally, 0, len(ids))
 	var old []string // records without the tally's fields
