@@ -556,6 +556,7 @@ func (s *Scheduler) list(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	s.addWaits(ctx, jobs)
 	out := wire.JobList{Jobs: jobs, NextCursor: next}
 	if withLoss {
 		if out.LossSeries, err = s.listLossSeries(ctx, jobs); err != nil {
@@ -564,6 +565,32 @@ func (s *Scheduler) list(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// addWaits sets the wait of each queued job of jobs the last placement
+// round listed, as GET /api/v1/jobs/{id} answers it: one HMGET, none when
+// no job is queued. The waits are hints: without them the list is still
+// the answer.
+func (s *Scheduler) addWaits(ctx context.Context, jobs []*jobtype.Job) {
+	var ids []string
+	for _, j := range jobs {
+		if j.State == jobtype.StateQueued {
+			ids = append(ids, j.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	waits, err := s.store.WaitsOf(ctx, ids)
+	if err != nil {
+		s.log.Debug("waits of listed jobs", slog.Any("err", err))
+		return
+	}
+	for _, j := range jobs {
+		if w, ok := waits[j.ID]; ok && j.State == jobtype.StateQueued {
+			j.Wait = &w
+		}
+	}
 }
 
 // listLossSeries is the loss series (with the latest progress) of each of

@@ -160,8 +160,11 @@ var _ io.Writer = (*deadlineWriter)(nil)
 
 // mayRead reports whether p may read job (its spec, events, artifacts, GPU
 // series): an admin or an all-teams token any job, others their team's.
-func mayRead(p principal, job *jobtype.Job) bool {
-	return p.Role == RoleAdmin || p.AllTeams || job.Team == p.Team
+func mayRead(p principal, job *jobtype.Job) bool { return mayReadTeam(p, job.Team) }
+
+// mayReadTeam reports whether p may read a job of team.
+func mayReadTeam(p principal, team string) bool {
+	return p.Role == RoleAdmin || p.AllTeams || team == p.Team
 }
 
 // idemScope prefixes an Idempotency-Key with whose it is: the token and

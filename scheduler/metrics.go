@@ -244,7 +244,8 @@ type instKey struct{ backend, market string }
 
 // readLive reads the jobs of every live state (up to activeScan each, in
 // one pipeline after the id reads) and emits their breakdown, the oldest
-// waits and the cloud instances.
+// waits and the cloud instances. What it needs of each job is its tally
+// (jobstore.GetTallies: ten small fields, no JSON decoded).
 func (c *storeCollector) readLive(ctx context.Context, counts map[jobtype.State]int64, emit emitter) error {
 	var ids []string
 	for _, st := range liveStates {
@@ -257,7 +258,7 @@ func (c *storeCollector) readLive(ctx context.Context, counts map[jobtype.State]
 		}
 		ids = append(ids, got...)
 	}
-	jobs, err := c.s.store.GetManyBrief(ctx, ids)
+	jobs, err := c.s.store.GetTallies(ctx, ids)
 	if err != nil {
 		return err
 	}
@@ -267,14 +268,14 @@ func (c *storeCollector) readLive(ctx context.Context, counts map[jobtype.State]
 	insts := map[instKey]int{}
 	price := map[string]float64{}
 	for _, j := range jobs {
-		if j == nil || j.State.Terminal() {
-			continue // deleted or ended between the reads
+		if j.State.Terminal() {
+			continue // ended between the reads (one deleted is left out)
 		}
 		backend := j.Backend
-		if backend == "" && j.Route != nil {
-			backend = j.Route.Backend
+		if backend == "" {
+			backend = j.RouteBackend
 		}
-		prio := string(j.Spec.Priority)
+		prio := string(j.Priority)
 		live[liveKey{string(j.State), backend, prio}]++
 		if j.State == jobtype.StateQueued {
 			if t, ok := oldest[prio]; !ok || j.CreatedAt.Before(t) {

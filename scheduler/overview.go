@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +25,14 @@ import (
 // reads (oldest first); past it the answer says Truncated.
 const OverviewMaxJobs = 5000
 
+// The overview lists the first OverviewWaitingDefault waiting jobs in line
+// (?waiting_limit= asks for 0 to OverviewWaitingMax); its counts cover them
+// all, and WaitingTotal says how many there are.
+const (
+	OverviewWaitingDefault = 100
+	OverviewWaitingMax     = 1000
+)
+
 // activeStates are the states an overview reads the jobs of: every state
 // that is not terminal.
 var activeStates = []jobtype.State{jobtype.StateQueued, jobtype.StateDispatched,
@@ -35,12 +44,15 @@ type overviewInput struct {
 	month     string
 	counts    map[jobtype.State]int64
 	pending   int64
-	jobs      []*jobtype.Job // the active jobs, by state then oldest first
+	queued    []jobstore.Tally // the queued jobs, oldest first
+	jobs      []*jobtype.Job   // the other active jobs, by state then oldest first
 	truncated bool
-	waits     map[string]jobtype.WaitInfo
-	nodes     []jobstore.NodeStatus
-	queues    []wire.QueueInfo
-	budgets   []wire.BudgetRow
+	waits     map[string]string // job id → its WaitInfo's JSON (jobstore.RawWaits)
+	// waitingLimit is how many waiting rows the answer lists.
+	waitingLimit int
+	nodes        []jobstore.NodeStatus
+	queues       []wire.QueueInfo
+	budgets      []wire.BudgetRow
 }
 
 // overview answers GET /api/v1/overview (wire.Overview). A token that
@@ -48,19 +60,36 @@ type overviewInput struct {
 // jobs is over its team's, and asynq's per-queue task counts (every
 // team's) are left out.
 //
-// Redis round trips: 12 (CountByState, PendingCount, one id range per
-// active state (5), one pipeline reading the active jobs, the waits, the
-// node set and one pipeline of their heartbeats and reservations, one
-// pipeline of the budget scopes), plus one pipeline of asynq's task counts
-// of every local node's queue for an all-teams token (asynqCounts), plus
-// one pipeline of an LRANGE (≤ 32 entries) per running job answered for
-// the loss series (none without one). The active jobs are read brief
-// (jobstore.GetManyBrief).
+// It lists the first ?waiting_limit= waiting jobs in line
+// (OverviewWaitingDefault, at most OverviewWaitingMax); every count is
+// over all of them.
+//
+// Redis round trips: 13 (CountByState, PendingCount, one id range per
+// active state (5), one pipeline reading the queued jobs' tallies, one
+// reading the other active jobs brief, the waits (not read for
+// waiting_limit=0, the dashboard's poll: 12), the node set and one
+// pipeline of their heartbeats and reservations, one pipeline of the
+// budget scopes), plus one pipeline of asynq's task counts of every local
+// node's queue for an all-teams token (asynqCounts), plus one pipeline of
+// an LRANGE (≤ 32 entries) per running job answered for the loss series
+// (none without one). The queued jobs, most of the active ones in a busy
+// queue, are read as tallies (jobstore.GetTallies: ten small fields, no
+// JSON), the others brief (jobstore.GetManyBrief: their rows show more).
 func (s *Scheduler) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	p := principalOf(r)
-	in, err := s.readOverview(ctx, allTeams(p))
+	limit := OverviewWaitingDefault
+	if v := r.URL.Query().Get("waiting_limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > OverviewWaitingMax {
+			writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad waiting_limit", Code: "invalid",
+				Fields: []jobspec.FieldError{{Field: "waiting_limit", Value: v, Message: "must be 0–" + strconv.Itoa(OverviewWaitingMax)}}})
+			return
+		}
+		limit = n
+	}
+	in, err := s.readOverview(ctx, allTeams(p), limit)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -107,10 +136,11 @@ func withLatest(series []jobtype.LossPoint, step int, loss float64) []jobtype.Lo
 // allTeams reports whether p reads every team's jobs.
 func allTeams(p principal) bool { return p.Role == RoleAdmin || p.AllTeams }
 
-// readOverview reads an overview's inputs; withQueues adds asynq's queue
-// counts per node.
-func (s *Scheduler) readOverview(ctx context.Context, withQueues bool) (overviewInput, error) {
-	in := overviewInput{now: time.Now().UTC()}
+// readOverview reads an overview's inputs for an answer of waitingLimit
+// waiting rows (none: the waits are not read); withQueues adds asynq's
+// queue counts per node.
+func (s *Scheduler) readOverview(ctx context.Context, withQueues bool, waitingLimit int) (overviewInput, error) {
+	in := overviewInput{now: time.Now().UTC(), waitingLimit: waitingLimit}
 	in.month = jobstore.Month(in.now)
 	var err error
 	if in.counts, err = s.store.CountByState(ctx); err != nil {
@@ -119,7 +149,7 @@ func (s *Scheduler) readOverview(ctx context.Context, withQueues bool) (overview
 	if in.pending, err = s.store.PendingCount(ctx); err != nil {
 		return in, err
 	}
-	var ids []string
+	var queued, ids []string
 	for _, st := range activeStates {
 		got, err := s.store.IDsInState(ctx, st, OverviewMaxJobs+1)
 		if err != nil {
@@ -128,13 +158,22 @@ func (s *Scheduler) readOverview(ctx context.Context, withQueues bool) (overview
 		if len(got) > OverviewMaxJobs {
 			got, in.truncated = got[:OverviewMaxJobs], true
 		}
-		ids = append(ids, got...)
+		if st == jobtype.StateQueued {
+			queued = got
+		} else {
+			ids = append(ids, got...)
+		}
+	}
+	if in.queued, err = s.store.GetTallies(ctx, queued); err != nil {
+		return in, err
 	}
 	if in.jobs, err = s.store.GetManyBrief(ctx, ids); err != nil {
 		return in, err
 	}
-	if in.waits, err = s.store.Waits(ctx); err != nil {
-		return in, err
+	if waitingLimit > 0 {
+		if in.waits, err = s.store.RawWaits(ctx); err != nil {
+			return in, err
+		}
 	}
 	if in.nodes, err = s.store.Nodes(ctx); err != nil {
 		return in, err
@@ -249,28 +288,42 @@ func (s *Scheduler) asynqQueues(names []string) ([]*asynq.QueueInfo, error) {
 // buildOverview makes the answer for p out of what was read: pure.
 func buildOverview(in overviewInput, p principal) wire.Overview {
 	all := allTeams(p)
-	jobs := in.jobs
+	// The jobs p may read. One that changed state between the id reads
+	// and the record reads is shown as its record says: a brief record now
+	// queued joins the tallies (a tally no longer queued is counted, not
+	// listed).
+	queued := in.queued
 	if !all {
-		jobs = slices.DeleteFunc(slices.Clone(jobs), func(j *jobtype.Job) bool { return !mayRead(p, j) })
+		queued = slices.DeleteFunc(slices.Clone(queued), func(t jobstore.Tally) bool { return !mayReadTeam(p, t.Team) })
 	}
-	nRunning, nWaiting := 0, 0
+	jobs := make([]*jobtype.Job, 0, len(in.jobs))
+	for _, j := range in.jobs {
+		switch {
+		case !mayRead(p, j):
+		case j.State == jobtype.StateQueued:
+			queued = append(slices.Clip(queued), jobstore.TallyOf(j))
+		default:
+			jobs = append(jobs, j)
+		}
+	}
+	nRunning := 0
 	for _, j := range jobs {
 		switch j.State {
 		case jobtype.StateDispatched, jobtype.StateProvisioning, jobtype.StateRunning:
 			nRunning++
-		case jobtype.StateQueued:
-			nWaiting++
 		}
 	}
-	ov := wire.Overview{At: in.now, Truncated: in.truncated, Running: make([]wire.RunningJob, 0, nRunning),
-		Waiting: make([]wire.WaitingJob, 0, nWaiting)}
+	ov := wire.Overview{At: in.now, Truncated: in.truncated, Running: make([]wire.RunningJob, 0, nRunning)}
 	if !all {
 		ov.Team = p.Team
 	}
-	ov.Queues = overviewQueues(in, jobs, all)
+	ov.Queues = overviewQueues(in, jobs, queued, all)
 	var readable map[string]bool // the jobs a team's token may see; every job for all teams
 	if !all {
-		readable = make(map[string]bool, len(jobs))
+		readable = make(map[string]bool, len(jobs)+len(queued))
+		for _, t := range queued {
+			readable[t.ID] = true
+		}
 	}
 	for _, j := range jobs {
 		if readable != nil {
@@ -279,13 +332,11 @@ func buildOverview(in overviewInput, p principal) wire.Overview {
 		switch j.State {
 		case jobtype.StateDispatched, jobtype.StateProvisioning, jobtype.StateRunning:
 			ov.Running = append(ov.Running, runningJob(j, in.now))
-		case jobtype.StateQueued:
-			ov.Waiting = append(ov.Waiting, waitingJob(j, in.waits))
 		}
 	}
-	sortWaiting(ov.Waiting)
+	ov.Waiting, ov.WaitingTotal = waitingRows(queued, in.waits, in.waitingLimit)
 	ov.Nodes = nodeGPUs(in.nodes, func(id string) bool { return all || readable[id] })
-	ov.Cloud = overviewCloud(in, jobs)
+	ov.Cloud = overviewCloud(in, jobs, queued)
 	return ov
 }
 
@@ -294,7 +345,7 @@ func buildOverview(in overviewInput, p principal) wire.Overview {
 // the counts by state and the pending set's size from the store's indexes;
 // a team's counts its jobs read (the active states only), and its pending
 // is its queued jobs that no gate holds back (a sweep trial not admitted).
-func overviewQueues(in overviewInput, jobs []*jobtype.Job, all bool) wire.OverviewQueues {
+func overviewQueues(in overviewInput, jobs []*jobtype.Job, queued []jobstore.Tally, all bool) wire.OverviewQueues {
 	q := wire.OverviewQueues{ByState: map[jobtype.State]int64{}, ByPriority: map[string]int64{}, Queues: []wire.QueueInfo{}}
 	if all {
 		q.Pending = in.pending
@@ -309,23 +360,35 @@ func overviewQueues(in overviewInput, jobs []*jobtype.Job, all bool) wire.Overvi
 			q.ByState[st] = 0
 		}
 	}
-	var oldest *jobtype.Job
+	burst := func(st jobtype.State, kind string) {
+		if st != jobtype.StatePaused && kind != "" && kind != routecfg.KindLocal {
+			q.Burst++
+		}
+	}
+	var oldest *jobstore.Tally
+	for i := range queued {
+		t := &queued[i]
+		if !all {
+			q.ByState[t.State]++
+		}
+		burst(t.State, t.RouteKind)
+		if t.State != jobtype.StateQueued {
+			continue
+		}
+		q.ByPriority[string(priorityOr(t.Priority))]++
+		if !all && t.Gate == "" {
+			q.Pending++
+		}
+		if oldest == nil || t.CreatedAt.Before(oldest.CreatedAt) {
+			oldest = t
+		}
+	}
 	for _, j := range jobs {
 		if !all {
 			q.ByState[j.State]++
 		}
-		if j.State != jobtype.StatePaused && j.Route != nil && j.Route.Kind != "" && j.Route.Kind != routecfg.KindLocal {
-			q.Burst++
-		}
-		if j.State != jobtype.StateQueued {
-			continue
-		}
-		q.ByPriority[string(priorityOf(j))]++
-		if !all && (j.Trial == nil || j.Trial.Gate == "") {
-			q.Pending++
-		}
-		if oldest == nil || j.CreatedAt.Before(oldest.CreatedAt) {
-			oldest = j
+		if j.Route != nil {
+			burst(j.State, j.Route.Kind)
 		}
 	}
 	if oldest != nil {
@@ -335,12 +398,12 @@ func overviewQueues(in overviewInput, jobs []*jobtype.Job, all bool) wire.Overvi
 	return q
 }
 
-// priorityOf is j's priority, normal when its spec names none.
-func priorityOf(j *jobtype.Job) jobspec.Priority {
-	if j.Spec.Priority == "" {
+// priorityOr is a spec's priority p, normal when it names none.
+func priorityOr(p jobspec.Priority) jobspec.Priority {
+	if p == "" {
 		return jobspec.PriorityNormal
 	}
-	return j.Spec.Priority
+	return p
 }
 
 // runningJob is j's row among the running jobs at now.
@@ -367,38 +430,61 @@ func liveInstanceCost(in *jobtype.Instance, now time.Time) float64 {
 // liveInstance reports whether in is an instance not terminated yet.
 func liveInstance(in *jobtype.Instance) bool { return in != nil && in.TerminatedAt == nil }
 
-// waitingJob is queued job j's row, with its place in line when the last
-// placement round listed it.
-func waitingJob(j *jobtype.Job, waits map[string]jobtype.WaitInfo) wire.WaitingJob {
-	wj := wire.WaitingJob{ID: j.ID, Name: j.Name, Team: j.Team, Priority: string(priorityOf(j)), CreatedAt: j.CreatedAt}
-	if j.Route != nil {
-		wj.Backend = j.Route.Backend
-	}
-	if w, ok := waits[j.ID]; ok {
-		wj.Wait = &w
-	}
-	return wj
+// waitingPick is a queued job and its place in line, for ordering them.
+type waitingPick struct {
+	t   *jobstore.Tally
+	pos int
+	has bool // the last placement round listed it
 }
 
-// sortWaiting orders waiting jobs by their place in line; those without
-// one come last, oldest first.
-func sortWaiting(ws []wire.WaitingJob) {
-	slices.SortStableFunc(ws, func(a, b wire.WaitingJob) int {
+// waitingRows are the first limit of the queued jobs among tallies in
+// line, and how many are queued: ordered by their place in line from the
+// last placement round, those without one last, oldest first. Every job's
+// place is read off its wait's JSON (jobstore.WaitPosition); only the rows
+// answered have their wait decoded whole. A wait that does not decode is
+// none (the waits are hints).
+func waitingRows(tallies []jobstore.Tally, waits map[string]string, limit int) ([]wire.WaitingJob, int) {
+	picks := make([]waitingPick, 0, len(tallies))
+	for i := range tallies {
+		t := &tallies[i]
+		if t.State != jobtype.StateQueued {
+			continue
+		}
+		wp := waitingPick{t: t}
+		if raw, ok := waits[t.ID]; ok {
+			wp.pos, wp.has = jobstore.WaitPosition(raw)
+		}
+		picks = append(picks, wp)
+	}
+	slices.SortFunc(picks, func(a, b waitingPick) int {
 		switch {
-		case a.Wait != nil && b.Wait != nil:
-			if c := cmp.Compare(a.Wait.Position, b.Wait.Position); c != 0 {
+		case a.has && b.has:
+			if c := cmp.Compare(a.pos, b.pos); c != 0 {
 				return c
 			}
-		case a.Wait != nil:
+		case a.has:
 			return -1
-		case b.Wait != nil:
+		case b.has:
 			return 1
 		}
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+		if c := a.t.CreatedAt.Compare(b.t.CreatedAt); c != 0 {
 			return c
 		}
-		return strings.Compare(a.ID, b.ID)
+		return strings.Compare(a.t.ID, b.t.ID)
 	})
+	rows := make([]wire.WaitingJob, 0, min(limit, len(picks)))
+	for _, wp := range picks[:min(limit, len(picks))] {
+		t := wp.t
+		wj := wire.WaitingJob{ID: t.ID, Name: t.Name, Team: t.Team, Priority: string(priorityOr(t.Priority)),
+			Backend: t.RouteBackend, CreatedAt: t.CreatedAt}
+		if wp.has {
+			if w, ok := jobstore.DecodeWait(waits[t.ID]); ok {
+				wj.Wait = &w
+			}
+		}
+		rows = append(rows, wj)
+	}
+	return rows, len(picks)
 }
 
 // nodeGPUs is every live node with its GPUs (as gpuRows has them), sorted
@@ -427,7 +513,7 @@ func nodeGPUs(nodes []jobstore.NodeStatus, show func(id string) bool) []wire.Nod
 
 // overviewCloud sums the live instances of the jobs read per cloud
 // backend, and adds each cloud backend's month from the budget rows.
-func overviewCloud(in overviewInput, jobs []*jobtype.Job) wire.OverviewCloud {
+func overviewCloud(in overviewInput, jobs []*jobtype.Job, queued []jobstore.Tally) wire.OverviewCloud {
 	c := wire.OverviewCloud{Backends: []wire.CloudBackend{}}
 	byName := map[string]int{}
 	for _, row := range in.budgets {
@@ -439,11 +525,18 @@ func overviewCloud(in overviewInput, jobs []*jobtype.Job) wire.OverviewCloud {
 		c.Backends = append(c.Backends, wire.CloudBackend{Name: name, Month: in.month, SpentUSD: row.SpentUSD,
 			ReservedUSD: row.ReservedUSD, LimitUSD: row.LimitUSD})
 	}
+	insts := make([]*jobtype.Instance, 0, len(jobs))
+	for _, t := range queued {
+		insts = append(insts, t.Instance)
+	}
 	for _, j := range jobs {
-		if !liveInstance(j.Instance) {
+		insts = append(insts, j.Instance)
+	}
+	for _, inst := range insts {
+		if !liveInstance(inst) {
 			continue
 		}
-		name := j.Instance.Backend
+		name := inst.Backend
 		i, ok := byName[name]
 		if !ok {
 			// A backend gone from the config still runs an instance.
@@ -452,8 +545,8 @@ func overviewCloud(in overviewInput, jobs []*jobtype.Job) wire.OverviewCloud {
 			c.Backends = append(c.Backends, wire.CloudBackend{Name: name, Month: in.month})
 		}
 		c.Backends[i].Instances++
-		c.Backends[i].USDPerHour += j.Instance.USDPerHour
-		c.USDPerHour += j.Instance.USDPerHour
+		c.Backends[i].USDPerHour += inst.USDPerHour
+		c.USDPerHour += inst.USDPerHour
 	}
 	return c
 }

@@ -281,6 +281,63 @@ func TestOverviewTeamFilter(t *testing.T) {
 	}
 }
 
+// TestOverviewWaitingPage: waiting_limit answers the first waiting jobs in
+// line, in the order of the whole list, and waiting_total counts them all
+// (a team's viewer: its team's); the counts do not depend on it; a limit
+// out of 0–1000 is a 400. The jobs list carries each listed queued job's
+// wait, as GET /api/v1/jobs/{id} does (the dashboard's jobs table shows
+// it; it asks the overview for no waiting rows).
+func TestOverviewWaitingPage(t *testing.T) {
+	b := overviewSetup(t)
+	const admin = "admin-secret-0123456789"
+	var all wire.Overview
+	b.get(t, admin, "/api/v1/overview", &all)
+	if all.WaitingTotal != 4 || len(all.Waiting) != 4 {
+		t.Fatalf("default page: %d rows, total %d; want all 4", len(all.Waiting), all.WaitingTotal)
+	}
+	for _, limit := range []int{0, 1, 2, 3, 4, 1000} {
+		var ov wire.Overview
+		b.get(t, admin, fmt.Sprintf("/api/v1/overview?waiting_limit=%d", limit), &ov)
+		n := min(limit, 4)
+		got, want := ov.Queues, all.Queues
+		got.OldestWaitS, want.OldestWaitS = 0, 0 // a later read
+		if ov.WaitingTotal != 4 || len(ov.Waiting) != n || string(mustJSON(t, ov.Waiting)) != string(mustJSON(t, all.Waiting[:n])) ||
+			fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("waiting_limit=%d: rows %+v total %d, queues %+v; want the first %d of %+v, total 4, queues %+v",
+				limit, ov.Waiting, ov.WaitingTotal, ov.Queues, n, all.Waiting, all.Queues)
+		}
+	}
+	var a wire.Overview
+	b.get(t, "viewer-a-secret-0123456789", "/api/v1/overview?waiting_limit=1", &a)
+	if a.WaitingTotal != 2 || len(a.Waiting) != 1 || a.Waiting[0].Name != "qa1" {
+		t.Errorf("team a, waiting_limit=1: %+v, total %d; want qa1 of 2", a.Waiting, a.WaitingTotal)
+	}
+	for _, v := range []string{"-1", "1001", "x", ""} {
+		code, body := do(t, "GET", b.url+"/api/v1/overview?waiting_limit="+v, "", map[string]string{"Authorization": "Bearer " + admin})
+		if want := map[bool]int{true: 200, false: 400}[v == ""]; code != want {
+			t.Errorf("waiting_limit=%q: %d %s, want %d", v, code, body, want)
+		}
+	}
+	var l wire.JobList
+	b.get(t, admin, "/api/v1/jobs?state=queued", &l)
+	for _, j := range l.Jobs {
+		var one jobtype.Job
+		b.get(t, admin, "/api/v1/jobs/"+j.ID, &one)
+		if string(mustJSON(t, j.Wait)) != string(mustJSON(t, one.Wait)) || (j.Name == "qb") != (j.Wait != nil && j.Wait.Position == 1) {
+			t.Errorf("job %s (%s) listed with wait %+v; GET /jobs/{id} says %+v", j.ID, j.Name, j.Wait, one.Wait)
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // TestOverviewLossSeries: each running job's loss_series is its store's
 // downsampled series (jobstore.AddLossPoint over every progress update
 // recorded) plus its latest progress; a job without progress has []; a

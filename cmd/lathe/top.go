@@ -177,7 +177,7 @@ func renderOverview(ov *wire.Overview, now time.Time, st topStyles) string {
 	renderRunning(&b, ov.Running, now, st)
 	renderGPUs(&b, ov.Nodes, st)
 	renderCloud(&b, ov.Cloud, st)
-	renderWaiting(&b, ov.Waiting, now, st)
+	renderWaiting(&b, ov.Waiting, max(ov.WaitingTotal, len(ov.Waiting)), now, st)
 	return b.String()
 }
 
@@ -299,9 +299,9 @@ func renderCloud(b *strings.Builder, c wire.OverviewCloud, st topStyles) {
 	b.WriteString("\n")
 }
 
-func renderWaiting(b *strings.Builder, ws []wire.WaitingJob, now time.Time, st topStyles) {
-	b.WriteString(st.section.Render(fmt.Sprintf("WAITING (%d)", len(ws))) + "\n")
-	if len(ws) == 0 {
+func renderWaiting(b *strings.Builder, ws []wire.WaitingJob, total int, now time.Time, st topStyles) {
+	b.WriteString(st.section.Render(fmt.Sprintf("WAITING (%d)", total)) + "\n")
+	if total == 0 {
 		b.WriteString("  none\n")
 		return
 	}
@@ -319,7 +319,7 @@ func renderWaiting(b *strings.Builder, ws []wire.WaitingJob, now time.Time, st t
 			orDash(termSafe(w.Backend)), fmtAge(now.Sub(w.CreatedAt)), start, reason)
 	}
 	tw.Flush()
-	if len(ws) > topWaitingRows {
-		fmt.Fprintf(b, "  … and %d more\n", len(ws)-topWaitingRows)
+	if shown := min(len(ws), topWaitingRows); total > shown {
+		fmt.Fprintf(b, "  … and %d more\n", total-shown)
 	}
 }

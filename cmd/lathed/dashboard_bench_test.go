@@ -29,13 +29,17 @@ import (
 
 // dashboardEndpoints are the reads BenchmarkDashboard100k times, in this
 // order: the floor first (the HTTP round trip, a Redis PING and INFO), then
-// what the dashboard page polls every 2 s (scheduler/ui/app.js) and a
-// Prometheus scrape. In a path, {running} is a running job's id,
+// the overview as the API answers it by default (its first 100 waiting
+// jobs) and as the dashboard page polls it every 2 s (scheduler/ui/app.js:
+// counts only, no waiting rows), what else the page polls, and a
+// Prometheus scrape. A build from before waiting_limit answers every
+// waiting job to both overview rows. In a path, {running} is a running job's id,
 // {finished} a succeeded job's, {sweep} a sweep's and {last} the id of the
 // running job's last event. Add a panel's endpoint with one line.
 var dashboardEndpoints = []struct{ name, path string }{
 	{"floor: GET /healthz (PING, eviction check)", "/healthz"},
 	{"GET /api/v1/overview", "/api/v1/overview"},
+	{"GET /api/v1/overview?waiting_limit=0", "/api/v1/overview?waiting_limit=0"},
 	{"GET /api/v1/jobs?limit=200", "/api/v1/jobs?limit=200"},
 	{"GET /api/v1/sweeps?limit=10", "/api/v1/sweeps?limit=10"},
 	{"GET /api/v1/sweeps/{id}", "/api/v1/sweeps/{sweep}"},

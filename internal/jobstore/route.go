@@ -50,7 +50,10 @@ if #KEYS == 2 then
   local bad = ledger_check(KEYS[1], KEYS[2], ARGV[6], ARGV[7])
   if bad then return bad end
 end
-redis.call('HSET', jobkey(id), 'route', ARGV[3], 'held', ARGV[4])
+-- The route's kind and backend as fields of their own too (tally.go).
+local r = cjson.decode(ARGV[3])
+local function str(v) if type(v) == 'string' then return v end return '' end
+redis.call('HSET', jobkey(id), 'route', ARGV[3], 'held', ARGV[4], 'route_kind', str(r.kind), 'route_backend', str(r.backend))
 if #KEYS == 2 then ledger_write(KEYS[1], KEYS[2], ARGV, 9, tonumber(ARGV[8])) end
 return reply(1, id)
 `)

@@ -436,6 +436,7 @@ func (s *Store) createRun(ctx context.Context, njs []NewJob, keys []string, tail
 		if nj.Route != nil {
 			fields = append(fields, "route", mustJSON(nj.Route))
 		}
+		fields = append(fields, tallyFieldsOf(nj.Spec, nj.Route)...)
 		fp := ""
 		if nj.IdempotencyKey != "" {
 			fp = idemFingerprint(specJSON, nj.Team)
@@ -713,13 +714,34 @@ var briefIndex = func() []int {
 }()
 
 // briefArgs is an HMGET of briefFields, its key (args[1]) to be set.
-var briefArgs = func() []any {
+var briefArgs = hmgetArgs(briefFields)
+
+// hmgetArgs is an HMGET of fields, its key (args[1]) to be set by
+// hmgetMany: the field names boxed once, not once a job.
+func hmgetArgs(fields []string) []any {
 	out := []any{"hmget", ""}
-	for _, f := range briefFields {
+	for _, f := range fields {
 		out = append(out, f)
 	}
 	return out
-}()
+}
+
+// hmgetMany runs args (hmgetArgs) on each job of ids in one pipeline: the
+// replies in the order of ids.
+func (s *Store) hmgetMany(ctx context.Context, ids []string, args []any, op string) ([]*redis.SliceCmd, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(ids))
+	for i, id := range ids {
+		a := slices.Clone(args)
+		a[1] = s.key("job", id)
+		cmds[i] = redis.NewSliceCmd(ctx, a...)
+		_ = pipe.Process(ctx, cmds[i])
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("jobstore: %s: %w", op, err)
+	}
+	return cmds, nil
+}
 
 // GetManyBrief is GetMany reading only briefFields, in one pipeline: each
 // job's id, name, state, attempt, backend, node, GPUs, progress,
@@ -733,18 +755,9 @@ func (s *Store) GetManyBrief(ctx context.Context, ids []string) ([]*jobtype.Job,
 	if len(ids) == 0 {
 		return []*jobtype.Job{}, nil
 	}
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.SliceCmd, len(ids))
-	for i, id := range ids {
-		// pipe.HMGet(ctx, key, briefFields...) with the field names boxed
-		// once (briefArgs), not 18 times a job.
-		args := slices.Clone(briefArgs)
-		args[1] = s.key("job", id)
-		cmds[i] = redis.NewSliceCmd(ctx, args...)
-		_ = pipe.Process(ctx, cmds[i])
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("jobstore: get many: %w", err)
+	cmds, err := s.hmgetMany(ctx, ids, briefArgs, "get many")
+	if err != nil {
+		return nil, err
 	}
 	vals := make([]any, len(jobFields))
 	return decodeFound(len(ids), func(i int) (*jobtype.Job, error) {

@@ -256,6 +256,7 @@ func trialArgs(trials []NewTrial, now time.Time) []any {
 		if nj.Route != nil {
 			fields = append(fields, "route", mustJSON(nj.Route))
 		}
+		fields = append(fields, tallyFieldsOf(nj.Spec, nj.Route)...)
 		fields = append(fields, "gate", "") // last: the script sets the gate of a trial that waits
 		args = append(args, nj.ID, score, fmtF(t.EstUSD), fmtF(t.EstGPUHours), len(fields))
 		args = append(args, fields...)

@@ -20,7 +20,13 @@ type Overview struct {
 	Running []RunningJob   `json:"running"`
 	Nodes   []NodeGPUs     `json:"nodes"`
 	Cloud   OverviewCloud  `json:"cloud"`
-	Waiting []WaitingJob   `json:"waiting"`
+	// Waiting is the first waiting (queued) jobs in line, as many as the
+	// request's waiting_limit asks (100 unless it says; at most 1000);
+	// WaitingTotal counts them all (the same jobs as by_state's queued for
+	// an all-teams answer, unless Truncated or one changed state between
+	// the reads).
+	Waiting      []WaitingJob `json:"waiting"`
+	WaitingTotal int          `json:"waiting_total"`
 	// Truncated is true when more jobs were active (queued, dispatched,
 	// provisioning, running, paused) than the overview reads in one answer
 	// (scheduler.OverviewMaxJobs per state); the counts by state are still

@@ -148,17 +148,18 @@ function sparkline(series) {
 }
 
 // jobRows merges the jobs list with the overview's live rows (progress
-// and cost of running jobs, place in line of waiting ones) and each job's
-// loss series (the overview's for running jobs, the list's for others).
+// and cost of running jobs) and each job's loss series (the overview's for
+// running jobs, the list's for others). A queued job's place in line,
+// estimated start and reason are the list's (its wait, from the leader's
+// last placement round): the overview is asked for none of its waiting
+// rows (waiting_limit=0), only its counts.
 function jobRows(list, ov) {
   const listSeries = list.loss_series || {};
   const running = new Map((ov.running || []).map((r) => [r.id, r]));
-  const waiting = new Map((ov.waiting || []).map((w, i) => [w.id, { w, i }]));
   return (list.jobs || []).map((j) => {
     const r = running.get(j.id);
-    const wt = waiting.get(j.id);
     const p = j.progress || {};
-    const wait = (wt && wt.w.wait) || j.wait || null;
+    const wait = j.wait || null;
     return {
       id: j.id, name: j.name, state: r ? r.state : j.state, backend: (r && r.backend) || j.backend || '',
       node: (r && r.node) || j.node || '', gpus: (r ? r.gpus : j.gpus) || [],
@@ -251,7 +252,7 @@ async function pollDecisions() {
 }
 
 async function pollOverview() {
-  const [ov, list, sweeps, decisions] = await Promise.all([api('/api/v1/overview'), api('/api/v1/jobs?limit=200&loss_series=true'),
+  const [ov, list, sweeps, decisions] = await Promise.all([api('/api/v1/overview?waiting_limit=0'), api('/api/v1/jobs?limit=200&loss_series=true'),
     api('/api/v1/sweeps?limit=10'), pollDecisions()]);
   const details = new Map();
   await Promise.all((sweeps.sweeps || []).slice(0, 10).map(async (sw) => {
