@@ -531,7 +531,7 @@ func (sm *sim) begin(i int, b routecfg.Backend, delay time.Duration) {
 	sj.out.Backend, sj.out.Site, sj.out.Cloud = b.Name, b.Site, b.Kind != routecfg.KindLocal
 	sj.job.State = jobtype.StateRunning
 	t := sm.at().Add(delay)
-	sj.job.StartedAt = &t
+	sj.job.StartedAt, sj.job.UpdatedAt = &t, t
 	sj.job.Backend = b.Name
 	left := sj.in.Duration - sj.ran
 	sj.runStart = start
@@ -577,6 +577,7 @@ func (sm *sim) preempt(i int) {
 	sj.ran += ranHere
 	sm.release(sj.in.ID)
 	sj.job.State = jobtype.StateQueued
+	sj.job.UpdatedAt = sm.at() // it joined the queue again now (queuedSince)
 	sj.job.Preemptions++
 	sj.job.Attempt++ // the pending end event is void
 	sj.job.Route.Attempt = sj.job.Attempt
