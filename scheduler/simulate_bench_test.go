@@ -14,7 +14,7 @@ import (
 // simulation tests and benchmarks; they fail, never skip, without them.
 func simTrace(tb testing.TB) ([]SimJob, SimSetup) {
 	tb.Helper()
-	f, err := os.Open("../../shared/traces/msft-itp-cluster02.csv")
+	f, err := os.Open("../configs/traces/msft-itp-cluster02.csv")
 	if err != nil {
 		tb.Fatalf("the trace of issue #15: %v", err)
 	}

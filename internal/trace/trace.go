@@ -1,6 +1,6 @@
 // Package trace reads and writes job traces: one row per job with when it
 // was submitted, how long it ran and how many GPUs it used, the format of
-// ../shared/traces (submit_s,duration_s,gpus, other columns ignored) and of
+// configs/traces (submit_s,duration_s,gpus, other columns ignored) and of
 // `lathe export jobs`, which adds what Lathe knows of its own jobs (GPU
 // model, residency, priority, backend, cost). `lathe simulate` replays a
 // trace through Lathe's routing and placement (docs/simulate.md).

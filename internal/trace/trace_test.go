@@ -8,7 +8,7 @@ import (
 )
 
 func TestReadSharedTrace(t *testing.T) {
-	f, err := os.Open("../../../shared/traces/msft-itp-cluster02.csv")
+	f, err := os.Open("../../configs/traces/msft-itp-cluster02.csv")
 	if err != nil {
 		t.Fatalf("the shared trace: %v", err)
 	}
@@ -21,7 +21,7 @@ func TestReadSharedTrace(t *testing.T) {
 	for _, j := range jobs {
 		gpuHours += j.DurationS / 3600 * float64(j.GPUs)
 	}
-	// ../shared/traces/README.md: 5,778 jobs, 123,748 GPU-hours.
+	// configs/traces/README.md: 5,778 jobs, 123,748 GPU-hours.
 	if len(jobs) != 5778 || gpuHours < 123747 || gpuHours > 123749 {
 		t.Fatalf("%d jobs, %.0f GPU-hours; want 5778 and 123748", len(jobs), gpuHours)
 	}
