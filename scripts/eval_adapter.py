@@ -69,14 +69,17 @@ def eval_tiny_char(adapter_dir, cfg, texts, device):
     return base, T.evaluate(model, xs, ys, device)
 
 
-def eval_hf(adapter_dir, base_model, texts, device):  # pragma: no cover - needs transformers/peft
-    try:
-        from peft import PeftModel
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-    except ImportError as e:
-        raise T.TrainerError("base model %r needs transformers and peft, not importable: %s" % (base_model, e))
-    tok = AutoTokenizer.from_pretrained(base_model)
-    model = AutoModelForCausalLM.from_pretrained(base_model, torch_dtype=torch.float32).to(device)
+def eval_hf(adapter_dir, base_model, texts, device):
+    """The Hugging Face path: the base from its local folder or the local
+    cache (offline), the adapter with peft's PeftModel.from_pretrained."""
+    T._import_hf(base_model)
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_dir = T.hf_model_dir(base_model)
+    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True,
+                                                 trust_remote_code=False).to(device)
     model.eval()
     xs, ys = T.hf_windows(tok, texts, T.hf_seq_len(tok))
 

@@ -12,8 +12,15 @@ Two model paths:
 * ``base_model: tiny-char`` -- a built-in, deterministic, character-level
   decoder-only transformer, fine-tuned with LoRA adapters implemented here.
   Runs on the CPU in seconds; this is the demo and what Lathe's tests run.
-* any other ``base_model`` -- a Hugging Face causal LM, fine-tuned with
-  ``peft`` (needs ``transformers`` and ``peft``; exit 3 when they are missing).
+* any other ``base_model`` -- a Hugging Face causal LM (a model id found in
+  the local Hugging Face cache, offline, or a local model folder), fine-tuned
+  with ``peft`` (needs ``transformers`` and ``peft``: the virtualenv of
+  ``scripts/setup.sh --hf``; exit 3 when they are missing).
+
+Under ``torchrun`` (WORLD_SIZE > 1: a job of several GPUs) every rank trains
+on its share of each batch with DistributedDataParallel (NCCL on GPUs, gloo
+on the CPU); rank 0 alone prints the contract, evaluates and writes
+checkpoints and artifacts.
 
 Works with PyTorch 1.13 (Debian's python3-torch) and 2.x, on CPU or CUDA.
 """
@@ -48,6 +55,14 @@ class TrainerError(Exception):
 
 def _is_rank0():
     return os.environ.get("RANK", "0") in ("", "0")
+
+
+def _env_int(name, default):
+    v = os.environ.get(name, "")
+    try:
+        return int(v) if v != "" else default
+    except ValueError:
+        raise SystemExit("train_lora: %s=%r is not an integer" % (name, v))
 
 
 def emit(event):
@@ -611,12 +626,16 @@ class TinyCharBackend:
         self.seq_len = self.model.seq_len
         self.lora = lora
         self.base_model = job["base_model"]
+        self.train_module = self.model
 
     def windows(self, texts):
         return make_windows(tiny_char_encode(texts), self.seq_len)
 
     def forward(self, x):
         return self.model(x)
+
+    def train_forward(self, x):
+        return self.train_module(x)
 
     def trainable(self):
         return [p for n, p in self.model.named_parameters() if p.requires_grad]
@@ -680,23 +699,84 @@ def hf_seq_len(tokenizer):
     return int(min(HF_SEQ_LEN, limit))
 
 
+HF_OFFLINE_HELP = (
+    "Lathe never downloads a model (offline mode is on). Provide it offline: on a machine "
+    "that reaches the hub run `hf download %s` and copy the cache folder to this node's "
+    "Hugging Face cache (HF_HOME, default ~/.cache/huggingface, of the user the trainer runs as), "
+    "or put the model folder (config.json, *.safetensors, tokenizer files) on the node and set "
+    "base_model to its absolute path (file:///models/NAME)"
+)
+
+
+def resolve_base_model(name):
+    """(where, is_local): a local model folder for an absolute path or a
+    file:// URI, else a Hugging Face model id to find in the local cache."""
+    if name.startswith("file:"):
+        p = urllib.parse.urlparse(name)
+        if p.netloc not in ("", "localhost"):
+            raise TrainerError("base_model %r: a file URI with a host is not supported" % name)
+        return urllib.parse.unquote(p.path), True
+    if os.path.isabs(name):
+        return name, True
+    if "://" in name:
+        raise TrainerError("base_model %r: unsupported URI scheme (want a model id, an absolute path or file://)" % name)
+    return name, False
+
+
+def _import_hf(base_model):
+    # Offline whatever the environment says: a job never downloads.
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import warnings
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    try:
+        import peft
+        import transformers
+    except ImportError as e:
+        raise TrainerError(
+            "base_model %r is not built in (only %r is) and needs the Hugging Face path, "
+            "but transformers/peft are not importable by %s: %s (scripts/setup.sh --hf builds "
+            "the virtualenv lathed runs it in)" % (base_model, TINY_CHAR, sys.executable, e)
+        )
+    transformers.logging.set_verbosity_error()
+    return transformers, peft
+
+
+def hf_model_dir(name):
+    """The local folder of base_model: the folder itself, or the cached
+    snapshot of a model id. Exit 3 naming the id when it is not there."""
+    where, local = resolve_base_model(name)
+    if local:
+        if not os.path.isdir(where):
+            raise TrainerError("base_model %r: %s is not a folder" % (name, where))
+        if not os.path.isfile(os.path.join(where, "config.json")):
+            raise TrainerError("base_model %r: %s has no config.json (a Hugging Face model folder holds "
+                               "config.json, *.safetensors and the tokenizer files)" % (name, where))
+        return where
+    _import_hf(name)
+    try:
+        from huggingface_hub import snapshot_download
+        return snapshot_download(where, local_files_only=True)
+    except Exception as e:
+        raise TrainerError("base_model %r is not in the local Hugging Face cache (%s: %s). %s"
+                           % (name, type(e).__name__, str(e).splitlines()[0] if str(e) else "", HF_OFFLINE_HELP % name))
+
+
 class HFBackend:
-    """A Hugging Face causal LM + peft LoRA. Needs transformers and peft."""
+    """A Hugging Face causal LM + peft LoRA. Needs transformers and peft.
+    Loads from a local folder or the local cache only (offline), never runs
+    a model's own code (trust_remote_code off)."""
 
     def __init__(self, job, device):
-        try:
-            import transformers  # noqa: F401
-            import peft
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-        except ImportError as e:
-            raise TrainerError(
-                "base_model %r is not built in (only %r is) and needs the Hugging Face path, "
-                "but transformers/peft are not importable by %s: %s"
-                % (job["base_model"], TINY_CHAR, sys.executable, e)
-            )
+        name = job["base_model"]
+        transformers, peft = _import_hf(name)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
         self.peft = peft
         self.device = device
-        name = job["base_model"]
+        self.model_dir = hf_model_dir(name)
         lora = job["lora"]
         # bf16 base weights on GPUs that support it (no loss scaling needed),
         # float32 otherwise; the LoRA weights stay float32.
@@ -704,12 +784,15 @@ class HFBackend:
         if device.type == "cuda" and torch.cuda.is_bf16_supported():
             dtype = torch.bfloat16
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(name)
-            model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=dtype)
-        except OSError as e:
-            msg = str(e)
-            permanent = "not a valid model identifier" in msg or "does not appear to have" in msg
-            raise TrainerError("cannot load base model %r: %s" % (name, msg), EXIT_PERMANENT if permanent else EXIT_RETRY)
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, local_files_only=True, trust_remote_code=False)
+            model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=dtype, local_files_only=True,
+                                                         trust_remote_code=False)
+        except (OSError, ValueError, KeyError) as e:
+            # A folder without weights, a config of an architecture this
+            # transformers does not know, one that needs remote code: the
+            # same on a retry.
+            raise TrainerError("cannot load base model %r from %s: %s: %s"
+                               % (name, self.model_dir, type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
         for p in model.parameters():
             p.requires_grad_(False)
         cfg = peft.LoraConfig(
@@ -730,12 +813,17 @@ class HFBackend:
                 p.data = p.data.float()
         self.model.to(device)
         self.seq_len = hf_seq_len(self.tokenizer)
+        self.base_model = name
+        self.train_module = self.model
 
     def windows(self, texts):
         return hf_windows(self.tokenizer, texts, self.seq_len)
 
     def forward(self, x):
         return self.model(input_ids=x).logits
+
+    def train_forward(self, x):
+        return self.train_module(input_ids=x).logits
 
     def trainable(self):
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -745,9 +833,15 @@ class HFBackend:
         return {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in sd.items()}
 
     def load_lora_tensors(self, tensors):
-        self.peft.set_peft_model_state_dict(self.model, tensors)
+        res = self.peft.set_peft_model_state_dict(self.model, tensors)
+        unexpected = getattr(res, "unexpected_keys", None) or []
+        if unexpected:
+            raise ValueError("checkpoint tensors the model does not have: %s" % ", ".join(sorted(unexpected)[:5]))
 
     def save_adapter(self, out_dir):
+        # The job's own name for the base (an id or the folder it named),
+        # not the cache snapshot's path.
+        self.model.peft_config["default"].base_model_name_or_path = self.base_model
         self.model.save_pretrained(out_dir)
         files = []
         for name, fmt in (("adapter_model.safetensors", "safetensors"), ("adapter_model.bin", "bin"), ("adapter_config.json", "json")):
@@ -848,38 +942,111 @@ def _on_signal(signum, frame):
         _stop_signal.append(signum)
 
 
-def pick_device(job):
+class Dist:
+    """The process's place among the ranks torchrun started (WORLD_SIZE,
+    RANK, LOCAL_RANK); one rank when they are unset. With several ranks,
+    init() joins the process group: NCCL when training on CUDA, gloo on the
+    CPU (simulated GPUs)."""
+
+    def __init__(self):
+        self.world = _env_int("WORLD_SIZE", 1)
+        self.rank = _env_int("RANK", 0)
+        self.local_rank = _env_int("LOCAL_RANK", 0)
+        self.on = self.world > 1
+        self.backend = None
+        if self.on:
+            _die_with_parent()
+
+    def init(self, device):
+        if not self.on:
+            return
+        import datetime
+        import torch.distributed as dist
+
+        self.backend = "nccl" if device.type == "cuda" else "gloo"
+        # A peer that died is noticed by torchrun, which stops the others;
+        # the timeout only bounds a hang (rank 0 evaluating, the others
+        # waiting at a barrier, is not one: evals take seconds to minutes).
+        dist.init_process_group(backend=self.backend, timeout=datetime.timedelta(minutes=30))
+
+    def barrier(self):
+        if self.on:
+            import torch.distributed as dist
+            dist.barrier()
+
+    def sum(self, values, device):
+        """Sum a list of floats over the ranks (one all-reduce)."""
+        if not self.on:
+            return values
+        import torch.distributed as dist
+        t = torch.tensor(values, dtype=torch.float64 if device.type != "cuda" else torch.float32, device=device)
+        dist.all_reduce(t)
+        return [float(v) for v in t.tolist()]
+
+    def close(self):
+        if self.on:
+            import torch.distributed as dist
+            try:
+                dist.destroy_process_group()
+            except Exception:
+                pass
+
+
+def _die_with_parent():
+    """Under torchrun, die with the launcher: torchrun starts each rank in a
+    session of its own, so a launcher killed with SIGKILL would otherwise
+    leave its ranks running where no cgroup holds them (Linux only)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() == 1:  # the launcher is already gone
+            os._exit(EXIT_RETRY)
+    except Exception:
+        pass
+
+
+def pick_device(job, dist=None):
     """The device to train on, announced in one log line ("device: cpu (...)" or
     "device: cuda (...)") that says what the trainer was given. Simulated GPUs
     (LATHE_SIMULATED_GPUS=1) mean the CPU whatever torch sees: their UUIDs match
-    no real GPU. Otherwise cuda:0 when the job asks for GPUs (resources.gpus >= 1)
-    and CUDA sees one (Lathe puts the reserved GPUs' UUIDs in
-    CUDA_VISIBLE_DEVICES), else the CPU."""
+    no real GPU. Otherwise cuda:LOCAL_RANK (cuda:0 for one process) when the job
+    asks for GPUs (resources.gpus >= 1) and CUDA sees one (Lathe puts the
+    reserved GPUs' UUIDs in CUDA_VISIBLE_DEVICES), else the CPU."""
+    dist = dist or Dist()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     given = "CUDA_VISIBLE_DEVICES unset" if visible is None else "CUDA_VISIBLE_DEVICES=" + visible
+    ranks = "" if not dist.on else "; %d ranks under torchrun" % dist.world
     if os.environ.get("LATHE_SIMULATED_GPUS") == "1":
-        log("device: cpu (LATHE_SIMULATED_GPUS=1, %s): the GPUs are simulated" % given)
+        log("device: cpu (LATHE_SIMULATED_GPUS=1, %s): the GPUs are simulated%s" % (given, ranks))
         return torch.device("cpu")
     gpus = int((job.get("resources") or {}).get("gpus") or 0)
     if gpus > 0 and torch.cuda.is_available():
         n = torch.cuda.device_count()
+        idx = dist.local_rank if dist.on else 0
+        if idx >= n:
+            raise TrainerError("rank %d (LOCAL_RANK %d) has no GPU: CUDA sees %d, %s" % (dist.rank, idx, n, given), EXIT_RETRY)
         note = ""
-        if gpus > 1 or n > 1:
-            note = "; the reference trainer uses one GPU, resources.gpus=%d" % gpus
-        log("device: cuda (%d GPU%s visible, %s; using cuda:0, %s%s)"
-            % (n, "" if n == 1 else "s", given, torch.cuda.get_device_name(0), note))
-        return torch.device("cuda", 0)
+        if not dist.on and (gpus > 1 or n > 1):
+            note = "; one process uses one GPU (resources.gpus=%d): run it under torchrun for all of them" % gpus
+        torch.cuda.set_device(idx)
+        log("device: cuda (%d GPU%s visible, %s; using cuda:%d, %s%s%s)"
+            % (n, "" if n == 1 else "s", given, idx, torch.cuda.get_device_name(idx), note, ranks))
+        return torch.device("cuda", idx)
     if gpus > 0:
-        log("device: cpu (resources.gpus=%d but CUDA sees no GPU, %s)" % (gpus, given))
+        log("device: cpu (resources.gpus=%d but CUDA sees no GPU, %s%s)" % (gpus, given, ranks))
     else:
-        log("device: cpu (resources.gpus=0, %s)" % given)
+        log("device: cpu (resources.gpus=0, %s%s)" % (given, ranks))
     return torch.device("cpu")
 
 
-def set_threads(job, device):
+def set_threads(job, device, dist=None):
     """CPU threads for torch: 1 for tiny-char (its matrices are too small to
-    gain from more), else up to 8; LATHE_TORCH_THREADS overrides."""
+    gain from more), else up to 8 shared by the node's ranks;
+    LATHE_TORCH_THREADS overrides."""
     env = os.environ.get("LATHE_TORCH_THREADS", "")
+    local = _env_int("LOCAL_WORLD_SIZE", 1)
     if env.isdigit() and int(env) > 0:
         n = int(env)
     elif job["base_model"] == TINY_CHAR or device.type == "cuda":
@@ -889,7 +1056,7 @@ def set_threads(job, device):
             n = len(os.sched_getaffinity(0))
         except AttributeError:  # pragma: no cover
             n = os.cpu_count() or 1
-        n = max(1, min(n, 8))
+        n = max(1, min(n // max(1, local), 8))
     torch.set_num_threads(n)
     return n
 
@@ -917,10 +1084,75 @@ def sha256_file(path):
     return h.hexdigest()
 
 
+GGUF_FORMATS = ("gguf", "gguf-merged")
+GGUF_FILES = {"gguf": "adapter_model.gguf", "gguf-merged": "merged_model.gguf"}
+
+
+def output_formats(job):
+    """The GGUF formats the job asks for (output.formats), checked."""
+    formats = (job.get("output") or {}).get("formats") or []
+    if not isinstance(formats, list) or not all(isinstance(f, str) for f in formats):
+        raise TrainerError("output.formats must be a list of strings")
+    want = [f for f in formats if f in GGUF_FORMATS]
+    unknown = [f for f in formats if f not in GGUF_FORMATS and f != "safetensors"]
+    if unknown:
+        raise TrainerError("output.formats: unknown format %r (known: safetensors, gguf, gguf-merged)" % unknown[0])
+    if want and job["base_model"] == TINY_CHAR:
+        raise TrainerError("output.formats %s needs a llama-family base model; %s is Lathe's built-in demo model, "
+                           "which llama.cpp cannot represent" % (want[0], TINY_CHAR))
+    return want
+
+
+def _gguf_module():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python"))
+    try:
+        from lathe_trainer import export_gguf
+    except ImportError as e:
+        raise TrainerError("output.formats asks for GGUF, but lathe_trainer.export_gguf (scripts/python) or the gguf "
+                           "package is not importable by %s: %s" % (sys.executable, e))
+    return export_gguf
+
+
+def check_gguf(formats, backend):
+    """Refuse, before any training, a base the GGUF export cannot write."""
+    if not formats:
+        return
+    export_gguf = _gguf_module()
+    try:
+        export_gguf.check_supported(backend.model_dir)
+    except ValueError as e:
+        raise TrainerError("output.formats %s: %s" % (formats[0], e))
+
+
+def write_gguf(formats, backend, out_dir):
+    """Write the GGUF files formats asks for into out_dir (after the PEFT
+    adapter): [(name, format)]."""
+    if not formats:
+        return []
+    export_gguf = _gguf_module()
+    files = []
+    for fmt in formats:
+        name = GGUF_FILES[fmt]
+        path = os.path.join(out_dir, name)
+        try:
+            if fmt == "gguf":
+                export_gguf.write_adapter_gguf(backend.model_dir, out_dir, path)
+            else:
+                export_gguf.write_model_gguf(backend.model_dir, path, adapter_dir=out_dir)
+        except ValueError as e:
+            raise TrainerError("output.formats %s: %s" % (fmt, e))
+        log("wrote %s (%s)" % (name, fmt))
+        files.append((name, fmt))
+    return files
+
+
 def run(job, out_dir, ckpt_dir):
     tr, lora = job["training"], job["lora"]
-    device = pick_device(job)
-    threads = set_threads(job, device)
+    dist = Dist()
+    formats = output_formats(job)
+    device = pick_device(job, dist)
+    dist.init(device)
+    threads = set_threads(job, device, dist)
     log(
         "job %s attempt %s: base_model=%s rank=%d alpha=%g dropout=%g targets=%s threads=%d"
         % (os.environ.get("LATHE_JOB_ID", "?"), os.environ.get("LATHE_ATTEMPT", "?"), job["base_model"],
@@ -937,6 +1169,7 @@ def run(job, out_dir, ckpt_dir):
         backend = TinyCharBackend(job, device)
     else:
         backend = HFBackend(job, device)
+    check_gguf(formats, backend)
 
     train_x, train_y = backend.windows(train_texts)
     if eval_texts is not None:
@@ -968,6 +1201,14 @@ def run(job, out_dir, ckpt_dir):
     optimizer = torch.optim.AdamW(params, lr=tr["learning_rate"], weight_decay=0.0)
     n_params = sum(p.numel() for p in params)
     log("%d trainable LoRA parameters in %d tensors" % (n_params, len(params)))
+    if dist.on:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        ids = [device.index] if device.type == "cuda" else None
+        # Every rank starts from the same LoRA init (same seed); DDP also
+        # broadcasts rank 0's parameters here.
+        backend.train_module = DDP(backend.model, device_ids=ids)
+        log("%d ranks (%s): each takes every %d-th window of a batch of %d; gradients averaged"
+            % (dist.world, dist.backend, dist.world, bs))
 
     start, last_loss = 0, None
     if ckpt_dir:
@@ -986,17 +1227,32 @@ def run(job, out_dir, ckpt_dir):
         log("stop_at_step %d: pausing there (final eval, checkpoint, no adapter) on the schedule of %d steps" % (stop_at, total))
 
     saved = [start]  # the newest step with a checkpoint on disk
+    agreed = []  # several ranks: every rank saw a stop in the last all-reduce
+
+    def stopping():
+        """Stop now? One process: a signal arrived. Several ranks: the
+        last all-reduce said some rank got one, so all stop at one step."""
+        return bool(agreed) if dist.on else bool(_stop_signal)
 
     def checkpoint(step):
-        name = save_checkpoint(ckpt_dir, step, backend, optimizer,
-                               {"total_steps": total, "last_loss": last_loss, "seed": seed,
-                                "base_model": job["base_model"]})
+        if dist.rank == 0:
+            name = save_checkpoint(ckpt_dir, step, backend, optimizer,
+                                   {"total_steps": total, "last_loss": last_loss, "seed": seed,
+                                    "base_model": job["base_model"], "world_size": dist.world})
+            emit({"event": "checkpoint", "step": step, "path": name})
+        dist.barrier()  # the others go on only once it is on disk
         saved[0] = step
-        emit({"event": "checkpoint", "step": step, "path": name})
+
+    def evaluate_all():
+        """The eval loss, computed on rank 0 (the others wait)."""
+        model.eval()
+        loss = evaluate(backend.forward, eval_x, eval_y, device) if dist.rank == 0 else 0.0
+        dist.barrier()
+        return loss
 
     def stop_now(step):
         """A stop signal arrived: checkpoint the progress made, pick the exit code."""
-        sig = _stop_signal[0]
+        sig = _stop_signal[0] if _stop_signal else signal.SIGTERM  # a peer's signal
         if not ckpt_dir:
             log("received signal %d at step %d: no LATHE_CHECKPOINT_DIR, nothing saved" % (sig, step))
         elif step > saved[0]:
@@ -1010,10 +1266,9 @@ def run(job, out_dir, ckpt_dir):
         """Reached stop_at (or resumed at or past it): the eval at step, a
         checkpoint at step (unless it is on disk already), then done with
         paused_at and no adapter. Exit 0."""
-        backend.model.eval()
-        eval_loss = evaluate(backend.forward, eval_x, eval_y, device)
+        eval_loss = evaluate_all()
         emit({"event": "eval", "step": step, "eval_loss": round(eval_loss, 6)})
-        if _stop_signal:
+        if stopping():
             return stop_now(step)
         if saved[0] != step:
             checkpoint(step)
@@ -1025,7 +1280,7 @@ def run(job, out_dir, ckpt_dir):
         return EXIT_OK
 
     model = backend.model
-    if _stop_signal:
+    if stopping():
         return stop_now(start)
     if stop_at and start >= stop_at:
         return pause(start)
@@ -1037,19 +1292,42 @@ def run(job, out_dir, ckpt_dir):
         if order[0] != epoch:
             order = (epoch, epoch_order(n, seed, epoch))
         idx = order[1][pos * bs:(pos + 1) * bs]
-        x = train_x[idx].to(device)
-        y = train_y[idx].to(device)
         lr = lr_at(step, total, tr["learning_rate"])
         for g in optimizer.param_groups:
             g["lr"] = lr
         model.train()
-        logits = backend.forward(x).float()
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=IGNORE)
+        if not dist.on:
+            x = train_x[idx].to(device)
+            y = train_y[idx].to(device)
+            logits = backend.train_forward(x).float()
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=IGNORE)
+        else:
+            # Rank r takes windows r, r+W, r+2W, ... of the batch. Its loss
+            # is its summed token loss over the whole batch's token count,
+            # times W: DDP averages gradients over the W ranks, so the
+            # step is the one process's step on the whole batch.
+            tokens = int((train_y[idx] != IGNORE).sum().item())
+            mine = idx[dist.rank::dist.world]
+            x = train_x[mine].to(device)
+            y = train_y[mine].to(device)
+            logits = backend.train_forward(x).float()
+            tok_loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=IGNORE,
+                                       reduction="sum")
+            loss = tok_loss * (dist.world / max(tokens, 1))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
-        lv = float(loss.item())
+        if not dist.on:
+            lv = float(loss.item())
+        else:
+            # One all-reduce carries the batch's loss and whether any rank
+            # was asked to stop, so all ranks stop at the same step.
+            total_loss, stops = dist.sum([float(tok_loss.item()), 1.0 if _stop_signal else 0.0], device)
+            lv = total_loss / max(tokens, 1)
+            if stops:
+                agreed.append(True)
+        x = train_x[idx]  # samples_per_s counts the whole batch
         if not math.isfinite(lv):
             raise TrainerError("training loss is %s at step %d (try a lower learning_rate)" % (lv, step))
         loss_sum += lv
@@ -1068,33 +1346,41 @@ def run(job, out_dir, ckpt_dir):
                 "samples_per_s": round(samples / dt, 2),
             })
             loss_sum, loss_n, samples, t0 = 0.0, 0, 0, time.time()
-        if _stop_signal:
+        if stopping():
             return stop_now(step)
         if step == stop_at:
             return pause(step)
         if step % eval_every == 0 and step != total:
-            model.eval()
-            emit({"event": "eval", "step": step, "eval_loss": round(evaluate(backend.forward, eval_x, eval_y, device), 6)})
+            emit({"event": "eval", "step": step, "eval_loss": round(evaluate_all(), 6)})
         if ckpt_dir and step % ckpt_every == 0:
             checkpoint(step)
-        if _stop_signal:
+        if stopping():
             return stop_now(step)
 
     # Final, deterministic evaluation (what eval_adapter.py reproduces).
-    model.eval()
-    eval_loss = evaluate(backend.forward, eval_x, eval_y, device)
+    eval_loss = evaluate_all()
     emit({"event": "eval", "step": total, "eval_loss": round(eval_loss, 6)})
-    if _stop_signal:
+    if dist.on:
+        _, stops = dist.sum([0.0, 1.0 if _stop_signal else 0.0], device)
+        if stops:
+            agreed.append(True)
+    if stopping():
         return stop_now(total)
 
+    if dist.rank != 0:
+        dist.barrier()  # rank 0 writes the artifacts
+        return EXIT_OK
     os.makedirs(out_dir, exist_ok=True)
-    for name, fmt in backend.save_adapter(out_dir):
+    files = backend.save_adapter(out_dir)
+    files += write_gguf(formats, backend, out_dir)
+    for name, fmt in files:
         path = os.path.join(out_dir, name)
         emit({"event": "artifact", "path": name, "format": fmt, "bytes": os.path.getsize(path), "sha256": sha256_file(path)})
     metrics = {"eval_loss": round(eval_loss, 6)}
     if last_loss is not None:
         metrics["train_loss"] = round(last_loss, 6)
     emit({"event": "done", "metrics": metrics})
+    dist.barrier()
     return EXIT_OK
 
 
