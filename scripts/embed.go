@@ -3,7 +3,7 @@
 // run it with /usr/bin/python3 (see docs/trainer.md).
 package scripts
 
-import _ "embed"
+import "embed"
 
 // File names to write the embedded scripts under: eval_adapter.py imports
 // train_lora, so both must sit in the same directory under these names.
@@ -25,3 +25,14 @@ var TrainLoRA []byte
 //
 //go:embed eval_adapter.py
 var EvalAdapter []byte
+
+// Python is the lathe_trainer package (scripts/python/lathe_trainer): the
+// contract for any training script, the GGUF export the reference trainer
+// calls and the tiny Llama builder. The daemon writes it as
+// python/lathe_trainer/ next to TrainLoRA, which imports it from there.
+//
+//go:embed python/lathe_trainer/*.py
+var Python embed.FS
+
+// PythonDir is where Python's files go, relative to TrainLoRA's folder.
+const PythonDir = "python"

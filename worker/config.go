@@ -63,10 +63,23 @@ type Config struct {
 	// DataDir holds work folders, checkpoints and the default artifact
 	// folder. Required.
 	DataDir string
-	// Trainers maps a trainer name (a job's "trainer") to its command. The
-	// placeholder {scripts} is replaced by ScriptsDir. Default:
-	// reference → [/usr/bin/python3 {scripts}/train_lora.py].
+	// Trainers maps a trainer name (a job's "trainer") to its command.
+	// Placeholders: {scripts} is ScriptsDir; {python} is the interpreter
+	// for the job's base model (DemoPython for tiny-char, HFPython for
+	// any other); {hf_python} is HFPython. Default: reference →
+	// [{python} {scripts}/train_lora.py].
 	Trainers map[string][]string
+	// Launchers says, per trainer name, how a job of N > 1 reserved GPUs
+	// runs it (config trainers.NAME.launcher). Default: torchrun for
+	// reference, none (one process that sees all N GPUs) for the others.
+	Launchers map[string]Launcher
+	// DemoPython is {python} for base_model tiny-char: an interpreter with
+	// torch (Debian's python3-torch). Default /usr/bin/python3.
+	DemoPython string
+	// HFPython is {python} for every other base model and {hf_python}: the
+	// interpreter of the Hugging Face virtualenv (transformers, peft)
+	// that scripts/setup.sh --hf builds. Default DefaultHFPython.
+	HFPython string
 	// TrainerPassEnv names, per trainer, the variables of the worker's own
 	// environment that trainer gets (config trainers.NAME.pass_env), e.g.
 	// AWS credentials for a trainer that reads s3:// itself. Every other
@@ -256,8 +269,40 @@ func (c *Config) defaultPlaces() {
 		c.Trainers = map[string][]string{}
 	}
 	if _, ok := c.Trainers["reference"]; !ok {
-		c.Trainers["reference"] = []string{"/usr/bin/python3", "{scripts}/train_lora.py"}
+		c.Trainers["reference"] = []string{"{python}", "{scripts}/train_lora.py"}
 	}
+	if _, ok := c.Launchers["reference"]; !ok {
+		if c.Launchers == nil {
+			c.Launchers = map[string]Launcher{}
+		}
+		c.Launchers["reference"] = Launcher{Torchrun: true}
+	}
+	if c.DemoPython == "" {
+		c.DemoPython = "/usr/bin/python3"
+	}
+	if c.HFPython == "" {
+		c.HFPython = DefaultHFPython
+	}
+}
+
+// DefaultHFPython is Config.HFPython's default: the interpreter of the
+// virtualenv scripts/setup.sh --hf builds (LATHE_HF_VENV, default
+// /opt/lathe/hf-venv).
+const DefaultHFPython = "/opt/lathe/hf-venv/bin/python"
+
+// Launcher says how a trainer runs a job of several GPUs. The zero value
+// runs one process, which sees every reserved GPU in CUDA_VISIBLE_DEVICES
+// (a trainer that launches its own ranks: accelerate, deepspeed).
+type Launcher struct {
+	// Torchrun runs the command under torchrun: its first word must be a
+	// Python interpreter with torch, and the command becomes
+	// `PY -m torch.distributed.run --standalone --nnodes=1
+	// --nproc-per-node=N REST...`, one rank a GPU. The ranks are in the
+	// attempt's cgroup; torchrun ends them all when one fails.
+	Torchrun bool
+	// Argv, when not empty, replaces the trainer's command for N > 1 GPUs,
+	// with the command's placeholders and {gpus} (N).
+	Argv []string
 }
 
 // checkTrainers resolves worker.run_as and checks worker.cgroup_root and

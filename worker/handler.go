@@ -174,7 +174,7 @@ func (a *localAttempt) prepare() endFunc {
 			w.cfg.Node, w.cfg.Site, strings.Join(w.cfg.SiteTags, ","), strings.Join(missing, ",")))
 	}
 	var err error
-	if a.argv, err = w.trainerArgv(job.Spec.Trainer); err != nil {
+	if a.argv, err = w.trainerArgv(job); err != nil {
 		return a.fail(jobtype.ReasonPermanent, err.Error())
 	}
 	inputs, err := w.checkPaths(job)
@@ -507,15 +507,46 @@ func trainerName(name string) string {
 	return name
 }
 
-func (w *Worker) trainerArgv(name string) ([]string, error) {
-	name = trainerName(name)
+// trainerArgv is the command line of the job's trainer on this node: its
+// command with the placeholders filled in, under its launcher when the
+// attempt holds several GPUs.
+func (w *Worker) trainerArgv(job *jobtype.Job) ([]string, error) {
+	name := trainerName(job.Spec.Trainer)
 	tmpl, ok := w.cfg.Trainers[name]
 	if !ok || len(tmpl) == 0 {
 		return nil, fmt.Errorf("trainer %q is not configured on node %s", name, w.cfg.Node)
 	}
+	return launchArgv(tmpl, w.cfg.Launchers[name], len(job.GPUs), placeholders(w.cfg, job.Spec.BaseModel))
+}
+
+// tinyChar is the built-in demo model, which runs under Config.DemoPython.
+const tinyChar = "tiny-char"
+
+// placeholders is the replacer of a trainer command's placeholders.
+func placeholders(cfg Config, baseModel string) *strings.Replacer {
+	python := cfg.HFPython
+	if baseModel == tinyChar {
+		python = cfg.DemoPython
+	}
+	return strings.NewReplacer("{scripts}", cfg.ScriptsDir, "{python}", python, "{hf_python}", cfg.HFPython)
+}
+
+// launchArgv fills in tmpl (and, for gpus > 1, the launcher's command)
+// with r, and puts it under torchrun when the launcher says so.
+func launchArgv(tmpl []string, l Launcher, gpus int, r *strings.Replacer) ([]string, error) {
+	if gpus > 1 && len(l.Argv) > 0 {
+		tmpl = l.Argv
+	}
+	n := strconv.Itoa(gpus)
 	argv := make([]string, len(tmpl))
 	for i, a := range tmpl {
-		argv[i] = strings.ReplaceAll(a, "{scripts}", w.cfg.ScriptsDir)
+		argv[i] = strings.ReplaceAll(r.Replace(a), "{gpus}", n)
+	}
+	if gpus > 1 && l.Torchrun && len(l.Argv) == 0 {
+		if len(argv) < 2 {
+			return nil, fmt.Errorf("launcher torchrun needs a command of an interpreter and a script, got %q", argv)
+		}
+		argv = append([]string{argv[0], "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc-per-node=" + n}, argv[1:]...)
 	}
 	return argv, nil
 }
@@ -530,6 +561,21 @@ func (w *Worker) trainerArgv(name string) ([]string, error) {
 func (w *Worker) checkPaths(job *jobtype.Job) (openedInputs, error) {
 	if w.cfg.AllowedRoots == nil {
 		return nil, nil
+	}
+	// A local base model folder is data too: under the roots, never
+	// lathed's own files. It is checked, not copied (models are large);
+	// the trainer opens it by name.
+	if bm := job.Spec.BaseModel; strings.HasPrefix(bm, "file:") || filepath.IsAbs(bm) {
+		p := bm
+		if strings.HasPrefix(bm, "file:") {
+			var err error
+			if p, err = fileuri.Path(bm); err != nil {
+				return nil, fmt.Errorf("base_model: %w", err)
+			}
+		}
+		if err := w.cfg.AllowedRoots.CheckResolvedDeny(p, w.dataDeny()); err != nil {
+			return nil, fmt.Errorf("base_model: %w%s", err, rootsHint(err))
+		}
 	}
 	var in openedInputs
 	for _, f := range []struct{ name, uri string }{{"dataset", job.Spec.Dataset}, {"eval_dataset", job.Spec.EvalDataset}, {"output", job.OutputURI}} {

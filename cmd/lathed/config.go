@@ -19,6 +19,7 @@ import (
 	"github.com/lathe-ml/lathe/scheduler"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 	"github.com/lathe-ml/lathe/scheduler/schedule"
+	"github.com/lathe-ml/lathe/worker"
 )
 
 // fileConfig is the daemon's config file (configs/lathe.yaml documents
@@ -88,12 +89,36 @@ func daemonDeny(fc *fileConfig) pathpolicy.Deny {
 }
 
 // trainerEntry is one trainer of trainers: either its command, a list
-// (`reference: [/usr/bin/python3, "{scripts}/train_lora.py"]`), or a mapping
-// with the command and the variables of lathed's environment it gets
-// (`{command: [...], pass_env: [AWS_ACCESS_KEY_ID, ...]}`).
+// (`reference: ["{python}", "{scripts}/train_lora.py"]`), or a mapping
+// with the command, the variables of lathed's environment it gets
+// (`pass_env: [AWS_ACCESS_KEY_ID, ...]`) and how a job of several GPUs
+// runs it (`launcher: torchrun | none | [argv...]`).
 type trainerEntry struct {
-	Command []string
-	PassEnv []string
+	Command  []string
+	PassEnv  []string
+	Launcher *worker.Launcher // nil: the worker's default
+}
+
+// decodeLauncher reads a trainer's launcher: torchrun, none, or a command
+// list for jobs of several GPUs ({gpus} is their count).
+func decodeLauncher(v *yaml.Node) (*worker.Launcher, error) {
+	if v.Kind == yaml.SequenceNode {
+		var argv []string
+		if err := v.Decode(&argv); err != nil {
+			return nil, err
+		}
+		if len(argv) == 0 || argv[0] == "" {
+			return nil, fmt.Errorf("line %d: launcher: an empty command", v.Line)
+		}
+		return &worker.Launcher{Argv: argv}, nil
+	}
+	switch v.Value {
+	case "torchrun":
+		return &worker.Launcher{Torchrun: true}, nil
+	case "none":
+		return &worker.Launcher{}, nil
+	}
+	return nil, fmt.Errorf("line %d: launcher %q: want torchrun, none or a command list", v.Line, v.Value)
 }
 
 func (t *trainerEntry) UnmarshalYAML(n *yaml.Node) error {
@@ -101,7 +126,7 @@ func (t *trainerEntry) UnmarshalYAML(n *yaml.Node) error {
 		return n.Decode(&t.Command)
 	}
 	if n.Kind != yaml.MappingNode {
-		return fmt.Errorf("line %d: a trainer is a command list or {command: [...], pass_env: [...]}", n.Line)
+		return fmt.Errorf("line %d: a trainer is a command list or {command: [...], pass_env: [...], launcher: ...}", n.Line)
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		switch k, v := n.Content[i], n.Content[i+1]; k.Value {
@@ -113,8 +138,14 @@ func (t *trainerEntry) UnmarshalYAML(n *yaml.Node) error {
 			if err := v.Decode(&t.PassEnv); err != nil {
 				return err
 			}
+		case "launcher":
+			l, err := decodeLauncher(v)
+			if err != nil {
+				return err
+			}
+			t.Launcher = l
 		default:
-			return fmt.Errorf("line %d: field %s not found in a trainer (want command, pass_env)", k.Line, k.Value)
+			return fmt.Errorf("line %d: field %s not found in a trainer (want command, pass_env, launcher)", k.Line, k.Value)
 		}
 	}
 	return nil
@@ -189,6 +220,11 @@ type workerSection struct {
 	RunAs string `yaml:"run_as"`
 	// CgroupRoot: auto, none or a cgroup v2 directory (worker.Config.CgroupRoot); "" = auto.
 	CgroupRoot string `yaml:"cgroup_root"`
+	// HFPython: the Hugging Face virtualenv's interpreter, {python} for a
+	// base_model other than tiny-char; "" = worker.DefaultHFPython.
+	HFPython string `yaml:"hf_python"`
+	// DemoPython: {python} for tiny-char; "" = /usr/bin/python3.
+	DemoPython string `yaml:"demo_python"`
 }
 
 type jobsSection struct {

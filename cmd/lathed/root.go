@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -320,6 +321,7 @@ func (d *wiring) startLocalWorker(ctx context.Context) error {
 		Node: node, Slots: firstPositive(o.slots, fc.Worker.Slots), GPUs: gpus,
 		CheckpointRoot: fc.Worker.CheckpointRoot, MonitorInterval: fc.Worker.MonitorInterval.D(), HangTimeout: fc.Worker.HangTimeout.D(),
 		DataDir: d.dataDir, ScriptsDir: scriptsDir, Trainers: trainerCommands(fc.Trainers), TrainerPassEnv: trainerPassEnv(fc.Trainers),
+		Launchers: trainerLaunchers(fc.Trainers), HFPython: fc.Worker.HFPython, DemoPython: fc.Worker.DemoPython,
 		MaxAttempts: fc.Worker.MaxAttempts, KillGrace: fc.Worker.KillGrace.D(), HeartbeatTTL: fc.Worker.HeartbeatTTL.D(),
 		TaskCheckInterval: fc.Worker.TaskCheckInterval.D(), LeaseTTL: fc.Worker.LeaseTTL.D(), AllowedRoots: d.roots, Deny: daemonDeny(fc), RunAs: fc.Worker.RunAs,
 		CgroupRoot: fc.Worker.CgroupRoot, Logger: d.log,
@@ -416,12 +418,28 @@ func writeScripts(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("scripts dir: %w", err)
 	}
-	for name, body := range map[string][]byte{"train_lora.py": scripts.TrainLoRA, "eval_adapter.py": scripts.EvalAdapter} {
-		tmp := filepath.Join(dir, "."+name+".tmp")
+	files := map[string][]byte{"train_lora.py": scripts.TrainLoRA, "eval_adapter.py": scripts.EvalAdapter}
+	err := fs.WalkDir(scripts.Python, ".", func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		b, err := scripts.Python.ReadFile(p)
+		files[filepath.FromSlash(p)] = b
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("scripts: %w", err)
+	}
+	for name, body := range files {
+		dst := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return fmt.Errorf("write %s: %w", name, err)
+		}
+		tmp := filepath.Join(filepath.Dir(dst), "."+filepath.Base(name)+".tmp")
 		if err := os.WriteFile(tmp, body, 0o644); err != nil {
 			return fmt.Errorf("write %s: %w", name, err)
 		}
-		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		if err := os.Rename(tmp, dst); err != nil {
 			return fmt.Errorf("write %s: %w", name, err)
 		}
 	}
@@ -433,6 +451,17 @@ func trainerCommands(m map[string]trainerEntry) map[string][]string {
 	out := make(map[string][]string, len(m))
 	for k, v := range m {
 		out[k] = append([]string(nil), v.Command...)
+	}
+	return out
+}
+
+// trainerLaunchers is each trainer's launcher, for those that name one.
+func trainerLaunchers(m map[string]trainerEntry) map[string]worker.Launcher {
+	out := map[string]worker.Launcher{}
+	for k, v := range m {
+		if v.Launcher != nil {
+			out[k] = *v.Launcher
+		}
 	}
 	return out
 }
