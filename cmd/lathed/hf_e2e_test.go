@@ -341,7 +341,7 @@ func TestHFKillWorkerResumesExactly(t *testing.T) {
 // fake) runs the reference trainer as two ranks under torchrun (gloo on
 // the CPU), both in the attempt's cgroup; the 2-rank run's loss, step by
 // step, matches a 1-process run of the same batch (4 windows, 2 a rank)
-// within 1e-4; killing one rank fails the attempt as retryable, and the
+// within 1e-3; killing one rank fails the attempt as retryable, and the
 // retry resumes from the last checkpoint.
 func TestUpTwoRanks(t *testing.T) {
 	model := tinyLlama(t)
@@ -375,8 +375,12 @@ func TestUpTwoRanks(t *testing.T) {
 		}
 		worst = math.Max(worst, math.Abs(la-lb))
 	}
-	if worst > 1e-4 {
-		t.Fatalf("losses differ by up to %g (tolerance 1e-4): 1 process %v, 2 ranks %v", worst, a, b)
+	// The same arithmetic in another order: gloo sums the two ranks'
+	// gradients, one process sums the batch's. The first steps agree to
+	// 1e-6; AdamW at this learning rate amplifies the rounding of tiny
+	// gradient components, to about 4e-4 of a loss near 5.8 by step 20.
+	if worst > 1e-3 {
+		t.Fatalf("losses differ by up to %g (tolerance 1e-3): 1 process %v, 2 ranks %v", worst, a, b)
 	}
 	t.Logf("2 ranks vs 1 process: losses differ by at most %g over %d progress lines", worst, len(a))
 
@@ -392,7 +396,7 @@ func TestUpTwoRanks(t *testing.T) {
 	if cg0 == "" || cg0 != cg1 || cg0 == procCgroup(os.Getpid()) {
 		t.Fatalf("ranks' cgroups %q and %q (this test's %q): not one cgroup of the attempt", cg0, cg1, procCgroup(os.Getpid()))
 	}
-	procs, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", cg0, "cgroup.procs"))
+	procs, err := os.ReadFile(filepath.Join(cgroup2Mount(t), cg0, "cgroup.procs"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,22 +413,22 @@ func TestUpTwoRanks(t *testing.T) {
 	if j.State != jobtype.StateSucceeded || j.Attempt < 2 {
 		t.Fatalf("after killing rank 1: %s after %d attempts (%s)", j.State, j.Attempt, j.Error)
 	}
-	ended := ""
+	var ended *jobtype.StateChange
 	for _, e := range events(t, base, id) {
-		if e.Type == "state" && e.Attempt == 1 {
-			var sc struct {
-				To     string `json:"to"`
-				Reason string `json:"reason"`
-			}
-			json.Unmarshal(e.Data, &sc)
-			ended = sc.To + "/" + sc.Reason
+		var sc jobtype.StateChange
+		json.Unmarshal(e.Data, &sc)
+		if e.Type == "state" && sc.From == jobtype.StateRunning && ended == nil {
+			ended = &sc
 		}
+	}
+	if ended == nil || ended.To != jobtype.StateQueued {
+		t.Fatalf("attempt 1 did not end in a retry: %+v", ended)
 	}
 	first := firstStep(progressSteps(t, base, id, 2))
 	if first <= 1 {
-		t.Fatalf("the retry started at step %d, not from a checkpoint (attempt 1 ended %s)", first, ended)
+		t.Fatalf("the retry started at step %d, not from a checkpoint (attempt 1 ended %+v)", first, *ended)
 	}
-	t.Logf("attempt 1 ended %s; attempt 2 resumed at step %d", ended, first)
+	t.Logf("attempt 1 ended %s (%s: %s); attempt 2 resumed at step %d", ended.To, ended.Reason, ended.Error, first)
 }
 
 // rankPIDs finds the processes of job id that torchrun started: their
@@ -456,6 +460,22 @@ func rankPIDs(id string) map[string]int {
 		}
 	}
 	return out
+}
+
+// cgroup2Mount is where the cgroup v2 hierarchy is mounted
+// (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host).
+func cgroup2Mount(t *testing.T) string {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 2 && f[2] == "cgroup2" {
+			return f[1]
+		}
+	}
+	t.Fatal("no cgroup2 mount in /proc/self/mounts")
+	return ""
 }
 
 // procCgroup is pid's cgroup v2 path ("" when unknown).
