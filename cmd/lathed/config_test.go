@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/worker"
 )
 
 // The shipped example config must load, and say what the defaults are.
@@ -30,8 +31,11 @@ func TestExampleConfigLoads(t *testing.T) {
 	if sc := c.Scheduler; sc.HTTPMaxConns != 4096 || sc.HTTPMaxConnsPerIP != 256 {
 		t.Fatalf("example config's API connection caps: %+v", sc)
 	}
-	if argv := c.Trainers["reference"].Command; len(argv) != 2 || argv[0] != "/usr/bin/python3" {
-		t.Fatalf("reference trainer %v", argv)
+	if tr := c.Trainers["reference"]; len(tr.Command) != 2 || tr.Command[0] != "{python}" || tr.Launcher == nil || !tr.Launcher.Torchrun {
+		t.Fatalf("reference trainer %+v", tr)
+	}
+	if c.Worker.HFPython != worker.DefaultHFPython || c.Worker.DemoPython != "/usr/bin/python3" {
+		t.Fatalf("example config's interpreters: hf_python %q, demo_python %q", c.Worker.HFPython, c.Worker.DemoPython)
 	}
 	if w := c.Worker; w.GPUs != "auto" || w.CheckpointRoot != "" || w.MonitorInterval.D() != 5*time.Second || w.HangTimeout.D() != 15*time.Minute {
 		t.Fatalf("example config's GPU keys: %+v", w)
@@ -262,5 +266,39 @@ func TestConfigCgroupRootReachesTheWorker(t *testing.T) {
 	err := cmd.ExecuteContext(ctx)
 	if want := `worker.cgroup_root = "lathe/trainers"`; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("error %v, want one containing %s", err, want)
+	}
+}
+
+// TestTrainerLauncherConfig: a trainer's launcher is torchrun, none or a
+// command list; anything else is an error naming its line and value.
+func TestTrainerLauncherConfig(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want *worker.Launcher
+		err  string
+	}{
+		{"trainers:\n  a: {command: [py, s.py], launcher: torchrun}\n", &worker.Launcher{Torchrun: true}, ""},
+		{"trainers:\n  a: {command: [py, s.py], launcher: none}\n", &worker.Launcher{}, ""},
+		{"trainers:\n  a: {command: [py, s.py], launcher: [acc, launch, \"{gpus}\"]}\n", &worker.Launcher{Argv: []string{"acc", "launch", "{gpus}"}}, ""},
+		{"trainers:\n  a: {command: [py, s.py]}\n", nil, ""},
+		{"trainers:\n  a: {command: [py, s.py], launcher: mpirun}\n", nil, `line 2: launcher "mpirun": want torchrun, none or a command list`},
+		{"trainers:\n  a: {command: [py, s.py], launcher: []}\n", nil, "launcher: an empty command"},
+	} {
+		p := filepath.Join(t.TempDir(), "lathe.yaml")
+		os.WriteFile(p, []byte(tc.yaml), 0o644)
+		c, err := loadConfig(p)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: error %v, want %q", tc.yaml, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tc.yaml, err)
+		}
+		got := c.Trainers["a"].Launcher
+		if (got == nil) != (tc.want == nil) || (got != nil && (got.Torchrun != tc.want.Torchrun || strings.Join(got.Argv, " ") != strings.Join(tc.want.Argv, " "))) {
+			t.Errorf("%q: launcher %+v, want %+v", tc.yaml, got, tc.want)
+		}
 	}
 }
