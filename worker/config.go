@@ -297,7 +297,7 @@ type Launcher struct {
 	// Torchrun runs the command under torchrun: its first word must be a
 	// Python interpreter with torch, and the command becomes
 	// `PY -m torch.distributed.run --standalone --nnodes=1
-	// --nproc-per-node=N REST...`, one rank a GPU. The ranks are in the
+	// --nproc_per_node=N REST...`, one rank a GPU. The ranks are in the
 	// attempt's cgroup; torchrun ends them all when one fails.
 	Torchrun bool
 	// Argv, when not empty, replaces the trainer's command for N > 1 GPUs,

@@ -516,7 +516,14 @@ func (w *Worker) trainerArgv(job *jobtype.Job) ([]string, error) {
 	if !ok || len(tmpl) == 0 {
 		return nil, fmt.Errorf("trainer %q is not configured on node %s", name, w.cfg.Node)
 	}
-	return launchArgv(tmpl, w.cfg.Launchers[name], len(job.GPUs), placeholders(w.cfg, job.Spec.BaseModel))
+	l := w.cfg.Launchers[name]
+	if job.Spec.BaseModel == tinyChar {
+		// The CPU demo runs one process under Debian's torch 1.13, whose
+		// torchrun cannot start on Python 3.11 (it loses Std.NONE, the
+		// zero member of an IntFlag that 3.11 no longer iterates).
+		l.Torchrun = false
+	}
+	return launchArgv(tmpl, l, len(job.GPUs), placeholders(w.cfg, job.Spec.BaseModel))
 }
 
 // tinyChar is the built-in demo model, which runs under Config.DemoPython.
@@ -546,7 +553,7 @@ func launchArgv(tmpl []string, l Launcher, gpus int, r *strings.Replacer) ([]str
 		if len(argv) < 2 {
 			return nil, fmt.Errorf("launcher torchrun needs a command of an interpreter and a script, got %q", argv)
 		}
-		argv = append([]string{argv[0], "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc-per-node=" + n}, argv[1:]...)
+		argv = append([]string{argv[0], "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=" + n}, argv[1:]...)
 	}
 	return argv, nil
 }

@@ -35,19 +35,6 @@ priority: %s
 	return p
 }
 
-// oneProcessConfig is a daemon config whose reference trainer runs one
-// process whatever a job's GPU count (launcher: none): the placement tests
-// run 4- and 8-GPU jobs on two CPU cores, where 8 ranks under torchrun
-// would only make them slow. TestUpTwoRanks tests torchrun.
-func oneProcessConfig(t *testing.T) string {
-	p := filepath.Join(t.TempDir(), "lathe.yaml")
-	body := "trainers:\n  reference: {command: [\"{python}\", \"{scripts}/train_lora.py\"], launcher: none}\n"
-	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func submitID(t *testing.T, lathe, base, spec string) string {
 	t.Helper()
 	out, errOut, code := cli(t, lathe, base, "submit", spec, "-o", "json")
@@ -68,7 +55,7 @@ func TestUpSimulatedGPUs(t *testing.T) {
 	port := redistest.FreePort(t)
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	d := startDaemon(t, lathed, "up", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", t.TempDir(),
-		"--gpus", "simulated:dgxh100", "--node", "sim1", "--config", oneProcessConfig(t))
+		"--gpus", "simulated:dgxh100", "--node", "sim1")
 	waitHTTP(t, base, d)
 
 	out, errOut, code := cli(t, lathe, base, "gpus", "-o", "json")
