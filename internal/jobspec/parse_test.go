@@ -112,6 +112,17 @@ func TestParseJSON(t *testing.T) {
 	}
 }
 
+// TestParseGGUF: the GGUF formats pass for a base model other than
+// tiny-char (the trainer checks, before training, that llama.cpp can
+// represent it).
+func TestParseGGUF(t *testing.T) {
+	s := mustParse(t, strings.Replace(minimal, "base_model: tiny-char", "base_model: meta-llama/Llama-3.2-1B", 1)+
+		"output: {formats: [gguf, safetensors, gguf-merged]}\n")
+	if want := []string{FormatGGUF, FormatSafetensors, FormatGGUFMerged}; !reflect.DeepEqual(s.Output.Formats, want) {
+		t.Errorf("output.formats = %q, want %q", s.Output.Formats, want)
+	}
+}
+
 func TestParseDefaults(t *testing.T) {
 	got := mustParse(t, minimal)
 	want := &Spec{
@@ -205,7 +216,10 @@ func TestParseErrors(t *testing.T) {
 		{"bad rank leaves alpha alone", "lora: {rank: 2000}", []FieldError{{"lora.rank", "2000", "must be between 1 and 1024"}}},
 		{"stop_at_step is Lathe's", "training: {max_steps: 100, stop_at_step: 5e1}", []FieldError{{"training.stop_at_step", "5e1",
 			"is set by Lathe for a sweep's ASHA rungs and must not be given in a job spec"}}},
-		{"unknown format", "output: {formats: [safetensors, gguf]}", []FieldError{{"output.formats[1]", "gguf", `unknown format "gguf" (known: safetensors)`}}},
+		{"unknown format", "output: {formats: [safetensors, onnx]}", []FieldError{{"output.formats[1]", "onnx", `unknown format "onnx" (known: safetensors, gguf, gguf-merged)`}}},
+		{"gguf of tiny-char", "output: {formats: [safetensors, gguf-merged, gguf]}", []FieldError{
+			{"output.formats[1]", "gguf-merged", "gguf-merged needs a llama-family base model; tiny-char is Lathe's built-in demo model, which llama.cpp cannot represent"},
+			{"output.formats[2]", "gguf", "gguf needs a llama-family base model; tiny-char is Lathe's built-in demo model, which llama.cpp cannot represent"}}},
 		{"name missing", "!base_model: m\ndataset: file:///d", []FieldError{{"name", "", "is required"}}},
 		{"everything missing", "!{}", []FieldError{
 			{"name", "", "is required"}, {"base_model", "", "is required"}, {"dataset", "", "is required"}}},

@@ -8,7 +8,8 @@ package jobspec
 type Spec struct {
 	// Name is [a-z0-9-], 1–63 characters. Required.
 	Name string `json:"name"`
-	// BaseModel is "tiny-char" (the built-in demo model) or a Hugging Face id. Required.
+	// BaseModel is "tiny-char" (BaseModelTinyChar, the built-in demo model)
+	// or a Hugging Face id. Required.
 	BaseModel string `json:"base_model"`
 	// Dataset is a file:// (absolute) or s3:// URI of a JSONL file. Required.
 	Dataset string `json:"dataset"`
@@ -91,8 +92,10 @@ type Resources struct {
 type Output struct {
 	// URI is file:///absolute/folder or s3://bucket/prefix.
 	URI string `json:"uri,omitempty"`
-	// Formats lists the artifact formats to write; only "safetensors"
-	// (FormatSafetensors) for now, and the default.
+	// Formats lists the artifact formats to write: "safetensors"
+	// (FormatSafetensors, the default), "gguf" (FormatGGUF) and
+	// "gguf-merged" (FormatGGUFMerged); the GGUF ones need a base model
+	// llama.cpp can represent, so not BaseModelTinyChar.
 	Formats []string `json:"formats,omitempty"`
 }
 

@@ -5,19 +5,36 @@ import (
 	"math"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 )
 
-// FormatSafetensors is the one artifact format Lathe knows today: a PEFT-style
-// adapter_model.safetensors next to adapter_config.json.
-const FormatSafetensors = "safetensors"
+// The output.formats values, each an artifact the trainer writes into the
+// job's output folder and reports with that format.
+const (
+	// FormatSafetensors is the PEFT adapter: adapter_model.safetensors next
+	// to adapter_config.json. The default; the reference trainer writes it
+	// whatever else is asked for.
+	FormatSafetensors = "safetensors"
+	// FormatGGUF is adapter_model.gguf, a GGUF LoRA adapter for llama.cpp
+	// (--lora) and Ollama (ADAPTER), applied to the base model's GGUF.
+	FormatGGUF = "gguf"
+	// FormatGGUFMerged is merged_model.gguf, a full-model GGUF: the base
+	// model with the adapter merged in.
+	FormatGGUFMerged = "gguf-merged"
+)
 
 // knownFormats lists the accepted output.formats values, in the order error
 // messages name them.
-var knownFormats = []string{FormatSafetensors}
+var knownFormats = []string{FormatSafetensors, FormatGGUF, FormatGGUFMerged}
+
+// BaseModelTinyChar is Lathe's built-in demo model, a character-level model
+// the reference trainer builds itself; llama.cpp cannot represent it, so no
+// GGUF format may be asked of it.
+const BaseModelTinyChar = "tiny-char"
 
 // Limits enforced by Validate.
 const (
@@ -116,7 +133,7 @@ func (s *Spec) Validate() []FieldError {
 	c.training(&s.Training)
 	c.resources(&s.Resources)
 	c.scheduling(s)
-	c.output(&s.Output)
+	c.output(s)
 	return c.errs
 }
 
@@ -279,8 +296,11 @@ func (c *checker) scheduling(s *Spec) {
 	}
 }
 
-// output checks the output section.
-func (c *checker) output(o *Output) {
+// output checks the output section, and that a GGUF format is asked only of
+// a base model llama.cpp can represent: tiny-char is refused here; a Hugging
+// Face id or a model folder is checked by the trainer before it trains.
+func (c *checker) output(s *Spec) {
+	o := &s.Output
 	if o.URI != "" {
 		if msg := uriProblem(o.URI, false); msg != "" {
 			c.add("output.uri", o.URI, msg)
@@ -290,12 +310,14 @@ func (c *checker) output(o *Output) {
 		c.add("output.formats", "", "must list at least one format")
 	}
 	c.list("output.formats", o.Formats, true, func(f string) string {
-		for _, k := range knownFormats {
-			if f == k {
-				return ""
-			}
+		if !slices.Contains(knownFormats, f) {
+			return fmt.Sprintf("unknown format %q (known: %s)", f, strings.Join(knownFormats, ", "))
 		}
-		return fmt.Sprintf("unknown format %q (known: %s)", f, strings.Join(knownFormats, ", "))
+		if (f == FormatGGUF || f == FormatGGUFMerged) && s.BaseModel == BaseModelTinyChar {
+			return fmt.Sprintf("%s needs a llama-family base model; %s is Lathe's built-in demo model, which llama.cpp cannot represent",
+				f, BaseModelTinyChar)
+		}
+		return ""
 	})
 }
 

@@ -198,7 +198,23 @@ func TestValidateRules(t *testing.T) {
 		{"output uri relative", func(s *Spec) { s.Output.URI = "models" }, "output.uri", "models", "file:///absolute/path or s3://"},
 		{"output uri dotdot", func(s *Spec) { s.Output.URI = "file:///models/../etc" }, "output.uri", "file:///models/../etc", "'..'"},
 		{"output formats empty", func(s *Spec) { s.Output.Formats = nil }, "output.formats", "", "at least one"},
-		{"output formats unknown", func(s *Spec) { s.Output.Formats = []string{"safetensors", "gguf"} }, "output.formats[1]", "gguf", `unknown format "gguf"`},
+		{"output formats unknown", func(s *Spec) { s.Output.Formats = []string{"safetensors", "onnx"} }, "output.formats[1]", "onnx", `unknown format "onnx"`},
+		{"output formats gguf", func(s *Spec) {
+			s.BaseModel = "meta-llama/Llama-3.2-1B"
+			s.Output.Formats = []string{"safetensors", "gguf", "gguf-merged"}
+		}, "", "", ""},
+		{"output formats gguf only", func(s *Spec) {
+			s.BaseModel = "/models/llama"
+			s.Output.Formats = []string{"gguf"}
+		}, "", "", ""},
+		{"output formats gguf of tiny-char", func(s *Spec) { s.Output.Formats = []string{"safetensors", "gguf"} }, "output.formats[1]", "gguf",
+			"gguf needs a llama-family base model; tiny-char is Lathe's built-in demo model, which llama.cpp cannot represent"},
+		{"output formats gguf-merged of tiny-char", func(s *Spec) { s.Output.Formats = []string{"gguf-merged"} }, "output.formats[0]", "gguf-merged",
+			"gguf-merged needs a llama-family base model; tiny-char is"},
+		{"output formats gguf repeat", func(s *Spec) {
+			s.BaseModel = "meta-llama/Llama-3.2-1B"
+			s.Output.Formats = []string{"gguf", "gguf"}
+		}, "output.formats[1]", "gguf", "repeats"},
 		{"output formats repeat", func(s *Spec) { s.Output.Formats = []string{"safetensors", "safetensors"} }, "output.formats[1]", "safetensors", "repeats"},
 	}
 	for _, tc := range cases {
