@@ -19,7 +19,9 @@
 # wheel brings CUDA, about 5.8 GB installed, 1.5 min on a fast link). A stamp
 # file in it holds the sha256 of the requirement files it was built from; a
 # change rebuilds it. lathed runs the reference trainer there for every
-# base_model but tiny-char (worker config python.hf).
+# base_model but tiny-char (worker config python.hf). The lathe_trainer
+# package (scripts/python: the contract for a team's own script) is installed
+# into it too.
 #
 # Needs root (or sudo) only when something is missing. Go 1.26 must already
 # be on PATH (it is not a Debian package at that version).
@@ -104,5 +106,14 @@ if [ "$want_hf" = 1 ]; then
     echo "$stamp" > "$venv/.lathe-requirements"
     cat "${reqs[0]}" | sha256sum | cut -d' ' -f1 > "$venv/.lathe-requirements-hf"
     echo "setup: $venv ready in $(( $(date +%s) - start )) s, $(du -sh "$venv" | cut -f1)"
+  fi
+  # The lathe_trainer package (scripts/python) installed into the virtualenv,
+  # so a team's own script run by {hf_python} imports it; reinstalled when
+  # its files change (a copy, not an editable link to this checkout).
+  pkg=$(cd "$here/python" && cat pyproject.toml lathe_trainer/*.py | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$venv/.lathe-trainer-pkg" 2>/dev/null || true)" != "$pkg" ]; then
+    "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "$here/python" >/dev/null
+    echo "$pkg" > "$venv/.lathe-trainer-pkg"
+    echo "setup: lathe_trainer installed into $venv"
   fi
 fi

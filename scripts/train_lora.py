@@ -1118,10 +1118,11 @@ def check_gguf(formats, backend):
     if not formats:
         return
     export_gguf = _gguf_module()
-    try:
-        export_gguf.check_supported(backend.model_dir)
-    except ValueError as e:
-        raise TrainerError("output.formats %s: %s" % (formats[0], e))
+    for fmt in formats:
+        try:
+            export_gguf.check_supported(backend.model_dir, need_tokenizer=(fmt == "gguf-merged"))
+        except ValueError as e:
+            raise TrainerError("output.formats %s: %s" % (fmt, e))
 
 
 def write_gguf(formats, backend, out_dir):
