@@ -260,15 +260,20 @@ func (a *app) sweepCancelCmd() *cobra.Command {
 func (a *app) sweepPullCmd() *cobra.Command {
 	var (
 		best bool
-		to   string
+		o    pullOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "pull ID --best",
 		Short: "Download the adapter of the sweep's best succeeded trial (sha256 checked)",
-		Args:  exactArgs("ID"),
+		Long: `Download the artifacts of the sweep's best succeeded trial, as lathe pull
+does for a job: --format, --ollama-from and the Modelfile are lathe pull's.`,
+		Args: exactArgs("ID"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			if !best {
 				return usageErrorf("say which trial: --best (or pull a trial by its id with lathe pull)")
+			}
+			if err := o.check(cmd); err != nil {
+				return err
 			}
 			st, err := a.client().Sweep(cmd.Context(), args[0])
 			if err != nil {
@@ -278,11 +283,11 @@ func (a *app) sweepPullCmd() *cobra.Command {
 				return failedErrorf("sweep %s has no succeeded trial with a %s yet", st.Sweep.ID, st.Sweep.Metric)
 			}
 			fmt.Fprintf(a.stderr, "best trial: %s\n", st.BestSucceeded)
-			return a.pull(cmd.Context(), st.BestSucceeded, to)
+			return a.pull(cmd.Context(), st.BestSucceeded, o)
 		}),
 	}
 	cmd.Flags().BoolVar(&best, "best", false, "the best succeeded trial by the sweep's objective")
-	cmd.Flags().StringVar(&to, "to", "", "directory to write into (default ./<trial-name>-<id>/)")
+	o.flags(cmd, "trial")
 	return cmd
 }
 
