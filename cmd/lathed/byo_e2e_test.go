@@ -3,10 +3,12 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,4 +59,102 @@ with open(os.path.join(os.environ["LATHE_OUTPUT_DIR"], "weights.bin"), "wb") as 
 	if err != nil || string(b) != string(weights) {
 		t.Fatalf("pulled weights.bin: %q (%v)", b, err)
 	}
+}
+
+// TestUpUserScript: a team's own Hugging Face Trainer script
+// (configs/examples/trainers/hf_sft.py: transformers + peft as people
+// write them, plus lathe_trainer's callback) configured under trainers:
+// runs through lathed up on the tiny Llama. Its progress is live in
+// `lathe status` and in the overview the dashboard draws; cancel stops it
+// with a checkpoint of the step it was at (SIGTERM → save → exit 143), and
+// `lathe retry` resumes after that same step and ends succeeded with a
+// PEFT adapter.
+func TestUpUserScript(t *testing.T) {
+	py := hfPython(t)
+	model := tinyLlama(t)
+	lathed, lathe := binaries(t)
+	root := repoRoot(t)
+	// The checkout's lathe_trainer, not a copy installed earlier.
+	t.Setenv("PYTHONPATH", filepath.Join(root, "scripts", "python"))
+	t.Setenv("HF_HUB_OFFLINE", "1")
+	port := redistest.FreePort(t)
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	data := t.TempDir()
+	extra := fmt.Sprintf("worker:\n  hf_python: %q\n  kill_grace: 60s\ntrainers:\n  hf-sft:\n    command: [\"{hf_python}\", %q]\n    pass_env: [PYTHONPATH, HF_HUB_OFFLINE]\n",
+		py, filepath.Join(root, "configs/examples/trainers/hf_sft.py"))
+	d := startDaemon(t, lathed, "up", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", data,
+		"--config", hfConfig(t, data, model, extra))
+	waitHTTP(t, base, d)
+
+	const steps = 400
+	id := submitID(t, lathe, base, hfSpec(t, "user-sft", model, 0, steps, 0, "trainer: hf-sft\n"))
+	waitJob(t, base, id, 3*time.Minute, "progress past a checkpoint", func(j jobtype.Job) bool {
+		return j.State == jobtype.StateRunning && j.Progress.Step > 5 && countEvents(t, base, id, "checkpoint") > 0
+	})
+	// Live progress, as `lathe status` prints it and as the dashboard's overview has it.
+	out, _, code := cli(t, lathe, base, "status", id)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("/%d", steps)) {
+		t.Fatalf("lathe status shows no progress of %d steps (exit %d):\n%s", steps, code, out)
+	}
+	var ov struct {
+		Running []struct {
+			ID         string `json:"id"`
+			Step       int    `json:"step"`
+			TotalSteps int    `json:"total_steps"`
+		} `json:"running"`
+	}
+	getJSON(t, base, "/api/v1/overview", &ov)
+	shown := false
+	for _, r := range ov.Running {
+		shown = shown || (r.ID == id && r.Step > 0 && r.TotalSteps == steps)
+	}
+	if !shown {
+		t.Fatalf("the overview (the dashboard's queue panel) has no progress for %s: %+v", id, ov.Running)
+	}
+
+	if out, e, code := cli(t, lathe, base, "cancel", id); code != 0 {
+		t.Fatalf("cancel: exit %d\n%s\n%s", code, out, e)
+	}
+	j := waitJob(t, base, id, 2*time.Minute, "cancelled", func(j jobtype.Job) bool { return j.State.Terminal() })
+	if j.State != jobtype.StateCancelled {
+		t.Fatalf("after cancel: %s (%s): %s", j.State, j.Reason, j.Error)
+	}
+	stopped, lastProgress := 0, 0
+	for _, e := range events(t, base, id) {
+		var d struct{ Step int }
+		json.Unmarshal(e.Data, &d)
+		switch e.Type {
+		case "checkpoint":
+			stopped = max(stopped, d.Step)
+		case "progress":
+			lastProgress = max(lastProgress, d.Step)
+		}
+	}
+	if stopped == 0 || stopped < lastProgress || stopped >= steps {
+		t.Fatalf("cancel: last checkpoint at step %d, last progress at %d: SIGTERM did not save the current step", stopped, lastProgress)
+	}
+
+	if out, e, code := cli(t, lathe, base, "retry", id); code != 0 {
+		t.Fatalf("retry: exit %d\n%s\n%s", code, out, e)
+	}
+	j = waitJob(t, base, id, 4*time.Minute, "terminal after retry", func(j jobtype.Job) bool {
+		return j.Attempt > 1 && j.State.Terminal()
+	})
+	if j.State != jobtype.StateSucceeded {
+		t.Fatalf("after retry: %s (%s): %s", j.State, j.Reason, j.Error)
+	}
+	if first := firstStep(progressSteps(t, base, id, j.Attempt)); first != stopped+1 {
+		t.Fatalf("the retry's first step is %d; cancel checkpointed step %d", first, stopped)
+	}
+	names := map[string]bool{}
+	for _, a := range j.Artifacts {
+		names[a.Path] = true
+	}
+	if !names["adapter_model.safetensors"] || !names["adapter_config.json"] {
+		t.Fatalf("artifacts %+v: no PEFT adapter", j.Artifacts)
+	}
+	if _, ok := j.Metrics["train_loss"]; !ok {
+		t.Fatalf("metrics %v: no train_loss from the callback's done line", j.Metrics)
+	}
+	t.Logf("cancelled at step %d, retry resumed at %d, succeeded with %d artifacts", stopped, stopped+1, len(j.Artifacts))
 }

@@ -217,7 +217,7 @@ func TestUpHFTinyLlama(t *testing.T) {
 		"--config", hfConfig(t, data, model, ""))
 	waitHTTP(t, base, d)
 
-	id := submitID(t, lathe, base, hfSpec(t, "tiny-llama", model, 0, 20, 0.05, ""))
+	id := submitID(t, lathe, base, hfSpec(t, "tiny-llama", model, 0, 20, 0.05, "output: {formats: [safetensors, gguf, gguf-merged]}\n"))
 	j := waitJob(t, base, id, 3*time.Minute, "terminal", func(j jobtype.Job) bool { return j.State.Terminal() })
 	if j.State != jobtype.StateSucceeded {
 		t.Fatalf("job ended %s (%s): %s", j.State, j.Reason, j.Error)
@@ -264,6 +264,51 @@ func TestUpHFTinyLlama(t *testing.T) {
 		t.Fatalf("PeftModel.from_pretrained gives eval loss %.6f (base %.6f), the trainer reported %.6f", ev.Adapter, ev.Base, reported)
 	}
 	t.Logf("eval loss: base %.6f, adapter %.6f, reported %.6f (|diff| %.2g)", ev.Base, ev.Adapter, reported, math.Abs(ev.Adapter-reported))
+
+	// GGUF: lathe pull --format gguf brings the adapter and the merged
+	// model with an Ollama Modelfile; real llama.cpp (llama-cpp-python)
+	// loads both, and their next-token logits match transformers + peft
+	// on the pulled PEFT adapter.
+	gg := filepath.Join(t.TempDir(), "gguf")
+	if out, e, code := cli(t, lathe, base, "pull", id, "--to", gg, "--format", "gguf"); code != 0 {
+		t.Fatalf("pull --format gguf: exit %d\n%s\n%s", code, out, e)
+	}
+	mf, err := os.ReadFile(filepath.Join(gg, "Modelfile"))
+	if err != nil || !strings.Contains(string(mf), "\nFROM ./base_model.gguf\n") || !strings.Contains(string(mf), "\nADAPTER ./adapter_model.gguf") {
+		t.Fatalf("Modelfile (%v):\n%s", err, mf)
+	}
+	for _, name := range []string{"adapter_model.safetensors", "adapter_config.json"} {
+		if _, err := os.Stat(filepath.Join(gg, name)); err == nil {
+			t.Fatalf("pull --format gguf also wrote %s", name)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(gg, name), b, 0o644) // the PEFT side of the comparison
+	}
+	check := exec.Command(py, filepath.Join(repoRoot(t), "scripts", "python", "tests", "gguf_logits.py"), model, gg,
+		"The support bot answers the question about the order")
+	check.Env = append(os.Environ(), "HF_HUB_OFFLINE=1")
+	gout, err := check.Output()
+	if err != nil {
+		t.Fatalf("gguf_logits.py: %v\n%s", err, gout)
+	}
+	var gl struct {
+		Tokens        int     `json:"tokens"`
+		AdapterEffect float64 `json:"adapter_effect"`
+		AdapterDiff   float64 `json:"adapter_diff"`
+		MergedDiff    float64 `json:"merged_diff"`
+	}
+	if err := json.Unmarshal(lastLine(gout), &gl); err != nil {
+		t.Fatalf("gguf_logits.py output: %v\n%s", err, gout)
+	}
+	// float32 weights through two libraries' kernels: measured ~1e-5 (docs/gguf.md).
+	if gl.Tokens < 5 || gl.AdapterDiff > 1e-3 || gl.MergedDiff > 1e-3 || gl.AdapterEffect < 1e-2 {
+		t.Fatalf("llama.cpp vs transformers+peft logits: %+v (tolerance 1e-3; the adapter must move them by > 1e-2)", gl)
+	}
+	t.Logf("llama.cpp vs transformers+peft over %d tokens: base+adapter %.2g, merged %.2g (the adapter moves logits by %.3g)",
+		gl.Tokens, gl.AdapterDiff, gl.MergedDiff, gl.AdapterEffect)
 
 	// A model id that is not in the cache: permanent, with the id and the way out.
 	missing := filepath.Join(t.TempDir(), "missing.yaml")
