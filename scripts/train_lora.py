@@ -777,6 +777,8 @@ class HFBackend:
         self.peft = peft
         self.device = device
         self.model_dir = hf_model_dir(name)
+        # A base the GGUF export cannot write is refused before loading it.
+        check_gguf(output_formats(job), self.model_dir)
         lora = job["lora"]
         # bf16 base weights on GPUs that support it (no loss scaling needed),
         # float32 otherwise; the LoRA weights stay float32.
@@ -1113,14 +1115,14 @@ def _gguf_module():
     return export_gguf
 
 
-def check_gguf(formats, backend):
-    """Refuse, before any training, a base the GGUF export cannot write."""
+def check_gguf(formats, model_dir):
+    """Refuse, before the base is loaded, a base the GGUF export cannot write."""
     if not formats:
         return
     export_gguf = _gguf_module()
     for fmt in formats:
         try:
-            export_gguf.check_supported(backend.model_dir, need_tokenizer=(fmt == "gguf-merged"))
+            export_gguf.check_supported(model_dir, need_tokenizer=(fmt == "gguf-merged"))
         except ValueError as e:
             raise TrainerError("output.formats %s: %s" % (fmt, e))
 
@@ -1170,7 +1172,6 @@ def run(job, out_dir, ckpt_dir):
         backend = TinyCharBackend(job, device)
     else:
         backend = HFBackend(job, device)
-    check_gguf(formats, backend)
 
     train_x, train_y = backend.windows(train_texts)
     if eval_texts is not None:

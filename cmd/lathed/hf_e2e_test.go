@@ -322,6 +322,33 @@ func TestUpHFTinyLlama(t *testing.T) {
 	if !strings.Contains(logs+mj.Error, "lathe-test/not-cached") || !strings.Contains(logs+mj.Error, "offline") {
 		t.Fatalf("the failure does not name the id and how to provide it offline:\n%s\n%s", mj.Error, logs)
 	}
+
+	// GGUF for a base llama.cpp's llama architecture cannot hold (a GPT-2,
+	// built here with random weights and the tiny Llama's tokenizer): the
+	// trainer refuses it before its first step, permanently, naming the
+	// format and why.
+	gpt2, err := os.MkdirTemp(filepath.Dir(model), "gpt2-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command(py, "-c", `import sys, shutil, glob
+from transformers import GPT2Config, GPT2LMHeadModel
+GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=512, n_positions=128)).save_pretrained(sys.argv[2])
+for f in glob.glob(sys.argv[1] + "/tokenizer*"):
+    shutil.copy(f, sys.argv[2])`, model, gpt2)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build a GPT-2: %v\n%s", err, out)
+	}
+	gid := submitID(t, lathe, base, hfSpec(t, "gpt2-gguf", gpt2, 0, 20, 0, "output: {formats: [safetensors, gguf]}\n"))
+	gj := waitJob(t, base, gid, 2*time.Minute, "terminal", func(j jobtype.Job) bool { return j.State.Terminal() })
+	glogs, _, _ := cli(t, lathe, base, "logs", gid)
+	if gj.State != jobtype.StateFailed || gj.Reason != jobtype.ReasonPermanent || gj.Attempt != 1 ||
+		!strings.Contains(glogs+gj.Error, "output.formats gguf") || !strings.Contains(glogs+gj.Error, "GPT2LMHeadModel") {
+		t.Fatalf("GGUF of a GPT-2: %s (%s) after %d attempts: %s\n%s", gj.State, gj.Reason, gj.Attempt, gj.Error, glogs)
+	}
+	if n := countEvents(t, base, gid, "progress"); n != 0 {
+		t.Fatalf("GGUF of a GPT-2 was refused after %d progress events, not before the first step", n)
+	}
 }
 
 // TestHFKillWorkerResumesExactly: kill -9 of the worker while the tiny
