@@ -61,16 +61,19 @@ def resolve_model_dir(model):
         raise ValueError("base model %r is neither a folder nor in the local Hugging Face cache: %s" % (model, e))
 
 
-def read_config(model_dir):
-    path = os.path.join(model_dir, "config.json")
+def _read_json_object(path, what):
     try:
         with open(path, "r", encoding="utf-8") as f:
-            cfg = json.load(f)
+            obj = json.load(f)
     except (OSError, ValueError) as e:
-        raise ValueError("%s: cannot read the model's config: %s" % (path, e))
-    if not isinstance(cfg, dict):
-        raise ValueError("%s: not a JSON object" % path)
-    return cfg
+        raise ValueError("%s: cannot read the %s: %s" % (path, what, e))
+    if not isinstance(obj, dict):
+        raise ValueError("%s: the %s is not a JSON object" % (path, what))
+    return obj
+
+
+def read_config(model_dir):
+    return _read_json_object(os.path.join(model_dir, "config.json"), "model's config")
 
 
 def _rope_theta(cfg):
@@ -150,23 +153,27 @@ def _model_tensors(model_dir):
 def read_adapter(adapter_dir):
     """(config, {module: (A, B)}, scale) of a PEFT LoRA folder; module is the
     base's weight name without ``.weight`` (``model.layers.0.self_attn.q_proj``)."""
-    cpath = os.path.join(adapter_dir, "adapter_config.json")
-    try:
-        with open(cpath, "r", encoding="utf-8") as f:
-            acfg = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ValueError("%s: %s" % (cpath, e))
+    acfg = _read_json_object(os.path.join(adapter_dir, "adapter_config.json"), "adapter's config")
     if acfg.get("peft_type", "LORA") != "LORA":
         raise ValueError("GGUF export: adapter type %r is not LoRA" % acfg.get("peft_type"))
     if acfg.get("use_dora"):
         raise ValueError("GGUF export: DoRA adapters are not supported by llama.cpp's LoRA format")
     if acfg.get("modules_to_save"):
         raise ValueError("GGUF export: modules_to_save (%s) is not a LoRA weight" % acfg.get("modules_to_save"))
-    r = int(acfg["r"])
-    alpha = float(acfg.get("lora_alpha", r))
+    try:
+        r = int(acfg["r"])
+        alpha = float(acfg.get("lora_alpha", r))
+    except (KeyError, TypeError, ValueError):
+        raise ValueError("GGUF export: adapter_config.json has r=%r, lora_alpha=%r (want numbers)"
+                         % (acfg.get("r"), acfg.get("lora_alpha")))
+    if r < 1:
+        raise ValueError("GGUF export: adapter_config.json has r=%d (want >= 1)" % r)
     if acfg.get("rank_pattern") or acfg.get("alpha_pattern"):
         raise ValueError("GGUF export: per-module rank_pattern/alpha_pattern is not supported")
-    tensors = _load_safetensors([os.path.join(adapter_dir, "adapter_model.safetensors")])
+    try:
+        tensors = _load_safetensors([os.path.join(adapter_dir, "adapter_model.safetensors")])
+    except OSError as e:
+        raise ValueError("GGUF export: cannot read the adapter's weights: %s" % e)
     pairs = {}
     for k, t in tensors.items():
         for part in (".lora_A.weight", ".lora_B.weight"):
