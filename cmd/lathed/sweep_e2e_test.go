@@ -68,13 +68,17 @@ type concurrencyWatch struct {
 	store, processes int
 }
 
-// An empty sweepID counts every job's.
-func watchSweep(t *testing.T, base, sweepID string) *concurrencyWatch {
+// An empty sweepID counts every job's. Only processes of this test's
+// daemon count: their LATHE_OUTPUT_DIR is under its data dir, so another
+// Lathe's trainer on the machine (or any process with LATHE_JOB_ID=j-… in
+// its environment) is not counted.
+func watchSweep(t *testing.T, base, dataDir, sweepID string) *concurrencyWatch {
 	w := &concurrencyWatch{done: make(chan struct{})}
 	needle, list := []byte("LATHE_JOB_ID=j-"), base+"/api/v1/jobs?limit=1000"
 	if sweepID != "" {
 		needle, list = []byte("LATHE_JOB_ID=j-"+sweepID[2:]+"-"), list+"&sweep="+sweepID
 	}
+	ours := []byte("LATHE_OUTPUT_DIR=" + filepath.Clean(dataDir) + string(filepath.Separator))
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
@@ -85,7 +89,7 @@ func watchSweep(t *testing.T, base, sweepID string) *concurrencyWatch {
 				if e.Name()[0] < '0' || e.Name()[0] > '9' {
 					continue
 				}
-				if b, err := os.ReadFile("/proc/" + e.Name() + "/environ"); err == nil && bytes.Contains(b, needle) {
+				if b, err := os.ReadFile("/proc/" + e.Name() + "/environ"); err == nil && bytes.Contains(b, needle) && bytes.Contains(b, ours) {
 					n++
 				}
 			}
@@ -136,7 +140,7 @@ func TestSweepGridEndToEnd(t *testing.T) {
 	waitHTTP(t, base, d)
 
 	// The daemon runs only this sweep: the watch counts every job.
-	watch := watchSweep(t, base, "")
+	watch := watchSweep(t, base, filepath.Join(dir, "data"), "")
 	out, errOut, code := cli(t, lathe, base, "sweep", "submit", spec, "--wait", "-o", "json")
 	storePeak, procPeak := watch.stop()
 	if code != 0 {
