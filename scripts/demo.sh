@@ -29,8 +29,8 @@ if [ -n "${LATHE_BIN_DIR:-}" ]; then
 else
   bin=$dir/bin
   say "building lathed and lathe into $bin"
-  # go-nvml's cgo header marks some calls deprecated; their warnings are noise here.
-  CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations" go build -o "$bin/" ./cmd/lathed ./cmd/lathe
+  . "$root/scripts/cgoflags.sh" # quiets go-nvml's cgo deprecation warnings
+  go build -o "$bin/" ./cmd/lathed ./cmd/lathe
 fi
 
 listen=${LATHE_DEMO_LISTEN:-}

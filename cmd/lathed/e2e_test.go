@@ -6,6 +6,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -15,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,7 +51,9 @@ func binaries(t testing.TB) (lathed, lathe string) {
 				// race fails its test (startDaemonEnv). Slow; not in CI.
 				args = append(args, "-race")
 			}
-			out, err := exec.Command("go", append(args, "github.com/lathe-ml/lathe/cmd/"+p)...).CombinedOutput()
+			build := exec.Command("go", append(args, "github.com/lathe-ml/lathe/cmd/"+p)...)
+			build.Env = quietCgoEnv()
+			out, err := build.CombinedOutput()
 			if err != nil {
 				buildErr = fmt.Errorf("go build %s: %v\n%s", p, err, out)
 				return
@@ -60,6 +64,24 @@ func binaries(t testing.TB) (lathed, lathe string) {
 		t.Fatal(buildErr)
 	}
 	return filepath.Join(binDir, "lathed"), filepath.Join(binDir, "lathe")
+}
+
+// quietCgoEnv is this process's environment for a go build, with
+// -Wno-deprecated-declarations appended to the CGO_CFLAGS in force (go env
+// CGO_CFLAGS: the user's, else Go's -O2 -g), as scripts/cgoflags.sh does:
+// go-nvml's cgo header marks NVML calls deprecated, and a fresh build of it
+// would print hundreds of warnings.
+func quietCgoEnv() []string {
+	const quiet = "-Wno-deprecated-declarations"
+	out, err := exec.Command("go", "env", "CGO_CFLAGS").Output()
+	flags := strings.TrimSpace(string(out))
+	if err != nil || flags == "" {
+		flags = cmp.Or(os.Getenv("CGO_CFLAGS"), "-O2 -g")
+	}
+	if !slices.Contains(strings.Fields(flags), quiet) {
+		flags = strings.TrimSpace(flags + " " + quiet)
+	}
+	return append(os.Environ(), "CGO_CFLAGS="+flags)
 }
 
 func requireTorch(t *testing.T) {

@@ -10,4 +10,5 @@
 #      LATHE_BENCH_COUNTED (20 requests each counted in process for the Redis calls).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/cgoflags.sh # quiets go-nvml's cgo deprecation warnings
 exec go test -run '^$' -bench 'Dashboard100k' -benchtime 1x -count "${1:-1}" -timeout 60m ./cmd/lathed/

@@ -16,6 +16,7 @@
 # CASES="restart" or "vanish" runs one case.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/cgoflags.sh # quiets go-nvml's cgo deprecation warnings
 root=$(pwd)
 jobs=${1:-2}
 rounds=${2:-3}

@@ -5,6 +5,7 @@
 #   scripts/bench/run.sh [benchtime]     (default 3s)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/cgoflags.sh # quiets go-nvml's cgo deprecation warnings
 bt="${1:-3s}"
 out=$(go test -run '^$' -bench 'SubmitAPI|SubmitBatchAPI|HTTPFloor|EnqueueRaw$|SubmitToStart' -benchtime "$bt" -count 3 ./scheduler/ 2>&1)
 echo "$out" | grep -E '^(Benchmark|cpu|goos|goarch|ok|FAIL)'

@@ -6,6 +6,7 @@
 #   scripts/bench/sweep.sh [count]     (default 5)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/cgoflags.sh # quiets go-nvml's cgo deprecation warnings
 n="${1:-5}"
 out=$(go test -run '^$' -bench 'SweepSubmit10000|EnqueueRaw10000' -benchtime 3x -count "$n" ./scheduler/ 2>&1)
 echo "$out" | grep -E '^(Benchmark|cpu|ok|FAIL)'
