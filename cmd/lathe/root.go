@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lathe-ml/lathe/internal/apiclient"
+	"github.com/lathe-ml/lathe/internal/buildinfo"
 )
 
 // defaultServer is the scheduler address when neither --server nor
@@ -87,6 +88,10 @@ Exit codes: 0 success; 1 the job failed or was cancelled, or the API refused;
 			return nil
 		},
 	}
+	// --version prints what `lathe version` prints.
+	root.Version = buildinfo.Read("lathe").String()
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.Flags().Bool("version", false, "print lathe's version and the commit it was built from (as lathe version)")
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
@@ -116,6 +121,7 @@ Exit codes: 0 success; 1 the job failed or was cancelled, or the API refused;
 		a.sweepCmd(),
 		a.simulateCmd(),
 		a.exportCmd(),
+		a.versionCmd(),
 	)
 	return root
 }

@@ -118,6 +118,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		c.Flags().StringVar(&o.endpoint, "endpoint-url", "", "EC2/S3-compatible endpoint for the aws backends (path-style S3); default AWS (or AWS_ENDPOINT_URL)")
 	}
 	root.AddCommand(up, sched, wk, agentCmd(stderr, &o.logLevel))
+	addVersion(root, stdout)
 	return root
 }
 
