@@ -60,7 +60,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	pf := root.PersistentFlags()
 	pf.StringVar(&o.configPath, "config", "", "daemon config file (see configs/lathe.yaml)")
 	pf.StringVar(&o.dataDir, "data-dir", "", "data directory (work folders, checkpoints, artifacts, managed Redis); default ./lathe-data")
-	pf.StringVar(&o.redisURL, "redis-url", "", "Redis URL (redis://host:port/db or unix:///path); `up` runs its own when empty")
+	pf.StringVar(&o.redisURL, "redis-url", "", "Redis `url` (redis://host:port/db or unix:///path); lathed up runs its own when empty")
 	pf.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	pf.DurationVar(&o.redisWait, "redis-wait", 30*time.Second, "how long to wait for Redis at start")
 
