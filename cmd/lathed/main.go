@@ -19,8 +19,9 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "lathed:", err)
+	// An error is prefixed with the command that failed ("lathed up: …").
+	if cmd, err := newRootCmd(os.Stdout, os.Stderr).ExecuteContextC(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", cmd.CommandPath(), err)
 		os.Exit(1)
 	}
 }

@@ -105,7 +105,13 @@ type managedRedis struct {
 	stopTick chan struct{}
 }
 
-func startManagedRedis(ctx context.Context, dataDir string, log *slog.Logger) (*managedRedis, error) {
+// startManagedRedis starts redis-server in dataDir/redis, or miniredis
+// when there is none. hold, when not nil, is the data dir's lock file
+// (lockDataDir): redis-server inherits it, so the lock stays held until
+// the redis-server of a lathed killed outright has exited too (it gets
+// SIGTERM when lathed dies), and no later lathed up starts another one on
+// its socket meanwhile.
+func startManagedRedis(ctx context.Context, dataDir string, hold *os.File, log *slog.Logger) (*managedRedis, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return startMiniredis(log)
@@ -133,6 +139,9 @@ func startManagedRedis(ctx context.Context, dataDir string, log *slog.Logger) (*
 		url = "redis://127.0.0.1:" + strconv.Itoa(port)
 	}
 	cmd := redisServerCommand(bin, args)
+	if hold != nil {
+		cmd.ExtraFiles = []*os.File{hold}
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start redis-server: %w", err)
 	}

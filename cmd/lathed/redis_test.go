@@ -69,7 +69,7 @@ func TestRedisServerEnvironmentIsScrubbed(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server is needed (apt-get install redis-server): %v", err)
 	}
-	m, err := startManagedRedis(context.Background(), t.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m, err := startManagedRedis(context.Background(), t.TempDir(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

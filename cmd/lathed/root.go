@@ -165,7 +165,8 @@ type wiring struct {
 	log      *slog.Logger
 	fc       *fileConfig
 	dataDir  string
-	url      string // Redis
+	url      string       // Redis
+	lock     *dataDirLock // lathed up's hold on the data dir
 	managed  *managedRedis
 	rdb      *redis.Client
 	store    *jobstore.Store
@@ -176,7 +177,9 @@ type wiring struct {
 
 // openWiring reads the config, makes the data folder, connects to Redis
 // (starting a managed one when ownRedis and none is configured) and checks
-// it keeps every key. On error, what it opened is closed.
+// it keeps every key. With ownRedis (lathed up) it first locks the data
+// folder: one lathed up per folder (lockDataDir). On error, what it opened
+// is closed.
 func openWiring(ctx context.Context, o *opts, stderr io.Writer, ownRedis bool) (_ *wiring, err error) {
 	log, err := newLogger(stderr, o.logLevel)
 	if err != nil {
@@ -203,6 +206,14 @@ func openWiring(ctx context.Context, o *opts, stderr io.Writer, ownRedis bool) (
 	if err := os.MkdirAll(d.dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("--data-dir %s: %w", d.dataDir, err)
 	}
+	if ownRedis {
+		// Before anything else there: a second lathed up would start a
+		// second redis-server on the same socket and remove the first
+		// one's socket file when it stops.
+		if d.lock, err = lockDataDir(d.dataDir); err != nil {
+			return nil, err
+		}
+	}
 	if err := d.openRedis(ctx, ownRedis); err != nil {
 		return nil, err
 	}
@@ -224,7 +235,7 @@ func (d *wiring) openRedis(ctx context.Context, ownRedis bool) error {
 		if !ownRedis {
 			return fmt.Errorf("--redis-url (or redis.url in the config) is required: only `lathed up` runs its own Redis")
 		}
-		m, err := startManagedRedis(ctx, d.dataDir, d.log)
+		m, err := startManagedRedis(ctx, d.dataDir, d.lock.file(), d.log)
 		if err != nil {
 			return err
 		}
@@ -269,8 +280,8 @@ func allowedRoots(fc *fileConfig, dataDir string) (pathpolicy.Roots, error) {
 }
 
 // close stops what the daemon started, in reverse (the worker before its
-// GPUs close, the scheduler before the workers), then closes Redis and
-// stops a managed one.
+// GPUs close, the scheduler before the workers), then closes Redis, stops
+// a managed one and, last, releases the data dir.
 func (d *wiring) close() {
 	sctx, cancel := context.WithTimeout(context.Background(), d.fc.Worker.KillGrace.D()+20*time.Second)
 	defer cancel()
@@ -283,6 +294,7 @@ func (d *wiring) close() {
 	if d.managed != nil {
 		d.managed.Stop()
 	}
+	d.lock.Release()
 }
 
 // startCloudWorker starts the AWS worker of backend name.
