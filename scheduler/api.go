@@ -75,22 +75,65 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// fail translates a store error into its HTTP answer.
+// fail translates a store error into its HTTP answer. The answer says
+// what a user needs ("job j-1 not found"); the packages' wrapping
+// ("jobstore: get j-1: …") goes to the log only.
 func (s *Scheduler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var ce *jobstore.ConflictError
 	switch {
 	case errors.Is(err, jobstore.ErrNotFound):
-		writeJSON(w, http.StatusNotFound, wire.Error{Error: err.Error(), Code: "not_found"})
+		s.log.Debug("api: not found", slog.String("path", r.URL.Path), slog.Any("err", err))
+		writeJSON(w, http.StatusNotFound, wire.Error{Error: notFoundText(r), Code: "not_found"})
 	case errors.As(err, &ce):
-		writeJSON(w, http.StatusConflict, wire.Error{Error: err.Error(), Code: "conflict", State: ce.State})
+		writeJSON(w, http.StatusConflict, wire.Error{Error: ce.Error(), Code: "conflict", State: ce.State})
 	case redisDown(err):
 		s.sawRedis(err)
-		writeJSON(w, http.StatusServiceUnavailable, wire.Error{Error: "Redis is unreachable: " + err.Error(), Code: "unavailable"})
+		s.log.Debug("api: Redis unreachable", slog.String("path", r.URL.Path), slog.Any("err", err))
+		writeJSON(w, http.StatusServiceUnavailable, wire.Error{Error: "Redis is unreachable: " + rootCause(err), Code: "unavailable"})
 	case strings.Contains(err.Error(), "OOM command not allowed"):
-		writeJSON(w, http.StatusServiceUnavailable, wire.Error{Error: "Redis is out of memory (maxmemory reached under noeviction; see docs/operations.md on retention): " + err.Error(), Code: "unavailable"})
+		writeJSON(w, http.StatusServiceUnavailable, wire.Error{Error: "Redis is out of memory (maxmemory reached under noeviction; see docs/operations.md on retention): " + rootCause(err), Code: "unavailable"})
 	default:
 		s.log.Error("api", slog.String("path", r.URL.Path), slog.Any("err", err))
-		writeJSON(w, http.StatusInternalServerError, wire.Error{Error: err.Error(), Code: "internal"})
+		writeJSON(w, http.StatusInternalServerError, wire.Error{Error: "internal error: " + rootCause(err) + " (the scheduler's log has the rest)", Code: "internal"})
+	}
+}
+
+// notFoundText is a 404's message: the job or sweep of the request's path
+// ("job j-1 not found"), the id quoted when it is empty or has a space or
+// a character Go would escape.
+func notFoundText(r *http.Request) string {
+	id := r.PathValue("id")
+	if id == "" {
+		if c := r.URL.Query().Get("cursor"); c != "" {
+			return "cursor " + quoteOdd(c) + " not found"
+		}
+		return "not found"
+	}
+	kind := "job"
+	if strings.HasPrefix(r.URL.Path, "/api/v1/sweeps/") {
+		kind = "sweep"
+	}
+	return kind + " " + quoteOdd(id) + " not found"
+}
+
+// quoteOdd is s, or s quoted when it is empty or has a space or a
+// character strconv.Quote escapes.
+func quoteOdd(s string) string {
+	if q := strconv.Quote(s); s == "" || strings.ContainsRune(s, ' ') || q != `"`+s+`"` {
+		return q
+	}
+	return s
+}
+
+// rootCause is the innermost error err wraps ("dial tcp …: connection
+// refused"), without the context each package added on the way out.
+func rootCause(err error) string {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			return err.Error()
+		}
+		err = u
 	}
 }
 

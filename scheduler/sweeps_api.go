@@ -25,7 +25,7 @@ func maySeeSweep(p principal, sw *jobtype.Sweep) bool {
 func (s *Scheduler) sweepFor(ctx context.Context, w http.ResponseWriter, r *http.Request) (*jobtype.Sweep, bool) {
 	id := r.PathValue("id")
 	if !jobstore.ValidSweepID(id) {
-		writeJSON(w, http.StatusNotFound, wire.Error{Error: "sweep " + strconv.Quote(id) + " not found", Code: "not_found"})
+		writeJSON(w, http.StatusNotFound, wire.Error{Error: notFoundText(r), Code: "not_found"})
 		return nil, false
 	}
 	sw, err := s.store.GetSweep(ctx, id)
@@ -34,7 +34,7 @@ func (s *Scheduler) sweepFor(ctx context.Context, w http.ResponseWriter, r *http
 	}
 	if err != nil {
 		if errors.Is(err, jobstore.ErrNotFound) {
-			writeJSON(w, http.StatusNotFound, wire.Error{Error: "sweep " + id + " not found", Code: "not_found"})
+			writeJSON(w, http.StatusNotFound, wire.Error{Error: notFoundText(r), Code: "not_found"})
 			return nil, false
 		}
 		s.fail(w, r, err)

@@ -118,3 +118,31 @@ func (d *testDaemon) start(t *testing.T, id, node string, slots int) {
 		t.Fatalf("claim %s: %v %v", id, out, err)
 	}
 }
+
+// TestNotFoundMessages: against the real scheduler, every command that
+// names a job or a sweep that does not exist prints what is missing ("lathe:
+// job j-nope not found"), not the store's wrapping ("jobstore: get …"), and
+// exits 1.
+func TestNotFoundMessages(t *testing.T) {
+	d := newTestDaemon(t, routeConfig, 0)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status", "j-nope"}, "job j-nope not found"},
+		{[]string{"cancel", "j-nope"}, "job j-nope not found"},
+		{[]string{"retry", "j-nope"}, "job j-nope not found"},
+		{[]string{"logs", "j-nope"}, "job j-nope not found"},
+		{[]string{"logs", "-f", "j-nope"}, "job j-nope not found"},
+		{[]string{"pull", "j-nope", "--to", t.TempDir()}, "job j-nope not found"},
+		{[]string{"status", "j-00000000000000zz"}, "job j-00000000000000zz not found"},
+		{[]string{"sweep", "status", "s-nope"}, "sweep s-nope not found"},
+		{[]string{"sweep", "cancel", "s-00000000000000zz"}, "sweep s-00000000000000zz not found"},
+		{[]string{"sweep", "pull", "s-00000000000000zz", "--best", "--to", t.TempDir()}, "sweep s-00000000000000zz not found"},
+	} {
+		r := lathe(t, d.url, c.args...)
+		if r.code != exitFailed || r.stderr != "lathe: "+c.want+"\n" || r.stdout != "" {
+			t.Errorf("lathe %v: exit %d, stdout %q, stderr %q; want exit %d and %q", c.args, r.code, r.stdout, r.stderr, exitFailed, "lathe: "+c.want+"\n")
+		}
+	}
+}

@@ -92,6 +92,10 @@ func report(stderr io.Writer, server string, err error) int {
 			}
 			fmt.Fprintf(stderr, "lathe: the scheduler refused the job: %s\n(lathe route --explain FILE shows every backend and why)\n", ae.Message)
 			return exitUsage
+		case ae.Code == apiclient.CodeNotFound && ae.Message != "":
+			// The scheduler's words say what is missing: "job j-1 not found".
+			fmt.Fprintf(stderr, "lathe: %s\n", termSafe(ae.Message))
+			return exitFailed
 		case ae.Code == apiclient.CodeInvalid || len(ae.Fields) > 0:
 			printFieldErrors(stderr, ae.Fields)
 			fmt.Fprintf(stderr, "lathe: the scheduler rejected the request: %s\n", ae.Message)

@@ -231,7 +231,7 @@ func (f *fakeScheduler) job(w http.ResponseWriter, r *http.Request) *jobtype.Job
 	defer f.mu.Unlock()
 	j, ok := f.jobs[r.PathValue("id")]
 	if !ok {
-		apiError(w, 404, "not_found", "no job "+r.PathValue("id"))
+		apiError(w, 404, "not_found", "job "+r.PathValue("id")+" not found")
 		return nil
 	}
 	return j

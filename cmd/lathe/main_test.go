@@ -505,7 +505,7 @@ func TestStatus(t *testing.T) {
 		t.Errorf("-o json: %v\n%s", err, r.stdout)
 	}
 	r = lathe(t, f.srv.URL, "status", "j-404")
-	if r.code != exitFailed || !strings.Contains(r.stderr, "not_found") {
+	if r.code != exitFailed || r.stderr != "lathe: job j-404 not found\n" {
 		t.Errorf("missing job: exit %d, stderr:\n%s", r.code, r.stderr)
 	}
 }

@@ -382,7 +382,7 @@ func download(ctx context.Context, c *apiclient.Client, id string, art jobtype.A
 	sum, err := c.Artifact(ctx, id, art.Path, tmp)
 	if err != nil {
 		if errors.Is(err, apiclient.ErrChecksum) {
-			return 0, failedErrorf("pull %s: %w", art.Path, err)
+			return 0, failedErrorf("pull %s: sha256 mismatch: got %s, not the sha256 the scheduler announced; nothing written", art.Path, sum)
 		}
 		return 0, err
 	}
