@@ -206,6 +206,14 @@ func (f *fakeScheduler) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	for s := 1; s <= steps; s++ {
 		events = append(events, ev(s, jobtype.EventProgress, jobtype.Progress{Step: s, TotalSteps: steps, Loss: 3 - 2*float64(s)/float64(steps)}))
+		if s == steps/2 {
+			// A periodic eval; the final one, after the last step, is lower.
+			events = append(events, ev(s, jobtype.EventEval, map[string]any{"event": "eval", "step": s, "eval_loss": 1.75}))
+		}
+	}
+	if final == jobtype.StateSucceeded {
+		events = append(events, ev(steps, jobtype.EventEval, map[string]any{"event": "eval", "step": steps, "eval_loss": 1.25}),
+			ev(steps, jobtype.EventDone, map[string]any{"event": "done", "metrics": map[string]float64{"eval_loss": 1.25, "train_loss": 1}}))
 	}
 	sc := jobtype.StateChange{From: jobtype.StateRunning, To: final}
 	job := &jobtype.Job{ID: id, Name: spec.Name, State: final, Attempt: 1, Backend: "local", Node: "host1",

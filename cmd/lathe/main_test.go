@@ -231,16 +231,17 @@ func TestSubmitWaitPlainProgress(t *testing.T) {
 		t.Errorf("non-terminal output has terminal controls:\n%q", r.stdout)
 	}
 	// The first step, then one line per 10% mark (steps 10, 20, …, 100),
-	// not one per step. The fake's events carry their own times, so the
-	// ETA is deterministic.
-	if n := strings.Count(r.stdout, "progress: "); n != 11 {
-		t.Errorf("%d progress lines, want 11:\n%s", n, r.stdout)
+	// not one per step, then the line with the final eval loss (the done
+	// event's). The fake's events carry their own times, so the ETA is
+	// deterministic.
+	if n := strings.Count(r.stdout, "progress: "); n != 12 {
+		t.Errorf("%d progress lines, want 12:\n%s", n, r.stdout)
 	}
 	for _, want := range []string{
 		"submitted j-1 (queued)",
 		"state: queued -> running (node host1)",
 		"progress: step 50/100 loss 2 eta 50s",
-		"state: running -> succeeded",
+		"progress: step 100/100 loss 1 eval 1.25\nstate: running -> succeeded\n",
 		"State:      succeeded",
 		"adapter_model.safetensors",
 	} {
@@ -696,5 +697,44 @@ func TestUnreachableServerRedactsPassword(t *testing.T) {
 	r := lathe(t, url, "queues")
 	if r.code != exitUnreachable || strings.Contains(r.stderr, "hunter2") || !strings.Contains(r.stderr, "ops:xxxxx@") {
 		t.Fatalf("exit %d, stderr %q: want exit %d and the password redacted", r.code, r.stderr, exitUnreachable)
+	}
+}
+
+// TestProgressShowsFinalEvalLoss: the last progress line, plain or the
+// bar on a terminal, shows the final eval loss (the done event's metrics),
+// not the last periodic eval; when the stream brought no done event, the
+// ended job's record's metrics are shown after it; nothing is printed
+// twice.
+func TestProgressShowsFinalEvalLoss(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	mk := func(sec int, typ string, data string) jobtype.Event {
+		return jobtype.Event{Time: t0.Add(time.Duration(sec) * time.Second), Type: typ, Attempt: 1, Data: json.RawMessage(data)}
+	}
+	run := func(tty, withDone bool) string {
+		var buf bytes.Buffer
+		p := newProgressPrinter(&buf, tty, func() time.Time { return t0 })
+		p.event(mk(0, "progress", `{"step":1,"total_steps":84,"loss":5.6}`))
+		p.event(mk(5, "eval", `{"event":"eval","step":80,"eval_loss":2.21}`))
+		p.event(mk(6, "progress", `{"step":84,"total_steps":84,"loss":2.341}`))
+		p.event(mk(6, "eval", `{"event":"eval","step":84,"eval_loss":2.187}`))
+		if withDone {
+			p.event(mk(6, "done", `{"event":"done","metrics":{"eval_loss":2.187,"train_loss":2.341}}`))
+		}
+		p.event(mk(7, "state", `{"from":"running","to":"succeeded"}`))
+		p.final(map[string]float64{"eval_loss": 2.187}) // as wait does with the ended job's record
+		p.finish()
+		return buf.String()
+	}
+	plain := run(false, true)
+	if want := "progress: step 84/84 loss 2.341 eval 2.21\nprogress: step 84/84 loss 2.341 eval 2.187\nstate: running -> succeeded\n"; !strings.HasSuffix(plain, want) {
+		t.Errorf("plain output ends\n%q\nwant\n%q", plain, want)
+	}
+	bar := run(true, true)
+	if want := "\r[####################] step 84/84 loss 2.341 eval 2.187\x1b[K\nstate: running -> succeeded\n"; !strings.HasSuffix(bar, want) {
+		t.Errorf("terminal output ends\n%q\nwant\n%q", bar, want)
+	}
+	missed := run(false, false)
+	if want := "progress: step 84/84 loss 2.341 eval 2.21\nstate: running -> succeeded\nprogress: step 84/84 loss 2.341 eval 2.187\n"; !strings.HasSuffix(missed, want) {
+		t.Errorf("without a done event, plain output ends\n%q\nwant\n%q", missed, want)
 	}
 }

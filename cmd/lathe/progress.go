@@ -29,6 +29,11 @@ type progressPrinter struct {
 	barShown  bool // a bar line without its newline is on screen
 	lastTenth int  // the last 10% mark printed (plain mode)
 	lastPrint time.Time
+	lastLine  string // the last progress line printed (plain mode)
+	lastBar   string // the summary of the bar last drawn (terminal)
+	// ended: the trainer's done event came; the summary shows its final
+	// metrics and no ETA.
+	ended bool
 
 	// Rate estimate for the ETA: the first progress sample of the current
 	// attempt, by the event's own time.
@@ -39,6 +44,7 @@ type progressPrinter struct {
 	lastTime    time.Time
 	lastTotal   int
 	lastLoss    float64
+	hasProgress bool
 	evalLoss    float64
 	hasEvalLoss bool
 }
@@ -84,8 +90,47 @@ func (p *progressPrinter) event(ev jobtype.Event) jobtype.State {
 		if json.Unmarshal(ev.Data, &e) == nil && e.EvalLoss != nil {
 			p.evalLoss, p.hasEvalLoss = *e.EvalLoss, true
 		}
+	case jobtype.EventDone:
+		var d struct {
+			Metrics map[string]float64 `json:"metrics"`
+		}
+		if json.Unmarshal(ev.Data, &d) == nil {
+			p.final(d.Metrics)
+		}
 	}
 	return ""
+}
+
+// final shows the trainer's final metrics (a done event's, or the ended
+// job's record's): the last progress line or bar then says the final eval
+// loss, not the last periodic eval, which may be older. It prints only
+// what changes the line last shown.
+func (p *progressPrinter) final(metrics map[string]float64) {
+	p.ended = true
+	if v, ok := metrics["eval_loss"]; ok {
+		p.evalLoss, p.hasEvalLoss = v, true
+	}
+	if !p.hasProgress && !p.hasEvalLoss {
+		return
+	}
+	if p.tty {
+		if p.summary() != p.lastBar {
+			p.drawBar()
+		}
+		return
+	}
+	p.printLine()
+}
+
+// printLine prints the summary as a plain progress line, unless it is the
+// line printed last.
+func (p *progressPrinter) printLine() {
+	line := "progress: " + p.summary()
+	if line == p.lastLine {
+		return
+	}
+	p.lastLine = line
+	fmt.Fprintln(p.w, line)
 }
 
 func (p *progressPrinter) progress(ev jobtype.Event, pr jobtype.Progress) {
@@ -96,7 +141,8 @@ func (p *progressPrinter) progress(ev jobtype.Event, pr jobtype.Progress) {
 	if ev.Attempt != p.attempt || pr.Step < p.lastStep || p.firstTime.IsZero() {
 		p.attempt, p.firstStep, p.firstTime = ev.Attempt, pr.Step, t
 	}
-	p.lastStep, p.lastTime, p.lastTotal, p.lastLoss = pr.Step, t, pr.TotalSteps, pr.Loss
+	p.lastStep, p.lastTime, p.lastTotal, p.lastLoss, p.hasProgress = pr.Step, t, pr.TotalSteps, pr.Loss, true
+	p.ended = false // a new run after a paused one (an ASHA rung)
 	if p.tty {
 		p.drawBar()
 		return
@@ -111,7 +157,7 @@ func (p *progressPrinter) progress(ev jobtype.Event, pr jobtype.Progress) {
 			p.lastTenth = tenth
 		}
 		p.lastPrint = now
-		fmt.Fprintf(p.w, "progress: %s\n", p.summary())
+		p.printLine()
 	}
 }
 
@@ -128,22 +174,25 @@ func (p *progressPrinter) eta() (time.Duration, bool) {
 	return (perStep * time.Duration(p.lastTotal-p.lastStep)).Round(time.Second), true
 }
 
-// summary is "step 40/120 loss 1.93 eval 1.88 eta 12s".
+// summary is "step 40/120 loss 1.93 eval 1.88 eta 12s"; once the trainer
+// has ended, "step 120/120 loss 1.71 eval 1.69" with the final eval loss
+// (only "eval 1.69" when no progress came).
 func (p *progressPrinter) summary() string {
-	var b strings.Builder
-	if p.lastTotal > 0 {
-		fmt.Fprintf(&b, "step %d/%d", p.lastStep, p.lastTotal)
-	} else {
-		fmt.Fprintf(&b, "step %d", p.lastStep)
+	var parts []string
+	if p.hasProgress || !p.ended {
+		step := fmt.Sprintf("step %d", p.lastStep)
+		if p.lastTotal > 0 {
+			step = fmt.Sprintf("step %d/%d", p.lastStep, p.lastTotal)
+		}
+		parts = append(parts, step, "loss "+fmtFloat(p.lastLoss))
 	}
-	fmt.Fprintf(&b, " loss %s", fmtFloat(p.lastLoss))
 	if p.hasEvalLoss {
-		fmt.Fprintf(&b, " eval %s", fmtFloat(p.evalLoss))
+		parts = append(parts, "eval "+fmtFloat(p.evalLoss))
 	}
-	if d, ok := p.eta(); ok {
-		fmt.Fprintf(&b, " eta %s", d)
+	if d, ok := p.eta(); ok && !p.ended {
+		parts = append(parts, fmt.Sprintf("eta %s", d))
 	}
-	return b.String()
+	return strings.Join(parts, " ")
 }
 
 // drawBar rewrites the bar line: "\r[#####.....] step 40/120 loss 1.93 eta 12s".
@@ -153,7 +202,8 @@ func (p *progressPrinter) drawBar() {
 		filled = min(p.lastStep*barWidth/p.lastTotal, barWidth)
 	}
 	bar := strings.Repeat("#", filled) + strings.Repeat(".", barWidth-filled)
-	fmt.Fprintf(p.w, "\r[%s] %s\x1b[K", bar, p.summary())
+	p.lastBar = p.summary()
+	fmt.Fprintf(p.w, "\r[%s] %s\x1b[K", bar, p.lastBar)
 	p.barShown = true
 }
 
