@@ -721,8 +721,7 @@ func TestProgressShowsFinalEvalLoss(t *testing.T) {
 			p.event(mk(6, "done", `{"event":"done","metrics":{"eval_loss":2.187,"train_loss":2.341}}`))
 		}
 		p.event(mk(7, "state", `{"from":"running","to":"succeeded"}`))
-		p.final(map[string]float64{"eval_loss": 2.187}) // as wait does with the ended job's record
-		p.finish()
+		p.end(&jobtype.Job{Metrics: map[string]float64{"eval_loss": 2.187}}) // as wait does with the ended job's record
 		return buf.String()
 	}
 	plain := run(false, true)

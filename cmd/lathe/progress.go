@@ -122,6 +122,17 @@ func (p *progressPrinter) final(metrics map[string]float64) {
 	p.printLine()
 }
 
+// end closes the progress output of a job that ended: its last line shows
+// the record's final metrics when the stream did not bring the done event
+// (final), and a bar line is ended (finish). j may be nil (it could not be
+// read).
+func (p *progressPrinter) end(j *jobtype.Job) {
+	if j != nil {
+		p.final(j.Metrics)
+	}
+	p.finish()
+}
+
 // printLine prints the summary as a plain progress line, unless it is the
 // line printed last.
 func (p *progressPrinter) printLine() {

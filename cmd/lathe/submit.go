@@ -244,16 +244,11 @@ func (a *app) wait(ctx context.Context, c *apiclient.Client, job *jobtype.Job) e
 			idle = 0
 		}
 	}
-	p.finish()
-
 	final, err := c.Get(ctx, job.ID)
+	p.end(final)
 	if err != nil {
 		return err
 	}
-	// The last progress line shows the final eval loss: the done event's,
-	// or the record's when the stream did not bring it.
-	p.final(final.Metrics)
-	p.finish()
 	if a.output == outJSON {
 		if err := writeJSON(a.stdout, final); err != nil {
 			return err
