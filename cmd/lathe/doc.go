@@ -40,6 +40,8 @@
 //	                         check the ledger's chain (exit 1 with every problem)
 //	lathe audit export [--to FILE]
 //	                         the ledger as JSON lines; the head to publish on stderr
+//	lathe version            the version and the commit lathe was built from (as --version;
+//	                         -o json: an object); needs no scheduler
 //
 // The scheduler address comes from --server, else LATHE_SERVER, else
 // http://127.0.0.1:8080; a bearer token, if the scheduler wants one, from
