@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
-	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/poolstate"
 	"github.com/lathe-ml/lathe/scheduler/placement"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
@@ -15,11 +15,11 @@ import (
 // RoundInput is what one placement round looks at, read at once.
 type RoundInput struct {
 	Now      time.Time
-	Nodes    []jobstore.NodeStatus // live nodes with their reservations
-	Pending  []string              // the pending ids scanned, in queue order
+	Nodes    []poolstate.NodeStatus // live nodes with their reservations
+	Pending  []string               // the pending ids scanned, in queue order
 	Jobs     map[string]*jobtype.Job
 	Routing  RoutingInput // what a routing decision looks at
-	Pressure jobstore.PoolPressure
+	Pressure poolstate.PoolPressure
 }
 
 // RoundOptions are the settings a round's decision depends on.
@@ -36,7 +36,7 @@ type RoundPlan struct {
 	Cloud    []CloudDispatch    // queued jobs routed to a live cloud backend
 	Snap     placement.Snapshot // the local pool as placement saw it
 	Place    placement.Plan     // assignments, preemptions, waits (local)
-	Pressure jobstore.PoolPressure
+	Pressure poolstate.PoolPressure
 }
 
 // OffWait is a queued job the placer does not place (held, routed to a
@@ -216,9 +216,9 @@ func StartOf(j *jobtype.Job) time.Time {
 // estimates are the routing ones (RuntimeEstimate), not placement's upper
 // bound. With no node live, the capacity last published (in.Pressure)
 // stands. Joins are left to the caller (JoinWaits).
-func PoolPressure(snap placement.Snapshot, in *RoundInput, def time.Duration) jobstore.PoolPressure {
+func PoolPressure(snap placement.Snapshot, in *RoundInput, def time.Duration) poolstate.PoolPressure {
 	sps := in.Routing.StepTimes
-	var p jobstore.PoolPressure
+	var p poolstate.PoolPressure
 	healthy := 0
 	for _, n := range snap.Nodes {
 		for _, g := range n.GPUs {
@@ -252,8 +252,8 @@ func PoolPressure(snap placement.Snapshot, in *RoundInput, def time.Duration) jo
 
 // JoinWaits are a plan's joins as waits in seconds after now, by priority
 // (−1: never).
-func JoinWaits(joins []placement.Join, now time.Time) [3][]jobstore.JoinWait {
-	var out [3][]jobstore.JoinWait
+func JoinWaits(joins []placement.Join, now time.Time) [3][]poolstate.JoinWait {
+	var out [3][]poolstate.JoinWait
 	for _, jn := range joins {
 		if jn.Priority < 0 || jn.Priority > 2 {
 			continue
@@ -262,16 +262,16 @@ func JoinWaits(joins []placement.Join, now time.Time) [3][]jobstore.JoinWait {
 		if !jn.At.IsZero() {
 			w = max(0, jn.At.Sub(now).Seconds())
 		}
-		out[jn.Priority] = append(out[jn.Priority], jobstore.JoinWait{GPUs: jn.GPUs, WaitS: w})
+		out[jn.Priority] = append(out[jn.Priority], poolstate.JoinWait{GPUs: jn.GPUs, WaitS: w})
 	}
 	return out
 }
 
 // CapacityOf counts each node's GPUs by model and memory, healthy or not.
-func CapacityOf(nodes []placement.Node) []jobstore.CapacityNode {
-	var out []jobstore.CapacityNode
+func CapacityOf(nodes []placement.Node) []poolstate.CapacityNode {
+	var out []poolstate.CapacityNode
 	for _, n := range nodes {
-		cn := jobstore.CapacityNode{Name: n.Name}
+		cn := poolstate.CapacityNode{Name: n.Name}
 		for _, g := range n.GPUs {
 			mem := float64(g.MemoryTotalMB) / 1024
 			merged := false
@@ -282,7 +282,7 @@ func CapacityOf(nodes []placement.Node) []jobstore.CapacityNode {
 				}
 			}
 			if !merged {
-				cn.GPUs = append(cn.GPUs, jobstore.CapacityGPU{Model: g.Name, MemoryGB: mem, Count: 1})
+				cn.GPUs = append(cn.GPUs, poolstate.CapacityGPU{Model: g.Name, MemoryGB: mem, Count: 1})
 			}
 		}
 		out = append(out, cn)

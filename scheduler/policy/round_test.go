@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
-	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/poolstate"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
@@ -50,10 +50,10 @@ func TestDecideRoundIsPure(t *testing.T) {
 	}
 	gpus := []jobtype.GPU{{Index: 0, UUID: "G0", Name: "NVIDIA H100", MemoryTotalMB: 81920, Healthy: true},
 		{Index: 1, UUID: "G1", Name: "NVIDIA H100", MemoryTotalMB: 81920, Healthy: true}}
-	nodes := []jobstore.NodeStatus{{Node: jobstore.Node{Name: "n1", Backend: "local", Slots: 2, GPUs: gpus},
-		Reservations: map[string]jobstore.Reservation{"run": {GPUs: []int{0}}}, Reserved: 1}}
+	nodes := []poolstate.NodeStatus{{Node: poolstate.Node{Name: "n1", Backend: "local", Slots: 2, GPUs: gpus},
+		Reservations: map[string]poolstate.Reservation{"run": {GPUs: []int{0}}}, Reserved: 1}}
 	in := &RoundInput{Now: now, Nodes: nodes, Pending: []string{"fits", "retry", "held", "big", "gone"}, Jobs: jobs,
-		Routing: RoutingInput{Now: now, Nodes: nodes, Spends: map[string]jobstore.Spend{}, StepTimes: map[string]float64{}}}
+		Routing: RoutingInput{Now: now, Nodes: nodes, Spends: map[string]poolstate.Spend{}, StepTimes: map[string]float64{}}}
 
 	plan := DecideRound(in, rs, RoundOptions{DefaultMaxRuntime: 24 * time.Hour})
 
@@ -122,14 +122,14 @@ datasets:
 	}
 	holder, second := job("holder"), job("second")
 	in := &RoundInput{Now: now, Pending: []string{"holder", "second"}, Jobs: map[string]*jobtype.Job{"holder": holder, "second": second},
-		Routing: RoutingInput{Now: now, StepTimes: map[string]float64{}, Spends: map[string]jobstore.Spend{}}}
+		Routing: RoutingInput{Now: now, StepTimes: map[string]float64{}, Spends: map[string]poolstate.Spend{}}}
 	estimate := DecideRoute(holder, "retry", rs, Snapshot(rs, Assumptions{}, in.Routing), now).Decision.EstCostUSD
 	if estimate <= 0 || 3*estimate <= 4 || 2*estimate > 4 {
 		t.Fatalf("estimate %.2f: the test needs 2 estimates to fit the $4 budget and 3 not to", estimate)
 	}
 	// The holder's reservation is in the spends read, and on its record.
 	holder.BudgetReservedUSD = estimate
-	in.Routing.Spends["backend:aws-eu"] = jobstore.Spend{ReservedUSD: estimate}
+	in.Routing.Spends["backend:aws-eu"] = poolstate.Spend{ReservedUSD: estimate}
 
 	plan := DecideRound(in, rs, RoundOptions{DefaultMaxRuntime: 24 * time.Hour})
 
@@ -180,7 +180,7 @@ datasets:
 				Output: jobspec.Output{URI: "s3://lathe-eu-ckpt/out"}}}
 	}
 	in := &RoundInput{Now: now, Pending: []string{"a", "b"}, Jobs: map[string]*jobtype.Job{"a": job("a"), "b": job("b")},
-		Routing: RoutingInput{Now: now, StepTimes: map[string]float64{}, Spends: map[string]jobstore.Spend{}}}
+		Routing: RoutingInput{Now: now, StepTimes: map[string]float64{}, Spends: map[string]poolstate.Spend{}}}
 
 	plan := DecideRound(in, rs, RoundOptions{DefaultMaxRuntime: 24 * time.Hour})
 

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/poolstate"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
@@ -33,9 +33,9 @@ type Assumptions struct {
 // RoutingInput is what a routing decision reads from the store.
 type RoutingInput struct {
 	Now       time.Time
-	Nodes     []jobstore.NodeStatus
-	Pressure  jobstore.PoolPressure // the local pool's, as the last placement round published it
-	Spends    map[string]jobstore.Spend
+	Nodes     []poolstate.NodeStatus
+	Pressure  poolstate.PoolPressure // the local pool's, as the last placement round published it
+	Spends    map[string]poolstate.Spend
 	StepTimes map[string]float64
 }
 
@@ -77,7 +77,7 @@ func Snapshot(rs *RouteState, as Assumptions, in RoutingInput) routing.Snapshot 
 // last seen (pr.Capacity) when none is live (a restart must not make GPU
 // jobs infeasible). The wait counts healthy GPUs only; pr's joins count
 // off what has passed between pr.At and now.
-func LocalPool(nodes []jobstore.NodeStatus, pr jobstore.PoolPressure, now time.Time) routing.Pool {
+func LocalPool(nodes []poolstate.NodeStatus, pr poolstate.PoolPressure, now time.Time) routing.Pool {
 	pool := routing.Pool{}
 	add := func(pn *routing.PoolNode, model string, mem float64, n int) {
 		for i := range pn.GPUs {

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
-	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/poolstate"
 	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
@@ -163,9 +163,9 @@ type simulation struct {
 	events  eventHeap
 	now     time.Duration
 	pending []int // queued jobs, in queue order
-	nodes   []jobstore.NodeStatus
+	nodes   []poolstate.NodeStatus
 	where   map[string]int // job id → index
-	press   jobstore.PoolPressure
+	press   poolstate.PoolPressure
 	learn   learner
 	price   float64
 	res     Result
@@ -212,7 +212,7 @@ func newSim(setup Setup, jobs []Job) (*simulation, error) {
 	}
 	sm.nodes = simNodes(setup)
 	for _, b := range sm.clouds {
-		sm.nodes = append(sm.nodes, jobstore.NodeStatus{Node: jobstore.Node{Name: jobtype.CloudNode(b.Name), Backend: b.Kind}})
+		sm.nodes = append(sm.nodes, poolstate.NodeStatus{Node: poolstate.Node{Name: jobtype.CloudNode(b.Name), Backend: b.Kind}})
 	}
 	sm.jobs = make([]simJob, len(jobs))
 	var horizon time.Duration
@@ -244,18 +244,18 @@ func newSim(setup Setup, jobs []Job) (*simulation, error) {
 const simCPUSlots = 1 << 20
 
 // simNodes is the owned pool: Owned GPUs in nodes of NodeGPUs.
-func simNodes(setup Setup) []jobstore.NodeStatus {
+func simNodes(setup Setup) []poolstate.NodeStatus {
 	per := setup.NodeGPUs
 	if per <= 0 {
 		per = setup.Owned
 	}
-	var out []jobstore.NodeStatus
+	var out []poolstate.NodeStatus
 	for left, n := setup.Owned, 0; left > 0; n++ {
 		k := min(per, left)
 		left -= k
 		// CPU slots are not modelled: a CPU-only job starts at once.
-		ns := jobstore.NodeStatus{Node: jobstore.Node{Name: fmt.Sprintf("owned-%03d", n), Backend: "local", Slots: simCPUSlots},
-			Reservations: map[string]jobstore.Reservation{}}
+		ns := poolstate.NodeStatus{Node: poolstate.Node{Name: fmt.Sprintf("owned-%03d", n), Backend: "local", Slots: simCPUSlots},
+			Reservations: map[string]poolstate.Reservation{}}
 		for g := range k {
 			ns.GPUs = append(ns.GPUs, jobtype.GPU{Index: g, UUID: fmt.Sprintf("GPU-sim-%d-%d", n, g),
 				Name: setup.GPUName, MemoryTotalMB: setup.GPUMemoryMB, Healthy: true})
@@ -441,7 +441,7 @@ func (sm *simulation) enqueue(i int) {
 }
 
 func (sm *simulation) routingInput() policy.RoutingInput {
-	return policy.RoutingInput{Now: sm.at(), Nodes: sm.nodes, Pressure: sm.press, Spends: map[string]jobstore.Spend{}}
+	return policy.RoutingInput{Now: sm.at(), Nodes: sm.nodes, Pressure: sm.press, Spends: map[string]poolstate.Spend{}}
 }
 
 // round runs one placement round (policy.DecideRound) and applies its plan.
@@ -490,7 +490,7 @@ func (sm *simulation) round() {
 	}
 }
 
-func (sm *simulation) node(name string) *jobstore.NodeStatus {
+func (sm *simulation) node(name string) *poolstate.NodeStatus {
 	for ni := range sm.nodes {
 		if sm.nodes[ni].Name == name {
 			return &sm.nodes[ni]
@@ -502,7 +502,7 @@ func (sm *simulation) node(name string) *jobstore.NodeStatus {
 func (sm *simulation) startLocal(i int, node string, gpus []int) {
 	sj := &sm.jobs[i]
 	n := sm.node(node)
-	n.Reservations[sj.in.ID] = jobstore.Reservation{Attempt: sj.job.Attempt, GPUs: gpus}
+	n.Reservations[sj.in.ID] = poolstate.Reservation{Attempt: sj.job.Attempt, GPUs: gpus}
 	sm.checkResidency(sj, sm.local)
 	sm.begin(i, sm.local, 0)
 }

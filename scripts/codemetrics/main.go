@@ -149,8 +149,10 @@ var importRules = []struct {
 	{"scheduler/schedule", []string{"internal/"}},
 	{"scheduler/routing/routecfg", []string{"internal/"}},
 	{"scheduler/routing", []string{"internal/", "scheduler/routing"}},
-	{"scheduler/policy", []string{"internal/", "scheduler/placement", "scheduler/routing"}},
-	{"scheduler/sim", []string{"internal/", "scheduler/policy", "scheduler/placement", "scheduler/routing"}},
+	// The pure decisions and the simulator over them read plain types,
+	// never the Redis store (internal/jobstore) or the ledger.
+	{"scheduler/policy", []string{"internal/jobspec", "internal/jobtype", "internal/poolstate", "scheduler/placement", "scheduler/routing"}},
+	{"scheduler/sim", []string{"internal/jobspec", "internal/jobtype", "internal/poolstate", "internal/trace", "scheduler/policy", "scheduler/placement", "scheduler/routing"}},
 	{"scheduler", []string{"internal/", "scheduler/placement", "scheduler/routing", "scheduler/sweep", "scheduler/schedule", "scheduler/policy"}},
 	{"backends/", []string{"internal/", "backends/"}},
 	{"worker", []string{"internal/", "backends/", "scheduler/routing"}},

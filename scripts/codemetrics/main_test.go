@@ -19,10 +19,10 @@ func TestTreeKeepsItsLayers(t *testing.T) {
 	}
 }
 
-// TestLayerViolationsAreFound runs the check on a tree that breaks four
+// TestLayerViolationsAreFound runs the check on a tree that breaks five
 // rules (the CLI importing the daemon's scheduler, internal/ importing
 // scheduler/, placement importing routing, policy importing the scheduler
-// it serves) and keeps three (worker importing internal/, sim importing
+// it serves and the Redis store) and keeps three (worker importing internal/, sim importing
 // policy, lathed importing the scheduler), so the check above can fail.
 func TestLayerViolationsAreFound(t *testing.T) {
 	root := t.TempDir()
@@ -42,15 +42,17 @@ func TestLayerViolationsAreFound(t *testing.T) {
 	write("cmd/lathe/main.go", "package main\nimport _ \""+module+"scheduler\"\n")
 	write("cmd/lathed/main.go", "package main\nimport _ \""+module+"scheduler\"\n")
 	write("scheduler/policy/p.go", "package policy\nimport _ \""+module+"scheduler\"\n")
+	write("scheduler/policy/q.go", "package policy\nimport _ \""+module+"internal/jobstore\"\n")
 	write("scheduler/sim/s.go", "package sim\nimport _ \""+module+"scheduler/policy\"\n")
 	bad, err := layerViolations(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(bad) != 4 || !strings.Contains(bad[0], "cmd/lathe/main.go imports scheduler") ||
+	if len(bad) != 5 || !strings.Contains(bad[0], "cmd/lathe/main.go imports scheduler") ||
 		!strings.Contains(bad[1], "internal/x/x.go imports scheduler") ||
 		!strings.Contains(bad[2], "scheduler/placement/p.go imports scheduler/routing") ||
-		!strings.Contains(bad[3], "scheduler/policy/p.go imports scheduler") {
-		t.Fatalf("violations = %q, want the four broken rules", bad)
+		!strings.Contains(bad[3], "scheduler/policy/p.go imports scheduler") ||
+		!strings.Contains(bad[4], "scheduler/policy/q.go imports internal/jobstore") {
+		t.Fatalf("violations = %q, want the five broken rules", bad)
 	}
 }
