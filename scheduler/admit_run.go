@@ -10,6 +10,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 )
 
@@ -55,7 +56,7 @@ func (s *Scheduler) admitRun(ctx context.Context, p principal, id string, spec *
 		return nil, false, &RefusedError{Reasons: d.Reasons}
 	}
 	nj := jobstore.NewJob{ID: id, Spec: spec, OutputURI: out + "/{id}", Submitter: p.Name, Team: p.Team,
-		Route: routeInfo(d, rs, "submit", 1, 0, snap.Now)}
+		Route: policy.RouteInfo(d, rs, "submit", 1, 0, snap.Now)}
 	if s.cfg.Ledger != nil {
 		if nj.Records, err = decisionRecords(rs, p, "submit", spec.Name, 1, rj, snap, d); err != nil {
 			return nil, false, err

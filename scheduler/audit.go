@@ -35,7 +35,7 @@ func (s *Scheduler) explain(w http.ResponseWriter, r *http.Request) {
 	}
 	p := principalOf(r)
 	d := routing.Decide(routingJob(spec, "", p.Team, strings.TrimRight(spec.Output.URI, "/")+"/<id>"), snap)
-	writeJSON(w, http.StatusOK, wire.Explanation{Decision: d.Wire(), ConfigHash: rs.hash})
+	writeJSON(w, http.StatusOK, wire.Explanation{Decision: d.Wire(), ConfigHash: rs.Hash})
 }
 
 // refusal is the 422 answer of a single submit that d refuses.

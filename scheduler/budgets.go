@@ -58,11 +58,11 @@ func (s *Scheduler) budgetRows(ctx context.Context, month string) ([]wire.Budget
 func (s *Scheduler) budgetScopes() (limits map[string]float64, kinds map[string]string, scopes []string) {
 	rs := s.routing()
 	limits, kinds = map[string]float64{}, map[string]string{}
-	for _, b := range rs.cfg.Backends {
+	for _, b := range rs.Config.Backends {
 		limits["backend:"+b.Name] = b.BudgetUSDPerMonth
 		kinds["backend:"+b.Name] = b.Kind
 	}
-	for team, l := range rs.cfg.TeamBudgetsUSD {
+	for team, l := range rs.Config.TeamBudgetsUSD {
 		limits["team:"+team] = l
 	}
 	for _, t := range s.cfg.Tokens {

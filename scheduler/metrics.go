@@ -55,7 +55,7 @@ func newMetrics(s *Scheduler) *metrics {
 	}, []string{"backend", "state"})
 	// Every configured backend's series exist from the start (at 0), so a
 	// rate() over them is defined before the first job ends.
-	for _, b := range s.routing().cfg.Backends {
+	for _, b := range s.routing().Config.Backends {
 		for _, st := range []jobtype.State{jobtype.StateSucceeded, jobtype.StateFailed, jobtype.StateCancelled, jobtype.StateStopped} {
 			m.jobDuration.WithLabelValues(b.Name, string(st))
 		}

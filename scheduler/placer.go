@@ -13,12 +13,13 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/scheduler/policy"
 )
 
 // placer is the leader's placement duty. One round is read → decide →
 // apply (docs/architecture.md, "The placer"): read takes everything the
-// round looks at in a few Redis round trips (roundInput); decideRound, a
-// pure function, turns it into a roundPlan (re-routings, assignments,
+// round looks at in a few Redis round trips (policy.RoundInput); policy.DecideRound, a
+// pure function, turns it into a policy.RoundPlan (re-routings, assignments,
 // cloud dispatches, preemptions, waits, pool pressure); apply writes the
 // plan, each write a compare-and-set script that refuses a stale plan. Its
 // fields belong to the leader loop's goroutine.
@@ -33,16 +34,6 @@ func newPlacer(s *Scheduler) *placer { return &placer{s: s} }
 
 // forceRound makes the next round a full one (a submit, retry or cancel).
 func (p *placer) forceRound() { p.lastFP = "" }
-
-// roundInput is what one placement round looks at, read at once.
-type roundInput struct {
-	now      time.Time
-	nodes    []jobstore.NodeStatus // live nodes with their reservations
-	pending  []string              // the first PlaceScan pending ids, in queue order
-	jobs     map[string]*jobtype.Job
-	routing  routingInput // what a routing decision looks at
-	pressure jobstore.PoolPressure
-}
 
 // round runs one placement round: read, decide (best fit, EASY backfill,
 // preemption: scheduler/placement/doc.go; routing of every new attempt:
@@ -60,7 +51,7 @@ func (p *placer) round(ctx context.Context) {
 		return
 	}
 	s := p.s
-	plan := decideRound(in, s.routing(), roundOptions{defaultMaxRuntime: s.cfg.Defaults.MaxRuntime, ledger: s.cfg.Ledger != nil})
+	plan := policy.DecideRound(in, s.routing(), policy.RoundOptions{DefaultMaxRuntime: s.cfg.Defaults.MaxRuntime})
 	p.apply(ctx, in, plan, fp)
 	s.metrics.placeRound.Observe(time.Since(start).Seconds())
 }
@@ -70,7 +61,7 @@ func (p *placer) round(ctx context.Context) {
 // changed (pending count, reservations, GPU health and foreign memory)
 // and the last round placed nothing, but one still runs every
 // placeRefresh so places in line stay fresh.
-func (p *placer) read(ctx context.Context) (in *roundInput, fp string, ok bool) {
+func (p *placer) read(ctx context.Context) (in *policy.RoundInput, fp string, ok bool) {
 	s := p.s
 	nodes, err := s.store.Nodes(ctx)
 	if err != nil {
@@ -86,29 +77,29 @@ func (p *placer) read(ctx context.Context) (in *roundInput, fp string, ok bool) 
 	if fp == p.lastFP && time.Since(p.lastRound) < placeRefresh {
 		return nil, "", false
 	}
-	in = &roundInput{now: time.Now(), nodes: nodes}
+	in = &policy.RoundInput{Now: time.Now(), Nodes: nodes}
 	if err := p.readJobs(ctx, in); err != nil {
 		s.log.Warn("placer: snapshot", slog.Any("err", err))
 		return nil, "", false
 	}
-	if in.routing, err = s.readRouting(ctx, s.routing(), in.now, nodes); err != nil {
+	if in.Routing, err = s.readRouting(ctx, s.routing(), in.Now, nodes); err != nil {
 		s.log.Warn("placer: snapshot", slog.Any("err", err))
 		return nil, "", false
 	}
-	in.pressure = in.routing.pressure
+	in.Pressure = in.Routing.Pressure
 	return in, fp, true
 }
 
 // readJobs reads the pending ids and the records of every job the round
 // names: the pending ones and those holding a local node's reservations.
-func (p *placer) readJobs(ctx context.Context, in *roundInput) error {
+func (p *placer) readJobs(ctx context.Context, in *policy.RoundInput) error {
 	s := p.s
 	ids, err := s.store.Pending(ctx, s.cfg.PlaceScan)
 	if err != nil {
 		return err
 	}
 	var holders []string
-	for _, n := range in.nodes {
+	for _, n := range in.Nodes {
 		if n.Backend != "local" {
 			continue
 		}
@@ -120,23 +111,15 @@ func (p *placer) readJobs(ctx context.Context, in *roundInput) error {
 	if err != nil {
 		return err
 	}
-	in.pending = ids
-	in.jobs = make(map[string]*jobtype.Job, len(all))
+	in.Pending = ids
+	in.Jobs = make(map[string]*jobtype.Job, len(all))
 	for _, j := range all {
 		if j != nil {
-			in.jobs[j.ID] = j
+			in.Jobs[j.ID] = j
 		}
 	}
 	return nil
 }
-
-// offWait is a queued job the placer does not place (held, routed to a
-// cloud backend, or not routed yet), with the reason shown in its status.
-type offWait struct{ id, code, reason string }
-
-// maxRedecisions bounds the routing decisions one placement round makes
-// (each one is a ledger record); the rest wait for the next round.
-const maxRedecisions = 200
 
 // placeRefresh bounds how long the placer skips rounds while nothing changed.
 const placeRefresh = 5 * time.Second

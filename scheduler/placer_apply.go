@@ -9,6 +9,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/scheduler/policy"
 )
 
 // apply writes a round's plan, in this order: the re-routings with their
@@ -16,15 +17,15 @@ import (
 // the next round reads again), the pool pressure, the cloud dispatches,
 // the local assignments, the preemptions, the places in line. Every
 // dispatch carries the leader's fence; a fenced one stops the round.
-func (p *placer) apply(ctx context.Context, in *roundInput, plan roundPlan, fp string) {
+func (p *placer) apply(ctx context.Context, in *policy.RoundInput, plan policy.RoundPlan, fp string) {
 	s := p.s
 	rs := s.routing()
-	for _, rp := range plan.reroutes {
+	for _, rp := range plan.Reroutes {
 		if _, _, err := s.applyReroute(ctx, rs, rp); err != nil {
 			if leftQueue(err) {
 				// Cancelled or deleted since the read: nothing to decide
 				// (its planned dispatch, if any, loses the same way).
-				s.log.Debug("placer: reroute of a job that left the queue", slog.String("job_id", rp.job.ID), slog.Any("err", err))
+				s.log.Debug("placer: reroute of a job that left the queue", slog.String("job_id", rp.Job.ID), slog.Any("err", err))
 				continue
 			}
 			s.log.Warn("placer: reroute", slog.Any("err", err))
@@ -33,14 +34,14 @@ func (p *placer) apply(ctx context.Context, in *roundInput, plan roundPlan, fp s
 	}
 	p.lastRound = time.Now()
 	p.lastFP = fp
-	if err := s.store.SetPoolPressure(ctx, "local", plan.pressure); err != nil {
+	if err := s.store.SetPoolPressure(ctx, "local", plan.Pressure); err != nil {
 		s.log.Warn("placer: publish pool pressure", slog.Any("err", err))
 	}
-	offWaits, ok := p.dispatchCloud(ctx, plan.cloud, plan.offWaits)
+	offWaits, ok := p.dispatchCloud(ctx, plan.Cloud, plan.OffWaits)
 	if !ok {
 		return
 	}
-	if len(plan.snap.Pending) == 0 && len(offWaits) == 0 {
+	if len(plan.Snap.Pending) == 0 && len(offWaits) == 0 {
 		if p.hadWaits {
 			if err := s.store.SetWaits(ctx, nil); err == nil {
 				p.hadWaits = false
@@ -48,7 +49,7 @@ func (p *placer) apply(ctx context.Context, in *roundInput, plan roundPlan, fp s
 		}
 		return
 	}
-	if len(plan.place.Assign) > 0 || len(plan.place.Preempt) > 0 {
+	if len(plan.Place.Assign) > 0 || len(plan.Place.Preempt) > 0 {
 		p.lastFP = "" // the round changed things: look again next tick
 	}
 	if !p.dispatchLocal(ctx, in, plan) {
@@ -63,18 +64,18 @@ func (p *placer) apply(ctx context.Context, in *roundInput, plan roundPlan, fp s
 // max_instances; a job with no instance to spare waits with the reason
 // (added to offWaits). It returns false when the leader was fenced (the
 // round must stop).
-func (p *placer) dispatchCloud(ctx context.Context, cds []cloudDispatch, offWaits []offWait) ([]offWait, bool) {
+func (p *placer) dispatchCloud(ctx context.Context, cds []policy.CloudDispatch, offWaits []policy.OffWait) ([]policy.OffWait, bool) {
 	s := p.s
 	for _, cd := range cds {
-		j, b := cd.job, cd.backend
-		err := s.store.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: j.Attempt, Node: cd.node, Backend: b.Name,
+		j, b := cd.Job, cd.Backend
+		err := s.store.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: j.Attempt, Node: cd.Node, Backend: b.Name,
 			Capacity: b.MaxInstances, Fence: s.leaderFence()})
 		switch {
 		case err == nil:
-			s.enqueue(ctx, j.ID, j.Attempt, cd.node, j.Spec.MaxRuntime.D())
+			s.enqueue(ctx, j.ID, j.Attempt, cd.Node, j.Spec.MaxRuntime.D())
 			p.lastFP = ""
 		case errors.Is(err, jobstore.ErrNodeFull):
-			offWaits = append(offWaits, offWait{j.ID, "cloud", fmt.Sprintf("routed to %s (site %s): all %d of its instances (max_instances) are in use; it waits there",
+			offWaits = append(offWaits, policy.OffWait{ID: j.ID, Code: "cloud", Reason: fmt.Sprintf("routed to %s (site %s): all %d of its instances (max_instances) are in use; it waits there",
 				b.Name, b.Site, b.MaxInstances)})
 		case errors.Is(err, jobstore.ErrConflict):
 		case errors.Is(err, jobstore.ErrFenced):
@@ -92,12 +93,12 @@ func (p *placer) dispatchCloud(ctx context.Context, cds []cloudDispatch, offWait
 // it. A lost compare-and-set (a reservation or a cancel meanwhile) leaves
 // the job for the next round. It returns false when the round must stop
 // (fenced, or Redis failing).
-func (p *placer) dispatchLocal(ctx context.Context, in *roundInput, plan roundPlan) bool {
+func (p *placer) dispatchLocal(ctx context.Context, in *policy.RoundInput, plan policy.RoundPlan) bool {
 	s := p.s
-	for _, a := range plan.place.Assign {
-		j := in.jobs[a.JobID]
+	for _, a := range plan.Place.Assign {
+		j := in.Jobs[a.JobID]
 		capacity := 0
-		for _, n := range plan.snap.Nodes {
+		for _, n := range plan.Snap.Nodes {
 			if n.Name == a.Node {
 				capacity = n.CPUSlots
 			}
@@ -123,11 +124,11 @@ func (p *placer) dispatchLocal(ctx context.Context, in *roundInput, plan roundPl
 }
 
 // preempt asks each victim of the plan's preemptions to stop.
-func (p *placer) preempt(ctx context.Context, in *roundInput, plan roundPlan) {
+func (p *placer) preempt(ctx context.Context, in *policy.RoundInput, plan policy.RoundPlan) {
 	s := p.s
-	for _, pr := range plan.place.Preempt {
+	for _, pr := range plan.Place.Preempt {
 		for _, v := range pr.Victims {
-			vj := in.jobs[v]
+			vj := in.Jobs[v]
 			if vj == nil {
 				continue
 			}
@@ -144,13 +145,13 @@ func (p *placer) preempt(ctx context.Context, in *roundInput, plan roundPlan) {
 
 // writeWaits writes every waiting job's place in line (and the reason of
 // those the placer does not place) for `lathe status`.
-func (p *placer) writeWaits(ctx context.Context, plan roundPlan, offWaits []offWait) {
+func (p *placer) writeWaits(ctx context.Context, plan policy.RoundPlan, offWaits []policy.OffWait) {
 	now := time.Now().UTC()
-	waits := make(map[string]jobtype.WaitInfo, len(plan.place.Waits)+len(offWaits))
+	waits := make(map[string]jobtype.WaitInfo, len(plan.Place.Waits)+len(offWaits))
 	for _, w := range offWaits {
-		waits[w.id] = jobtype.WaitInfo{Code: w.code, Reason: w.reason, At: now}
+		waits[w.ID] = jobtype.WaitInfo{Code: w.Code, Reason: w.Reason, At: now}
 	}
-	for _, w := range plan.place.Waits {
+	for _, w := range plan.Place.Waits {
 		wi := jobtype.WaitInfo{Position: w.Position, Code: string(w.Code), Reason: w.Reason, At: now}
 		if !w.EstimatedStart.IsZero() {
 			t := w.EstimatedStart.UTC()

@@ -15,6 +15,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/wire"
+	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
@@ -25,30 +26,21 @@ import (
 // preemption: placer.go), spill-over (a local job waiting past its
 // max_wait) and a config reload (SetRouting).
 
-// routeState is the routing config in force and its hash.
-type routeState struct {
-	cfg  routecfg.Config
-	hash string
-}
-
-func (s *Scheduler) routing() *routeState { return s.route.Load() }
+// routing is the routing config in force.
+func (s *Scheduler) routing() *policy.RouteState { return s.route.Load() }
 
 // SetRouting replaces the routing config (a config reload) and checks every
 // job that has not ended against it: a job no longer feasible where it is
 // routed is held with the reason (never moved); a held job feasible again
 // is released. Each change is a ledger record.
 func (s *Scheduler) SetRouting(ctx context.Context, cfg routecfg.Config) error {
-	s.route.Store(&routeState{cfg: cfg, hash: cfg.Hash()})
+	s.route.Store(policy.NewRouteState(cfg))
 	s.log.Info("routing config loaded", slog.String("config_hash", cfg.Hash()), slog.Int("backends", len(cfg.Backends)))
 	return s.recheckAll(ctx)
 }
 
-// Assumptions are what-ifs for an explain: a local pool's wait, a
-// backend's spend this month.
-type Assumptions struct {
-	Wait  map[string]time.Duration
-	Spent map[string]float64
-}
+// Assumptions are what-ifs for an explain (policy.Assumptions).
+type Assumptions = policy.Assumptions
 
 // routingJob is the routing view of a job (routing.JobFromSpec).
 func routingJob(spec *jobspec.Spec, id, team, outputURI string) routing.Job {
@@ -56,134 +48,41 @@ func routingJob(spec *jobspec.Spec, id, team, outputURI string) routing.Job {
 }
 
 // snapshotFor reads what a routing decision looks at.
-func (s *Scheduler) snapshotFor(ctx context.Context, rs *routeState, as Assumptions) (routing.Snapshot, error) {
+func (s *Scheduler) snapshotFor(ctx context.Context, rs *policy.RouteState, as Assumptions) (routing.Snapshot, error) {
 	now := time.Now()
 	nodes, err := s.store.Nodes(ctx)
 	if err != nil {
-		return routing.Snapshot{Now: now, Config: rs.cfg}, err
+		return routing.Snapshot{Now: now, Config: rs.Config}, err
 	}
 	in, err := s.readRouting(ctx, rs, now, nodes)
 	if err != nil {
-		return routing.Snapshot{Now: in.now, Config: rs.cfg}, err
+		return routing.Snapshot{Now: in.Now, Config: rs.Config}, err
 	}
-	return routingSnapshot(rs, as, in), nil
-}
-
-// routingInput is what routing reads from the store for a decision.
-type routingInput struct {
-	now       time.Time
-	nodes     []jobstore.NodeStatus
-	pressure  jobstore.PoolPressure // the local pool's, as the last placement round published it
-	spends    map[string]jobstore.Spend
-	stepTimes map[string]float64
+	return policy.Snapshot(rs, as, in), nil
 }
 
 // readRouting reads a routing decision's inputs at now besides the live
 // nodes, read already.
-func (s *Scheduler) readRouting(ctx context.Context, rs *routeState, now time.Time, nodes []jobstore.NodeStatus) (routingInput, error) {
-	in := routingInput{now: now, nodes: nodes}
+func (s *Scheduler) readRouting(ctx context.Context, rs *policy.RouteState, now time.Time, nodes []jobstore.NodeStatus) (policy.RoutingInput, error) {
+	in := policy.RoutingInput{Now: now, Nodes: nodes}
 	var err error
-	if in.pressure, err = s.store.PoolPressureOf(ctx, "local"); err != nil {
+	if in.Pressure, err = s.store.PoolPressureOf(ctx, "local"); err != nil {
 		return in, err
 	}
 	var scopes []string
-	for _, b := range rs.cfg.Backends {
+	for _, b := range rs.Config.Backends {
 		scopes = append(scopes, "backend:"+b.Name)
 	}
-	for team := range rs.cfg.TeamBudgetsUSD {
+	for team := range rs.Config.TeamBudgetsUSD {
 		scopes = append(scopes, "team:"+team)
 	}
-	if in.spends, err = s.store.Spends(ctx, jobstore.Month(now), scopes); err != nil {
+	if in.Spends, err = s.store.Spends(ctx, jobstore.Month(now), scopes); err != nil {
 		return in, err
 	}
-	if in.stepTimes, err = s.store.StepTimes(ctx); err != nil {
+	if in.StepTimes, err = s.store.StepTimes(ctx); err != nil {
 		return in, err
 	}
 	return in, nil
-}
-
-// routingSnapshot builds a routing decision's snapshot from what
-// readRouting read (pure).
-func routingSnapshot(rs *routeState, as Assumptions, in routingInput) routing.Snapshot {
-	snap := routing.Snapshot{Now: in.now, Config: rs.cfg, Pools: map[string]routing.Pool{},
-		BackendSpend: map[string]routing.Spend{}, TeamSpend: map[string]routing.Spend{}, SecondsPerStep: in.stepTimes}
-	for _, b := range rs.cfg.Backends {
-		if b.Kind == routecfg.KindLocal {
-			// The workers of this deployment form its (first) local pool.
-			pool := localPool(in.nodes, in.pressure, in.now)
-			if d, ok := as.Wait[b.Name]; ok {
-				pool.AssumeWait = &d
-			}
-			snap.Pools[b.Name] = pool
-			break
-		}
-	}
-	for _, b := range rs.cfg.Backends {
-		sp := in.spends["backend:"+b.Name]
-		rsp := routing.Spend{LimitUSD: b.BudgetUSDPerMonth, SpentUSD: sp.SpentUSD, ReservedUSD: sp.ReservedUSD}
-		if v, ok := as.Spent[b.Name]; ok {
-			rsp.SpentUSD, rsp.ReservedUSD = v, 0
-		}
-		snap.BackendSpend[b.Name] = rsp
-	}
-	for team, limit := range rs.cfg.TeamBudgetsUSD {
-		sp := in.spends["team:"+team]
-		snap.TeamSpend[team] = routing.Spend{LimitUSD: limit, SpentUSD: sp.SpentUSD, ReservedUSD: sp.ReservedUSD}
-	}
-	return snap
-}
-
-// localPool is the local pool as routing sees it. Feasibility is judged
-// against the pool's hardware, healthy or not (an unhealthy GPU may come
-// back; placement skips it, and the job waits), of the live nodes, or as
-// last seen when none is live (a restart must not make GPU jobs
-// infeasible). The wait counts healthy GPUs only.
-func localPool(nodes []jobstore.NodeStatus, pr jobstore.PoolPressure, now time.Time) routing.Pool {
-	pool := routing.Pool{}
-	add := func(pn *routing.PoolNode, model string, mem float64, n int) {
-		for i := range pn.GPUs {
-			if pn.GPUs[i].Model == model && pn.GPUs[i].MemoryGB == mem {
-				pn.GPUs[i].Healthy += n
-				return
-			}
-		}
-		pn.GPUs = append(pn.GPUs, routing.PoolGPU{Model: model, MemoryGB: mem, Healthy: n})
-	}
-	for _, n := range nodes {
-		if n.Backend != "local" {
-			continue
-		}
-		pn := routing.PoolNode{Name: n.Name}
-		for _, g := range n.GPUs {
-			add(&pn, g.Name, float64(g.MemoryTotalMB)/1024, 1)
-			if g.Healthy {
-				pool.HealthyGPUs++
-			}
-		}
-		pool.Nodes = append(pool.Nodes, pn)
-	}
-	if len(pool.Nodes) == 0 {
-		for _, cn := range pr.Capacity {
-			pn := routing.PoolNode{Name: cn.Name}
-			for _, g := range cn.GPUs {
-				add(&pn, g.Model, g.MemoryGB, g.Count)
-			}
-			pool.Nodes = append(pool.Nodes, pn)
-		}
-	}
-	pool.GPUHoursAhead = [3]float64{pr.PendingGPUHours[0] + pr.RunningGPUHours, pr.PendingGPUHours[1], pr.PendingGPUHours[2]}
-	// The joins are waits from pr.At: what has passed since counts off.
-	age := max(0, now.Sub(pr.At).Seconds())
-	for p, js := range pr.Joins {
-		for _, jw := range js {
-			w := jw.WaitS
-			if w > 0 {
-				w = max(0, w-age)
-			}
-			pool.Joins[p] = append(pool.Joins[p], routing.JoinWait{GPUs: jw.GPUs, WaitS: w})
-		}
-	}
-	return pool
 }
 
 // ledgerBody is what a decision record holds besides its header: the job
@@ -230,7 +129,7 @@ func encodeSnapshot(snap routing.Snapshot) (snapshotJSON, error) {
 // A decision about a stored job is appended by the script that stores it
 // or its route (jobstore.CreateLogged, SetRouteLogged), never here. It
 // returns the record's sequence number (0 without a ledger).
-func (s *Scheduler) record(ctx context.Context, rs *routeState, p principal, path, name string, attempt int, job routing.Job, snap routing.Snapshot, d routing.Decision) (int64, error) {
+func (s *Scheduler) record(ctx context.Context, rs *policy.RouteState, p principal, path, name string, attempt int, job routing.Job, snap routing.Snapshot, d routing.Decision) (int64, error) {
 	if s.cfg.Ledger == nil {
 		return 0, nil
 	}
@@ -252,7 +151,7 @@ func (s *Scheduler) record(ctx context.Context, rs *routeState, p principal, pat
 
 // decisionRecords builds a decision's ledger records: the decision, then
 // one per staging, which names the decision's sequence number seq.
-func decisionRecords(rs *routeState, p principal, path, name string, attempt int, job routing.Job, snap routing.Snapshot, d routing.Decision) (func(seq int64) []ledger.Record, error) {
+func decisionRecords(rs *policy.RouteState, p principal, path, name string, attempt int, job routing.Job, snap routing.Snapshot, d routing.Decision) (func(seq int64) []ledger.Record, error) {
 	sj, err := encodeSnapshot(snap)
 	if err != nil {
 		return nil, err
@@ -262,7 +161,7 @@ func decisionRecords(rs *routeState, p principal, path, name string, attempt int
 
 // decisionRecordsOn is decisionRecords with the snapshot's part encoded
 // already (encodeSnapshot).
-func decisionRecordsOn(rs *routeState, p principal, path, name string, attempt int, job routing.Job, sj snapshotJSON, d routing.Decision) (func(seq int64) []ledger.Record, error) {
+func decisionRecordsOn(rs *policy.RouteState, p principal, path, name string, attempt int, job routing.Job, sj snapshotJSON, d routing.Decision) (func(seq int64) []ledger.Record, error) {
 	body, err := json.Marshal(ledgerBody{Path: path, Job: job, Name: name, Attempt: attempt, snapshotJSON: sj, Decision: d})
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: ledger record: %w", err)
@@ -272,39 +171,26 @@ func decisionRecordsOn(rs *routeState, p principal, path, name string, attempt i
 		kind = "refusal"
 	}
 	return func(seq int64) []ledger.Record {
-		recs := []ledger.Record{{Kind: kind, JobID: job.ID, Team: p.Team, Token: p.Name, ConfigHash: rs.hash, Body: body}}
+		recs := []ledger.Record{{Kind: kind, JobID: job.ID, Team: p.Team, Token: p.Name, ConfigHash: rs.Hash, Body: body}}
 		for _, st := range d.Staging {
 			b, _ := json.Marshal(map[string]any{"staging": st, "decision_seq": seq, "residency": d.Residency, "backend": d.Backend})
-			recs = append(recs, ledger.Record{Kind: "staging", JobID: job.ID, Team: p.Team, Token: p.Name, ConfigHash: rs.hash, Body: b})
+			recs = append(recs, ledger.Record{Kind: "staging", JobID: job.ID, Team: p.Team, Token: p.Name, ConfigHash: rs.Hash, Body: b})
 		}
 		return recs
 	}, nil
 }
 
-// routeInfo condenses a decision for the job record.
-func routeInfo(d routing.Decision, rs *routeState, path string, attempt, preemptions int, now time.Time) *jobtype.RouteInfo {
-	ri := &jobtype.RouteInfo{Backend: d.Backend, Site: d.Site, Waiting: d.Waiting, Reasons: d.Reasons,
-		EstRuntimeS: d.EstRuntime.Seconds(), EstCostUSD: d.EstCostUSD, Path: path, DecidedAt: now.UTC(),
-		Attempt: attempt, Preemptions: preemptions, ConfigHash: rs.hash}
-	for _, c := range d.Candidates {
-		if c.Backend == d.Backend {
-			ri.Kind, ri.EstWaitS = c.Kind, c.EstWaitS
-		}
-	}
-	return ri
-}
-
 // reserveBudget reserves a routed job's estimated cost against its
 // backend's and its team's monthly budgets. A race lost against another
 // admission (ErrOverBudget) makes the route wait with the reason.
-func (s *Scheduler) reserveBudget(ctx context.Context, rs *routeState, job *jobtype.Job, d routing.Decision) {
+func (s *Scheduler) reserveBudget(ctx context.Context, rs *policy.RouteState, job *jobtype.Job, d routing.Decision) {
 	if d.EstCostUSD <= 0 || d.Backend == "" {
 		return
 	}
-	b, _ := rs.cfg.Backend(d.Backend)
+	b, _ := rs.Config.Backend(d.Backend)
 	scopes := []jobstore.BudgetScope{{Scope: "backend:" + d.Backend, Limit: b.BudgetUSDPerMonth}}
 	if job.Team != "" {
-		scopes = append(scopes, jobstore.BudgetScope{Scope: "team:" + job.Team, Limit: rs.cfg.TeamBudgetsUSD[job.Team]})
+		scopes = append(scopes, jobstore.BudgetScope{Scope: "team:" + job.Team, Limit: rs.Config.TeamBudgetsUSD[job.Team]})
 	}
 	err := s.store.Reserve(ctx, job.ID, jobstore.Month(time.Now()), d.EstCostUSD, scopes)
 	if err == nil {
@@ -318,101 +204,50 @@ func (s *Scheduler) reserveBudget(ctx context.Context, rs *routeState, job *jobt
 	}
 }
 
-// reroutePlan is a new routing decision for a queued job, not stored yet.
-type reroutePlan struct {
-	job      *jobtype.Job
-	path     string
-	decision routing.Decision
-	route    *jobtype.RouteInfo              // the route to store
-	held     string                          // why the job is held; "" when it is not
-	records  func(seq int64) []ledger.Record // the decision's ledger records (nil without a ledger)
-	reserve  bool                            // reserve the decision's estimated cost once stored
-	err      error                           // building the records failed: the route is not stored
-}
-
-// decideRoute decides again for a job about to be placed under a new
-// attempt (retry, requeue, preemption), or re-checked (spill-over, config
-// reload), over snap (pure). A refused job keeps its route, held with the
-// reasons, decided (and held) for this attempt under this config.
-func decideRoute(j *jobtype.Job, path string, rs *routeState, snap routing.Snapshot, now time.Time, withLedger bool) reroutePlan {
-	rj := routingJob(&j.Spec, j.ID, j.Team, j.OutputURI)
-	if path == "spill-over" {
-		// It waited its max_wait already: that counts, or a job whose
-		// estimate stays under max_wait would wait max_wait again and again.
-		rj.Waited = now.Sub(queuedSince(j))
+// applyReroute stores a re-decided route (policy.DecideRoute) and the
+// decision's ledger records in one script (jobstore.SetRouteLogged): both
+// or neither, and a job that ended or was deleted meanwhile gets neither
+// (the error is a jobstore.ConflictError or wraps jobstore.ErrNotFound). A
+// held job's route then names the refusal's record. It returns the job's
+// new route and why it is held.
+func (s *Scheduler) applyReroute(ctx context.Context, rs *policy.RouteState, rp policy.Reroute) (*jobtype.RouteInfo, string, error) {
+	j := rp.Job
+	var records func(seq int64) []ledger.Record
+	if s.cfg.Ledger != nil {
+		var err error
+		// rp.Snapshot is the snapshot as the decision saw it (its spends
+		// before later reservations of the same round).
+		records, err = decisionRecords(rs, principal{Name: j.Submitter, Team: j.Team}, rp.Path, j.Name, j.Attempt, rp.RoutingJob, rp.Snapshot, rp.Decision)
+		if err != nil {
+			return nil, "", err
+		}
 	}
-	d := routing.Decide(rj, snap)
-	rp := reroutePlan{job: j, path: path, decision: d}
-	if withLedger {
-		// Marshalled now, while snap's spends are this decision's.
-		rp.records, rp.err = decisionRecords(rs, principal{Name: j.Submitter, Team: j.Team}, path, j.Name, j.Attempt, rj, snap, d)
-	}
-	if !d.Refused {
-		rp.route = routeInfo(d, rs, path, j.Attempt, j.Preemptions, now)
-		// A job that moves to a priced backend on a later attempt (spill-over
-		// to the cloud, a retry) reserves its estimate then; one that holds a
-		// reservation already keeps it (Reserve is a no-op).
-		rp.reserve = !d.Waiting && path != "config reload" && d.EstCostUSD > 0 && d.Backend != ""
-		return rp
-	}
-	rp.held = "no backend may run it now (" + path + "): " + strings.Join(d.Reasons, "; ")
-	var ri jobtype.RouteInfo
-	if j.Route != nil {
-		ri = *j.Route
-	} else {
-		ri = *routeInfo(d, rs, path, j.Attempt, j.Preemptions, now)
-	}
-	ri.Attempt, ri.Preemptions, ri.ConfigHash = j.Attempt, j.Preemptions, rs.hash
-	rp.route = &ri
-	return rp
-}
-
-// queuedSince is when job j's attempt last joined the queue: its submit,
-// or the end of its last run (a requeue after a run).
-func queuedSince(j *jobtype.Job) time.Time {
-	if j.StartedAt != nil && j.UpdatedAt.After(*j.StartedAt) {
-		return j.UpdatedAt
-	}
-	return j.CreatedAt
-}
-
-// applyReroute stores a re-decided route and the decision's ledger
-// records in one script (jobstore.SetRouteLogged): both or neither, and a
-// job that ended or was deleted meanwhile gets neither (the error is a
-// jobstore.ConflictError or wraps jobstore.ErrNotFound). A held job's
-// route then names the refusal's record. It returns the job's new route
-// and why it is held.
-func (s *Scheduler) applyReroute(ctx context.Context, rs *routeState, rp reroutePlan) (*jobtype.RouteInfo, string, error) {
-	j := rp.job
-	if rp.err != nil {
-		return nil, "", rp.err
-	}
-	ri, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, jobstore.RouteUpdate{ID: j.ID, Route: rp.route, Held: rp.held, Records: rp.records})
+	ri, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, jobstore.RouteUpdate{ID: j.ID, Route: rp.Route, Held: rp.Held, Records: records})
 	if err != nil {
-		return nil, "", fmt.Errorf("scheduler: reroute (%s): %w", rp.path, err)
+		return nil, "", fmt.Errorf("scheduler: reroute (%s): %w", rp.Path, err)
 	}
-	s.metrics.observeDecision(rp.path, rp.decision.Backend, rp.decision.Refused, rp.decision.Waiting)
-	if rp.held != "" {
-		s.log.Warn("job held: no longer feasible", slog.String("job_id", j.ID), slog.String("path", rp.path), slog.String("why", rp.held))
-		return ri, rp.held, nil
+	s.metrics.observeDecision(rp.Path, rp.Decision.Backend, rp.Decision.Refused, rp.Decision.Waiting)
+	if rp.Held != "" {
+		s.log.Warn("job held: no longer feasible", slog.String("job_id", j.ID), slog.String("path", rp.Path), slog.String("why", rp.Held))
+		return ri, rp.Held, nil
 	}
-	if rp.reserve {
+	if rp.Reserve {
 		jc := *j
 		jc.Route = ri
-		s.reserveBudget(ctx, rs, &jc, rp.decision)
+		s.reserveBudget(ctx, rs, &jc, rp.Decision)
 	}
 	return ri, "", nil
 }
 
-// reroute decides again for job j (reroutePath's paths) over a fresh read
-// and stores the outcome (decideRoute, applyReroute).
+// reroute decides again for job j (policy.ReroutePath's paths) over a
+// fresh read and stores the outcome (policy.DecideRoute, applyReroute).
 func (s *Scheduler) reroute(ctx context.Context, j *jobtype.Job, path string) (*jobtype.RouteInfo, string, error) {
 	rs := s.routing()
 	snap, err := s.snapshotFor(ctx, rs, Assumptions{})
 	if err != nil {
 		return nil, "", err
 	}
-	return s.applyReroute(ctx, rs, decideRoute(j, path, rs, snap, snap.Now, s.cfg.Ledger != nil))
+	return s.applyReroute(ctx, rs, policy.DecideRoute(j, path, rs, snap, snap.Now))
 }
 
 // leftQueue reports whether a reroute lost because its job left the queued
@@ -474,7 +309,7 @@ func (s *Scheduler) admit(ctx context.Context, w http.ResponseWriter, r *http.Re
 	rj := routingJob(spec, id, p.Team, out)
 	d := routing.Decide(rj, snap)
 	if dry {
-		return admission{id: id, decision: d, route: routeInfo(d, rs, "submit", 1, 0, snap.Now)}, true
+		return admission{id: id, decision: d, route: policy.RouteInfo(d, rs, "submit", 1, 0, snap.Now)}, true
 	}
 	s.metrics.observeDecision("submit", d.Backend, d.Refused, d.Waiting)
 	if d.Refused {
@@ -486,7 +321,7 @@ func (s *Scheduler) admit(ctx context.Context, w http.ResponseWriter, r *http.Re
 		writeJSON(w, http.StatusUnprocessableEntity, refusal(d))
 		return admission{}, false
 	}
-	adm := admission{id: id, decision: d, route: routeInfo(d, rs, "submit", 1, 0, snap.Now)}
+	adm := admission{id: id, decision: d, route: policy.RouteInfo(d, rs, "submit", 1, 0, snap.Now)}
 	if s.cfg.Ledger != nil {
 		// Appended by the script that stores the job (jobstore.CreateLogged),
 		// so a decision never names a job that was not stored.
@@ -541,7 +376,7 @@ func (s *Scheduler) admitBatch(ctx context.Context, w http.ResponseWriter, r *ht
 		return nil, false
 	}
 	for i := range njs {
-		njs[i].Route = routeInfo(ds[i], rs, "submit", 1, 0, snap.Now)
+		njs[i].Route = policy.RouteInfo(ds[i], rs, "submit", 1, 0, snap.Now)
 		if s.cfg.Ledger != nil {
 			// Appended with the jobs by jobstore.CreateManyLogged.
 			if njs[i].Records, err = decisionRecords(rs, p, "submit", njs[i].Spec.Name, 1, rjs[i], snap, ds[i]); err != nil {

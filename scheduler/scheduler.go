@@ -31,6 +31,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
+	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 	"github.com/lathe-ml/lathe/scheduler/schedule"
 )
@@ -268,10 +269,10 @@ type Scheduler struct {
 	cancel  context.CancelFunc
 	leader  *leaderLoop // the leader's duties (duty.go)
 
-	redisErrAt atomic.Int64               // unix ms of the last Redis error this scheduler saw itself (0: none)
-	tokenSums  [][32]byte                 // sha256 of each token's secret, for constant-time comparison
-	fence      atomic.Value               // jobstore.Fence of the current term, "" when not leading
-	route      atomic.Pointer[routeState] // the routing config in force
+	redisErrAt atomic.Int64                      // unix ms of the last Redis error this scheduler saw itself (0: none)
+	tokenSums  [][32]byte                        // sha256 of each token's secret, for constant-time comparison
+	fence      atomic.Value                      // jobstore.Fence of the current term, "" when not leading
+	route      atomic.Pointer[policy.RouteState] // the routing config in force
 	rec        reconcileCounters
 	recDone    chan struct{}
 
@@ -298,7 +299,7 @@ func New(rdb redis.UniversalClient, store *jobstore.Store, cfg Config) *Schedule
 		}
 		rc = implicit
 	}
-	s.route.Store(&routeState{cfg: rc, hash: rc.Hash()})
+	s.route.Store(policy.NewRouteState(rc))
 	s.scheds.Store(&cfg.Schedules)
 	s.metrics = newMetrics(s)
 	for _, t := range cfg.Tokens {

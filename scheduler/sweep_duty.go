@@ -113,7 +113,7 @@ func (d *sweeper) settle(ctx context.Context, sw *jobtype.Sweep) error {
 	if err != nil {
 		return err
 	}
-	cfg := s.routing().cfg
+	cfg := s.routing().Config
 	for _, j := range jobs {
 		if j == nil || !(j.State.Terminal() || j.State == jobtype.StatePaused) {
 			continue

@@ -14,6 +14,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/sweepspec"
 	"github.com/lathe-ml/lathe/internal/wire"
+	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 	"github.com/lathe-ml/lathe/scheduler/sweep"
 )
@@ -98,7 +99,7 @@ func (s *Scheduler) planSweep(ctx context.Context, req sweepRequest) (jobstore.N
 			continue
 		}
 		nj := jobstore.NewJob{ID: id, Spec: t.Spec, OutputURI: out, Submitter: req.p.Name, Team: req.p.Team,
-			Route: routeInfo(d, rs, "sweep", 1, 0, snap.Now)}
+			Route: policy.RouteInfo(d, rs, "sweep", 1, 0, snap.Now)}
 		if s.cfg.Ledger != nil {
 			if nj.Records, err = decisionRecordsOn(rs, req.p, "sweep", t.Spec.Name, 1, rj, sj, d); err != nil {
 				return jobstore.NewSweep{}, nil, err

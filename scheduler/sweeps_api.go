@@ -11,6 +11,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/wire"
+	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 	"github.com/lathe-ml/lathe/scheduler/sweep"
 )
@@ -104,8 +105,8 @@ func rankView(j *jobtype.Job, metric string) sweep.Trial {
 }
 
 // trialRow is one leaderboard row.
-func trialRow(rs *routeState, j *jobtype.Job, t sweep.Trial) wire.TrialRow {
-	usd, gpuh := jobUsage(rs.cfg, j)
+func trialRow(rs *policy.RouteState, j *jobtype.Job, t sweep.Trial) wire.TrialRow {
+	usd, gpuh := jobUsage(rs.Config, j)
 	row := wire.TrialRow{ID: j.ID, Index: j.Trial.Index, Params: j.Trial.Params, State: j.State, Reason: j.Reason,
 		Gate: j.Trial.Gate, Rung: j.Trial.Rung, GPUHours: gpuh, CostUSD: usd, Started: j.StartedAt, Finished: j.FinishedAt}
 	if v, ok := sweep.Objective(t.History); ok {

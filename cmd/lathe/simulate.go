@@ -17,7 +17,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/simplot"
 	"github.com/lathe-ml/lathe/internal/trace"
-	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/sim"
 )
 
 // simFlags are lathe simulate's flags.
@@ -74,18 +74,18 @@ See docs/simulate.md.`,
 
 // simReport is lathe simulate -o json.
 type simReport struct {
-	Trace     string                 `json:"trace"`
-	Config    string                 `json:"config"`
-	Jobs      int                    `json:"jobs"`
-	MaxWait   string                 `json:"max_wait"`
-	Seed      uint64                 `json:"seed"`
-	OwnedUSD  float64                `json:"owned_usd_per_gpu_hour"`
-	Draws     scheduler.DrawReport   `json:"draws"`
-	Runs      []scheduler.SimSummary `json:"runs"`
-	AllCloud  map[string]float64     `json:"all_cloud_cost_usd,omitempty"`
-	Optimum   map[string]int         `json:"cost_optimal_owned_gpus,omitempty"`
-	BreakEven map[string]float64     `json:"break_even_owned_gpus,omitempty"`
-	// BreakEvenExtrapolated: past the largest pool run (scheduler.BreakEven).
+	Trace     string             `json:"trace"`
+	Config    string             `json:"config"`
+	Jobs      int                `json:"jobs"`
+	MaxWait   string             `json:"max_wait"`
+	Seed      uint64             `json:"seed"`
+	OwnedUSD  float64            `json:"owned_usd_per_gpu_hour"`
+	Draws     sim.DrawReport     `json:"draws"`
+	Runs      []sim.Summary      `json:"runs"`
+	AllCloud  map[string]float64 `json:"all_cloud_cost_usd,omitempty"`
+	Optimum   map[string]int     `json:"cost_optimal_owned_gpus,omitempty"`
+	BreakEven map[string]float64 `json:"break_even_owned_gpus,omitempty"`
+	// BreakEvenExtrapolated: past the largest pool run (sim.BreakEven).
 	BreakEvenExtrapolated map[string]bool `json:"break_even_extrapolated,omitempty"`
 	Elapsed               string          `json:"elapsed"`
 }
@@ -99,9 +99,9 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	if err != nil {
 		return usageErrorf("%w", err)
 	}
-	var ests []scheduler.Estimator
+	var ests []sim.Estimator
 	for s := range strings.SplitSeq(f.estimates, ",") {
-		e, err := scheduler.ParseEstimator(s)
+		e, err := sim.ParseEstimator(s)
 		if err != nil {
 			return usageErrorf("%w", err)
 		}
@@ -119,14 +119,14 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	if f.cloudStartup < 0 {
 		return usageErrorf("--cloud-startup %s: want 0 or more", f.cloudStartup)
 	}
-	draws := scheduler.Draws{Seed: f.seed}
+	draws := sim.Draws{Seed: f.seed}
 	if f.residencyMix != "" {
-		if draws.Residency, err = scheduler.ParseMix("--residency-mix", f.residencyMix, scheduler.ValidResidency); err != nil {
+		if draws.Residency, err = sim.ParseMix("--residency-mix", f.residencyMix, sim.ValidResidency); err != nil {
 			return usageErrorf("%w", err)
 		}
 	}
 	if f.priorityMix != "" {
-		if draws.Priority, err = scheduler.ParseMix("--priority-mix", f.priorityMix, scheduler.ValidPriority); err != nil {
+		if draws.Priority, err = sim.ParseMix("--priority-mix", f.priorityMix, sim.ValidPriority); err != nil {
 			return usageErrorf("%w", err)
 		}
 	}
@@ -136,7 +136,7 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	}
 	cfg := dc.Routing
 	if f.priceRatio != 0 {
-		if cfg, err = scheduler.WithCloudPriceRatio(cfg, f.priceRatio); err != nil {
+		if cfg, err = sim.WithCloudPriceRatio(cfg, f.priceRatio); err != nil {
 			return usageErrorf("%w", err)
 		}
 	}
@@ -149,13 +149,13 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	if err != nil {
 		return usageErrorf("--trace %s: %w", f.trace, err)
 	}
-	jobs, drawn := scheduler.SimJobsFromTrace(tj, draws)
-	setup := scheduler.SimSetup{Config: cfg, NodeGPUs: f.nodeGPUs, GPUName: f.gpuModel,
+	jobs, drawn := sim.JobsFromTrace(tj, draws)
+	setup := sim.Setup{Config: cfg, NodeGPUs: f.nodeGPUs, GPUName: f.gpuModel,
 		GPUMemoryMB: uint64(f.gpuMemGB * 1024), MaxWait: f.maxWait, CloudStartup: f.cloudStartup}
 	sweep := len(sizes) > 1
-	var runs []scheduler.SimRun
-	add := func(owned int, label string, js []scheduler.SimJob, ref bool) {
-		runs = append(runs, scheduler.SimRun{Owned: owned, Estimates: label, Jobs: js, Reference: ref})
+	var runs []sim.Run
+	add := func(owned int, label string, js []sim.Job, ref bool) {
+		runs = append(runs, sim.Run{Owned: owned, Estimates: label, Jobs: js, Reference: ref})
 	}
 	allCloudRun := sweep && sizes[0] > 0
 	if allCloudRun {
@@ -163,7 +163,7 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 		add(0, "all-cloud", jobs, false)
 	}
 	for _, e := range ests {
-		js := scheduler.WithEstimates(jobs, e, f.seed)
+		js := sim.WithEstimates(jobs, e, f.seed)
 		for _, n := range sizes {
 			add(n, e.String(), js, false)
 		}
@@ -173,7 +173,7 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 			add(n, "reference", jobs, true)
 		}
 	}
-	sums, err := scheduler.SimulateRuns(cmd.Context(), setup, runs)
+	sums, err := sim.RunAll(cmd.Context(), setup, runs)
 	if err != nil {
 		if errors.Is(err, cmd.Context().Err()) && cmd.Context().Err() != nil {
 			return failedErrorf("%w", err)
@@ -181,8 +181,8 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 		return usageErrorf("%w", err)
 	}
 	rep := simReport{Trace: filepath.Base(f.trace), Config: filepath.Base(f.config), Jobs: len(jobs),
-		MaxWait: f.maxWait.String(), Seed: f.seed, OwnedUSD: scheduler.OwnedUSDPerGPUHour(cfg), Draws: drawn}
-	groups := map[string][]scheduler.SimSummary{}
+		MaxWait: f.maxWait.String(), Seed: f.seed, OwnedUSD: sim.OwnedUSDPerGPUHour(cfg), Draws: drawn}
+	groups := map[string][]sim.Summary{}
 	var labels []string
 	allCloud := 0.0
 	for i, s := range sums {
@@ -207,8 +207,8 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 		rep.Optimum, rep.BreakEven, rep.BreakEvenExtrapolated = map[string]int{}, map[string]float64{}, map[string]bool{}
 		for _, l := range labels {
 			g := groups[l]
-			rep.Optimum[l] = g[scheduler.Optimum(g)].Owned
-			rep.BreakEven[l], rep.BreakEvenExtrapolated[l] = scheduler.BreakEven(g, rep.AllCloud[l])
+			rep.Optimum[l] = g[sim.Optimum(g)].Owned
+			rep.BreakEven[l], rep.BreakEvenExtrapolated[l] = sim.BreakEven(g, rep.AllCloud[l])
 		}
 	}
 	rep.Elapsed = time.Since(start).Round(time.Millisecond).String()
@@ -291,7 +291,7 @@ func dollars(x float64) string {
 	return "$" + b.String()
 }
 
-func writeSimTable(w io.Writer, rep simReport, labels []string, groups map[string][]scheduler.SimSummary, f simFlags) error {
+func writeSimTable(w io.Writer, rep simReport, labels []string, groups map[string][]sim.Summary, f simFlags) error {
 	fmt.Fprintf(w, "Trace %s: %d jobs; config %s; owned GPUs at $%.2f per GPU-hour, every hour; max_wait %s; seed %d\n",
 		termSafe(rep.Trace), rep.Jobs, termSafe(rep.Config), rep.OwnedUSD, rep.MaxWait, rep.Seed)
 	fmt.Fprintf(w, "Drawn: residency %s; priority %s\n", counts(rep.Draws.Residency), counts(rep.Draws.Priority))
@@ -344,7 +344,7 @@ func writeSimTable(w io.Writer, rep simReport, labels []string, groups map[strin
 				}
 			}
 			g := groups[l]
-			best := g[scheduler.Optimum(g)]
+			best := g[sim.Optimum(g)]
 			fmt.Fprintf(w, "Cost-optimal pool (%s): %d GPUs, %s (all-cloud %s; %s)\n", l, best.Owned,
 				dollars(best.TotalCostUSD), dollars(rep.AllCloud[l]), be)
 		}
@@ -372,7 +372,7 @@ func counts(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-func writePlot(path string, rep simReport, groups map[string][]scheduler.SimSummary, labels []string, f simFlags) error {
+func writePlot(path string, rep simReport, groups map[string][]sim.Summary, labels []string, f simFlags) error {
 	if len(rep.Optimum) == 0 {
 		return usageErrorf("--plot needs a range of --owned (e.g. 32..256/32)")
 	}

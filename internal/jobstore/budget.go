@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/internal/poolstate"
 )
 
 // Budgets: per scope ("backend:<name>", "team:<name>") and calendar month
@@ -27,11 +29,8 @@ type BudgetScope struct {
 	Limit float64 // USD per month
 }
 
-// Spend is one scope's month: limit from config, spent and reserved here.
-type Spend struct {
-	SpentUSD    float64 `json:"spent_usd"`
-	ReservedUSD float64 `json:"reserved_usd"`
-}
+// Spend is one scope's month (poolstate.Spend).
+type Spend = poolstate.Spend
 
 // Month is the budget month of t: "2006-01" in UTC.
 func Month(t time.Time) string { return t.UTC().Format("2006-01") }

@@ -11,34 +11,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/poolstate"
 )
 
-// Node is a worker's heartbeat: who it is and what it offers.
-type Node struct {
-	Name        string `json:"name"`
-	Incarnation string `json:"incarnation"`
-	Backend     string `json:"backend"`
-	// Slots is how many CPU-only jobs it runs at once (CPU slots); GPU jobs
-	// take GPUs, not slots.
-	Slots int `json:"slots"`
-	// GPUs is its GPU inventory at the last heartbeat (health included).
-	GPUs []jobtype.GPU `json:"gpus"`
-	// Driver and CUDA are the NVIDIA driver and CUDA versions ("" without).
-	Driver string `json:"driver,omitempty"`
-	CUDA   string `json:"cuda,omitempty"`
-	// Simulated is true when the GPUs are go-nvml's mock servers.
-	Simulated bool `json:"simulated,omitempty"`
-	// CheckpointRoot is where this node keeps checkpoints: storage shared
-	// by its pool, so another node can resume a job.
-	CheckpointRoot string    `json:"checkpoint_root,omitempty"`
-	StartedAt      time.Time `json:"started_at"`
-	// Host and PID identify the worker process, so that a restarted worker
-	// can tell its own dead predecessor from a live namesake.
-	Host   string    `json:"host,omitempty"`
-	PID    int       `json:"pid,omitempty"`
-	SeenAt time.Time `json:"seen_at"`
-}
+// Node is a worker's heartbeat (poolstate.Node).
+type Node = poolstate.Node
 
 // ErrNodeTaken: another live worker holds this node name.
 var ErrNodeTaken = errors.New("node name is held by another live worker")
@@ -107,35 +84,11 @@ func (s *Store) RemoveNode(ctx context.Context, name, incarnation string) error 
 	return nil
 }
 
-// NodeStatus is a live node with its reservations.
-type NodeStatus struct {
-	Node
-	// Reserved is how many jobs hold a reservation on the node (GPU and
-	// CPU); CPUReserved how many of those are CPU-only jobs (slots).
-	Reserved    int `json:"reserved"`
-	CPUReserved int `json:"cpu_reserved"`
-	// Reservations maps each job holding a reservation to it.
-	Reservations map[string]Reservation `json:"reservations"`
-}
+// NodeStatus is a live node with its reservations (poolstate.NodeStatus).
+type NodeStatus = poolstate.NodeStatus
 
-// Reservation is one job's hold on a node: its attempt and GPU indices
-// (none for a CPU-only job).
-type Reservation struct {
-	Attempt int   `json:"a"`
-	GPUs    []int `json:"g,omitempty"`
-}
-
-// GPUHolder returns the job holding GPU index idx, or "".
-func (n NodeStatus) GPUHolder(idx int) string {
-	for id, r := range n.Reservations {
-		for _, g := range r.GPUs {
-			if g == idx {
-				return id
-			}
-		}
-	}
-	return ""
-}
+// Reservation is one job's hold on a node (poolstate.Reservation).
+type Reservation = poolstate.Reservation
 
 // parseReservation reads a reservation value: {"a":attempt,"g":[…]}, or a
 // bare attempt number as written before GPU placement (a CPU slot).

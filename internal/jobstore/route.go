@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
+	"github.com/lathe-ml/lathe/internal/poolstate"
 )
 
 // setRouteScript writes a job's route and held reason, on a queued job at
@@ -190,42 +190,17 @@ func (s *Store) StepTimes(ctx context.Context) (map[string]float64, error) {
 	return out, nil
 }
 
-// PoolPressure is a local pool's queue pressure as the leader's last
-// placement round saw it: GPU-hours pending at each priority (0 urgent, 1
-// normal, 2 batch) and GPU-hours running jobs still have.
-type PoolPressure struct {
-	PendingGPUHours [3]float64 `json:"pending_gpu_hours"`
-	RunningGPUHours float64    `json:"running_gpu_hours"`
-	HealthyGPUs     int        `json:"healthy_gpus"`
-	At              time.Time  `json:"at"`
-	// Capacity is the pool's GPUs per node, healthy or not, as last seen
-	// with a node live: what routing judges a GPU request against when no
-	// node is live (a restart must not make GPU jobs infeasible).
-	Capacity []CapacityNode `json:"capacity,omitempty"`
-	// Joins are the estimated waits of a new job joining the queue at each
-	// priority 0..2, ascending by GPU count (placement.Plan.Joins, as
-	// seconds after At; −1: never).
-	Joins [3][]JoinWait `json:"joins,omitzero"`
-}
+// PoolPressure is a local pool's queue pressure (poolstate.PoolPressure).
+type PoolPressure = poolstate.PoolPressure
 
-// JoinWait is the wait of a new job of GPUs GPUs, in seconds (−1: never).
-type JoinWait struct {
-	GPUs  int     `json:"gpus"`
-	WaitS float64 `json:"wait_s"`
-}
+// JoinWait is the wait of a new job (poolstate.JoinWait).
+type JoinWait = poolstate.JoinWait
 
-// CapacityNode is one node's GPUs by model and memory.
-type CapacityNode struct {
-	Name string        `json:"name"`
-	GPUs []CapacityGPU `json:"gpus"`
-}
+// CapacityNode is one node's GPUs by model and memory (poolstate.CapacityNode).
+type CapacityNode = poolstate.CapacityNode
 
-// CapacityGPU is a count of one GPU model with one memory size.
-type CapacityGPU struct {
-	Model    string  `json:"model"`
-	MemoryGB float64 `json:"memory_gb"`
-	Count    int     `json:"count"`
-}
+// CapacityGPU is a count of one GPU model with one memory size (poolstate.CapacityGPU).
+type CapacityGPU = poolstate.CapacityGPU
 
 // SetPoolPressure stores pool's pressure (written every placement round).
 func (s *Store) SetPoolPressure(ctx context.Context, pool string, p PoolPressure) error {

@@ -138,7 +138,7 @@ func walkProduction(root string, fn func(path string) error) error {
 // importRules is the layering of docs/architecture.md: a package (matched by
 // the longest prefix of its folder) may import, of Lathe's own packages,
 // only those under one of the listed prefixes (its own folder always).
-// cmd/ wires everything and may import anything.
+// cmd/ wires everything and may import anything, but for cmd/lathe.
 var importRules = []struct {
 	pkg    string
 	mayUse []string
@@ -149,10 +149,17 @@ var importRules = []struct {
 	{"scheduler/schedule", []string{"internal/"}},
 	{"scheduler/routing/routecfg", []string{"internal/"}},
 	{"scheduler/routing", []string{"internal/", "scheduler/routing"}},
-	{"scheduler", []string{"internal/", "scheduler/placement", "scheduler/routing", "scheduler/sweep", "scheduler/schedule"}},
+	// The pure decisions and the simulator over them read plain types,
+	// never the Redis store (internal/jobstore) or the ledger.
+	{"scheduler/policy", []string{"internal/jobspec", "internal/jobtype", "internal/poolstate", "scheduler/placement", "scheduler/routing"}},
+	{"scheduler/sim", []string{"internal/jobspec", "internal/jobtype", "internal/poolstate", "internal/trace", "scheduler/policy", "scheduler/placement", "scheduler/routing"}},
+	{"scheduler", []string{"internal/", "scheduler/placement", "scheduler/routing", "scheduler/sweep", "scheduler/schedule", "scheduler/policy"}},
 	{"backends/", []string{"internal/", "backends/"}},
 	{"worker", []string{"internal/", "backends/", "scheduler/routing"}},
 	{"scripts", []string{"internal/"}},
+	// The CLI links the client and the pure packages, never the daemon
+	// (scheduler, worker, backends/: asynq, Prometheus, the cloud SDKs).
+	{"cmd/lathe", []string{"internal/", "scheduler/sim", "scheduler/policy", "scheduler/placement", "scheduler/routing", "scheduler/sweep", "scheduler/schedule"}},
 	{"cmd/", []string{""}},
 }
 

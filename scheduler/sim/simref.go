@@ -1,4 +1,4 @@
-package scheduler
+package sim
 
 import (
 	"math"
@@ -23,10 +23,10 @@ import (
 // may take is refused. It is the best a policy that never reorders and
 // never preempts could do with perfect knowledge, not a lower bound on
 // every policy. Costs are counted as Simulate counts them.
-func Reference(setup SimSetup, jobs []SimJob) (SimResult, error) {
+func Reference(setup Setup, jobs []Job) (Result, error) {
 	sm, err := newSim(setup, jobs)
 	if err != nil {
-		return SimResult{}, err
+		return Result{}, err
 	}
 	owned := setup.Owned
 	localTags := sm.tags[sm.local.Site]
@@ -69,7 +69,7 @@ func Reference(setup SimSetup, jobs []SimJob) (SimResult, error) {
 // cheapestCloud is the cheapest $/hour of an instance type with at least
 // gpus GPUs on a cloud backend whose site and checkpoints carry tags, and
 // that backend; +Inf when there is none.
-func (sm *sim) cheapestCloud(gpus int, tags []string) (float64, routecfg.Backend) {
+func (sm *simulation) cheapestCloud(gpus int, tags []string) (float64, routecfg.Backend) {
 	best, at := math.Inf(1), routecfg.Backend{}
 	for _, b := range sm.clouds {
 		if !carriesAll(sm.tags[b.Site], tags) {

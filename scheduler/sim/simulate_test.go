@@ -1,4 +1,4 @@
-package scheduler
+package sim
 
 import (
 	"context"
@@ -16,14 +16,14 @@ import (
 // with p95 wait ≤ 2h; hint:1.0 and oracle are held to the same.
 func TestSimulateAgainstReference(t *testing.T) {
 	jobs, setup := simTrace(t)
-	var runs []SimRun
+	var runs []Run
 	for _, owned := range []int{64, 128} {
-		runs = append(runs, SimRun{Owned: owned, Estimates: "reference", Jobs: jobs, Reference: true})
+		runs = append(runs, Run{Owned: owned, Estimates: "reference", Jobs: jobs, Reference: true})
 		for _, e := range []Estimator{{Kind: "learned"}, {Kind: "hint", Sigma: 1}, {Kind: "oracle"}} {
-			runs = append(runs, SimRun{Owned: owned, Estimates: e.String(), Jobs: WithEstimates(jobs, e, 1)})
+			runs = append(runs, Run{Owned: owned, Estimates: e.String(), Jobs: WithEstimates(jobs, e, 1)})
 		}
 	}
-	sums, err := SimulateRuns(context.Background(), setup, runs)
+	sums, err := RunAll(context.Background(), setup, runs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,17 +64,17 @@ func TestSimulateAgainstReference(t *testing.T) {
 // range, and owning beats renting everything.
 func TestSimulateSweepOptimum(t *testing.T) {
 	jobs, setup := simTrace(t)
-	var runs []SimRun
+	var runs []Run
 	for _, ref := range []bool{false, true} {
 		label := "learned"
 		if ref {
 			label = "reference"
 		}
 		for n := 0; n <= 256; n += 32 {
-			runs = append(runs, SimRun{Owned: n, Estimates: label, Jobs: jobs, Reference: ref})
+			runs = append(runs, Run{Owned: n, Estimates: label, Jobs: jobs, Reference: ref})
 		}
 	}
-	sums, err := SimulateRuns(context.Background(), setup, runs)
+	sums, err := RunAll(context.Background(), setup, runs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestSimulateResidencyMix(t *testing.T) {
 func TestSimulateChecksResidencyItself(t *testing.T) {
 	_, setup := simTrace(t)
 	setup.Owned = 8
-	jobs := []SimJob{{ID: "j1", Duration: time.Hour, GPUs: 1, Residency: []string{"us"}}}
+	jobs := []Job{{ID: "j1", Duration: time.Hour, GPUs: 1, Residency: []string{"us"}}}
 	sm, err := newSim(setup, jobs)
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +181,7 @@ func TestSimulateChecksResidencyItself(t *testing.T) {
 func TestSimulateSmall(t *testing.T) {
 	_, setup := simTrace(t)
 	setup.Owned, setup.MaxWait = 8, time.Hour
-	jobs := []SimJob{
+	jobs := []Job{
 		{ID: "a", Submit: 0, Duration: 30 * time.Minute, GPUs: 8},
 		{ID: "b", Submit: time.Minute, Duration: time.Hour, GPUs: 8},          // waits for a: 29 minutes
 		{ID: "c", Submit: 2 * time.Minute, Duration: 10 * time.Hour, GPUs: 4}, // behind b: may wait, or burst
@@ -231,15 +231,15 @@ func TestSimulateBadInput(t *testing.T) {
 	_, setup := simTrace(t)
 	for _, c := range []struct {
 		name string
-		mod  func(*SimSetup, *[]SimJob)
+		mod  func(*Setup, *[]Job)
 		want string
 	}{
-		{"negative owned", func(s *SimSetup, _ *[]SimJob) { s.Owned = -1 }, "owned GPUs -1"},
-		{"repeated id", func(_ *SimSetup, j *[]SimJob) { *j = append(*j, (*j)[0]) }, `id "x"`},
-		{"unsorted", func(_ *SimSetup, j *[]SimJob) { *j = []SimJob{{ID: "x", Submit: 5}, {ID: "y", Submit: 1}} }, "not sorted"},
+		{"negative owned", func(s *Setup, _ *[]Job) { s.Owned = -1 }, "owned GPUs -1"},
+		{"repeated id", func(_ *Setup, j *[]Job) { *j = append(*j, (*j)[0]) }, `id "x"`},
+		{"unsorted", func(_ *Setup, j *[]Job) { *j = []Job{{ID: "x", Submit: 5}, {ID: "y", Submit: 1}} }, "not sorted"},
 	} {
 		s := setup
-		jobs := []SimJob{{ID: "x", Duration: time.Hour, GPUs: 1}}
+		jobs := []Job{{ID: "x", Duration: time.Hour, GPUs: 1}}
 		c.mod(&s, &jobs)
 		if _, err := Simulate(context.Background(), s, jobs); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v; want %q", c.name, err, c.want)

@@ -1,4 +1,4 @@
-package scheduler
+package sim
 
 import (
 	"context"
@@ -19,8 +19,8 @@ type WaitStats struct {
 	P99S  float64 `json:"p99_s"`
 }
 
-// SimSummary is what `lathe simulate` reports of one run.
-type SimSummary struct {
+// Summary is what `lathe simulate` reports of one run.
+type Summary struct {
 	Owned     int    `json:"owned_gpus"`
 	Estimates string `json:"estimates"`
 	Jobs      int    `json:"jobs"`
@@ -54,8 +54,8 @@ type SimSummary struct {
 }
 
 // Summarize reports res, a run over jobs.
-func Summarize(res SimResult, jobs []SimJob, owned int, estimates string) SimSummary {
-	s := SimSummary{Owned: owned, Estimates: estimates, Jobs: len(jobs), OwnedCostUSD: res.OwnedCostUSD,
+func Summarize(res Result, jobs []Job, owned int, estimates string) Summary {
+	s := Summary{Owned: owned, Estimates: estimates, Jobs: len(jobs), OwnedCostUSD: res.OwnedCostUSD,
 		CloudCostUSD: res.CloudCostUSD, TotalCostUSD: res.OwnedCostUSD + res.CloudCostUSD,
 		HorizonH: res.Horizon.Hours(), Violations: res.Violations, Rounds: res.Rounds, Decisions: res.Decisions,
 		ByPriority: map[string]WaitStats{}}
@@ -117,21 +117,21 @@ func waitStats(ws []float64) WaitStats {
 	return st
 }
 
-// SimRun is one run of a sweep: a pool size and an estimator.
-type SimRun struct {
+// Run is one run of a sweep: a pool size and an estimator.
+type Run struct {
 	Owned int
 	// Estimates labels the run (learned, hint:1, oracle, reference).
 	Estimates string
 	// Jobs are the jobs with the estimates' hints set.
-	Jobs []SimJob
+	Jobs []Job
 	// Reference runs the clairvoyant reference instead of the policy.
 	Reference bool
 }
 
-// SimulateRuns runs each of runs over setup (Owned replaced by the run's)
+// RunAll runs each of runs over setup (Owned replaced by the run's)
 // on up to GOMAXPROCS goroutines and summarizes them, in runs' order.
-func SimulateRuns(ctx context.Context, setup SimSetup, runs []SimRun) ([]SimSummary, error) {
-	out := make([]SimSummary, len(runs))
+func RunAll(ctx context.Context, setup Setup, runs []Run) ([]Summary, error) {
+	out := make([]Summary, len(runs))
 	errs := make([]error, len(runs))
 	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
 	var wg sync.WaitGroup
@@ -143,7 +143,7 @@ func SimulateRuns(ctx context.Context, setup SimSetup, runs []SimRun) ([]SimSumm
 			defer func() { <-sem }()
 			su := setup
 			su.Owned = r.Owned
-			var res SimResult
+			var res Result
 			var err error
 			if r.Reference {
 				res, err = Reference(su, r.Jobs)
@@ -167,7 +167,7 @@ func SimulateRuns(ctx context.Context, setup SimSetup, runs []SimRun) ([]SimSumm
 }
 
 // Optimum is the index of the cheapest run among sums (the first of equals).
-func Optimum(sums []SimSummary) int {
+func Optimum(sums []Summary) int {
 	best := -1
 	for i, s := range sums {
 		if best < 0 || s.TotalCostUSD < sums[best].TotalCostUSD {
@@ -186,7 +186,7 @@ func Optimum(sums []SimSummary) int {
 // line meets allCloud — a lower bound on the pool size, as more GPUs still
 // save a little cloud and push the crossing further. 0 when no run is below
 // allCloud.
-func BreakEven(sums []SimSummary, allCloud float64) (owned float64, extrapolated bool) {
+func BreakEven(sums []Summary, allCloud float64) (owned float64, extrapolated bool) {
 	for i := len(sums) - 1; i > 0; i-- {
 		a, b := sums[i-1], sums[i]
 		if a.TotalCostUSD <= allCloud && b.TotalCostUSD > allCloud {

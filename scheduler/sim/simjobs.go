@@ -1,4 +1,4 @@
-package scheduler
+package sim
 
 import (
 	"fmt"
@@ -85,13 +85,13 @@ type DrawReport struct {
 	FromTrace map[string]int `json:"from_trace"`
 }
 
-// SimJobsFromTrace makes the simulation's jobs from a trace: ids t00001…
+// JobsFromTrace makes the simulation's jobs from a trace: ids t00001…
 // (or the trace's job_id), submit times relative to the first, and the
 // drawn attributes. The same seed draws the same values.
-func SimJobsFromTrace(tj []trace.Job, d Draws) ([]SimJob, DrawReport) {
+func JobsFromTrace(tj []trace.Job, d Draws) ([]Job, DrawReport) {
 	rng := rand.New(rand.NewPCG(d.Seed, 0x5eed_0001))
 	rep := DrawReport{Residency: map[string]int{}, Priority: map[string]int{}, FromTrace: map[string]int{}}
-	out := make([]SimJob, len(tj))
+	out := make([]Job, len(tj))
 	var t0 float64
 	if len(tj) > 0 {
 		t0 = tj[0].SubmitS
@@ -103,7 +103,7 @@ func SimJobsFromTrace(tj []trace.Job, d Draws) ([]SimJob, DrawReport) {
 			id = fmt.Sprintf("t%05d", i+1)
 		}
 		seen[id] = true
-		sj := SimJob{ID: id, Submit: secs(j.SubmitS - t0), Duration: secs(j.DurationS), GPUs: j.GPUs, GPUModel: j.GPUModel}
+		sj := Job{ID: id, Submit: secs(j.SubmitS - t0), Duration: secs(j.DurationS), GPUs: j.GPUs, GPUModel: j.GPUModel}
 		// Draw both attributes for every job, used or not, so that one
 		// mix does not shift the other's draws.
 		rr, rp := rng.Float64(), rng.Float64()
@@ -184,7 +184,7 @@ func ParseEstimator(s string) (Estimator, error) {
 // WithEstimates returns a copy of jobs whose hints follow e: none
 // (learned), the true duration (oracle), or the true duration × exp(σZ)
 // with Z standard normal drawn with seed, at least a second (hint).
-func WithEstimates(jobs []SimJob, e Estimator, seed uint64) []SimJob {
+func WithEstimates(jobs []Job, e Estimator, seed uint64) []Job {
 	out := slices.Clone(jobs)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed_0002))
 	for i := range out {

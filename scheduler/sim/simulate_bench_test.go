@@ -1,4 +1,4 @@
-package scheduler
+package sim
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 
 // simTrace reads the shared trace and configs/simulate.yaml for the
 // simulation tests and benchmarks; they fail, never skip, without them.
-func simTrace(tb testing.TB) ([]SimJob, SimSetup) {
+func simTrace(tb testing.TB) ([]Job, Setup) {
 	tb.Helper()
-	f, err := os.Open("../configs/traces/msft-itp-cluster02.csv")
+	f, err := os.Open("../../configs/traces/msft-itp-cluster02.csv")
 	if err != nil {
 		tb.Fatalf("the trace of issue #15: %v", err)
 	}
@@ -23,7 +23,7 @@ func simTrace(tb testing.TB) ([]SimJob, SimSetup) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	b, err := os.ReadFile("../configs/simulate.yaml")
+	b, err := os.ReadFile("../../configs/simulate.yaml")
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -31,8 +31,8 @@ func simTrace(tb testing.TB) ([]SimJob, SimSetup) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	jobs, _ := SimJobsFromTrace(tj, Draws{Seed: 1})
-	return jobs, SimSetup{Config: cfg, GPUName: "NVIDIA H100 80GB HBM3", GPUMemoryMB: 80 * 1024, MaxWait: 2 * time.Hour}
+	jobs, _ := JobsFromTrace(tj, Draws{Seed: 1})
+	return jobs, Setup{Config: cfg, GPUName: "NVIDIA H100 80GB HBM3", GPUMemoryMB: 80 * 1024, MaxWait: 2 * time.Hour}
 }
 
 // BenchmarkSimulateTrace replays the 5,778 jobs of the trace once per

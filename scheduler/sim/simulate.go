@@ -1,4 +1,4 @@
-package scheduler
+package sim
 
 import (
 	"cmp"
@@ -13,21 +13,14 @@ import (
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
-	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/poolstate"
+	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
-// Simulation: `lathe simulate` replays a trace in virtual time through the
-// scheduler's own decisions — decideRoute (routing.Decide) at submit and
-// decideRound (reroutes, spill-over, placement.Place) at every event —
-// over a simulated pool of owned GPUs and the config's cloud backends.
-// Only the clock, the inventory, the queue and the jobs' ends are
-// simulated; every decision is the production function's. A job's true
-// duration is hidden from the policy until it ends (docs/simulate.md).
-
-// SimJob is one job of a simulation.
-type SimJob struct {
+// Job is one job of a simulation.
+type Job struct {
 	ID string
 	// Submit is when it arrives, after the simulation's start.
 	Submit time.Duration
@@ -40,12 +33,12 @@ type SimJob struct {
 	// GPUModel, when set, is a GPU model the job asks for.
 	GPUModel string
 	// Hint is what the policy is told of its run time (expected_runtime);
-	// 0: the policy learns it (SimSetup.Learned).
+	// 0: the policy learns it (Setup.Learned).
 	Hint time.Duration
 }
 
-// SimSetup is one simulated deployment.
-type SimSetup struct {
+// Setup is one simulated deployment.
+type Setup struct {
 	// Config is the routing config: sites, the local backend (the owned
 	// pool) and cloud backends with their instance types and prices.
 	Config routecfg.Config
@@ -63,8 +56,8 @@ type SimSetup struct {
 	CloudStartup time.Duration
 }
 
-// SimOutcome is what became of one job.
-type SimOutcome struct {
+// Outcome is what became of one job.
+type Outcome struct {
 	ID      string
 	Backend string
 	Site    string
@@ -74,14 +67,14 @@ type SimOutcome struct {
 	Refused, Stuck bool
 	Wait           time.Duration // first start − submit
 	Start, End     time.Duration
-	CostUSD        float64 // cloud jobs: instance hours × price; owned: 0 (owned GPUs are paid by the hour, see SimResult)
+	CostUSD        float64 // cloud jobs: instance hours × price; owned: 0 (owned GPUs are paid by the hour, see Result)
 	Preemptions    int
 	Reason         string // refused or stuck: why
 }
 
-// SimResult is one simulation's outcome.
-type SimResult struct {
-	Jobs []SimOutcome
+// Result is one simulation's outcome.
+type Result struct {
+	Jobs []Outcome
 	// Horizon runs from the first submit to the latest end any job would
 	// have with no queueing (submit + duration): the same for every policy
 	// and pool size, so owned costs compare.
@@ -105,11 +98,11 @@ var errSim = errors.New("simulate")
 
 // simJob is a job during the simulation.
 type simJob struct {
-	in       *SimJob
+	in       *Job
 	job      jobtype.Job
 	ran      time.Duration // run time before its last preemption
 	started  bool
-	out      SimOutcome
+	out      Outcome
 	insType  string        // the chosen cloud instance type
 	runStart time.Duration // when its current run started
 	done     bool
@@ -150,32 +143,32 @@ var simEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // and placement over setup, and learns run times as they end when a job
 // has no Hint. It checks every start against the job's residency itself.
 // ctx cancels a long run.
-func Simulate(ctx context.Context, setup SimSetup, jobs []SimJob) (SimResult, error) {
+func Simulate(ctx context.Context, setup Setup, jobs []Job) (Result, error) {
 	sm, err := newSim(setup, jobs)
 	if err != nil {
-		return SimResult{}, err
+		return Result{}, err
 	}
 	if err := sm.run(ctx); err != nil {
-		return SimResult{}, err
+		return Result{}, err
 	}
 	return sm.result(), nil
 }
 
-type sim struct {
-	setup   SimSetup
-	rs      *routeState
+type simulation struct {
+	setup   Setup
+	rs      *policy.RouteState
 	local   routecfg.Backend
 	clouds  []routecfg.Backend
 	jobs    []simJob
 	events  eventHeap
 	now     time.Duration
 	pending []int // queued jobs, in queue order
-	nodes   []jobstore.NodeStatus
+	nodes   []poolstate.NodeStatus
 	where   map[string]int // job id → index
-	press   jobstore.PoolPressure
+	press   poolstate.PoolPressure
 	learn   learner
 	price   float64
-	res     SimResult
+	res     Result
 	seq     int64
 	tags    map[string][]string // site → tags
 	buckets map[string]string   // bucket → site
@@ -183,12 +176,12 @@ type sim struct {
 	stale   bool                // the pool changed since the last round
 }
 
-func newSim(setup SimSetup, jobs []SimJob) (*sim, error) {
+func newSim(setup Setup, jobs []Job) (*simulation, error) {
 	cfg, err := routecfg.Compile(setup.Config)
 	if err != nil {
 		return nil, fmt.Errorf("%w: config: %w", errSim, err)
 	}
-	sm := &sim{setup: setup, rs: &routeState{cfg: cfg, hash: cfg.Hash()}, where: map[string]int{},
+	sm := &simulation{setup: setup, rs: policy.NewRouteState(cfg), where: map[string]int{},
 		tags: map[string][]string{}, buckets: map[string]string{}}
 	found := false
 	for _, b := range cfg.Backends {
@@ -219,7 +212,7 @@ func newSim(setup SimSetup, jobs []SimJob) (*sim, error) {
 	}
 	sm.nodes = simNodes(setup)
 	for _, b := range sm.clouds {
-		sm.nodes = append(sm.nodes, jobstore.NodeStatus{Node: jobstore.Node{Name: jobtype.CloudNode(b.Name), Backend: b.Kind}})
+		sm.nodes = append(sm.nodes, poolstate.NodeStatus{Node: poolstate.Node{Name: jobtype.CloudNode(b.Name), Backend: b.Kind}})
 	}
 	sm.jobs = make([]simJob, len(jobs))
 	var horizon time.Duration
@@ -236,7 +229,7 @@ func newSim(setup SimSetup, jobs []SimJob) (*sim, error) {
 		}
 		sm.where[in.ID] = i
 		horizon = max(horizon, in.Submit+in.Duration)
-		sm.jobs[i] = simJob{in: in, out: SimOutcome{ID: in.ID}}
+		sm.jobs[i] = simJob{in: in, out: Outcome{ID: in.ID}}
 		sm.push(simEvent{at: in.Submit, kind: 1, job: i})
 	}
 	if len(jobs) > 0 {
@@ -251,18 +244,18 @@ func newSim(setup SimSetup, jobs []SimJob) (*sim, error) {
 const simCPUSlots = 1 << 20
 
 // simNodes is the owned pool: Owned GPUs in nodes of NodeGPUs.
-func simNodes(setup SimSetup) []jobstore.NodeStatus {
+func simNodes(setup Setup) []poolstate.NodeStatus {
 	per := setup.NodeGPUs
 	if per <= 0 {
 		per = setup.Owned
 	}
-	var out []jobstore.NodeStatus
+	var out []poolstate.NodeStatus
 	for left, n := setup.Owned, 0; left > 0; n++ {
 		k := min(per, left)
 		left -= k
 		// CPU slots are not modelled: a CPU-only job starts at once.
-		ns := jobstore.NodeStatus{Node: jobstore.Node{Name: fmt.Sprintf("owned-%03d", n), Backend: "local", Slots: simCPUSlots},
-			Reservations: map[string]jobstore.Reservation{}}
+		ns := poolstate.NodeStatus{Node: poolstate.Node{Name: fmt.Sprintf("owned-%03d", n), Backend: "local", Slots: simCPUSlots},
+			Reservations: map[string]poolstate.Reservation{}}
 		for g := range k {
 			ns.GPUs = append(ns.GPUs, jobtype.GPU{Index: g, UUID: fmt.Sprintf("GPU-sim-%d-%d", n, g),
 				Name: setup.GPUName, MemoryTotalMB: setup.GPUMemoryMB, Healthy: true})
@@ -272,9 +265,9 @@ func simNodes(setup SimSetup) []jobstore.NodeStatus {
 	return out
 }
 
-func (sm *sim) push(e simEvent) { heap.Push(&sm.events, e) }
+func (sm *simulation) push(e simEvent) { heap.Push(&sm.events, e) }
 
-func (sm *sim) run(ctx context.Context) error {
+func (sm *simulation) run(ctx context.Context) error {
 	for sm.events.Len() > 0 {
 		if sm.res.Rounds%1024 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -327,10 +320,10 @@ func (sm *sim) run(ctx context.Context) error {
 	return nil
 }
 
-func (sm *sim) at() time.Time { return simEpoch.Add(sm.now) }
+func (sm *simulation) at() time.Time { return simEpoch.Add(sm.now) }
 
 // spec is the job's spec as the policy sees it now.
-func (sm *sim) spec(sj *simJob) jobspec.Spec {
+func (sm *simulation) spec(sj *simJob) jobspec.Spec {
 	in := sj.in
 	sp := jobspec.Spec{Name: in.ID, Resources: jobspec.Resources{GPUs: in.GPUs}, Residency: in.Residency,
 		Priority: cmp.Or(in.Priority, jobspec.PriorityNormal), MaxWait: jobspec.Duration(sm.setup.MaxWait),
@@ -364,9 +357,9 @@ func (sm *sim) spec(sj *simJob) jobspec.Spec {
 // outputFor is where the job's output goes: file:// when the file site
 // carries its tags, else the first bucket (by name) whose site does, else
 // file:// (and routing refuses it).
-func (sm *sim) outputFor(sj *simJob) string {
+func (sm *simulation) outputFor(sj *simJob) string {
 	tags := sm.effective(sj.in)
-	if fs := sm.rs.cfg.Datasets.FileSite; fs != "" && carriesAll(sm.tags[fs], tags) {
+	if fs := sm.rs.Config.Datasets.FileSite; fs != "" && carriesAll(sm.tags[fs], tags) {
 		return "file:///lathe-sim/out"
 	}
 	names := make([]string, 0, len(sm.buckets))
@@ -382,11 +375,11 @@ func (sm *sim) outputFor(sj *simJob) string {
 	return "file:///lathe-sim/out"
 }
 
-func (sm *sim) effective(in *SimJob) []string {
+func (sm *simulation) effective(in *Job) []string {
 	if len(in.Residency) > 0 {
 		return in.Residency
 	}
-	return sm.rs.cfg.DefaultResidency
+	return sm.rs.Config.DefaultResidency
 }
 
 func carriesAll(have, want []string) bool {
@@ -398,17 +391,17 @@ func carriesAll(have, want []string) bool {
 	return true
 }
 
-func (sm *sim) arrive(i int) {
+func (sm *simulation) arrive(i int) {
 	sj := &sm.jobs[i]
 	sj.job = jobtype.Job{ID: sj.in.ID, Name: sj.in.ID, State: jobtype.StateQueued, Attempt: 1,
 		CreatedAt: sm.at(), UpdatedAt: sm.at()}
 	sj.job.Spec = sm.spec(sj)
 	sj.job.OutputURI = sj.job.Spec.Output.URI
-	snap := routingSnapshot(sm.rs, Assumptions{}, sm.routingInput())
-	rp := decideRoute(&sj.job, "submit", sm.rs, snap, sm.at(), false)
+	snap := policy.Snapshot(sm.rs, policy.Assumptions{}, sm.routingInput())
+	rp := policy.DecideRoute(&sj.job, "submit", sm.rs, snap, sm.at())
 	sm.res.Decisions++
-	if rp.decision.Refused {
-		sj.out.Refused, sj.out.Reason = true, strings.Join(rp.decision.Reasons, "; ")
+	if rp.Decision.Refused {
+		sj.out.Refused, sj.out.Reason = true, strings.Join(rp.Decision.Reasons, "; ")
 		return
 	}
 	sm.setRoute(i, rp)
@@ -416,26 +409,26 @@ func (sm *sim) arrive(i int) {
 }
 
 // setRoute stores a decision's route on job i, as applyReroute does.
-func (sm *sim) setRoute(i int, rp reroutePlan) {
+func (sm *simulation) setRoute(i int, rp policy.Reroute) {
 	sj := &sm.jobs[i]
-	sj.job.Route, sj.job.Held = rp.route, rp.held
-	if rp.held != "" {
+	sj.job.Route, sj.job.Held = rp.Route, rp.Held
+	if rp.Held != "" {
 		return
 	}
 	sj.insType = ""
-	for _, c := range rp.decision.Candidates {
-		if c.Backend == rp.decision.Backend {
+	for _, c := range rp.Decision.Candidates {
+		if c.Backend == rp.Decision.Backend {
 			sj.insType = c.InstanceType
 		}
 	}
-	if rp.route != nil && rp.route.Kind == routecfg.KindLocal && sm.setup.MaxWait > 0 {
+	if rp.Route != nil && rp.Route.Kind == routecfg.KindLocal && sm.setup.MaxWait > 0 {
 		sm.push(simEvent{at: sm.now + sm.setup.MaxWait + time.Millisecond, kind: 2, job: i})
 	}
 }
 
 // enqueue puts job i in the pending set in queue order: priority, then
 // submit time.
-func (sm *sim) enqueue(i int) {
+func (sm *simulation) enqueue(i int) {
 	key := func(k int) (int, time.Duration, int) {
 		return sm.jobs[k].job.Spec.Priority.Rank(), sm.jobs[k].in.Submit, k
 	}
@@ -447,47 +440,47 @@ func (sm *sim) enqueue(i int) {
 	sm.pending = slices.Insert(sm.pending, at, i)
 }
 
-func (sm *sim) routingInput() routingInput {
-	return routingInput{now: sm.at(), nodes: sm.nodes, pressure: sm.press, spends: map[string]jobstore.Spend{}}
+func (sm *simulation) routingInput() policy.RoutingInput {
+	return policy.RoutingInput{Now: sm.at(), Nodes: sm.nodes, Pressure: sm.press, Spends: map[string]poolstate.Spend{}}
 }
 
-// round runs one placement round (decideRound) and applies its plan.
-func (sm *sim) round() {
+// round runs one placement round (policy.DecideRound) and applies its plan.
+func (sm *simulation) round() {
 	sm.res.Rounds++
 	sm.stale = false
-	in := &roundInput{now: sm.at(), nodes: sm.nodes, jobs: make(map[string]*jobtype.Job, len(sm.pending)+64),
-		routing: sm.routingInput(), pressure: sm.press}
+	in := &policy.RoundInput{Now: sm.at(), Nodes: sm.nodes, Jobs: make(map[string]*jobtype.Job, len(sm.pending)+64),
+		Routing: sm.routingInput(), Pressure: sm.press}
 	for _, i := range sm.pending {
 		sj := &sm.jobs[i]
 		sj.job.Spec = sm.spec(sj)
-		in.pending = append(in.pending, sj.in.ID)
-		in.jobs[sj.in.ID] = &sj.job
+		in.Pending = append(in.Pending, sj.in.ID)
+		in.Jobs[sj.in.ID] = &sj.job
 	}
 	for ni := range sm.nodes {
 		for id := range sm.nodes[ni].Reservations {
 			sj := &sm.jobs[sm.where[id]]
 			sj.job.Spec = sm.spec(sj)
-			in.jobs[id] = &sj.job
+			in.Jobs[id] = &sj.job
 		}
 	}
-	plan := decideRound(in, sm.rs, roundOptions{defaultMaxRuntime: 24 * time.Hour})
-	sm.press = plan.pressure
-	for _, rp := range plan.reroutes {
+	plan := policy.DecideRound(in, sm.rs, policy.RoundOptions{DefaultMaxRuntime: 24 * time.Hour})
+	sm.press = plan.Pressure
+	for _, rp := range plan.Reroutes {
 		sm.res.Decisions++
-		sm.setRoute(sm.where[rp.job.ID], rp)
+		sm.setRoute(sm.where[rp.Job.ID], rp)
 	}
 	started := map[int]bool{}
-	for _, cd := range plan.cloud {
-		i := sm.where[cd.job.ID]
-		sm.startCloud(i, cd.backend)
+	for _, cd := range plan.Cloud {
+		i := sm.where[cd.Job.ID]
+		sm.startCloud(i, cd.Backend)
 		started[i] = true
 	}
-	for _, a := range plan.place.Assign {
+	for _, a := range plan.Place.Assign {
 		i := sm.where[a.JobID]
 		sm.startLocal(i, a.Node, a.GPUs)
 		started[i] = true
 	}
-	for _, pr := range plan.place.Preempt {
+	for _, pr := range plan.Place.Preempt {
 		for _, v := range pr.Victims {
 			sm.preempt(sm.where[v])
 		}
@@ -497,7 +490,7 @@ func (sm *sim) round() {
 	}
 }
 
-func (sm *sim) node(name string) *jobstore.NodeStatus {
+func (sm *simulation) node(name string) *poolstate.NodeStatus {
 	for ni := range sm.nodes {
 		if sm.nodes[ni].Name == name {
 			return &sm.nodes[ni]
@@ -506,21 +499,21 @@ func (sm *sim) node(name string) *jobstore.NodeStatus {
 	return nil
 }
 
-func (sm *sim) startLocal(i int, node string, gpus []int) {
+func (sm *simulation) startLocal(i int, node string, gpus []int) {
 	sj := &sm.jobs[i]
 	n := sm.node(node)
-	n.Reservations[sj.in.ID] = jobstore.Reservation{Attempt: sj.job.Attempt, GPUs: gpus}
+	n.Reservations[sj.in.ID] = poolstate.Reservation{Attempt: sj.job.Attempt, GPUs: gpus}
 	sm.checkResidency(sj, sm.local)
 	sm.begin(i, sm.local, 0)
 }
 
-func (sm *sim) startCloud(i int, b routecfg.Backend) {
+func (sm *simulation) startCloud(i int, b routecfg.Backend) {
 	sm.checkResidency(&sm.jobs[i], b)
 	sm.begin(i, b, sm.setup.CloudStartup)
 }
 
 // begin starts job i's attempt on b after delay.
-func (sm *sim) begin(i int, b routecfg.Backend, delay time.Duration) {
+func (sm *simulation) begin(i int, b routecfg.Backend, delay time.Duration) {
 	sj := &sm.jobs[i]
 	start := sm.now + delay
 	if !sj.started {
@@ -538,7 +531,7 @@ func (sm *sim) begin(i int, b routecfg.Backend, delay time.Duration) {
 	sm.push(simEvent{at: start + left, kind: 0, job: i, seq: int64(sj.job.Attempt)})
 }
 
-func (sm *sim) finish(i int) {
+func (sm *simulation) finish(i int) {
 	sj := &sm.jobs[i]
 	sj.done = true
 	sj.out.End = sm.now
@@ -558,7 +551,7 @@ func (sm *sim) finish(i int) {
 	}
 }
 
-func (sm *sim) release(id string) {
+func (sm *simulation) release(id string) {
 	for ni := range sm.nodes {
 		delete(sm.nodes[ni].Reservations, id)
 	}
@@ -567,7 +560,7 @@ func (sm *sim) release(id string) {
 // preempt stops job i (a batch job an urgent one needs the GPUs of): it
 // goes back to the queue and resumes from a checkpoint taken as it stopped
 // (the simulation assumes no lost work).
-func (sm *sim) preempt(i int) {
+func (sm *simulation) preempt(i int) {
 	sj := &sm.jobs[i]
 	if sj.done || !sj.started || sj.out.Cloud {
 		return
@@ -585,7 +578,7 @@ func (sm *sim) preempt(i int) {
 	sm.enqueue(i)
 }
 
-func (sm *sim) instancePrice(backend, typ string) float64 {
+func (sm *simulation) instancePrice(backend, typ string) float64 {
 	for _, b := range sm.clouds {
 		if b.Name != backend {
 			continue
@@ -602,7 +595,7 @@ func (sm *sim) instancePrice(backend, typ string) float64 {
 // checkResidency is the simulator's own check of a start: the backend's
 // site, its checkpoint location and the job's output location must carry
 // every tag of the job. It does not trust routing.
-func (sm *sim) checkResidency(sj *simJob, b routecfg.Backend) {
+func (sm *simulation) checkResidency(sj *simJob, b routecfg.Backend) {
 	tags := sm.effective(sj.in)
 	check := func(what, site string) {
 		if !carriesAll(sm.tags[site], tags) {
@@ -621,11 +614,11 @@ func (sm *sim) checkResidency(sj *simJob, b routecfg.Backend) {
 		bucket, _, _ := strings.Cut(strings.TrimPrefix(out, "s3://"), "/")
 		check("writes output to "+out, sm.buckets[bucket])
 	} else {
-		check("writes output to "+out, sm.rs.cfg.Datasets.FileSite)
+		check("writes output to "+out, sm.rs.Config.Datasets.FileSite)
 	}
 }
 
-func (sm *sim) result() SimResult {
+func (sm *simulation) result() Result {
 	r := sm.res
 	r.OwnedUSDPerGPUHour = sm.price
 	r.OwnedCostUSD = float64(sm.setup.Owned) * r.Horizon.Hours() * sm.price
@@ -634,7 +627,7 @@ func (sm *sim) result() SimResult {
 			r.Makespan = max(r.Makespan, o.End-sm.jobs[0].in.Submit)
 		}
 	}
-	r.Jobs = make([]SimOutcome, len(sm.jobs))
+	r.Jobs = make([]Outcome, len(sm.jobs))
 	for i := range sm.jobs {
 		r.Jobs[i] = sm.jobs[i].out
 	}
@@ -711,7 +704,7 @@ func Quantile(xs []float64, q float64) float64 {
 }
 
 // String is a one-line summary for logs.
-func (r SimResult) String() string {
+func (r Result) String() string {
 	return "horizon " + r.Horizon.String() + ", owned $" + strconv.FormatFloat(r.OwnedCostUSD, 'f', 0, 64) +
 		", cloud $" + strconv.FormatFloat(r.CloudCostUSD, 'f', 0, 64)
 }

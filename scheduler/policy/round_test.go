@@ -1,0 +1,197 @@
+package policy
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/poolstate"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
+)
+
+// TestDecideRoundIsPure runs a placement round's decision without Redis:
+// one node of 2 GPUs held in part by a running job, and queued jobs that
+// need no new routing decision, one that does (a retry), one held, and
+// one too big to fit. The plan re-routes the retry, places what fits,
+// names the held job, and counts the pool's pressure.
+func TestDecideRoundIsPure(t *testing.T) {
+	rc, err := routecfg.ParseConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := NewRouteState(rc)
+	local := ""
+	for _, b := range rc.Backends {
+		if b.Kind == routecfg.KindLocal {
+			local = b.Name
+		}
+	}
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	route := func(attempt int) *jobtype.RouteInfo {
+		return &jobtype.RouteInfo{Backend: local, Kind: routecfg.KindLocal, Attempt: attempt, ConfigHash: rs.Hash, DecidedAt: now}
+	}
+	job := func(id string, gpus, attempt int, r *jobtype.RouteInfo) *jobtype.Job {
+		return &jobtype.Job{ID: id, State: jobtype.StateQueued, Attempt: attempt, Route: r, UpdatedAt: now,
+			Spec: jobspec.Spec{Name: id, BaseModel: "tiny-char", Trainer: "reference", Resources: jobspec.Resources{GPUs: gpus},
+				MaxRuntime: jobspec.Duration(time.Hour)}}
+	}
+	started := now.Add(-30 * time.Minute)
+	running := job("run", 1, 1, route(1))
+	running.State, running.StartedAt = jobtype.StateRunning, &started
+	held := job("held", 1, 1, route(1))
+	held.Held = "held by hand"
+	jobs := map[string]*jobtype.Job{
+		"fits":  job("fits", 1, 1, route(1)),
+		"retry": job("retry", 0, 2, route(1)), // its route is attempt 1's: decided again
+		"held":  held,
+		"big":   job("big", 2, 1, route(1)),
+		"run":   running,
+	}
+	gpus := []jobtype.GPU{{Index: 0, UUID: "G0", Name: "NVIDIA H100", MemoryTotalMB: 81920, Healthy: true},
+		{Index: 1, UUID: "G1", Name: "NVIDIA H100", MemoryTotalMB: 81920, Healthy: true}}
+	nodes := []poolstate.NodeStatus{{Node: poolstate.Node{Name: "n1", Backend: "local", Slots: 2, GPUs: gpus},
+		Reservations: map[string]poolstate.Reservation{"run": {GPUs: []int{0}}}, Reserved: 1}}
+	in := &RoundInput{Now: now, Nodes: nodes, Pending: []string{"fits", "retry", "held", "big", "gone"}, Jobs: jobs,
+		Routing: RoutingInput{Now: now, Nodes: nodes, Spends: map[string]poolstate.Spend{}, StepTimes: map[string]float64{}}}
+
+	plan := DecideRound(in, rs, RoundOptions{DefaultMaxRuntime: 24 * time.Hour})
+
+	if len(plan.Reroutes) != 1 || plan.Reroutes[0].Job.ID != "retry" || plan.Reroutes[0].Path != "retry" {
+		t.Fatalf("reroutes = %+v, want the retry alone", plan.Reroutes)
+	}
+	if rp := plan.Reroutes[0]; rp.Route == nil || rp.Route.Attempt != 2 || rp.Held != "" || rp.RoutingJob.ID != "retry" || rp.Snapshot.Config.Hash() != rs.Hash {
+		t.Fatalf("retry's plan = %+v, want a route for attempt 2 with the job and snapshot it was decided on", rp)
+	}
+	if jobs["retry"].Route.Attempt != 1 {
+		t.Fatal("the decision changed its input")
+	}
+	assigned := map[string]bool{}
+	for _, a := range plan.Place.Assign {
+		assigned[a.JobID] = true
+	}
+	if !assigned["fits"] || !assigned["retry"] || assigned["big"] || assigned["held"] {
+		t.Fatalf("assignments = %+v, want fits and retry only", plan.Place.Assign)
+	}
+	if len(plan.OffWaits) != 1 || plan.OffWaits[0].ID != "held" || plan.OffWaits[0].Code != "held" {
+		t.Fatalf("offWaits = %+v, want the held job", plan.OffWaits)
+	}
+	if plan.Pressure.HealthyGPUs != 2 || plan.Pressure.RunningGPUHours <= 0 || len(plan.Pressure.Capacity) != 1 {
+		t.Fatalf("pressure = %+v", plan.Pressure)
+	}
+	if again := DecideRound(in, rs, RoundOptions{DefaultMaxRuntime: 24 * time.Hour}); len(again.Place.Assign) != len(plan.Place.Assign) {
+		t.Fatal("the same input decided differently")
+	}
+}
+
+// TestDecideRoundCountsAHeldReservationOnce re-routes two retries to a
+// priced cloud backend in one round. The first already holds its budget
+// reservation (Reserve will be a no-op for it), and the spends read count
+// it: the round must not count it a second time, or the second retry would
+// be refused a budget that has room for it.
+func TestDecideRoundCountsAHeldReservationOnce(t *testing.T) {
+	rc, err := routecfg.ParseConfig([]byte(`
+sites:
+  dc-frankfurt: [onprem, eu]
+  aws-eu-central-1: [cloud, eu]
+redis_site: dc-frankfurt
+backends:
+  aws-eu:
+    kind: aws
+    site: aws-eu-central-1
+    region: eu-central-1
+    checkpoint_uri: s3://lathe-eu-ckpt/
+    budget_usd_per_month: 4
+    instance_types:
+      g6e.xlarge: {gpus: 1, gpu_model: L40S, gpu_memory_gb: 48, on_demand_usd_per_hour: 1.5}
+datasets:
+  buckets: {lathe-eu-ckpt: aws-eu-central-1, lathe-eu-data: aws-eu-central-1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := NewRouteState(rc)
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	job := func(id string) *jobtype.Job {
+		return &jobtype.Job{ID: id, State: jobtype.StateQueued, Attempt: 2, UpdatedAt: now, OutputURI: "s3://lathe-eu-ckpt/out/" + id,
+			Route: &jobtype.RouteInfo{Backend: "aws-eu", Kind: routecfg.KindAWS, Attempt: 1, ConfigHash: rs.Hash, DecidedAt: now},
+			Spec: jobspec.Spec{Name: id, BaseModel: "tiny-char", Trainer: "reference", Residency: []string{"eu"},
+				Dataset: "s3://lathe-eu-data/train.jsonl", Resources: jobspec.Resources{GPUs: 1},
+				ExpectedRuntime: jobspec.Duration(time.Hour), MaxRuntime: jobspec.Duration(time.Hour),
+				Output: jobspec.Output{URI: "s3://lathe-eu-ckpt/out"}}}
+	}
+	holder, second := job("holder"), job("second")
+	in := &RoundInput{Now: now, Pending: []string{"holder", "second"}, Jobs: map[string]*jobtype.Job{"holder": holder, "second": second},
+		Routing: RoutingInput{Now: now, StepTimes: map[string]float64{}, Spends: map[string]poolstate.Spend{}}}
+	estimate := DecideRoute(holder, "retry", rs, Snapshot(rs, Assumptions{}, in.Routing), now).Decision.EstCostUSD
+	if estimate <= 0 || 3*estimate <= 4 || 2*estimate > 4 {
+		t.Fatalf("estimate %.2f: the test needs 2 estimates to fit the $4 budget and 3 not to", estimate)
+	}
+	// The holder's reservation is in the spends read, and on its record.
+	holder.BudgetReservedUSD = estimate
+	in.Routing.Spends["backend:aws-eu"] = poolstate.Spend{ReservedUSD: estimate}
+
+	plan := DecideRound(in, rs, RoundOptions{DefaultMaxRuntime: 24 * time.Hour})
+
+	if len(plan.Reroutes) != 2 {
+		t.Fatalf("reroutes = %+v, want both retries", plan.Reroutes)
+	}
+	for _, rp := range plan.Reroutes {
+		if rp.Held != "" || rp.Decision.Refused {
+			t.Fatalf("%s: refused (%s; %v): its reservation was counted twice", rp.Job.ID, rp.Held, rp.Decision.Reasons)
+		}
+	}
+}
+
+// TestDecideRoundKeepsEachDecisionsSnapshot re-routes two retries to a
+// priced cloud backend, neither holding a reservation yet: the second
+// decision sees the first one's reservation, and each Reroute keeps the
+// spends its own decision saw (what its ledger record says), not the
+// round's last.
+func TestDecideRoundKeepsEachDecisionsSnapshot(t *testing.T) {
+	rc, err := routecfg.ParseConfig([]byte(`
+sites:
+  dc-frankfurt: [onprem, eu]
+  aws-eu-central-1: [cloud, eu]
+redis_site: dc-frankfurt
+backends:
+  aws-eu:
+    kind: aws
+    site: aws-eu-central-1
+    region: eu-central-1
+    checkpoint_uri: s3://lathe-eu-ckpt/
+    budget_usd_per_month: 100
+    instance_types:
+      g6e.xlarge: {gpus: 1, gpu_model: L40S, gpu_memory_gb: 48, on_demand_usd_per_hour: 1.5}
+datasets:
+  buckets: {lathe-eu-ckpt: aws-eu-central-1, lathe-eu-data: aws-eu-central-1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := NewRouteState(rc)
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	job := func(id string) *jobtype.Job {
+		return &jobtype.Job{ID: id, State: jobtype.StateQueued, Attempt: 2, UpdatedAt: now, OutputURI: "s3://lathe-eu-ckpt/out/" + id,
+			Route: &jobtype.RouteInfo{Backend: "aws-eu", Kind: routecfg.KindAWS, Attempt: 1, ConfigHash: rs.Hash, DecidedAt: now},
+			Spec: jobspec.Spec{Name: id, BaseModel: "tiny-char", Trainer: "reference", Residency: []string{"eu"},
+				Dataset: "s3://lathe-eu-data/train.jsonl", Resources: jobspec.Resources{GPUs: 1},
+				ExpectedRuntime: jobspec.Duration(time.Hour), MaxRuntime: jobspec.Duration(time.Hour),
+				Output: jobspec.Output{URI: "s3://lathe-eu-ckpt/out"}}}
+	}
+	in := &RoundInput{Now: now, Pending: []string{"a", "b"}, Jobs: map[string]*jobtype.Job{"a": job("a"), "b": job("b")},
+		Routing: RoutingInput{Now: now, StepTimes: map[string]float64{}, Spends: map[string]poolstate.Spend{}}}
+
+	plan := DecideRound(in, rs, RoundOptions{DefaultMaxRuntime: 24 * time.Hour})
+
+	if len(plan.Reroutes) != 2 || !plan.Reroutes[0].Reserve {
+		t.Fatalf("reroutes = %+v, want both retries, the first reserving", plan.Reroutes)
+	}
+	first, second := plan.Reroutes[0], plan.Reroutes[1]
+	if got := first.Snapshot.BackendSpend["aws-eu"].ReservedUSD; got != 0 {
+		t.Fatalf("the first decision's snapshot shows $%.2f reserved, want 0 (as it decided)", got)
+	}
+	if got, want := second.Snapshot.BackendSpend["aws-eu"].ReservedUSD, first.Decision.EstCostUSD; got != want || want <= 0 {
+		t.Fatalf("the second decision's snapshot shows $%.2f reserved, want the first's $%.2f", got, want)
+	}
+}
