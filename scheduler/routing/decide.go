@@ -355,6 +355,10 @@ func (e *eval) runtimeReason(b *routecfg.BackendInfo, st *candState) string {
 		return "runtime " + st.runtime.String() + ": max_steps " + strconv.Itoa(j.MaxSteps) + " × " +
 			strconv.FormatFloat(st.rate, 'g', 4, 64) + " s/step learned for " + j.BaseModel + " on " + st.rateModel
 	case rtMax:
+		if j.MaxSteps <= 0 {
+			return "runtime " + st.runtime.String() + ": max_runtime, an upper bound (no expected_runtime, and no max_steps: " +
+				"the spec runs epochs, so its step count is unknown before the data is read)"
+		}
 		return "runtime " + st.runtime.String() + ": max_runtime, an upper bound (no expected_runtime, and no learned seconds per step for " +
 			j.BaseModel + " on " + b.Name + ")"
 	}

@@ -439,6 +439,8 @@ func TestEstimates(t *testing.T) {
 	learned.ExpectedRuntime, learned.MaxSteps = 0, 1000
 	rates := map[string]float64{"tiny-char|nvidia h100 80gb hbm3": 3.6, "tiny-char|l40s": 7.2, "tiny-char|cpu": 50}
 	maxOnly := learned
+	epochs := learned
+	epochs.MaxSteps = 0
 	cpu := learned
 	cpu.GPUs = 0
 	urgent := baseJob("onprem")
@@ -471,7 +473,11 @@ func TestEstimates(t *testing.T) {
 	}, {
 		name: "no learned rate: max_runtime, an upper bound",
 		job:  maxOnly, backend: "local",
-		reasons: []string{"runtime 8h0m0s: max_runtime, an upper bound"},
+		reasons: []string{"runtime 8h0m0s: max_runtime, an upper bound (no expected_runtime, and no learned seconds per step for tiny-char on local)"},
+	}, {
+		name: "no max_steps: the step count is unknown, whatever was learned",
+		job:  epochs, snap: func(s *Snapshot) { s.SecondsPerStep = rates }, backend: "local",
+		reasons: []string{"runtime 8h0m0s: max_runtime, an upper bound (no expected_runtime, and no max_steps: the spec runs epochs"},
 	}, {
 		name: "a job with no GPUs learns from \"cpu\"",
 		job:  cpu, snap: func(s *Snapshot) { s.SecondsPerStep = rates }, backend: "local",
