@@ -123,6 +123,7 @@ Exit codes: 0 success; 1 the job failed or was cancelled, or the API refused;
 		a.exportCmd(),
 		a.versionCmd(),
 	)
+	a.addCompletions(root)
 	return root
 }
 
