@@ -31,9 +31,9 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
+	"github.com/lathe-ml/lathe/scheduler/cron"
 	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
-	"github.com/lathe-ml/lathe/scheduler/schedule"
 )
 
 // Config configures a Scheduler. Zero values take the defaults stated.
@@ -160,7 +160,7 @@ type Config struct {
 	NoEvictionCheck bool
 	// Schedules are the schedules the leader runs (the config's
 	// schedules:, schedules.go); SetSchedules replaces them. Nil: none.
-	Schedules []schedule.Schedule
+	Schedules []cron.Schedule
 	// TestHoldScheduledSweep is a test hook: a scheduled sweep, expanded
 	// and routed, waits this long before it is stored (so a test can kill
 	// the leader in the middle of a sweep's expansion). 0, the default: no
@@ -278,7 +278,7 @@ type Scheduler struct {
 
 	evictPolicy atomic.Value // string: Redis's maxmemory-policy as /healthz last read it
 
-	scheds atomic.Pointer[[]schedule.Schedule] // the schedules in force (schedules.go)
+	scheds atomic.Pointer[[]cron.Schedule] // the schedules in force (schedules.go)
 
 	metrics *metrics // GET /metrics (metrics.go)
 }

@@ -14,12 +14,12 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/specpath"
-	"github.com/lathe-ml/lathe/scheduler/schedule"
+	"github.com/lathe-ml/lathe/scheduler/cron"
 )
 
 // The schedule duty (leader only, every scheduleEvery): for each schedule
 // of Config.Schedules it reads the schedule's state from the store,
-// decides the tick to run now (schedule.Due: at most one a pass, the
+// decides the tick to run now (cron.Due: at most one a pass, the
 // latest), applies the concurrency policy to the last run (forbid skips
 // the tick, replace cancels the run, allow goes on), claims the tick
 // (jobstore.ClaimTick: one run per tick however many schedulers), and
@@ -40,14 +40,14 @@ const maxScheduledFile = 1 << 20
 // SetSchedules replaces the schedules the leader runs (a config reload).
 // The schedules' states stay in the store: a schedule kept under its name
 // carries on from its last tick.
-func (s *Scheduler) SetSchedules(ss []schedule.Schedule) {
-	cp := append([]schedule.Schedule(nil), ss...)
+func (s *Scheduler) SetSchedules(ss []cron.Schedule) {
+	cp := append([]cron.Schedule(nil), ss...)
 	s.scheds.Store(&cp)
 	s.log.Info("schedules loaded", slog.Int("schedules", len(cp)))
 }
 
 // schedules is the schedules in force.
-func (s *Scheduler) schedules() []schedule.Schedule {
+func (s *Scheduler) schedules() []cron.Schedule {
 	if p := s.scheds.Load(); p != nil {
 		return *p
 	}
@@ -83,7 +83,7 @@ func (d *scheduleDuty) clock() time.Time {
 }
 
 // pass handles one schedule at now.
-func (d *scheduleDuty) pass(ctx context.Context, sch schedule.Schedule, now time.Time) error {
+func (d *scheduleDuty) pass(ctx context.Context, sch cron.Schedule, now time.Time) error {
 	st, err := d.s.store.ScheduleStateOf(ctx, sch.Name)
 	if err != nil {
 		return err
@@ -93,9 +93,9 @@ func (d *scheduleDuty) pass(ctx context.Context, sch schedule.Schedule, now time
 	}
 	dec := sch.Due(st.Tick, now)
 	switch dec.Action {
-	case schedule.None:
+	case cron.None:
 		return nil
-	case schedule.SkipTick:
+	case cron.SkipTick:
 		return d.record(ctx, sch, st, dec.Tick, jobstore.TickSkipped, "", dec.Why)
 	}
 	runID := jobstore.TickID(runPrefix(sch.Kind), sch.Name, dec.Tick)
@@ -103,7 +103,7 @@ func (d *scheduleDuty) pass(ctx context.Context, sch schedule.Schedule, now time
 	if err != nil {
 		return err
 	}
-	if sch.Decide(going) == schedule.SkipForbid {
+	if sch.Decide(going) == cron.SkipForbid {
 		return d.record(ctx, sch, st, dec.Tick, jobstore.TickSkipped, "",
 			fmt.Sprintf("concurrency: forbid: the last run %s is still %s", st.RunID, why))
 	}
@@ -129,8 +129,8 @@ func (d *scheduleDuty) pass(ctx context.Context, sch schedule.Schedule, now time
 }
 
 // resume finishes a claimed tick whose outcome was never recorded.
-func (d *scheduleDuty) resume(ctx context.Context, sch schedule.Schedule, st jobstore.ScheduleState, now time.Time) error {
-	if now.Sub(st.Tick) > sch.StartingDeadline && sch.Missed != schedule.Once {
+func (d *scheduleDuty) resume(ctx context.Context, sch cron.Schedule, st jobstore.ScheduleState, now time.Time) error {
+	if now.Sub(st.Tick) > sch.StartingDeadline && sch.Missed != cron.Once {
 		exists, err := d.exists(ctx, st.TickRunID)
 		switch {
 		case err != nil:
@@ -149,13 +149,13 @@ func (d *scheduleDuty) resume(ctx context.Context, sch schedule.Schedule, st job
 // cancelling the last run under concurrency: replace) and records the
 // outcome. A store it could not reach leaves the state claimed, for the
 // next pass.
-func (d *scheduleDuty) start(ctx context.Context, sch schedule.Schedule, st jobstore.ScheduleState, now time.Time) error {
+func (d *scheduleDuty) start(ctx context.Context, sch cron.Schedule, st jobstore.ScheduleState, now time.Time) error {
 	outcome, msg := jobstore.TickStarted, ""
 	going, why, err := d.going(ctx, st.RunID)
 	if err != nil {
 		return err
 	}
-	if going && sch.Decide(true) == schedule.ReplaceRun {
+	if going && sch.Decide(true) == cron.ReplaceRun {
 		if err := d.cancel(ctx, st.RunID); err != nil {
 			return err
 		}
@@ -163,7 +163,7 @@ func (d *scheduleDuty) start(ctx context.Context, sch schedule.Schedule, st jobs
 	}
 	var serr error
 	existed := false
-	if sch.Kind == schedule.KindSweep {
+	if sch.Kind == cron.KindSweep {
 		serr = d.s.startScheduledSweep(ctx, sch, st.TickRunID, st.Tick)
 	} else {
 		existed, serr = d.startJob(ctx, sch, st.TickRunID)
@@ -186,7 +186,7 @@ func (d *scheduleDuty) start(ctx context.Context, sch schedule.Schedule, st jobs
 
 // started records st's tick as started (or replaced): its run becomes the
 // schedule's last run.
-func (d *scheduleDuty) started(ctx context.Context, sch schedule.Schedule, st jobstore.ScheduleState, outcome, msg string) error {
+func (d *scheduleDuty) started(ctx context.Context, sch cron.Schedule, st jobstore.ScheduleState, outcome, msg string) error {
 	st.Outcome, st.Message, st.Kind = outcome, msg, string(sch.Kind)
 	st.RunID, st.RunTick, st.UpdatedAt = st.TickRunID, st.Tick, time.Time{}
 	_, err := d.s.store.SetScheduleState(ctx, sch.Name, st)
@@ -195,7 +195,7 @@ func (d *scheduleDuty) started(ctx context.Context, sch schedule.Schedule, st jo
 
 // record records tick as decided with outcome (skipped, failed) and why;
 // the schedule's last run stays.
-func (d *scheduleDuty) record(ctx context.Context, sch schedule.Schedule, st jobstore.ScheduleState, tick time.Time, outcome, runID, why string) error {
+func (d *scheduleDuty) record(ctx context.Context, sch cron.Schedule, st jobstore.ScheduleState, tick time.Time, outcome, runID, why string) error {
 	st.Tick, st.Outcome, st.Message, st.TickRunID, st.Kind, st.UpdatedAt = tick, outcome, why, runID, string(sch.Kind), time.Time{}
 	if outcome == jobstore.TickSkipped {
 		d.s.log.Info("schedule: tick skipped", slog.String("schedule", sch.Name), slog.Time("tick", tick), slog.String("why", why))
@@ -207,7 +207,7 @@ func (d *scheduleDuty) record(ctx context.Context, sch schedule.Schedule, st job
 // startJob reads the schedule's job file and admits it as run id, for the
 // principal schedule:<name> of the schedule's team; existed says the run
 // was stored already.
-func (d *scheduleDuty) startJob(ctx context.Context, sch schedule.Schedule, id string) (existed bool, err error) {
+func (d *scheduleDuty) startJob(ctx context.Context, sch cron.Schedule, id string) (existed bool, err error) {
 	body, err := readLimited(sch.File, maxScheduledFile)
 	if err != nil {
 		return false, fmt.Errorf("job file %s: %w", sch.File, err)
@@ -296,8 +296,8 @@ func (d *scheduleDuty) cancel(ctx context.Context, id string) error {
 }
 
 // runPrefix is the run id prefix of a kind ("j-" a job, "s-" a sweep).
-func runPrefix(k schedule.Kind) string {
-	if k == schedule.KindSweep {
+func runPrefix(k cron.Kind) string {
+	if k == cron.KindSweep {
 		return "s-"
 	}
 	return "j-"

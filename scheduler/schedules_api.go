@@ -7,7 +7,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/wire"
-	"github.com/lathe-ml/lathe/scheduler/schedule"
+	"github.com/lathe-ml/lathe/scheduler/cron"
 )
 
 // listSchedules answers GET /api/v1/schedules: every schedule in force,
@@ -34,7 +34,7 @@ func (s *Scheduler) listSchedules(w http.ResponseWriter, r *http.Request) {
 }
 
 // scheduleInfo is sch's wire view at now with its stored state st.
-func (s *Scheduler) scheduleInfo(ctx context.Context, sch schedule.Schedule, st jobstore.ScheduleState, now time.Time) wire.ScheduleInfo {
+func (s *Scheduler) scheduleInfo(ctx context.Context, sch cron.Schedule, st jobstore.ScheduleState, now time.Time) wire.ScheduleInfo {
 	si := wire.ScheduleInfo{Name: sch.Name, Cron: sch.Cron, Timezone: sch.Timezone, Kind: string(sch.Kind), File: sch.File,
 		Team: sch.Team, Concurrency: string(sch.Concurrency), Missed: string(sch.Missed), StartingDeadline: sch.StartingDeadline.String(),
 		Outcome: st.Outcome, Message: st.Message, TickRunID: st.TickRunID, LastRunID: st.RunID}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/specpath"
 	"github.com/lathe-ml/lathe/internal/sweepspec"
-	"github.com/lathe-ml/lathe/scheduler/schedule"
+	"github.com/lathe-ml/lathe/scheduler/cron"
 )
 
 // startScheduledSweep admits the sweep file of sch as sweep runID for
@@ -19,7 +19,7 @@ import (
 // runID is derived from the tick, so a second start (another scheduler, a
 // new leader after a crash between the tick's claim and this) finds the
 // sweep stored and stores nothing.
-func (s *Scheduler) startScheduledSweep(ctx context.Context, sch schedule.Schedule, runID string, tick time.Time) error {
+func (s *Scheduler) startScheduledSweep(ctx context.Context, sch cron.Schedule, runID string, tick time.Time) error {
 	body, err := readLimited(sch.File, sweepspec.MaxSpecBytes)
 	if err != nil {
 		return fmt.Errorf("sweep file %s: %w", sch.File, err)

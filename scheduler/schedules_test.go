@@ -22,7 +22,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/wire"
-	"github.com/lathe-ml/lathe/scheduler/schedule"
+	"github.com/lathe-ml/lathe/scheduler/cron"
 )
 
 // Schedule duty tests: a real redis-server, Schedulers made with New but
@@ -55,7 +55,7 @@ const schedJob = `{"name":"nightly","base_model":"tiny-char","dataset":"file:///
 
 // newSchedRig makes n Schedulers over one store, running entries (their
 // job: paths relative to the rig's folder, which holds job.yaml).
-func newSchedRig(t *testing.T, n int, entries ...schedule.Entry) *schedRig {
+func newSchedRig(t *testing.T, n int, entries ...cron.Entry) *schedRig {
 	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client()
@@ -63,7 +63,7 @@ func newSchedRig(t *testing.T, n int, entries ...schedule.Entry) *schedRig {
 	if err := os.WriteFile(filepath.Join(r.dir, "job.yaml"), []byte(schedJob), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ss, err := schedule.Parse(entries, r.dir)
+	ss, err := cron.Parse(entries, r.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ var t0 = time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
 // tick runs): every tick has its run, under its derived id, submitted as
 // the schedule for its team, and only one of the two stored it.
 func TestScheduleOneRunPerTickTwoSchedulers(t *testing.T) {
-	r := newSchedRig(t, 2, schedule.Entry{Name: "nightly", Cron: "@every 2s", Job: "job.yaml", Concurrency: "allow", Team: "nlp"})
+	r := newSchedRig(t, 2, cron.Entry{Name: "nightly", Cron: "@every 2s", Job: "job.yaml", Concurrency: "allow", Team: "nlp"})
 	end := t0.Add(60 * time.Second)
 	for now := t0.Add(100 * time.Millisecond); now.Before(end); now = now.Add(700 * time.Millisecond) {
 		r.passAt(now)
@@ -179,9 +179,9 @@ func field(line, key string) string {
 // new one, allow runs both.
 func TestScheduleConcurrency(t *testing.T) {
 	r := newSchedRig(t, 1,
-		schedule.Entry{Name: "f", Cron: "@every 10s", Job: "job.yaml"},
-		schedule.Entry{Name: "r", Cron: "@every 10s", Job: "job.yaml", Concurrency: "replace"},
-		schedule.Entry{Name: "a", Cron: "@every 10s", Job: "job.yaml", Concurrency: "allow"})
+		cron.Entry{Name: "f", Cron: "@every 10s", Job: "job.yaml"},
+		cron.Entry{Name: "r", Cron: "@every 10s", Job: "job.yaml", Concurrency: "replace"},
+		cron.Entry{Name: "a", Cron: "@every 10s", Job: "job.yaml", Concurrency: "allow"})
 	tick := func(i int) time.Time { return t0.Add(time.Duration(i) * 10 * time.Second) }
 	get := func(name string, i int) *jobtype.Job {
 		j, err := r.store.Get(r.ctx, jobstore.TickID("j-", name, tick(i)))
@@ -225,8 +225,8 @@ func TestScheduleConcurrency(t *testing.T) {
 // run.
 func TestScheduleMissedAfterDowntime(t *testing.T) {
 	r := newSchedRig(t, 2,
-		schedule.Entry{Name: "once", Cron: "@every 2s", Job: "job.yaml", Missed: "once", StartingDeadline: "1s", Concurrency: "allow"},
-		schedule.Entry{Name: "skip", Cron: "@every 2s", Job: "job.yaml", Missed: "skip", StartingDeadline: "1s", Concurrency: "allow"})
+		cron.Entry{Name: "once", Cron: "@every 2s", Job: "job.yaml", Missed: "once", StartingDeadline: "1s", Concurrency: "allow"},
+		cron.Entry{Name: "skip", Cron: "@every 2s", Job: "job.yaml", Missed: "skip", StartingDeadline: "1s", Concurrency: "allow"})
 	downFrom, downTo := t0.Add(4500*time.Millisecond), t0.Add(15300*time.Millisecond) // ticks 6, 8, 10, 12, 14
 	end := t0.Add(20 * time.Second)
 	for now := t0.Add(200 * time.Millisecond); now.Before(end); now = now.Add(500 * time.Millisecond) {
@@ -262,7 +262,7 @@ func TestScheduleMissedAfterDowntime(t *testing.T) {
 // to the next pass; a tick whose run was stored and then pruned is not
 // run again.
 func TestScheduleResumesAClaimedTick(t *testing.T) {
-	r := newSchedRig(t, 1, schedule.Entry{Name: "n", Cron: "@every 10s", Job: "job.yaml"})
+	r := newSchedRig(t, 1, cron.Entry{Name: "n", Cron: "@every 10s", Job: "job.yaml"})
 	id := jobstore.TickID("j-", "n", t0)
 	if won, _, err := r.store.ClaimTick(r.ctx, "n", t0, id); err != nil || !won {
 		t.Fatalf("claim: %v %v", won, err)
@@ -294,7 +294,7 @@ func TestScheduleResumesAClaimedTick(t *testing.T) {
 // failed, naming the file and the field; the next tick, with the file
 // fixed, runs.
 func TestScheduleFailedStart(t *testing.T) {
-	r := newSchedRig(t, 1, schedule.Entry{Name: "n", Cron: "@every 10s", Job: "job.yaml"})
+	r := newSchedRig(t, 1, cron.Entry{Name: "n", Cron: "@every 10s", Job: "job.yaml"})
 	if err := os.WriteFile(filepath.Join(r.dir, "job.yaml"), []byte(`{"name":"x","base_model":"tiny-char","dataset":"file:///d","epochs":"many"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +317,7 @@ func TestScheduleFailedStart(t *testing.T) {
 // next tick admits its sweep under the tick's derived id, with every
 // trial, and records it started.
 func TestScheduleSweepTick(t *testing.T) {
-	r := newSchedRig(t, 1, schedule.Entry{Name: "sw", Cron: "@every 10s", Sweep: "sweep.yaml"})
+	r := newSchedRig(t, 1, cron.Entry{Name: "sw", Cron: "@every 10s", Sweep: "sweep.yaml"})
 	r.passAt(t0.Add(time.Second))
 	if st := r.state(t, "sw"); st.Outcome != jobstore.TickFailed || st.Kind != "sweep" || !strings.HasPrefix(st.TickRunID, "s-") ||
 		!strings.Contains(st.Message, filepath.Join(r.dir, "sweep.yaml")) {
@@ -341,8 +341,8 @@ func TestScheduleSweepTick(t *testing.T) {
 // TestSchedulesAPI: GET /api/v1/schedules lists each schedule with its
 // next tick and its last tick's outcome; viewers may read it.
 func TestSchedulesAPI(t *testing.T) {
-	r := newSchedRig(t, 1, schedule.Entry{Name: "n", Cron: "0 2 * * *", Timezone: "Europe/Berlin", Job: "job.yaml"},
-		schedule.Entry{Name: "m", Cron: "@every 10s", Job: "job.yaml"})
+	r := newSchedRig(t, 1, cron.Entry{Name: "n", Cron: "0 2 * * *", Timezone: "Europe/Berlin", Job: "job.yaml"},
+		cron.Entry{Name: "m", Cron: "@every 10s", Job: "job.yaml"})
 	r.passAt(time.Now())
 	s := New(r.store.Redis(), r.store, Config{Schedules: r.ss[0].schedules(), Tokens: []Token{{Name: "v", Secret: "view-secret", Role: RoleViewer}},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -397,7 +397,7 @@ func TestNightlyExampleAdmitsItsSweep(t *testing.T) {
 	s := r.ss[0]
 	root, _ := filepath.Abs("..")
 	ex := filepath.Join(root, "configs", "examples")
-	sch := schedule.Schedule{Name: "nightly-tiny-grid", Kind: schedule.KindSweep, File: filepath.Join(ex, "sweep-grid.yaml")}
+	sch := cron.Schedule{Name: "nightly-tiny-grid", Kind: cron.KindSweep, File: filepath.Join(ex, "sweep-grid.yaml")}
 	tick := time.Date(2026, 12, 4, 2, 0, 0, 0, time.UTC)
 	id := jobstore.TickID("s-", sch.Name, tick)
 	ctx := context.Background()

@@ -17,8 +17,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/internal/trainer"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/cron"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
-	"github.com/lathe-ml/lathe/scheduler/schedule"
 	"github.com/lathe-ml/lathe/worker"
 )
 
@@ -52,11 +52,11 @@ type fileConfig struct {
 	Budgets   yaml.Node `yaml:"budgets"`
 	// Schedules are the schedules the leader runs (docs/sweeps.md
 	// "Schedules"); loadConfig validates them into schedules.
-	Schedules []schedule.Entry `yaml:"schedules"`
+	Schedules []cron.Entry `yaml:"schedules"`
 
 	// schedules is Schedules validated, their files resolved against the
 	// config file's folder.
-	schedules []schedule.Schedule
+	schedules []cron.Schedule
 
 	// daemon is what routecfg.ReadDaemon read of the file: the routing
 	// config (the implicit one without a file) and the job defaults, as the
@@ -259,7 +259,7 @@ func loadRouting(path string) (routecfg.Config, error) {
 // loadSchedules reads the schedules: section of the config file at path
 // ("" = none), as a SIGHUP reloads it; an unknown key of a schedule, a bad
 // field or a file that is not there is an error.
-func loadSchedules(path string) ([]schedule.Schedule, error) {
+func loadSchedules(path string) ([]cron.Schedule, error) {
 	if path == "" {
 		return nil, nil
 	}
@@ -268,7 +268,7 @@ func loadSchedules(path string) ([]schedule.Schedule, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	var f struct {
-		Schedules []schedule.Entry     `yaml:"schedules"`
+		Schedules []cron.Entry         `yaml:"schedules"`
 		Rest      map[string]yaml.Node `yaml:",inline"` // the other sections: not reloaded here
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
@@ -286,7 +286,7 @@ func loadSchedules(path string) ([]schedule.Schedule, error) {
 // parseSchedules validates the schedules of the config file at path (their
 // relative files are relative to its folder) and checks that each one's
 // job or sweep file is a regular file lathed can read.
-func parseSchedules(entries []schedule.Entry, path string) ([]schedule.Schedule, error) {
+func parseSchedules(entries []cron.Entry, path string) ([]cron.Schedule, error) {
 	dir := ""
 	if path != "" {
 		dir = filepath.Dir(path)
@@ -294,7 +294,7 @@ func parseSchedules(entries []schedule.Entry, path string) ([]schedule.Schedule,
 			dir = abs
 		}
 	}
-	ss, err := schedule.Parse(entries, dir)
+	ss, err := cron.Parse(entries, dir)
 	if err != nil {
 		return nil, err
 	}

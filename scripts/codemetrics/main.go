@@ -146,20 +146,20 @@ var importRules = []struct {
 	{"internal/", []string{"internal/"}},
 	{"scheduler/placement", nil},
 	{"scheduler/sweep", []string{"internal/"}},
-	{"scheduler/schedule", []string{"internal/"}},
+	{"scheduler/cron", []string{"internal/"}},
 	{"scheduler/routing/routecfg", []string{"internal/"}},
 	{"scheduler/routing", []string{"internal/", "scheduler/routing"}},
 	// The pure decisions and the simulator over them read plain types,
 	// never the Redis store (internal/jobstore) or the ledger.
 	{"scheduler/policy", []string{"internal/jobspec", "internal/jobtype", "internal/poolstate", "scheduler/placement", "scheduler/routing"}},
 	{"scheduler/sim", []string{"internal/jobspec", "internal/jobtype", "internal/poolstate", "internal/trace", "scheduler/policy", "scheduler/placement", "scheduler/routing"}},
-	{"scheduler", []string{"internal/", "scheduler/placement", "scheduler/routing", "scheduler/sweep", "scheduler/schedule", "scheduler/policy"}},
+	{"scheduler", []string{"internal/", "scheduler/placement", "scheduler/routing", "scheduler/sweep", "scheduler/cron", "scheduler/policy"}},
 	{"backends/", []string{"internal/", "backends/"}},
 	{"worker", []string{"internal/", "backends/", "scheduler/routing"}},
 	{"scripts", []string{"internal/"}},
 	// The CLI links the client and the pure packages, never the daemon
 	// (scheduler, worker, backends/: asynq, Prometheus, the cloud SDKs).
-	{"cmd/lathe", []string{"internal/", "scheduler/sim", "scheduler/policy", "scheduler/placement", "scheduler/routing", "scheduler/sweep", "scheduler/schedule"}},
+	{"cmd/lathe", []string{"internal/", "scheduler/sim", "scheduler/policy", "scheduler/placement", "scheduler/routing", "scheduler/sweep", "scheduler/cron"}},
 	{"cmd/", []string{""}},
 }
 

@@ -1,10 +1,10 @@
-// Package schedule is the pure part of Lathe's schedules (the daemon
+// Package cron is the pure part of Lathe's schedules (the daemon
 // config's schedules: section, docs/sweeps.md "Schedules"): parsing and
 // validating the section, the ticks of a cron expression in a time zone,
 // which tick a pass should run (Due) and what to do when the last run is
 // still going (Decide). No Redis and no clock: every function takes the
 // times it looks at.
-package schedule
+package cron
 
 import (
 	"errors"
@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/robfig/cron/v3"
+	robfig "github.com/robfig/cron/v3"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 )
@@ -96,8 +96,8 @@ type Schedule struct {
 	StartingDeadline time.Duration
 
 	loc   *time.Location
-	spec  *cron.SpecSchedule // nil for @every
-	every time.Duration      // @every's interval, whole seconds
+	spec  *robfig.SpecSchedule // nil for @every
+	every time.Duration        // @every's interval, whole seconds
 }
 
 // FieldError is one bad field: its path ("schedules[2].cron"), its value
@@ -234,15 +234,15 @@ func (s *Schedule) parseCron() error {
 	if strings.HasPrefix(s.Cron, "CRON_TZ=") || strings.HasPrefix(s.Cron, "TZ=") {
 		return errors.New("set the zone with timezone:, not in the expression")
 	}
-	cs, err := cron.ParseStandard(s.Cron)
+	cs, err := robfig.ParseStandard(s.Cron)
 	if err != nil {
 		return err
 	}
 	switch c := cs.(type) {
-	case *cron.SpecSchedule:
+	case *robfig.SpecSchedule:
 		c.Location = s.loc
 		s.spec = c
-	case cron.ConstantDelaySchedule:
+	case robfig.ConstantDelaySchedule:
 		if d, err := time.ParseDuration(strings.TrimSpace(strings.TrimPrefix(s.Cron, "@every"))); err != nil || d < time.Second || d%time.Second != 0 {
 			return errors.New("@every wants whole seconds, at least 1s")
 		}
