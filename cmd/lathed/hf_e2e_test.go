@@ -397,8 +397,15 @@ func TestHFKillWorkerResumesExactly(t *testing.T) {
 			ckpts[d.Step] = true
 		}
 	}
-	first := firstStep(progressSteps(t, base, id, j.Attempt))
-	if first <= 1 || !ckpts[first-1] {
+	// The attempt resumes from the newest checkpoint on disk: one whose
+	// event the store has, or a later one the orphaned trainer wrote when
+	// the worker's watchdog SIGTERMed it after the kill (its event had no
+	// worker left to record it). Never from before the newest recorded one.
+	first, newest := firstStep(progressSteps(t, base, id, j.Attempt)), 0
+	for s := range ckpts {
+		newest = max(newest, s)
+	}
+	if newest == 0 || first <= 1 || first-1 < newest {
 		t.Fatalf("attempt %d started at step %d; the earlier attempts checkpointed steps %v", j.Attempt, first, ckpts)
 	}
 	diff := maxAbsDiff(t, readF32Safetensors(t, filepath.Join(pullAdapter(t, lathe, base, ref), "adapter_model.safetensors")),
