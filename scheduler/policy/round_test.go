@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -90,36 +91,7 @@ func TestDecideRoundIsPure(t *testing.T) {
 // it: the round must not count it a second time, or the second retry would
 // be refused a budget that has room for it.
 func TestDecideRoundCountsAHeldReservationOnce(t *testing.T) {
-	rc, err := routecfg.ParseConfig([]byte(`
-sites:
-  dc-frankfurt: [onprem, eu]
-  aws-eu-central-1: [cloud, eu]
-redis_site: dc-frankfurt
-backends:
-  aws-eu:
-    kind: aws
-    site: aws-eu-central-1
-    region: eu-central-1
-    checkpoint_uri: s3://lathe-eu-ckpt/
-    budget_usd_per_month: 4
-    instance_types:
-      g6e.xlarge: {gpus: 1, gpu_model: L40S, gpu_memory_gb: 48, on_demand_usd_per_hour: 1.5}
-datasets:
-  buckets: {lathe-eu-ckpt: aws-eu-central-1, lathe-eu-data: aws-eu-central-1}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs := NewRouteState(rc)
-	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	job := func(id string) *jobtype.Job {
-		return &jobtype.Job{ID: id, State: jobtype.StateQueued, Attempt: 2, UpdatedAt: now, OutputURI: "s3://lathe-eu-ckpt/out/" + id,
-			Route: &jobtype.RouteInfo{Backend: "aws-eu", Kind: routecfg.KindAWS, Attempt: 1, ConfigHash: rs.Hash, DecidedAt: now},
-			Spec: jobspec.Spec{Name: id, BaseModel: "tiny-char", Trainer: "reference", Residency: []string{"eu"},
-				Dataset: "s3://lathe-eu-data/train.jsonl", Resources: jobspec.Resources{GPUs: 1},
-				ExpectedRuntime: jobspec.Duration(time.Hour), MaxRuntime: jobspec.Duration(time.Hour),
-				Output: jobspec.Output{URI: "s3://lathe-eu-ckpt/out"}}}
-	}
+	rs, now, job := cloudRetries(t, 4)
 	holder, second := job("holder"), job("second")
 	in := &RoundInput{Now: now, Pending: []string{"holder", "second"}, Jobs: map[string]*jobtype.Job{"holder": holder, "second": second},
 		Routing: RoutingInput{Now: now, StepTimes: map[string]float64{}, Spends: map[string]poolstate.Spend{}}}
@@ -149,6 +121,29 @@ datasets:
 // spends its own decision saw (what its ledger record says), not the
 // round's last.
 func TestDecideRoundKeepsEachDecisionsSnapshot(t *testing.T) {
+	rs, now, job := cloudRetries(t, 100)
+	in := &RoundInput{Now: now, Pending: []string{"a", "b"}, Jobs: map[string]*jobtype.Job{"a": job("a"), "b": job("b")},
+		Routing: RoutingInput{Now: now, StepTimes: map[string]float64{}, Spends: map[string]poolstate.Spend{}}}
+
+	plan := DecideRound(in, rs, RoundOptions{DefaultMaxRuntime: 24 * time.Hour})
+
+	if len(plan.Reroutes) != 2 || !plan.Reroutes[0].Reserve {
+		t.Fatalf("reroutes = %+v, want both retries, the first reserving", plan.Reroutes)
+	}
+	first, second := plan.Reroutes[0], plan.Reroutes[1]
+	if got := first.Snapshot.BackendSpend["aws-eu"].ReservedUSD; got != 0 {
+		t.Fatalf("the first decision's snapshot shows $%.2f reserved, want 0 (as it decided)", got)
+	}
+	if got, want := second.Snapshot.BackendSpend["aws-eu"].ReservedUSD, first.Decision.EstCostUSD; got != want || want <= 0 {
+		t.Fatalf("the second decision's snapshot shows $%.2f reserved, want the first's $%.2f", got, want)
+	}
+}
+
+// cloudRetries is the setup of the re-routing tests: one priced AWS backend
+// in the EU with a monthly budget of budgetUSD, its route state, a fixed
+// now, and a maker of queued retries (attempt 2) last routed there.
+func cloudRetries(t *testing.T, budgetUSD int) (*RouteState, time.Time, func(id string) *jobtype.Job) {
+	t.Helper()
 	rc, err := routecfg.ParseConfig([]byte(`
 sites:
   dc-frankfurt: [onprem, eu]
@@ -160,7 +155,7 @@ backends:
     site: aws-eu-central-1
     region: eu-central-1
     checkpoint_uri: s3://lathe-eu-ckpt/
-    budget_usd_per_month: 100
+    budget_usd_per_month: ` + strconv.Itoa(budgetUSD) + `
     instance_types:
       g6e.xlarge: {gpus: 1, gpu_model: L40S, gpu_memory_gb: 48, on_demand_usd_per_hour: 1.5}
 datasets:
@@ -179,19 +174,5 @@ datasets:
 				ExpectedRuntime: jobspec.Duration(time.Hour), MaxRuntime: jobspec.Duration(time.Hour),
 				Output: jobspec.Output{URI: "s3://lathe-eu-ckpt/out"}}}
 	}
-	in := &RoundInput{Now: now, Pending: []string{"a", "b"}, Jobs: map[string]*jobtype.Job{"a": job("a"), "b": job("b")},
-		Routing: RoutingInput{Now: now, StepTimes: map[string]float64{}, Spends: map[string]poolstate.Spend{}}}
-
-	plan := DecideRound(in, rs, RoundOptions{DefaultMaxRuntime: 24 * time.Hour})
-
-	if len(plan.Reroutes) != 2 || !plan.Reroutes[0].Reserve {
-		t.Fatalf("reroutes = %+v, want both retries, the first reserving", plan.Reroutes)
-	}
-	first, second := plan.Reroutes[0], plan.Reroutes[1]
-	if got := first.Snapshot.BackendSpend["aws-eu"].ReservedUSD; got != 0 {
-		t.Fatalf("the first decision's snapshot shows $%.2f reserved, want 0 (as it decided)", got)
-	}
-	if got, want := second.Snapshot.BackendSpend["aws-eu"].ReservedUSD, first.Decision.EstCostUSD; got != want || want <= 0 {
-		t.Fatalf("the second decision's snapshot shows $%.2f reserved, want the first's $%.2f", got, want)
-	}
+	return rs, now, job
 }
