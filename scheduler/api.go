@@ -202,45 +202,68 @@ func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "job cannot run on this deployment", Code: "invalid", Fields: fe})
 		return
 	}
-	key := r.Header.Get("Idempotency-Key")
-	if len(key) > 200 {
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "Idempotency-Key longer than 200 bytes", Code: "invalid"})
+	key, ok := idemHeader(w, r)
+	if !ok {
+		return
+	}
+	dry, ok := boolParam(w, r, "dry_run") // dry_run=1 must not store a job
+	if !ok {
 		return
 	}
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	p := principalOf(r)
-	dry, ok := boolParam(w, r, "dry_run") // dry_run=1 must not store a job
-	if !ok {
-		return
-	}
-	adm, ok := s.admit(ctx, w, r, p, spec, dry)
-	if !ok {
-		return
-	}
+	a := admitting{p: p, path: "submit", what: "this job", recordRefusals: true,
+		jobs: []jobstore.NewJob{{Spec: spec, IdempotencyKey: idemKey(p, key, -1)}}}
 	if dry {
-		writeJSON(w, http.StatusOK, wire.DryRun{DryRun: true, Spec: spec, Route: adm.route})
-		return
-	}
-	out := strings.TrimRight(spec.Output.URI, "/") + "/{id}"
-	job, existed, err := s.store.CreateLogged(ctx, s.cfg.Ledger, jobstore.NewJob{ID: adm.id, Spec: spec, OutputURI: out, IdempotencyKey: idemKey(p, key, -1),
-		Submitter: p.Name, Team: p.Team, Route: adm.route, Records: adm.records})
-	if err != nil {
-		if !idemConflict(w, err, key, false) {
-			s.fail(w, r, err)
+		pl, err := s.plan(ctx, a, true)
+		if err != nil {
+			s.admitError(w, r, err, key, false)
+			return
 		}
+		writeJSON(w, http.StatusOK, wire.DryRun{DryRun: true, Spec: spec, Route: pl.jobs[0].Route})
 		return
 	}
-	if !existed {
-		s.reserveBudget(ctx, s.routing(), job, adm.decision)
+	created, err := s.admitJobs(ctx, a)
+	if err != nil {
+		s.admitError(w, r, err, key, false)
+		return
 	}
-	s.Wake()
+	job, existed := created[0].Job, created[0].Existed
 	status := http.StatusCreated
 	if existed {
 		status = http.StatusOK
 	}
 	s.log.Info("job accepted", slog.String("job_id", job.ID), slog.String("name", job.Name), slog.Bool("existing", existed))
 	writeJSON(w, status, job)
+}
+
+// idemHeader reads the request's Idempotency-Key ("" none); one over 200
+// bytes is answered 400.
+func idemHeader(w http.ResponseWriter, r *http.Request) (string, bool) {
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > 200 {
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "Idempotency-Key longer than 200 bytes", Code: "invalid"})
+		return "", false
+	}
+	return key, true
+}
+
+// admitError answers an admission's error: 422 with the refusal (a
+// one-job refusal with its decision), 409 for an idempotency conflict,
+// else as fail does.
+func (s *Scheduler) admitError(w http.ResponseWriter, r *http.Request, err error, key string, batch bool) {
+	var re *RefusedError
+	switch {
+	case errors.As(err, &re) && re.Decision != nil:
+		writeJSON(w, http.StatusUnprocessableEntity, refusal(*re.Decision))
+	case errors.As(err, &re):
+		writeJSON(w, http.StatusUnprocessableEntity, wire.BatchRefusal{Error: "no backend may run some " + re.What + "; nothing was stored",
+			Code: wire.CodeRefused, Reasons: re.Reasons})
+	case idemConflict(w, err, key, batch):
+	default:
+		s.fail(w, r, err)
+	}
 }
 
 // submitBatch stores up to jobstore.MaxCreateBatch jobs in one request and
@@ -253,9 +276,8 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	key := r.Header.Get("Idempotency-Key")
-	if len(key) > 200 {
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "Idempotency-Key longer than 200 bytes", Code: "invalid"})
+	key, ok := idemHeader(w, r)
+	if !ok {
 		return
 	}
 	p := principalOf(r)
@@ -278,23 +300,11 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.rctx(r)
 	defer cancel()
-	decisions, ok := s.admitBatch(ctx, w, r, p, njs)
-	if !ok {
-		return
-	}
-	created, err := s.store.CreateManyLogged(ctx, s.cfg.Ledger, njs)
+	created, err := s.admitJobs(ctx, admitting{p: p, path: "submit", label: "jobs[%d]", what: "jobs of the batch", recordRefusals: true, jobs: njs})
 	if err != nil {
-		if !idemConflict(w, err, key, true) {
-			s.fail(w, r, err)
-		}
+		s.admitError(w, r, err, key, true)
 		return
 	}
-	for i, c := range created {
-		if !c.Existed {
-			s.reserveBudget(ctx, s.routing(), c.Job, decisions[i])
-		}
-	}
-	s.Wake()
 	resp := batchResponse(created)
 	status := http.StatusCreated
 	if resp.Existing == len(created) {
@@ -359,8 +369,7 @@ func (s *Scheduler) batchJobs(p principal, key string, req wire.BatchRequest) ([
 		for _, fe := range s.admissible(spec) {
 			fields = append(fields, prefixField(prefix, fe))
 		}
-		njs = append(njs, jobstore.NewJob{Spec: spec, OutputURI: strings.TrimRight(spec.Output.URI, "/") + "/{id}", Submitter: p.Name, Team: p.Team,
-			IdempotencyKey: idemKey(p, key, i)})
+		njs = append(njs, jobstore.NewJob{Spec: spec, IdempotencyKey: idemKey(p, key, i)})
 	}
 	return njs, fields
 }
@@ -709,45 +718,13 @@ func (s *Scheduler) cancelJob(w http.ResponseWriter, r *http.Request) {
 	if !s.allowed(ctx, w, r, id, "cancel") {
 		return
 	}
-	st, err := s.store.Cancel(ctx, id)
+	job, err := s.Cancel(ctx, id)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	job, err := s.store.Get(ctx, id)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	job = s.cancelFastPath(ctx, job, st)
 	s.log.Info("cancel requested", slog.String("job_id", id), slog.String("state", string(job.State)))
 	writeJSON(w, http.StatusAccepted, job)
-}
-
-// cancelFastPath takes a cancel's fast paths for job, which the cancel
-// found in state st (the durable cancel_requested is set already): a task
-// still waiting in its queue is deleted and the attempt cancelled here; a
-// running one is told through asynq's CancelProcessing. It returns the job
-// as it is now.
-func (s *Scheduler) cancelFastPath(ctx context.Context, job *jobtype.Job, st jobtype.State) *jobtype.Job {
-	switch st {
-	case jobtype.StateDispatched:
-		tid := jobtype.TaskID(job.ID, job.Attempt)
-		if err := s.insp.DeleteTask(jobtype.NodeQueue(job.Node), tid); err == nil {
-			// The task left the queue before a worker took it: nobody else
-			// owns the attempt, so the cancel is ours to write.
-			if err := s.store.CancelDispatched(ctx, job.ID, job.Attempt); err == nil {
-				if j, err := s.store.Get(ctx, job.ID); err == nil {
-					return j
-				}
-			}
-		} else {
-			_ = s.insp.CancelProcessing(tid)
-		}
-	case jobtype.StateRunning:
-		_ = s.insp.CancelProcessing(jobtype.TaskID(job.ID, job.Attempt))
-	}
-	return job
 }
 
 // allowed answers 403 (and returns false) unless the request's principal may

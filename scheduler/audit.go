@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/ledger"
@@ -34,7 +33,7 @@ func (s *Scheduler) explain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := principalOf(r)
-	d := routing.Decide(routingJob(spec, "", p.Team, strings.TrimRight(spec.Output.URI, "/")+"/<id>"), snap)
+	d := routing.Decide(routingJob(spec, "", p.Team, spec.JobOutputURI("<id>")), snap)
 	writeJSON(w, http.StatusOK, wire.Explanation{Decision: d.Wire(), ConfigHash: rs.Hash})
 }
 

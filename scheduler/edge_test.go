@@ -22,7 +22,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
-	"github.com/lathe-ml/lathe/internal/ledger"
+	"github.com/lathe-ml/lathe/internal/ledger/ledgertest"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/scheduler"
 )
@@ -280,15 +280,7 @@ func auditSetup(t *testing.T, cfg scheduler.Config) bundle {
 	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client()
-	keyFile := filepath.Join(t.TempDir(), "ledger.key")
-	if err := ledger.GenerateKey(keyFile); err != nil {
-		t.Fatal(err)
-	}
-	key, err := ledger.LoadKey(keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Ledger = ledger.New(rdb, key, "lathe:")
+	cfg.Ledger = ledgertest.New(t, rdb)
 	cfg.Logger = quiet
 	if cfg.Defaults.OutputURI == "" {
 		cfg.Defaults.OutputURI = fileuri.FromPath(t.TempDir())

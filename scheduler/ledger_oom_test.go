@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/ledger"
+	"github.com/lathe-ml/lathe/internal/ledger/ledgertest"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/scheduler"
 )
@@ -31,15 +31,7 @@ func TestLedgerUnderOOM(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	store := jobstore.New(rdb, jobstore.Config{})
-	keyFile := filepath.Join(t.TempDir(), "ledger.key")
-	if err := ledger.GenerateKey(keyFile); err != nil {
-		t.Fatal(err)
-	}
-	key, err := ledger.LoadKey(keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	led := ledger.New(rdb, key, "lathe:")
+	led := ledgertest.New(t, rdb)
 	s := scheduler.New(rdb, store, scheduler.Config{Logger: quiet, Ledger: led,
 		Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(t.TempDir())}})
 	hs := httptest.NewServer(s.Handler())

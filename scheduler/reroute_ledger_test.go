@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
+	"github.com/lathe-ml/lathe/internal/ledger/ledgertest"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/scheduler"
@@ -41,18 +41,11 @@ func rerouteSetup(t *testing.T) rerouteBundle {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	store := jobstore.New(rdb, jobstore.Config{})
-	keyFile := filepath.Join(t.TempDir(), "ledger.key")
-	if err := ledger.GenerateKey(keyFile); err != nil {
-		t.Fatal(err)
-	}
-	key, err := ledger.LoadKey(keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := rerouteBundle{ctx: context.Background(), srv: srv, store: store, led: ledger.New(rdb, key, "lathe:")}
+	b := rerouteBundle{ctx: context.Background(), srv: srv, store: store, led: ledgertest.New(t, rdb)}
 	noEU := strings.Replace(strings.Replace(routeConfig, "dc-frankfurt: [onprem, eu]", "dc-frankfurt: [onprem]", 1),
 		"aws-eu-central-1: [cloud, eu]", "aws-eu-central-1: [cloud]", 1)
 	for i, text := range []string{routeConfig, noEU} {
+		var err error
 		if b.cfgs[i], err = routecfg.ParseConfig([]byte(text)); err != nil {
 			t.Fatal(err)
 		}

@@ -6,15 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"strings"
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
-	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
@@ -124,34 +121,13 @@ func encodeSnapshot(snap routing.Snapshot) (snapshotJSON, error) {
 	return sj, nil
 }
 
-// record appends a refused submit's decision to the ledger on its own: the
-// job is not stored, and the record names no job (the admission failed).
-// A decision about a stored job is appended by the script that stores it
-// or its route (jobstore.CreateLogged, SetRouteLogged), never here. It
-// returns the record's sequence number (0 without a ledger).
-func (s *Scheduler) record(ctx context.Context, rs *policy.RouteState, p principal, path, name string, attempt int, job routing.Job, snap routing.Snapshot, d routing.Decision) (int64, error) {
-	if s.cfg.Ledger == nil {
-		return 0, nil
-	}
-	build, err := decisionRecords(rs, p, path, name, attempt, job, snap, d)
-	if err != nil {
-		return 0, err
-	}
-	rec, err := s.cfg.Ledger.Append(ctx, build(0)[0])
-	if err != nil {
-		return 0, fmt.Errorf("scheduler: ledger record: %w", err)
-	}
-	for _, st := range build(rec.Seq)[1:] {
-		if _, err := s.cfg.Ledger.Append(ctx, st); err != nil {
-			return rec.Seq, fmt.Errorf("scheduler: ledger staging record: %w", err)
-		}
-	}
-	return rec.Seq, nil
-}
+// recordsFunc builds a decision's ledger records numbered from seq, the
+// decision's sequence number (jobstore.NewJob.Records).
+type recordsFunc = func(seq int64) []ledger.Record
 
 // decisionRecords builds a decision's ledger records: the decision, then
 // one per staging, which names the decision's sequence number seq.
-func decisionRecords(rs *policy.RouteState, p principal, path, name string, attempt int, job routing.Job, snap routing.Snapshot, d routing.Decision) (func(seq int64) []ledger.Record, error) {
+func decisionRecords(rs *policy.RouteState, p principal, path, name string, attempt int, job routing.Job, snap routing.Snapshot, d routing.Decision) (recordsFunc, error) {
 	sj, err := encodeSnapshot(snap)
 	if err != nil {
 		return nil, err
@@ -161,7 +137,7 @@ func decisionRecords(rs *policy.RouteState, p principal, path, name string, atte
 
 // decisionRecordsOn is decisionRecords with the snapshot's part encoded
 // already (encodeSnapshot).
-func decisionRecordsOn(rs *policy.RouteState, p principal, path, name string, attempt int, job routing.Job, sj snapshotJSON, d routing.Decision) (func(seq int64) []ledger.Record, error) {
+func decisionRecordsOn(rs *policy.RouteState, p principal, path, name string, attempt int, job routing.Job, sj snapshotJSON, d routing.Decision) (recordsFunc, error) {
 	body, err := json.Marshal(ledgerBody{Path: path, Job: job, Name: name, Attempt: attempt, snapshotJSON: sj, Decision: d})
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: ledger record: %w", err)
@@ -180,30 +156,6 @@ func decisionRecordsOn(rs *policy.RouteState, p principal, path, name string, at
 	}, nil
 }
 
-// reserveBudget reserves a routed job's estimated cost against its
-// backend's and its team's monthly budgets. A race lost against another
-// admission (ErrOverBudget) makes the route wait with the reason.
-func (s *Scheduler) reserveBudget(ctx context.Context, rs *policy.RouteState, job *jobtype.Job, d routing.Decision) {
-	if d.EstCostUSD <= 0 || d.Backend == "" {
-		return
-	}
-	b, _ := rs.Config.Backend(d.Backend)
-	scopes := []jobstore.BudgetScope{{Scope: "backend:" + d.Backend, Limit: b.BudgetUSDPerMonth}}
-	if job.Team != "" {
-		scopes = append(scopes, jobstore.BudgetScope{Scope: "team:" + job.Team, Limit: rs.Config.TeamBudgetsUSD[job.Team]})
-	}
-	err := s.store.Reserve(ctx, job.ID, jobstore.Month(time.Now()), d.EstCostUSD, scopes)
-	if err == nil {
-		return
-	}
-	s.log.Warn("budget reservation refused after the decision (another admission won the race); the job waits", slog.String("job_id", job.ID), slog.Any("err", err))
-	if job.Route != nil {
-		job.Route.Waiting = true
-		job.Route.Reasons = append(job.Route.Reasons, "budget: "+err.Error())
-		_ = s.store.SetRoute(ctx, job.ID, job.Route, "budget reservation refused: "+err.Error())
-	}
-}
-
 // applyReroute stores a re-decided route (policy.DecideRoute) and the
 // decision's ledger records in one script (jobstore.SetRouteLogged): both
 // or neither, and a job that ended or was deleted meanwhile gets neither
@@ -212,7 +164,7 @@ func (s *Scheduler) reserveBudget(ctx context.Context, rs *policy.RouteState, jo
 // new route and why it is held.
 func (s *Scheduler) applyReroute(ctx context.Context, rs *policy.RouteState, rp policy.Reroute) (*jobtype.RouteInfo, string, error) {
 	j := rp.Job
-	var records func(seq int64) []ledger.Record
+	var records recordsFunc
 	if s.cfg.Ledger != nil {
 		var err error
 		// rp.Snapshot is the snapshot as the decision saw it (its spends
@@ -222,21 +174,23 @@ func (s *Scheduler) applyReroute(ctx context.Context, rs *policy.RouteState, rp 
 			return nil, "", err
 		}
 	}
-	ri, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, jobstore.RouteUpdate{ID: j.ID, Route: rp.Route, Held: rp.Held, Records: records})
+	u := jobstore.RouteUpdate{ID: j.ID, Route: rp.Route, Held: rp.Held, Records: records}
+	if rp.Reserve && rp.Held == "" {
+		u.Budget = budgetFor(rs, j.Team, rp.Decision)
+	}
+	set, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, u)
 	if err != nil {
 		return nil, "", fmt.Errorf("scheduler: reroute (%s): %w", rp.Path, err)
 	}
 	s.metrics.observeDecision(rp.Path, rp.Decision.Backend, rp.Decision.Refused, rp.Decision.Waiting)
-	if rp.Held != "" {
+	switch {
+	case rp.Held != "":
 		s.log.Warn("job held: no longer feasible", slog.String("job_id", j.ID), slog.String("path", rp.Path), slog.String("why", rp.Held))
-		return ri, rp.Held, nil
+	case set.Held != "":
+		s.log.Warn("budget reservation refused after the decision (another admission won the race); the job waits",
+			slog.String("job_id", j.ID), slog.String("why", set.Held))
 	}
-	if rp.Reserve {
-		jc := *j
-		jc.Route = ri
-		s.reserveBudget(ctx, rs, &jc, rp.Decision)
-	}
-	return ri, "", nil
+	return set.Route, set.Held, nil
 }
 
 // reroute decides again for job j (policy.ReroutePath's paths) over a
@@ -281,109 +235,4 @@ func (s *Scheduler) recheckAll(ctx context.Context) error {
 	}
 	s.Wake()
 	return nil
-}
-
-// admission is a submit's routing outcome.
-type admission struct {
-	id       string
-	decision routing.Decision
-	route    *jobtype.RouteInfo
-	records  func(seq int64) []ledger.Record // the decision's ledger records (nil without a ledger)
-}
-
-// admit decides where a submitted job goes, before it is stored. A refusal
-// is recorded in the ledger and answered 422 with every backend's reason
-// (the job is not stored: nothing is parked silently); otherwise the
-// decision's records, under the job's id drawn here, are returned for the
-// script that stores the job to append (jobstore.CreateLogged). A dry run
-// decides and records nothing.
-func (s *Scheduler) admit(ctx context.Context, w http.ResponseWriter, r *http.Request, p principal, spec *jobspec.Spec, dry bool) (admission, bool) {
-	rs := s.routing()
-	snap, err := s.snapshotFor(ctx, rs, Assumptions{})
-	if err != nil {
-		s.fail(w, r, err)
-		return admission{}, false
-	}
-	id := jobstore.NewID(time.Now())
-	out := strings.TrimRight(spec.Output.URI, "/") + "/" + id
-	rj := routingJob(spec, id, p.Team, out)
-	d := routing.Decide(rj, snap)
-	if dry {
-		return admission{id: id, decision: d, route: policy.RouteInfo(d, rs, "submit", 1, 0, snap.Now)}, true
-	}
-	s.metrics.observeDecision("submit", d.Backend, d.Refused, d.Waiting)
-	if d.Refused {
-		rj.ID = ""
-		if _, err := s.record(ctx, rs, p, "submit", spec.Name, 0, rj, snap, d); err != nil {
-			s.fail(w, r, err)
-			return admission{}, false
-		}
-		writeJSON(w, http.StatusUnprocessableEntity, refusal(d))
-		return admission{}, false
-	}
-	adm := admission{id: id, decision: d, route: policy.RouteInfo(d, rs, "submit", 1, 0, snap.Now)}
-	if s.cfg.Ledger != nil {
-		// Appended by the script that stores the job (jobstore.CreateLogged),
-		// so a decision never names a job that was not stored.
-		if adm.records, err = decisionRecords(rs, p, "submit", spec.Name, 1, rj, snap, d); err != nil {
-			s.fail(w, r, err)
-			return admission{}, false
-		}
-	}
-	return adm, true
-}
-
-// admitBatch decides every job of a batch on one snapshot. One refusal
-// refuses the batch (422, each refused job's reasons under "jobs[i]",
-// every refusal recorded), and nothing is stored; otherwise njs get their
-// ids, routes and decision records (appended with the jobs by
-// jobstore.CreateManyLogged).
-func (s *Scheduler) admitBatch(ctx context.Context, w http.ResponseWriter, r *http.Request, p principal, njs []jobstore.NewJob) ([]routing.Decision, bool) {
-	rs := s.routing()
-	snap, err := s.snapshotFor(ctx, rs, Assumptions{})
-	if err != nil {
-		s.fail(w, r, err)
-		return nil, false
-	}
-	now := time.Now()
-	ds := make([]routing.Decision, len(njs))
-	rjs := make([]routing.Job, len(njs))
-	var reasons []string
-	for i := range njs {
-		id := jobstore.NewID(now)
-		rjs[i] = routingJob(njs[i].Spec, id, p.Team, strings.TrimRight(njs[i].Spec.Output.URI, "/")+"/"+id)
-		ds[i] = routing.Decide(rjs[i], snap)
-		s.metrics.observeDecision("submit", ds[i].Backend, ds[i].Refused, ds[i].Waiting)
-		njs[i].ID = id
-		if ds[i].Refused {
-			for _, why := range ds[i].Reasons {
-				reasons = append(reasons, fmt.Sprintf("jobs[%d]: %s", i, why))
-			}
-		}
-	}
-	if len(reasons) > 0 {
-		for i := range njs {
-			if ds[i].Refused {
-				rjs[i].ID = ""
-				if _, err := s.record(ctx, rs, p, "submit", njs[i].Spec.Name, 0, rjs[i], snap, ds[i]); err != nil {
-					s.fail(w, r, err)
-					return nil, false
-				}
-			}
-		}
-		writeJSON(w, http.StatusUnprocessableEntity, wire.BatchRefusal{Error: "no backend may run some jobs of the batch; nothing was stored",
-			Code: wire.CodeRefused, Reasons: reasons})
-		return nil, false
-	}
-	for i := range njs {
-		njs[i].Route = policy.RouteInfo(ds[i], rs, "submit", 1, 0, snap.Now)
-		if s.cfg.Ledger != nil {
-			// Appended with the jobs by jobstore.CreateManyLogged.
-			if njs[i].Records, err = decisionRecords(rs, p, "submit", njs[i].Spec.Name, 1, rjs[i], snap, ds[i]); err != nil {
-				s.fail(w, r, err)
-				return nil, false
-			}
-		}
-	}
-	return ds, true
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
+	"github.com/lathe-ml/lathe/internal/ledger/ledgertest"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/internal/wire"
@@ -67,15 +67,7 @@ func routeSetup(t *testing.T, cfgText string) routeBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyFile := filepath.Join(t.TempDir(), "ledger.key")
-	if err := ledger.GenerateKey(keyFile); err != nil {
-		t.Fatal(err)
-	}
-	key, err := ledger.LoadKey(keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	led := ledger.New(rdb, key, "lathe:")
+	led := ledgertest.New(t, rdb)
 	out := t.TempDir()
 	s := scheduler.New(rdb, store, scheduler.Config{Listen: "127.0.0.1:0", Logger: quiet, PlaceInterval: 30 * time.Millisecond,
 		Routing: cfg, Ledger: led, Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(out)}})

@@ -284,10 +284,10 @@ func (d *scheduleDuty) exists(ctx context.Context, id string) (bool, error) {
 // trial that has not ended.
 func (d *scheduleDuty) cancel(ctx context.Context, id string) error {
 	if jobstore.ValidSweepID(id) {
-		_, err := d.s.store.CancelSweep(ctx, id)
+		_, _, err := d.s.CancelSweep(ctx, id)
 		return err
 	}
-	_, err := d.s.cancelRun(ctx, id)
+	_, err := d.s.Cancel(ctx, id)
 	var ce *jobstore.ConflictError
 	if errors.As(err, &ce) {
 		return nil // it ended meanwhile

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
@@ -14,7 +13,6 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/sweepspec"
 	"github.com/lathe-ml/lathe/internal/wire"
-	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 	"github.com/lathe-ml/lathe/scheduler/sweep"
 )
@@ -36,14 +34,6 @@ type sweepRequest struct {
 	tick     *time.Time // its tick
 }
 
-// sweepRefusedError is a sweep no backend may run (some trial refused):
-// nothing was stored.
-type sweepRefusedError struct{ reasons []string }
-
-func (e *sweepRefusedError) Error() string {
-	return "no backend may run some trials of the sweep; nothing was stored: " + strings.Join(e.reasons, "; ")
-}
-
 // sweepInvalidError is a sweep whose trials are not valid jobs here.
 type sweepInvalidError struct{ fields []jobspec.FieldError }
 
@@ -54,7 +44,7 @@ func (e *sweepInvalidError) Error() string {
 // planSweep expands req's spec into its trials, normalises, checks and
 // routes each one over one snapshot (pure apart from the snapshot read):
 // the NewSweep to store. A trial no backend may run refuses the sweep.
-func (s *Scheduler) planSweep(ctx context.Context, req sweepRequest) (jobstore.NewSweep, []routing.Decision, error) {
+func (s *Scheduler) planSweep(ctx context.Context, req sweepRequest, dry bool) (jobstore.NewSweep, []routing.Decision, error) {
 	trials, err := req.spec.Expand()
 	if err != nil {
 		var ve *jobspec.ValidationError
@@ -73,45 +63,22 @@ func (s *Scheduler) planSweep(ctx context.Context, req sweepRequest) (jobstore.N
 	if len(fields) > 0 {
 		return jobstore.NewSweep{}, nil, &sweepInvalidError{fields: fields}
 	}
-	rs := s.routing()
-	snap, err := s.snapshotFor(ctx, rs, Assumptions{})
+	jobs := make([]jobstore.NewJob, len(trials))
+	for i, t := range trials {
+		jobs[i] = jobstore.NewJob{ID: jobstore.TrialID(req.id, i), Spec: t.Spec}
+	}
+	pl, err := s.plan(ctx, admitting{p: req.p, path: "sweep", label: "trials[%d]", what: "trials of the sweep", jobs: jobs}, dry)
 	if err != nil {
-		return jobstore.NewSweep{}, nil, err
+		return jobstore.NewSweep{}, pl.ds, err
 	}
 	ns := jobstore.NewSweep{Sweep: sweepRecord(req), IdempotencyKey: req.idem, Trials: make([]jobstore.NewTrial, len(trials))}
-	sj, err := encodeSnapshot(snap)
-	if err != nil {
-		return jobstore.NewSweep{}, nil, err
-	}
-	ds := make([]routing.Decision, len(trials))
 	frac := firstRungShare(req.spec)
-	var refused []string
 	for i, t := range trials {
-		id := jobstore.TrialID(req.id, i)
-		out := strings.TrimRight(t.Spec.Output.URI, "/") + "/" + id
-		rj := routingJob(t.Spec, id, req.p.Team, out)
-		d := routing.Decide(rj, snap)
-		ds[i] = d
-		if d.Refused {
-			for _, why := range d.Reasons {
-				refused = append(refused, fmt.Sprintf("trials[%d]: %s", i, why))
-			}
-			continue
-		}
-		nj := jobstore.NewJob{ID: id, Spec: t.Spec, OutputURI: out, Submitter: req.p.Name, Team: req.p.Team,
-			Route: policy.RouteInfo(d, rs, "sweep", 1, 0, snap.Now)}
-		if s.cfg.Ledger != nil {
-			if nj.Records, err = decisionRecordsOn(rs, req.p, "sweep", t.Spec.Name, 1, rj, sj, d); err != nil {
-				return jobstore.NewSweep{}, nil, err
-			}
-		}
-		ns.Trials[i] = jobstore.NewTrial{Job: nj, Index: i, Params: t.Params, StopAtStep: firstStopAt(req.spec),
+		d := pl.ds[i]
+		ns.Trials[i] = jobstore.NewTrial{Job: pl.jobs[i], Index: i, Params: t.Params, StopAtStep: firstStopAt(req.spec),
 			EstUSD: d.EstCostUSD * frac, EstGPUHours: float64(t.Spec.Resources.GPUs) * d.EstRuntime.Hours() * frac}
 	}
-	if len(refused) > 0 {
-		return jobstore.NewSweep{}, ds, &sweepRefusedError{reasons: refused}
-	}
-	return ns, ds, nil
+	return ns, pl.ds, nil
 }
 
 // sweepRecord is the record of the sweep req asks for.
@@ -153,7 +120,7 @@ func firstRungShare(sp *sweepspec.Sweep) float64 {
 // admitted trials' estimates against their backends' and teams' monthly
 // budgets (as a submit does) and wakes the placer.
 func (s *Scheduler) admitSweep(ctx context.Context, req sweepRequest) (*jobtype.Sweep, bool, error) {
-	ns, ds, err := s.planSweep(ctx, req)
+	ns, ds, err := s.planSweep(ctx, req, false)
 	if err != nil {
 		return nil, false, err
 	}
@@ -203,8 +170,28 @@ func (s *Scheduler) reserveAdmitted(ctx context.Context, sweepID string, ds []ro
 		} else if j.Route != nil {
 			d = routing.Decision{Backend: j.Route.Backend, EstCostUSD: j.Route.EstCostUSD}
 		}
-		s.reserveBudget(ctx, rs, j, d)
+		// The sweep's scripts do not reserve the team's and backend's
+		// budgets with the trial they admit yet: reserved here, after.
+		b := budgetFor(rs, j.Team, d)
+		if b == nil {
+			continue
+		}
+		if err := s.store.Reserve(ctx, j.ID, b.Month, b.USD, b.Scopes); err != nil {
+			s.holdOverBudget(ctx, j, err)
+		}
 	}
+}
+
+// holdOverBudget holds trial j, whose reservation err refused (another
+// admission won the race): its route waits, with the reason.
+func (s *Scheduler) holdOverBudget(ctx context.Context, j *jobtype.Job, err error) {
+	s.log.Warn("budget reservation refused after the decision (another admission won the race); the job waits", slog.String("job_id", j.ID), slog.Any("err", err))
+	if j.Route == nil {
+		return
+	}
+	j.Route.Waiting = true
+	j.Route.Reasons = append(j.Route.Reasons, "budget: "+err.Error())
+	_ = s.store.SetRoute(ctx, j.ID, j.Route, "budget reservation refused: "+err.Error())
 }
 
 // maxSubmitLeaderboard is the most trials a submit's answer lists (its
@@ -272,7 +259,7 @@ func (s *Scheduler) submitSweep(w http.ResponseWriter, r *http.Request) {
 
 // dryRunSweep answers the trials a sweep would make and their routes.
 func (s *Scheduler) dryRunSweep(ctx context.Context, w http.ResponseWriter, r *http.Request, req sweepRequest) {
-	ns, _, err := s.planSweep(ctx, req)
+	ns, _, err := s.planSweep(ctx, req, true)
 	if err != nil {
 		s.sweepError(w, r, err)
 		return
@@ -289,7 +276,7 @@ func (s *Scheduler) dryRunSweep(ctx context.Context, w http.ResponseWriter, r *h
 func (s *Scheduler) sweepError(w http.ResponseWriter, r *http.Request, err error) {
 	var ve *jobspec.ValidationError
 	var ie *sweepInvalidError
-	var re *sweepRefusedError
+	var re *RefusedError
 	switch {
 	case errors.As(err, &ve):
 		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid sweep spec", Code: "invalid", Fields: ve.Errors})
@@ -297,7 +284,7 @@ func (s *Scheduler) sweepError(w http.ResponseWriter, r *http.Request, err error
 		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid sweep: some trials are not valid jobs here; nothing was stored", Code: "invalid", Fields: ie.fields})
 	case errors.As(err, &re):
 		writeJSON(w, http.StatusUnprocessableEntity, wire.BatchRefusal{Error: "no backend may run some trials of the sweep; nothing was stored",
-			Code: wire.CodeRefused, Reasons: re.reasons})
+			Code: wire.CodeRefused, Reasons: re.Reasons})
 	default:
 		s.fail(w, r, err)
 	}

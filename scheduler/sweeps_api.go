@@ -179,21 +179,8 @@ func (s *Scheduler) cancelSweep(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusForbidden, wire.Error{Error: "sweep " + sw.ID + " belongs to another team", Code: "forbidden"})
 		return
 	}
-	n, err := s.store.CancelSweep(ctx, sw.ID)
+	sw, n, err := s.CancelSweep(ctx, sw.ID)
 	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if sets, err := s.store.SweepSetsOf(ctx, sw.ID); err == nil {
-		jobs, _ := s.store.GetMany(ctx, sets.ActiveIDs)
-		for _, j := range jobs {
-			if j != nil && (j.State == jobtype.StateDispatched || j.State == jobtype.StateRunning) {
-				s.cancelFastPath(ctx, j, j.State)
-			}
-		}
-	}
-	s.Wake()
-	if sw, err = s.store.GetSweep(ctx, sw.ID); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -223,7 +223,7 @@ func (a *app) explainOffline(spec *jobspec.Spec, path string, wi apiclient.WhatI
 	notes = append(notes, "offline: run times are the spec's expected_runtime or max_runtime; none is learned from finished jobs")
 	// The scheduler's explain decides on the same routing job (no id, and
 	// here no team) with the same function.
-	job := routing.JobFromSpec(spec, "", "", strings.TrimRight(spec.Output.URI, "/")+"/<id>")
+	job := routing.JobFromSpec(spec, "", "", spec.JobOutputURI("<id>"))
 	return &explanation{Decision: routing.Decide(job, snap).Wire(), ConfigHash: cfg.Hash(), Offline: true, Notes: notes}, nil
 }
 

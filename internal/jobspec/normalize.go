@@ -6,6 +6,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -194,4 +195,11 @@ func zeroNonFinite(v reflect.Value) {
 			}
 		}
 	}
+}
+
+// JobOutputURI is job id's own folder under the spec's output.uri: the
+// one place a job's output URI is built (admission stores it; an explain
+// shows it with id "<id>").
+func (s *Spec) JobOutputURI(id string) string {
+	return strings.TrimRight(s.Output.URI, "/") + "/" + id
 }

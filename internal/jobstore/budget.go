@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/poolstate"
 )
 
@@ -35,28 +36,57 @@ type Spend = poolstate.Spend
 // Month is the budget month of t: "2006-01" in UTC.
 func Month(t time.Time) string { return t.UTC().Format("2006-01") }
 
-var reserveScript = redis.NewScript(`
-local P, id, month, amount = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local jk = P .. 'job:' .. id
-if redis.call('EXISTS', jk) == 0 then return {-1, ''} end
-if tonumber(redis.call('HGET', jk, 'budget_reserved_usd') or '0') > 0 then return {2, ''} end
-local n = (#ARGV - 4) / 2
-for i = 0, n - 1 do
-  local scope, limit = ARGV[5 + 2 * i], tonumber(ARGV[6 + 2 * i])
-  if limit > 0 then
-    local k = P .. 'budget:' .. scope .. ':' .. month
-    local v = redis.call('HMGET', k, 'spent', 'reserved')
-    if tonumber(v[1] or '0') + tonumber(v[2] or '0') + amount > limit then return {0, scope} end
+// luaReserve defines reserve_budget for the scripts that reserve a job's
+// budgets: Reserve's, and create's and set route's, which reserve in the
+// same call that stores the job or its route (a job is never stored routed
+// without its reservation, nor reserved without being stored).
+const luaReserve = `
+-- reserve_budget reserves usd (a number's text) for job id in month
+-- against n scopes, given as ARGV from i on: scope, limit pairs (limit <= 0:
+-- none). All or none. It returns false when reserved (or the job holds a
+-- reservation already), else the first scope whose limit it would pass.
+local function reserve_budget(P, id, month, usd, i, n)
+  local jk = P .. 'job:' .. id
+  if tonumber(redis.call('HGET', jk, 'budget_reserved_usd') or '0') > 0 then return false end
+  local amount = tonumber(usd)
+  for k = 0, n - 1 do
+    local scope, limit = ARGV[i + 2 * k], tonumber(ARGV[i + 2 * k + 1])
+    if limit > 0 then
+      local v = redis.call('HMGET', P .. 'budget:' .. scope .. ':' .. month, 'spent', 'reserved')
+      if tonumber(v[1] or '0') + tonumber(v[2] or '0') + amount > limit then return scope end
+    end
   end
+  local scopes = {}
+  for k = 0, n - 1 do
+    local scope = ARGV[i + 2 * k]
+    redis.call('HINCRBYFLOAT', P .. 'budget:' .. scope .. ':' .. month, 'reserved', amount)
+    scopes[#scopes + 1] = scope
+  end
+  redis.call('HSET', jk, 'budget_reserved_usd', usd, 'budget_month', month, 'budget_scopes', table.concat(scopes, ' '))
+  redis.call('SADD', P .. 'budget:open', id)
+  return false
 end
-local scopes = {}
-for i = 0, n - 1 do
-  local scope = ARGV[5 + 2 * i]
-  redis.call('HINCRBYFLOAT', P .. 'budget:' .. scope .. ':' .. month, 'reserved', amount)
-  scopes[#scopes + 1] = scope
+-- reserve_or_hold reserves a stored job's budgets from the ARGV of a
+-- BudgetReservation (budgetArgs) at b; when a limit would be passed the job is
+-- stored held instead: the held route (its reasons say why) and the held
+-- reason, naming the scope. It returns that scope, or false.
+local function reserve_or_hold(P, id, b, nb)
+  if nb == 0 then return false end
+  local month = ARGV[b + 1]
+  local bad = reserve_budget(P, id, month, ARGV[b], b + 4, (nb - 4) / 2)
+  if bad then
+    redis.call('HSET', P .. 'job:' .. id, 'route', ARGV[b + 2], 'held', ARGV[b + 3] .. bad .. "'s " .. month .. ' budget')
+  end
+  return bad
 end
-redis.call('HSET', jk, 'budget_reserved_usd', ARGV[4], 'budget_month', month, 'budget_scopes', table.concat(scopes, ' '))
-redis.call('SADD', P .. 'budget:open', id)
+`
+
+var reserveScript = redis.NewScript(luaReserve + `
+local P, id = ARGV[1], ARGV[2]
+if redis.call('EXISTS', P .. 'job:' .. id) == 0 then return {-1, ''} end
+if tonumber(redis.call('HGET', P .. 'job:' .. id, 'budget_reserved_usd') or '0') > 0 then return {2, ''} end
+local bad = reserve_budget(P, id, ARGV[3], ARGV[4], 5, (#ARGV - 4) / 2)
+if bad then return {0, bad} end
 return {1, ''}
 `)
 
@@ -79,6 +109,52 @@ end
 redis.call('HSET', jk, 'budget_reserved_usd', '0', 'cost_usd', ARGV[3], 'cost_settled_usd', ARGV[3])
 return 1
 `)
+
+// BudgetReservation is a job's estimated cost, reserved against its budgets
+// (every scope's monthly limit, all or none) by the script that stores the
+// job (NewJob.Budget) or its new route (RouteUpdate.Budget). A job already
+// holding a reservation keeps it. When a limit would be passed (another
+// admission reserved first, after the decision read the spend), the job is
+// stored all the same, held: its route waiting, with the reason.
+type BudgetReservation struct {
+	Month  string // Month(now)
+	USD    float64
+	Scopes []BudgetScope
+}
+
+// budgetArgs are a reservation's script ARGV for a job whose route is
+// route: usd, month, the held route, the held reason's start (the script
+// adds the scope), then the scopes; none for a nil or zero reservation.
+func budgetArgs(b *BudgetReservation, route *jobtype.RouteInfo) []any {
+	if b == nil || b.USD <= 0 || len(b.Scopes) == 0 {
+		return nil
+	}
+	held, _ := heldByBudget(b, route, "")
+	args := []any{strconv.FormatFloat(b.USD, 'f', 6, 64), b.Month, mustJSON(held), heldPrefix(b)}
+	for _, sc := range b.Scopes {
+		args = append(args, sc.Scope, strconv.FormatFloat(sc.Limit, 'f', 6, 64))
+	}
+	return args
+}
+
+// heldByBudget is what the store holds after reserve_or_hold refused job
+// route's reservation for scope: the held route and reason (budgetArgs).
+func heldByBudget(b *BudgetReservation, route *jobtype.RouteInfo, scope string) (*jobtype.RouteInfo, string) {
+	held := jobtype.RouteInfo{}
+	if route != nil {
+		held = *route
+	}
+	held.Waiting = true
+	held.Reasons = append(append([]string(nil), held.Reasons...),
+		fmt.Sprintf("budget: the reservation of $%.2f was refused: another admission reserved the budget first", b.USD))
+	return &held, heldPrefix(b) + scope + "'s " + b.Month + " budget"
+}
+
+// heldPrefix is the start of the held reason of a refused reservation;
+// the scope and month follow.
+func heldPrefix(b *BudgetReservation) string {
+	return fmt.Sprintf("budget reservation refused: $%.2f would pass ", b.USD)
+}
 
 // Reserve reserves amount USD for job id in month against every scope, all
 // or none: ErrOverBudget (naming the scope) when one limit would be passed.

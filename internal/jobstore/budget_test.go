@@ -8,6 +8,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
 )
 
 // TestBudgets: reservations are all-or-none against every scope's limit,
@@ -78,5 +79,77 @@ func TestBudgets(t *testing.T) {
 	sp, _ = s.Spends(ctx, "2026-12", []string{"backend:aws-eu", "team:ml"})
 	if sp["backend:aws-eu"].ReservedUSD != 75 || sp["backend:aws-eu"].SpentUSD != 4.5 || sp["team:ml"].SpentUSD != 4.5 {
 		t.Fatalf("after settling: %+v", sp)
+	}
+}
+
+// TestReserveInCreate: a job created with a reservation holds it from the
+// script that stores it; concurrent creates never pass a limit, and those
+// that would are stored held (route waiting, held reason naming the scope),
+// never stored routed without a reservation. A route set with a
+// reservation behaves the same.
+func TestReserveInCreate(t *testing.T) {
+	b := setup(t)
+	ctx, s := b.ctx, b.store
+	budget := &jobstore.BudgetReservation{Month: "2026-12", USD: 15,
+		Scopes: []jobstore.BudgetScope{{Scope: "backend:aws-eu", Limit: 100}, {Scope: "team:ml", Limit: 0}}}
+	route := &jobtype.RouteInfo{Backend: "aws-eu", Kind: "aws", Attempt: 1, EstCostUSD: 15}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var got []*jobtype.Job
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			created, err := s.CreateMany(ctx, []jobstore.NewJob{
+				{Spec: spec("r", jobspec.PriorityNormal), Team: "ml", Route: route, Budget: budget},
+				{Spec: spec("r", jobspec.PriorityNormal), Team: "ml", Route: route, Budget: budget}})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for _, c := range created {
+				got = append(got, c.Job)
+			}
+		}()
+	}
+	wg.Wait()
+	reserved, held := 0, 0
+	for _, j := range got {
+		stored, err := s.Get(ctx, j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case stored.BudgetReservedUSD == 15 && stored.Held == "" && !stored.Route.Waiting && j.BudgetReservedUSD == 15:
+			reserved++
+		case stored.BudgetReservedUSD == 0 && stored.Route.Waiting && j.Route.Waiting &&
+			stored.Held == "budget reservation refused: $15.00 would pass backend:aws-eu's 2026-12 budget" && j.Held == stored.Held:
+			held++
+		default:
+			t.Fatalf("job %s: reserved %v, held %q, route %+v (returned: held %q)", j.ID, stored.BudgetReservedUSD, stored.Held, stored.Route, j.Held)
+		}
+	}
+	if reserved != 6 || held != 14 {
+		t.Fatalf("%d reserved, %d held; want 6 and 14", reserved, held)
+	}
+	if sp, _ := s.Spends(ctx, "2026-12", []string{"backend:aws-eu", "team:ml"}); sp["backend:aws-eu"].ReservedUSD != 90 || sp["team:ml"].ReservedUSD != 90 {
+		t.Fatalf("spends %+v", sp)
+	}
+
+	// A reroute with a reservation: the budget is full, so it is stored held.
+	j, _, err := s.Create(ctx, jobstore.NewJob{Spec: spec("r", jobspec.PriorityNormal), Team: "ml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := s.SetRouteLogged(ctx, nil, jobstore.RouteUpdate{ID: j.ID, Route: route, Budget: budget})
+	if err != nil || set.Held == "" || !set.Route.Waiting {
+		t.Fatalf("reroute over budget: %+v %v", set, err)
+	}
+	small := &jobstore.BudgetReservation{Month: "2026-12", USD: 10, Scopes: budget.Scopes}
+	set, err = s.SetRouteLogged(ctx, nil, jobstore.RouteUpdate{ID: j.ID, Route: route, Budget: small})
+	if stored, _ := s.Get(ctx, j.ID); err != nil || set.Held != "" || stored.BudgetReservedUSD != 10 || stored.Held != "" {
+		t.Fatalf("reroute within budget: %+v %v; stored %+v", set, err, stored)
 	}
 }

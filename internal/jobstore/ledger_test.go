@@ -148,9 +148,9 @@ func TestSetRouteLogged(t *testing.T) {
 					_, err = led.Append(ctx, ledger.Record{Kind: "other", Body: json.RawMessage(`{}`)})
 				} else {
 					id := ids[(g+i)%len(ids)]
-					var ri *jobtype.RouteInfo
-					ri, err = s.SetRouteLogged(ctx, led, jobstore.RouteUpdate{ID: id, Route: &jobtype.RouteInfo{Backend: "local", Path: "retry", Attempt: 1}, Records: recs(id, "retry")})
-					if err == nil && (ri.LedgerSeq == 0 || ri.Backend != "local") {
+					var set jobstore.RouteSet
+					set, err = s.SetRouteLogged(ctx, led, jobstore.RouteUpdate{ID: id, Route: &jobtype.RouteInfo{Backend: "local", Path: "retry", Attempt: 1}, Records: recs(id, "retry")})
+					if ri := set.Route; err == nil && (ri.LedgerSeq == 0 || ri.Backend != "local") {
 						err = fmt.Errorf("returned route %+v", ri)
 					}
 				}
@@ -192,8 +192,8 @@ func TestSetRouteLogged(t *testing.T) {
 	}
 
 	// Without a ledger: the route alone.
-	if ri, err := s.SetRouteLogged(ctx, nil, jobstore.RouteUpdate{ID: ids[1], Route: &jobtype.RouteInfo{Backend: "local", Path: "retry", Attempt: 1, LedgerSeq: 0}, Held: "held: why"}); err != nil || ri.LedgerSeq != 0 {
-		t.Fatalf("without a ledger: %+v %v", ri, err)
+	if set, err := s.SetRouteLogged(ctx, nil, jobstore.RouteUpdate{ID: ids[1], Route: &jobtype.RouteInfo{Backend: "local", Path: "retry", Attempt: 1, LedgerSeq: 0}, Held: "held: why"}); err != nil || set.Route.LedgerSeq != 0 || set.Held != "held: why" {
+		t.Fatalf("without a ledger: %+v %v", set, err)
 	}
 	if j, _ := s.Get(ctx, ids[1]); j.Held != "held: why" {
 		t.Fatalf("held %q", j.Held)

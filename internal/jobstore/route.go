@@ -18,7 +18,10 @@ import (
 // setRouteScript writes a job's route and held reason, on a queued job at
 // the attempt the route was decided for: a routing decision is for one
 // queued attempt, so a job that was dispatched, cancelled or deleted, or
-// moved to another attempt, since it was read gets none. With ledger keys it also appends the decision's records, in the
+// moved to another attempt, since it was read gets none. With a
+// reservation it reserves the job's budgets in the same call
+// (reserve_or_hold: a limit that would be passed holds the job instead).
+// With ledger keys it also appends the decision's records, in the
 // same call: first the job is checked (nothing is written for a missing or
 // ended job), then the ledger's head (ledger_check: a head that moved is
 // answered, nothing written), then the route is written and the records
@@ -33,28 +36,39 @@ import (
 //	ARGV[3]  route JSON
 //	ARGV[4]  held reason ('' not held)
 //	ARGV[5]  attempt the route is for
-//	with KEYS:
-//	ARGV[6]  head seq the records were sealed on
-//	ARGV[7]  head mac
-//	ARGV[8]  record count
-//	ARGV[9…] the records' ledger.EntryArgs
+//	ARGV[6]  the number r of reservation entries (0: reserve nothing)
+//	ARGV[7…] the r entries (budgetArgs)
+//	with KEYS, from L = 7 + r:
+//	ARGV[L]    head seq the records were sealed on
+//	ARGV[L+1]  head mac
+//	ARGV[L+2]  record count
+//	ARGV[L+3…] the records' ledger.EntryArgs
 //
-// Returns the job reply: DONE, CONFLICT (not queued, or at another
-// attempt), NOT_FOUND; or a ledger_check reply.
-var setRouteScript = redis.NewScript(luaCommon + ledger.LuaAppend + `
+// Returns the job reply: DONE, OVER_BUDGET (stored held; a fifth element
+// names the scope), CONFLICT (not queued, or at another attempt),
+// NOT_FOUND; or a ledger_check reply.
+var setRouteScript = redis.NewScript(luaCommon + ledger.LuaAppend + luaReserve + `
 local id = ARGV[2]
 local st = redis.call('HGET', jobkey(id), 'state')
 if not st then return {NOT_FOUND, '', 0, 0} end
 if st ~= 'queued' or redis.call('HGET', jobkey(id), 'attempt') ~= ARGV[5] then return reply(CONFLICT, id) end
+local nb = tonumber(ARGV[6])
+local L = 7 + nb
 if #KEYS == 2 then
-  local bad = ledger_check(KEYS[1], KEYS[2], ARGV[6], ARGV[7])
+  local bad = ledger_check(KEYS[1], KEYS[2], ARGV[L], ARGV[L + 1])
   if bad then return bad end
 end
 -- The route's kind and backend as fields of their own too (tally.go).
 local r = cjson.decode(ARGV[3])
 local function str(v) if type(v) == 'string' then return v end return '' end
 redis.call('HSET', jobkey(id), 'route', ARGV[3], 'held', ARGV[4], 'route_kind', str(r.kind), 'route_backend', str(r.backend))
-if #KEYS == 2 then ledger_write(KEYS[1], KEYS[2], ARGV, 9, tonumber(ARGV[8])) end
+local over = reserve_or_hold(P, id, 7, nb)
+if #KEYS == 2 then ledger_write(KEYS[1], KEYS[2], ARGV, L + 3, tonumber(ARGV[L + 2])) end
+if over then
+  local out = reply(OVER_BUDGET, id)
+  out[5] = over
+  return out
+end
 return reply(1, id)
 `)
 
@@ -64,14 +78,8 @@ return reply(1, id)
 // to another attempt, since it was read).
 // A decision that has ledger records goes through SetRouteLogged instead.
 func (s *Store) SetRoute(ctx context.Context, id string, route *jobtype.RouteInfo, held string) error {
-	r, err := s.run(ctx, "set route", id, setRouteScript, mustJSON(route), held, route.Attempt)
-	if err != nil {
-		return err
-	}
-	if r.code != codeDone {
-		return &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: setRouteWant}
-	}
-	return nil
+	_, err := s.SetRouteLogged(ctx, nil, RouteUpdate{ID: id, Route: route, Held: held})
+	return err
 }
 
 // setRouteWant is what a set route that lost asked for.
@@ -89,6 +97,16 @@ type RouteUpdate struct {
 	// the stored route's LedgerSeq; it is called again when another
 	// appender moved the ledger's head first. Nil: no records.
 	Records func(seq int64) []ledger.Record
+	// Budget is reserved in the same script (nil: none); when a limit
+	// would be passed the job is stored held instead (RouteSet.Held).
+	Budget *BudgetReservation
+}
+
+// RouteSet is what SetRouteLogged stored: the route, and why the job is
+// held ("" not held).
+type RouteSet struct {
+	Route *jobtype.RouteInfo
+	Held  string
 }
 
 // SetRouteLogged is SetRoute that appends the decision's ledger records
@@ -96,54 +114,68 @@ type RouteUpdate struct {
 // stored or neither (Redis at maxmemory, a lost connection, a crash between
 // them cannot leave a decision whose route was never stored). A job that is
 // gone (ErrNotFound), or is no longer queued at u.Route.Attempt (a
-// ConflictError), gets neither route nor records. It returns the route as stored. With no ledger, or no records,
-// it is SetRoute.
-func (s *Store) SetRouteLogged(ctx context.Context, l *ledger.Ledger, u RouteUpdate) (*jobtype.RouteInfo, error) {
-	id, route, held, records := u.ID, u.Route, u.Held, u.Records
-	if l == nil || records == nil {
-		return route, s.SetRoute(ctx, id, route, held)
-	}
-	seq, mac, err := l.Head(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("jobstore: set route %s: %w", id, err)
+// ConflictError), gets neither route nor records. It returns the route as
+// stored. With no ledger, or no records, it appends nothing.
+func (s *Store) SetRouteLogged(ctx context.Context, l *ledger.Ledger, u RouteUpdate) (RouteSet, error) {
+	var seq int64
+	var mac string
+	if l != nil && u.Records != nil {
+		var err error
+		if seq, mac, err = l.Head(ctx); err != nil {
+			return RouteSet{}, fmt.Errorf("jobstore: set route %s: %w", u.ID, err)
+		}
 	}
 	for {
-		recs := records(seq + 1)
-		if len(recs) == 0 {
-			return route, s.SetRoute(ctx, id, route, held)
+		ri := *u.Route
+		var keys []string
+		var tail []any
+		if l != nil && u.Records != nil {
+			if recs := u.Records(seq + 1); len(recs) > 0 {
+				sealed, err := l.Seal(seq, mac, recs)
+				if err != nil {
+					return RouteSet{}, fmt.Errorf("jobstore: set route %s: %w", u.ID, err)
+				}
+				ri.LedgerSeq = sealed[0].Seq
+				keys = l.Keys()
+				tail = append([]any{strconv.FormatInt(seq, 10), mac, len(sealed)}, ledger.EntryArgs(sealed)...)
+			}
 		}
-		sealed, err := l.Seal(seq, mac, recs)
+		budget := budgetArgs(u.Budget, &ri)
+		args := append([]any{s.cfg.Prefix, u.ID, mustJSON(&ri), u.Held, u.Route.Attempt, len(budget)}, budget...)
+		v, err := setRouteScript.Run(ctx, s.rdb, keys, append(args, tail...)...).Slice()
 		if err != nil {
-			return nil, fmt.Errorf("jobstore: set route %s: %w", id, err)
-		}
-		ri := *route
-		ri.LedgerSeq = sealed[0].Seq
-		args := append([]any{s.cfg.Prefix, id, mustJSON(&ri), held, route.Attempt, strconv.FormatInt(seq, 10), mac, len(sealed)}, ledger.EntryArgs(sealed)...)
-		v, err := setRouteScript.Run(ctx, s.rdb, l.Keys(), args...).Slice()
-		if err != nil {
-			return nil, fmt.Errorf("jobstore: set route %s: %w", id, err)
+			return RouteSet{}, fmt.Errorf("jobstore: set route %s: %w", u.ID, err)
 		}
 		if ledger.IsCheckReply(v) {
 			if seq, mac, err = l.CheckReply(v); err != nil {
-				return nil, fmt.Errorf("jobstore: set route %s: %w", id, err)
+				return RouteSet{}, fmt.Errorf("jobstore: set route %s: %w", u.ID, err)
 			}
 			if err := ctx.Err(); err != nil {
-				return nil, fmt.Errorf("jobstore: set route %s: %w", id, err)
+				return RouteSet{}, fmt.Errorf("jobstore: set route %s: %w", u.ID, err)
 			}
 			continue
 		}
-		r, err := decodeResult(v)
-		if err != nil {
-			return nil, fmt.Errorf("jobstore: set route %s: %w", id, err)
-		}
-		switch r.code {
-		case codeDone:
-			return &ri, nil
-		case codeNotFound:
-			return nil, fmt.Errorf("jobstore: set route %s: %w", id, ErrNotFound)
-		default:
-			return nil, &ConflictError{ID: id, State: r.state, Attempt: r.attempt, Want: setRouteWant}
-		}
+		return s.routeSet(u, &ri, v)
+	}
+}
+
+// routeSet reads set route's reply v to u, whose route was stored as ri.
+func (s *Store) routeSet(u RouteUpdate, ri *jobtype.RouteInfo, v []any) (RouteSet, error) {
+	r, err := decodeResult(v)
+	if err != nil {
+		return RouteSet{}, fmt.Errorf("jobstore: set route %s: %w", u.ID, err)
+	}
+	switch r.code {
+	case codeDone:
+		return RouteSet{Route: ri, Held: u.Held}, nil
+	case codeOverBudget:
+		scope, _ := v[4].(string)
+		held, why := heldByBudget(u.Budget, ri, scope)
+		return RouteSet{Route: held, Held: why}, nil
+	case codeNotFound:
+		return RouteSet{}, fmt.Errorf("jobstore: set route %s: %w", u.ID, ErrNotFound)
+	default:
+		return RouteSet{}, &ConflictError{ID: u.ID, State: r.state, Attempt: r.attempt, Want: setRouteWant}
 	}
 }
 

@@ -38,7 +38,7 @@ const (
 	codeClaimCancelled = 4  // CLAIM_CANCELLED: claim: a cancel was asked; the claim wrote cancelled
 	codeFenced         = 5  // FENCED: the leader's fence is stale; nothing written
 	codePreemptAsked   = 7  // PREEMPT_ASKED: renew: renewed, and a preemption was asked
-	codeOverBudget     = 8  // OVER_BUDGET: promote: the estimate does not fit the sweep's budgets; nothing written
+	codeOverBudget     = 8  // OVER_BUDGET: promote: the estimate does not fit the sweep's budgets; nothing written. create: stored held, its reservation refused
 	codeIdemConflict   = -3 // IDEM_CONFLICT: create: an idempotency key names another spec's job
 )
 
@@ -172,17 +172,22 @@ end
 //	ARGV[5]  first event's data (StateChange JSON)
 //	ARGV[6]  n, the number of jobs
 //	then per job: id, idempotency key ('' none), its fingerprint, pending
-//	  score, the number m of field/value entries, the m entries
+//	  score, the number m of field/value entries, the number r of
+//	  reservation entries (0: reserve nothing), the m entries, the r
+//	  entries (budgetArgs: reserved by reserve_or_hold once the job is
+//	  stored)
 //	then with KEYS: the head's seq and mac the records were sealed on, the
 //	  record count, the count of jobs that must be new, their 1-based
 //	  indexes, the records' ledger.EntryArgs
 //
-// Returns {code, id, code, id, …}, one pair per job: DONE (stored), EXISTING
-// (id: the job its key names), CONFLICT (the id is taken); or {IDEM_CONFLICT,
+// Returns {code, id, code, id, …}, one pair per job: DONE (stored),
+// OVER_BUDGET (stored held: id is the scope whose limit the reservation
+// would pass), EXISTING (id: the job its key names), CONFLICT (the id is
+// taken); or {IDEM_CONFLICT,
 // index, id} when the key of job index (0-based) conflicts (id: the job it
 // names, empty for a key given twice in the call); or a ledger_check reply; or
 // {RECHECK, index, …} (1-based).
-var createScript = redis.NewScript(luaCodes + ledger.LuaAppend + `
+var createScript = redis.NewScript(luaCodes + ledger.LuaAppend + luaReserve + `
 local P = ARGV[1]
 local ttl, now, maxlen, data, n = tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
 -- The job a key's value names, and its fingerprint ('' for a key written
@@ -207,7 +212,7 @@ for k = 1, n do
     if seen[idem] and seen[idem] ~= fp then return {IDEM_CONFLICT, k - 1, ''} end
     seen[idem] = seen[idem] or fp
   end
-  i = i + 5 + tonumber(ARGV[i + 4])
+  i = i + 6 + tonumber(ARGV[i + 4]) + tonumber(ARGV[i + 5])
 end
 local led = nil
 if #KEYS == 2 then
@@ -232,9 +237,10 @@ end
 local out = {}
 i = 7
 for _ = 1, n do
-  local id, idem, fp, score, nf = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])
-  local first = i + 5
-  i = first + nf
+  local id, idem, fp, score, nf, nb = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+  local first = i + 6
+  local b = first + nf
+  i = b + nb
   local existing = false
   if idem ~= '' then existing = named(idem) end
   if existing then
@@ -253,7 +259,12 @@ for _ = 1, n do
         redis.call('SET', P .. 'idem:' .. idem, id .. ' ' .. fp, 'EX', ttl)
       end
       redis.call('XADD', key .. ':events', 'MAXLEN', '~', maxlen, '*', 'type', 'state', 'attempt', 1, 'time', now, 'data', data)
-      out[#out + 1] = DONE; out[#out + 1] = id
+      local over = reserve_or_hold(P, id, b, nb)
+      if over then
+        out[#out + 1] = OVER_BUDGET; out[#out + 1] = over
+      else
+        out[#out + 1] = DONE; out[#out + 1] = id
+      end
     end
   end
 end

@@ -243,6 +243,8 @@ type NewJob struct {
 	// the job, and only if it is stored (not for a job an idempotency key
 	// names already). Nil: no records.
 	Records func(seq int64) []ledger.Record
+	// Budget is reserved in the script that stores the job (nil: none).
+	Budget *BudgetReservation
 }
 
 // Created is one job of a CreateMany: the job, and whether its idempotency
@@ -441,8 +443,10 @@ func (s *Store) createRun(ctx context.Context, njs []NewJob, keys []string, tail
 		if nj.IdempotencyKey != "" {
 			fp = idemFingerprint(specJSON, nj.Team)
 		}
-		args = append(args, id, nj.IdempotencyKey, fp, strconv.FormatFloat(PendingScore(nj.Spec.Priority, now), 'f', 0, 64), len(fields))
+		budget := budgetArgs(nj.Budget, nj.Route)
+		args = append(args, id, nj.IdempotencyKey, fp, strconv.FormatFloat(PendingScore(nj.Spec.Priority, now), 'f', 0, 64), len(fields), len(budget))
 		args = append(args, fields...)
+		args = append(args, budget...)
 	}
 	args = append(args, tail...)
 	res, err := createScript.Run(ctx, s.rdb, keys, args...).Slice()
@@ -470,11 +474,17 @@ func (s *Store) createRun(ctx context.Context, njs []NewJob, keys []string, tail
 		code, _ := res[2*i].(int64)
 		gotID, _ := res[2*i+1].(string)
 		switch code {
-		case codeDone:
+		case codeDone, codeOverBudget:
 			// Stored as given: build the record here instead of reading it back.
-			out[i] = Created{Job: &jobtype.Job{ID: ids[i], Name: nj.Spec.Name, State: jobtype.StateQueued, Attempt: 1, GPUs: []int{},
+			j := &jobtype.Job{ID: ids[i], Name: nj.Spec.Name, State: jobtype.StateQueued, Attempt: 1, GPUs: []int{},
 				Metrics: map[string]float64{}, Artifacts: []jobtype.Artifact{}, OutputURI: outs[i], Submitter: nj.Submitter,
-				Team: nj.Team, CreatedAt: t, UpdatedAt: t, Spec: *nj.Spec, Route: nj.Route}}
+				Team: nj.Team, CreatedAt: t, UpdatedAt: t, Spec: *nj.Spec, Route: nj.Route}
+			if code == codeOverBudget {
+				j.Route, j.Held = heldByBudget(nj.Budget, nj.Route, gotID)
+			} else if budgetArgs(nj.Budget, nil) != nil {
+				j.BudgetReservedUSD = nj.Budget.USD
+			}
+			out[i] = Created{Job: j}
 		case codeExisting:
 			j, err := s.Get(ctx, gotID)
 			out[i] = Created{Job: j, Existed: true}

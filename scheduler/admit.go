@@ -1,0 +1,293 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/scheduler/policy"
+	"github.com/lathe-ml/lathe/scheduler/routing"
+)
+
+// Admission: every job enters the store through plan, whatever asked for
+// it: a submit, a batch, a schedule's run (admitJobs), a sweep's trials
+// (planSweep). plan routes the jobs over one snapshot and fills in what
+// the store needs: the id, the output folder (jobspec.Spec.JobOutputURI), the route, the
+// decision's ledger records and the budget reservation (budgetFor), which
+// the script that stores the job makes in the same call. Admission returns
+// typed errors (RefusedError, jobspec.ValidationError, the store's) and
+// writes no HTTP: the API answers them (api.go).
+
+// RefusedError is an admission that routing refused: no backend may run
+// some of its jobs, and nothing was stored. Reasons name the job when the
+// admission had several ("jobs[3]: …", "trials[2]: …").
+type RefusedError struct {
+	Reasons []string
+	// Decision is the refusal of a one-job admission (nil otherwise).
+	Decision *routing.Decision
+	// What is "job", "jobs of the batch" or "trials of the sweep".
+	What string
+}
+
+func (e *RefusedError) Error() string {
+	return "no backend may run " + e.What + ": " + strings.Join(e.Reasons, "; ")
+}
+
+// budgetFor is the reservation of a job of team routed by d: its estimated
+// cost against its backend's and its team's monthly budgets (nil when the
+// decision costs nothing). The one place a reservation is built; the store
+// makes it with the job or its route (jobstore.BudgetReservation).
+func budgetFor(rs *policy.RouteState, team string, d routing.Decision) *jobstore.BudgetReservation {
+	if d.EstCostUSD <= 0 || d.Backend == "" {
+		return nil
+	}
+	b, _ := rs.Config.Backend(d.Backend)
+	scopes := []jobstore.BudgetScope{{Scope: "backend:" + d.Backend, Limit: b.BudgetUSDPerMonth}}
+	if team != "" {
+		scopes = append(scopes, jobstore.BudgetScope{Scope: "team:" + team, Limit: rs.Config.TeamBudgetsUSD[team]})
+	}
+	return &jobstore.BudgetReservation{Month: jobstore.Month(time.Now()), USD: d.EstCostUSD, Scopes: scopes}
+}
+
+// admitting is jobs to admit together, all or none, for one principal.
+type admitting struct {
+	p    principal
+	path string // the decision's path in the ledger: "submit", "sweep"
+	// label names job i in a refusal's reasons ("jobs[%d]"); "" for one job.
+	label string
+	// what names the jobs in a RefusedError ("job", "jobs of the batch").
+	what string
+	// jobs are the jobs: Spec parsed, normalised and admissible; ID set or
+	// "" (drawn here); IdempotencyKey scoped or "".
+	jobs []jobstore.NewJob
+	// recordRefusals appends each refusal to the ledger (a refused submit
+	// is on record; a refused sweep is answered, not recorded).
+	recordRefusals bool
+}
+
+// planned is an admission decided: the jobs to store, with their ids,
+// output URIs, submitter, routes, ledger records and reservations, and
+// each one's decision.
+type planned struct {
+	jobs []jobstore.NewJob
+	ds   []routing.Decision
+}
+
+// plan decides where each job of a goes, over one snapshot. A job no
+// backend may run refuses the admission (a RefusedError; its refusal
+// recorded when a.recordRefusals). A dry run decides and records nothing.
+func (s *Scheduler) plan(ctx context.Context, a admitting, dry bool) (planned, error) {
+	rs := s.routing()
+	snap, err := s.snapshotFor(ctx, rs, Assumptions{})
+	if err != nil {
+		return planned{}, err
+	}
+	sj, err := encodeSnapshot(snap)
+	if err != nil {
+		return planned{}, err
+	}
+	pl := planned{jobs: append([]jobstore.NewJob(nil), a.jobs...), ds: make([]routing.Decision, len(a.jobs))}
+	var refused []int
+	for i := range pl.jobs {
+		nj := &pl.jobs[i]
+		if nj.ID == "" {
+			nj.ID = jobstore.NewID(snap.Now)
+		}
+		nj.OutputURI, nj.Submitter, nj.Team = nj.Spec.JobOutputURI(nj.ID), a.p.Name, a.p.Team
+		rj := routingJob(nj.Spec, nj.ID, a.p.Team, nj.OutputURI)
+		d := routing.Decide(rj, snap)
+		pl.ds[i] = d
+		if dry {
+			nj.Route = policy.RouteInfo(d, rs, a.path, 1, 0, snap.Now)
+			continue
+		}
+		s.metrics.observeDecision(a.path, d.Backend, d.Refused, d.Waiting)
+		if d.Refused {
+			refused = append(refused, i)
+			continue
+		}
+		nj.Route = policy.RouteInfo(d, rs, a.path, 1, 0, snap.Now)
+		nj.Budget = budgetFor(rs, a.p.Team, d)
+		if s.cfg.Ledger != nil {
+			// Appended by the script that stores the job, so a decision
+			// never names a job that was not stored.
+			if nj.Records, err = decisionRecordsOn(rs, a.p, a.path, nj.Spec.Name, 1, rj, sj, d); err != nil {
+				return planned{}, err
+			}
+		}
+	}
+	if len(refused) > 0 {
+		return pl, s.refuse(ctx, rs, a, pl, refused, sj)
+	}
+	return pl, nil
+}
+
+// refuse records the refusals of a's jobs (indexes refused of pl) when a
+// asks for it, and returns the RefusedError.
+func (s *Scheduler) refuse(ctx context.Context, rs *policy.RouteState, a admitting, pl planned, refused []int, sj snapshotJSON) error {
+	re := &RefusedError{What: a.what}
+	for _, i := range refused {
+		nj, d := pl.jobs[i], pl.ds[i]
+		for _, why := range d.Reasons {
+			if a.label != "" {
+				why = fmt.Sprintf(a.label, i) + ": " + why
+			}
+			re.Reasons = append(re.Reasons, why)
+		}
+		if len(pl.jobs) == 1 {
+			re.Decision = &pl.ds[i]
+		}
+		if !a.recordRefusals || s.cfg.Ledger == nil {
+			continue
+		}
+		// The record names no job: none was stored.
+		rj := routingJob(nj.Spec, "", a.p.Team, nj.OutputURI)
+		build, err := decisionRecordsOn(rs, a.p, a.path, nj.Spec.Name, 0, rj, sj, d)
+		if err != nil {
+			return err
+		}
+		if err := s.appendRecords(ctx, build); err != nil {
+			return err
+		}
+	}
+	return re
+}
+
+// appendRecords appends a refused submit's decision and its stagings to
+// the ledger on their own: the job is not stored. A decision about a
+// stored job is appended by the script that stores it or its route
+// (jobstore.CreateLogged, SetRouteLogged), never here.
+func (s *Scheduler) appendRecords(ctx context.Context, build recordsFunc) error {
+	rec, err := s.cfg.Ledger.Append(ctx, build(0)[0])
+	if err != nil {
+		return fmt.Errorf("scheduler: ledger record: %w", err)
+	}
+	for _, st := range build(rec.Seq)[1:] {
+		if _, err := s.cfg.Ledger.Append(ctx, st); err != nil {
+			return fmt.Errorf("scheduler: ledger staging record: %w", err)
+		}
+	}
+	return nil
+}
+
+// admitJobs plans a's jobs and stores them, their decisions' records and
+// their reservations in one store call (all or none), and wakes the
+// placer. A job an idempotency key names already is returned as stored
+// before (Existed), and nothing new is stored or reserved for it.
+func (s *Scheduler) admitJobs(ctx context.Context, a admitting) ([]jobstore.Created, error) {
+	pl, err := s.plan(ctx, a, false)
+	if err != nil {
+		return nil, err
+	}
+	created, err := s.store.CreateManyLogged(ctx, s.cfg.Ledger, pl.jobs)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range created {
+		if c.Job.Held != "" && !c.Existed {
+			s.log.Warn("budget reservation refused after the decision (another admission won the race); the job waits",
+				slog.String("job_id", c.Job.ID), slog.String("why", c.Job.Held))
+		}
+	}
+	s.Wake()
+	return created, nil
+}
+
+// admitRun admits spec (parsed and normalised) for principal p under job
+// id, as a submit does: what a schedule's tick does to start a job
+// (schedules.go), with the id derived from the tick. A job stored under id
+// already (a second scheduler, a pass resumed after a crash) is returned
+// with existed=true and nothing is stored or reserved.
+func (s *Scheduler) admitRun(ctx context.Context, p principal, id string, spec *jobspec.Spec) (*jobtype.Job, bool, error) {
+	if j, err := s.store.Get(ctx, id); err == nil {
+		return j, true, nil
+	} else if !errors.Is(err, jobstore.ErrNotFound) {
+		return nil, false, err
+	}
+	if fe := s.admissible(spec); len(fe) > 0 {
+		return nil, false, &jobspec.ValidationError{Errors: fe}
+	}
+	created, err := s.admitJobs(ctx, admitting{p: p, path: "submit", what: "this job", recordRefusals: true,
+		jobs: []jobstore.NewJob{{ID: id, Spec: spec}}})
+	if err != nil {
+		var re *RefusedError
+		if !errors.As(err, &re) {
+			// Stored meanwhile by another scheduler: the id is taken.
+			if j, gerr := s.store.Get(ctx, id); gerr == nil {
+				return j, true, nil
+			}
+		}
+		return nil, false, err
+	}
+	return created[0].Job, created[0].Existed, nil
+}
+
+// Cancel cancels job id: the store's cancel (durable: cancel_requested),
+// then the fast paths (cancelFastPath). It returns the job as it is now.
+func (s *Scheduler) Cancel(ctx context.Context, id string) (*jobtype.Job, error) {
+	st, err := s.store.Cancel(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: cancel %s: %w", id, err)
+	}
+	job, err := s.store.Get(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: cancel %s: %w", id, err)
+	}
+	return s.cancelFastPath(ctx, job, st), nil
+}
+
+// CancelSweep cancels sweep id and every trial of it that has not ended
+// (jobstore.CancelSweep); running trials are told through the cancel fast
+// path, as a job's cancel. It returns the sweep as it is now and how many
+// trials the cancel reached.
+func (s *Scheduler) CancelSweep(ctx context.Context, id string) (*jobtype.Sweep, int, error) {
+	n, err := s.store.CancelSweep(ctx, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	if sets, err := s.store.SweepSetsOf(ctx, id); err == nil {
+		jobs, _ := s.store.GetMany(ctx, sets.ActiveIDs)
+		for _, j := range jobs {
+			if j != nil && (j.State == jobtype.StateDispatched || j.State == jobtype.StateRunning) {
+				s.cancelFastPath(ctx, j, j.State)
+			}
+		}
+	}
+	s.Wake()
+	sw, err := s.store.GetSweep(ctx, id)
+	return sw, n, err
+}
+
+// cancelFastPath takes a cancel's fast paths for job, which the cancel
+// found in state st (the durable cancel_requested is set already): a task
+// still waiting in its queue is deleted and the attempt cancelled here; a
+// running one is told through asynq's CancelProcessing. It returns the job
+// as it is now.
+func (s *Scheduler) cancelFastPath(ctx context.Context, job *jobtype.Job, st jobtype.State) *jobtype.Job {
+	switch st {
+	case jobtype.StateDispatched:
+		tid := jobtype.TaskID(job.ID, job.Attempt)
+		if err := s.insp.DeleteTask(jobtype.NodeQueue(job.Node), tid); err == nil {
+			// The task left the queue before a worker took it: nobody else
+			// owns the attempt, so the cancel is ours to write.
+			if err := s.store.CancelDispatched(ctx, job.ID, job.Attempt); err == nil {
+				if j, err := s.store.Get(ctx, job.ID); err == nil {
+					return j
+				}
+			} else {
+				s.log.Debug("cancel dispatched", slog.String("job_id", job.ID), slog.Any("err", err))
+			}
+		} else {
+			_ = s.insp.CancelProcessing(tid)
+		}
+	case jobtype.StateRunning:
+		_ = s.insp.CancelProcessing(jobtype.TaskID(job.ID, job.Attempt))
+	}
+	return job
+}
