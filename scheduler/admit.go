@@ -242,6 +242,29 @@ func (s *Scheduler) Cancel(ctx context.Context, id string) (*jobtype.Job, error)
 	return s.cancelFastPath(ctx, job, st), nil
 }
 
+// Retry makes a new attempt of a failed or cancelled job and wakes the
+// placer.
+func (s *Scheduler) Retry(ctx context.Context, id string) (*jobtype.Job, error) {
+	job, err := s.store.Retry(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	s.Wake()
+	return job, nil
+}
+
+// Explain decides where spec would go for p under the what-ifs as, over
+// a fresh snapshot, storing and recording nothing; it returns the
+// decision and the hash of the routing config it was decided under.
+func (s *Scheduler) Explain(ctx context.Context, p principal, spec *jobspec.Spec, as Assumptions) (routing.Decision, string, error) {
+	rs := s.routing()
+	snap, err := s.snapshotFor(ctx, rs, as)
+	if err != nil {
+		return routing.Decision{}, "", err
+	}
+	return routing.Decide(routingJob(spec, "", p.Team, spec.JobOutputURI("<id>")), snap), rs.Hash, nil
+}
+
 // CancelSweep cancels sweep id and every trial of it that has not ended
 // (jobstore.CancelSweep); running trials are told through the cancel fast
 // path, as a job's cancel. It returns the sweep as it is now and how many

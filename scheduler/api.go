@@ -3,6 +3,7 @@ package scheduler
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lathe-ml/lathe/internal/fileuri"
@@ -26,41 +28,104 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/internal/wire"
+	"github.com/lathe-ml/lathe/scheduler/cron"
+	"github.com/lathe-ml/lathe/scheduler/policy"
+	"github.com/lathe-ml/lathe/scheduler/routing"
 )
 
-func (s *Scheduler) routes() http.Handler {
+// apiServer serves the HTTP API: routes, auth, the edge guards, the
+// handlers, follow streams, artifacts, the dashboard, /metrics and the
+// asynqmon mount. It reads jobs through the store and writes only through
+// the control plane (controlPlane): every admission, cancel and retry.
+type apiServer struct {
+	plane     controlPlane
+	cfg       Config
+	store     *jobstore.Store
+	follow    *jobstore.Store // store over Config.FollowRedis
+	rdb       redis.UniversalClient
+	insp      *asynq.Inspector // asynq's queue counts (the ops view)
+	log       *slog.Logger
+	metrics   *metrics
+	tokenSums [][32]byte // sha256 of each token's secret, for constant-time comparison
+}
+
+// The API's handlers are grouped by what they serve, each group a view
+// of the one apiServer: the ops view (overview, queues, GPUs, nodes,
+// budgets, schedules, decisions, the dashboard, /metrics, asynqmon), the
+// sweeps, and the audit (explain, the ledger). The jobs' own handlers are
+// apiServer's.
+type (
+	opsView  struct{ *apiServer }
+	sweepAPI struct{ *apiServer }
+	auditAPI struct{ *apiServer }
+)
+
+// controlPlane is what the API asks of the control plane (Scheduler):
+// admission (one path for every way a job enters: admit.go), cancel,
+// retry, the routing config and schedules in force, and its own health.
+type controlPlane interface {
+	admissible(spec *jobspec.Spec) []jobspec.FieldError
+	plan(ctx context.Context, a admitting, dry bool) (planned, error)
+	admitJobs(ctx context.Context, a admitting) ([]jobstore.Created, error)
+	planSweep(ctx context.Context, req sweepRequest, dry bool) (jobstore.NewSweep, []routing.Decision, error)
+	admitSweep(ctx context.Context, req sweepRequest) (*jobtype.Sweep, bool, error)
+	Explain(ctx context.Context, p principal, spec *jobspec.Spec, as Assumptions) (routing.Decision, string, error)
+	Cancel(ctx context.Context, id string) (*jobtype.Job, error)
+	CancelSweep(ctx context.Context, id string) (*jobtype.Sweep, int, error)
+	Retry(ctx context.Context, id string) (*jobtype.Job, error)
+	Wake()
+	IsLeader() bool
+	ReconcileStats() ReconcileStats
+	routing() *policy.RouteState
+	schedules() []cron.Schedule
+	sawRedis(err error)
+	checkEviction(ctx context.Context) error
+}
+
+// newAPI is the API of control plane s.
+func newAPI(s *Scheduler) *apiServer {
+	a := &apiServer{plane: s, cfg: s.cfg, store: s.store, follow: s.follow, rdb: s.rdb, insp: s.insp, log: s.log, metrics: s.metrics}
+	for _, t := range s.cfg.Tokens {
+		a.tokenSums = append(a.tokenSums, sha256.Sum256([]byte(t.Secret)))
+	}
+	a.metrics.reg.MustRegister(&storeCollector{s: opsView{a}})
+	return a
+}
+
+func (s *apiServer) routes() http.Handler {
+	ops, sweeps, aud := opsView{s}, sweepAPI{s}, auditAPI{s}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/jobs", s.withAuth(RoleSubmitter, s.submit))
 	mux.HandleFunc("POST /api/v1/jobs/batch", s.withAuth(RoleSubmitter, s.submitBatch))
-	mux.HandleFunc("POST /api/v1/route", s.withAuth(RoleViewer, s.explain))
-	mux.HandleFunc("GET /api/v1/audit", s.withAuth(RoleAdmin, s.audit))
-	mux.HandleFunc("GET /api/v1/audit/verify", s.withAuth(RoleAdmin, s.auditVerify))
-	mux.HandleFunc("GET /api/v1/audit/export", s.withAuth(RoleAdmin, s.auditExport))
-	mux.HandleFunc("GET /api/v1/decisions", s.readAPI(s.decisions))
+	mux.HandleFunc("POST /api/v1/route", s.withAuth(RoleViewer, aud.explain))
+	mux.HandleFunc("GET /api/v1/audit", s.withAuth(RoleAdmin, aud.audit))
+	mux.HandleFunc("GET /api/v1/audit/verify", s.withAuth(RoleAdmin, aud.auditVerify))
+	mux.HandleFunc("GET /api/v1/audit/export", s.withAuth(RoleAdmin, aud.auditExport))
+	mux.HandleFunc("GET /api/v1/decisions", s.readAPI(ops.decisions))
 	mux.HandleFunc("GET /api/v1/jobs", s.readAPI(s.list))
 	mux.HandleFunc("GET /api/v1/jobs/{id}", s.readAPI(s.get))
 	mux.HandleFunc("POST /api/v1/jobs/{id}/cancel", s.withAuth(RoleSubmitter, s.cancelJob))
 	mux.HandleFunc("POST /api/v1/jobs/{id}/retry", s.withAuth(RoleSubmitter, s.retryJob))
 	mux.HandleFunc("GET /api/v1/jobs/{id}/events", s.readAPI(s.events))
 	mux.HandleFunc("GET /api/v1/jobs/{id}/artifacts/{name}", s.withAuth(RoleViewer, s.artifact))
-	mux.HandleFunc("GET /api/v1/jobs/{id}/gpu", s.readAPI(s.gpuSeries))
-	mux.HandleFunc("GET /api/v1/queues", s.withAuth(RoleViewer, s.queues))
-	mux.HandleFunc("GET /api/v1/gpus", s.withAuth(RoleViewer, s.listGPUs))
-	mux.HandleFunc("GET /api/v1/nodes", s.withAuth(RoleViewer, s.listNodes))
-	mux.HandleFunc("GET /api/v1/budgets", s.withAuth(RoleViewer, s.budgets))
-	mux.HandleFunc("GET /api/v1/overview", s.readAPI(s.overview))
-	mux.HandleFunc("POST /api/v1/sweeps", s.withAuth(RoleSubmitter, s.submitSweep))
-	mux.HandleFunc("GET /api/v1/sweeps", s.readAPI(s.listSweeps))
-	mux.HandleFunc("GET /api/v1/sweeps/{id}", s.readAPI(s.getSweep))
-	mux.HandleFunc("POST /api/v1/sweeps/{id}/cancel", s.withAuth(RoleSubmitter, s.cancelSweep))
-	mux.HandleFunc("GET /api/v1/schedules", s.withAuth(RoleViewer, s.listSchedules))
-	mux.HandleFunc("GET /metrics", s.withAuth(RoleViewer, s.metricsHandler()))
+	mux.HandleFunc("GET /api/v1/jobs/{id}/gpu", s.readAPI(ops.gpuSeries))
+	mux.HandleFunc("GET /api/v1/queues", s.withAuth(RoleViewer, ops.queues))
+	mux.HandleFunc("GET /api/v1/gpus", s.withAuth(RoleViewer, ops.listGPUs))
+	mux.HandleFunc("GET /api/v1/nodes", s.withAuth(RoleViewer, ops.listNodes))
+	mux.HandleFunc("GET /api/v1/budgets", s.withAuth(RoleViewer, ops.budgets))
+	mux.HandleFunc("GET /api/v1/overview", s.readAPI(ops.overview))
+	mux.HandleFunc("POST /api/v1/sweeps", s.withAuth(RoleSubmitter, sweeps.submitSweep))
+	mux.HandleFunc("GET /api/v1/sweeps", s.readAPI(sweeps.listSweeps))
+	mux.HandleFunc("GET /api/v1/sweeps/{id}", s.readAPI(sweeps.getSweep))
+	mux.HandleFunc("POST /api/v1/sweeps/{id}/cancel", s.withAuth(RoleSubmitter, sweeps.cancelSweep))
+	mux.HandleFunc("GET /api/v1/schedules", s.withAuth(RoleViewer, ops.listSchedules))
+	mux.HandleFunc("GET /metrics", s.withAuth(RoleViewer, ops.metricsHandler()))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	// The dashboard (dashboard.go): not a bare "GET /", which would clash with monitoringRoot.
-	mux.HandleFunc("GET /{$}", s.dashboardPage())
-	mux.HandleFunc("GET /jobs/{id}", s.dashboardPage())
-	mux.HandleFunc("GET "+dashboardAssets, s.dashboardAsset())
-	mux.Handle(monitoringRoot+"/", s.monitoring()) // every method: monitoring.go checks the role per method
+	mux.HandleFunc("GET /{$}", ops.dashboardPage())
+	mux.HandleFunc("GET /jobs/{id}", ops.dashboardPage())
+	mux.HandleFunc("GET "+dashboardAssets, ops.dashboardAsset())
+	mux.Handle(monitoringRoot+"/", ops.monitoring()) // every method: monitoring.go checks the role per method
 	return s.guard(mux)
 }
 
@@ -78,7 +143,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // fail translates a store error into its HTTP answer. The answer says
 // what a user needs ("job j-1 not found"); the packages' wrapping
 // ("jobstore: get j-1: …") goes to the log only.
-func (s *Scheduler) fail(w http.ResponseWriter, r *http.Request, err error) {
+func (s *apiServer) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var ce *jobstore.ConflictError
 	switch {
 	case errors.Is(err, jobstore.ErrNotFound):
@@ -87,7 +152,7 @@ func (s *Scheduler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &ce):
 		writeJSON(w, http.StatusConflict, wire.Error{Error: ce.Error(), Code: "conflict", State: ce.State})
 	case redisDown(err):
-		s.sawRedis(err)
+		s.plane.sawRedis(err)
 		s.log.Debug("api: Redis unreachable", slog.String("path", r.URL.Path), slog.Any("err", err))
 		writeJSON(w, http.StatusServiceUnavailable, wire.Error{Error: "Redis is unreachable: " + rootCause(err), Code: "unavailable"})
 	case strings.Contains(err.Error(), "OOM command not allowed"):
@@ -151,14 +216,14 @@ func redisDown(err error) bool {
 		strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "LOADING")
 }
 
-func (s *Scheduler) rctx(r *http.Request) (context.Context, context.CancelFunc) {
+func (s *apiServer) rctx(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), s.cfg.RedisTimeout)
 }
 
 // readSpec reads the request body as a job spec (strict parse) and
 // normalises it with the deployment's defaults; on a bad body it answers
 // (413, or 400 with every bad field) and returns false.
-func (s *Scheduler) readSpec(w http.ResponseWriter, r *http.Request) (*jobspec.Spec, bool) {
+func (s *apiServer) readSpec(w http.ResponseWriter, r *http.Request) (*jobspec.Spec, bool) {
 	body, ok := s.readBody(w, r, s.cfg.MaxBodyBytes)
 	if !ok {
 		return nil, false
@@ -179,7 +244,7 @@ func (s *Scheduler) readSpec(w http.ResponseWriter, r *http.Request) (*jobspec.S
 
 // readBody reads a request's body of at most limit bytes; otherwise it
 // answers (413, or 400) and returns false.
-func (s *Scheduler) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+func (s *apiServer) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -193,12 +258,12 @@ func (s *Scheduler) readBody(w http.ResponseWriter, r *http.Request, limit int64
 	return body, true
 }
 
-func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
+func (s *apiServer) submit(w http.ResponseWriter, r *http.Request) {
 	spec, ok := s.readSpec(w, r)
 	if !ok {
 		return
 	}
-	if fe := s.admissible(spec); len(fe) > 0 {
+	if fe := s.plane.admissible(spec); len(fe) > 0 {
 		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "job cannot run on this deployment", Code: "invalid", Fields: fe})
 		return
 	}
@@ -216,7 +281,7 @@ func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
 	a := admitting{p: p, path: "submit", what: "this job", recordRefusals: true,
 		jobs: []jobstore.NewJob{{Spec: spec, IdempotencyKey: idemKey(p, key, -1)}}}
 	if dry {
-		pl, err := s.plan(ctx, a, true)
+		pl, err := s.plane.plan(ctx, a, true)
 		if err != nil {
 			s.admitError(w, r, err, key, false)
 			return
@@ -224,7 +289,7 @@ func (s *Scheduler) submit(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, wire.DryRun{DryRun: true, Spec: spec, Route: pl.jobs[0].Route})
 		return
 	}
-	created, err := s.admitJobs(ctx, a)
+	created, err := s.plane.admitJobs(ctx, a)
 	if err != nil {
 		s.admitError(w, r, err, key, false)
 		return
@@ -252,7 +317,7 @@ func idemHeader(w http.ResponseWriter, r *http.Request) (string, bool) {
 // admitError answers an admission's error: 422 with the refusal (a
 // one-job refusal with its decision), 409 for an idempotency conflict,
 // else as fail does.
-func (s *Scheduler) admitError(w http.ResponseWriter, r *http.Request, err error, key string, batch bool) {
+func (s *apiServer) admitError(w http.ResponseWriter, r *http.Request, err error, key string, batch bool) {
 	var re *RefusedError
 	switch {
 	case errors.As(err, &re) && re.Decision != nil:
@@ -271,7 +336,7 @@ func (s *Scheduler) admitError(w http.ResponseWriter, r *http.Request, err error
 // "jobs[i].field") and nothing is stored. An Idempotency-Key applies to each
 // job as item i of batch KEY (idemKey), so the same request sent again
 // returns the same jobs, and one with another spec under the key is a 409.
-func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
+func (s *apiServer) submitBatch(w http.ResponseWriter, r *http.Request) {
 	req, ok := s.readBatch(w, r)
 	if !ok {
 		return
@@ -300,7 +365,7 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.rctx(r)
 	defer cancel()
-	created, err := s.admitJobs(ctx, admitting{p: p, path: "submit", label: "jobs[%d]", what: "jobs of the batch", recordRefusals: true, jobs: njs})
+	created, err := s.plane.admitJobs(ctx, admitting{p: p, path: "submit", label: "jobs[%d]", what: "jobs of the batch", recordRefusals: true, jobs: njs})
 	if err != nil {
 		s.admitError(w, r, err, key, true)
 		return
@@ -318,7 +383,7 @@ func (s *Scheduler) submitBatch(w http.ResponseWriter, r *http.Request) {
 // readBatch reads the body of a batch submit (at most 16 times a single
 // submit's limit) as a wire.BatchRequest of 1 to jobstore.MaxCreateBatch
 // specs; otherwise it answers (413, or 400) and returns false.
-func (s *Scheduler) readBatch(w http.ResponseWriter, r *http.Request) (wire.BatchRequest, bool) {
+func (s *apiServer) readBatch(w http.ResponseWriter, r *http.Request) (wire.BatchRequest, bool) {
 	limit := s.cfg.MaxBodyBytes * 16
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
@@ -348,7 +413,7 @@ func (s *Scheduler) readBatch(w http.ResponseWriter, r *http.Request) (wire.Batc
 // batchJobs parses and normalises every spec of req into the job to store
 // (item i under the Idempotency-Key key); every bad field of every spec is
 // returned, named "jobs[i].field".
-func (s *Scheduler) batchJobs(p principal, key string, req wire.BatchRequest) ([]jobstore.NewJob, []jobspec.FieldError) {
+func (s *apiServer) batchJobs(p principal, key string, req wire.BatchRequest) ([]jobstore.NewJob, []jobspec.FieldError) {
 	var fields []jobspec.FieldError
 	njs := make([]jobstore.NewJob, 0, len(req.Jobs))
 	for i, raw := range req.Jobs {
@@ -366,7 +431,7 @@ func (s *Scheduler) batchJobs(p principal, key string, req wire.BatchRequest) ([
 			continue
 		}
 		spec.Normalize(s.cfg.Defaults)
-		for _, fe := range s.admissible(spec) {
+		for _, fe := range s.plane.admissible(spec) {
 			fields = append(fields, prefixField(prefix, fe))
 		}
 		njs = append(njs, jobstore.NewJob{Spec: spec, IdempotencyKey: idemKey(p, key, i)})
@@ -454,7 +519,7 @@ func (s *Scheduler) admissible(spec *jobspec.Spec) []jobspec.FieldError {
 
 // get answers one job; a queued job carries its place in line from the
 // leader's last placement round (wait), when that round listed it.
-func (s *Scheduler) get(w http.ResponseWriter, r *http.Request) {
+func (s *apiServer) get(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	job, ok := s.readJob(ctx, w, r, r.PathValue("id"))
@@ -474,7 +539,7 @@ func (s *Scheduler) get(w http.ResponseWriter, r *http.Request) {
 
 // gpuSeries answers a job's downsampled GPU series (no points when it
 // never ran on GPUs); 404 for an unknown job.
-func (s *Scheduler) gpuSeries(w http.ResponseWriter, r *http.Request) {
+func (s opsView) gpuSeries(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	id := r.PathValue("id")
@@ -491,7 +556,7 @@ func (s *Scheduler) gpuSeries(w http.ResponseWriter, r *http.Request) {
 
 // listGPUs answers every GPU of every live node, as its last heartbeat
 // reported it, with the job holding it.
-func (s *Scheduler) listGPUs(w http.ResponseWriter, r *http.Request) {
+func (s opsView) listGPUs(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	nodes, err := s.store.Nodes(ctx)
@@ -503,7 +568,7 @@ func (s *Scheduler) listGPUs(w http.ResponseWriter, r *http.Request) {
 }
 
 // listNodes answers one row per live node.
-func (s *Scheduler) listNodes(w http.ResponseWriter, r *http.Request) {
+func (s opsView) listNodes(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	nodes, err := s.store.Nodes(ctx)
@@ -560,7 +625,7 @@ func nodeInfo(n jobstore.NodeStatus) wire.NodeInfo {
 	return ni
 }
 
-func (s *Scheduler) list(w http.ResponseWriter, r *http.Request) {
+func (s *apiServer) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	st := jobtype.State(q.Get("state"))
 	if st != "" && !st.Valid() {
@@ -600,7 +665,7 @@ func (s *Scheduler) list(w http.ResponseWriter, r *http.Request) {
 	var next string
 	var err error
 	if sweepID != "" {
-		jobs, next, err = s.listSweepTrials(ctx, principalOf(r), sweepID, cursor, st, limit)
+		jobs, next, err = sweepAPI{s}.listSweepTrials(ctx, principalOf(r), sweepID, cursor, st, limit)
 	} else {
 		jobs, next, err = s.listFor(ctx, principalOf(r), st, cursor, limit)
 	}
@@ -623,7 +688,7 @@ func (s *Scheduler) list(w http.ResponseWriter, r *http.Request) {
 // round listed, as GET /api/v1/jobs/{id} answers it: one HMGET, none when
 // no job is queued. The waits are hints: without them the list is still
 // the answer.
-func (s *Scheduler) addWaits(ctx context.Context, jobs []*jobtype.Job) {
+func (s *apiServer) addWaits(ctx context.Context, jobs []*jobtype.Job) {
 	var ids []string
 	for _, j := range jobs {
 		if j.State == jobtype.StateQueued {
@@ -648,7 +713,7 @@ func (s *Scheduler) addWaits(ctx context.Context, jobs []*jobtype.Job) {
 // listLossSeries is the loss series (with the latest progress) of each of
 // jobs that has made progress, by id: one pipeline of an LRANGE per such
 // job (none when none has).
-func (s *Scheduler) listLossSeries(ctx context.Context, jobs []*jobtype.Job) (map[string][]jobtype.LossPoint, error) {
+func (s *apiServer) listLossSeries(ctx context.Context, jobs []*jobtype.Job) (map[string][]jobtype.LossPoint, error) {
 	var ids []string
 	for _, j := range jobs {
 		if j.Progress.Step > 0 {
@@ -675,7 +740,7 @@ const listScan = 20000
 
 // listFor is the store's List of the jobs p may read: newest first, up to
 // limit, and the cursor of the next page ("" at the end).
-func (s *Scheduler) listFor(ctx context.Context, p principal, st jobtype.State, cursor string, limit int) ([]*jobtype.Job, string, error) {
+func (s *apiServer) listFor(ctx context.Context, p principal, st jobtype.State, cursor string, limit int) ([]*jobtype.Job, string, error) {
 	if p.Role == RoleAdmin || p.AllTeams {
 		return s.store.List(ctx, st, cursor, limit)
 	}
@@ -711,14 +776,14 @@ func (s *Scheduler) listFor(ctx context.Context, p principal, st jobtype.State, 
 // cancelJob asks for a cancel in the store (durable), then takes the fast
 // paths: a task still waiting in its queue is deleted and the attempt
 // cancelled here; a running one is told through asynq's CancelProcessing.
-func (s *Scheduler) cancelJob(w http.ResponseWriter, r *http.Request) {
+func (s *apiServer) cancelJob(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	id := r.PathValue("id")
 	if !s.allowed(ctx, w, r, id, "cancel") {
 		return
 	}
-	job, err := s.Cancel(ctx, id)
+	job, err := s.plane.Cancel(ctx, id)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -729,7 +794,7 @@ func (s *Scheduler) cancelJob(w http.ResponseWriter, r *http.Request) {
 
 // allowed answers 403 (and returns false) unless the request's principal may
 // act on the job: an admin on any job, a submitter on its own team's.
-func (s *Scheduler) allowed(ctx context.Context, w http.ResponseWriter, r *http.Request, id, what string) bool {
+func (s *apiServer) allowed(ctx context.Context, w http.ResponseWriter, r *http.Request, id, what string) bool {
 	job, ok := s.readJob(ctx, w, r, id)
 	if !ok {
 		return false // another team's job is one that does not exist
@@ -749,23 +814,22 @@ func orNone(s string) string {
 }
 
 // retryJob makes a new attempt of a failed or cancelled job.
-func (s *Scheduler) retryJob(w http.ResponseWriter, r *http.Request) {
+func (s *apiServer) retryJob(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	if !s.allowed(ctx, w, r, r.PathValue("id"), "retry") {
 		return
 	}
-	job, err := s.store.Retry(ctx, r.PathValue("id"))
+	job, err := s.plane.Retry(ctx, r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	s.Wake()
 	s.log.Info("retry", slog.String("job_id", job.ID), slog.Int("attempt", job.Attempt))
 	writeJSON(w, http.StatusAccepted, job)
 }
 
-func (s *Scheduler) events(w http.ResponseWriter, r *http.Request) {
+func (s *apiServer) events(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	after, from := r.URL.Query().Get("after"), "after"
 	if after == "" {
@@ -805,7 +869,7 @@ func (s *Scheduler) events(w http.ResponseWriter, r *http.Request) {
 // was) and its last event is sent, or the client goes. The stream
 // outlives the server's read and write timeouts: each write gets its own
 // deadline, and a failed write (the client is gone or stalled) ends it.
-func (s *Scheduler) followEvents(w http.ResponseWriter, r *http.Request, id, after string, terminal bool) {
+func (s *apiServer) followEvents(w http.ResponseWriter, r *http.Request, id, after string, terminal bool) {
 	dw := s.longResponse(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -865,7 +929,7 @@ func (s *Scheduler) followEvents(w http.ResponseWriter, r *http.Request, id, aft
 	}
 }
 
-func (s *Scheduler) artifact(w http.ResponseWriter, r *http.Request) {
+func (s *apiServer) artifact(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if !jobtype.ValidArtifactName(name) {
 		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad artifact name", Code: "invalid",
@@ -947,7 +1011,7 @@ func openPublished(dir string, art jobtype.Artifact) (*os.File, error) {
 	return f, nil
 }
 
-func (s *Scheduler) queues(w http.ResponseWriter, r *http.Request) {
+func (s opsView) queues(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	pending, err := s.store.PendingCount(ctx)
@@ -973,7 +1037,7 @@ func (s *Scheduler) queues(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.QueueStats{Pending: pending, ByState: counts, Queues: qs})
 }
 
-func (s *Scheduler) healthz(w http.ResponseWriter, r *http.Request) {
+func (s *apiServer) healthz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
@@ -983,17 +1047,17 @@ func (s *Scheduler) healthz(w http.ResponseWriter, r *http.Request) {
 	// The eviction policy may change under a running Lathe (CONFIG SET, a
 	// failover to a replica configured otherwise): check it every time.
 	if !s.cfg.NoEvictionCheck {
-		if err := s.checkEviction(ctx); err != nil {
+		if err := s.plane.checkEviction(ctx); err != nil {
 			var pe *jobstore.EvictionPolicyError
 			code := "unavailable"
 			if errors.As(err, &pe) {
 				code = "eviction_policy"
 			}
-			writeJSON(w, http.StatusServiceUnavailable, wire.Health{OK: false, Redis: "up", Code: code, Error: err.Error(), Leader: ptr(s.IsLeader())})
+			writeJSON(w, http.StatusServiceUnavailable, wire.Health{OK: false, Redis: "up", Code: code, Error: err.Error(), Leader: ptr(s.plane.IsLeader())})
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, wire.Health{OK: true, Redis: "up", Leader: ptr(s.IsLeader())})
+	writeJSON(w, http.StatusOK, wire.Health{OK: true, Redis: "up", Leader: ptr(s.plane.IsLeader())})
 }
 
 // ptr returns a pointer to v (an optional field of an answer).

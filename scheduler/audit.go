@@ -14,7 +14,7 @@ import (
 // explain runs routing on a spec without submitting it. Query:
 // assume_wait=BACKEND=DURATION and assume_spent=BACKEND=USD (repeatable)
 // state a what-if for the pressure and budget inputs.
-func (s *Scheduler) explain(w http.ResponseWriter, r *http.Request) {
+func (s auditAPI) explain(w http.ResponseWriter, r *http.Request) {
 	spec, ok := s.readSpec(w, r)
 	if !ok {
 		return
@@ -26,15 +26,12 @@ func (s *Scheduler) explain(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.rctx(r)
 	defer cancel()
-	rs := s.routing()
-	snap, err := s.snapshotFor(ctx, rs, as)
+	d, hash, err := s.plane.Explain(ctx, principalOf(r), spec, as)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	p := principalOf(r)
-	d := routing.Decide(routingJob(spec, "", p.Team, spec.JobOutputURI("<id>")), snap)
-	writeJSON(w, http.StatusOK, wire.Explanation{Decision: d.Wire(), ConfigHash: rs.Hash})
+	writeJSON(w, http.StatusOK, wire.Explanation{Decision: d.Wire(), ConfigHash: hash})
 }
 
 // refusal is the 422 answer of a single submit that d refuses.
@@ -53,7 +50,7 @@ func ParseAssumptions(waits, spents []string) (Assumptions, []jobspec.FieldError
 
 // audit lists ledger records, all or one job's (?job=ID), oldest first,
 // at most limit (default 1000) after seq ?after=N.
-func (s *Scheduler) audit(w http.ResponseWriter, r *http.Request) {
+func (s auditAPI) audit(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Ledger == nil {
 		writeJSON(w, http.StatusNotImplemented, wire.Error{Error: "this scheduler keeps no ledger", Code: "unavailable"})
 		return
@@ -100,7 +97,7 @@ func (s *Scheduler) audit(w http.ResponseWriter, r *http.Request) {
 // auditVerify checks the whole chain with the key (and against a head
 // published earlier, ?head=MAC). 200 with the report when intact, 409 with
 // it when not.
-func (s *Scheduler) auditVerify(w http.ResponseWriter, r *http.Request) {
+func (s auditAPI) auditVerify(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Ledger == nil {
 		writeJSON(w, http.StatusNotImplemented, wire.Error{Error: "this scheduler keeps no ledger", Code: "unavailable"})
 		return
@@ -122,7 +119,7 @@ func (s *Scheduler) auditVerify(w http.ResponseWriter, r *http.Request) {
 // auditExport streams the ledger as JSON lines (ledger.VerifyExport reads
 // them back); the head MAC it ends at, to publish, is in the
 // X-Lathe-Ledger-Head trailer, and the record count in X-Lathe-Ledger-Records.
-func (s *Scheduler) auditExport(w http.ResponseWriter, r *http.Request) {
+func (s auditAPI) auditExport(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Ledger == nil {
 		writeJSON(w, http.StatusNotImplemented, wire.Error{Error: "this scheduler keeps no ledger", Code: "unavailable"})
 		return

@@ -100,7 +100,7 @@ var anonymous = principal{Name: "anonymous", Role: RoleAdmin}
 // authenticate finds the token of a request. Every configured token is
 // compared, in constant time, so the time taken says nothing about which
 // one (or how much of one) matched.
-func (s *Scheduler) authenticate(r *http.Request) (principal, bool) {
+func (s *apiServer) authenticate(r *http.Request) (principal, bool) {
 	if len(s.cfg.Tokens) == 0 {
 		return anonymous, true
 	}
@@ -126,7 +126,7 @@ func (s *Scheduler) authenticate(r *http.Request) (principal, bool) {
 // withAuth wraps h: 401 without a valid token, 403 below the role needed,
 // 415 for a write whose body is not JSON or YAML; all before the handler
 // reads a byte of the body.
-func (s *Scheduler) withAuth(need Role, h http.HandlerFunc) http.HandlerFunc {
+func (s *apiServer) withAuth(need Role, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, ok := s.authenticate(r)
 		if !ok {

@@ -15,7 +15,7 @@ import (
 // the config and each team (with a budget, or holding a token), the month's
 // limit, what was spent (settled jobs: local GPU-hours × price, cloud
 // instance time × price) and what is reserved by jobs not settled yet.
-func (s *Scheduler) budgets(w http.ResponseWriter, r *http.Request) {
+func (s opsView) budgets(w http.ResponseWriter, r *http.Request) {
 	month := r.URL.Query().Get("month")
 	if month == "" {
 		month = jobstore.Month(time.Now())
@@ -37,7 +37,7 @@ func (s *Scheduler) budgets(w http.ResponseWriter, r *http.Request) {
 // budgetRows is month's row of every backend of the config and every team
 // (with a budget, or holding a token), sorted by scope: one Redis call
 // (jobstore.Spends). GET /api/v1/budgets and the overview both read it.
-func (s *Scheduler) budgetRows(ctx context.Context, month string) ([]wire.BudgetRow, error) {
+func (s opsView) budgetRows(ctx context.Context, month string) ([]wire.BudgetRow, error) {
 	limits, kinds, scopes := s.budgetScopes()
 	spends, err := s.store.Spends(ctx, month, scopes)
 	if err != nil {
@@ -55,8 +55,8 @@ func (s *Scheduler) budgetRows(ctx context.Context, month string) ([]wire.Budget
 // sorted, with its monthly limit (0: none) and, for a backend, its kind:
 // each backend of the routing config, each team with a budget, each team
 // a token names. GET /api/v1/budgets and /metrics read the same scopes.
-func (s *Scheduler) budgetScopes() (limits map[string]float64, kinds map[string]string, scopes []string) {
-	rs := s.routing()
+func (s opsView) budgetScopes() (limits map[string]float64, kinds map[string]string, scopes []string) {
+	rs := s.plane.routing()
 	limits, kinds = map[string]float64{}, map[string]string{}
 	for _, b := range rs.Config.Backends {
 		limits["backend:"+b.Name] = b.BudgetUSDPerMonth

@@ -32,7 +32,7 @@ var uiFS embed.FS
 const dashboardAssets = "/ui/"
 
 // dashboardPage serves index.html for "/" and "/jobs/{id}".
-func (s *Scheduler) dashboardPage() http.HandlerFunc {
+func (s opsView) dashboardPage() http.HandlerFunc {
 	return s.dashboardAuth(func(w http.ResponseWriter, r *http.Request) {
 		serveUIFile(w, r, "index.html")
 	})
@@ -40,7 +40,7 @@ func (s *Scheduler) dashboardPage() http.HandlerFunc {
 
 // dashboardAsset serves the files under ui/ at dashboardAssets; 404 for
 // any other name (and for index.html, which has its own routes).
-func (s *Scheduler) dashboardAsset() http.HandlerFunc {
+func (s opsView) dashboardAsset() http.HandlerFunc {
 	return s.dashboardAuth(func(w http.ResponseWriter, r *http.Request) {
 		name := strings.TrimPrefix(r.URL.Path, dashboardAssets)
 		if name == "" || name == "index.html" || !fs.ValidPath(name) {
@@ -80,7 +80,7 @@ func serveUIFile(w http.ResponseWriter, r *http.Request, name string) {
 // dashboardAuth wraps h with the viewer check of the API, taking the token
 // as a bearer token or as an HTTP Basic password; without a valid one it
 // answers 401 with a Basic challenge so that a browser asks for it.
-func (s *Scheduler) dashboardAuth(h http.HandlerFunc) http.HandlerFunc {
+func (s opsView) dashboardAuth(h http.HandlerFunc) http.HandlerFunc {
 	inner := s.withAuth(RoleViewer, h)
 	return func(w http.ResponseWriter, r *http.Request) {
 		r = basicAsBearer(r)
@@ -100,7 +100,7 @@ func (s *Scheduler) dashboardAuth(h http.HandlerFunc) http.HandlerFunc {
 // the browser sends with the script's fetches once the page was opened
 // with it. Only reads (GET) are routed through it, so a browser's cached
 // credentials never authorise a write.
-func (s *Scheduler) readAPI(h http.HandlerFunc) http.HandlerFunc {
+func (s *apiServer) readAPI(h http.HandlerFunc) http.HandlerFunc {
 	inner := s.withAuth(RoleViewer, h)
 	return func(w http.ResponseWriter, r *http.Request) {
 		inner(w, basicAsBearer(r))

@@ -27,7 +27,7 @@ const (
 // of an XRANGE per id, per page of max(2N, 50) records (one page unless
 // staging records crowd the decisions out); for every team, one XREVRANGE
 // per such page. At most ledger.RecentMax records are read.
-func (s *Scheduler) decisions(w http.ResponseWriter, r *http.Request) {
+func (s opsView) decisions(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Ledger == nil {
 		writeJSON(w, http.StatusNotImplemented, wire.Error{Error: "this scheduler keeps no ledger", Code: "unavailable"})
 		return

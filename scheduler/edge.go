@@ -25,7 +25,7 @@ import (
 // connection without reading the rest of the body.
 
 // guard wraps the API's mux with the checks every request passes first.
-func (s *Scheduler) guard(h http.Handler) http.Handler {
+func (s *apiServer) guard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Open mode serves loopback only; a page whose own name resolves to
 		// 127.0.0.1 (DNS rebinding) still sends its name as Host.
@@ -130,7 +130,7 @@ func closesConn(status int) bool {
 // otherwise cancel the request's context), and the returned writer moves
 // the write deadline WriteTimeout past each write, so it bounds one stalled
 // write rather than the whole response.
-func (s *Scheduler) longResponse(w http.ResponseWriter) *deadlineWriter {
+func (s *apiServer) longResponse(w http.ResponseWriter) *deadlineWriter {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
 	return &deadlineWriter{w: w, rc: rc, d: s.cfg.WriteTimeout}
@@ -182,7 +182,7 @@ func notFound(id string) error {
 // readJob gets job id for a read by the request's principal; it answers
 // (404 for another team's job, as for none) and returns false when the
 // request may not have it.
-func (s *Scheduler) readJob(ctx context.Context, w http.ResponseWriter, r *http.Request, id string) (*jobtype.Job, bool) {
+func (s *apiServer) readJob(ctx context.Context, w http.ResponseWriter, r *http.Request, id string) (*jobtype.Job, bool) {
 	job, err := s.store.Get(ctx, id)
 	if err != nil {
 		s.fail(w, r, err)

@@ -60,7 +60,7 @@ func newMetrics(s *Scheduler) *metrics {
 			m.jobDuration.WithLabelValues(b.Name, string(st))
 		}
 	}
-	m.reg.MustRegister(m.placeRound, m.routeDecisions, m.jobDuration, &storeCollector{s: s})
+	m.reg.MustRegister(m.placeRound, m.routeDecisions, m.jobDuration)
 	return m
 }
 
@@ -86,7 +86,7 @@ func (m *metrics) observeEnded(j *jobtype.Job) {
 }
 
 // metricsHandler serves the registry in Prometheus' text format.
-func (s *Scheduler) metricsHandler() http.HandlerFunc {
+func (s opsView) metricsHandler() http.HandlerFunc {
 	h := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.log}})
 	return h.ServeHTTP
 }
@@ -137,7 +137,7 @@ var (
 
 // storeCollector reads the cluster's numbers from the store at scrape
 // time; docs/metrics.md counts its Redis calls.
-type storeCollector struct{ s *Scheduler }
+type storeCollector struct{ s opsView }
 
 // Describe sends every description the collector may emit.
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -157,8 +157,8 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, lv ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lv...)
 	}
-	gauge(descLeader, b2f(s.IsLeader()))
-	rs := s.ReconcileStats()
+	gauge(descLeader, b2f(s.plane.IsLeader()))
+	rs := s.plane.ReconcileStats()
 	ch <- prometheus.MustNewConstMetric(descRecPasses, prometheus.CounterValue, float64(rs.Passes))
 	for action, v := range map[string]int64{"terminated": rs.Terminated, "cancelled": rs.Cancelled, "failed": rs.Failures} {
 		ch <- prometheus.MustNewConstMetric(descRecActions, prometheus.CounterValue, float64(v), action)

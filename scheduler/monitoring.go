@@ -44,7 +44,7 @@ type sharedRedis struct{ c redis.UniversalClient }
 func (o sharedRedis) MakeRedisClient() interface{} { return o.c }
 
 // monitoring returns the handler of monitoringRoot and everything under it.
-func (s *Scheduler) monitoring() http.Handler {
+func (s opsView) monitoring() http.Handler {
 	conn := sharedRedis{c: s.rdb}
 	full := asynqmon.New(asynqmon.Options{RootPath: monitoringRoot, RedisConnOpt: conn})
 	view := asynqmon.New(asynqmon.Options{RootPath: monitoringRoot, RedisConnOpt: conn, ReadOnly: true})

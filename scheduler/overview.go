@@ -75,7 +75,7 @@ type overviewInput struct {
 // (none without one). The queued jobs, most of the active ones in a busy
 // queue, are read as tallies (jobstore.GetTallies: ten small fields, no
 // JSON), the others brief (jobstore.GetManyBrief: their rows show more).
-func (s *Scheduler) overview(w http.ResponseWriter, r *http.Request) {
+func (s opsView) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	p := principalOf(r)
@@ -105,7 +105,7 @@ func (s *Scheduler) overview(w http.ResponseWriter, r *http.Request) {
 // addLossSeries fills in the running jobs' loss series: one pipeline of an
 // LRANGE per job (none without running jobs), over the jobs the answer
 // holds, so a team's token reads its team's series only.
-func (s *Scheduler) addLossSeries(ctx context.Context, running []wire.RunningJob) error {
+func (s opsView) addLossSeries(ctx context.Context, running []wire.RunningJob) error {
 	ids := make([]string, len(running))
 	for i, r := range running {
 		ids[i] = r.ID
@@ -139,7 +139,7 @@ func allTeams(p principal) bool { return p.Role == RoleAdmin || p.AllTeams }
 // readOverview reads an overview's inputs for an answer of waitingLimit
 // waiting rows (none: the waits are not read); withQueues adds asynq's
 // queue counts per node.
-func (s *Scheduler) readOverview(ctx context.Context, withQueues bool, waitingLimit int) (overviewInput, error) {
+func (s opsView) readOverview(ctx context.Context, withQueues bool, waitingLimit int) (overviewInput, error) {
 	in := overviewInput{now: time.Now().UTC(), waitingLimit: waitingLimit}
 	in.month = jobstore.Month(in.now)
 	var err error
@@ -191,7 +191,7 @@ func (s *Scheduler) readOverview(ctx context.Context, withQueues bool, waitingLi
 // node's slots and reservations, and asynq's task counts (asynqCounts: one
 // round trip for every node; a queue asynq does not know yet counts
 // nothing).
-func (s *Scheduler) queueInfos(ctx context.Context, nodes []jobstore.NodeStatus) ([]wire.QueueInfo, error) {
+func (s opsView) queueInfos(ctx context.Context, nodes []jobstore.NodeStatus) ([]wire.QueueInfo, error) {
 	names := make([]string, len(nodes))
 	for i, n := range nodes {
 		names[i] = jobtype.NodeQueue(n.Name)
@@ -226,7 +226,7 @@ type asynqCount struct{ Pending, Active, Archived, Completed int }
 // the counts with GetQueueInfo on a real Redis with tasks in every state
 // read, so an asynq upgrade that moves them fails there. An error only
 // when Redis is down.
-func (s *Scheduler) asynqCounts(ctx context.Context, names []string) ([]*asynqCount, error) {
+func (s opsView) asynqCounts(ctx context.Context, names []string) ([]*asynqCount, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
@@ -262,7 +262,7 @@ const asynqQueueReaders = 8
 // asynqQueueReaders at a time: each is three round trips (SISMEMBER and
 // two scripts), so 25 nodes read one after another cost 75 round trips of
 // waiting. An error only when Redis is down.
-func (s *Scheduler) asynqQueues(names []string) ([]*asynq.QueueInfo, error) {
+func (s opsView) asynqQueues(names []string) ([]*asynq.QueueInfo, error) {
 	infos := make([]*asynq.QueueInfo, len(names))
 	errs := make([]error, len(names))
 	sem := make(chan struct{}, asynqQueueReaders)

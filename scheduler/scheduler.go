@@ -13,7 +13,6 @@ package scheduler
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -270,7 +269,6 @@ type Scheduler struct {
 	leader  *leaderLoop // the leader's duties (duty.go)
 
 	redisErrAt atomic.Int64                      // unix ms of the last Redis error this scheduler saw itself (0: none)
-	tokenSums  [][32]byte                        // sha256 of each token's secret, for constant-time comparison
 	fence      atomic.Value                      // jobstore.Fence of the current term, "" when not leading
 	route      atomic.Pointer[policy.RouteState] // the routing config in force
 	rec        reconcileCounters
@@ -280,7 +278,8 @@ type Scheduler struct {
 
 	scheds atomic.Pointer[[]cron.Schedule] // the schedules in force (schedules.go)
 
-	metrics *metrics // GET /metrics (metrics.go)
+	metrics *metrics   // GET /metrics (metrics.go)
+	api     *apiServer // the HTTP API (api.go)
 }
 
 // New returns a Scheduler over rdb; Start runs it.
@@ -302,17 +301,15 @@ func New(rdb redis.UniversalClient, store *jobstore.Store, cfg Config) *Schedule
 	s.route.Store(policy.NewRouteState(rc))
 	s.scheds.Store(&cfg.Schedules)
 	s.metrics = newMetrics(s)
-	for _, t := range cfg.Tokens {
-		s.tokenSums = append(s.tokenSums, sha256.Sum256([]byte(t.Secret)))
-	}
 	if cfg.FollowRedis != nil {
 		s.follow = store.WithClient(cfg.FollowRedis)
 	}
+	s.api = newAPI(s)
 	return s
 }
 
 // Handler returns the HTTP API handler (for tests and embedding).
-func (s *Scheduler) Handler() http.Handler { return s.routes() }
+func (s *Scheduler) Handler() http.Handler { return s.api.routes() }
 
 // Addr is the API's listening address once started.
 func (s *Scheduler) Addr() string {
@@ -335,7 +332,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	ln = newConnLimiter(ln, s.cfg.MaxConns, s.cfg.MaxConnsPerIP, s.log)
 	s.ln = ln
-	s.httpSrv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, ReadTimeout: s.cfg.ReadTimeout,
+	s.httpSrv = &http.Server{Handler: s.api.routes(), ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, ReadTimeout: s.cfg.ReadTimeout,
 		WriteTimeout: s.cfg.WriteTimeout, IdleTimeout: s.cfg.IdleTimeout}
 	go func() {
 		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

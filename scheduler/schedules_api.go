@@ -12,10 +12,10 @@ import (
 
 // listSchedules answers GET /api/v1/schedules: every schedule in force,
 // its next tick, its last tick's outcome and its last run's state.
-func (s *Scheduler) listSchedules(w http.ResponseWriter, r *http.Request) {
+func (s opsView) listSchedules(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
-	scheds := s.schedules()
+	scheds := s.plane.schedules()
 	names := make([]string, len(scheds))
 	for i, sch := range scheds {
 		names[i] = sch.Name
@@ -34,7 +34,7 @@ func (s *Scheduler) listSchedules(w http.ResponseWriter, r *http.Request) {
 }
 
 // scheduleInfo is sch's wire view at now with its stored state st.
-func (s *Scheduler) scheduleInfo(ctx context.Context, sch cron.Schedule, st jobstore.ScheduleState, now time.Time) wire.ScheduleInfo {
+func (s opsView) scheduleInfo(ctx context.Context, sch cron.Schedule, st jobstore.ScheduleState, now time.Time) wire.ScheduleInfo {
 	si := wire.ScheduleInfo{Name: sch.Name, Cron: sch.Cron, Timezone: sch.Timezone, Kind: string(sch.Kind), File: sch.File,
 		Team: sch.Team, Concurrency: string(sch.Concurrency), Missed: string(sch.Missed), StartingDeadline: sch.StartingDeadline.String(),
 		Outcome: st.Outcome, Message: st.Message, TickRunID: st.TickRunID, LastRunID: st.RunID}
@@ -47,7 +47,7 @@ func (s *Scheduler) scheduleInfo(ctx context.Context, sch cron.Schedule, st jobs
 	}
 	if st.RunID != "" {
 		// The state is a hint: without it the schedule is still the answer.
-		if _, state, err := (&scheduleDuty{s: s}).going(ctx, st.RunID); err == nil {
+		if _, state, err := s.store.RunGoing(ctx, st.RunID); err == nil {
 			si.LastRunState = state
 		}
 	}

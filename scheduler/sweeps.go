@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/sweepspec"
-	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 	"github.com/lathe-ml/lathe/scheduler/sweep"
 )
@@ -192,100 +190,4 @@ func (s *Scheduler) holdOverBudget(ctx context.Context, j *jobtype.Job, err erro
 	j.Route.Waiting = true
 	j.Route.Reasons = append(j.Route.Reasons, "budget: "+err.Error())
 	_ = s.store.SetRoute(ctx, j.ID, j.Route, "budget reservation refused: "+err.Error())
-}
-
-// maxSubmitLeaderboard is the most trials a submit's answer lists (its
-// leaderboard); a bigger sweep's answer carries the record alone (GET
-// /api/v1/sweeps/{id} lists them).
-const maxSubmitLeaderboard = 1000
-
-// submitSweep is POST /api/v1/sweeps: a sweep spec (YAML or JSON, its
-// base job inline), stored with all its trials, 201 with its status (200
-// when an Idempotency-Key names a sweep stored before). dry_run=true
-// expands and routes without storing.
-func (s *Scheduler) submitSweep(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readBody(w, r, s.cfg.MaxBodyBytes*16)
-	if !ok {
-		return
-	}
-	sp, err := sweepspec.Parse(body, sweepspec.Options{})
-	if err != nil {
-		s.sweepError(w, r, err)
-		return
-	}
-	key := r.Header.Get("Idempotency-Key")
-	if len(key) > 200 {
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "Idempotency-Key longer than 200 bytes", Code: "invalid"})
-		return
-	}
-	dry, ok := boolParam(w, r, "dry_run")
-	if !ok {
-		return
-	}
-	p := principalOf(r)
-	// Expanding, checking and routing every trial is CPU work before the
-	// one store call: a big sweep gets 2 ms a trial on top of the Redis
-	// timeout (20 s more for 10,000 trials; about 1 s is needed here, more
-	// under the race detector).
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RedisTimeout+time.Duration(sp.Search.Trials)*2*time.Millisecond)
-	defer cancel()
-	req := sweepRequest{spec: sp, id: jobstore.NewSweepID(time.Now()), p: p}
-	if key != "" {
-		req.idem = idemScope(p) + key
-	}
-	if dry {
-		s.dryRunSweep(ctx, w, r, req)
-		return
-	}
-	sw, existed, err := s.admitSweep(ctx, req)
-	if err != nil {
-		s.sweepError(w, r, err)
-		return
-	}
-	st := wire.SweepStatus{Sweep: sw}
-	if sw.Trials <= maxSubmitLeaderboard {
-		if st, err = s.sweepStatus(ctx, sw); err != nil {
-			s.fail(w, r, err)
-			return
-		}
-	}
-	status := http.StatusCreated
-	if existed {
-		status = http.StatusOK
-	}
-	s.log.Info("sweep accepted", slog.String("sweep_id", sw.ID), slog.String("name", sw.Name), slog.Int("trials", sw.Trials), slog.Bool("existing", existed))
-	writeJSON(w, status, st)
-}
-
-// dryRunSweep answers the trials a sweep would make and their routes.
-func (s *Scheduler) dryRunSweep(ctx context.Context, w http.ResponseWriter, r *http.Request, req sweepRequest) {
-	ns, _, err := s.planSweep(ctx, req, true)
-	if err != nil {
-		s.sweepError(w, r, err)
-		return
-	}
-	out := wire.SweepDryRun{DryRun: true, Search: req.spec.Search.Kind, Trials: make([]wire.DryRunTrial, len(ns.Trials))}
-	for i, t := range ns.Trials {
-		out.Trials[i] = wire.DryRunTrial{Index: i, Params: t.Params, Route: t.Job.Route}
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-// sweepError answers an admission error: 400 with the fields, 422 with
-// the refusals, else as fail does.
-func (s *Scheduler) sweepError(w http.ResponseWriter, r *http.Request, err error) {
-	var ve *jobspec.ValidationError
-	var ie *sweepInvalidError
-	var re *RefusedError
-	switch {
-	case errors.As(err, &ve):
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid sweep spec", Code: "invalid", Fields: ve.Errors})
-	case errors.As(err, &ie):
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid sweep: some trials are not valid jobs here; nothing was stored", Code: "invalid", Fields: ie.fields})
-	case errors.As(err, &re):
-		writeJSON(w, http.StatusUnprocessableEntity, wire.BatchRefusal{Error: "no backend may run some trials of the sweep; nothing was stored",
-			Code: wire.CodeRefused, Reasons: re.Reasons})
-	default:
-		s.fail(w, r, err)
-	}
 }

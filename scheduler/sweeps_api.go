@@ -3,13 +3,16 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/sweepspec"
 	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
@@ -23,7 +26,7 @@ func maySeeSweep(p principal, sw *jobtype.Sweep) bool {
 
 // sweepFor reads the sweep of the request's {id} that p may read, or
 // answers 404 (the same for one that exists and one p may not read).
-func (s *Scheduler) sweepFor(ctx context.Context, w http.ResponseWriter, r *http.Request) (*jobtype.Sweep, bool) {
+func (s sweepAPI) sweepFor(ctx context.Context, w http.ResponseWriter, r *http.Request) (*jobtype.Sweep, bool) {
 	id := r.PathValue("id")
 	if !jobstore.ValidSweepID(id) {
 		writeJSON(w, http.StatusNotFound, wire.Error{Error: notFoundText(r), Code: "not_found"})
@@ -45,7 +48,7 @@ func (s *Scheduler) sweepFor(ctx context.Context, w http.ResponseWriter, r *http
 }
 
 // getSweep is GET /api/v1/sweeps/{id}: the record and the leaderboard.
-func (s *Scheduler) getSweep(w http.ResponseWriter, r *http.Request) {
+func (s sweepAPI) getSweep(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	sw, ok := s.sweepFor(ctx, w, r)
@@ -62,12 +65,12 @@ func (s *Scheduler) getSweep(w http.ResponseWriter, r *http.Request) {
 
 // sweepStatus reads every trial of sw: the counts by state and the
 // leaderboard, best first (sweep.Rank).
-func (s *Scheduler) sweepStatus(ctx context.Context, sw *jobtype.Sweep) (wire.SweepStatus, error) {
+func (s sweepAPI) sweepStatus(ctx context.Context, sw *jobtype.Sweep) (wire.SweepStatus, error) {
 	jobs, err := s.store.SweepTrials(ctx, sw.ID, 0, 0)
 	if err != nil {
 		return wire.SweepStatus{}, err
 	}
-	rs := s.routing()
+	rs := s.plane.routing()
 	sw.Counts = map[jobtype.State]int{}
 	byID := make(map[string]*jobtype.Job, len(jobs))
 	trials := make([]sweep.Trial, 0, len(jobs))
@@ -140,7 +143,7 @@ func jobUsage(cfg routecfg.Config, j *jobtype.Job) (usd, gpuHours float64) {
 
 // listSweeps is GET /api/v1/sweeps: the sweeps the token may read, newest
 // first.
-func (s *Scheduler) listSweeps(w http.ResponseWriter, r *http.Request) {
+func (s sweepAPI) listSweeps(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	cursor := q.Get("cursor")
 	if cursor != "" && !jobstore.ValidSweepID(cursor) {
@@ -168,7 +171,7 @@ func (s *Scheduler) listSweeps(w http.ResponseWriter, r *http.Request) {
 // cancelSweep is POST /api/v1/sweeps/{id}/cancel: the sweep and every
 // trial that has not ended (jobstore.CancelSweep); running trials are
 // told through the cancel fast path, as a job's cancel.
-func (s *Scheduler) cancelSweep(w http.ResponseWriter, r *http.Request) {
+func (s sweepAPI) cancelSweep(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	sw, ok := s.sweepFor(ctx, w, r)
@@ -179,7 +182,7 @@ func (s *Scheduler) cancelSweep(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusForbidden, wire.Error{Error: "sweep " + sw.ID + " belongs to another team", Code: "forbidden"})
 		return
 	}
-	sw, n, err := s.CancelSweep(ctx, sw.ID)
+	sw, n, err := s.plane.CancelSweep(ctx, sw.ID)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -189,7 +192,7 @@ func (s *Scheduler) cancelSweep(w http.ResponseWriter, r *http.Request) {
 
 // listSweepTrials is GET /api/v1/jobs?sweep=ID: the sweep's trials in
 // index order from cursor (a trial id), limit at a time.
-func (s *Scheduler) listSweepTrials(ctx context.Context, p principal, sweepID, cursor string, st jobtype.State, limit int) ([]*jobtype.Job, string, error) {
+func (s sweepAPI) listSweepTrials(ctx context.Context, p principal, sweepID, cursor string, st jobtype.State, limit int) ([]*jobtype.Job, string, error) {
 	sw, err := s.store.GetSweep(ctx, sweepID)
 	if err != nil || !maySeeSweep(p, sw) {
 		return []*jobtype.Job{}, "", nil
@@ -218,4 +221,100 @@ func (s *Scheduler) listSweepTrials(ctx context.Context, p principal, sweepID, c
 		next = jobstore.TrialID(sweepID, from+limit-1)
 	}
 	return out, next, nil
+}
+
+// maxSubmitLeaderboard is the most trials a submit's answer lists (its
+// leaderboard); a bigger sweep's answer carries the record alone (GET
+// /api/v1/sweeps/{id} lists them).
+const maxSubmitLeaderboard = 1000
+
+// submitSweep is POST /api/v1/sweeps: a sweep spec (YAML or JSON, its
+// base job inline), stored with all its trials, 201 with its status (200
+// when an Idempotency-Key names a sweep stored before). dry_run=true
+// expands and routes without storing.
+func (s sweepAPI) submitSweep(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readBody(w, r, s.cfg.MaxBodyBytes*16)
+	if !ok {
+		return
+	}
+	sp, err := sweepspec.Parse(body, sweepspec.Options{})
+	if err != nil {
+		s.sweepError(w, r, err)
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > 200 {
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "Idempotency-Key longer than 200 bytes", Code: "invalid"})
+		return
+	}
+	dry, ok := boolParam(w, r, "dry_run")
+	if !ok {
+		return
+	}
+	p := principalOf(r)
+	// Expanding, checking and routing every trial is CPU work before the
+	// one store call: a big sweep gets 2 ms a trial on top of the Redis
+	// timeout (20 s more for 10,000 trials; about 1 s is needed here, more
+	// under the race detector).
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RedisTimeout+time.Duration(sp.Search.Trials)*2*time.Millisecond)
+	defer cancel()
+	req := sweepRequest{spec: sp, id: jobstore.NewSweepID(time.Now()), p: p}
+	if key != "" {
+		req.idem = idemScope(p) + key
+	}
+	if dry {
+		s.dryRunSweep(ctx, w, r, req)
+		return
+	}
+	sw, existed, err := s.plane.admitSweep(ctx, req)
+	if err != nil {
+		s.sweepError(w, r, err)
+		return
+	}
+	st := wire.SweepStatus{Sweep: sw}
+	if sw.Trials <= maxSubmitLeaderboard {
+		if st, err = s.sweepStatus(ctx, sw); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	status := http.StatusCreated
+	if existed {
+		status = http.StatusOK
+	}
+	s.log.Info("sweep accepted", slog.String("sweep_id", sw.ID), slog.String("name", sw.Name), slog.Int("trials", sw.Trials), slog.Bool("existing", existed))
+	writeJSON(w, status, st)
+}
+
+// dryRunSweep answers the trials a sweep would make and their routes.
+func (s sweepAPI) dryRunSweep(ctx context.Context, w http.ResponseWriter, r *http.Request, req sweepRequest) {
+	ns, _, err := s.plane.planSweep(ctx, req, true)
+	if err != nil {
+		s.sweepError(w, r, err)
+		return
+	}
+	out := wire.SweepDryRun{DryRun: true, Search: req.spec.Search.Kind, Trials: make([]wire.DryRunTrial, len(ns.Trials))}
+	for i, t := range ns.Trials {
+		out.Trials[i] = wire.DryRunTrial{Index: i, Params: t.Params, Route: t.Job.Route}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// sweepError answers an admission error: 400 with the fields, 422 with
+// the refusals, else as fail does.
+func (s sweepAPI) sweepError(w http.ResponseWriter, r *http.Request, err error) {
+	var ve *jobspec.ValidationError
+	var ie *sweepInvalidError
+	var re *RefusedError
+	switch {
+	case errors.As(err, &ve):
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid sweep spec", Code: "invalid", Fields: ve.Errors})
+	case errors.As(err, &ie):
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid sweep: some trials are not valid jobs here; nothing was stored", Code: "invalid", Fields: ie.fields})
+	case errors.As(err, &re):
+		writeJSON(w, http.StatusUnprocessableEntity, wire.BatchRefusal{Error: "no backend may run some trials of the sweep; nothing was stored",
+			Code: wire.CodeRefused, Reasons: re.Reasons})
+	default:
+		s.fail(w, r, err)
+	}
 }

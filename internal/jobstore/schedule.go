@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/internal/jobtype"
 )
 
 // Outcomes of a schedule's tick (ScheduleState.Outcome).
@@ -114,4 +116,31 @@ func (s *Store) ScheduleStates(ctx context.Context, names []string) ([]ScheduleS
 		}
 	}
 	return out, nil
+}
+
+// RunGoing reports whether a schedule's run id (a job "j-…" or a sweep
+// "s-…"; "" none) has not ended, and its state. A run no longer in the
+// store (pruned) has ended.
+func (s *Store) RunGoing(ctx context.Context, id string) (bool, string, error) {
+	switch {
+	case id == "":
+		return false, "", nil
+	case ValidSweepID(id):
+		sw, err := s.GetSweep(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			return false, "", nil
+		}
+		if err != nil {
+			return false, "", err
+		}
+		return sw.State == jobtype.SweepRunning, string(sw.State), nil
+	}
+	j, err := s.Get(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return false, "", nil
+	}
+	if err != nil {
+		return false, "", err
+	}
+	return !j.State.Terminal(), string(j.State), nil
 }
