@@ -172,16 +172,11 @@ type sseMessage struct {
 // middle, and fn's error as is.
 func readSSE(r io.Reader, fn func(sseMessage) error) error {
 	br := bufio.NewReader(r)
-	var (
-		m       sseMessage
-		data    strings.Builder
-		hasData bool
-		pending bool // a field was read since the last dispatch
-	)
+	var ev sseBuilder
 	for {
 		line, err := br.ReadString('\n')
 		if err != nil {
-			if err == io.EOF && line == "" && !pending {
+			if err == io.EOF && line == "" && !ev.pending {
 				return nil
 			}
 			if err == io.EOF {
@@ -190,34 +185,57 @@ func readSSE(r io.Reader, fn func(sseMessage) error) error {
 			return fmt.Errorf("%w: %w", errBroken, err)
 		}
 		line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
-		if line == "" {
-			if hasData {
-				m.data = data.String()
-				if err := fn(m); err != nil {
-					return err
-				}
+		switch {
+		case line == "":
+			if err := ev.dispatch(fn); err != nil {
+				return err
 			}
-			m, hasData, pending = sseMessage{}, false, false
-			data.Reset()
-			continue
-		}
-		if strings.HasPrefix(line, ":") {
-			continue // comment or keep-alive
-		}
-		pending = true
-		field, value, _ := strings.Cut(line, ":")
-		value = strings.TrimPrefix(value, " ")
-		switch field {
-		case "id":
-			m.id = value
-		case "event":
-			m.event = value
-		case "data":
-			if hasData {
-				data.WriteByte('\n')
-			}
-			data.WriteString(value)
-			hasData = true
+		case strings.HasPrefix(line, ":"):
+			// comment or keep-alive
+		default:
+			ev.add(line)
 		}
 	}
+}
+
+// sseBuilder gathers the fields of the event being read.
+type sseBuilder struct {
+	m       sseMessage
+	data    strings.Builder
+	hasData bool
+	pending bool // a field was read since the last dispatch
+}
+
+// add reads one field line ("field: value"); fields other than id, event
+// and data are ignored, and data lines are joined with '\n'.
+func (ev *sseBuilder) add(line string) {
+	ev.pending = true
+	field, value, _ := strings.Cut(line, ":")
+	value = strings.TrimPrefix(value, " ")
+	switch field {
+	case "id":
+		ev.m.id = value
+	case "event":
+		ev.m.event = value
+	case "data":
+		if ev.hasData {
+			ev.data.WriteByte('\n')
+		}
+		ev.data.WriteString(value)
+		ev.hasData = true
+	}
+}
+
+// dispatch ends the event at a blank line: fn gets it when it carries
+// data, and ev starts over empty.
+func (ev *sseBuilder) dispatch(fn func(sseMessage) error) error {
+	if ev.hasData {
+		ev.m.data = ev.data.String()
+		if err := fn(ev.m); err != nil {
+			return err
+		}
+	}
+	ev.m, ev.hasData, ev.pending = sseMessage{}, false, false
+	ev.data.Reset()
+	return nil
 }

@@ -68,53 +68,72 @@ func ParseDuration(s string) (time.Duration, error) {
 		return v, nil
 	}
 	// Split off the day terms; hand the rest to time.ParseDuration.
-	rest := strings.TrimPrefix(s, "+")
-	var days big.Rat
-	var others strings.Builder
-	for rest != "" {
-		i := 0
-		digits := 0
-		for i < len(rest) && (rest[i] >= '0' && rest[i] <= '9' || rest[i] == '.') {
-			if rest[i] != '.' {
-				digits++
-			}
-			i++
-		}
-		num := rest[:i]
-		if digits == 0 || strings.Count(num, ".") > 1 {
-			return 0, fmt.Errorf("invalid duration %q", s)
-		}
-		j := i
-		for j < len(rest) && !(rest[j] >= '0' && rest[j] <= '9' || rest[j] == '.') {
-			j++
-		}
-		unit := rest[i:j]
-		switch unit {
-		case "":
-			return 0, fmt.Errorf("invalid duration %q: missing unit", s)
-		case "d":
-			var r big.Rat
-			if _, ok := r.SetString(num); !ok {
-				return 0, fmt.Errorf("invalid duration %q", s)
-			}
-			days.Add(&days, &r)
-		default:
-			others.WriteString(rest[:j])
-		}
-		rest = rest[j:]
+	days, others, err := splitDays(s)
+	if err != nil {
+		return 0, err
 	}
 	var total time.Duration
-	if others.Len() > 0 {
-		v, err := time.ParseDuration(others.String())
+	if others != "" {
+		v, err := time.ParseDuration(others)
 		if err != nil {
 			return 0, fmt.Errorf("invalid duration %q", s)
 		}
 		total = v
 	}
-	days.Mul(&days, new(big.Rat).SetInt64(int64(24*time.Hour)))
+	days.Mul(days, new(big.Rat).SetInt64(int64(24*time.Hour)))
 	q := new(big.Int).Quo(days.Num(), days.Denom()) // truncates, as time.ParseDuration does
 	if !q.IsInt64() || q.Int64() > math.MaxInt64-int64(total) {
 		return 0, fmt.Errorf("invalid duration %q: too large", s)
 	}
 	return total + time.Duration(q.Int64()), nil
 }
+
+// splitDays splits s, a duration with a day term, into the sum of its day
+// terms and the text of its other terms.
+func splitDays(s string) (days *big.Rat, others string, err error) {
+	rest := strings.TrimPrefix(s, "+")
+	days = new(big.Rat)
+	var b strings.Builder
+	for rest != "" {
+		num, unit, n, ok := nextTerm(rest)
+		if !ok {
+			return nil, "", fmt.Errorf("invalid duration %q", s)
+		}
+		switch unit {
+		case "":
+			return nil, "", fmt.Errorf("invalid duration %q: missing unit", s)
+		case "d":
+			var r big.Rat
+			if _, ok := r.SetString(num); !ok {
+				return nil, "", fmt.Errorf("invalid duration %q", s)
+			}
+			days.Add(days, &r)
+		default:
+			b.WriteString(rest[:n])
+		}
+		rest = rest[n:]
+	}
+	return days, b.String(), nil
+}
+
+// nextTerm splits the first term off rest: its number, its unit (the text
+// up to the next number; "" when missing) and its length n. ok is false
+// when the number has no digit or more than one '.'.
+func nextTerm(rest string) (num, unit string, n int, ok bool) {
+	i, digits := 0, 0
+	for i < len(rest) && isNumByte(rest[i]) {
+		if rest[i] != '.' {
+			digits++
+		}
+		i++
+	}
+	n = i
+	for n < len(rest) && !isNumByte(rest[n]) {
+		n++
+	}
+	num, unit = rest[:i], rest[i:n]
+	return num, unit, n, digits > 0 && strings.Count(num, ".") <= 1
+}
+
+// isNumByte reports whether c is part of a number: a digit or '.'.
+func isNumByte(c byte) bool { return c >= '0' && c <= '9' || c == '.' }

@@ -264,13 +264,7 @@ func (c *jsonConv) container(open byte) (*yaml.Node, error) {
 		return nil, errors.New("JSON nested too deeply")
 	}
 	c.depth++
-
-	n := c.newNode()
-	n.Kind, n.Tag, n.Style = yaml.SequenceNode, "!!seq", yaml.FlowStyle
-	end := byte(']')
-	if open == '{' {
-		n.Kind, n.Tag, end = yaml.MappingNode, "!!map", '}'
-	}
+	n, end := c.containerNode(open)
 	c.pos++
 	base := len(c.stack)
 	c.skipSpace()
@@ -281,22 +275,9 @@ func (c *jsonConv) container(open byte) (*yaml.Node, error) {
 	}
 	for {
 		if open == '{' {
-			c.skipSpace()
-			if c.pos >= len(c.data) || c.data[c.pos] != '"' {
-				return nil, c.syntaxError("looking for a key")
-			}
-			s, err := c.str(true)
-			if err != nil {
+			if err := c.key(); err != nil {
 				return nil, err
 			}
-			k := c.newNode()
-			k.Kind, k.Tag, k.Value = yaml.ScalarNode, "!!str", s
-			c.stack = append(c.stack, k)
-			c.skipSpace()
-			if c.pos >= len(c.data) || c.data[c.pos] != ':' {
-				return nil, c.syntaxError("after a key")
-			}
-			c.pos++
 		}
 		v, err := c.value()
 		if err != nil {
@@ -319,6 +300,40 @@ func (c *jsonConv) container(open byte) (*yaml.Node, error) {
 		}
 		return nil, c.syntaxError("in an object or array")
 	}
+}
+
+// containerNode is the node for a container opened by open ('{' or '['),
+// its content still to come, and the byte that closes it.
+func (c *jsonConv) containerNode(open byte) (n *yaml.Node, end byte) {
+	n = c.newNode()
+	n.Kind, n.Tag, n.Style = yaml.SequenceNode, "!!seq", yaml.FlowStyle
+	end = ']'
+	if open == '{' {
+		n.Kind, n.Tag, end = yaml.MappingNode, "!!map", '}'
+	}
+	return n, end
+}
+
+// key reads an object's key and the ':' after it, and pushes the key's
+// node on the stack.
+func (c *jsonConv) key() error {
+	c.skipSpace()
+	if c.pos >= len(c.data) || c.data[c.pos] != '"' {
+		return c.syntaxError("looking for a key")
+	}
+	s, err := c.str(true)
+	if err != nil {
+		return err
+	}
+	k := c.newNode()
+	k.Kind, k.Tag, k.Value = yaml.ScalarNode, "!!str", s
+	c.stack = append(c.stack, k)
+	c.skipSpace()
+	if c.pos >= len(c.data) || c.data[c.pos] != ':' {
+		return c.syntaxError("after a key")
+	}
+	c.pos++
+	return nil
 }
 
 // schemaKeys holds every key of the spec's schema, so jsonNode can hand out

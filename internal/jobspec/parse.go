@@ -182,55 +182,67 @@ func jsonTextErrors(data []byte) []FieldError {
 // bombs. The walk is iterative and builds a path only for a node it reports,
 // so a deeply nested input costs linear time.
 func aliasErrors(doc *yaml.Node) []FieldError {
-	type item struct {
-		n      *yaml.Node
-		parent *item
-		step   string // ".key" or "[i]" from the parent
-	}
-	pathOf := func(it *item) string {
-		var steps []string
-		for ; it != nil; it = it.parent {
-			steps = append(steps, it.step)
-		}
-		var b strings.Builder
-		for i := len(steps) - 1; i >= 0; i-- {
-			b.WriteString(steps[i])
-		}
-		return strings.TrimPrefix(b.String(), ".")
-	}
 	var errs []FieldError
-	stack := []*item{{n: doc}}
+	stack := []*walkItem{{n: doc}}
 	for len(stack) > 0 && len(errs) <= maxErrors {
 		it := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		n := it.n
 		if n.Kind == yaml.AliasNode {
-			errs = append(errs, FieldError{Field: pathOf(it), Value: truncate("*" + n.Value), Message: "YAML aliases are not allowed"})
+			errs = append(errs, FieldError{Field: it.path(), Value: truncate("*" + n.Value), Message: "YAML aliases are not allowed"})
 			continue
 		}
 		if n.Anchor != "" {
-			errs = append(errs, FieldError{Field: pathOf(it), Value: truncate("&" + n.Anchor), Message: "YAML anchors are not allowed"})
+			errs = append(errs, FieldError{Field: it.path(), Value: truncate("&" + n.Anchor), Message: "YAML anchors are not allowed"})
 		}
-		// Push children in reverse so they pop in document order.
-		switch n.Kind {
-		case yaml.DocumentNode:
-			for i := len(n.Content) - 1; i >= 0; i-- {
-				stack = append(stack, &item{n: n.Content[i], parent: it.parent, step: it.step})
-			}
-		case yaml.SequenceNode:
-			for i := len(n.Content) - 1; i >= 0; i-- {
-				stack = append(stack, &item{n: n.Content[i], parent: it, step: "[" + strconv.Itoa(i) + "]"})
-			}
-		case yaml.MappingNode:
-			for i := len(n.Content) - 2; i >= 0; i -= 2 {
-				step := "." + truncate(n.Content[i].Value)
-				stack = append(stack,
-					&item{n: n.Content[i+1], parent: it, step: step},
-					&item{n: n.Content[i], parent: it, step: step})
-			}
-		}
+		stack = it.pushChildren(stack)
 	}
 	return errs
+}
+
+// walkItem is a node of aliasErrors' walk and the way to it.
+type walkItem struct {
+	n      *yaml.Node
+	parent *walkItem
+	step   string // ".key" or "[i]" from the parent
+}
+
+// path is the item's field path ("resources.gpus", "datasets[0].uri").
+func (it *walkItem) path() string {
+	var steps []string
+	for ; it != nil; it = it.parent {
+		steps = append(steps, it.step)
+	}
+	var b strings.Builder
+	for i := len(steps) - 1; i >= 0; i-- {
+		b.WriteString(steps[i])
+	}
+	return strings.TrimPrefix(b.String(), ".")
+}
+
+// pushChildren pushes the item's children (a mapping's keys and values) on
+// stack, in reverse so that they pop in document order. A document's
+// children take its place in the path.
+func (it *walkItem) pushChildren(stack []*walkItem) []*walkItem {
+	n := it.n
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for i := len(n.Content) - 1; i >= 0; i-- {
+			stack = append(stack, &walkItem{n: n.Content[i], parent: it.parent, step: it.step})
+		}
+	case yaml.SequenceNode:
+		for i := len(n.Content) - 1; i >= 0; i-- {
+			stack = append(stack, &walkItem{n: n.Content[i], parent: it, step: "[" + strconv.Itoa(i) + "]"})
+		}
+	case yaml.MappingNode:
+		for i := len(n.Content) - 2; i >= 0; i -= 2 {
+			step := "." + truncate(n.Content[i].Value)
+			stack = append(stack,
+				&walkItem{n: n.Content[i+1], parent: it, step: step},
+				&walkItem{n: n.Content[i], parent: it, step: step})
+		}
+	}
+	return stack
 }
 
 // smallMapping is the most keys decodeStruct checks for duplicates without

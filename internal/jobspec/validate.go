@@ -412,17 +412,9 @@ func graphic(s string, space bool) bool {
 // object) or an output URI (object false: a folder or prefix) and returns ""
 // or what is wrong with it.
 //
-// Accepted: file:///absolute/path and s3://bucket/key.
-//
-// A file URI has no host; its path may hold spaces and %XX escapes, and is
-// checked as decoded (as net/url and internal/fileuri read it): absolute,
-// clean (no ".", ".." or empty segments), no control characters. Raw '?',
-// '#' and '\' are refused, since a URI parser would read them as a query, a
-// fragment, or (elsewhere) a separator.
-//
-// An s3 URI has a valid bucket name and a key with no "." or ".." segments;
-// whitespace, control characters, '%', '?', '#' and '\' are refused, so
-// every reader takes the key literally.
+// Accepted: file:///absolute/path (fileURIProblem) and s3://bucket/key
+// (s3URIProblem). Raw '?', '#' and '\' are refused, since a URI parser would
+// read them as a query, a fragment, or (elsewhere) a separator.
 func uriProblem(u string, object bool) string {
 	if !graphic(u, true) {
 		return "must not contain control characters"
@@ -432,54 +424,70 @@ func uriProblem(u string, object bool) string {
 	}
 	switch {
 	case strings.HasPrefix(u, "file://"):
-		p, err := url.PathUnescape(strings.TrimPrefix(u, "file://"))
-		switch {
-		case err != nil:
-			return "must use valid %XX escapes"
-		case !strings.HasPrefix(p, "/"):
-			return "must be file:///absolute/path (three slashes, no host)"
-		case !graphic(p, true):
-			return "must not contain control characters"
-		}
-		for seg := range strings.SplitSeq(p, "/") {
-			if seg == ".." {
-				return "must not contain '..' segments"
-			}
-		}
-		trimmed := p
-		if len(p) > 1 {
-			trimmed = strings.TrimSuffix(p, "/")
-		}
-		if path.Clean(trimmed) != trimmed {
-			return "must be a clean path (no '.' or empty segments)"
-		}
-		if object && strings.HasSuffix(p, "/") {
-			return "must name a file, not a directory"
-		}
-		return ""
+		return fileURIProblem(u, object)
 	case strings.HasPrefix(u, "s3://"):
-		if strings.ContainsAny(u, " %") {
-			return "must not contain spaces or '%' (an S3 key is taken literally)"
-		}
-		bucket, key, _ := strings.Cut(strings.TrimPrefix(u, "s3://"), "/")
-		if msg := bucketProblem(bucket); msg != "" {
-			return msg
-		}
-		if object && (key == "" || strings.HasSuffix(key, "/")) {
-			return "must name an object: s3://bucket/key"
-		}
-		if len(key) > maxS3KeyLen {
-			return fmt.Sprintf("object key must be at most %d bytes", maxS3KeyLen)
-		}
-		for seg := range strings.SplitSeq(key, "/") {
-			if seg == "." || seg == ".." {
-				return "must not contain '.' or '..' segments"
-			}
-		}
-		return ""
+		return s3URIProblem(u, object)
 	default:
 		return "must be file:///absolute/path or s3://bucket/key"
 	}
+}
+
+// fileURIProblem checks file URI u for uriProblem. A file URI has no host;
+// its path may hold spaces and %XX escapes, and is checked as decoded (as
+// net/url and internal/fileuri read it): absolute, clean (no ".", ".." or
+// empty segments), no control characters.
+func fileURIProblem(u string, object bool) string {
+	p, err := url.PathUnescape(strings.TrimPrefix(u, "file://"))
+	switch {
+	case err != nil:
+		return "must use valid %XX escapes"
+	case !strings.HasPrefix(p, "/"):
+		return "must be file:///absolute/path (three slashes, no host)"
+	case !graphic(p, true):
+		return "must not contain control characters"
+	}
+	for seg := range strings.SplitSeq(p, "/") {
+		if seg == ".." {
+			return "must not contain '..' segments"
+		}
+	}
+	trimmed := p
+	if len(p) > 1 {
+		trimmed = strings.TrimSuffix(p, "/")
+	}
+	if path.Clean(trimmed) != trimmed {
+		return "must be a clean path (no '.' or empty segments)"
+	}
+	if object && strings.HasSuffix(p, "/") {
+		return "must name a file, not a directory"
+	}
+	return ""
+}
+
+// s3URIProblem checks s3 URI u for uriProblem. An s3 URI has a valid
+// bucket name and a key with no "." or ".." segments; whitespace, control
+// characters, '%', '?', '#' and '\' are refused, so every reader takes the
+// key literally.
+func s3URIProblem(u string, object bool) string {
+	if strings.ContainsAny(u, " %") {
+		return "must not contain spaces or '%' (an S3 key is taken literally)"
+	}
+	bucket, key, _ := strings.Cut(strings.TrimPrefix(u, "s3://"), "/")
+	if msg := bucketProblem(bucket); msg != "" {
+		return msg
+	}
+	if object && (key == "" || strings.HasSuffix(key, "/")) {
+		return "must name an object: s3://bucket/key"
+	}
+	if len(key) > maxS3KeyLen {
+		return fmt.Sprintf("object key must be at most %d bytes", maxS3KeyLen)
+	}
+	for seg := range strings.SplitSeq(key, "/") {
+		if seg == "." || seg == ".." {
+			return "must not contain '.' or '..' segments"
+		}
+	}
+	return ""
 }
 
 // bucketProblem applies the S3 general-purpose bucket naming rules.

@@ -337,35 +337,12 @@ func (s *Store) createLogged(ctx context.Context, l *ledger.Ledger, njs []NewJob
 	if err != nil {
 		return nil, nil, fmt.Errorf("jobstore: create: %w", err)
 	}
-	build := make([]func(int64) []ledger.Record, len(njs))
-	for i := range njs {
-		if njs[i].Records != nil && njs[i].ID == "" {
-			return nil, nil, fmt.Errorf("jobstore: create: jobs[%d] has ledger records but no id (draw one with NewID)", i)
-		}
-		build[i] = njs[i].Records
+	build, err := recordBuilders(njs)
+	if err != nil {
+		return nil, nil, err
 	}
 	for {
-		jobs := append([]NewJob(nil), njs...)
-		var recs []ledger.Record
-		var must []any
-		next := seq + 1
-		for i := range jobs {
-			if build[i] == nil {
-				continue
-			}
-			rs := build[i](next)
-			if len(rs) == 0 {
-				continue
-			}
-			if jobs[i].Route != nil {
-				ri := *jobs[i].Route
-				ri.LedgerSeq = next
-				jobs[i].Route = &ri
-			}
-			recs = append(recs, rs...)
-			must = append(must, i+1)
-			next += int64(len(rs))
-		}
+		jobs, recs, must := withRecords(njs, build, seq)
 		if len(recs) == 0 {
 			return s.createMany(ctx, jobs)
 		}
@@ -384,15 +361,60 @@ func (s *Store) createLogged(ctx context.Context, l *ledger.Ledger, njs []NewJob
 				return nil, nil, fmt.Errorf("jobstore: create: %w", err)
 			}
 		} else {
-			// {createRecheck, index, …}: these jobs are taken; they get no records.
-			for _, v := range raw[1:] {
-				if k, ok := v.(int64); ok && k >= 1 && int(k) <= len(build) {
-					build[k-1] = nil
-				}
-			}
+			dropTaken(build, raw)
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, nil, fmt.Errorf("jobstore: create: %w", err)
+		}
+	}
+}
+
+// recordBuilders returns each job's Records (nil for a job without), and
+// refuses a job with records but no id.
+func recordBuilders(njs []NewJob) ([]func(int64) []ledger.Record, error) {
+	build := make([]func(int64) []ledger.Record, len(njs))
+	for i := range njs {
+		if njs[i].Records != nil && njs[i].ID == "" {
+			return nil, fmt.Errorf("jobstore: create: jobs[%d] has ledger records but no id (draw one with NewID)", i)
+		}
+		build[i] = njs[i].Records
+	}
+	return build, nil
+}
+
+// withRecords builds the ledger records of njs numbered from seq+1 on:
+// jobs is a copy of njs whose jobs with records have their route's
+// LedgerSeq set to their first record's number, recs the records in order,
+// must the 1-based indexes of the jobs that have records.
+func withRecords(njs []NewJob, build []func(int64) []ledger.Record, seq int64) (jobs []NewJob, recs []ledger.Record, must []any) {
+	jobs = append([]NewJob(nil), njs...)
+	next := seq + 1
+	for i := range jobs {
+		if build[i] == nil {
+			continue
+		}
+		rs := build[i](next)
+		if len(rs) == 0 {
+			continue
+		}
+		if jobs[i].Route != nil {
+			ri := *jobs[i].Route
+			ri.LedgerSeq = next
+			jobs[i].Route = &ri
+		}
+		recs = append(recs, rs...)
+		must = append(must, i+1)
+		next += int64(len(rs))
+	}
+	return jobs, recs, must
+}
+
+// dropTaken reads a {createRecheck, index, …} reply: the jobs it names
+// (1-based) are taken, so they get no records.
+func dropTaken(build []func(int64) []ledger.Record, raw []any) {
+	for _, v := range raw[1:] {
+		if k, ok := v.(int64); ok && k >= 1 && int(k) <= len(build) {
+			build[k-1] = nil
 		}
 	}
 }
@@ -410,43 +432,10 @@ func (s *Store) createMany(ctx context.Context, njs []NewJob) ([]Created, []erro
 // stored nothing for the ledger's sake (a ledger_check reply or a
 // recheck), nil otherwise.
 func (s *Store) createRun(ctx context.Context, njs []NewJob, keys []string, tail []any) (out []Created, errs []error, raw []any, err error) {
-	now := s.now()
-	data := mustJSON(jobtype.StateChange{To: jobtype.StateQueued})
-	args := make([]any, 0, 6+len(njs)*24)
-	args = append(args, s.cfg.Prefix, int(s.cfg.IdempotencyTTL.Seconds()), ms(now), s.cfg.EventsMaxLen, data, len(njs))
-	ids := make([]string, len(njs))
-	outs := make([]string, len(njs))
-	for i, nj := range njs {
-		id := nj.ID
-		if id == "" {
-			id = NewID(now)
-		} else if !ValidID(id) {
-			return nil, nil, nil, fmt.Errorf("jobstore: create: invalid job id %q", id)
-		}
-		ids[i] = id
-		specJSON, err := json.Marshal(nj.Spec)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("jobstore: create: %w", err)
-		}
-		outs[i] = strings.ReplaceAll(nj.OutputURI, "{id}", id)
-		// Only what a new job has; absent fields read as empty.
-		fields := []any{"id", id, "name", nj.Spec.Name, "state", string(jobtype.StateQueued), "attempt", 1,
-			"spec", specJSON, "output_uri", outs[i], "created_at", ms(now), "updated_at", ms(now)}
-		if nj.Submitter != "" || nj.Team != "" {
-			fields = append(fields, "submitter", nj.Submitter, "team", nj.Team)
-		}
-		if nj.Route != nil {
-			fields = append(fields, "route", mustJSON(nj.Route))
-		}
-		fields = append(fields, tallyFieldsOf(nj.Spec, nj.Route)...)
-		fp := ""
-		if nj.IdempotencyKey != "" {
-			fp = idemFingerprint(specJSON, nj.Team)
-		}
-		budget := budgetArgs(nj.Budget, nj.Route)
-		args = append(args, id, nj.IdempotencyKey, fp, strconv.FormatFloat(PendingScore(nj.Spec.Priority, now), 'f', 0, 64), len(fields), len(budget))
-		args = append(args, fields...)
-		args = append(args, budget...)
+	b := createBatch{njs: njs, now: s.now()}
+	args, err := s.createArgs(&b)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	args = append(args, tail...)
 	res, err := createScript.Run(ctx, s.rdb, keys, args...).Slice()
@@ -457,27 +446,103 @@ func (s *Store) createRun(ctx context.Context, njs []NewJob, keys []string, tail
 		return nil, nil, res, nil
 	}
 	if code, _ := res[0].(int64); code == codeIdemConflict && len(res) == 3 {
-		idx, _ := res[1].(int64)
-		jobID, _ := res[2].(string)
-		if idx < 0 || int(idx) >= len(njs) {
-			return nil, nil, nil, fmt.Errorf("jobstore: create: script named job %d of %d", idx, len(njs))
-		}
-		return nil, nil, nil, fmt.Errorf("jobstore: create: %w", &IdempotencyConflictError{Key: njs[idx].IdempotencyKey, Index: int(idx), JobID: jobID})
+		return nil, nil, nil, idemConflict(res, njs)
 	}
 	if len(res) != 2*len(njs) {
 		return nil, nil, nil, fmt.Errorf("jobstore: create: script answered %d values for %d jobs", len(res), len(njs))
 	}
-	out = make([]Created, len(njs))
-	errs = make([]error, len(njs))
-	t := time.UnixMilli(now.UnixMilli()).UTC()
+	out, errs = s.created(ctx, &b, res)
+	return out, errs, nil, nil
+}
+
+// createBatch is one run of the create script: the new jobs, the time they
+// are created at, and what createArgs chose for each (its id, drawn when
+// not given, and its output URI) for reading the answer.
+type createBatch struct {
+	njs  []NewJob
+	now  time.Time
+	ids  []string
+	outs []string
+}
+
+// createArgs is the create script's ARGV for b's jobs, less the ledger
+// part; it fills b.ids and b.outs.
+func (s *Store) createArgs(b *createBatch) ([]any, error) {
+	njs, now := b.njs, b.now
+	data := mustJSON(jobtype.StateChange{To: jobtype.StateQueued})
+	args := make([]any, 0, 6+len(njs)*24)
+	args = append(args, s.cfg.Prefix, int(s.cfg.IdempotencyTTL.Seconds()), ms(now), s.cfg.EventsMaxLen, data, len(njs))
+	b.ids = make([]string, len(njs))
+	b.outs = make([]string, len(njs))
 	for i, nj := range njs {
+		id := nj.ID
+		if id == "" {
+			id = NewID(now)
+		} else if !ValidID(id) {
+			return nil, fmt.Errorf("jobstore: create: invalid job id %q", id)
+		}
+		b.ids[i] = id
+		b.outs[i] = strings.ReplaceAll(nj.OutputURI, "{id}", id)
+		var err error
+		if args, err = appendJobArgs(args, nj, id, b.outs[i], now); err != nil {
+			return nil, err
+		}
+	}
+	return args, nil
+}
+
+// appendJobArgs appends one job's part of the create script's ARGV: its
+// id, idempotency key and fingerprint, pending score, and the fields of
+// its new record, counted.
+func appendJobArgs(args []any, nj NewJob, id, out string, now time.Time) ([]any, error) {
+	specJSON, err := json.Marshal(nj.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("jobstore: create: %w", err)
+	}
+	// Only what a new job has; absent fields read as empty.
+	fields := []any{"id", id, "name", nj.Spec.Name, "state", string(jobtype.StateQueued), "attempt", 1,
+		"spec", specJSON, "output_uri", out, "created_at", ms(now), "updated_at", ms(now)}
+	if nj.Submitter != "" || nj.Team != "" {
+		fields = append(fields, "submitter", nj.Submitter, "team", nj.Team)
+	}
+	if nj.Route != nil {
+		fields = append(fields, "route", mustJSON(nj.Route))
+	}
+	fields = append(fields, tallyFieldsOf(nj.Spec, nj.Route)...)
+	fp := ""
+	if nj.IdempotencyKey != "" {
+		fp = idemFingerprint(specJSON, nj.Team)
+	}
+	budget := budgetArgs(nj.Budget, nj.Route)
+	args = append(args, id, nj.IdempotencyKey, fp, strconv.FormatFloat(PendingScore(nj.Spec.Priority, now), 'f', 0, 64), len(fields), len(budget))
+	args = append(args, fields...)
+	return append(args, budget...), nil
+}
+
+// idemConflict is the error for the script's {codeIdemConflict, index,
+// job id} answer: the key of njs[index] names another spec or team's job.
+func idemConflict(res []any, njs []NewJob) error {
+	idx, _ := res[1].(int64)
+	jobID, _ := res[2].(string)
+	if idx < 0 || int(idx) >= len(njs) {
+		return fmt.Errorf("jobstore: create: script named job %d of %d", idx, len(njs))
+	}
+	return fmt.Errorf("jobstore: create: %w", &IdempotencyConflictError{Key: njs[idx].IdempotencyKey, Index: int(idx), JobID: jobID})
+}
+
+// created reads the script's answer of a code and an id per job of b.
+func (s *Store) created(ctx context.Context, b *createBatch, res []any) ([]Created, []error) {
+	out := make([]Created, len(b.njs))
+	errs := make([]error, len(b.njs))
+	t := time.UnixMilli(b.now.UnixMilli()).UTC()
+	for i, nj := range b.njs {
 		code, _ := res[2*i].(int64)
 		gotID, _ := res[2*i+1].(string)
 		switch code {
 		case codeDone, codeOverBudget:
 			// Stored as given: build the record here instead of reading it back.
-			j := &jobtype.Job{ID: ids[i], Name: nj.Spec.Name, State: jobtype.StateQueued, Attempt: 1, GPUs: []int{},
-				Metrics: map[string]float64{}, Artifacts: []jobtype.Artifact{}, OutputURI: outs[i], Submitter: nj.Submitter,
+			j := &jobtype.Job{ID: b.ids[i], Name: nj.Spec.Name, State: jobtype.StateQueued, Attempt: 1, GPUs: []int{},
+				Metrics: map[string]float64{}, Artifacts: []jobtype.Artifact{}, OutputURI: b.outs[i], Submitter: nj.Submitter,
 				Team: nj.Team, CreatedAt: t, UpdatedAt: t, Spec: *nj.Spec, Route: nj.Route}
 			if code == codeOverBudget {
 				j.Route, j.Held = heldByBudget(nj.Budget, nj.Route, gotID)
@@ -493,7 +558,7 @@ func (s *Store) createRun(ctx context.Context, njs []NewJob, keys []string, tail
 			errs[i] = fmt.Errorf("jobstore: create: id collision on %s", gotID)
 		}
 	}
-	return out, errs, nil, nil
+	return out, errs
 }
 
 func first(res []any) any {
@@ -538,10 +603,67 @@ func decodeJob(id string, vals []any) (*jobtype.Job, error) { return decodeJobAs
 // decodeJobAs decodes a record read with jobFields (a brief one: only
 // briefFields set, the others nil, and only the spec's priority decoded).
 func decodeJobAs(id string, vals []any, brief bool) (*jobtype.Job, error) {
-	str := func(i int) string { v, _ := vals[i].(string); return v }
-	if str(2) == "" {
+	r := rawJob{vals: vals}
+	if r.str(2) == "" {
 		return nil, fmt.Errorf("jobstore: get %s: %w", id, ErrNotFound)
 	}
+	j := r.scalars(id)
+	r.dec(8, &j.GPUs)
+	r.dec(9, &j.Progress)
+	r.dec(10, &j.Metrics)
+	r.dec(11, &j.Artifacts)
+	if brief {
+		r.errs = append(r.errs, decodeBrief(j, r.str(20), r.str(25))...)
+	} else {
+		r.dec(20, &j.Spec)
+		if r.str(25) != "" {
+			j.Route = &jobtype.RouteInfo{}
+			r.dec(25, j.Route)
+		}
+	}
+	if r.str(28) != "" {
+		j.Instance = &jobtype.Instance{}
+		r.dec(28, j.Instance)
+	}
+	j.Trial = r.trial()
+	if j.GPUs == nil {
+		j.GPUs = []int{}
+	}
+	if j.Metrics == nil {
+		j.Metrics = map[string]float64{}
+	}
+	if j.Artifacts == nil {
+		j.Artifacts = []jobtype.Artifact{}
+	}
+	if len(r.errs) > 0 {
+		return nil, fmt.Errorf("jobstore: get %s: corrupt record: %w", id, errors.Join(r.errs...))
+	}
+	return j, nil
+}
+
+// rawJob is a record as read with jobFields (field i at vals[i]), and the
+// errors met decoding its JSON fields.
+type rawJob struct {
+	vals []any
+	errs []error
+}
+
+// str is field i, "" when not set.
+func (r *rawJob) str(i int) string { v, _ := r.vals[i].(string); return v }
+
+// dec decodes JSON field i into v, if set; an error is kept in r.errs.
+func (r *rawJob) dec(i int, v any) {
+	if s := r.str(i); s != "" {
+		if err := json.Unmarshal([]byte(s), v); err != nil {
+			r.errs = append(r.errs, fmt.Errorf("field %s: %w", jobFields[i], err))
+		}
+	}
+}
+
+// scalars is the job with the fields that need no JSON: strings, numbers,
+// flags and times.
+func (r *rawJob) scalars(id string) *jobtype.Job {
+	str := r.str
 	j := &jobtype.Job{ID: id, Name: str(1), State: jobtype.State(str(2)), Reason: str(3), Error: str(4),
 		Backend: str(6), Node: str(7), OutputURI: str(12), CancelRequested: str(13) == "1",
 		Submitter: str(14), Team: str(15)}
@@ -553,50 +675,9 @@ func decodeJobAs(id string, vals []any, brief bool) (*jobtype.Job, error) {
 	j.Held = str(26)
 	j.CostUSD = atof(str(27))
 	j.BudgetReservedUSD = atof(str(31))
-	var errs []error
-	dec := func(i int, v any) {
-		if s := str(i); s != "" {
-			if err := json.Unmarshal([]byte(s), v); err != nil {
-				errs = append(errs, fmt.Errorf("field %s: %w", jobFields[i], err))
-			}
-		}
-	}
-	dec(8, &j.GPUs)
-	dec(9, &j.Progress)
-	dec(10, &j.Metrics)
-	dec(11, &j.Artifacts)
-	if brief {
-		errs = append(errs, decodeBrief(j, str(20), str(25))...)
-	} else {
-		dec(20, &j.Spec)
-		if str(25) != "" {
-			j.Route = &jobtype.RouteInfo{}
-			dec(25, j.Route)
-		}
-	}
-	if str(28) != "" {
-		j.Instance = &jobtype.Instance{}
-		dec(28, j.Instance)
-	}
 	j.Incarnation = str(29)
 	if t := msTime(str(30)); !t.IsZero() {
 		j.LeaseUntil = &t
-	}
-	if str(32) != "" {
-		j.Trial = &jobtype.TrialInfo{SweepID: str(32), Gate: str(37), StopRequested: str(38)}
-		j.Trial.Index = atoi(str(33))
-		j.Trial.Rung = atoi(str(35))
-		j.Trial.StopAtStep = atoi(str(36))
-		dec(34, &j.Trial.Params)
-	}
-	if j.GPUs == nil {
-		j.GPUs = []int{}
-	}
-	if j.Metrics == nil {
-		j.Metrics = map[string]float64{}
-	}
-	if j.Artifacts == nil {
-		j.Artifacts = []jobtype.Artifact{}
 	}
 	j.CreatedAt = msTime(str(16))
 	j.UpdatedAt = msTime(str(17))
@@ -606,10 +687,21 @@ func decodeJobAs(id string, vals []any, brief bool) (*jobtype.Job, error) {
 	if t := msTime(str(19)); !t.IsZero() {
 		j.FinishedAt = &t
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("jobstore: get %s: corrupt record: %w", id, errors.Join(errs...))
+	return j
+}
+
+// trial is the job's sweep trial, nil for a job of no sweep.
+func (r *rawJob) trial() *jobtype.TrialInfo {
+	str := r.str
+	if str(32) == "" {
+		return nil
 	}
-	return j, nil
+	t := &jobtype.TrialInfo{SweepID: str(32), Gate: str(37), StopRequested: str(38)}
+	t.Index = atoi(str(33))
+	t.Rung = atoi(str(35))
+	t.StopAtStep = atoi(str(36))
+	r.dec(34, &t.Params)
+	return t
 }
 
 // msTime is the time of a field of Unix milliseconds; zero for a field

@@ -99,23 +99,40 @@ func start(tb testing.TB, bin string) (*Server, error) {
 	dir := tb.TempDir()
 	port := freePort(tb)
 	s := &Server{addr: "127.0.0.1:" + strconv.Itoa(port), dir: dir, tb: tb, done: make(chan struct{})}
-	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", strconv.Itoa(port))
-	cmd.Dir = dir
 	logPath := filepath.Join(dir, "moto.log")
+	if err := s.launch(bin, port, logPath); err != nil {
+		return nil, err
+	}
+	tb.Cleanup(s.kill)
+	if err := s.waitUp(port, logPath); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// launch starts moto_server (bin) on port, in s.dir, its output to logPath;
+// s.done is closed when it exits.
+func (s *Server) launch(bin string, port int, logPath string) error {
+	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", strconv.Itoa(port))
+	cmd.Dir = s.dir
 	logf, err := os.Create(logPath)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+		return fmt.Errorf("start %s: %w", bin, err)
 	}
 	s.cmd = cmd
 	go func() { _ = cmd.Wait(); logf.Close(); close(s.done) }()
-	tb.Cleanup(s.kill)
+	return nil
+}
 
+// waitUp waits up to a minute for the server s.launch started to answer on
+// port. The error wraps errPortTaken when another process held the port.
+func (s *Server) waitUp(port int, logPath string) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -124,9 +141,9 @@ func start(tb testing.TB, bin string) (*Server, error) {
 			resp.Body.Close()
 			// The port was free a moment ago; make sure the server that
 			// answered is ours, not another test's that took the port.
-			owns, known := listensOn(cmd.Process.Pid, port)
+			owns, known := listensOn(s.cmd.Process.Pid, port)
 			if owns || !known {
-				return s, nil
+				return nil
 			}
 			err = fmt.Errorf("%s answered by another process", s.addr)
 		}
@@ -134,14 +151,14 @@ func start(tb testing.TB, bin string) (*Server, error) {
 		case <-s.done:
 			log, _ := os.ReadFile(logPath)
 			if strings.Contains(string(log), "Address already in use") {
-				return nil, fmt.Errorf("moto_server on %s: %w", s.addr, errPortTaken)
+				return fmt.Errorf("moto_server on %s: %w", s.addr, errPortTaken)
 			}
-			return nil, fmt.Errorf("moto_server exited before answering on %s:\n%s", s.addr, log)
+			return fmt.Errorf("moto_server exited before answering on %s:\n%s", s.addr, log)
 		default:
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("moto_server on %s did not answer: %v\n%s", s.addr, err, log)
+			return fmt.Errorf("moto_server on %s did not answer: %v\n%s", s.addr, err, log)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

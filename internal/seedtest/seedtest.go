@@ -67,6 +67,34 @@ func Seed(ctx context.Context, store *jobstore.Store, c Cluster) (Seeded, error)
 	if c.HeartbeatTTL == 0 {
 		c.HeartbeatTTL = time.Hour
 	}
+	var err error
+	if out.Nodes, err = heartbeatNodes(ctx, store, c); err != nil {
+		return out, err
+	}
+	if out.Finished, err = create(ctx, store, c.Finished, false); err != nil {
+		return out, err
+	}
+	if err := byNode(c.Nodes, out.Finished, func(id string, i int) error {
+		return finished(ctx, store, c, id, i)
+	}); err != nil {
+		return out, err
+	}
+	if out.Running, err = create(ctx, store, c.Running, false); err != nil {
+		return out, err
+	}
+	if err := byNode(c.Nodes, out.Running, func(id string, i int) error {
+		return running(ctx, store, c, id, i)
+	}); err != nil {
+		return out, err
+	}
+	out.Queued, err = create(ctx, store, c.Queued, true)
+	return out, err
+}
+
+// heartbeatNodes writes the first heartbeat of each of c's nodes (n00,
+// n01, …), with busy H100s, and returns the names of those written.
+func heartbeatNodes(ctx context.Context, store *jobstore.Store, c Cluster) ([]string, error) {
+	var names []string
 	for n := 0; n < c.Nodes; n++ {
 		name := fmt.Sprintf("n%02d", n)
 		gpus := make([]jobtype.GPU, c.GPUsPerNode)
@@ -76,39 +104,24 @@ func Seed(ctx context.Context, store *jobstore.Store, c Cluster) (Seeded, error)
 		}
 		if err := store.Heartbeat(ctx, jobstore.Node{Name: name, Incarnation: "i", Backend: "local", Slots: c.GPUsPerNode, GPUs: gpus},
 			jobstore.HeartbeatOptions{TTL: c.HeartbeatTTL, First: true}); err != nil {
-			return out, err
+			return names, err
 		}
-		out.Nodes = append(out.Nodes, name)
+		names = append(names, name)
 	}
-	var err error
-	if out.Finished, err = create(ctx, store, c.Finished, false); err != nil {
-		return out, err
-	}
-	if err := eachNode(c.Nodes, func(n int) error {
-		for i := n; i < len(out.Finished); i += c.Nodes {
-			if err := finished(ctx, store, c, out.Finished[i], i); err != nil {
+	return names, nil
+}
+
+// byNode runs step for each of ids, ids[i] on node i mod nodes' goroutine
+// (eachNode), one after another there; it returns the first error.
+func byNode(nodes int, ids []string, step func(id string, i int) error) error {
+	return eachNode(nodes, func(n int) error {
+		for i := n; i < len(ids); i += nodes {
+			if err := step(ids[i], i); err != nil {
 				return err
 			}
 		}
 		return nil
-	}); err != nil {
-		return out, err
-	}
-	if out.Running, err = create(ctx, store, c.Running, false); err != nil {
-		return out, err
-	}
-	if err := eachNode(c.Nodes, func(n int) error {
-		for i := n; i < len(out.Running); i += c.Nodes {
-			if err := running(ctx, store, c, out.Running[i], i); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		return out, err
-	}
-	out.Queued, err = create(ctx, store, c.Queued, true)
-	return out, err
+	})
 }
 
 // eachNode runs f for every node index at once and returns the first error.

@@ -104,30 +104,52 @@ func SVG(w io.Writer, in Input) error {
 		p.X.Min, p.X.Max = xmin, xmax
 		p.X.Tick.Marker = ownedTicks{sizes: sizes, labels: i == 1}
 	}
+	canvas := drawChart(in.Title, []panel{{cost, costLegend}, {wait, waitLegend}})
+	return writeSVG(w, canvas)
+}
 
+// panel is one plot of the chart and its legend, drawn to its right.
+type panel struct {
+	plot   *plot.Plot
+	legend plot.Legend
+}
+
+// drawChart draws the panels one above the other on a white canvas, under
+// title when it is not "", with their data areas aligned and each legend
+// beside its panel's data area.
+func drawChart(title string, panels []panel) *vgsvg.Canvas {
 	canvas := vgsvg.New(chartWidth, chartHeight)
 	dc := draw.New(canvas)
 	dc.SetColor(color.White) // the legends and title too, for dark-mode viewers
 	dc.Fill(dc.Rectangle.Path())
 	inner := draw.Crop(dc, margin, -margin, margin, -margin)
-	if in.Title != "" {
-		inner.Max.Y -= drawTitle(inner, in.Title) + gap
+	if title != "" {
+		inner.Max.Y -= drawTitle(inner, title) + gap
 	}
-	legendWidth := max(legendRect(costLegend, inner).X, legendRect(waitLegend, inner).X)
-	panels := draw.Crop(inner, 0, -(legendWidth + gap), 0, 0)
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadY: gap}
-	cells := plot.Align([][]*plot.Plot{{cost}, {wait}}, tiles, panels)
-	for i, p := range []*plot.Plot{cost, wait} {
+	var legendWidth vg.Length
+	plots := make([][]*plot.Plot, len(panels))
+	for i, pn := range panels {
+		legendWidth = max(legendWidth, legendRect(pn.legend, inner).X)
+		plots[i] = []*plot.Plot{pn.plot}
+	}
+	area := draw.Crop(inner, 0, -(legendWidth + gap), 0, 0)
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadY: gap}
+	cells := plot.Align(plots, tiles, area)
+	for i, pn := range panels {
 		c := cells[i][0]
-		p.Draw(c)
-		legend := []plot.Legend{costLegend, waitLegend}[i]
-		dataTop := p.DataCanvas(c).Max.Y
-		legend.Draw(draw.Canvas{Canvas: c.Canvas, Rectangle: vg.Rectangle{
-			Min: vg.Point{X: panels.Max.X + gap, Y: c.Min.Y},
+		pn.plot.Draw(c)
+		dataTop := pn.plot.DataCanvas(c).Max.Y
+		pn.legend.Draw(draw.Canvas{Canvas: c.Canvas, Rectangle: vg.Rectangle{
+			Min: vg.Point{X: area.Max.X + gap, Y: c.Min.Y},
 			Max: vg.Point{X: inner.Max.X, Y: dataTop},
 		}})
 	}
+	return canvas
+}
 
+// writeSVG writes the canvas to w as SVG, naming fonts a viewer without
+// Liberation Sans can stand in for it.
+func writeSVG(w io.Writer, canvas *vgsvg.Canvas) error {
 	var buf bytes.Buffer
 	if _, err := canvas.WriteTo(&buf); err != nil {
 		return fmt.Errorf("simplot: render svg: %w", err)

@@ -48,31 +48,13 @@ func (d *decoder) top(root *yaml.Node, s *Sweep) *topNodes {
 		case "objective":
 			s.Objective = d.objective(path, v)
 		case "max_parallel":
-			n, ok := d.integer(path, v)
-			if ok && (n < 1 || n > MaxTrials) {
-				d.fail(path, v, fmt.Sprintf("must be between 1 and %d", MaxTrials))
-				ok = false
-			}
-			s.MaxParallel, t.maxParallel = int(n), ok
-		case "budget_usd", "budget_gpu_hours":
-			f, ok := d.number(path, v)
-			if ok && f < 0 {
-				d.fail(path, v, "must not be negative (0: no budget)")
-			}
-			if key == "budget_usd" {
-				s.BudgetUSD = f
-			} else {
-				s.BudgetGPUHours = f
-			}
+			s.MaxParallel, t.maxParallel = d.maxParallel(path, v)
+		case "budget_usd":
+			s.BudgetUSD = d.budget(path, v)
+		case "budget_gpu_hours":
+			s.BudgetGPUHours = d.budget(path, v)
 		case "priority":
-			p, ok := d.str(path, v)
-			s.Priority = jobspec.Priority(p)
-			if ok && !s.Priority.Valid() {
-				d.fail(path, v, "must be urgent, normal or batch")
-			}
-			if !s.Priority.Valid() {
-				s.Priority = "" // reported; the default stands in for the checks that follow
-			}
+			s.Priority = d.priority(path, v)
 			t.badPriority = len(d.errs) > before
 		default:
 			return false
@@ -80,6 +62,41 @@ func (d *decoder) top(root *yaml.Node, s *Sweep) *topNodes {
 		return true
 	})
 	return t
+}
+
+// maxParallel decodes max_parallel, 1 to MaxTrials; ok is false when it is
+// not such a number (reported).
+func (d *decoder) maxParallel(path string, v *yaml.Node) (n int, ok bool) {
+	n64, ok := d.integer(path, v)
+	if ok && (n64 < 1 || n64 > MaxTrials) {
+		d.fail(path, v, fmt.Sprintf("must be between 1 and %d", MaxTrials))
+		ok = false
+	}
+	return int(n64), ok
+}
+
+// budget decodes budget_usd or budget_gpu_hours: a number, not negative
+// (0: no budget).
+func (d *decoder) budget(path string, v *yaml.Node) float64 {
+	f, ok := d.number(path, v)
+	if ok && f < 0 {
+		d.fail(path, v, "must not be negative (0: no budget)")
+	}
+	return f
+}
+
+// priority decodes priority; "" when it is not urgent, normal or batch
+// (reported), so that the default stands in for the checks that follow.
+func (d *decoder) priority(path string, v *yaml.Node) jobspec.Priority {
+	p, ok := d.str(path, v)
+	prio := jobspec.Priority(p)
+	if ok && !prio.Valid() {
+		d.fail(path, v, "must be urgent, normal or batch")
+	}
+	if !prio.Valid() {
+		return ""
+	}
+	return prio
 }
 
 // validName is jobspec's name rule: ^[a-z0-9]([a-z0-9-]*[a-z0-9])?$, at

@@ -8,6 +8,7 @@ package trace
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -61,25 +62,9 @@ func Read(r io.Reader) ([]Job, error) {
 	cr := csv.NewReader(bufio.NewReader(r))
 	cr.FieldsPerRecord = -1
 	cr.ReuseRecord = true
-	head, err := cr.Read()
-	if errors.Is(err, io.EOF) {
-		return nil, errors.New("trace: empty file: want a header with submit_s,duration_s,gpus")
-	}
+	col, err := readHeader(cr)
 	if err != nil {
-		return nil, fmt.Errorf("trace: header: %w", err)
-	}
-	col := map[string]int{}
-	for i, h := range head {
-		h = strings.ToLower(strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")))
-		if _, dup := col[h]; dup && h != "" {
-			return nil, fmt.Errorf("trace: header: column %q appears twice", h)
-		}
-		col[h] = i
-	}
-	for _, need := range Columns[:3] {
-		if _, ok := col[need]; !ok {
-			return nil, fmt.Errorf("trace: header: missing column %q (have %q; want submit_s,duration_s,gpus)", need, strings.Join(head, ","))
-		}
+		return nil, err
 	}
 	var jobs []Job
 	for line := 2; ; line++ {
@@ -105,96 +90,156 @@ func Read(r io.Reader) ([]Job, error) {
 	if len(jobs) == 0 {
 		return nil, errors.New("trace: no jobs after the header")
 	}
-	slices.SortStableFunc(jobs, func(a, b Job) int {
-		switch {
-		case a.SubmitS < b.SubmitS:
-			return -1
-		case a.SubmitS > b.SubmitS:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(jobs, func(a, b Job) int { return cmp.Compare(a.SubmitS, b.SubmitS) })
 	return jobs, nil
 }
 
-func parseRow(rec []string, col map[string]int, line int) (Job, error) {
-	get := func(name string) (string, bool) {
-		i, ok := col[name]
-		if !ok || i >= len(rec) {
-			return "", false
-		}
-		return strings.TrimSpace(rec[i]), true
+// readHeader reads the header row and maps each column's lower-cased name
+// to its index; it refuses a repeated name and a missing required column.
+func readHeader(cr *csv.Reader) (map[string]int, error) {
+	head, err := cr.Read()
+	if errors.Is(err, io.EOF) {
+		return nil, errors.New("trace: empty file: want a header with submit_s,duration_s,gpus")
 	}
-	bad := func(name, v, why string) error {
-		if len(v) > 40 {
-			v = v[:40] + "…"
-		}
-		return fmt.Errorf("trace: line %d: %s %q: %s", line, name, v, why)
-	}
-	j := Job{Line: line, CostUSD: -1}
-	num := func(name string, lo, hi float64) (float64, error) {
-		v, ok := get(name)
-		if !ok || v == "" {
-			return 0, bad(name, v, "missing")
-		}
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			return 0, bad(name, v, "not a number")
-		}
-		if f < lo || f > hi {
-			return 0, bad(name, v, fmt.Sprintf("out of range [%g, %g]", lo, hi))
-		}
-		return f, nil
-	}
-	var err error
-	if j.SubmitS, err = num("submit_s", 0, MaxDurationS); err != nil {
-		return j, err
-	}
-	if j.DurationS, err = num("duration_s", 0, MaxDurationS); err != nil {
-		return j, err
-	}
-	g, err := num("gpus", 0, MaxGPUs)
 	if err != nil {
+		return nil, fmt.Errorf("trace: header: %w", err)
+	}
+	col := map[string]int{}
+	for i, h := range head {
+		h = strings.ToLower(strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")))
+		if _, dup := col[h]; dup && h != "" {
+			return nil, fmt.Errorf("trace: header: column %q appears twice", h)
+		}
+		col[h] = i
+	}
+	for _, need := range Columns[:3] {
+		if _, ok := col[need]; !ok {
+			return nil, fmt.Errorf("trace: header: missing column %q (have %q; want submit_s,duration_s,gpus)", need, strings.Join(head, ","))
+		}
+	}
+	return col, nil
+}
+
+// row is one record being parsed, with what its errors need to name.
+type row struct {
+	rec  []string
+	col  map[string]int
+	line int
+}
+
+// get returns the trimmed value of the named column, and whether the row
+// has that column.
+func (r row) get(name string) (string, bool) {
+	i, ok := r.col[name]
+	if !ok || i >= len(r.rec) {
+		return "", false
+	}
+	return strings.TrimSpace(r.rec[i]), true
+}
+
+// bad is the error for value v of the named column, cut to 40 bytes.
+func (r row) bad(name, v, why string) error {
+	if len(v) > 40 {
+		v = v[:40] + "…"
+	}
+	return fmt.Errorf("trace: line %d: %s %q: %s", r.line, name, v, why)
+}
+
+// num parses the named column as a finite number in [lo, hi].
+func (r row) num(name string, lo, hi float64) (float64, error) {
+	v, ok := r.get(name)
+	if !ok || v == "" {
+		return 0, r.bad(name, v, "missing")
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, r.bad(name, v, "not a number")
+	}
+	if f < lo || f > hi {
+		return 0, r.bad(name, v, fmt.Sprintf("out of range [%g, %g]", lo, hi))
+	}
+	return f, nil
+}
+
+func parseRow(rec []string, col map[string]int, line int) (Job, error) {
+	r := row{rec: rec, col: col, line: line}
+	j := Job{Line: line, CostUSD: -1}
+	if err := r.required(&j); err != nil {
 		return j, err
 	}
-	if g != math.Trunc(g) {
-		v, _ := get("gpus")
-		return j, bad("gpus", v, "not a whole number")
-	}
-	j.GPUs = int(g)
 	for _, name := range []string{"gpu_model", "priority", "backend", "job_id", "residency"} {
-		if v, _ := get(name); len(v) > maxField {
-			return j, bad(name, v, fmt.Sprintf("longer than %d bytes", maxField))
+		if v, _ := r.get(name); len(v) > maxField {
+			return j, r.bad(name, v, fmt.Sprintf("longer than %d bytes", maxField))
 		}
 	}
-	j.GPUModel, _ = get("gpu_model")
-	j.Backend, _ = get("backend")
-	j.ID, _ = get("job_id")
-	if p, _ := get("priority"); p != "" {
-		switch p = strings.ToLower(p); p {
-		case "urgent", "normal", "batch":
-			j.Priority = p
-		default:
-			return j, bad("priority", p, "want urgent, normal or batch")
-		}
+	j.GPUModel, _ = r.get("gpu_model")
+	j.Backend, _ = r.get("backend")
+	j.ID, _ = r.get("job_id")
+	var err error
+	if j.Priority, err = r.priority(); err != nil {
+		return j, err
 	}
-	if rs, _ := get("residency"); rs != "" {
-		for _, t := range strings.FieldsFunc(rs, func(r rune) bool { return r == ' ' || r == ';' || r == '|' }) {
-			t = strings.ToLower(t)
-			if !validTag(t) {
-				return j, bad("residency", rs, "tags are lower-case words [a-z0-9-] separated by spaces or ';'")
-			}
-			if !slices.Contains(j.Residency, t) {
-				j.Residency = append(j.Residency, t)
-			}
-		}
+	if j.Residency, err = r.residency(); err != nil {
+		return j, err
 	}
-	if v, ok := get("cost_usd"); ok && v != "" {
-		if j.CostUSD, err = num("cost_usd", 0, 1e12); err != nil {
+	if v, ok := r.get("cost_usd"); ok && v != "" {
+		if j.CostUSD, err = r.num("cost_usd", 0, 1e12); err != nil {
 			return j, err
 		}
 	}
 	return j, nil
+}
+
+// required fills the three columns every row must have: submit_s,
+// duration_s and a whole number of gpus.
+func (r row) required(j *Job) error {
+	var err error
+	if j.SubmitS, err = r.num("submit_s", 0, MaxDurationS); err != nil {
+		return err
+	}
+	if j.DurationS, err = r.num("duration_s", 0, MaxDurationS); err != nil {
+		return err
+	}
+	g, err := r.num("gpus", 0, MaxGPUs)
+	if err != nil {
+		return err
+	}
+	if g != math.Trunc(g) {
+		v, _ := r.get("gpus")
+		return r.bad("gpus", v, "not a whole number")
+	}
+	j.GPUs = int(g)
+	return nil
+}
+
+// priority returns the lower-cased priority column, "" when absent or empty.
+func (r row) priority() (string, error) {
+	p, _ := r.get("priority")
+	if p == "" {
+		return "", nil
+	}
+	switch p = strings.ToLower(p); p {
+	case "urgent", "normal", "batch":
+		return p, nil
+	}
+	return "", r.bad("priority", p, "want urgent, normal or batch")
+}
+
+// residency returns the residency column's tags, lower-cased and without
+// repeats; nil when absent or empty.
+func (r row) residency() ([]string, error) {
+	rs, _ := r.get("residency")
+	var tags []string
+	for _, t := range strings.FieldsFunc(rs, func(r rune) bool { return r == ' ' || r == ';' || r == '|' }) {
+		t = strings.ToLower(t)
+		if !validTag(t) {
+			return nil, r.bad("residency", rs, "tags are lower-case words [a-z0-9-] separated by spaces or ';'")
+		}
+		if !slices.Contains(tags, t) {
+			tags = append(tags, t)
+		}
+	}
+	return tags, nil
 }
 
 func validTag(t string) bool {

@@ -88,45 +88,50 @@ func parseEvent(line string) (ev TrainerEvent, bad []string, ok bool) {
 	}
 	ev.Raw = json.RawMessage(b)
 
-	check := func(name string, ok bool) {
-		if !ok {
-			bad = append(bad, name)
-		}
-	}
 	for name, raw := range fields {
 		if bytes.Equal(raw, []byte("null")) {
 			continue
 		}
-		switch name {
-		case "step":
-			check(name, parseInt(raw, &ev.Step))
-		case "total_steps":
-			check(name, parseInt(raw, &ev.TotalSteps))
-		case "bytes":
-			check(name, parseInt(raw, &ev.Bytes))
-		case "paused_at":
-			check(name, parseInt(raw, &ev.PausedAt))
-		case "epoch":
-			check(name, json.Unmarshal(raw, &ev.Epoch) == nil)
-		case "loss":
-			check(name, json.Unmarshal(raw, &ev.Loss) == nil)
-		case "learning_rate":
-			check(name, json.Unmarshal(raw, &ev.LearningRate) == nil)
-		case "samples_per_s":
-			check(name, json.Unmarshal(raw, &ev.SamplesPerS) == nil)
-		case "eval_loss":
-			check(name, json.Unmarshal(raw, &ev.EvalLoss) == nil)
-		case "path":
-			check(name, json.Unmarshal(raw, &ev.Path) == nil)
-		case "format":
-			check(name, json.Unmarshal(raw, &ev.Format) == nil)
-		case "sha256":
-			check(name, json.Unmarshal(raw, &ev.SHA256) == nil)
-		case "metrics":
-			check(name, parseMetrics(raw, &ev.Metrics))
+		if !ev.setField(name, raw) {
+			bad = append(bad, name)
 		}
 	}
 	return ev, bad, true
+}
+
+// setField sets the contract field name from raw (not null); false when
+// raw is of the wrong type. A field the contract does not define is left
+// alone (true).
+func (ev *TrainerEvent) setField(name string, raw json.RawMessage) bool {
+	switch name {
+	case "step":
+		return parseInt(raw, &ev.Step)
+	case "total_steps":
+		return parseInt(raw, &ev.TotalSteps)
+	case "bytes":
+		return parseInt(raw, &ev.Bytes)
+	case "paused_at":
+		return parseInt(raw, &ev.PausedAt)
+	case "epoch":
+		return json.Unmarshal(raw, &ev.Epoch) == nil
+	case "loss":
+		return json.Unmarshal(raw, &ev.Loss) == nil
+	case "learning_rate":
+		return json.Unmarshal(raw, &ev.LearningRate) == nil
+	case "samples_per_s":
+		return json.Unmarshal(raw, &ev.SamplesPerS) == nil
+	case "eval_loss":
+		return json.Unmarshal(raw, &ev.EvalLoss) == nil
+	case "path":
+		return json.Unmarshal(raw, &ev.Path) == nil
+	case "format":
+		return json.Unmarshal(raw, &ev.Format) == nil
+	case "sha256":
+		return json.Unmarshal(raw, &ev.SHA256) == nil
+	case "metrics":
+		return parseMetrics(raw, &ev.Metrics)
+	}
+	return true
 }
 
 // parseInt reads a JSON number that holds an integer (10, 1e3, 100.0) into

@@ -63,16 +63,48 @@ func Run(ctx context.Context, cfg Config, sink Sink) Result {
 	}
 	log := cfg.Logger.With(slog.String("argv0", cfg.Argv[0]))
 	if ctx.Err() != nil {
-		outcome, cause := ctxOutcome(ctx)
-		log.Info("trainer not started: context already done", slog.String("outcome", outcome.String()), slog.Any("cause", cause))
-		now := time.Now()
-		return Result{Outcome: outcome, ExitCode: -1, Err: fmt.Errorf("trainer: not started: %w", cause), Started: now, Ended: now}
+		return doneBeforeStart(ctx, log)
 	}
 	path, err := resolve(cfg.Argv[0])
 	if err != nil {
 		log.Warn("trainer not started", slog.Any("error", err))
 		return startFailed(err)
 	}
+	attr, cg, err := procAttr(cfg)
+	if err != nil {
+		log.Warn("trainer not started", slog.Any("error", err))
+		return startFailed(err)
+	}
+	a := &attempt{cgroup: cg, cfg: cfg, log: log, sink: &serialSink{sink: sink}, watchDone: make(chan struct{})}
+	if err := a.openPipes(); err != nil {
+		dropCgroup(cfg.Cgroup, cg)
+		return startFailed(err)
+	}
+	a.cmd = &exec.Cmd{
+		Path:        path,
+		Args:        cfg.Argv,
+		Env:         environ(os.LookupEnv, cfg.PassEnv, cfg.Env),
+		Dir:         cfg.Dir,
+		Stdout:      a.outW,
+		Stderr:      a.errW,
+		SysProcAttr: attr,
+	}
+	return a.run(ctx)
+}
+
+// doneBeforeStart is the Result of a Run whose ctx was done before it
+// started anything.
+func doneBeforeStart(ctx context.Context, log *slog.Logger) Result {
+	outcome, cause := ctxOutcome(ctx)
+	log.Info("trainer not started: context already done", slog.String("outcome", outcome.String()), slog.Any("cause", cause))
+	now := time.Now()
+	return Result{Outcome: outcome, ExitCode: -1, Err: fmt.Errorf("trainer: not started: %w", cause), Started: now, Ended: now}
+}
+
+// procAttr is how the trainer's process is made: its own process group,
+// SIGKILL at its parent's death, cfg.RunAs's credentials, and with
+// cfg.Cgroup set, that cgroup, made here and returned open.
+func procAttr(cfg Config) (*syscall.SysProcAttr, *os.File, error) {
 	attr := &syscall.SysProcAttr{
 		Setpgid:   true,
 		Pdeathsig: syscall.SIGKILL,
@@ -80,49 +112,32 @@ func Run(ctx context.Context, cfg Config, sink Sink) Result {
 	if c := cfg.RunAs; c != nil {
 		attr.Credential = &syscall.Credential{Uid: c.UID, Gid: c.GID, Groups: []uint32{}}
 	}
-	var cg *os.File
-	if cfg.Cgroup != "" {
-		if cg, err = makeCgroup(cfg.Cgroup); err != nil {
-			log.Warn("trainer not started", slog.Any("error", err))
-			return startFailed(err)
-		}
-		// clone3 puts the child in the cgroup as it is made: it never runs
-		// a single instruction outside it.
-		attr.UseCgroupFD, attr.CgroupFD = true, int(cg.Fd())
+	if cfg.Cgroup == "" {
+		return attr, nil, nil
 	}
-	outR, outW, err := os.Pipe()
+	cg, err := makeCgroup(cfg.Cgroup)
 	if err != nil {
-		dropCgroup(cfg.Cgroup, cg)
-		return startFailed(fmt.Errorf("trainer: stdout pipe: %w", err))
+		return nil, nil, err
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		dropCgroup(cfg.Cgroup, cg)
-		return startFailed(fmt.Errorf("trainer: stderr pipe: %w", err))
+	// clone3 puts the child in the cgroup as it is made: it never runs a
+	// single instruction outside it.
+	attr.UseCgroupFD, attr.CgroupFD = true, int(cg.Fd())
+	return attr, cg, nil
+}
+
+// openPipes opens the pipes for the trainer's stdout and stderr; on an
+// error none is left open.
+func (a *attempt) openPipes() error {
+	var err error
+	if a.outR, a.outW, err = os.Pipe(); err != nil {
+		return fmt.Errorf("trainer: stdout pipe: %w", err)
 	}
-	a := &attempt{
-		cgroup: cg,
-		cfg:    cfg,
-		log:    log,
-		sink:   &serialSink{sink: sink},
-		cmd: &exec.Cmd{
-			Path:        path,
-			Args:        cfg.Argv,
-			Env:         environ(os.LookupEnv, cfg.PassEnv, cfg.Env),
-			Dir:         cfg.Dir,
-			Stdout:      outW,
-			Stderr:      errW,
-			SysProcAttr: attr,
-		},
-		outR:      outR,
-		outW:      outW,
-		errR:      errR,
-		errW:      errW,
-		watchDone: make(chan struct{}),
+	if a.errR, a.errW, err = os.Pipe(); err != nil {
+		a.outR.Close()
+		a.outW.Close()
+		return fmt.Errorf("trainer: stderr pipe: %w", err)
 	}
-	return a.run(ctx)
+	return nil
 }
 
 // attempt is the state of one Run.
@@ -160,12 +175,7 @@ func (a *attempt) run(ctx context.Context) Result {
 	a.errW.Close()
 	if err != nil {
 		runtime.UnlockOSThread()
-		a.outR.Close()
-		a.errR.Close()
-		dropCgroup(a.cfg.Cgroup, a.cgroup)
-		err = fmt.Errorf("trainer: start %s: %w", a.cfg.Argv[0], err)
-		a.log.Warn("trainer not started", slog.Any("error", err))
-		return startFailed(err)
+		return a.notStarted(err)
 	}
 	started := time.Now()
 	a.pid = a.cmd.Process.Pid
@@ -182,7 +192,31 @@ func (a *attempt) run(ctx context.Context) Result {
 	a.readers.Add(2)
 	go a.read(StreamStdout, a.outR)
 	go a.read(StreamStderr, a.errR)
+	waitErr := a.waitEnd(ctx)
+	a.closeCgroup()
 
+	a.drain()
+	res := a.result(ctx, waitErr)
+	res.Started, res.Ended = started, time.Now()
+	a.logEnd(res)
+	return res
+}
+
+// notStarted cleans up after cmd.Start failed with err: the read ends of
+// the pipes and the cgroup.
+func (a *attempt) notStarted(err error) Result {
+	a.outR.Close()
+	a.errR.Close()
+	dropCgroup(a.cfg.Cgroup, a.cgroup)
+	err = fmt.Errorf("trainer: start %s: %w", a.cfg.Argv[0], err)
+	a.log.Warn("trainer not started", slog.Any("error", err))
+	return startFailed(err)
+}
+
+// waitEnd waits for the started leader to exit, stopping it when ctx is
+// done (watch), then kills what is left of its group and cgroup, reaps it
+// and unlocks the OS thread run locked. It returns cmd.Wait's error.
+func (a *attempt) waitEnd(ctx context.Context) error {
 	exited := make(chan struct{})
 	go a.watch(ctx, exited)
 
@@ -203,13 +237,7 @@ func (a *attempt) run(ctx context.Context) Result {
 		a.log.Warn("wait without reaping failed; killing the group after the reap", slog.Any("error", pinnedErr))
 		a.killGroupAndWait()
 	}
-	a.closeCgroup()
-
-	a.drain()
-	res := a.result(ctx, waitErr)
-	res.Started, res.Ended = started, time.Now()
-	a.logEnd(res)
-	return res
+	return waitErr
 }
 
 // closeCgroup removes the trainer's cgroup once everything in it is dead

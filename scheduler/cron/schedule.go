@@ -155,6 +155,18 @@ func parseEntry(e Entry, p, dir string) (Schedule, []FieldError) {
 	if !nameRE.MatchString(e.Name) {
 		bad("name", e.Name, "want 1 to 63 of [a-z0-9-], starting and ending with a letter or digit")
 	}
+	s.parseWhen(e, bad)
+	s.parseTarget(e, dir, bad)
+	s.parsePolicies(e, bad)
+	return s, fes
+}
+
+// reporter records a problem with one field of an entry.
+type reporter func(field, value, msg string)
+
+// parseWhen sets the schedule's location (UTC when not given, or when the
+// zone is not known) and its parsed cron expression, which must tick.
+func (s *Schedule) parseWhen(e Entry, bad reporter) {
 	if s.Timezone == "" {
 		s.Timezone = "UTC"
 	}
@@ -169,6 +181,11 @@ func parseEntry(e Entry, p, dir string) (Schedule, []FieldError) {
 	} else if s.Next(time.Unix(0, 0)).IsZero() {
 		bad("cron", e.Cron, "never comes (no tick within five years)")
 	}
+}
+
+// parseTarget sets the file a tick starts, a job or a sweep (exactly one),
+// resolved against dir.
+func (s *Schedule) parseTarget(e Entry, dir string, bad reporter) {
 	switch {
 	case e.Sweep != "" && e.Job != "":
 		bad("sweep", e.Sweep, "give sweep or job, not both (job is "+e.Job+")")
@@ -179,6 +196,11 @@ func parseEntry(e Entry, p, dir string) (Schedule, []FieldError) {
 	default:
 		s.Kind, s.File = KindJob, resolve(dir, e.Job)
 	}
+}
+
+// parsePolicies checks concurrency, missed and starting_deadline and sets
+// the defaults of those not given (forbid, skip, DefaultStartingDeadline).
+func (s *Schedule) parsePolicies(e Entry, bad reporter) {
 	switch s.Concurrency {
 	case "":
 		s.Concurrency = Forbid
@@ -204,7 +226,6 @@ func parseEntry(e Entry, p, dir string) (Schedule, []FieldError) {
 			s.StartingDeadline = d
 		}
 	}
-	return s, fes
 }
 
 func loadLocation(name string) (*time.Location, error) {

@@ -67,72 +67,88 @@ func indexNodes(s Snapshot) []nodeState {
 	for i, n := range s.Nodes {
 		ns := &nodes[i]
 		ns.name = n.Name
-		ns.running = slices.Clone(n.Running)
-		slices.SortStableFunc(ns.running, func(a, b Running) int { return strings.Compare(a.JobID, b.JobID) })
-		ns.runIdx = make(map[string]int, len(ns.running))
-		for ri, r := range ns.running {
-			if _, dup := ns.runIdx[r.JobID]; !dup {
-				ns.runIdx[r.JobID] = ri
-			}
-		}
-
-		ns.gpus = make([]gpuState, len(n.GPUs))
-		lastName, lastLower := "", ""
-		for gi, g := range n.GPUs {
-			if g.Name != lastName || gi == 0 {
-				// A node's GPUs mostly share one name: lower it once.
-				lastName, lastLower = g.Name, strings.ToLower(g.Name)
-			}
-			st := gpuState{index: g.Index, name: lastLower, healthy: g.Healthy, holder: g.JobID, release: never}
-			if g.MemoryTotalMB > g.ForeignUsedMB {
-				st.freeMB = g.MemoryTotalMB - g.ForeignUsedMB
-			}
-			if g.Healthy {
-				switch ri, ok := ns.runIdx[g.JobID]; {
-				case g.JobID == "":
-					st.free, st.release = true, 0
-					ns.freeGPUs++
-				case !ok:
-					// Held by a job we know nothing about: no estimate.
-				case ns.running[ri].Stopping:
-					st.release = 0
-				default:
-					st.release = after(s.Now, ns.running[ri].EndsAt)
-				}
-			}
-			ns.gpus[gi] = st
-		}
-		slices.SortStableFunc(ns.gpus, func(a, b gpuState) int { return cmp.Compare(a.index, b.index) })
-
-		// CPU slots: running jobs free theirs at their estimate; slots in use
-		// that no running job accounts for never free; over-commitment is
-		// paid back by the first slots that free.
-		sum := 0
-		for _, r := range ns.running {
-			if r.CPUSlots <= 0 {
-				continue
-			}
-			sum += r.CPUSlots
-			at := after(s.Now, r.EndsAt)
-			if r.Stopping {
-				at = 0
-			}
-			ns.cpuRel = append(ns.cpuRel, slots{at, r.CPUSlots})
-		}
-		used := max(n.CPUSlotsUsed, sum)
-		if used > sum {
-			ns.cpuRel = append(ns.cpuRel, slots{never, used - sum})
-		}
-		slices.SortStableFunc(ns.cpuRel, func(a, b slots) int { return cmp.Compare(a.at, b.at) })
-		ns.cpuTotal = max(n.CPUSlots, 0)
-		ns.cpuFree = ns.cpuTotal - used
-		if ns.cpuFree < 0 {
-			ns.cpuRel = takeSlots(ns.cpuRel, -ns.cpuFree)
-			ns.cpuFree = 0
-		}
+		ns.indexRunning(n.Running)
+		ns.indexGPUs(n.GPUs, s.Now)
+		ns.indexCPU(n, s.Now)
 	}
 	slices.SortStableFunc(nodes, func(a, b nodeState) int { return strings.Compare(a.name, b.name) })
 	return nodes
+}
+
+// indexRunning sets the node's running jobs, sorted by id, and runIdx: each
+// id's first place among them.
+func (ns *nodeState) indexRunning(running []Running) {
+	ns.running = slices.Clone(running)
+	slices.SortStableFunc(ns.running, func(a, b Running) int { return strings.Compare(a.JobID, b.JobID) })
+	ns.runIdx = make(map[string]int, len(ns.running))
+	for ri, r := range ns.running {
+		if _, dup := ns.runIdx[r.JobID]; !dup {
+			ns.runIdx[r.JobID] = ri
+		}
+	}
+}
+
+// indexGPUs sets the node's GPUs, sorted by index, each with its free
+// memory and when it is expected to be released; it counts the free ones.
+// It needs ns.running and ns.runIdx (indexRunning).
+func (ns *nodeState) indexGPUs(gpus []GPU, now time.Time) {
+	ns.gpus = make([]gpuState, len(gpus))
+	lastName, lastLower := "", ""
+	for gi, g := range gpus {
+		if g.Name != lastName || gi == 0 {
+			// A node's GPUs mostly share one name: lower it once.
+			lastName, lastLower = g.Name, strings.ToLower(g.Name)
+		}
+		st := gpuState{index: g.Index, name: lastLower, healthy: g.Healthy, holder: g.JobID, release: never}
+		if g.MemoryTotalMB > g.ForeignUsedMB {
+			st.freeMB = g.MemoryTotalMB - g.ForeignUsedMB
+		}
+		if g.Healthy {
+			switch ri, ok := ns.runIdx[g.JobID]; {
+			case g.JobID == "":
+				st.free, st.release = true, 0
+				ns.freeGPUs++
+			case !ok:
+				// Held by a job we know nothing about: no estimate.
+			case ns.running[ri].Stopping:
+				st.release = 0
+			default:
+				st.release = after(now, ns.running[ri].EndsAt)
+			}
+		}
+		ns.gpus[gi] = st
+	}
+	slices.SortStableFunc(ns.gpus, func(a, b gpuState) int { return cmp.Compare(a.index, b.index) })
+}
+
+// indexCPU sets the node's CPU slots: running jobs free theirs at their
+// estimate; slots in use that no running job accounts for never free;
+// over-commitment is paid back by the first slots that free. It needs
+// ns.running (indexRunning).
+func (ns *nodeState) indexCPU(n Node, now time.Time) {
+	sum := 0
+	for _, r := range ns.running {
+		if r.CPUSlots <= 0 {
+			continue
+		}
+		sum += r.CPUSlots
+		at := after(now, r.EndsAt)
+		if r.Stopping {
+			at = 0
+		}
+		ns.cpuRel = append(ns.cpuRel, slots{at, r.CPUSlots})
+	}
+	used := max(n.CPUSlotsUsed, sum)
+	if used > sum {
+		ns.cpuRel = append(ns.cpuRel, slots{never, used - sum})
+	}
+	slices.SortStableFunc(ns.cpuRel, func(a, b slots) int { return cmp.Compare(a.at, b.at) })
+	ns.cpuTotal = max(n.CPUSlots, 0)
+	ns.cpuFree = ns.cpuTotal - used
+	if ns.cpuFree < 0 {
+		ns.cpuRel = takeSlots(ns.cpuRel, -ns.cpuFree)
+		ns.cpuFree = 0
+	}
 }
 
 // takeSlots removes the n earliest slots from rel.

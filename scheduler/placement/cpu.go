@@ -31,19 +31,7 @@ func (p *planner) considerCPU(i int) {
 	h := &p.cpuHead
 	end := endOf(0, j.Estimate)
 	restricted := h.set && end > h.at
-	best := -1
-	if c <= p.maxCPUFree() {
-		for ni := range p.nodes {
-			n := &p.nodes[ni]
-			if n.cpuFree < c || (restricted && ni == h.node && c > h.extra) {
-				continue
-			}
-			if best < 0 || n.cpuFree < p.nodes[best].cpuFree {
-				best = ni
-			}
-		}
-	}
-	if best >= 0 {
+	if best := p.bestFitCPU(c, restricted); best >= 0 {
 		n := &p.nodes[best]
 		n.cpuFree -= c
 		n.cpuRel = addSlots(n.cpuRel, end, c)
@@ -64,22 +52,36 @@ func (p *planner) considerCPU(i int) {
 		p.out[i].cpu = true
 		return
 	}
-	// i is the first CPU-only job that cannot start: the CPU head.
-	at, ni := never, -1
-	bestReady := 0
-	for x := range p.nodes {
-		n := &p.nodes[x]
-		if n.cpuTotal < c {
+	p.reserveCPU(i, c)
+}
+
+// bestFitCPU returns the node with the fewest free CPU slots that still has
+// c, or -1. restricted: the CPU head's node gives only its extra slots
+// (the job would run past the head's start).
+func (p *planner) bestFitCPU(c int, restricted bool) int {
+	best := -1
+	if c > p.maxCPUFree() {
+		return best
+	}
+	h := &p.cpuHead
+	for ni := range p.nodes {
+		n := &p.nodes[ni]
+		if n.cpuFree < c || (restricted && ni == h.node && c > h.extra) {
 			continue
 		}
-		t := slotsBy(n.cpuFree, n.cpuRel, c)
-		if t == never {
-			continue
-		}
-		if ready := slotsAt(n.cpuFree, n.cpuRel, t); t < at || (t == at && ready < bestReady) {
-			at, ni, bestReady = t, x, ready
+		if best < 0 || n.cpuFree < p.nodes[best].cpuFree {
+			best = ni
 		}
 	}
+	return best
+}
+
+// reserveCPU makes job i, the first CPU-only job that cannot start, the CPU
+// head: it reserves c slots on the node where they free first.
+func (p *planner) reserveCPU(i, c int) {
+	j := &p.pending[i]
+	h := &p.cpuHead
+	at, ni, bestReady := p.earliestCPU(c)
 	if ni < 0 {
 		p.wait(i, WaitCPUFull, p.cpuFullReason(c)+"; start unknown: the slots are held by jobs with no estimate", nil)
 		p.out[i].cpu = true
@@ -90,6 +92,27 @@ func (p *planner) considerCPU(i int) {
 	p.plan.Reserved = append(p.plan.Reserved, Reservation{JobID: j.ID, Node: p.nodes[ni].name, CPUSlots: c, At: p.now.Add(time.Duration(at))})
 	p.wait(i, WaitCPUFull, p.cpuFullReason(c)+"; first in line on "+p.nodes[ni].name, nil)
 	p.out[i].cpu = true
+}
+
+// earliestCPU returns the node (ni) where c CPU slots free first, when
+// (at), and how many are free by then (ready); among nodes tied on at, the
+// one with the fewest ready. ni is -1 when no node's slots have an estimate.
+func (p *planner) earliestCPU(c int) (at int64, ni, ready int) {
+	at, ni = never, -1
+	for x := range p.nodes {
+		n := &p.nodes[x]
+		if n.cpuTotal < c {
+			continue
+		}
+		t := slotsBy(n.cpuFree, n.cpuRel, c)
+		if t == never {
+			continue
+		}
+		if r := slotsAt(n.cpuFree, n.cpuRel, t); t < at || (t == at && r < ready) {
+			at, ni, ready = t, x, r
+		}
+	}
+	return at, ni, ready
 }
 
 // maxCPUFree returns the most free CPU slots on one node, recomputed only

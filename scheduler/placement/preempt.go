@@ -162,20 +162,7 @@ func chooseVictims(vs []victim, need int) (set victimSet, ok bool) {
 	}
 	// The fewest victims: the largest gains first.
 	byGain := slices.Clone(vs)
-	slices.SortStableFunc(byGain, func(a, b victim) int {
-		switch {
-		case a.gain != b.gain:
-			return b.gain - a.gain
-		case a.held != b.held:
-			return a.held - b.held
-		case a.ends != b.ends:
-			if a.ends > b.ends {
-				return -1
-			}
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(byGain, largerGainFirst)
 	m, sum := 0, 0
 	for m < len(byGain) && sum < need {
 		sum += byGain[m].gain
@@ -187,6 +174,29 @@ func chooseVictims(vs []victim, need int) (set victimSet, ok bool) {
 	if binomial(len(vs), m) > maxEnumerate {
 		return makeSet(byGain[:m]), true
 	}
+	return bestOfSize(vs, m, need), true
+}
+
+// largerGainFirst orders victims by gain, larger first, then by GPUs held,
+// fewer first, then by expected end, later first.
+func largerGainFirst(a, b victim) int {
+	switch {
+	case a.gain != b.gain:
+		return b.gain - a.gain
+	case a.held != b.held:
+		return a.held - b.held
+	case a.ends != b.ends:
+		if a.ends > b.ends {
+			return -1
+		}
+		return 1
+	}
+	return 0
+}
+
+// bestOfSize returns the best (victimSet.better) of the sets of m of vs
+// whose gains add up to need, trying each in lexicographic order.
+func bestOfSize(vs []victim, m, need int) victimSet {
 	var best victimSet
 	found := false
 	idx := make([]int, m)
@@ -205,20 +215,28 @@ func chooseVictims(vs []victim, need int) (set victimSet, ok bool) {
 				best, found = s, true
 			}
 		}
-		// Next combination in lexicographic order.
-		x := m - 1
-		for x >= 0 && idx[x] == len(vs)-m+x {
-			x--
-		}
-		if x < 0 {
-			break
-		}
-		idx[x]++
-		for y := x + 1; y < m; y++ {
-			idx[y] = idx[y-1] + 1
+		if !nextCombination(idx, len(vs)) {
+			return best
 		}
 	}
-	return best, true
+}
+
+// nextCombination advances idx, an increasing choice of indexes below n,
+// to the next in lexicographic order; false when idx was the last.
+func nextCombination(idx []int, n int) bool {
+	m := len(idx)
+	x := m - 1
+	for x >= 0 && idx[x] == n-m+x {
+		x--
+	}
+	if x < 0 {
+		return false
+	}
+	idx[x]++
+	for y := x + 1; y < m; y++ {
+		idx[y] = idx[y-1] + 1
+	}
+	return true
 }
 
 // makeSet copies vs into a victimSet with its costs.

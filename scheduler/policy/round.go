@@ -9,6 +9,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/poolstate"
 	"github.com/lathe-ml/lathe/scheduler/placement"
+	"github.com/lathe-ml/lathe/scheduler/routing"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
@@ -64,9 +65,8 @@ const MaxRedecisions = 200
 // pool (placement.Place), and the pool's pressure is counted for the
 // next routing decisions.
 func DecideRound(in *RoundInput, rs *RouteState, opts RoundOptions) RoundPlan {
-	var plan RoundPlan
+	r := rerouter{rs: rs, rsnap: Snapshot(rs, Assumptions{}, in.Routing), now: in.Now}
 	snap := placement.Snapshot{Now: in.Now}
-	rsnap := Snapshot(rs, Assumptions{}, in.Routing)
 	live := map[string]bool{}
 	for _, n := range in.Nodes {
 		live[n.Name] = true
@@ -77,46 +77,72 @@ func DecideRound(in *RoundInput, rs *RouteState, opts RoundOptions) RoundPlan {
 			continue
 		}
 		if path := ReroutePath(j, rs, in.Now); path != "" {
-			if len(plan.Reroutes) >= MaxRedecisions {
-				plan.OffWaits = append(plan.OffWaits, OffWait{j.ID, "routing", "waiting for its routing decision (" + path + ")"})
+			if j = r.reroute(j, path); j == nil {
 				continue
 			}
-			rp := DecideRoute(j, path, rs, rsnap, in.Now)
-			plan.Reroutes = append(plan.Reroutes, rp)
-			if rp.Reserve && j.BudgetReservedUSD == 0 {
-				// What the next decision's read would have seen of it (a job
-				// that holds a reservation keeps it: Reserve is a no-op).
-				addReserved(&rsnap, j.Team, rp.Decision)
-			}
-			// The job as it will be once the route is stored (a copy: the
-			// input stays as read).
-			jc := *j
-			jc.Route, jc.Held = rp.Route, rp.Held
-			j = &jc
 		}
 		if j.Held != "" {
-			plan.OffWaits = append(plan.OffWaits, OffWait{j.ID, "held", "held: " + j.Held})
+			r.plan.OffWaits = append(r.plan.OffWaits, OffWait{j.ID, "held", "held: " + j.Held})
 			continue
 		}
 		if j.Route != nil && j.Route.Kind != "" && j.Route.Kind != routecfg.KindLocal {
 			if cd, ow, ok := decideCloud(j, rs, live); ok {
-				plan.Cloud = append(plan.Cloud, cd)
+				r.plan.Cloud = append(r.plan.Cloud, cd)
 			} else {
-				plan.OffWaits = append(plan.OffWaits, ow)
+				r.plan.OffWaits = append(r.plan.OffWaits, ow)
 			}
 			continue
 		}
-		snap.Pending = append(snap.Pending, placement.Job{ID: j.ID, Priority: PlacementPriority(j.Spec.Priority),
-			Request: placement.Request{GPUs: j.Spec.Resources.GPUs, MinMemoryMB: uint64(j.Spec.Resources.GPUMemoryGB * 1024),
-				Models: j.Spec.Resources.GPUModels, CPUSlots: 1},
-			Estimate: Estimate(j, opts.DefaultMaxRuntime)})
+		snap.Pending = append(snap.Pending, placementJob(j, opts.DefaultMaxRuntime))
 	}
+	plan := r.plan
 	snap.Nodes = PlacementNodes(in, opts.DefaultMaxRuntime)
 	plan.Snap = snap
 	plan.Place = placement.Place(snap)
 	plan.Pressure = PoolPressure(snap, in, opts.DefaultMaxRuntime)
 	plan.Pressure.Joins = JoinWaits(plan.Place.Joins, snap.Now)
 	return plan
+}
+
+// rerouter makes a round's routing decisions: plan gathers them (and the
+// jobs left waiting for one), rsnap is the routing snapshot as each next
+// decision would read it.
+type rerouter struct {
+	rs    *RouteState
+	rsnap routing.Snapshot
+	now   time.Time
+	plan  RoundPlan
+}
+
+// reroute decides queued job j again (path: why, ReroutePath) and returns
+// the job as it will be once the route is stored, a copy; nil when the
+// round has made MaxRedecisions already and j waits for the next.
+func (r *rerouter) reroute(j *jobtype.Job, path string) *jobtype.Job {
+	if len(r.plan.Reroutes) >= MaxRedecisions {
+		r.plan.OffWaits = append(r.plan.OffWaits, OffWait{j.ID, "routing", "waiting for its routing decision (" + path + ")"})
+		return nil
+	}
+	rp := DecideRoute(j, path, r.rs, r.rsnap, r.now)
+	r.plan.Reroutes = append(r.plan.Reroutes, rp)
+	if rp.Reserve && j.BudgetReservedUSD == 0 {
+		// What the next decision's read would have seen of it (a job
+		// that holds a reservation keeps it: Reserve is a no-op).
+		addReserved(&r.rsnap, j.Team, rp.Decision)
+	}
+	// The job as it will be once the route is stored (a copy: the input
+	// stays as read).
+	jc := *j
+	jc.Route, jc.Held = rp.Route, rp.Held
+	return &jc
+}
+
+// placementJob is queued job j as placement sees it: its priority, GPU
+// request, one CPU slot and its runtime estimate.
+func placementJob(j *jobtype.Job, defaultMaxRuntime time.Duration) placement.Job {
+	return placement.Job{ID: j.ID, Priority: PlacementPriority(j.Spec.Priority),
+		Request: placement.Request{GPUs: j.Spec.Resources.GPUs, MinMemoryMB: uint64(j.Spec.Resources.GPUMemoryGB * 1024),
+			Models: j.Spec.Resources.GPUModels, CPUSlots: 1},
+		Estimate: Estimate(j, defaultMaxRuntime)}
 }
 
 // ReroutePath is why queued job j must be decided again before it is

@@ -162,27 +162,7 @@ func (e *eval) choose(d *Decision, states []candState) int {
 	if j.ValuePerHourUSD > 0 && !math.IsInf(j.ValuePerHourUSD, 0) {
 		return e.chooseByValue(d, states)
 	}
-	within, cloud, leastWait := -1, -1, -1
-	for i := range d.Candidates {
-		c, st := &d.Candidates[i], &states[i]
-		if !c.Feasible {
-			continue
-		}
-		if c.Kind != routecfg.KindLocal {
-			if cloud < 0 || rankCost(st) < rankCost(&states[cloud]) {
-				cloud = i
-			}
-			continue
-		}
-		if leastWait < 0 || st.waitS < states[leastWait].waitS {
-			leastWait = i
-		}
-		if j.MaxWait <= 0 || st.waitS <= j.MaxWait.Seconds() {
-			if within < 0 || rankCost(st) < rankCost(&states[within]) {
-				within = i
-			}
-		}
-	}
+	within, cloud, leastWait := e.shortlist(d, states)
 	switch {
 	case within >= 0:
 		w := states[within].waitS
@@ -208,6 +188,35 @@ func (e *eval) choose(d *Decision, states []candState) int {
 		return leastWait
 	}
 	return -1
+}
+
+// shortlist returns the feasible candidates choose weighs, -1 for none:
+// the cheapest local one whose wait is within max_wait (any, when max_wait
+// is not set), the cheapest cloud one, and the local one with the least
+// wait. The first of equals wins.
+func (e *eval) shortlist(d *Decision, states []candState) (within, cloud, leastWait int) {
+	within, cloud, leastWait = -1, -1, -1
+	for i := range d.Candidates {
+		c, st := &d.Candidates[i], &states[i]
+		if !c.Feasible {
+			continue
+		}
+		if c.Kind != routecfg.KindLocal {
+			if cloud < 0 || rankCost(st) < rankCost(&states[cloud]) {
+				cloud = i
+			}
+			continue
+		}
+		if leastWait < 0 || st.waitS < states[leastWait].waitS {
+			leastWait = i
+		}
+		if e.job.MaxWait <= 0 || st.waitS <= e.job.MaxWait.Seconds() {
+			if within < 0 || rankCost(st) < rankCost(&states[within]) {
+				within = i
+			}
+		}
+	}
+	return within, cloud, leastWait
 }
 
 // cloudRejections adds why each cloud backend could not take the job.

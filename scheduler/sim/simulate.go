@@ -183,6 +183,34 @@ func newSim(setup Setup, jobs []Job) (*simulation, error) {
 	}
 	sm := &simulation{setup: setup, rs: policy.NewRouteState(cfg), where: map[string]int{},
 		tags: map[string][]string{}, buckets: map[string]string{}}
+	if err := sm.splitBackends(cfg); err != nil {
+		return nil, err
+	}
+	sm.price = OwnedUSDPerGPUHour(cfg)
+	for _, s := range cfg.Sites {
+		sm.tags[s.Name] = s.Tags
+	}
+	for bk, site := range cfg.Datasets.Buckets {
+		sm.buckets[bk] = site
+	}
+	if err := checkSetup(setup); err != nil {
+		return nil, err
+	}
+	sm.nodes = simNodes(setup)
+	for _, b := range sm.clouds {
+		sm.nodes = append(sm.nodes, poolstate.NodeStatus{Node: poolstate.Node{Name: jobtype.CloudNode(b.Name), Backend: b.Kind}})
+	}
+	if err := sm.addJobs(jobs); err != nil {
+		return nil, err
+	}
+	sm.res.ConfigDefaultResidency = cfg.DefaultResidency
+	return sm, nil
+}
+
+// splitBackends takes the config's first local backend as the owned pool's
+// and its cloud backends as the clouds; a config without a local backend
+// is an error.
+func (sm *simulation) splitBackends(cfg routecfg.Config) error {
 	found := false
 	for _, b := range cfg.Backends {
 		switch {
@@ -193,39 +221,40 @@ func newSim(setup Setup, jobs []Job) (*simulation, error) {
 		}
 	}
 	if !found {
-		return nil, fmt.Errorf("%w: config: no local backend (kind: local): the owned pool needs one", errSim)
+		return fmt.Errorf("%w: config: no local backend (kind: local): the owned pool needs one", errSim)
 	}
-	sm.price = OwnedUSDPerGPUHour(cfg)
-	for _, s := range cfg.Sites {
-		sm.tags[s.Name] = s.Tags
-	}
-	for bk, site := range cfg.Datasets.Buckets {
-		sm.buckets[bk] = site
-	}
+	return nil
+}
+
+// checkSetup refuses an owned pool out of range and a negative max_wait.
+func checkSetup(setup Setup) error {
 	switch {
 	case setup.Owned < 0 || setup.Owned > 1<<20:
-		return nil, fmt.Errorf("%w: owned GPUs %d: want 0 to %d", errSim, setup.Owned, 1<<20)
+		return fmt.Errorf("%w: owned GPUs %d: want 0 to %d", errSim, setup.Owned, 1<<20)
 	case setup.NodeGPUs < 0:
-		return nil, fmt.Errorf("%w: GPUs per node %d: want 0 (one node) or more", errSim, setup.NodeGPUs)
+		return fmt.Errorf("%w: GPUs per node %d: want 0 (one node) or more", errSim, setup.NodeGPUs)
 	case setup.MaxWait < 0:
-		return nil, fmt.Errorf("%w: max_wait %s: want 0 or more", errSim, setup.MaxWait)
+		return fmt.Errorf("%w: max_wait %s: want 0 or more", errSim, setup.MaxWait)
 	}
-	sm.nodes = simNodes(setup)
-	for _, b := range sm.clouds {
-		sm.nodes = append(sm.nodes, poolstate.NodeStatus{Node: poolstate.Node{Name: jobtype.CloudNode(b.Name), Backend: b.Kind}})
-	}
+	return nil
+}
+
+// addJobs checks the trace (ids present and distinct, nothing negative,
+// sorted by submit time), queues each job's arrival and sets the result's
+// horizon: from the first submit to the last expected end.
+func (sm *simulation) addJobs(jobs []Job) error {
 	sm.jobs = make([]simJob, len(jobs))
 	var horizon time.Duration
 	for i := range jobs {
 		in := &jobs[i]
 		if _, dup := sm.where[in.ID]; dup || in.ID == "" {
-			return nil, fmt.Errorf("%w: job %d: id %q is empty or repeated", errSim, i, in.ID)
+			return fmt.Errorf("%w: job %d: id %q is empty or repeated", errSim, i, in.ID)
 		}
 		if in.Duration < 0 || in.Submit < 0 || in.GPUs < 0 {
-			return nil, fmt.Errorf("%w: job %s: negative submit, duration or gpus", errSim, in.ID)
+			return fmt.Errorf("%w: job %s: negative submit, duration or gpus", errSim, in.ID)
 		}
 		if i > 0 && in.Submit < jobs[i-1].Submit {
-			return nil, fmt.Errorf("%w: job %s: not sorted by submit time", errSim, in.ID)
+			return fmt.Errorf("%w: job %s: not sorted by submit time", errSim, in.ID)
 		}
 		sm.where[in.ID] = i
 		horizon = max(horizon, in.Submit+in.Duration)
@@ -236,8 +265,7 @@ func newSim(setup Setup, jobs []Job) (*simulation, error) {
 		horizon -= jobs[0].Submit
 	}
 	sm.res.Horizon = horizon
-	sm.res.ConfigDefaultResidency = cfg.DefaultResidency
-	return sm, nil
+	return nil
 }
 
 // simCPUSlots is each simulated node's CPU slots: enough for any trace.
@@ -274,38 +302,48 @@ func (sm *simulation) run(ctx context.Context) error {
 				return fmt.Errorf("%w: %w", errSim, err)
 			}
 		}
-		t := sm.events[0].at
-		sm.now = t
-		// A round runs after the events of one instant when they can change
-		// what it decides: a job arrived, a job waiting past its max_wait,
-		// or GPUs freed with jobs waiting. GPUs freed with none waiting
-		// only make the pool's pressure stale: it is refreshed by a round
-		// just before the next submit's routing reads it (live, rounds
-		// run every place_interval, so routing reads a fresh one).
-		need := false
-		for sm.events.Len() > 0 && sm.events[0].at == t {
-			e := heap.Pop(&sm.events).(simEvent)
-			sj := &sm.jobs[e.job]
-			switch e.kind {
-			case 0:
-				if sj.job.Attempt == int(e.seq) && !sj.done && sj.started {
-					sm.finish(e.job)
-					sm.stale = true
-				}
-			case 1:
-				if sm.stale {
-					sm.round()
-				}
-				sm.arrive(e.job)
-				need = true
-			case 2:
-				need = need || (!sj.started && !sj.out.Refused && slices.Contains(sm.pending, e.job))
-			}
-		}
-		if need || (sm.stale && len(sm.pending) > 0) {
+		sm.now = sm.events[0].at
+		if sm.instant() || (sm.stale && len(sm.pending) > 0) {
 			sm.round()
 		}
 	}
+	sm.markStuck()
+	return nil
+}
+
+// instant handles the events at sm.now and says whether they need a round.
+// A round runs after the events of one instant when they can change what
+// it decides: a job arrived, a job waiting past its max_wait, or GPUs
+// freed with jobs waiting. GPUs freed with none waiting only make the
+// pool's pressure stale: it is refreshed by a round just before the next
+// submit's routing reads it (live, rounds run every place_interval, so
+// routing reads a fresh one).
+func (sm *simulation) instant() (need bool) {
+	for sm.events.Len() > 0 && sm.events[0].at == sm.now {
+		e := heap.Pop(&sm.events).(simEvent)
+		sj := &sm.jobs[e.job]
+		switch e.kind {
+		case 0:
+			if sj.job.Attempt == int(e.seq) && !sj.done && sj.started {
+				sm.finish(e.job)
+				sm.stale = true
+			}
+		case 1:
+			if sm.stale {
+				sm.round()
+			}
+			sm.arrive(e.job)
+			need = true
+		case 2:
+			need = need || (!sj.started && !sj.out.Refused && slices.Contains(sm.pending, e.job))
+		}
+	}
+	return need
+}
+
+// markStuck marks the jobs that neither finished nor were refused when the
+// events ran out: stuck, with why they never started.
+func (sm *simulation) markStuck() {
 	for i := range sm.jobs {
 		if sj := &sm.jobs[i]; !sj.done && !sj.out.Refused {
 			sj.out.Stuck = true
@@ -317,7 +355,6 @@ func (sm *simulation) run(ctx context.Context) error {
 			}
 		}
 	}
-	return nil
 }
 
 func (sm *simulation) at() time.Time { return simEpoch.Add(sm.now) }

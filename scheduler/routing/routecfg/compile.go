@@ -130,16 +130,7 @@ func buildIndex(c Config) *Index {
 		Teams:    c.TeamBudgetsUSD,
 	}
 	for i, s := range c.Sites {
-		si := SiteInfo{Name: s.Name, Label: s.Name + " [" + strings.Join(s.Tags, " ") + "]"}
-		for _, t := range s.Tags {
-			ti, ok := x.TagIdx[t]
-			if !ok {
-				ti = len(x.TagIdx)
-				x.TagIdx[t] = ti
-			}
-			si.Tags.Add(ti)
-		}
-		x.Sites = append(x.Sites, si)
+		x.Sites = append(x.Sites, x.siteInfo(s))
 		x.SiteIdx[s.Name] = i
 	}
 	x.Redis = x.SiteIdx[c.RedisSite]
@@ -150,26 +141,47 @@ func buildIndex(c Config) *Index {
 		x.Buckets[b] = x.SiteIdx[s]
 	}
 	for _, b := range c.Backends {
-		bi := BackendInfo{
-			Name: b.Name, Kind: b.Kind, Local: b.Kind == KindLocal,
-			Site: x.SiteIdx[b.Site], CkptURI: b.CheckpointURI,
-			USD: b.USDPerGPUHour(), Priced: b.Priced(),
-			Budget: b.BudgetUSDPerMonth, Spot: b.Spot,
-		}
-		bi.CkptSite = bi.Site
-		if bucket, ok := S3Bucket(b.CheckpointURI); ok {
-			bi.CkptSite = x.Buckets[bucket]
-		}
-		for _, t := range b.InstanceTypes {
-			id := slices.Index(x.Models, t.GPUModel)
-			if id < 0 {
-				id = len(x.Models)
-				x.Models = append(x.Models, t.GPUModel)
-			}
-			bi.Types = append(bi.Types, TypeInfo{Name: t.Name, GPUs: t.GPUs, ModelID: id, Model: x.Models[id], MemGB: t.GPUMemoryGB, USDPerHr: t.USDPerHour(b.Spot)})
-		}
-		slices.SortStableFunc(bi.Types, func(a, b TypeInfo) int { return cmp.Compare(a.USDPerHr, b.USDPerHr) })
-		x.Backends = append(x.Backends, bi)
+		x.Backends = append(x.Backends, x.backendInfo(b))
 	}
 	return x
+}
+
+// siteInfo is site s indexed: its tags numbered in TagIdx, new ones added.
+func (x *Index) siteInfo(s Site) SiteInfo {
+	si := SiteInfo{Name: s.Name, Label: s.Name + " [" + strings.Join(s.Tags, " ") + "]"}
+	for _, t := range s.Tags {
+		ti, ok := x.TagIdx[t]
+		if !ok {
+			ti = len(x.TagIdx)
+			x.TagIdx[t] = ti
+		}
+		si.Tags.Add(ti)
+	}
+	return si
+}
+
+// backendInfo is backend b indexed: its site and checkpoint site by index
+// (SiteIdx and Buckets must be filled), its instance types cheapest first
+// with their GPU models numbered in Models, new ones added.
+func (x *Index) backendInfo(b Backend) BackendInfo {
+	bi := BackendInfo{
+		Name: b.Name, Kind: b.Kind, Local: b.Kind == KindLocal,
+		Site: x.SiteIdx[b.Site], CkptURI: b.CheckpointURI,
+		USD: b.USDPerGPUHour(), Priced: b.Priced(),
+		Budget: b.BudgetUSDPerMonth, Spot: b.Spot,
+	}
+	bi.CkptSite = bi.Site
+	if bucket, ok := S3Bucket(b.CheckpointURI); ok {
+		bi.CkptSite = x.Buckets[bucket]
+	}
+	for _, t := range b.InstanceTypes {
+		id := slices.Index(x.Models, t.GPUModel)
+		if id < 0 {
+			id = len(x.Models)
+			x.Models = append(x.Models, t.GPUModel)
+		}
+		bi.Types = append(bi.Types, TypeInfo{Name: t.Name, GPUs: t.GPUs, ModelID: id, Model: x.Models[id], MemGB: t.GPUMemoryGB, USDPerHr: t.USDPerHour(b.Spot)})
+	}
+	slices.SortStableFunc(bi.Types, func(a, b TypeInfo) int { return cmp.Compare(a.USDPerHr, b.USDPerHr) })
+	return bi
 }

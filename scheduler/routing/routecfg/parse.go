@@ -114,58 +114,79 @@ func (d *decoder) top(root *yaml.Node, c *Config) {
 			continue
 		}
 		d.present[k.Value] = true
-		switch k.Value {
-		case "sites":
-			d.entries("sites", v, func(name, p string, v *yaml.Node) {
-				tags, _ := d.strList(p, v)
-				c.Sites = append(c.Sites, Site{Name: name, Tags: tags})
-			})
-		case "redis_site":
-			c.RedisSite, _ = d.str("redis_site", v)
-		case "backends":
-			d.entries("backends", v, func(name, p string, v *yaml.Node) {
-				c.Backends = append(c.Backends, d.backend(name, p, v))
-			})
-		case "datasets":
-			d.fields("datasets", v, func(key, p string, v *yaml.Node) bool {
-				switch key {
-				case "file_site":
-					c.Datasets.FileSite, _ = d.str(p, v)
-				case "buckets":
-					c.Datasets.Buckets = map[string]string{}
-					d.entries(p, v, func(name, p string, v *yaml.Node) {
-						c.Datasets.Buckets[name], _ = d.str(p, v)
-					})
-				default:
-					return false
-				}
-				return true
-			})
-		case "routing":
-			d.fields("routing", v, func(key, p string, v *yaml.Node) bool {
-				if key != "default_residency" {
-					return false
-				}
-				tags, ok := d.strList(p, v)
-				if ok && len(tags) == 0 {
-					d.fail(p, nil, "must list at least one tag: jobs with no residency get it (fail closed); leave it out for [onprem]")
-				}
-				c.DefaultResidency = tags
-				return true
-			})
-		case "budgets":
-			d.fields("budgets", v, func(key, p string, v *yaml.Node) bool {
-				if key != "teams" {
-					return false
-				}
-				c.TeamBudgetsUSD = map[string]float64{}
-				d.entries(p, v, func(name, p string, v *yaml.Node) {
-					c.TeamBudgetsUSD[name], _ = d.float(p, v)
-				})
-				return true
-			})
-		}
+		d.section(k.Value, v, c)
 	}
+}
+
+// section decodes v, the section of topKeys named key, into c.
+func (d *decoder) section(key string, v *yaml.Node, c *Config) {
+	switch key {
+	case "sites":
+		d.entries("sites", v, func(name, p string, v *yaml.Node) {
+			tags, _ := d.strList(p, v)
+			c.Sites = append(c.Sites, Site{Name: name, Tags: tags})
+		})
+	case "redis_site":
+		c.RedisSite, _ = d.str("redis_site", v)
+	case "backends":
+		d.entries("backends", v, func(name, p string, v *yaml.Node) {
+			c.Backends = append(c.Backends, d.backend(name, p, v))
+		})
+	case "datasets":
+		d.datasets(v, c)
+	case "routing":
+		d.routing(v, c)
+	case "budgets":
+		d.budgets(v, c)
+	}
+}
+
+// datasets decodes the datasets section: file_site and buckets.
+func (d *decoder) datasets(v *yaml.Node, c *Config) {
+	d.fields("datasets", v, func(key, p string, v *yaml.Node) bool {
+		switch key {
+		case "file_site":
+			c.Datasets.FileSite, _ = d.str(p, v)
+		case "buckets":
+			c.Datasets.Buckets = map[string]string{}
+			d.entries(p, v, func(name, p string, v *yaml.Node) {
+				c.Datasets.Buckets[name], _ = d.str(p, v)
+			})
+		default:
+			return false
+		}
+		return true
+	})
+}
+
+// routing decodes the routing section: default_residency, which must not
+// be an empty list.
+func (d *decoder) routing(v *yaml.Node, c *Config) {
+	d.fields("routing", v, func(key, p string, v *yaml.Node) bool {
+		if key != "default_residency" {
+			return false
+		}
+		tags, ok := d.strList(p, v)
+		if ok && len(tags) == 0 {
+			d.fail(p, nil, "must list at least one tag: jobs with no residency get it (fail closed); leave it out for [onprem]")
+		}
+		c.DefaultResidency = tags
+		return true
+	})
+}
+
+// budgets decodes the budgets section: teams, each team's budget in USD.
+func (d *decoder) budgets(v *yaml.Node, c *Config) {
+	d.fields("budgets", v, func(key, p string, v *yaml.Node) bool {
+		if key != "teams" {
+			return false
+		}
+		c.TeamBudgetsUSD = map[string]float64{}
+		d.entries(p, v, func(name, p string, v *yaml.Node) {
+			c.TeamBudgetsUSD[name], _ = d.float(p, v)
+		})
+		return true
+	})
 }
 
 func (d *decoder) backend(name, path string, n *yaml.Node) Backend {
