@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -113,12 +114,9 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	setup := sim.Setup{Config: cfg, NodeGPUs: f.nodeGPUs, GPUName: f.gpuModel,
 		GPUMemoryMB: uint64(f.gpuMemGB * 1024), MaxWait: f.maxWait, CloudStartup: f.cloudStartup}
 	runs, allCloudRun := simRuns(jobs, in, f)
-	sums, err := sim.RunAll(cmd.Context(), setup, runs)
+	sums, err := runSims(cmd.Context(), setup, runs)
 	if err != nil {
-		if errors.Is(err, cmd.Context().Err()) && cmd.Context().Err() != nil {
-			return failedErrorf("%w", err)
-		}
-		return usageErrorf("%w", err)
+		return err
 	}
 	rep := simReport{Trace: filepath.Base(f.trace), Config: filepath.Base(f.config), Jobs: len(jobs),
 		MaxWait: f.maxWait.String(), Seed: f.seed, OwnedUSD: sim.OwnedUSDPerGPUHour(cfg), Draws: drawn}
@@ -137,6 +135,19 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 		return writeJSON(a.stdout, rep)
 	}
 	return writeSimTable(a.stdout, rep, labels, groups, f)
+}
+
+// runSims runs the simulations. Its error is a failure when ctx ended
+// (Ctrl-C), else a usage error.
+func runSims(ctx context.Context, setup sim.Setup, runs []sim.Run) ([]sim.Summary, error) {
+	sums, err := sim.RunAll(ctx, setup, runs)
+	if err != nil {
+		if errors.Is(err, ctx.Err()) && ctx.Err() != nil {
+			return nil, failedErrorf("%w", err)
+		}
+		return nil, usageErrorf("%w", err)
+	}
+	return sums, nil
 }
 
 // simInputs are the parts of simFlags that need parsing: the owned pool
