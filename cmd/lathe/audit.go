@@ -82,8 +82,13 @@ func printAudit(a *app, recs []ledger.Record) error {
 	return tw.Flush()
 }
 
+// auditVerifyOptions are lathe audit verify's flags.
+type auditVerifyOptions struct {
+	head, export, keyFile string
+}
+
 func (a *app) auditVerifyCmd() *cobra.Command {
-	var head, export, keyFile string
+	var o auditVerifyOptions
 	cmd := &cobra.Command{
 		Use:   "verify [--head MAC] | verify --export FILE --key FILE [--head MAC]",
 		Short: "Check the ledger's chain: every MAC, no record missing, the head",
@@ -101,39 +106,54 @@ Prints "ledger intact: N records, head MAC" and exits 0, or prints every
 problem and exits 1.`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			var rep ledger.Report
-			switch {
-			case export != "" && keyFile == "":
-				return usageErrorf("--export needs --key FILE (the ledger's key) to verify with")
-			case keyFile != "" && export == "":
-				return usageErrorf("--key is for an offline check: give --export FILE too")
-			case export != "":
-				key, err := ledger.LoadKey(keyFile)
-				if err != nil {
-					return usageErrorf("--key: %v", err)
-				}
-				f, err := os.Open(export)
-				if err != nil {
-					return usageErrorf("--export: %w", err)
-				}
-				defer f.Close()
-				if rep, err = ledger.VerifyExport(f, key, head); err != nil {
-					return failedErrorf("read %s: %w", export, err)
-				}
-			default:
-				var err error
-				if rep, err = a.client().AuditVerify(cmd.Context(), head); err != nil {
-					return err
-				}
-			}
-			return a.printVerify(rep)
+			return a.auditVerify(cmd.Context(), o)
 		}),
 	}
 	f := cmd.Flags()
-	f.StringVar(&head, "head", "", "a head MAC published earlier that must be one of the records")
-	f.StringVar(&export, "export", "", "verify this export (lathe audit export) offline, with --key")
-	f.StringVar(&keyFile, "key", "", "the ledger's key file, for --export")
+	f.StringVar(&o.head, "head", "", "a head MAC published earlier that must be one of the records")
+	f.StringVar(&o.export, "export", "", "verify this export (lathe audit export) offline, with --key")
+	f.StringVar(&o.keyFile, "key", "", "the ledger's key file, for --export")
 	return cmd
+}
+
+// auditVerify checks the ledger, offline over an export with --export and
+// --key (both or neither), else by asking the scheduler, and prints the report.
+func (a *app) auditVerify(ctx context.Context, o auditVerifyOptions) error {
+	var rep ledger.Report
+	var err error
+	switch {
+	case o.export != "" && o.keyFile == "":
+		return usageErrorf("--export needs --key FILE (the ledger's key) to verify with")
+	case o.keyFile != "" && o.export == "":
+		return usageErrorf("--key is for an offline check: give --export FILE too")
+	case o.export != "":
+		rep, err = verifyExport(o)
+	default:
+		rep, err = a.client().AuditVerify(ctx, o.head)
+	}
+	if err != nil {
+		return err
+	}
+	return a.printVerify(rep)
+}
+
+// verifyExport checks the export o.export with the key in o.keyFile, and
+// o.head if set.
+func verifyExport(o auditVerifyOptions) (ledger.Report, error) {
+	key, err := ledger.LoadKey(o.keyFile)
+	if err != nil {
+		return ledger.Report{}, usageErrorf("--key: %v", err)
+	}
+	f, err := os.Open(o.export)
+	if err != nil {
+		return ledger.Report{}, usageErrorf("--export: %w", err)
+	}
+	defer f.Close()
+	rep, err := ledger.VerifyExport(f, key, o.head)
+	if err != nil {
+		return ledger.Report{}, failedErrorf("read %s: %w", o.export, err)
+	}
+	return rep, nil
 }
 
 // printVerify prints a verification report and exits 1 unless the ledger

@@ -76,34 +76,7 @@ func report(stderr io.Writer, server string, err error) int {
 	}
 	var ae *apiclient.APIError
 	if errors.As(err, &ae) {
-		switch {
-		case ae.Code == apiclient.CodeUnavailable:
-			fmt.Fprintf(stderr, "lathe: the scheduler at %s says Redis is down/unreachable: %s\n", server,
-				strings.TrimPrefix(ae.Message, "Redis is unreachable: "))
-			return exitUnreachable
-		case ae.Unavailable():
-			fmt.Fprintf(stderr, "lathe: the scheduler at %s is unavailable (HTTP %d): %s\n", server, ae.Status, ae.Message)
-			return exitUnreachable
-		case ae.Code == apiclient.CodeRefused:
-			// The job cannot run as written (residency, data sites, GPUs,
-			// budgets): like an invalid spec, it needs changing.
-			for _, r := range ae.Reasons {
-				fmt.Fprintf(stderr, "refused: %s\n", r)
-			}
-			fmt.Fprintf(stderr, "lathe: the scheduler refused the job: %s\n(lathe route --explain FILE shows every backend and why)\n", ae.Message)
-			return exitUsage
-		case ae.Code == apiclient.CodeNotFound && ae.Message != "":
-			// The scheduler's words say what is missing: "job j-1 not found".
-			fmt.Fprintf(stderr, "lathe: %s\n", termSafe(ae.Message))
-			return exitFailed
-		case ae.Code == apiclient.CodeInvalid || len(ae.Fields) > 0:
-			printFieldErrors(stderr, ae.Fields)
-			fmt.Fprintf(stderr, "lathe: the scheduler rejected the request: %s\n", ae.Message)
-			return exitUsage
-		default:
-			fmt.Fprintf(stderr, "lathe: %v\n", err)
-			return exitFailed
-		}
+		return reportAPIError(stderr, server, ae, err)
 	}
 	if errors.Is(err, apiclient.ErrUnreachable) {
 		// Most often nothing runs there yet: say how to start it.
@@ -120,6 +93,40 @@ func report(stderr io.Writer, server string, err error) int {
 	}
 	fmt.Fprintf(stderr, "lathe: %v\nRun 'lathe --help' for usage.\n", err)
 	return exitUsage
+}
+
+// reportAPIError is report for an error the scheduler's API answered, ae
+// (found in err): the scheduler or its Redis unavailable, a refused job, a
+// missing object, a rejected request, or another failure.
+func reportAPIError(stderr io.Writer, server string, ae *apiclient.APIError, err error) int {
+	switch {
+	case ae.Code == apiclient.CodeUnavailable:
+		fmt.Fprintf(stderr, "lathe: the scheduler at %s says Redis is down/unreachable: %s\n", server,
+			strings.TrimPrefix(ae.Message, "Redis is unreachable: "))
+		return exitUnreachable
+	case ae.Unavailable():
+		fmt.Fprintf(stderr, "lathe: the scheduler at %s is unavailable (HTTP %d): %s\n", server, ae.Status, ae.Message)
+		return exitUnreachable
+	case ae.Code == apiclient.CodeRefused:
+		// The job cannot run as written (residency, data sites, GPUs,
+		// budgets): like an invalid spec, it needs changing.
+		for _, r := range ae.Reasons {
+			fmt.Fprintf(stderr, "refused: %s\n", r)
+		}
+		fmt.Fprintf(stderr, "lathe: the scheduler refused the job: %s\n(lathe route --explain FILE shows every backend and why)\n", ae.Message)
+		return exitUsage
+	case ae.Code == apiclient.CodeNotFound && ae.Message != "":
+		// The scheduler's words say what is missing: "job j-1 not found".
+		fmt.Fprintf(stderr, "lathe: %s\n", termSafe(ae.Message))
+		return exitFailed
+	case ae.Code == apiclient.CodeInvalid || len(ae.Fields) > 0:
+		printFieldErrors(stderr, ae.Fields)
+		fmt.Fprintf(stderr, "lathe: the scheduler rejected the request: %s\n", ae.Message)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "lathe: %v\n", err)
+		return exitFailed
+	}
 }
 
 // startHint is what a user with no scheduler running can do.

@@ -62,64 +62,30 @@ func writeEvent(w io.Writer, ev jobtype.Event) error {
 	return err
 }
 
+// formatEvent is one line for ev: the line of a log event, a [type] prefix
+// and the few fields that matter for the other types it knows, and the
+// compacted JSON data for the rest (or for data that does not decode).
 func formatEvent(ev jobtype.Event) string {
+	var s string
+	ok := false
 	switch ev.Type {
 	case jobtype.EventLog:
-		var l jobtype.LogLine
-		if json.Unmarshal(ev.Data, &l) == nil {
-			return l.Line
-		}
+		s, ok = formatLogLine(ev.Data)
 	case jobtype.EventState:
-		var sc jobtype.StateChange
-		if json.Unmarshal(ev.Data, &sc) == nil && sc.To != "" {
-			return "[state] " + strings.TrimPrefix(describeState(sc), "state: ")
-		}
+		s, ok = formatStateChange(ev.Data)
 	case jobtype.EventProgress:
-		var p jobtype.Progress
-		if json.Unmarshal(ev.Data, &p) == nil {
-			s := fmt.Sprintf("[progress] step %s loss %s", fmtStep(p), fmtFloat(p.Loss))
-			if p.LearningRate != 0 {
-				s += " lr " + fmtFloat(p.LearningRate)
-			}
-			return s
-		}
+		s, ok = formatProgress(ev.Data)
 	case jobtype.EventEval:
-		var e struct {
-			Step     int     `json:"step"`
-			EvalLoss float64 `json:"eval_loss"`
-		}
-		if json.Unmarshal(ev.Data, &e) == nil {
-			return fmt.Sprintf("[eval] step %d eval_loss %s", e.Step, fmtFloat(e.EvalLoss))
-		}
+		s, ok = formatEval(ev.Data)
 	case jobtype.EventCheckpoint:
-		var c struct {
-			Step int    `json:"step"`
-			Path string `json:"path"`
-		}
-		if json.Unmarshal(ev.Data, &c) == nil {
-			return fmt.Sprintf("[checkpoint] step %d %s", c.Step, c.Path)
-		}
+		s, ok = formatCheckpoint(ev.Data)
 	case jobtype.EventArtifact:
-		var a jobtype.Artifact
-		if json.Unmarshal(ev.Data, &a) == nil {
-			return fmt.Sprintf("[artifact] %s %d bytes", a.Path, a.Bytes)
-		}
+		s, ok = formatArtifact(ev.Data)
 	case jobtype.EventDone:
-		var d struct {
-			Metrics map[string]float64 `json:"metrics"`
-		}
-		if json.Unmarshal(ev.Data, &d) == nil {
-			keys := make([]string, 0, len(d.Metrics))
-			for k := range d.Metrics {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			parts := []string{"[done]"}
-			for _, k := range keys {
-				parts = append(parts, k+"="+fmtFloat(d.Metrics[k]))
-			}
-			return strings.Join(parts, " ")
-		}
+		s, ok = formatDone(ev.Data)
+	}
+	if ok {
+		return s
 	}
 	var compact bytes.Buffer
 	if json.Compact(&compact, ev.Data) != nil {
@@ -127,4 +93,85 @@ func formatEvent(ev jobtype.Event) string {
 		compact.Write(ev.Data)
 	}
 	return fmt.Sprintf("[%s] %s", ev.Type, compact.String())
+}
+
+// The format* functions below each turn the data of one event type into its
+// line; false when the data does not decode.
+
+func formatLogLine(data json.RawMessage) (string, bool) {
+	var l jobtype.LogLine
+	if json.Unmarshal(data, &l) != nil {
+		return "", false
+	}
+	return l.Line, true
+}
+
+func formatStateChange(data json.RawMessage) (string, bool) {
+	var sc jobtype.StateChange
+	if json.Unmarshal(data, &sc) != nil || sc.To == "" {
+		return "", false
+	}
+	return "[state] " + strings.TrimPrefix(describeState(sc), "state: "), true
+}
+
+func formatProgress(data json.RawMessage) (string, bool) {
+	var p jobtype.Progress
+	if json.Unmarshal(data, &p) != nil {
+		return "", false
+	}
+	s := fmt.Sprintf("[progress] step %s loss %s", fmtStep(p), fmtFloat(p.Loss))
+	if p.LearningRate != 0 {
+		s += " lr " + fmtFloat(p.LearningRate)
+	}
+	return s, true
+}
+
+func formatEval(data json.RawMessage) (string, bool) {
+	var e struct {
+		Step     int     `json:"step"`
+		EvalLoss float64 `json:"eval_loss"`
+	}
+	if json.Unmarshal(data, &e) != nil {
+		return "", false
+	}
+	return fmt.Sprintf("[eval] step %d eval_loss %s", e.Step, fmtFloat(e.EvalLoss)), true
+}
+
+func formatCheckpoint(data json.RawMessage) (string, bool) {
+	var c struct {
+		Step int    `json:"step"`
+		Path string `json:"path"`
+	}
+	if json.Unmarshal(data, &c) != nil {
+		return "", false
+	}
+	return fmt.Sprintf("[checkpoint] step %d %s", c.Step, c.Path), true
+}
+
+func formatArtifact(data json.RawMessage) (string, bool) {
+	var a jobtype.Artifact
+	if json.Unmarshal(data, &a) != nil {
+		return "", false
+	}
+	return fmt.Sprintf("[artifact] %s %d bytes", a.Path, a.Bytes), true
+}
+
+// formatDone lists the final metrics, sorted by name.
+func formatDone(data json.RawMessage) (string, bool) {
+	var d struct {
+		Metrics map[string]float64 `json:"metrics"`
+	}
+	if json.Unmarshal(data, &d) != nil {
+		return "", false
+	}
+	keys := make([]string, 0, len(d.Metrics))
+	for k := range d.Metrics {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := []string{"[done]"}
+	for _, k := range keys {
+		parts = append(parts, k+"="+fmtFloat(d.Metrics[k]))
+	}
+	return strings.Join(parts, " "), true
 }

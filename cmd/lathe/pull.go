@@ -197,59 +197,108 @@ func (a *app) pull(ctx context.Context, id string, o pullOptions) error {
 		return err
 	}
 	// Refuse the whole pull before writing anything if any entry is unsafe.
-	for _, art := range arts {
-		if err := checkArtifactName(art.Path); err != nil {
-			return failedErrorf("job %s: refusing artifact %q: %v", job.ID, art.Path, err)
-		}
-		if art.SHA256 == "" {
-			return failedErrorf("job %s: artifact %q has no sha256 to verify against", job.ID, art.Path)
-		}
+	if err := checkPullable(job.ID, arts); err != nil {
+		return err
 	}
-	mf := modelfile(job, arts, o.ollamaFrom)
-	if mf != nil && slices.ContainsFunc(arts, func(a jobtype.Artifact) bool { return a.Path == modelfileName }) {
-		fmt.Fprintf(a.stderr, "lathe: job %s has a %s of its own; writing none\n", termSafe(job.ID), modelfileName)
-		mf = nil
+	mf := a.pullModelfile(job, arts, o.ollamaFrom)
+	to, err := pullDir(job, o.to)
+	if err != nil {
+		return err
 	}
-	if o.ollamaFrom != "" && !slices.ContainsFunc(arts, func(a jobtype.Artifact) bool { return a.Format == jobspec.FormatGGUF }) {
-		fmt.Fprintf(a.stderr, "lathe: --ollama-from unused: no adapter GGUF (format %s) pulled\n", jobspec.FormatGGUF)
+	files, err := a.downloadAll(ctx, c, job.ID, arts, to)
+	if err != nil {
+		return err
 	}
-	to := o.to
-	if to == "" {
-		to = job.Name + "-" + job.ID
-		if err := checkArtifactName(to); err != nil {
-			return failedErrorf("job %s: cannot make a directory name from it (%v); use --to", job.ID, err)
-		}
-	}
-	if err := os.MkdirAll(to, 0o755); err != nil {
-		return failedErrorf("pull: %w", err)
-	}
-	var files []pulledFile
-	wrote := func(f pulledFile) {
-		files = append(files, f)
-		if a.output != outJSON {
-			fmt.Fprintln(a.stdout, f.Path)
-		}
-	}
-	for _, art := range arts {
-		dst := filepath.Join(to, art.Path)
-		n, err := download(ctx, c, job.ID, art, dst)
+	if mf != nil {
+		f, err := writeModelfile(to, mf)
 		if err != nil {
 			return err
 		}
-		wrote(pulledFile{Name: art.Path, Path: dst, Bytes: n, SHA256: art.SHA256})
-	}
-	if mf != nil {
-		dst := filepath.Join(to, modelfileName)
-		if err := writeReplacing(dst, mf); err != nil {
-			return failedErrorf("pull: %w", err)
-		}
-		sum := sha256.Sum256(mf)
-		wrote(pulledFile{Name: modelfileName, Path: dst, Bytes: int64(len(mf)), SHA256: hex.EncodeToString(sum[:])})
+		a.printPulled(f)
+		files = append(files, f)
 	}
 	if a.output == outJSON {
 		return writeJSON(a.stdout, files)
 	}
 	return nil
+}
+
+// checkPullable refuses artifacts with an unsafe name or no sha256.
+func checkPullable(jobID string, arts []jobtype.Artifact) error {
+	for _, art := range arts {
+		if err := checkArtifactName(art.Path); err != nil {
+			return failedErrorf("job %s: refusing artifact %q: %v", jobID, art.Path, err)
+		}
+		if art.SHA256 == "" {
+			return failedErrorf("job %s: artifact %q has no sha256 to verify against", jobID, art.Path)
+		}
+	}
+	return nil
+}
+
+// pullModelfile returns the Modelfile to write beside arts, or nil: none
+// without a GGUF, nor when the job has a Modelfile of its own (said on
+// stderr). It also warns when --ollama-from (from) has no adapter to serve.
+func (a *app) pullModelfile(job *jobtype.Job, arts []jobtype.Artifact, from string) []byte {
+	mf := modelfile(job, arts, from)
+	if mf != nil && slices.ContainsFunc(arts, func(a jobtype.Artifact) bool { return a.Path == modelfileName }) {
+		fmt.Fprintf(a.stderr, "lathe: job %s has a %s of its own; writing none\n", termSafe(job.ID), modelfileName)
+		mf = nil
+	}
+	if from != "" && !slices.ContainsFunc(arts, func(a jobtype.Artifact) bool { return a.Format == jobspec.FormatGGUF }) {
+		fmt.Fprintf(a.stderr, "lathe: --ollama-from unused: no adapter GGUF (format %s) pulled\n", jobspec.FormatGGUF)
+	}
+	return mf
+}
+
+// pullDir makes the directory to pull into: to, or <job-name>-<id> when to
+// is empty.
+func pullDir(job *jobtype.Job, to string) (string, error) {
+	if to == "" {
+		to = job.Name + "-" + job.ID
+		if err := checkArtifactName(to); err != nil {
+			return "", failedErrorf("job %s: cannot make a directory name from it (%v); use --to", job.ID, err)
+		}
+	}
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		return "", failedErrorf("pull: %w", err)
+	}
+	return to, nil
+}
+
+// downloadAll downloads arts into dir, each verified against its sha256,
+// and returns what it wrote.
+func (a *app) downloadAll(ctx context.Context, c *apiclient.Client, jobID string, arts []jobtype.Artifact, dir string) ([]pulledFile, error) {
+	var files []pulledFile
+	for _, art := range arts {
+		dst := filepath.Join(dir, art.Path)
+		n, err := download(ctx, c, jobID, art, dst)
+		if err != nil {
+			return nil, err
+		}
+		f := pulledFile{Name: art.Path, Path: dst, Bytes: n, SHA256: art.SHA256}
+		a.printPulled(f)
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// writeModelfile writes the Modelfile mf into dir, replacing any there.
+func writeModelfile(dir string, mf []byte) (pulledFile, error) {
+	dst := filepath.Join(dir, modelfileName)
+	if err := writeReplacing(dst, mf); err != nil {
+		return pulledFile{}, failedErrorf("pull: %w", err)
+	}
+	sum := sha256.Sum256(mf)
+	return pulledFile{Name: modelfileName, Path: dst, Bytes: int64(len(mf)), SHA256: hex.EncodeToString(sum[:])}, nil
+}
+
+// printPulled prints the path of a file pull wrote, as it is written (not
+// with -o json, which lists them all at the end).
+func (a *app) printPulled(f pulledFile) {
+	if a.output != outJSON {
+		fmt.Fprintln(a.stdout, f.Path)
+	}
 }
 
 // modelfile returns the Ollama Modelfile for the GGUF artifacts among arts,

@@ -176,27 +176,44 @@ func (a *app) explainOffline(spec *jobspec.Spec, path string, wi apiclient.WhatI
 	}
 	cfg := dc.Routing
 	spec.Normalize(jobspec.DeploymentDefaults(def)) // as the scheduler does (its Config.Defaults)
+	if err := checkWhatIfBackends(cfg, path, wi); err != nil {
+		return nil, err
+	}
+	snap, anyLocal := offlineSnapshot(a.now(), cfg, spec, wi)
+	// The scheduler's explain decides on the same routing job (no id, and
+	// here no team) with the same function.
+	job := routing.JobFromSpec(spec, "", "", spec.JobOutputURI("<id>"))
+	return &explanation{Decision: routing.Decide(job, snap).Wire(), ConfigHash: cfg.Hash(), Offline: true,
+		Notes: offlineNotes(anyLocal, wi)}, nil
+}
 
-	// A what-if must name a backend of the config (a wait: a local one).
+// checkWhatIfBackends says, as a usage error, when a what-if names no backend
+// of the config at path, or a wait names one that is not local.
+func checkWhatIfBackends(cfg routecfg.Config, path string, wi apiclient.WhatIf) error {
 	for _, b := range slices.Sorted(maps.Keys(wi.Wait)) {
 		be, ok := cfg.Backend(b)
 		switch {
 		case !ok:
-			return nil, usageErrorf("--assume-wait %s=%s: %s has no backend %q (backends: %s)", b, wi.Wait[b], path, b, backendNames(cfg))
+			return usageErrorf("--assume-wait %s=%s: %s has no backend %q (backends: %s)", b, wi.Wait[b], path, b, backendNames(cfg))
 		case be.Kind != routecfg.KindLocal:
-			return nil, usageErrorf("--assume-wait %s=%s: %s is a %s backend; only a local backend has a queue to wait in (a cloud wait counts as 0)", b, wi.Wait[b], b, be.Kind)
+			return usageErrorf("--assume-wait %s=%s: %s is a %s backend; only a local backend has a queue to wait in (a cloud wait counts as 0)", b, wi.Wait[b], b, be.Kind)
 		}
 	}
 	for _, b := range slices.Sorted(maps.Keys(wi.Spent)) {
 		if _, ok := cfg.Backend(b); !ok {
-			return nil, usageErrorf("--assume-spent %s=%g: %s has no backend %q (backends: %s)", b, wi.Spent[b], path, b, backendNames(cfg))
+			return usageErrorf("--assume-spent %s=%g: %s has no backend %q (backends: %s)", b, wi.Spent[b], path, b, backendNames(cfg))
 		}
 	}
+	return nil
+}
 
-	snap := routing.Snapshot{Now: a.now(), Config: cfg, Pools: map[string]routing.Pool{},
+// offlineSnapshot is the routing snapshot an offline decision sees: the
+// first local backend's pool is assumedPool(spec), every backend's spend is
+// its what-if or $0, and a local wait is its what-if or none. anyLocal says
+// whether cfg has a local backend.
+func offlineSnapshot(now time.Time, cfg routecfg.Config, spec *jobspec.Spec, wi apiclient.WhatIf) (snap routing.Snapshot, anyLocal bool) {
+	snap = routing.Snapshot{Now: now, Config: cfg, Pools: map[string]routing.Pool{},
 		BackendSpend: map[string]routing.Spend{}, TeamSpend: map[string]routing.Spend{}}
-	notes := []string{offlineNote}
-	anyLocal := false
 	for _, b := range cfg.Backends {
 		// As the scheduler: this deployment's workers form its first local
 		// backend's pool (scheduler/route.go snapshotFor).
@@ -214,17 +231,19 @@ func (a *app) explainOffline(spec *jobspec.Spec, path string, wi apiclient.WhatI
 		}
 		snap.BackendSpend[b.Name] = sp
 	}
+	return snap, anyLocal
+}
+
+// offlineNotes are what an offline explanation says it assumed.
+func offlineNotes(anyLocal bool, wi apiclient.WhatIf) []string {
+	notes := []string{offlineNote}
 	if anyLocal && len(wi.Wait) == 0 {
 		notes = append(notes, "offline: the local queue is taken as empty (wait 0); --assume-wait states one")
 	}
 	if len(wi.Spent) == 0 {
 		notes = append(notes, "offline: every backend's spend this month is taken as $0; --assume-spent states one")
 	}
-	notes = append(notes, "offline: run times are the spec's expected_runtime or max_runtime; none is learned from finished jobs")
-	// The scheduler's explain decides on the same routing job (no id, and
-	// here no team) with the same function.
-	job := routing.JobFromSpec(spec, "", "", spec.JobOutputURI("<id>"))
-	return &explanation{Decision: routing.Decide(job, snap).Wire(), ConfigHash: cfg.Hash(), Offline: true, Notes: notes}, nil
+	return append(notes, "offline: run times are the spec's expected_runtime or max_runtime; none is learned from finished jobs")
 }
 
 // readDaemon reads lathed's config file at path as lathed reads it
@@ -381,7 +400,19 @@ func printCost(w io.Writer, ex *explanation, spec *jobspec.Spec) error {
 			fmt.Fprintf(w, "  %s\n", r)
 		}
 	}
-	cands := slices.Clone(d.Candidates)
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BACKEND\tSITE\tINSTANCE\tEST.RUNTIME\tGPU-HOURS\tEST.COST\tNOTE")
+	for _, c := range byCost(d.Candidates) {
+		fmt.Fprintln(tw, costRow(c, d.Backend, spec.Resources.GPUs))
+	}
+	return tw.Flush()
+}
+
+// byCost is a copy of cands, feasible ones first, cheapest first; otherwise
+// in their order.
+func byCost(cands []wire.Candidate) []wire.Candidate {
+	cands = slices.Clone(cands)
 	slices.SortStableFunc(cands, func(x, y wire.Candidate) int {
 		switch {
 		case x.Feasible != y.Feasible:
@@ -397,31 +428,31 @@ func printCost(w io.Writer, ex *explanation, spec *jobspec.Spec) error {
 		}
 		return 0
 	})
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "BACKEND\tSITE\tINSTANCE\tEST.RUNTIME\tGPU-HOURS\tEST.COST\tNOTE")
-	for _, c := range cands {
-		inst := orDash(c.InstanceType)
-		if c.Spot {
-			inst += " (spot)"
-		}
-		runtime, hours := "-", "-"
-		if c.Feasible || c.EstRuntimeS > 0 {
-			runtime = fmtRuntime(c.EstRuntimeS)
-			if c.EstRuntimeS > 0 {
-				hours = fmtGPUHours(cost.GPUHours(time.Duration(c.EstRuntimeS*float64(time.Second)), spec.Resources.GPUs))
-			}
-		}
-		note := "feasible"
-		switch {
-		case !c.Feasible:
-			note = "infeasible: " + c.Reason
-		case c.Backend == d.Backend:
-			note = "chosen"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Backend, c.Site, inst, runtime, hours, fmtCost(c), note)
+	return cands
+}
+
+// costRow is candidate c's row of lathe cost's table (tab-separated) for a
+// job of gpus GPUs; chosen is the backend the decision chose.
+func costRow(c wire.Candidate, chosen string, gpus int) string {
+	inst := orDash(c.InstanceType)
+	if c.Spot {
+		inst += " (spot)"
 	}
-	return tw.Flush()
+	runtime, hours := "-", "-"
+	if c.Feasible || c.EstRuntimeS > 0 {
+		runtime = fmtRuntime(c.EstRuntimeS)
+		if c.EstRuntimeS > 0 {
+			hours = fmtGPUHours(cost.GPUHours(time.Duration(c.EstRuntimeS*float64(time.Second)), gpus))
+		}
+	}
+	note := "feasible"
+	switch {
+	case !c.Feasible:
+		note = "infeasible: " + c.Reason
+	case c.Backend == chosen:
+		note = "chosen"
+	}
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", c.Backend, c.Site, inst, runtime, hours, fmtCost(c), note)
 }
 
 // fmtCost is a candidate's estimated cost: "$3.72"; "-" when infeasible

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -92,21 +93,108 @@ type simReport struct {
 
 func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	start := time.Now()
-	if f.trace == "" || f.config == "" {
-		return usageErrorf("lathe simulate needs --trace FILE and --config FILE")
-	}
-	sizes, err := parseOwned(f.owned)
+	in, err := parseSimFlags(f)
 	if err != nil {
-		return usageErrorf("%w", err)
+		return err
 	}
-	var ests []sim.Estimator
+	dc, err := a.readDaemon(f.config)
+	if err != nil {
+		return err
+	}
+	cfg := dc.Routing
+	if f.priceRatio != 0 {
+		if cfg, err = sim.WithCloudPriceRatio(cfg, f.priceRatio); err != nil {
+			return usageErrorf("%w", err)
+		}
+	}
+	jobs, drawn, err := readSimTrace(f.trace, in.draws)
+	if err != nil {
+		return err
+	}
+	setup := sim.Setup{Config: cfg, NodeGPUs: f.nodeGPUs, GPUName: f.gpuModel,
+		GPUMemoryMB: uint64(f.gpuMemGB * 1024), MaxWait: f.maxWait, CloudStartup: f.cloudStartup}
+	runs, allCloudRun := simRuns(jobs, in, f)
+	sums, err := runSims(cmd.Context(), setup, runs)
+	if err != nil {
+		return err
+	}
+	rep := simReport{Trace: filepath.Base(f.trace), Config: filepath.Base(f.config), Jobs: len(jobs),
+		MaxWait: f.maxWait.String(), Seed: f.seed, OwnedUSD: sim.OwnedUSDPerGPUHour(cfg), Draws: drawn}
+	rep.Runs = append(rep.Runs, sums...)
+	groups, labels, allCloud := groupRuns(sums, allCloudRun)
+	if len(in.sizes) > 1 {
+		rep.compare(groups, labels, allCloud)
+	}
+	rep.Elapsed = time.Since(start).Round(time.Millisecond).String()
+	if f.plot != "" {
+		if err := writePlot(f.plot, rep, groups, labels, f); err != nil {
+			return err
+		}
+	}
+	if a.output == outJSON {
+		return writeJSON(a.stdout, rep)
+	}
+	return writeSimTable(a.stdout, rep, labels, groups, f)
+}
+
+// runSims runs the simulations. Its error is a failure when ctx ended
+// (Ctrl-C), else a usage error.
+func runSims(ctx context.Context, setup sim.Setup, runs []sim.Run) ([]sim.Summary, error) {
+	sums, err := sim.RunAll(ctx, setup, runs)
+	if err != nil {
+		if errors.Is(err, ctx.Err()) && ctx.Err() != nil {
+			return nil, failedErrorf("%w", err)
+		}
+		return nil, usageErrorf("%w", err)
+	}
+	return sums, nil
+}
+
+// simInputs are the parts of simFlags that need parsing: the owned pool
+// sizes, the run-time estimators and the draws for what the trace leaves out.
+type simInputs struct {
+	sizes []int
+	ests  []sim.Estimator
+	draws sim.Draws
+}
+
+// parseSimFlags checks lathe simulate's flags and parses those that need it;
+// every error it returns is a usage error.
+func parseSimFlags(f simFlags) (simInputs, error) {
+	var in simInputs
+	if f.trace == "" || f.config == "" {
+		return in, usageErrorf("lathe simulate needs --trace FILE and --config FILE")
+	}
+	var err error
+	if in.sizes, err = parseOwned(f.owned); err != nil {
+		return in, usageErrorf("%w", err)
+	}
 	for s := range strings.SplitSeq(f.estimates, ",") {
 		e, err := sim.ParseEstimator(s)
 		if err != nil {
-			return usageErrorf("%w", err)
+			return in, usageErrorf("%w", err)
 		}
-		ests = append(ests, e)
+		in.ests = append(in.ests, e)
 	}
+	if err := checkSimRanges(f); err != nil {
+		return in, err
+	}
+	in.draws = sim.Draws{Seed: f.seed}
+	if f.residencyMix != "" {
+		if in.draws.Residency, err = sim.ParseMix("--residency-mix", f.residencyMix, sim.ValidResidency); err != nil {
+			return in, usageErrorf("%w", err)
+		}
+	}
+	if f.priorityMix != "" {
+		if in.draws.Priority, err = sim.ParseMix("--priority-mix", f.priorityMix, sim.ValidPriority); err != nil {
+			return in, usageErrorf("%w", err)
+		}
+	}
+	return in, nil
+}
+
+// checkSimRanges rejects numeric flags out of their range.
+func checkSimRanges(f simFlags) error {
 	if f.maxWait < 0 {
 		return usageErrorf("--max-wait %s: want 0 or more", f.maxWait)
 	}
@@ -119,74 +207,57 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	if f.cloudStartup < 0 {
 		return usageErrorf("--cloud-startup %s: want 0 or more", f.cloudStartup)
 	}
-	draws := sim.Draws{Seed: f.seed}
-	if f.residencyMix != "" {
-		if draws.Residency, err = sim.ParseMix("--residency-mix", f.residencyMix, sim.ValidResidency); err != nil {
-			return usageErrorf("%w", err)
-		}
-	}
-	if f.priorityMix != "" {
-		if draws.Priority, err = sim.ParseMix("--priority-mix", f.priorityMix, sim.ValidPriority); err != nil {
-			return usageErrorf("%w", err)
-		}
-	}
-	dc, err := a.readDaemon(f.config)
+	return nil
+}
+
+// readSimTrace reads the trace at path (at most 1 GiB) into jobs, drawing
+// what the trace leaves out.
+func readSimTrace(path string, draws sim.Draws) ([]sim.Job, sim.DrawReport, error) {
+	tf, err := os.Open(path)
 	if err != nil {
-		return err
-	}
-	cfg := dc.Routing
-	if f.priceRatio != 0 {
-		if cfg, err = sim.WithCloudPriceRatio(cfg, f.priceRatio); err != nil {
-			return usageErrorf("%w", err)
-		}
-	}
-	tf, err := os.Open(f.trace)
-	if err != nil {
-		return usageErrorf("--trace: %w", err)
+		return nil, sim.DrawReport{}, usageErrorf("--trace: %w", err)
 	}
 	tj, err := trace.Read(io.LimitReader(tf, 1<<30))
 	tf.Close()
 	if err != nil {
-		return usageErrorf("--trace %s: %w", f.trace, err)
+		return nil, sim.DrawReport{}, usageErrorf("--trace %s: %w", path, err)
 	}
 	jobs, drawn := sim.JobsFromTrace(tj, draws)
-	setup := sim.Setup{Config: cfg, NodeGPUs: f.nodeGPUs, GPUName: f.gpuModel,
-		GPUMemoryMB: uint64(f.gpuMemGB * 1024), MaxWait: f.maxWait, CloudStartup: f.cloudStartup}
-	sweep := len(sizes) > 1
-	var runs []sim.Run
+	return jobs, drawn, nil
+}
+
+// simRuns lists the runs to simulate: every pool size under every estimator,
+// then the reference runs if asked for. A range of pool sizes that does not
+// start at 0 gets an all-cloud run first; allCloudRun says so.
+func simRuns(jobs []sim.Job, in simInputs, f simFlags) (runs []sim.Run, allCloudRun bool) {
 	add := func(owned int, label string, js []sim.Job, ref bool) {
 		runs = append(runs, sim.Run{Owned: owned, Estimates: label, Jobs: js, Reference: ref})
 	}
-	allCloudRun := sweep && sizes[0] > 0
+	allCloudRun = len(in.sizes) > 1 && in.sizes[0] > 0
 	if allCloudRun {
 		// All-cloud: no owned GPU, so no estimate matters; run once.
 		add(0, "all-cloud", jobs, false)
 	}
-	for _, e := range ests {
+	for _, e := range in.ests {
 		js := sim.WithEstimates(jobs, e, f.seed)
-		for _, n := range sizes {
+		for _, n := range in.sizes {
 			add(n, e.String(), js, false)
 		}
 	}
 	if f.reference {
-		for _, n := range sizes {
+		for _, n := range in.sizes {
 			add(n, "reference", jobs, true)
 		}
 	}
-	sums, err := sim.RunAll(cmd.Context(), setup, runs)
-	if err != nil {
-		if errors.Is(err, cmd.Context().Err()) && cmd.Context().Err() != nil {
-			return failedErrorf("%w", err)
-		}
-		return usageErrorf("%w", err)
-	}
-	rep := simReport{Trace: filepath.Base(f.trace), Config: filepath.Base(f.config), Jobs: len(jobs),
-		MaxWait: f.maxWait.String(), Seed: f.seed, OwnedUSD: sim.OwnedUSDPerGPUHour(cfg), Draws: drawn}
-	groups := map[string][]sim.Summary{}
-	var labels []string
-	allCloud := 0.0
+	return runs, allCloudRun
+}
+
+// groupRuns groups the summaries by their estimates label, labels in the order
+// first seen, leaving out the all-cloud run (the first, if allCloudRun). The
+// all-cloud cost is that run's, or that of the last run with 0 owned GPUs.
+func groupRuns(sums []sim.Summary, allCloudRun bool) (groups map[string][]sim.Summary, labels []string, allCloud float64) {
+	groups = map[string][]sim.Summary{}
 	for i, s := range sums {
-		rep.Runs = append(rep.Runs, s)
 		if allCloudRun && i == 0 {
 			allCloud = s.TotalCostUSD
 			continue
@@ -199,28 +270,22 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 		}
 		groups[s.Estimates] = append(groups[s.Estimates], s)
 	}
-	if sweep {
-		rep.AllCloud = map[string]float64{}
-		for _, l := range labels {
-			rep.AllCloud[l] = allCloud
-		}
-		rep.Optimum, rep.BreakEven, rep.BreakEvenExtrapolated = map[string]int{}, map[string]float64{}, map[string]bool{}
-		for _, l := range labels {
-			g := groups[l]
-			rep.Optimum[l] = g[sim.Optimum(g)].Owned
-			rep.BreakEven[l], rep.BreakEvenExtrapolated[l] = sim.BreakEven(g, rep.AllCloud[l])
-		}
+	return groups, labels, allCloud
+}
+
+// compare fills in, for each label of a sweep of pool sizes, the all-cloud
+// cost, the cost-optimal pool and the break-even.
+func (rep *simReport) compare(groups map[string][]sim.Summary, labels []string, allCloud float64) {
+	rep.AllCloud = map[string]float64{}
+	for _, l := range labels {
+		rep.AllCloud[l] = allCloud
 	}
-	rep.Elapsed = time.Since(start).Round(time.Millisecond).String()
-	if f.plot != "" {
-		if err := writePlot(f.plot, rep, groups, labels, f); err != nil {
-			return err
-		}
+	rep.Optimum, rep.BreakEven, rep.BreakEvenExtrapolated = map[string]int{}, map[string]float64{}, map[string]bool{}
+	for _, l := range labels {
+		g := groups[l]
+		rep.Optimum[l] = g[sim.Optimum(g)].Owned
+		rep.BreakEven[l], rep.BreakEvenExtrapolated[l] = sim.BreakEven(g, rep.AllCloud[l])
 	}
-	if a.output == outJSON {
-		return writeJSON(a.stdout, rep)
-	}
-	return writeSimTable(a.stdout, rep, labels, groups, f)
 }
 
 // parseOwned reads N or FROM..TO/STEP.
@@ -292,6 +357,30 @@ func dollars(x float64) string {
 }
 
 func writeSimTable(w io.Writer, rep simReport, labels []string, groups map[string][]sim.Summary, f simFlags) error {
+	writeSimHeader(w, rep)
+	if err := writeSimRuns(w, rep.Runs); err != nil {
+		return err
+	}
+	multiPrio := len(rep.Draws.Priority) > 1 || rep.Draws.FromTrace["priority"] > 0
+	if multiPrio {
+		writePriorityWaits(w, rep.Runs)
+	}
+	writeViolations(w, rep.Runs)
+	if len(rep.Optimum) > 0 {
+		fmt.Fprintln(w)
+		for _, l := range labels {
+			writeOptimum(w, rep, l, groups[l])
+		}
+	}
+	if f.plot != "" {
+		fmt.Fprintf(w, "Plot: %s\n", termSafe(f.plot))
+	}
+	fmt.Fprintf(w, "Simulated in %s.\n", rep.Elapsed)
+	return nil
+}
+
+// writeSimHeader writes what was simulated: the trace, the config and the draws.
+func writeSimHeader(w io.Writer, rep simReport) {
 	fmt.Fprintf(w, "Trace %s: %d jobs; config %s; owned GPUs at $%.2f per GPU-hour, every hour; max_wait %s; seed %d\n",
 		termSafe(rep.Trace), rep.Jobs, termSafe(rep.Config), rep.OwnedUSD, rep.MaxWait, rep.Seed)
 	fmt.Fprintf(w, "Drawn: residency %s; priority %s\n", counts(rep.Draws.Residency), counts(rep.Draws.Priority))
@@ -299,32 +388,39 @@ func writeSimTable(w io.Writer, rep simReport, labels []string, groups map[strin
 		fmt.Fprintf(w, "From the trace: %s\n", counts(rep.Draws.FromTrace))
 	}
 	fmt.Fprintln(w)
+}
+
+// writeSimRuns writes the table of runs, one row each.
+func writeSimRuns(w io.Writer, runs []sim.Summary) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "OWNED\tESTIMATES\tTOTAL\tOWNED $\tCLOUD $\t$/JOB-GPU-H\tRENTED\tOWNED UTIL\tWAIT MEAN\tP50\tP95\tP99\tCLOUD JOBS\tREFUSED\tSTUCK\tVIOLATIONS\t")
-	for _, s := range rep.Runs {
+	for _, s := range runs {
 		owned := strconv.Itoa(s.Owned)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f%%\t%.1f%%\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t\n", owned, s.Estimates,
 			dollars(s.TotalCostUSD), dollars(s.OwnedCostUSD), dollars(s.CloudCostUSD), s.CostPerJobGPUHour,
 			100*s.RentedShare, 100*s.OwnedUtilisation, hours(s.Wait.MeanS), hours(s.Wait.P50S), hours(s.Wait.P95S),
 			hours(s.Wait.P99S), s.CloudJobs, s.Refused, s.Stuck, len(s.Violations))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	multiPrio := len(rep.Draws.Priority) > 1 || rep.Draws.FromTrace["priority"] > 0
-	if multiPrio {
-		fmt.Fprintln(w, "\nWaits by priority (mean / p95):")
-		for _, s := range rep.Runs {
-			var parts []string
-			for _, p := range []string{"urgent", "normal", "batch"} {
-				if ws, ok := s.ByPriority[p]; ok {
-					parts = append(parts, fmt.Sprintf("%s %d jobs %s / %s", p, ws.Jobs, hours(ws.MeanS), hours(ws.P95S)))
-				}
+	return tw.Flush()
+}
+
+// writePriorityWaits writes each run's mean and p95 wait per priority.
+func writePriorityWaits(w io.Writer, runs []sim.Summary) {
+	fmt.Fprintln(w, "\nWaits by priority (mean / p95):")
+	for _, s := range runs {
+		var parts []string
+		for _, p := range []string{"urgent", "normal", "batch"} {
+			if ws, ok := s.ByPriority[p]; ok {
+				parts = append(parts, fmt.Sprintf("%s %d jobs %s / %s", p, ws.Jobs, hours(ws.MeanS), hours(ws.P95S)))
 			}
-			fmt.Fprintf(w, "  %d owned, %s: %s\n", s.Owned, s.Estimates, strings.Join(parts, "; "))
 		}
+		fmt.Fprintf(w, "  %d owned, %s: %s\n", s.Owned, s.Estimates, strings.Join(parts, "; "))
 	}
-	for _, s := range rep.Runs {
+}
+
+// writeViolations writes the first five residency violations of each run.
+func writeViolations(w io.Writer, runs []sim.Summary) {
+	for _, s := range runs {
 		for i, v := range s.Violations {
 			if i == 5 {
 				fmt.Fprintf(w, "  … %d more\n", len(s.Violations)-5)
@@ -333,27 +429,21 @@ func writeSimTable(w io.Writer, rep simReport, labels []string, groups map[strin
 			fmt.Fprintf(w, "RESIDENCY VIOLATION (%d owned, %s): %s\n", s.Owned, s.Estimates, termSafe(v))
 		}
 	}
-	if len(rep.Optimum) > 0 {
-		fmt.Fprintln(w)
-		for _, l := range labels {
-			be := "no break-even in range"
-			if x := rep.BreakEven[l]; x > 0 {
-				be = fmt.Sprintf("break-even at %.0f owned GPUs (beyond it, owning costs more than renting everything)", x)
-				if rep.BreakEvenExtrapolated[l] {
-					be = fmt.Sprintf("break-even at about %.0f owned GPUs, extrapolated past the largest pool run: at least that many", x)
-				}
-			}
-			g := groups[l]
-			best := g[sim.Optimum(g)]
-			fmt.Fprintf(w, "Cost-optimal pool (%s): %d GPUs, %s (all-cloud %s; %s)\n", l, best.Owned,
-				dollars(best.TotalCostUSD), dollars(rep.AllCloud[l]), be)
+}
+
+// writeOptimum writes the cost-optimal pool of the runs labelled l, g, and
+// their break-even against all-cloud.
+func writeOptimum(w io.Writer, rep simReport, l string, g []sim.Summary) {
+	be := "no break-even in range"
+	if x := rep.BreakEven[l]; x > 0 {
+		be = fmt.Sprintf("break-even at %.0f owned GPUs (beyond it, owning costs more than renting everything)", x)
+		if rep.BreakEvenExtrapolated[l] {
+			be = fmt.Sprintf("break-even at about %.0f owned GPUs, extrapolated past the largest pool run: at least that many", x)
 		}
 	}
-	if f.plot != "" {
-		fmt.Fprintf(w, "Plot: %s\n", termSafe(f.plot))
-	}
-	fmt.Fprintf(w, "Simulated in %s.\n", rep.Elapsed)
-	return nil
+	best := g[sim.Optimum(g)]
+	fmt.Fprintf(w, "Cost-optimal pool (%s): %d GPUs, %s (all-cloud %s; %s)\n", l, best.Owned,
+		dollars(best.TotalCostUSD), dollars(rep.AllCloud[l]), be)
 }
 
 func counts(m map[string]int) string {

@@ -200,7 +200,30 @@ func (a *app) wait(ctx context.Context, c *apiclient.Client, job *jobtype.Job) e
 	}
 	p := newProgressPrinter(progressOut, isTerminal(progressOut), a.now)
 	p.linef("submitted %s (%s); waiting for it to end (Ctrl-C stops waiting, not the job)", job.ID, job.State)
+	if err := followToEnd(ctx, c, job, p); err != nil {
+		p.finish()
+		return err
+	}
+	final, err := c.Get(ctx, job.ID)
+	p.end(final)
+	if err != nil {
+		return err
+	}
+	if a.output == outJSON {
+		if err := writeJSON(a.stdout, final); err != nil {
+			return err
+		}
+	} else if err := printJob(a.stdout, final, a.now()); err != nil {
+		return err
+	}
+	return endStateError(final)
+}
 
+// followToEnd shows job's events on p until its state is terminal. When a
+// stream ends without a terminal state it asks for the record and follows
+// again, after a pause (growing to 5s) when nothing new came. Interrupted,
+// it returns an exitInterrupted error that says the job keeps running.
+func followToEnd(ctx context.Context, c *apiclient.Client, job *jobtype.Job, p *progressPrinter) error {
 	last := ""
 	state := job.State
 	idle := 0
@@ -215,47 +238,40 @@ func (a *app) wait(ctx context.Context, c *apiclient.Client, job *jobtype.Job) e
 			return nil
 		})
 		if err != nil {
-			p.finish()
 			if errors.Is(err, context.Canceled) {
-				return &exitError{code: exitInterrupted,
-					err: fmt.Errorf("stopped waiting; job %s keeps running (lathe logs -f %s)", job.ID, job.ID)}
+				return stoppedWaiting(job.ID)
 			}
 			return err
 		}
 		if state.Terminal() {
 			break
 		}
-		// The stream ended without a terminal state: ask for the record,
-		// and follow again (after a pause when nothing new came).
 		cur, err := c.Get(ctx, job.ID)
 		if err != nil {
-			p.finish()
 			return err
 		}
 		state = cur.State
 		if seen == 0 && !state.Terminal() {
 			idle++
 			if err := pause(ctx, time.Duration(min(idle, 5))*time.Second); err != nil {
-				p.finish()
-				return &exitError{code: exitInterrupted,
-					err: fmt.Errorf("stopped waiting; job %s keeps running (lathe logs -f %s)", job.ID, job.ID)}
+				return stoppedWaiting(job.ID)
 			}
 		} else {
 			idle = 0
 		}
 	}
-	final, err := c.Get(ctx, job.ID)
-	p.end(final)
-	if err != nil {
-		return err
-	}
-	if a.output == outJSON {
-		if err := writeJSON(a.stdout, final); err != nil {
-			return err
-		}
-	} else if err := printJob(a.stdout, final, a.now()); err != nil {
-		return err
-	}
+	return nil
+}
+
+// stoppedWaiting is the error of a wait interrupted: the job itself goes on.
+func stoppedWaiting(id string) error {
+	return &exitError{code: exitInterrupted,
+		err: fmt.Errorf("stopped waiting; job %s keeps running (lathe logs -f %s)", id, id)}
+}
+
+// endStateError maps a terminal job to the command's result: nil if it
+// succeeded, else a failure that says how it ended and why.
+func endStateError(final *jobtype.Job) error {
 	switch final.State {
 	case jobtype.StateSucceeded:
 		return nil

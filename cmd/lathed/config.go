@@ -394,16 +394,8 @@ func loadConfig(path string) (*fileConfig, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	c.path = path
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		var de *durationError
-		if errors.As(err, &de) {
-			if key := keyAt(b, de.line, de.column); key != "" {
-				return nil, fmt.Errorf("config %s: %s = %q: not a duration like 10s or 2h (line %d)", path, key, de.value, de.line)
-			}
-		}
-		return nil, fmt.Errorf("config %s: %w", path, err)
+	if err := decodeConfig(c, b, path); err != nil {
+		return nil, err
 	}
 	c.DataDir = d.DataDir
 	if g := c.Worker.GPUs; g != "" {
@@ -412,29 +404,62 @@ func loadConfig(path string) (*fileConfig, error) {
 				path, g, strings.Join(nvmlinventory.SimulatedServers(), ", "))
 		}
 	}
-	if r := c.Worker.CheckpointRoot; r != "" && !filepath.IsAbs(r) {
-		c.Worker.CheckpointRoot = filepath.Join(filepath.Dir(path), r)
-	}
-	if f := c.Ledger.KeyFile; f != "" && !filepath.IsAbs(f) {
-		c.Ledger.KeyFile = filepath.Join(filepath.Dir(path), f)
-	}
-	if f := c.Auth.TokensFile; f != "" && !filepath.IsAbs(f) {
-		c.Auth.TokensFile = filepath.Join(filepath.Dir(path), f)
-	}
+	c.resolvePaths()
 	if c.schedules, err = parseSchedules(c.Schedules, path); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
-	for name, tr := range c.Trainers {
+	if err := checkTrainers(c.Trainers, path); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// decodeConfig decodes b, the config file at path, into c; an unknown key is
+// an error, and a bad duration is named by its key and line.
+func decodeConfig(c *fileConfig, b []byte, path string) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		var de *durationError
+		if errors.As(err, &de) {
+			if key := keyAt(b, de.line, de.column); key != "" {
+				return fmt.Errorf("config %s: %s = %q: not a duration like 10s or 2h (line %d)", path, key, de.value, de.line)
+			}
+		}
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// resolvePaths makes the relative file paths of the config
+// (worker.checkpoint_root, ledger.key_file, auth.tokens_file) relative to the
+// config file's folder.
+func (c *fileConfig) resolvePaths() {
+	if r := c.Worker.CheckpointRoot; r != "" && !filepath.IsAbs(r) {
+		c.Worker.CheckpointRoot = filepath.Join(filepath.Dir(c.path), r)
+	}
+	if f := c.Ledger.KeyFile; f != "" && !filepath.IsAbs(f) {
+		c.Ledger.KeyFile = filepath.Join(filepath.Dir(c.path), f)
+	}
+	if f := c.Auth.TokensFile; f != "" && !filepath.IsAbs(f) {
+		c.Auth.TokensFile = filepath.Join(filepath.Dir(c.path), f)
+	}
+}
+
+// checkTrainers rejects a trainer of the config at path with no command or
+// a pass_env name a trainer may not be given.
+func checkTrainers(trainers map[string]trainerEntry, path string) error {
+	for name, tr := range trainers {
 		if len(tr.Command) == 0 {
-			return nil, fmt.Errorf("config %s: trainers.%s: empty command", path, name)
+			return fmt.Errorf("config %s: trainers.%s: empty command", path, name)
 		}
 		for i, k := range tr.PassEnv {
 			if err := trainer.CheckPassEnvName(k); err != nil {
-				return nil, fmt.Errorf("config %s: trainers.%s.pass_env[%d] = %q: %w", path, name, i, k, err)
+				return fmt.Errorf("config %s: trainers.%s.pass_env[%d] = %q: %w", path, name, i, k, err)
 			}
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // loadTokens gathers the API tokens of the config (inline, from

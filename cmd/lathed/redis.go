@@ -123,22 +123,11 @@ func startManagedRedis(ctx context.Context, dataDir string, hold *os.File, log *
 	args := []string{"--dir", dir, "--appendonly", "yes", "--appendfsync", "everysec",
 		"--maxmemory-policy", "noeviction", "--save", "", "--daemonize", "no",
 		"--logfile", filepath.Join(dir, "redis.log")}
-	var url string
-	sock := filepath.Join(dir, "redis.sock")
-	if len(sock) < 100 {
-		args = append(args, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700")
-		url = "unix://" + sock
-	} else {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("redis port: %w", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		args = append(args, "--bind", "127.0.0.1", "--port", strconv.Itoa(port))
-		url = "redis://127.0.0.1:" + strconv.Itoa(port)
+	listen, url, err := managedRedisListen(dir)
+	if err != nil {
+		return nil, err
 	}
-	cmd := redisServerCommand(bin, args)
+	cmd := redisServerCommand(bin, append(args, listen...))
 	if hold != nil {
 		cmd.ExtraFiles = []*os.File{hold}
 	}
@@ -147,7 +136,35 @@ func startManagedRedis(ctx context.Context, dataDir string, hold *os.File, log *
 	}
 	m := &managedRedis{URL: url, cmd: cmd, waitErr: make(chan error, 1)}
 	go func() { m.waitErr <- cmd.Wait() }()
-	rdb, _ := newRedisClient(url)
+	if err := m.awaitStart(ctx, dir); err != nil {
+		return nil, err
+	}
+	log.Info("started redis-server inside the data dir (AOF on, noeviction)", slog.String("url", redactURL(url)), slog.String("dir", dir))
+	return m, nil
+}
+
+// managedRedisListen is where a managed redis-server in dir listens: the
+// redis-server arguments and the URL. A unix socket in dir, unless its path
+// is too long for one; then a free TCP port on 127.0.0.1.
+func managedRedisListen(dir string) (args []string, url string, err error) {
+	sock := filepath.Join(dir, "redis.sock")
+	if len(sock) < 100 {
+		return []string{"--port", "0", "--unixsocket", sock, "--unixsocketperm", "700"}, "unix://" + sock, nil
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", fmt.Errorf("redis port: %w", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	return []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port)}, "redis://127.0.0.1:" + strconv.Itoa(port), nil
+}
+
+// awaitStart waits up to 10s for the redis-server just started (logging to
+// dir/redis.log) to answer a PING. It fails at once if the server exits, and
+// stops it if it never answers.
+func (m *managedRedis) awaitStart(ctx context.Context, dir string) error {
+	rdb, _ := newRedisClient(m.URL)
 	defer rdb.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -155,21 +172,19 @@ func startManagedRedis(ctx context.Context, dataDir string, hold *os.File, log *
 		err := rdb.Ping(pctx).Err()
 		cancel()
 		if err == nil {
-			break
+			return nil
 		}
 		select {
 		case werr := <-m.waitErr:
-			return nil, fmt.Errorf("redis-server exited at start (%v); see %s", werr, filepath.Join(dir, "redis.log"))
+			return fmt.Errorf("redis-server exited at start (%v); see %s", werr, filepath.Join(dir, "redis.log"))
 		default:
 		}
 		if time.Now().After(deadline) {
 			m.Stop()
-			return nil, fmt.Errorf("redis-server did not answer on %s: %w", redactURL(url), err)
+			return fmt.Errorf("redis-server did not answer on %s: %w", redactURL(m.URL), err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	log.Info("started redis-server inside the data dir (AOF on, noeviction)", slog.String("url", redactURL(url)), slog.String("dir", dir))
-	return m, nil
 }
 
 // childEnvKeys are the only variables of lathed's environment a helper

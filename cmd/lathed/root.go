@@ -64,16 +64,17 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	pf.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	pf.DurationVar(&o.redisWait, "redis-wait", 30*time.Second, "how long to wait for Redis at start")
 
-	addListen := func(c *cobra.Command) {
-		c.Flags().StringVar(&o.listen, "listen", "", "API address (default 127.0.0.1:8080)")
+	up, sched, wk := upCmd(o, stderr), schedulerCmd(o, stderr), workerCmd(o, stderr)
+	for _, c := range []*cobra.Command{up, sched, wk} {
+		c.Flags().StringVar(&o.endpoint, "endpoint-url", "", "EC2/S3-compatible endpoint for the aws backends (path-style S3); default AWS (or AWS_ENDPOINT_URL)")
 	}
-	addWorker := func(c *cobra.Command) {
-		c.Flags().StringVar(&o.node, "node", "", "unique node name (default the host name)")
-		c.Flags().IntVar(&o.slots, "slots", 0, "attempts run at once (CPU slots; default 2)")
-		c.Flags().StringVar(&o.gpus, "gpus", "auto", "GPUs: auto (NVML; 0 GPUs without the driver), none, or simulated:"+
-			strings.Join(nvmlinventory.SimulatedServers(), "|")+" (fake GPUs, jobs run on the CPU)")
-	}
+	root.AddCommand(up, sched, wk, agentCmd(stderr, &o.logLevel))
+	addVersion(root, stdout)
+	return root
+}
 
+// upCmd is `lathed up`: the scheduler and a worker in one process.
+func upCmd(o *opts, stderr io.Writer) *cobra.Command {
 	up := &cobra.Command{
 		Use:   "up",
 		Short: "Scheduler and local worker in one process, with its own Redis unless --redis-url is given",
@@ -83,16 +84,26 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 			return run(c.Context(), o, stderr, true, true)
 		},
 	}
-	addListen(up)
-	addWorker(up)
+	addListenFlag(up, o)
+	addWorkerFlags(up, o)
 	up.Flags().StringArrayVar(&o.upClouds, "aws-backend", nil, "also run the AWS worker of this aws backend of the config in this process (repeatable)")
+	return up
+}
+
+// schedulerCmd is `lathed scheduler`: the scheduler alone.
+func schedulerCmd(o *opts, stderr io.Writer) *cobra.Command {
 	sched := &cobra.Command{
 		Use:   "scheduler",
 		Short: "HTTP API and placement (needs --redis-url or redis.url)",
 		Args:  cobra.NoArgs,
 		RunE:  func(c *cobra.Command, _ []string) error { return run(c.Context(), o, stderr, true, false) },
 	}
-	addListen(sched)
+	addListenFlag(sched, o)
+	return sched
+}
+
+// workerCmd is `lathed worker`: a local or an AWS worker alone.
+func workerCmd(o *opts, stderr io.Writer) *cobra.Command {
 	wk := &cobra.Command{
 		Use:   "worker",
 		Short: "Runs attempts on this machine (needs --redis-url or redis.url)",
@@ -113,13 +124,21 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	wk.Flags().StringVar(&o.backend, "backend", "local", "worker backend: local (this machine's GPUs) or aws (launches EC2 instances for one aws backend)")
 	wk.Flags().StringVar(&o.awsBackend, "aws-backend", "", "with --backend aws: the aws backend of the config this worker runs")
-	addWorker(wk)
-	for _, c := range []*cobra.Command{up, sched, wk} {
-		c.Flags().StringVar(&o.endpoint, "endpoint-url", "", "EC2/S3-compatible endpoint for the aws backends (path-style S3); default AWS (or AWS_ENDPOINT_URL)")
-	}
-	root.AddCommand(up, sched, wk, agentCmd(stderr, &o.logLevel))
-	addVersion(root, stdout)
-	return root
+	addWorkerFlags(wk, o)
+	return wk
+}
+
+// addListenFlag adds --listen, the API's address, to c.
+func addListenFlag(c *cobra.Command, o *opts) {
+	c.Flags().StringVar(&o.listen, "listen", "", "API address (default 127.0.0.1:8080)")
+}
+
+// addWorkerFlags adds the local worker's flags to c: --node, --slots, --gpus.
+func addWorkerFlags(c *cobra.Command, o *opts) {
+	c.Flags().StringVar(&o.node, "node", "", "unique node name (default the host name)")
+	c.Flags().IntVar(&o.slots, "slots", 0, "attempts run at once (CPU slots; default 2)")
+	c.Flags().StringVar(&o.gpus, "gpus", "auto", "GPUs: auto (NVML; 0 GPUs without the driver), none, or simulated:"+
+		strings.Join(nvmlinventory.SimulatedServers(), "|")+" (fake GPUs, jobs run on the CPU)")
 }
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
@@ -315,12 +334,9 @@ func (d *wiring) startLocalWorker(ctx context.Context) error {
 	if err := writeScripts(scriptsDir); err != nil {
 		return err
 	}
-	node := firstNonEmpty(o.node, fc.Worker.Node)
-	if node == "" {
-		var err error
-		if node, err = os.Hostname(); err != nil {
-			return fmt.Errorf("--node not given and no host name: %w", err)
-		}
+	node, err := nodeName(o, fc)
+	if err != nil {
+		return err
 	}
 	gpus, err := nvmlinventory.Open(ctx, gpusValue(o, fc), node, d.log)
 	if err != nil {
@@ -346,14 +362,32 @@ func (d *wiring) startLocalWorker(ctx context.Context) error {
 		return err
 	}
 	d.stops = append(d.stops, w.Stop)
-	if len(o.upClouds) > 0 {
+	return d.startUpClouds(ctx)
+}
+
+// nodeName is this worker's node name: --node, worker.node, or the host name.
+func nodeName(o *opts, fc *fileConfig) (string, error) {
+	node := firstNonEmpty(o.node, fc.Worker.Node)
+	if node == "" {
+		var err error
+		if node, err = os.Hostname(); err != nil {
+			return "", fmt.Errorf("--node not given and no host name: %w", err)
+		}
+	}
+	return node, nil
+}
+
+// startUpClouds starts the AWS workers of `lathed up --aws-backend`, if any,
+// making the ledger's key first.
+func (d *wiring) startUpClouds(ctx context.Context) error {
+	if len(d.o.upClouds) > 0 {
 		// The AWS workers record staging in the ledger: make sure the
 		// key exists before the scheduler part would make it.
-		if _, err := openLedger(d.rdb, fc, d.dataDir, d.log); err != nil {
+		if _, err := openLedger(d.rdb, d.fc, d.dataDir, d.log); err != nil {
 			return err
 		}
 	}
-	for _, name := range o.upClouds {
+	for _, name := range d.o.upClouds {
 		if err := d.startCloudWorker(ctx, name); err != nil {
 			return err
 		}
@@ -365,12 +399,6 @@ func (d *wiring) startLocalWorker(ctx context.Context) error {
 // and reloads the routing config on SIGHUP.
 func (d *wiring) startScheduler(ctx context.Context) error {
 	o, fc, log := d.o, d.fc, d.log
-	names := []string{"reference"}
-	for n := range fc.Trainers {
-		if n != "reference" {
-			names = append(names, n)
-		}
-	}
 	// Event follows block on XREAD: give them their own, larger pool.
 	followRDB, err := newRedisClientPool(d.url, 512)
 	if err != nil {
@@ -389,25 +417,7 @@ func (d *wiring) startScheduler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := scheduler.New(d.rdb, d.store, scheduler.Config{
-		Listen: listen, Tokens: tokens, AllowedRoots: d.roots, DataDeny: pathpolicy.DataDeny(d.dataDir, fc.Worker.CheckpointRoot, filepath.Join(d.dataDir, "scripts"), daemonDeny(fc)),
-		KeepFinished: fc.Jobs.KeepFinished, FinishedTTL: fc.Jobs.FinishedTTL.D(),
-		Defaults: fc.daemon.Defaults(d.dataDir), Routing: fc.daemon.Routing, Ledger: led,
-		Trainers: names, KillGrace: fc.Worker.KillGrace.D(), PlaceInterval: fc.Scheduler.PlaceInterval.D(),
-		RepairAfter: fc.Scheduler.RepairAfter.D(), ReapGrace: fc.Scheduler.ReapGrace.D(), LeaderTTL: fc.Scheduler.LeaderTTL.D(),
-		LeaseTTL:    fc.Worker.LeaseTTL.D(),
-		FollowRedis: followRDB, Logger: log,
-		ReadHeaderTimeout: fc.Scheduler.HTTPReadHeaderTimeout.D(), ReadTimeout: fc.Scheduler.HTTPReadTimeout.D(),
-		WriteTimeout: fc.Scheduler.HTTPWriteTimeout.D(), IdleTimeout: fc.Scheduler.HTTPIdleTimeout.D(),
-		MaxConns: fc.Scheduler.HTTPMaxConns, MaxConnsPerIP: fc.Scheduler.HTTPMaxConnsPerIP,
-		Clouds:         cloudReconcilers(ctx, fc.daemon.Routing, firstNonEmpty(fc.Cluster, defaultCluster), d.endpoint, log),
-		ReconcileEvery: fc.Scheduler.ReconcileEvery.D(), ReconcileGrace: fc.Scheduler.ReconcileGrace.D(),
-		NoEvictionCheck: d.managed != nil && d.managed.Embedded,
-		Schedules:       fc.schedules,
-		// A test hook, named so: cmd/lathed's sweep schedule test kills the
-		// leader while it holds an expanded sweep.
-		TestHoldScheduledSweep: testHoldScheduledSweep(),
-	})
+	s := scheduler.New(d.rdb, d.store, d.schedulerConfig(ctx, listen, tokens, led, followRDB))
 	if err := s.Start(ctx); err != nil {
 		return err
 	}
@@ -416,6 +426,44 @@ func (d *wiring) startScheduler(ctx context.Context) error {
 	log.Info("lathe is up", slog.String("api", "http://"+s.Addr()), slog.String("data_dir", d.dataDir),
 		slog.String("redis", redactURL(d.url)))
 	return nil
+}
+
+// schedulerConfig is the scheduler's Config from the config file in force:
+// listen, tokens, the ledger led and the Redis pool for event follows
+// followRDB are made by startScheduler.
+func (d *wiring) schedulerConfig(ctx context.Context, listen string, tokens []scheduler.Token, led *ledger.Ledger, followRDB *redis.Client) scheduler.Config {
+	fc := d.fc
+	return scheduler.Config{
+		Listen: listen, Tokens: tokens, AllowedRoots: d.roots, DataDeny: pathpolicy.DataDeny(d.dataDir, fc.Worker.CheckpointRoot, filepath.Join(d.dataDir, "scripts"), daemonDeny(fc)),
+		KeepFinished: fc.Jobs.KeepFinished, FinishedTTL: fc.Jobs.FinishedTTL.D(),
+		Defaults: fc.daemon.Defaults(d.dataDir), Routing: fc.daemon.Routing, Ledger: led,
+		Trainers: trainerNames(fc.Trainers), KillGrace: fc.Worker.KillGrace.D(), PlaceInterval: fc.Scheduler.PlaceInterval.D(),
+		RepairAfter: fc.Scheduler.RepairAfter.D(), ReapGrace: fc.Scheduler.ReapGrace.D(), LeaderTTL: fc.Scheduler.LeaderTTL.D(),
+		LeaseTTL:    fc.Worker.LeaseTTL.D(),
+		FollowRedis: followRDB, Logger: d.log,
+		ReadHeaderTimeout: fc.Scheduler.HTTPReadHeaderTimeout.D(), ReadTimeout: fc.Scheduler.HTTPReadTimeout.D(),
+		WriteTimeout: fc.Scheduler.HTTPWriteTimeout.D(), IdleTimeout: fc.Scheduler.HTTPIdleTimeout.D(),
+		MaxConns: fc.Scheduler.HTTPMaxConns, MaxConnsPerIP: fc.Scheduler.HTTPMaxConnsPerIP,
+		Clouds:         cloudReconcilers(ctx, fc.daemon.Routing, firstNonEmpty(fc.Cluster, defaultCluster), d.endpoint, d.log),
+		ReconcileEvery: fc.Scheduler.ReconcileEvery.D(), ReconcileGrace: fc.Scheduler.ReconcileGrace.D(),
+		NoEvictionCheck: d.managed != nil && d.managed.Embedded,
+		Schedules:       fc.schedules,
+		// A test hook, named so: cmd/lathed's sweep schedule test kills the
+		// leader while it holds an expanded sweep.
+		TestHoldScheduledSweep: testHoldScheduledSweep(),
+	}
+}
+
+// trainerNames are the trainers the scheduler accepts: reference first, then
+// those of the config.
+func trainerNames(m map[string]trainerEntry) []string {
+	names := []string{"reference"}
+	for n := range m {
+		if n != "reference" {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // gpusValue is the --gpus value in force: the flag when given, else
