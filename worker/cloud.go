@@ -93,32 +93,12 @@ type CloudConfig struct {
 	Logger *slog.Logger
 }
 
+// withDefaults checks c and returns it with the defaults stated, and the
+// backend it names.
 func (c CloudConfig) withDefaults() (CloudConfig, routecfg.Backend, error) {
-	b, ok := c.Routing.Backend(c.Backend)
-	for name, keys := range c.TrainerPassEnv {
-		for i, k := range keys {
-			if err := trainer.CheckPassEnvName(k); err != nil {
-				return c, b, fmt.Errorf("worker: aws: trainers.%s.pass_env[%d]: %w", name, i, err)
-			}
-		}
-	}
-	switch {
-	case c.Backend == "":
-		return c, b, errors.New("worker: aws: --aws-backend is required (an aws backend of the config)")
-	case !ok:
-		return c, b, fmt.Errorf("worker: aws: backend %q is not in the config", c.Backend)
-	case b.Kind != routecfg.KindAWS:
-		return c, b, fmt.Errorf("worker: aws: backend %q is kind %q, not aws", c.Backend, b.Kind)
-	}
-	if err := b.LaunchReady(); err != nil {
-		return c, b, fmt.Errorf("worker: aws: %w", err)
-	}
-	if _, err := agent.ParseS3URI(b.WorkURI); err != nil {
-		return c, b, fmt.Errorf("worker: aws: backends.%s.work_uri %q: %w", b.Name, b.WorkURI, err)
-	}
-	if _, err := agent.ParseS3URI(b.CheckpointURI); err != nil {
-		return c, b, fmt.Errorf("worker: aws: backends.%s.checkpoint_uri %q: an attempt on an instance resumes from S3, so it must be s3://: %w",
-			b.Name, b.CheckpointURI, err)
+	b, err := c.checkBackend()
+	if err != nil {
+		return c, b, err
 	}
 	if c.EC2 == nil || c.S3 == nil {
 		return c, b, errors.New("worker: aws: EC2 and S3 clients are required")
@@ -126,9 +106,52 @@ func (c CloudConfig) withDefaults() (CloudConfig, routecfg.Backend, error) {
 	if c.DataDir == "" {
 		return c, b, errors.New("worker: aws: data dir is required")
 	}
+	c.defaultTimings()
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 3
 	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, b, nil
+}
+
+// checkBackend checks the trainers' pass_env names and returns the aws
+// backend c names, ready to launch, with s3:// work and checkpoint URIs.
+// On an error it returns what it found of the backend.
+func (c CloudConfig) checkBackend() (routecfg.Backend, error) {
+	b, ok := c.Routing.Backend(c.Backend)
+	for name, keys := range c.TrainerPassEnv {
+		for i, k := range keys {
+			if err := trainer.CheckPassEnvName(k); err != nil {
+				return b, fmt.Errorf("worker: aws: trainers.%s.pass_env[%d]: %w", name, i, err)
+			}
+		}
+	}
+	switch {
+	case c.Backend == "":
+		return b, errors.New("worker: aws: --aws-backend is required (an aws backend of the config)")
+	case !ok:
+		return b, fmt.Errorf("worker: aws: backend %q is not in the config", c.Backend)
+	case b.Kind != routecfg.KindAWS:
+		return b, fmt.Errorf("worker: aws: backend %q is kind %q, not aws", c.Backend, b.Kind)
+	}
+	if err := b.LaunchReady(); err != nil {
+		return b, fmt.Errorf("worker: aws: %w", err)
+	}
+	if _, err := agent.ParseS3URI(b.WorkURI); err != nil {
+		return b, fmt.Errorf("worker: aws: backends.%s.work_uri %q: %w", b.Name, b.WorkURI, err)
+	}
+	if _, err := agent.ParseS3URI(b.CheckpointURI); err != nil {
+		return b, fmt.Errorf("worker: aws: backends.%s.checkpoint_uri %q: an attempt on an instance resumes from S3, so it must be s3://: %w",
+			b.Name, b.CheckpointURI, err)
+	}
+	return b, nil
+}
+
+// defaultTimings fills the durations left zero (PollInterval at most a
+// third of the lease).
+func (c *CloudConfig) defaultTimings() {
 	if c.DefaultMaxRuntime <= 0 {
 		c.DefaultMaxRuntime = 24 * time.Hour
 	}
@@ -156,10 +179,6 @@ func (c CloudConfig) withDefaults() (CloudConfig, routecfg.Backend, error) {
 	if c.TaskCheckInterval <= 0 {
 		c.TaskCheckInterval = 100 * time.Millisecond
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	return c, b, nil
 }
 
 // Cloud is the AWS worker of one cloud backend (`lathed worker --backend

@@ -224,19 +224,10 @@ func (a *cloudAttempt) agentJob(dataset, evalDataset string, maxRuntime time.Dur
 // launch stages the data, writes job.json and makes sure the attempt has
 // its instance. ok is false when the attempt ended (end, possibly nil).
 func (a *cloudAttempt) launch(ctx context.Context) (end endFunc, ok bool) {
-	maxRuntime := a.job.Spec.MaxRuntime.D()
-	if maxRuntime <= 0 {
-		maxRuntime = a.c.cfg.DefaultMaxRuntime
-	}
-	dataset, err := a.stage(ctx, "dataset", a.job.Spec.Dataset)
-	if err != nil {
-		return a.stagingFailed(ctx, "dataset", err), false
-	}
-	evalDataset := ""
-	if a.job.Spec.EvalDataset != "" {
-		if evalDataset, err = a.stage(ctx, "eval_dataset", a.job.Spec.EvalDataset); err != nil {
-			return a.stagingFailed(ctx, "eval_dataset", err), false
-		}
+	maxRuntime := a.maxRuntime()
+	dataset, evalDataset, end, ok := a.stageData(ctx)
+	if !ok {
+		return end, false
 	}
 	if end, ok := a.writeJob(ctx, a.agentJob(dataset, evalDataset, maxRuntime)); !ok {
 		return end, false
@@ -255,23 +246,50 @@ func (a *cloudAttempt) launch(ctx context.Context) (end endFunc, ok bool) {
 			a.launched(ctx, res)
 			return nil, true
 		}
-		switch {
-		case ctx.Err() != nil:
-			return nil, false // detached
-		case errors.Is(err, cloud.ErrNoFit):
-			return a.fail(jobtype.ReasonPermanent, "no instance type of backend "+a.c.b.Name+" fits the job's GPU request: "+err.Error()), false
-		case errors.Is(err, cloud.ErrNoCapacity):
-			end, ok := a.waitAndRelaunch(ctx, fmt.Sprintf("no capacity for any instance type in any subnet of %s (site %s); the job waits in its site and tries again in %s",
-				a.c.b.Name, a.c.b.Site, a.c.cfg.LaunchRetry))
-			if !ok {
-				return end, false
-			}
-		default:
-			end, ok := a.waitAndRelaunch(ctx, fmt.Sprintf("launch failed (%v); trying again in %s", err, a.c.cfg.LaunchRetry))
-			if !ok {
-				return end, false
-			}
+		if end, ok := a.launchFailed(ctx, err); !ok {
+			return end, false
 		}
+	}
+}
+
+// maxRuntime is the job's max_runtime, or the worker's DefaultMaxRuntime
+// for a job without one.
+func (a *cloudAttempt) maxRuntime() time.Duration {
+	if d := a.job.Spec.MaxRuntime.D(); d > 0 {
+		return d
+	}
+	return a.c.cfg.DefaultMaxRuntime
+}
+
+// stageData stages the job's dataset and eval dataset (if it has one) for
+// the agent. ok is false when the attempt ended (end, possibly nil).
+func (a *cloudAttempt) stageData(ctx context.Context) (dataset, evalDataset string, end endFunc, ok bool) {
+	dataset, err := a.stage(ctx, "dataset", a.job.Spec.Dataset)
+	if err != nil {
+		return "", "", a.stagingFailed(ctx, "dataset", err), false
+	}
+	if a.job.Spec.EvalDataset != "" {
+		if evalDataset, err = a.stage(ctx, "eval_dataset", a.job.Spec.EvalDataset); err != nil {
+			return "", "", a.stagingFailed(ctx, "eval_dataset", err), false
+		}
+	}
+	return dataset, evalDataset, nil, true
+}
+
+// launchFailed decides what a failed launch means: a detached worker stops
+// (ok false, no end), a job no instance type fits fails for good, and no
+// capacity or any other error waits LaunchRetry for another try (ok true).
+func (a *cloudAttempt) launchFailed(ctx context.Context, err error) (endFunc, bool) {
+	switch {
+	case ctx.Err() != nil:
+		return nil, false // detached
+	case errors.Is(err, cloud.ErrNoFit):
+		return a.fail(jobtype.ReasonPermanent, "no instance type of backend "+a.c.b.Name+" fits the job's GPU request: "+err.Error()), false
+	case errors.Is(err, cloud.ErrNoCapacity):
+		return a.waitAndRelaunch(ctx, fmt.Sprintf("no capacity for any instance type in any subnet of %s (site %s); the job waits in its site and tries again in %s",
+			a.c.b.Name, a.c.b.Site, a.c.cfg.LaunchRetry))
+	default:
+		return a.waitAndRelaunch(ctx, fmt.Sprintf("launch failed (%v); trying again in %s", err, a.c.cfg.LaunchRetry))
 	}
 }
 
@@ -381,10 +399,7 @@ func (a *cloudAttempt) renew(ctx context.Context) (cancelled, lost bool) {
 
 // watchLoop follows the launched instance to the attempt's end.
 func (a *cloudAttempt) watchLoop(ctx context.Context) endFunc {
-	maxRuntime := a.job.Spec.MaxRuntime.D()
-	if maxRuntime <= 0 {
-		maxRuntime = a.c.cfg.DefaultMaxRuntime
-	}
+	maxRuntime := a.maxRuntime()
 	deadline := a.inst.LaunchTime.Add(maxRuntime + a.c.cfg.ShutdownMargin + a.c.cfg.StatusGrace)
 	t := time.NewTicker(a.c.cfg.PollInterval)
 	defer t.Stop()
@@ -397,46 +412,8 @@ func (a *cloudAttempt) watchLoop(ctx context.Context) endFunc {
 			case <-t.C:
 			}
 		}
-		cancelled, lost := a.renew(ctx)
-		if lost {
-			return nil
-		}
-		if cancelled {
-			return a.cancelled(ctx)
-		}
-		a.mirror(ctx)
-		st, found, err := a.status(ctx)
-		if err != nil {
-			a.log.Warn("read status.json failed; trying again", slog.Any("err", err))
-		}
-		if found {
-			a.mirror(ctx) // the events written before the status
-			return a.ended(ctx, st)
-		}
-		inst, err := a.c.instance(ctx, a.inst.ID)
-		switch {
-		case err == nil && !inst.Gone():
-			a.gone = time.Time{}
-			if inst.State != a.inst.State {
-				a.inst.State = inst.State
-				_ = a.c.store.RecordInstance(context.WithoutCancel(ctx), a.job.ID, a.n, a.inst)
-			}
-		case err == nil || errors.Is(err, cloud.ErrNotFound):
-			state := "unknown to EC2"
-			if err == nil {
-				state = inst.State
-			}
-			if a.gone.IsZero() {
-				a.gone = time.Now()
-				a.note(ctx, fmt.Sprintf("instance %s is %s with no status.json yet; waiting %s for it", a.inst.ID, state, a.c.cfg.StatusGrace))
-			} else if time.Since(a.gone) > a.c.cfg.StatusGrace {
-				return a.lost(ctx, state)
-			}
-		case ctx.Err() != nil:
-		default:
-			// A failing DescribeInstances says nothing about the instance:
-			// never terminate or relaunch on it.
-			a.log.Warn("describe instance failed; leaving it alone", slog.String("instance_id", a.inst.ID), slog.Any("err", err))
+		if end, done := a.watchOnce(ctx); done {
+			return end
 		}
 		if time.Now().After(deadline) {
 			a.note(ctx, fmt.Sprintf("no status from the agent by launch + max_runtime %s + margin; terminating %s", maxRuntime, a.inst.ID))
@@ -446,6 +423,61 @@ func (a *cloudAttempt) watchLoop(ctx context.Context) endFunc {
 			return a.fail(jobtype.ReasonTimeout, fmt.Sprintf("max_runtime %s reached (no status from the agent on %s)", maxRuntime, a.inst.ID))
 		}
 	}
+}
+
+// watchOnce is one look at the attempt: it renews the lease, mirrors the
+// agent's events, reads status.json and else the instance's state. done is
+// true when the attempt ended (end) or is no longer this worker's (nil).
+func (a *cloudAttempt) watchOnce(ctx context.Context) (end endFunc, done bool) {
+	cancelled, lost := a.renew(ctx)
+	if lost {
+		return nil, true
+	}
+	if cancelled {
+		return a.cancelled(ctx), true
+	}
+	a.mirror(ctx)
+	st, found, err := a.status(ctx)
+	if err != nil {
+		a.log.Warn("read status.json failed; trying again", slog.Any("err", err))
+	}
+	if found {
+		a.mirror(ctx) // the events written before the status
+		return a.ended(ctx, st), true
+	}
+	return a.checkInstance(ctx)
+}
+
+// checkInstance follows the state of an instance with no status.json yet:
+// a running one's state is recorded on change; one gone (or unknown to
+// EC2) for longer than StatusGrace is lost, and the attempt ends (done).
+func (a *cloudAttempt) checkInstance(ctx context.Context) (end endFunc, done bool) {
+	inst, err := a.c.instance(ctx, a.inst.ID)
+	switch {
+	case err == nil && !inst.Gone():
+		a.gone = time.Time{}
+		if inst.State != a.inst.State {
+			a.inst.State = inst.State
+			_ = a.c.store.RecordInstance(context.WithoutCancel(ctx), a.job.ID, a.n, a.inst)
+		}
+	case err == nil || errors.Is(err, cloud.ErrNotFound):
+		state := "unknown to EC2"
+		if err == nil {
+			state = inst.State
+		}
+		if a.gone.IsZero() {
+			a.gone = time.Now()
+			a.note(ctx, fmt.Sprintf("instance %s is %s with no status.json yet; waiting %s for it", a.inst.ID, state, a.c.cfg.StatusGrace))
+		} else if time.Since(a.gone) > a.c.cfg.StatusGrace {
+			return a.lost(ctx, state), true
+		}
+	case ctx.Err() != nil:
+	default:
+		// A failing DescribeInstances says nothing about the instance:
+		// never terminate or relaunch on it.
+		a.log.Warn("describe instance failed; leaving it alone", slog.String("instance_id", a.inst.ID), slog.Any("err", err))
+	}
+	return nil, false
 }
 
 // terminate terminates the attempt's instance (retrying while the worker

@@ -64,26 +64,11 @@ func (a *cloudAttempt) stage(ctx context.Context, what, uri string) (string, err
 	case !strings.HasPrefix(uri, "file:"):
 		return "", permanent("%s %q: only file:// and s3:// data can reach a cloud instance", what, uri)
 	}
-	p, err := fileuri.Path(uri)
+	f, p, err := a.openDataset(what, uri)
 	if err != nil {
-		return "", permanent("%s: %v", what, err)
-	}
-	// Opened once and checked (pathpolicy.Roots.Open): the bytes hashed,
-	// recorded and uploaded are those of the file checked, whatever
-	// happens to its name meanwhile.
-	var f *os.File
-	if a.c.cfg.AllowedRoots != nil {
-		f, err = a.c.cfg.AllowedRoots.Open(p, dataDenyOf(a.c.cfg.DataDir, "", "", a.c.cfg.Deny))
-		if err != nil {
-			return "", permanent("%s: %v%s", what, err, rootsHint(err))
-		}
-	} else if f, err = os.Open(p); err != nil {
-		return "", fmt.Errorf("%s: %w", what, err)
+		return "", err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.IsDir() {
-		return "", permanent("%s %s: is a folder; only a file can be staged to a cloud backend", what, uri)
-	}
 	h := sha256.New()
 	size, err := io.Copy(h, f)
 	if err != nil {
@@ -102,27 +87,60 @@ func (a *cloudAttempt) stage(ctx context.Context, what, uri string) (string, err
 			return to, nil // staged by an earlier attempt (and recorded then)
 		}
 	}
-	if a.c.cfg.Ledger == nil {
-		return "", permanent("%s %s must be copied to %s, but this worker has no ledger key: a copy that cannot be recorded is not made", what, uri, to)
-	}
 	rec := stagingRecord{What: what, From: uri, FromSite: a.siteOf(uri), To: to, ToSite: a.c.b.Site, Backend: a.c.b.Name,
 		Attempt: a.n, Bytes: size, SHA256: sum, Residency: a.job.Spec.Residency,
 		Why: "the job was routed to " + a.c.b.Name + ", whose instances read data from S3"}
-	body, _ := json.Marshal(rec)
-	// Recorded before the copy, on purpose, and not in one script with it
-	// (an S3 upload is no Redis write): a record of a copy that then failed
-	// is acceptable (the record says it was about to be made, and why); a
-	// copy without a record is not. No ledger, or an append that fails: no
-	// copy.
-	if _, err := a.c.cfg.Ledger.Append(ctx, ledger.Record{Kind: LedgerKindStaging, JobID: a.job.ID, Team: a.job.Team,
-		Token: a.job.Submitter, ConfigHash: a.c.cfg.Routing.Hash(), Body: body}); err != nil {
-		return "", fmt.Errorf("%s: record the copy in the ledger (not copied): %w", what, err)
+	if err := a.recordStaging(ctx, rec); err != nil {
+		return "", err
 	}
 	if err := a.c.cfg.S3.Put(ctx, work.Bucket, key, io.NewSectionReader(f, 0, size), size); err != nil {
 		return "", fmt.Errorf("%s: copy to %s: %w", what, to, err)
 	}
 	a.note(ctx, fmt.Sprintf("staged %s %s (%d bytes, sha256 %s) to %s (site %s); recorded in the ledger", what, uri, size, sum[:12], to, a.c.b.Site))
 	return to, nil
+}
+
+// openDataset opens the file a file:// uri names, once, through the
+// worker's allowed roots where it has them: the bytes hashed, recorded and
+// uploaded are those of the file checked, whatever happens to its name
+// meanwhile. It returns the file and its path; a folder is refused.
+func (a *cloudAttempt) openDataset(what, uri string) (*os.File, string, error) {
+	p, err := fileuri.Path(uri)
+	if err != nil {
+		return nil, "", permanent("%s: %v", what, err)
+	}
+	var f *os.File
+	if a.c.cfg.AllowedRoots != nil {
+		f, err = a.c.cfg.AllowedRoots.Open(p, dataDenyOf(a.c.cfg.DataDir, "", "", a.c.cfg.Deny))
+		if err != nil {
+			return nil, "", permanent("%s: %v%s", what, err, rootsHint(err))
+		}
+	} else if f, err = os.Open(p); err != nil {
+		return nil, "", fmt.Errorf("%s: %w", what, err)
+	}
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		f.Close()
+		return nil, "", permanent("%s %s: is a folder; only a file can be staged to a cloud backend", what, uri)
+	}
+	return f, p, nil
+}
+
+// recordStaging appends rec, a copy about to be made, to the ledger.
+// Recorded before the copy, on purpose, and not in one script with it (an
+// S3 upload is no Redis write): a record of a copy that then failed is
+// acceptable (the record says it was about to be made, and why); a copy
+// without a record is not. No ledger, or an append that fails: an error,
+// and the caller makes no copy.
+func (a *cloudAttempt) recordStaging(ctx context.Context, rec stagingRecord) error {
+	if a.c.cfg.Ledger == nil {
+		return permanent("%s %s must be copied to %s, but this worker has no ledger key: a copy that cannot be recorded is not made", rec.What, rec.From, rec.To)
+	}
+	body, _ := json.Marshal(rec)
+	if _, err := a.c.cfg.Ledger.Append(ctx, ledger.Record{Kind: LedgerKindStaging, JobID: a.job.ID, Team: a.job.Team,
+		Token: a.job.Submitter, ConfigHash: a.c.cfg.Routing.Hash(), Body: body}); err != nil {
+		return fmt.Errorf("%s: record the copy in the ledger (not copied): %w", rec.What, err)
+	}
+	return nil
 }
 
 // collect brings a succeeded attempt's artifacts from the work bucket to
@@ -142,15 +160,9 @@ func (a *cloudAttempt) collect(ctx context.Context, arts []agent.Artifact) ([]jo
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	reported := make([]trainer.TrainerEvent, 0, len(arts))
-	for _, art := range arts {
-		if !jobtype.ValidArtifactName(art.Name) {
-			return nil, fmt.Errorf("artifact name %q: must be a plain file name", art.Name)
-		}
-		if _, err := agent.Download(ctx, a.c.cfg.S3, a.work.Bucket, a.work.Key+agent.ArtifactsFolder+art.Name, filepath.Join(tmp, art.Name)); err != nil {
-			return nil, err
-		}
-		reported = append(reported, trainer.TrainerEvent{Kind: trainer.EventArtifact, Path: art.Name, Format: art.Format, Bytes: art.Bytes, SHA256: art.SHA256})
+	reported, err := a.downloadArtifacts(ctx, arts, tmp)
+	if err != nil {
+		return nil, err
 	}
 	tmpFD, err := pathpolicy.OpenDir(tmp)
 	if err != nil {
@@ -162,42 +174,72 @@ func (a *cloudAttempt) collect(ctx context.Context, arts []agent.Artifact) ([]jo
 	var res []jobtype.Artifact
 	switch {
 	case strings.HasPrefix(out, "file:"):
-		dest, err := openOutput(a.c.cfg.AllowedRoots, outputDenyOf(a.c.cfg.DataDir, "", a.c.cfg.Deny), out)
-		if err != nil {
-			return nil, err
-		}
-		defer dest.Close()
-		got, err := publishArtifacts(tmpFD, dest, reported)
-		if err != nil {
-			return nil, err
-		}
-		res = got
+		res, err = a.publishToFolder(tmpFD, out, reported)
 	case strings.HasPrefix(out, "s3://"):
-		dest, err := agent.ParseS3URI(out)
-		if err != nil {
-			return nil, fmt.Errorf("output %q: %w", out, err)
-		}
-		for _, r := range reported {
-			p := filepath.Join(tmp, r.Path)
-			n, sum, err := agent.HashFile(p)
-			if err != nil {
-				return nil, err
-			}
-			if (r.SHA256 != "" && r.SHA256 != sum) || (r.Bytes != 0 && r.Bytes != n) {
-				return nil, fmt.Errorf("artifact %s: reported %d bytes sha256 %s, the copy in S3 has %d bytes sha256 %s", r.Path, r.Bytes, r.SHA256, n, sum)
-			}
-			key := joinKey(dest.Key, r.Path)
-			if _, err := agent.UploadFile(ctx, a.c.cfg.S3, dest.Bucket, key, p); err != nil {
-				return nil, fmt.Errorf("artifact %s to s3://%s/%s: %w", r.Path, dest.Bucket, key, err)
-			}
-			res = append(res, jobtype.Artifact{Path: r.Path, Format: r.Format, Bytes: n, SHA256: sum})
-		}
+		res, err = a.uploadToS3(ctx, tmp, out, reported)
 	default:
-		return nil, fmt.Errorf("output %q: want file:// or s3://", out)
+		err = fmt.Errorf("output %q: want file:// or s3://", out)
+	}
+	if err != nil {
+		return nil, err
 	}
 	for i := range res {
 		res[i].Residency, res[i].Site = a.job.Spec.Residency, site
 	}
 	a.log.Info("artifacts at the output", slog.String("output", out), slog.Int("artifacts", len(res)))
+	return res, nil
+}
+
+// downloadArtifacts copies the artifacts the agent reported from the work
+// bucket into tmp, and returns them as the trainer events publishing
+// checks the copies against.
+func (a *cloudAttempt) downloadArtifacts(ctx context.Context, arts []agent.Artifact, tmp string) ([]trainer.TrainerEvent, error) {
+	reported := make([]trainer.TrainerEvent, 0, len(arts))
+	for _, art := range arts {
+		if !jobtype.ValidArtifactName(art.Name) {
+			return nil, fmt.Errorf("artifact name %q: must be a plain file name", art.Name)
+		}
+		if _, err := agent.Download(ctx, a.c.cfg.S3, a.work.Bucket, a.work.Key+agent.ArtifactsFolder+art.Name, filepath.Join(tmp, art.Name)); err != nil {
+			return nil, err
+		}
+		reported = append(reported, trainer.TrainerEvent{Kind: trainer.EventArtifact, Path: art.Name, Format: art.Format, Bytes: art.Bytes, SHA256: art.SHA256})
+	}
+	return reported, nil
+}
+
+// publishToFolder publishes the reported artifacts from tmp into the
+// file:// output folder out, through the worker's allowed roots.
+func (a *cloudAttempt) publishToFolder(tmp *os.File, out string, reported []trainer.TrainerEvent) ([]jobtype.Artifact, error) {
+	dest, err := openOutput(a.c.cfg.AllowedRoots, outputDenyOf(a.c.cfg.DataDir, "", a.c.cfg.Deny), out)
+	if err != nil {
+		return nil, err
+	}
+	defer dest.Close()
+	return publishArtifacts(tmp, dest, reported)
+}
+
+// uploadToS3 copies the reported artifacts from tmp to the s3:// output
+// out, each checked first against the size and digest the agent reported.
+func (a *cloudAttempt) uploadToS3(ctx context.Context, tmp, out string, reported []trainer.TrainerEvent) ([]jobtype.Artifact, error) {
+	dest, err := agent.ParseS3URI(out)
+	if err != nil {
+		return nil, fmt.Errorf("output %q: %w", out, err)
+	}
+	var res []jobtype.Artifact
+	for _, r := range reported {
+		p := filepath.Join(tmp, r.Path)
+		n, sum, err := agent.HashFile(p)
+		if err != nil {
+			return nil, err
+		}
+		if (r.SHA256 != "" && r.SHA256 != sum) || (r.Bytes != 0 && r.Bytes != n) {
+			return nil, fmt.Errorf("artifact %s: reported %d bytes sha256 %s, the copy in S3 has %d bytes sha256 %s", r.Path, r.Bytes, r.SHA256, n, sum)
+		}
+		key := joinKey(dest.Key, r.Path)
+		if _, err := agent.UploadFile(ctx, a.c.cfg.S3, dest.Bucket, key, p); err != nil {
+			return nil, fmt.Errorf("artifact %s to s3://%s/%s: %w", r.Path, dest.Bucket, key, err)
+		}
+		res = append(res, jobtype.Artifact{Path: r.Path, Format: r.Format, Bytes: n, SHA256: sum})
+	}
 	return res, nil
 }

@@ -143,30 +143,8 @@ func (w *Worker) monitor(ctx context.Context, cancel context.CancelCauseFunc, lo
 			continue
 		}
 		now := time.Now()
-		pt := jobstore.GPUSample{T: now.UnixMilli()}
-		busy := false
-		for _, i := range gpus {
-			for _, g := range inv.GPUs {
-				if g.Index != i {
-					continue
-				}
-				pt.GPUs = append(pt.GPUs, jobstore.GPUReading{Index: i, Util: float64(g.UtilizationPct),
-					MemMB: float64(g.MemoryUsedMB), PowerW: g.PowerW, TempC: float64(g.TemperatureC)})
-				busy = busy || g.UtilizationPct > 0
-			}
-		}
-		if flushed, rewrite := series.add(pt); flushed != nil {
-			wctx, wc := context.WithTimeout(ctx, 2*time.Second)
-			if rewrite {
-				err = w.store.ReplaceGPUSeries(wctx, id, series.points, series.step)
-			} else {
-				err = w.store.AppendGPUSample(wctx, id, *flushed, series.step)
-			}
-			wc()
-			if err != nil {
-				log.Warn("monitor: write GPU series", slog.Any("err", err))
-			}
-		}
+		pt, busy := sampleGPUs(inv, gpus, now)
+		w.writeSeries(ctx, log, id, series, pt)
 		if busy {
 			idleSince = time.Time{}
 			continue
@@ -181,6 +159,44 @@ func (w *Worker) monitor(ctx context.Context, cancel context.CancelCauseFunc, lo
 			cancel(errHung)
 			return
 		}
+	}
+}
+
+// sampleGPUs is the reading at now of the job's GPUs (by index) in inv;
+// busy is true when any of them shows utilisation.
+func sampleGPUs(inv nvmlinventory.Inventory, gpus []int, now time.Time) (pt jobstore.GPUSample, busy bool) {
+	pt = jobstore.GPUSample{T: now.UnixMilli()}
+	for _, i := range gpus {
+		for _, g := range inv.GPUs {
+			if g.Index != i {
+				continue
+			}
+			pt.GPUs = append(pt.GPUs, jobstore.GPUReading{Index: i, Util: float64(g.UtilizationPct),
+				MemMB: float64(g.MemoryUsedMB), PowerW: g.PowerW, TempC: float64(g.TemperatureC)})
+			busy = busy || g.UtilizationPct > 0
+		}
+	}
+	return pt, busy
+}
+
+// writeSeries adds pt to the job's series and writes what that flushed to
+// the store: the new point, or the whole series when it was halved. A
+// failed write is logged, not retried.
+func (w *Worker) writeSeries(ctx context.Context, log *slog.Logger, id string, series *series, pt jobstore.GPUSample) {
+	flushed, rewrite := series.add(pt)
+	if flushed == nil {
+		return
+	}
+	wctx, wc := context.WithTimeout(ctx, 2*time.Second)
+	defer wc()
+	var err error
+	if rewrite {
+		err = w.store.ReplaceGPUSeries(wctx, id, series.points, series.step)
+	} else {
+		err = w.store.AppendGPUSample(wctx, id, *flushed, series.step)
+	}
+	if err != nil {
+		log.Warn("monitor: write GPU series", slog.Any("err", err))
 	}
 }
 

@@ -94,6 +94,26 @@ func (c Config) validate() error {
 	if !strings.HasPrefix(c.AMI, "ami-") || len(c.AMI) < 5 {
 		add("ami %q: want an image id ami-…", c.AMI)
 	}
+	c.validateNetwork(add)
+	if strings.TrimSpace(c.InstanceProfile) == "" {
+		add("instance_profile %q: required (the instance's S3 access)", c.InstanceProfile)
+	}
+	switch c.Spot {
+	case SpotPrefer, SpotNever, SpotOnly:
+	default:
+		add("spot %q: want prefer, never or only", c.Spot)
+	}
+	c.validateTypes(add)
+	c.validateEndpoint(add)
+	if len(bad) > 0 {
+		return fmt.Errorf("aws: config: %s", strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// validateNetwork adds what is wrong with the subnets (none, a bad id, one
+// listed twice) and the security groups to validate's list.
+func (c Config) validateNetwork(add func(format string, args ...any)) {
 	if len(c.Subnets) == 0 {
 		add("subnets: at least one is required")
 	}
@@ -111,31 +131,24 @@ func (c Config) validate() error {
 			add("security_groups[%d] %q: want a security group id sg-…", i, s)
 		}
 	}
-	if strings.TrimSpace(c.InstanceProfile) == "" {
-		add("instance_profile %q: required (the instance's S3 access)", c.InstanceProfile)
+}
+
+// validateEndpoint adds an endpoint URL that is not http(s)://host[:port]
+// to validate's list, its password never shown.
+func (c Config) validateEndpoint(add func(format string, args ...any)) {
+	if c.EndpointURL == "" {
+		return
 	}
-	switch c.Spot {
-	case SpotPrefer, SpotNever, SpotOnly:
-	default:
-		add("spot %q: want prefer, never or only", c.Spot)
-	}
-	c.validateTypes(add)
-	if c.EndpointURL != "" {
-		u, err := url.Parse(c.EndpointURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			// Never echo a password the URL carries (nor url.Parse's
-			// error, which quotes the whole URL).
-			shown := "(does not parse as a URL)"
-			if err == nil {
-				shown = u.Redacted()
-			}
-			add("endpoint_url %q: want http(s)://host[:port]", shown)
+	u, err := url.Parse(c.EndpointURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		// Never echo a password the URL carries (nor url.Parse's
+		// error, which quotes the whole URL).
+		shown := "(does not parse as a URL)"
+		if err == nil {
+			shown = u.Redacted()
 		}
+		add("endpoint_url %q: want http(s)://host[:port]", shown)
 	}
-	if len(bad) > 0 {
-		return fmt.Errorf("aws: config: %s", strings.Join(bad, "; "))
-	}
-	return nil
 }
 
 // validateTypes adds what is wrong with the instance types (and with spot

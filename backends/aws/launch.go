@@ -49,21 +49,10 @@ func (b *Backend) Launch(ctx context.Context, req Request) (LaunchResult, error)
 	if err := validateRequest(req); err != nil {
 		return res, err
 	}
-	found, err := b.findAttempt(ctx, req.JobID, req.Attempt)
-	if err != nil {
-		return res, fmt.Errorf("aws: launch %s attempt %d: find existing instance: %w", req.JobID, req.Attempt, err)
-	}
-	if len(found) > 0 {
-		if len(found) > 1 {
-			ids := make([]string, len(found))
-			for i, f := range found {
-				ids[i] = f.ID
-			}
-			b.log.Warn("aws: several instances for one attempt; using the oldest",
-				"job_id", req.JobID, "attempt", req.Attempt, "instance_ids", ids)
-		}
-		res.Instance, res.Found = found[0], true
-		return res, nil
+	inst, found, err := b.launchedBefore(ctx, req)
+	if err != nil || found {
+		res.Instance, res.Found = inst, found
+		return res, err
 	}
 	choices, err := b.ChooseTypes(ctx, req)
 	if err != nil {
@@ -77,42 +66,80 @@ func (b *Backend) Launch(ctx context.Context, req Request) (LaunchResult, error)
 	for ci, c := range choices {
 		for si, subnet := range b.cfg.Subnets {
 			in := b.runInput(req, c, subnet, userData, clientToken(req.JobID, req.Attempt, ci, si))
-			for retry := 0; ; retry++ {
-				out, err := b.ec2.RunInstances(ctx, in, noSDKRetry)
-				if err == nil && len(out.Instances) > 0 {
-					inst := fromEC2(out.Instances[0])
-					res.Attempts = append(res.Attempts, LaunchAttempt{Choice: c.Offer, Subnet: subnet, InstanceID: inst.ID})
-					res.Instance = inst
-					b.log.Info("aws: launched instance", "job_id", req.JobID, "attempt", req.Attempt,
-						"instance_id", inst.ID, "instance_type", c.Type, "market", c.Market(), "subnet", subnet)
-					return res, nil
-				}
-				if err == nil {
-					err = fmt.Errorf("RunInstances returned no instance")
-				}
-				code := errorCode(err)
-				res.Attempts = append(res.Attempts, LaunchAttempt{Choice: c.Offer, Subnet: subnet, Code: code, Message: errorMessage(err)})
-				switch {
-				case capacityCodes[code]:
-					b.log.Info("aws: no capacity", "job_id", req.JobID, "attempt", req.Attempt,
-						"instance_type", c.Type, "market", c.Market(), "subnet", subnet, "code", code)
-				case throttleCodes[code] && retry < maxThrottleRetries:
-					d := backoff(retry, b.jitter())
-					b.log.Info("aws: throttled; retrying", "job_id", req.JobID, "attempt", req.Attempt,
-						"code", code, "wait", d)
-					if err := b.sleep(ctx, d); err != nil {
-						return res, fmt.Errorf("aws: launch %s attempt %d: %w", req.JobID, req.Attempt, err)
-					}
-					continue
-				default:
-					return res, fmt.Errorf("aws: launch %s attempt %d: run %s in %s: %w",
-						req.JobID, req.Attempt, c, subnet, err)
-				}
-				break
+			attempts, inst, err := b.runInstance(ctx, req, c, subnet, in)
+			res.Attempts = append(res.Attempts, attempts...)
+			if err != nil {
+				return res, err
+			}
+			if inst != nil {
+				res.Instance = *inst
+				return res, nil
 			}
 		}
 	}
 	return res, &NoCapacityError{Attempts: res.Attempts}
+}
+
+// launchedBefore looks for a live instance of req's attempt, launched
+// before a crash. found is false when there is none; of several, it takes
+// the oldest and logs the others.
+func (b *Backend) launchedBefore(ctx context.Context, req Request) (inst Instance, found bool, err error) {
+	instances, err := b.findAttempt(ctx, req.JobID, req.Attempt)
+	if err != nil {
+		return inst, false, fmt.Errorf("aws: launch %s attempt %d: find existing instance: %w", req.JobID, req.Attempt, err)
+	}
+	if len(instances) == 0 {
+		return inst, false, nil
+	}
+	if len(instances) > 1 {
+		ids := make([]string, len(instances))
+		for i, f := range instances {
+			ids[i] = f.ID
+		}
+		b.log.Warn("aws: several instances for one attempt; using the oldest",
+			"job_id", req.JobID, "attempt", req.Attempt, "instance_ids", ids)
+	}
+	return instances[0], true, nil
+}
+
+// runInstance calls RunInstances with in, choice c in subnet, retrying the same
+// call after a throttle (at most maxThrottleRetries times, with backoff).
+// It returns the calls made and the instance launched; neither an instance
+// nor an error when the subnet has no capacity for c; an error for any
+// other refusal.
+func (b *Backend) runInstance(ctx context.Context, req Request, c Choice, subnet string, in *ec2.RunInstancesInput) ([]LaunchAttempt, *Instance, error) {
+	var attempts []LaunchAttempt
+	for retry := 0; ; retry++ {
+		out, err := b.ec2.RunInstances(ctx, in, noSDKRetry)
+		if err == nil && len(out.Instances) > 0 {
+			inst := fromEC2(out.Instances[0])
+			attempts = append(attempts, LaunchAttempt{Choice: c.Offer, Subnet: subnet, InstanceID: inst.ID})
+			b.log.Info("aws: launched instance", "job_id", req.JobID, "attempt", req.Attempt,
+				"instance_id", inst.ID, "instance_type", c.Type, "market", c.Market(), "subnet", subnet)
+			return attempts, &inst, nil
+		}
+		if err == nil {
+			err = fmt.Errorf("RunInstances returned no instance")
+		}
+		code := errorCode(err)
+		attempts = append(attempts, LaunchAttempt{Choice: c.Offer, Subnet: subnet, Code: code, Message: errorMessage(err)})
+		switch {
+		case capacityCodes[code]:
+			b.log.Info("aws: no capacity", "job_id", req.JobID, "attempt", req.Attempt,
+				"instance_type", c.Type, "market", c.Market(), "subnet", subnet, "code", code)
+			return attempts, nil, nil
+		case throttleCodes[code] && retry < maxThrottleRetries:
+			d := backoff(retry, b.jitter())
+			b.log.Info("aws: throttled; retrying", "job_id", req.JobID, "attempt", req.Attempt,
+				"code", code, "wait", d)
+			if err := b.sleep(ctx, d); err != nil {
+				return attempts, nil, fmt.Errorf("aws: launch %s attempt %d: %w", req.JobID, req.Attempt, err)
+			}
+		default:
+			return attempts, nil, fmt.Errorf("aws: launch %s attempt %d: run %s in %s: %w",
+				req.JobID, req.Attempt, c, subnet, err)
+		}
+	}
 }
 
 // noSDKRetry turns the SDK's own retries off for RunInstances: EC2 answers

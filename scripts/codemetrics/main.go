@@ -1,22 +1,42 @@
-// Command codemetrics prints the structural counts issue #12 tracks: production
-// functions over a length limit, imports from internal/ to packages above it,
-// and imports that break the layering of docs/architecture.md ("Packages":
-// what each package may import; importRules below is that table).
+// Command codemetrics prints the structural figures issue #12 and the
+// scheduler-split issue track:
+//
+//   - production functions, those over -max lines (80 by default) and, as a
+//     fixed figure, those over 50 lines (printed once when -max is 50);
+//   - production functions with 6 or more parameters (each parameter name
+//     counts: func(a, b int) has 2; the receiver does not);
+//   - production files directly in scheduler/ (not its subfolders), and the
+//     types under scheduler/ (any depth) with more than 30 methods, value and
+//     pointer receivers together, generic receivers by their type's name;
+//   - imports from internal/ to packages above it, and imports that break the
+//     layering of docs/architecture.md ("Packages": what each package may
+//     import; importRules below is that table);
+//   - the packages `go list -deps ./cmd/lathe` names, and whether the CLI links
+//     the daemon's libraries (asynq, asynqmon, Prometheus' client_golang).
+//
+// Run it from the repository root:
 //
 //	go run ./scripts/codemetrics [-max 80] [-v]
+//
+// -v lists what each figure counts: the functions over -max lines, those with
+// 6 or more parameters, the top-level scheduler files, the ten types under
+// scheduler/ with the most methods, upward imports and linked daemon packages.
 //
 // Lengths are counted from the func keyword to the closing brace, as gofmt lays
 // them out. Test files and generated files are not production code.
 package main
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -25,57 +45,190 @@ import (
 
 const module = "github.com/lathe-ml/lathe/"
 
-type long struct {
-	pos   string
-	name  string
-	lines int
+// The fixed thresholds the issues track.
+const (
+	longLines   = 50 // a function over this many lines is long, whatever -max says
+	manyParams  = 6  // a function with this many parameters or more has too many
+	manyMethods = 30 // a type under scheduler/ with more methods than this is too wide
+	typesShown  = 10 // -v lists this many of the widest types under scheduler/
+)
+
+// daemonLibraries are the module paths the CLI must never link: the queue,
+// its web UI and the metrics exporter belong to lathed.
+var daemonLibraries = []string{
+	"github.com/hibiken/asynq",
+	"github.com/hibiken/asynqmon",
+	"github.com/prometheus/client_golang",
+}
+
+// function is one production function: where it is, its name (Type.name for
+// a method), its length in lines and its number of parameters.
+type function struct {
+	pos    string
+	name   string
+	lines  int
+	params int
+}
+
+// typeKey names a type by its folder and package, so that two packages of
+// one name keep their types apart.
+type typeKey struct {
+	dir, name string // name is package.Type
+}
+
+// figures is what measure finds in a tree's production files.
+type figures struct {
+	funcs    []function
+	upward   []string        // imports from internal/ to packages above it
+	topLevel []string        // production files directly in scheduler/
+	methods  map[typeKey]int // methods of each type under scheduler/
 }
 
 func main() {
 	maxLines := flag.Int("max", 80, "a function longer than this many lines is counted")
-	verbose := flag.Bool("v", false, "list every long function and every upward import")
+	verbose := flag.Bool("v", false, "list what each figure counts")
 	flag.Parse()
-	if err := run(".", *maxLines, *verbose); err != nil {
+	if err := run(os.Stdout, ".", *maxLines, *verbose); err != nil {
 		fmt.Fprintln(os.Stderr, "codemetrics:", err)
 		os.Exit(1)
 	}
 }
 
-func run(root string, maxLines int, verbose bool) error {
-	funcs, longs, upward, err := measure(root, maxLines)
+func run(w io.Writer, root string, maxLines int, verbose bool) error {
+	fig, err := measure(root)
 	if err != nil {
 		return err
 	}
-	sort.Slice(longs, func(i, j int) bool { return longs[i].lines > longs[j].lines })
-	fmt.Printf("production functions: %d\n", funcs)
-	fmt.Printf("production functions over %d lines: %d\n", maxLines, len(longs))
-	if verbose {
-		for _, l := range longs {
-			fmt.Printf("  %4d  %s  %s\n", l.lines, l.name, l.pos)
-		}
-	}
-	fmt.Printf("imports from internal/ to packages above it: %d\n", len(upward))
-	if verbose {
-		for _, u := range upward {
-			fmt.Printf("  %s\n", u)
-		}
-	}
+	report(w, fig, maxLines, verbose)
 	bad, err := layerViolations(root)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("imports against the layering rules: %d\n", len(bad))
-	for _, b := range bad {
-		fmt.Printf("  %s\n", b)
+	fmt.Fprintf(w, "imports against the layering rules: %d\n", len(bad))
+	list(w, bad)
+	deps, err := listDeps(root, "./cmd/lathe")
+	if err != nil {
+		return err
+	}
+	linked := daemonLinks(deps)
+	fmt.Fprintf(w, "packages in go list -deps ./cmd/lathe: %d\n", len(deps))
+	fmt.Fprintf(w, "cmd/lathe links asynq/asynqmon/client_golang: %s\n", yesNo(len(linked) > 0))
+	if verbose {
+		list(w, linked)
 	}
 	return nil
 }
 
-// measure counts the production functions under root, lists those over
-// maxLines, and the imports from internal/ to packages above it.
-func measure(root string, maxLines int) (funcs int, longs []long, upward []string, err error) {
+// report prints the figures measure found, and with verbose what each counts.
+func report(w io.Writer, fig *figures, maxLines int, verbose bool) {
+	fmt.Fprintf(w, "production functions: %d\n", len(fig.funcs))
+	longs := longer(fig.funcs, maxLines)
+	fmt.Fprintf(w, "production functions over %d lines: %d\n", maxLines, len(longs))
+	if verbose {
+		for _, f := range longs {
+			fmt.Fprintf(w, "  %4d  %s  %s\n", f.lines, f.name, f.pos)
+		}
+	}
+	if maxLines != longLines {
+		fmt.Fprintf(w, "production functions over %d lines: %d\n", longLines, len(longer(fig.funcs, longLines)))
+	}
+	wide := withParams(fig.funcs, manyParams)
+	fmt.Fprintf(w, "production functions with %d or more parameters: %d\n", manyParams, len(wide))
+	if verbose {
+		for _, f := range wide {
+			fmt.Fprintf(w, "  %4d  %s  %s\n", f.params, f.name, f.pos)
+		}
+	}
+	fmt.Fprintf(w, "production files at scheduler/ top level: %d\n", len(fig.topLevel))
+	if verbose {
+		list(w, fig.topLevel)
+	}
+	types := byMethods(fig.methods)
+	fmt.Fprintf(w, "types under scheduler/ with more than %d methods: %d\n", manyMethods, countOver(types, manyMethods))
+	if verbose {
+		for _, t := range types[:min(len(types), typesShown)] {
+			fmt.Fprintf(w, "  %4d  %s\n", t.methods, t.name)
+		}
+	}
+	fmt.Fprintf(w, "imports from internal/ to packages above it: %d\n", len(fig.upward))
+	if verbose {
+		list(w, fig.upward)
+	}
+}
+
+func list(w io.Writer, lines []string) {
+	for _, l := range lines {
+		fmt.Fprintf(w, "  %s\n", l)
+	}
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// longer is the functions over maxLines lines, longest first.
+func longer(funcs []function, maxLines int) []function {
+	var out []function
+	for _, f := range funcs {
+		if f.lines > maxLines {
+			out = append(out, f)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].lines > out[j].lines })
+	return out
+}
+
+// withParams is the functions with n or more parameters, most first.
+func withParams(funcs []function, n int) []function {
+	var out []function
+	for _, f := range funcs {
+		if f.params >= n {
+			out = append(out, f)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].params > out[j].params })
+	return out
+}
+
+// typeMethods is a type under scheduler/ with its number of methods.
+type typeMethods struct {
+	name    string
+	methods int
+}
+
+// byMethods is every type in methods, most methods first, then by name.
+func byMethods(methods map[typeKey]int) []typeMethods {
+	out := make([]typeMethods, 0, len(methods))
+	for k, n := range methods {
+		out = append(out, typeMethods{name: k.name, methods: n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].methods != out[j].methods {
+			return out[i].methods > out[j].methods
+		}
+		return out[i].name < out[j].name
+	})
+	return out
+}
+
+func countOver(types []typeMethods, n int) int {
+	c := 0
+	for _, t := range types {
+		if t.methods > n {
+			c++
+		}
+	}
+	return c
+}
+
+// measure reads every production file under root for the figures.
+func measure(root string) (*figures, error) {
 	fset := token.NewFileSet()
-	err = walkProduction(root, func(path string) error {
+	fig := &figures{methods: map[typeKey]int{}}
+	err := walkProduction(root, func(path string) error {
 		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
 		if err != nil {
 			return fmt.Errorf("parse %s: %w", path, err)
@@ -83,35 +236,88 @@ func measure(root string, maxLines int) (funcs int, longs []long, upward []strin
 		if ast.IsGenerated(f) {
 			return nil
 		}
-		dir := filepath.ToSlash(filepath.Dir(path))
-		if strings.HasPrefix(dir, "internal/") || dir == "internal" {
-			for _, imp := range f.Imports {
-				p, _ := strconv.Unquote(imp.Path.Value)
-				if strings.HasPrefix(p, module) && !strings.HasPrefix(p, module+"internal/") {
-					upward = append(upward, fmt.Sprintf("%s imports %s", path, p))
-				}
-			}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
 		}
-		for _, decl := range f.Decls {
-			fd, ok := decl.(*ast.FuncDecl)
-			if !ok || fd.Body == nil {
-				continue
-			}
-			funcs++
-			start := fset.Position(fd.Pos())
-			end := fset.Position(fd.End())
-			n := end.Line - start.Line + 1
-			if n > maxLines {
-				name := fd.Name.Name
-				if fd.Recv != nil && len(fd.Recv.List) == 1 {
-					name = recvName(fd.Recv.List[0].Type) + "." + name
-				}
-				longs = append(longs, long{pos: fmt.Sprintf("%s:%d", path, start.Line), name: name, lines: n})
-			}
-		}
+		fig.add(fset, filepath.ToSlash(rel), f)
 		return nil
 	})
-	return funcs, longs, upward, err
+	return fig, err
+}
+
+// add counts one production file, rel its slash-separated path under the root.
+func (fig *figures) add(fset *token.FileSet, rel string, f *ast.File) {
+	dir := filepath.ToSlash(filepath.Dir(rel))
+	if dir == "scheduler" {
+		fig.topLevel = append(fig.topLevel, rel)
+	}
+	if covers("internal/", dir) {
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if strings.HasPrefix(p, module) && !strings.HasPrefix(p, module+"internal/") {
+				fig.upward = append(fig.upward, fmt.Sprintf("%s imports %s", rel, p))
+			}
+		}
+	}
+	for _, decl := range f.Decls {
+		fd, ok := decl.(*ast.FuncDecl)
+		if !ok || fd.Body == nil {
+			continue
+		}
+		fn := describe(fset, rel, fd)
+		fig.funcs = append(fig.funcs, fn)
+		if fd.Recv != nil && covers("scheduler", dir) {
+			fig.methods[typeKey{dir, f.Name.Name + "." + recvType(fd)}]++
+		}
+	}
+}
+
+// describe is fd's place, name, length and parameter count.
+func describe(fset *token.FileSet, rel string, fd *ast.FuncDecl) function {
+	start := fset.Position(fd.Pos())
+	end := fset.Position(fd.End())
+	name := fd.Name.Name
+	if fd.Recv != nil {
+		name = recvType(fd) + "." + name
+	}
+	params := 0
+	for _, field := range fd.Type.Params.List {
+		params += max(len(field.Names), 1)
+	}
+	return function{
+		pos:    fmt.Sprintf("%s:%d", rel, start.Line),
+		name:   name,
+		lines:  end.Line - start.Line + 1,
+		params: params,
+	}
+}
+
+// listDeps is what `go list -deps pkg` prints, run in root.
+func listDeps(root, pkg string) ([]string, error) {
+	cmd := exec.Command("go", "list", "-deps", pkg)
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list -deps %s: %w: %s", pkg, err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.Fields(string(out)), nil
+}
+
+// daemonLinks is the packages of deps that belong to daemonLibraries.
+func daemonLinks(deps []string) []string {
+	var out []string
+	for _, d := range deps {
+		for _, lib := range daemonLibraries {
+			if d == lib || strings.HasPrefix(d, lib+"/") {
+				out = append(out, d)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // walkProduction calls fn with the path of every production Go file under
@@ -137,7 +343,11 @@ func walkProduction(root string, fn func(path string) error) error {
 
 // importRules is the layering of docs/architecture.md: a package (matched by
 // the longest prefix of its folder) may import, of Lathe's own packages,
-// only those under one of the listed prefixes (its own folder always).
+// only those under one of the listed prefixes, its own folder, and the
+// folders below it that no rule of their own covers (scheduler may not import
+// scheduler/sim or scheduler/api unless its rule lists them). The rules name
+// Lathe's packages only: which outside modules a package links (asynq,
+// Prometheus) is the CLI's figure above, not a rule here.
 // cmd/ wires everything and may import anything, but for cmd/lathe.
 var importRules = []struct {
 	pkg    string
@@ -153,6 +363,12 @@ var importRules = []struct {
 	// never the Redis store (internal/jobstore) or the ledger.
 	{"scheduler/policy", []string{"internal/jobspec", "internal/jobtype", "internal/poolstate", "scheduler/placement", "scheduler/routing"}},
 	{"scheduler/sim", []string{"internal/jobspec", "internal/jobtype", "internal/poolstate", "internal/trace", "scheduler/policy", "scheduler/placement", "scheduler/routing"}},
+	// The HTTP API, to be split out of the scheduler (the anchors keep their
+	// HTTP apart from their control loops): it reaches the control plane
+	// through an interface of its own, so it never imports scheduler, and
+	// scheduler never imports it (cmd/lathed wires the two). It may link
+	// asynq, asynqmon and Prometheus, which are not Lathe's.
+	{"scheduler/api", []string{"internal/", "scheduler/policy", "scheduler/routing", "scheduler/cron", "scheduler/ui", "scheduler/sweep"}},
 	{"scheduler", []string{"internal/", "scheduler/placement", "scheduler/routing", "scheduler/sweep", "scheduler/cron", "scheduler/policy"}},
 	{"backends/", []string{"internal/", "backends/"}},
 	{"worker", []string{"internal/", "backends/", "scheduler/routing"}},
@@ -174,7 +390,7 @@ func layerViolations(root string) ([]string, error) {
 			return err
 		}
 		dir := filepath.ToSlash(filepath.Dir(rel))
-		allowed, ok := rulesFor(dir)
+		rule, allowed, ok := rulesFor(dir)
 		if !ok {
 			bad = append(bad, fmt.Sprintf("%s: no layering rule covers %s (add one to importRules and docs/architecture.md)", rel, dir))
 			return nil
@@ -189,7 +405,7 @@ func layerViolations(root string) ([]string, error) {
 				continue
 			}
 			p = strings.TrimPrefix(p, module)
-			if !permitted(p, dir, allowed) {
+			if !permitted(p, dir, rule, allowed) {
 				bad = append(bad, fmt.Sprintf("%s imports %s (%s may import only %v)", rel, p, dir, allowed))
 			}
 		}
@@ -198,16 +414,15 @@ func layerViolations(root string) ([]string, error) {
 	return bad, err
 }
 
-// rulesFor is the rule of the longest package prefix that covers dir.
-func rulesFor(dir string) ([]string, bool) {
-	best, found := -1, false
-	var allowed []string
+// rulesFor is the rule of the longest package prefix that covers dir: that
+// prefix and what it may use.
+func rulesFor(dir string) (rule string, allowed []string, found bool) {
 	for _, r := range importRules {
-		if covers(r.pkg, dir) && len(r.pkg) > best {
-			best, allowed, found = len(r.pkg), r.mayUse, true
+		if covers(r.pkg, dir) && (!found || len(r.pkg) > len(rule)) {
+			rule, allowed, found = r.pkg, r.mayUse, true
 		}
 	}
-	return allowed, found
+	return rule, allowed, found
 }
 
 // covers reports whether rule prefix pkg names dir: a prefix ending in "/"
@@ -220,9 +435,12 @@ func covers(pkg, dir string) bool {
 	return dir == pkg || strings.HasPrefix(dir, pkg+"/")
 }
 
-func permitted(imp, dir string, allowed []string) bool {
+// permitted reports whether the package in dir, under rule, may import imp.
+func permitted(imp, dir, rule string, allowed []string) bool {
 	if covers(dir, imp) {
-		return true // its own folder, or below it
+		if own, _, _ := rulesFor(imp); own == rule {
+			return true // its own folder, or below it under the same rule
+		}
 	}
 	for _, a := range allowed {
 		if a == "" || covers(a, imp) {
@@ -232,12 +450,25 @@ func permitted(imp, dir string, allowed []string) bool {
 	return false
 }
 
-func recvName(e ast.Expr) string {
+// recvType is the name of the type a method is declared on, without its
+// pointer or type parameters.
+func recvType(fd *ast.FuncDecl) string {
+	if len(fd.Recv.List) != 1 {
+		return "?"
+	}
+	return typeName(fd.Recv.List[0].Type)
+}
+
+func typeName(e ast.Expr) string {
 	switch t := e.(type) {
 	case *ast.StarExpr:
-		return recvName(t.X)
+		return typeName(t.X)
+	case *ast.ParenExpr:
+		return typeName(t.X)
 	case *ast.IndexExpr:
-		return recvName(t.X)
+		return typeName(t.X)
+	case *ast.IndexListExpr:
+		return typeName(t.X)
 	case *ast.Ident:
 		return t.Name
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,40 +20,129 @@ func TestTreeKeepsItsLayers(t *testing.T) {
 	}
 }
 
-// TestLayerViolationsAreFound runs the check on a tree that breaks five
+// TestLayerViolationsAreFound runs the check on a tree that breaks eight
 // rules (the CLI importing the daemon's scheduler, internal/ importing
 // scheduler/, placement importing routing, policy importing the scheduler
-// it serves and the Redis store) and keeps three (worker importing internal/, sim importing
-// policy, lathed importing the scheduler), so the check above can fail.
+// it serves and the Redis store, the API importing the control plane and the
+// control plane the API, the simulator importing the scheduler) and keeps
+// five (worker importing internal/, sim importing policy, lathed importing
+// the scheduler, the API importing policy and ui), so the check above can
+// fail.
 func TestLayerViolationsAreFound(t *testing.T) {
 	root := t.TempDir()
-	write := func(rel, src string) {
+	write := func(rel, imp string) {
 		p := filepath.Join(root, rel)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
+		src := "package " + filepath.Base(filepath.Dir(p)) + "\nimport _ \"" + module + imp + "\"\n"
 		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write("internal/x/x.go", "package x\nimport _ \""+module+"scheduler\"\n")
-	write("scheduler/placement/p.go", "package placement\nimport _ \""+module+"scheduler/routing\"\n")
-	write("worker/w.go", "package worker\nimport _ \""+module+"internal/x\"\n")
-	write("internal/x/x_test.go", "package x\nimport _ \""+module+"cmd/lathe\"\n") // tests may
-	write("cmd/lathe/main.go", "package main\nimport _ \""+module+"scheduler\"\n")
-	write("cmd/lathed/main.go", "package main\nimport _ \""+module+"scheduler\"\n")
-	write("scheduler/policy/p.go", "package policy\nimport _ \""+module+"scheduler\"\n")
-	write("scheduler/policy/q.go", "package policy\nimport _ \""+module+"internal/jobstore\"\n")
-	write("scheduler/sim/s.go", "package sim\nimport _ \""+module+"scheduler/policy\"\n")
+	write("internal/x/x.go", "scheduler")
+	write("scheduler/placement/p.go", "scheduler/routing")
+	write("worker/w.go", "internal/x")
+	write("internal/x/x_test.go", "cmd/lathe") // tests may
+	write("cmd/lathe/main.go", "scheduler")
+	write("cmd/lathed/main.go", "scheduler")
+	write("scheduler/policy/p.go", "scheduler")
+	write("scheduler/policy/q.go", "internal/jobstore")
+	write("scheduler/sim/s.go", "scheduler/policy")
+	write("scheduler/sim/t.go", "scheduler")
+	write("scheduler/api/a.go", "scheduler")
+	write("scheduler/api/b.go", "scheduler/policy")
+	write("scheduler/api/c.go", "scheduler/ui")
+	write("scheduler/s.go", "scheduler/api")
 	bad, err := layerViolations(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(bad) != 5 || !strings.Contains(bad[0], "cmd/lathe/main.go imports scheduler") ||
-		!strings.Contains(bad[1], "internal/x/x.go imports scheduler") ||
-		!strings.Contains(bad[2], "scheduler/placement/p.go imports scheduler/routing") ||
-		!strings.Contains(bad[3], "scheduler/policy/p.go imports scheduler") ||
-		!strings.Contains(bad[4], "scheduler/policy/q.go imports internal/jobstore") {
-		t.Fatalf("violations = %q, want the five broken rules", bad)
+	want := []string{
+		"cmd/lathe/main.go imports scheduler ",
+		"internal/x/x.go imports scheduler ",
+		"scheduler/api/a.go imports scheduler ",
+		"scheduler/placement/p.go imports scheduler/routing ",
+		"scheduler/policy/p.go imports scheduler ",
+		"scheduler/policy/q.go imports internal/jobstore ",
+		"scheduler/s.go imports scheduler/api ",
+		"scheduler/sim/t.go imports scheduler ",
+	}
+	if len(bad) != len(want) {
+		t.Fatalf("violations = %q, want the %d broken rules", bad, len(want))
+	}
+	for i, w := range want {
+		if !strings.Contains(bad[i], w) {
+			t.Errorf("violation %d = %q, want %q", i, bad[i], w)
+		}
+	}
+}
+
+// TestFiguresOfATree measures testdata/tree: a top-level scheduler file
+// beside a test file and a generated one, a type with 31 methods (value and
+// pointer receivers; the test and generated files' methods not counted),
+// generic receivers, a package of the same type name below, functions of
+// 6 parameters named and unnamed, and functions of 50 and 51 lines.
+func TestFiguresOfATree(t *testing.T) {
+	fig, err := measure("testdata/tree")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	report(&out, fig, 80, true)
+	want := `production functions: 41
+production functions over 80 lines: 0
+production functions over 50 lines: 1
+production functions with 6 or more parameters: 2
+     6  six  scheduler/sub/sub.go:11
+     6  sixUnnamed  scheduler/sub/sub.go:13
+production files at scheduler/ top level: 1
+  scheduler/s.go
+types under scheduler/ with more than 30 methods: 1
+    31  scheduler.S
+     3  sub.S
+     2  scheduler.G
+     1  scheduler.P
+imports from internal/ to packages above it: 0
+`
+	if out.String() != want {
+		t.Errorf("report =\n%s\nwant\n%s", out.String(), want)
+	}
+	out.Reset()
+	report(&out, fig, 50, true)
+	if got := out.String(); strings.Count(got, "over 50 lines") != 1 || !strings.Contains(got, "  51  fiftyOne  worker/long.go:5\n") {
+		t.Errorf("report with -max 50 =\n%s\nwant one line over 50 lines, listing fiftyOne", got)
+	}
+}
+
+// TestDaemonLinks picks the daemon's libraries out of a dependency list by
+// module path: asynq and its subpackages, asynqmon, client_golang; not a
+// module whose name only begins like one.
+func TestDaemonLinks(t *testing.T) {
+	deps := []string{
+		"fmt",
+		"github.com/hibiken/asynq",
+		"github.com/hibiken/asynq/internal/rdb",
+		"github.com/hibiken/asynqmon",
+		"github.com/hibiken/asynqx",
+		"github.com/prometheus/client_golang/prometheus",
+		"github.com/prometheus/client_model/go",
+	}
+	got := daemonLinks(deps)
+	want := []string{deps[1], deps[2], deps[3], deps[5]}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("daemonLinks = %q, want %q", got, want)
+	}
+}
+
+// TestCLILinksNoDaemonLibraries holds cmd/lathe to linking the client, never
+// the daemon's queue, web UI or metrics exporter (docs/architecture.md).
+func TestCLILinksNoDaemonLibraries(t *testing.T) {
+	deps, err := listDeps("../..", "./cmd/lathe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if linked := daemonLinks(deps); len(linked) > 0 {
+		t.Errorf("cmd/lathe links %q", linked)
 	}
 }

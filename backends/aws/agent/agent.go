@@ -109,6 +109,8 @@ const (
 	CgroupNone = "none"
 )
 
+// normalise checks cfg, parses its job URI and fills the defaults of the
+// fields left zero.
 func (cfg Config) normalise() (Config, JobURI, error) {
 	uri, err := ParseJobURI(cfg.JobURI)
 	if err != nil {
@@ -120,18 +122,45 @@ func (cfg Config) normalise() (Config, JobURI, error) {
 		}
 		cfg.store = S3Store{cfg.S3}
 	}
+	if cfg.CgroupRoot, err = cgroupRoot(cfg.CgroupRoot); err != nil {
+		return cfg, uri, err
+	}
+	cfg.defaults()
+	if cfg.Shutdown == nil {
+		if testing.Testing() {
+			// A test that forgot the hook must not power off the machine
+			// running it.
+			return cfg, uri, errors.New("agent: Config.Shutdown must be set in tests")
+		}
+		cfg.Shutdown = shutdownNow
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return cfg, uri, nil
+}
+
+// cgroupRoot checks a --cgroup-root: CgroupAuto (also for empty),
+// CgroupNone, or a clean absolute path.
+func cgroupRoot(r string) (string, error) {
+	switch {
+	case r == "":
+		return CgroupAuto, nil
+	case r == CgroupAuto, r == CgroupNone:
+	case !filepath.IsAbs(r) || filepath.Clean(r) != r:
+		return r, fmt.Errorf("agent: --cgroup-root %q: must be %q, %q or a clean absolute path to a cgroup v2 directory", r, CgroupAuto, CgroupNone)
+	}
+	return r, nil
+}
+
+// defaults fills the work folder, the IMDS endpoint and the durations and
+// sizes left zero.
+func (cfg *Config) defaults() {
 	if cfg.WorkDir == "" {
 		cfg.WorkDir = filepath.Join(os.TempDir(), "lathe-agent")
 	}
 	if cfg.KillGrace <= 0 {
 		cfg.KillGrace = DefaultKillGrace
-	}
-	switch r := cfg.CgroupRoot; {
-	case r == "":
-		cfg.CgroupRoot = CgroupAuto
-	case r == CgroupAuto, r == CgroupNone:
-	case !filepath.IsAbs(r) || filepath.Clean(r) != r:
-		return cfg, uri, fmt.Errorf("agent: --cgroup-root %q: must be %q, %q or a clean absolute path to a cgroup v2 directory", r, CgroupAuto, CgroupNone)
 	}
 	if cfg.IMDSEndpoint == "" {
 		cfg.IMDSEndpoint = DefaultIMDSEndpoint
@@ -148,18 +177,6 @@ func (cfg Config) normalise() (Config, JobURI, error) {
 	if cfg.ShutdownMargin <= 0 {
 		cfg.ShutdownMargin = DefaultShutdownMargin
 	}
-	if cfg.Shutdown == nil {
-		if testing.Testing() {
-			// A test that forgot the hook must not power off the machine
-			// running it.
-			return cfg, uri, errors.New("agent: Config.Shutdown must be set in tests")
-		}
-		cfg.Shutdown = shutdownNow
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	return cfg, uri, nil
 }
 
 // shutdownNow is the default Config.Shutdown.

@@ -328,9 +328,15 @@ type queryStep struct {
 }
 
 // querySteps lists the calls that read GPU i through dev into g and the GPU's
-// state, in the order query makes them. Callers hold n.mu.
+// state, in the order query makes them: what the GPU is, then what it is
+// doing. Callers hold n.mu.
 func (n *NVML) querySteps(i int, dev nvml.Device, g *GPU) []queryStep {
-	st := &n.gpus[i]
+	return append(identitySteps(&n.gpus[i], dev, g), n.activitySteps(i, dev, g)...)
+}
+
+// identitySteps read what the GPU is into st: its UUID, name and memory
+// size (the memory in use and free into g, from the same call).
+func identitySteps(st *gpuState, dev nvml.Device, g *GPU) []queryStep {
 	return []queryStep{
 		{"GetUUID", func() nvml.Return {
 			v, ret := dev.GetUUID()
@@ -354,6 +360,14 @@ func (n *NVML) querySteps(i int, dev nvml.Device, g *GPU) []queryStep {
 			}
 			return ret
 		}},
+	}
+}
+
+// activitySteps read what GPU i is doing into g: utilisation, temperature,
+// power, uncorrected ECC errors (checked against the first count) and the
+// compute processes on it. Callers hold n.mu.
+func (n *NVML) activitySteps(i int, dev nvml.Device, g *GPU) []queryStep {
+	return []queryStep{
 		{"GetUtilizationRates", func() nvml.Return {
 			u, ret := dev.GetUtilizationRates()
 			g.UtilizationPct = int(u.Gpu)

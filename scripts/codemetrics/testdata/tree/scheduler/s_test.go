@@ -1,0 +1,4 @@
+package scheduler
+
+func (s S) t1() {}
+func (s S) t2() {}
