@@ -181,6 +181,14 @@ measure() { # NAME
     true) per_call /bin/true ;;
   esac
 }
+# place_stats prints lathed's placement rounds so far: their count and seconds.
+place_stats() {
+  curl -sf "$LATHE_SERVER/metrics" | awk '
+    /^lathe_placement_round_duration_seconds_count/ { c = $2 }
+    /^lathe_placement_round_duration_seconds_sum/ { s = $2 }
+    END { print c + 0, s + 0 }'
+}
+place_rounds=0 place_s=0 submit_s=0
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "N=$n submits, CALLS=$calls calls, ROUNDS=$rounds; $(sbatch --version); lathe $("$lathe" --version)"
 for ((r = 1; r <= rounds; r++)); do
@@ -191,7 +199,15 @@ for ((r = 1; r <= rounds; r++)); do
   fi
   line="round $r:"
   for name in "${order[@]}"; do
+    [[ $name == lathe* ]] && place_before=$(place_stats)
     v=$(measure "$name")
+    if [[ $name == lathe* ]]; then
+      read -r c0 s0 <<<"$place_before"
+      read -r c1 s1 <<<"$(place_stats)"
+      place_rounds=$((place_rounds + c1 - c0))
+      place_s=$(awk -v a="$place_s" -v x="$s0" -v y="$s1" 'BEGIN { printf "%.3f", a + y - x }')
+      submit_s=$(awk -v a="$submit_s" -v r="$v" -v n="$n" 'BEGIN { printf "%.3f", a + n / r }')
+    fi
     fig[$name]+="$v "
     line+=" $name=$v"
   done
@@ -215,4 +231,5 @@ printf '| %-34s | %-22s | %-26s | %s\n' "lathe --help, ms" "$(med help) (${fig[h
 printf '| %-34s | %-22s | %-26s | %s\n' "/bin/true (fork+exec floor), ms" "$(med true) (${fig[true]% })" "" ""
 echo
 echo "lathe: $("$lathe" queues | grep -m1 'queued:' | tr -s ' ')"
+echo "lathed: $place_rounds placement rounds, $place_s s of them, during the $submit_s s of lathe submit loops"
 echo "slurm: $(squeue -h -t PD | wc -l) jobs pending (held)"
