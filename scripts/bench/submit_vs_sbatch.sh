@@ -218,17 +218,17 @@ median() { tr ' ' '\n' | grep . | sort -g | awk '{ a[NR] = $1 } END { printf "%.
 med() { echo "${fig[$1]}" | median; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 echo
-printf '| %-34s | %-22s | %-26s | %s\n' measure "median (per round)" "vs the baseline" goal
-printf '|%s|%s|%s|%s\n' "$(printf -- '-%.0s' {1..36})" "$(printf -- '-%.0s' {1..24})" "$(printf -- '-%.0s' {1..28})" "------"
-printf '| %-34s | %-22s | %-26s | %s\n' "sbatch --hold --wrap true, /s" "$(med sbatch) (${fig[sbatch]% })" "baseline" ""
-printf '| %-34s | %-22s | %-26s | %s\n' "lathe submit SPEC, /s" "$(med lathe) (${fig[lathe]% })" "$(ratio "$(med lathe)" "$(med sbatch)") of sbatch" ">= 1.0x"
+printf '| %-34s | %-30s | %-22s | %s\n' measure "median (per round)" "vs the baseline" goal
+printf '|%s|%s|%s|%s\n' "$(printf -- '-%.0s' {1..36})" "$(printf -- '-%.0s' {1..32})" "$(printf -- '-%.0s' {1..24})" "------"
+printf '| %-34s | %-30s | %-22s | %s\n' "sbatch --hold --wrap true, /s" "$(med sbatch) (${fig[sbatch]% })" "baseline" ""
+printf '| %-34s | %-30s | %-22s | %s\n' "lathe submit SPEC, /s" "$(med lathe) (${fig[lathe]% })" "$(ratio "$(med lathe)" "$(med sbatch)") of sbatch" ">= 1.0x"
 [[ -n ${LATHE_BEFORE:-} ]] &&
-  printf '| %-34s | %-22s | %-26s | %s\n' "lathe submit, LATHE_BEFORE, /s" "$(med lathe_before) (${fig[lathe_before]% })" "$(ratio "$(med lathe_before)" "$(med sbatch)") of sbatch" ""
-printf '| %-34s | %-22s | %-26s | %s\n' "sbatch --version, ms" "$(med version) (${fig[version]% })" "baseline" ""
-printf '| %-34s | %-22s | %-26s | %s\n' "lathe --help, ms" "$(med help) (${fig[help]% })" "$(ratio "$(med help)" "$(med version)") of sbatch's" "<= 2 ms"
+  printf '| %-34s | %-30s | %-22s | %s\n' "lathe submit, LATHE_BEFORE, /s" "$(med lathe_before) (${fig[lathe_before]% })" "$(ratio "$(med lathe_before)" "$(med sbatch)") of sbatch" ""
+printf '| %-34s | %-30s | %-22s | %s\n' "sbatch --version, ms" "$(med version) (${fig[version]% })" "baseline" ""
+printf '| %-34s | %-30s | %-22s | %s\n' "lathe --help, ms" "$(med help) (${fig[help]% })" "$(ratio "$(med help)" "$(med version)") of sbatch's" "<= 2 ms"
 [[ -n ${LATHE_BEFORE:-} ]] &&
-  printf '| %-34s | %-22s | %-26s | %s\n' "lathe --help, LATHE_BEFORE, ms" "$(med help_before) (${fig[help_before]% })" "$(ratio "$(med help_before)" "$(med version)") of sbatch's" ""
-printf '| %-34s | %-22s | %-26s | %s\n' "/bin/true (fork+exec floor), ms" "$(med true) (${fig[true]% })" "" ""
+  printf '| %-34s | %-30s | %-22s | %s\n' "lathe --help, LATHE_BEFORE, ms" "$(med help_before) (${fig[help_before]% })" "$(ratio "$(med help_before)" "$(med version)") of sbatch's" ""
+printf '| %-34s | %-30s | %-22s | %s\n' "/bin/true (fork+exec floor), ms" "$(med true) (${fig[true]% })" "" ""
 echo
 echo "lathe: $("$lathe" queues | grep -m1 'queued:' | tr -s ' ')"
 echo "lathed: $place_rounds placement rounds, $place_s s of them, during the $submit_s s of lathe submit loops"
