@@ -20,7 +20,6 @@
 # with apt-get when sbatch, slurmctld, slurmd or munged is missing (root).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-root=$(pwd)
 n=${1:-300}
 rounds=${2:-3}
 calls=${CALLS:-200}
