@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
@@ -245,7 +246,7 @@ func (c *jsonConv) str(key bool) (string, error) {
 	raw := d[start+1 : i]
 	if plain && (ascii || utf8.Valid(raw)) {
 		if key {
-			if k, ok := schemaKeys[string(raw)]; ok {
+			if k, ok := schemaKeys()[string(raw)]; ok {
 				return k, nil
 			}
 		}
@@ -337,8 +338,10 @@ func (c *jsonConv) key() error {
 }
 
 // schemaKeys holds every key of the spec's schema, so jsonNode can hand out
-// these strings instead of allocating a copy of each key.
-var schemaKeys = func() map[string]string {
+// these strings instead of allocating a copy of each key. It is built on
+// first use, not at init: every program that links jobspec (the lathe CLI
+// among them) would otherwise pay for the reflection walk at start.
+var schemaKeys = sync.OnceValue(func() map[string]string {
 	m := make(map[string]string)
 	var walk func(t reflect.Type)
 	walk = func(t reflect.Type) {
@@ -351,4 +354,4 @@ var schemaKeys = func() map[string]string {
 	}
 	walk(reflect.TypeFor[Spec]())
 	return m
-}()
+})

@@ -587,7 +587,7 @@ func fieldsOf(t reflect.Type) map[string]int {
 // in the mapping at path; for the schema's own fields it hands out a string
 // made once instead of a new one.
 func childPath(path, key string) string {
-	if p, ok := schemaPaths[pathStep{path, key}]; ok {
+	if p, ok := schemaPaths()[pathStep{path, key}]; ok {
 		return p
 	}
 	return join(path, truncate(key))
@@ -598,7 +598,7 @@ type pathStep struct{ parent, key string }
 // itemPath is the path of item i of the list at path.
 func itemPath(path string, i int) string {
 	if i < schemaListItems {
-		if p, ok := schemaPaths[pathStep{path, strconv.Itoa(i)}]; ok {
+		if p, ok := schemaPaths()[pathStep{path, strconv.Itoa(i)}]; ok {
 			return p
 		}
 	}
@@ -611,8 +611,9 @@ const schemaListItems = 8
 
 // schemaPaths maps the path of every struct in the schema and the key of
 // one of its fields to the field's path, and the path of every list and an
-// index under schemaListItems (as digits) to the item's path.
-var schemaPaths = func() map[pathStep]string {
+// index under schemaListItems (as digits) to the item's path. Built on first
+// use, as schemaKeys.
+var schemaPaths = sync.OnceValue(func() map[pathStep]string {
 	m := make(map[pathStep]string)
 	var walk func(path string, t reflect.Type)
 	walk = func(path string, t reflect.Type) {
@@ -631,7 +632,7 @@ var schemaPaths = func() map[pathStep]string {
 	}
 	walk("", reflect.TypeFor[Spec]())
 	return m
-}()
+})
 
 // join appends a key to a dotted path.
 func join(path, key string) string {

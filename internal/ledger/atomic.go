@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
@@ -147,12 +148,15 @@ func IsCheckReply(res []any) bool {
 // appendScript appends records on the head they were sealed on. KEYS:
 // stream, head. ARGV: expected head seq ("0" when empty), expected head
 // mac, number of records, their EntryArgs. Returns {'ok', {stream ids}} or
-// a ledger_check reply.
-var appendScript = redis.NewScript(LuaAppend + `
+// a ledger_check reply. Made on first use (redis.NewScript hashes the
+// source), not at init in every program that links the ledger.
+var appendScript = sync.OnceValue(func() *redis.Script {
+	return redis.NewScript(LuaAppend + `
 local bad = ledger_check(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 if bad then return bad end
 return {'ok', ledger_write(KEYS[1], KEYS[2], ARGV, 4, tonumber(ARGV[3]))}
 `)
+})
 
 // AppendMany is Append for several records in a row, appended in one
 // script call: all or none. Concurrent appenders never fork the chain: the
@@ -168,7 +172,7 @@ func (l *Ledger) AppendMany(ctx context.Context, recs []Record) ([]Record, error
 			return nil, err
 		}
 		argv := append([]any{strconv.FormatInt(seq, 10), mac, len(sealed)}, EntryArgs(sealed)...)
-		res, err := appendScript.Run(ctx, l.rdb, l.Keys(), argv...).Slice()
+		res, err := appendScript().Run(ctx, l.rdb, l.Keys(), argv...).Slice()
 		if err != nil {
 			return nil, fmt.Errorf("ledger: append: %w", err)
 		}

@@ -3,7 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
-	"regexp"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -16,7 +16,26 @@ const TeamIndexMax = 1000
 // stream) or for one (its index), however few of them keep takes.
 const RecentMax = 1000
 
-var streamIDRE = regexp.MustCompile(`^[0-9]+-[0-9]+$`)
+// isStreamID reports whether id is a Redis stream id, <ms>-<seq> in
+// digits. A loop, not a regexp compiled at init, which every program that
+// links the ledger (the lathe CLI) would pay for at each start.
+func isStreamID(id string) bool {
+	ms, seq, ok := strings.Cut(id, "-")
+	return ok && allDigits(ms) && allDigits(seq)
+}
+
+// allDigits reports whether s is one or more ASCII digits.
+func allDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // Recent returns up to n records that keep takes (nil: all), newest first,
 // from the newest RecentMax records: of team's only (its index, written by
@@ -100,7 +119,7 @@ func (l *Ledger) recentTeam(ctx context.Context, team string, page int, take fun
 		pipe := l.rdb.Pipeline()
 		cmds := make([]*redis.XMessageSliceCmd, len(ids))
 		for i, id := range ids {
-			if !streamIDRE.MatchString(id) {
+			if !isStreamID(id) {
 				id = "0-0" // not a stream id (the index was written by hand): names nothing
 			}
 			cmds[i] = pipe.XRangeN(ctx, l.stream, id, id, 1)

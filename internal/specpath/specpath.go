@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"net/url"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -15,8 +14,24 @@ import (
 	"github.com/lathe-ml/lathe/internal/fileuri"
 )
 
-// uriScheme matches the scheme of a URI ("s3:", "file:", "https:").
-var uriScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:`)
+// hasURIScheme reports whether v starts with the scheme of a URI ("s3:",
+// "file:", "https:"): a letter, then letters, digits, '+', '.' or '-', then
+// ':' (RFC 3986). A loop, not a regexp: a regexp compiled at init would cost
+// every program that links this package (the lathe CLI) at each start.
+func hasURIScheme(v string) bool {
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case i > 0 && ('0' <= c && c <= '9' || c == '+' || c == '.' || c == '-'):
+		case i > 0 && c == ':':
+			return true
+		default:
+			return false
+		}
+	}
+	return false
+}
 
 // Resolve makes the local paths of a spec absolute file:// URIs,
 // resolved against baseDir (the spec file's directory), so that a spec can
@@ -103,7 +118,7 @@ func LocalURI(v, baseDir string) (string, bool) {
 		if p, err = url.PathUnescape(p); err != nil {
 			return "", false // validation names the bad escape
 		}
-	case uriScheme.MatchString(v):
+	case hasURIScheme(v):
 		return "", false // s3://…, https://…: not a local path
 	default:
 		p = v
