@@ -4,10 +4,14 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
 )
 
 // duty is one of the leader's periodic jobs (placer, reaper, repair,
-// pruner, settle), each in its own file with its own state.
+// pruner, settle, sweeps, schedules), each in its own file
+// with its own state, built from what it uses (its params struct).
 type duty struct {
 	name  string
 	every time.Duration // 0: every pass of the leader loop
@@ -22,26 +26,46 @@ type duty struct {
 // one after another on its goroutine, so none of them needs a lock for its
 // own state. Start once; Stop is safe to call twice.
 type leaderLoop struct {
-	s       *Scheduler
-	placer  *placer
-	duties  []*duty
-	cancel  context.CancelFunc
-	done    chan struct{}
-	stopped sync.Once
+	lead     func(ctx context.Context) bool // takes or renews the lease: whether this scheduler leads
+	wake     <-chan struct{}
+	interval time.Duration
+	placer   *placer
+	duties   []*duty
+	cancel   context.CancelFunc
+	done     chan struct{}
+	stopped  sync.Once
 }
 
+// newLeaderLoop builds the leader loop and its duties over s: the one place
+// that hands each duty its part of the Scheduler.
 func newLeaderLoop(s *Scheduler) *leaderLoop {
-	p := newPlacer(s)
-	r := &reaper{s: s}
-	return &leaderLoop{s: s, placer: p, duties: []*duty{
-		{name: "reaper", run: r.run},
-		{name: "placer", run: p.round},
-		{name: "repair", every: s.cfg.RepairAfter / 2, run: (&repairer{s}).run},
-		{name: "pruner", every: pruneEvery, run: (&pruner{s}).run},
-		{name: "settle", every: settleEvery, run: (&settler{s}).run},
-		{name: "sweeps", every: sweepEvery, run: (&sweeper{s}).run},
-		{name: "schedules", every: scheduleEvery, run: (&scheduleDuty{s: s}).run},
-	}}
+	cfg := s.cfg
+	fenced := func() { s.fence.Store(jobstore.Fence("")) }
+	q := &enqueuer{client: s.client, log: s.log, defaultMaxRuntime: cfg.Defaults.MaxRuntime, killGrace: cfg.KillGrace}
+	p := newPlacer(placerParams{Store: s.store, Log: s.log, Router: s, Queue: q, Fence: s.leaderFence, Fenced: fenced,
+		PlaceScan: cfg.PlaceScan, DefaultMaxRuntime: cfg.Defaults.MaxRuntime, ObserveRound: s.metrics.placeRound.Observe})
+	r := newReaper(reaperParams{Store: s.store, Log: s.log, Grace: cfg.ReapGrace, MassExpiryWait: cfg.MassExpiryWait,
+		LeaseTTL: cfg.LeaseTTL, Fence: s.leaderFence, Fenced: fenced, SawRedis: s.sawRedis, LastRedisError: s.lastRedisError,
+		Wake: s.Wake})
+	rep := newRepairer(repairerParams{Store: s.store, Log: s.log, Tasks: s.insp, Queue: q, RepairAfter: cfg.RepairAfter})
+	pr := newPruner(prunerParams{Store: s.store, Log: s.log, KeepFinished: cfg.KeepFinished, FinishedTTL: cfg.FinishedTTL})
+	st := newSettler(settlerParams{Store: s.store, Log: s.log, Routing: s.routing, Ended: s.metrics.observeEnded})
+	sw := newSweeper(sweeperParams{Store: s.store, Log: s.log, Routing: s.routing,
+		Reserve:   func(ctx context.Context, id string) { s.reserveAdmitted(ctx, id, nil) },
+		StopTrial: func(ctx context.Context, j *jobtype.Job, st jobtype.State) { s.cancelFastPath(ctx, j, st) },
+		Wake:      s.Wake})
+	sch := newScheduleRunner(scheduleRunnerParams{Store: s.store, Log: s.log, Schedules: s.schedules, Defaults: cfg.Defaults,
+		Admit: s, SawRedis: s.sawRedis})
+	return &leaderLoop{lead: s.lead, wake: s.wake, interval: cfg.PlaceInterval,
+		placer: p, duties: []*duty{
+			{name: "reaper", run: r.run},
+			{name: "placer", run: p.round},
+			{name: "repair", every: cfg.RepairAfter / 2, run: rep.run},
+			{name: "pruner", every: pruneEvery, run: pr.run},
+			{name: "settle", every: settleEvery, run: st.run},
+			{name: "sweeps", every: sweepEvery, run: sw.run},
+			{name: "schedules", every: scheduleEvery, run: sch.run},
+		}}
 }
 
 // Start runs the loop until Stop or ctx ends.
@@ -63,10 +87,10 @@ func (l *leaderLoop) Stop() {
 
 func (l *leaderLoop) loop(ctx context.Context) {
 	defer close(l.done)
-	t := time.NewTicker(l.s.cfg.PlaceInterval)
+	t := time.NewTicker(l.interval)
 	defer t.Stop()
 	for {
-		if l.s.lead(ctx) {
+		if l.lead(ctx) {
 			for _, d := range l.duties {
 				if d.every == 0 || time.Since(d.last) >= d.every {
 					d.run(ctx)
@@ -78,7 +102,7 @@ func (l *leaderLoop) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-l.s.wake:
+		case <-l.wake:
 			l.placer.forceRound() // a submit, retry or cancel: always a full round
 		}
 	}
