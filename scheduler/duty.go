@@ -10,13 +10,14 @@ import (
 )
 
 // duty is one of the leader's periodic jobs (placer, reaper, repair,
-// pruner, settle, sweeps, schedules), each in its own file
+// pruner, settle, sweeps, schedules, reconciler), each in its own file
 // with its own state, built from what it uses (its params struct).
 type duty struct {
-	name  string
-	every time.Duration // 0: every pass of the leader loop
-	run   func(ctx context.Context)
-	last  time.Time
+	name   string
+	every  time.Duration // 0: every pass of the leader loop
+	onLead bool          // also at once when this scheduler becomes the leader
+	run    func(ctx context.Context)
+	last   time.Time
 }
 
 // leaderLoop runs the duties while this scheduler leads: on every pass it
@@ -24,16 +25,20 @@ type duty struct {
 // time has come. A pass comes every PlaceInterval, or at once on Wake
 // (which also makes the next placement round a full one). The duties run
 // one after another on its goroutine, so none of them needs a lock for its
-// own state. Start once; Stop is safe to call twice.
+// own state (the reconciler's passes run on a goroutine of their own:
+// reconcile.go). Start once; Stop is safe to call twice.
 type leaderLoop struct {
-	lead     func(ctx context.Context) bool // takes or renews the lease: whether this scheduler leads
-	wake     <-chan struct{}
-	interval time.Duration
-	placer   *placer
-	duties   []*duty
-	cancel   context.CancelFunc
-	done     chan struct{}
-	stopped  sync.Once
+	lead       func(ctx context.Context) bool // takes or renews the lease: whether this scheduler leads
+	fence      func() jobstore.Fence          // the current term's fence ("" when not leading)
+	wake       <-chan struct{}
+	interval   time.Duration
+	placer     *placer
+	reconciler *reconciler
+	duties     []*duty
+	term       jobstore.Fence // the term the duties last ran in
+	cancel     context.CancelFunc
+	done       chan struct{}
+	stopped    sync.Once
 }
 
 // newLeaderLoop builds the leader loop and its duties over s: the one place
@@ -56,8 +61,10 @@ func newLeaderLoop(s *Scheduler) *leaderLoop {
 		Wake:      s.Wake})
 	sch := newScheduleRunner(scheduleRunnerParams{Store: s.store, Log: s.log, Schedules: s.schedules, Defaults: cfg.Defaults,
 		Admit: s, SawRedis: s.sawRedis})
-	return &leaderLoop{lead: s.lead, wake: s.wake, interval: cfg.PlaceInterval,
-		placer: p, duties: []*duty{
+	rec := newReconciler(reconcilerParams{Clouds: cfg.Clouds, Store: s.store, Log: s.log, Grace: cfg.ReconcileGrace,
+		ReapGrace: cfg.ReapGrace, Counters: &s.rec, Leading: s.IsLeader})
+	return &leaderLoop{lead: s.lead, fence: s.leaderFence, wake: s.wake, interval: cfg.PlaceInterval,
+		placer: p, reconciler: rec, duties: []*duty{
 			{name: "reaper", run: r.run},
 			{name: "placer", run: p.round},
 			{name: "repair", every: cfg.RepairAfter / 2, run: rep.run},
@@ -65,6 +72,7 @@ func newLeaderLoop(s *Scheduler) *leaderLoop {
 			{name: "settle", every: settleEvery, run: st.run},
 			{name: "sweeps", every: sweepEvery, run: sw.run},
 			{name: "schedules", every: scheduleEvery, run: sch.run},
+			{name: "reconciler", every: cfg.ReconcileEvery, onLead: true, run: rec.run},
 		}}
 }
 
@@ -75,12 +83,14 @@ func (l *leaderLoop) Start(ctx context.Context) {
 	go l.loop(ctx)
 }
 
-// Stop ends the loop and waits for the pass under way.
+// Stop ends the loop and waits for the pass under way (and the
+// reconciler's).
 func (l *leaderLoop) Stop() {
 	l.stopped.Do(func() {
 		if l.cancel != nil {
 			l.cancel()
 			<-l.done
+			l.reconciler.wait()
 		}
 	})
 }
@@ -91,12 +101,17 @@ func (l *leaderLoop) loop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if l.lead(ctx) {
+			f := l.fence()
+			newTerm := f != l.term
+			l.term = f
 			for _, d := range l.duties {
-				if d.every == 0 || time.Since(d.last) >= d.every {
+				if d.every == 0 || time.Since(d.last) >= d.every || (newTerm && d.onLead) {
 					d.run(ctx)
 					d.last = time.Now()
 				}
 			}
+		} else {
+			l.term = ""
 		}
 		select {
 		case <-ctx.Done():
