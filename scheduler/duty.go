@@ -4,15 +4,20 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
 )
 
 // duty is one of the leader's periodic jobs (placer, reaper, repair,
-// pruner, settle), each in its own file with its own state.
+// pruner, settle, sweeps, schedules, reconciler), each in its own file
+// with its own state, built from what it uses (its params struct).
 type duty struct {
-	name  string
-	every time.Duration // 0: every pass of the leader loop
-	run   func(ctx context.Context)
-	last  time.Time
+	name   string
+	every  time.Duration // 0: every pass of the leader loop
+	onLead bool          // also at once when this scheduler becomes the leader
+	run    func(ctx context.Context)
+	last   time.Time
 }
 
 // leaderLoop runs the duties while this scheduler leads: on every pass it
@@ -20,28 +25,55 @@ type duty struct {
 // time has come. A pass comes every PlaceInterval, or at once on Wake
 // (which also makes the next placement round a full one). The duties run
 // one after another on its goroutine, so none of them needs a lock for its
-// own state. Start once; Stop is safe to call twice.
+// own state (the reconciler's passes run on a goroutine of their own:
+// reconcile.go). Start once; Stop is safe to call twice.
 type leaderLoop struct {
-	s       *Scheduler
-	placer  *placer
-	duties  []*duty
-	cancel  context.CancelFunc
-	done    chan struct{}
-	stopped sync.Once
+	lead       func(ctx context.Context) bool // takes or renews the lease: whether this scheduler leads
+	fence      func() jobstore.Fence          // the current term's fence ("" when not leading)
+	wake       <-chan struct{}
+	interval   time.Duration
+	placer     *placer
+	reconciler *reconciler
+	duties     []*duty
+	term       jobstore.Fence // the term the duties last ran in
+	cancel     context.CancelFunc
+	done       chan struct{}
+	stopped    sync.Once
 }
 
+// newLeaderLoop builds the leader loop and its duties over s: the one place
+// that hands each duty its part of the Scheduler.
 func newLeaderLoop(s *Scheduler) *leaderLoop {
-	p := newPlacer(s)
-	r := &reaper{s: s}
-	return &leaderLoop{s: s, placer: p, duties: []*duty{
-		{name: "reaper", run: r.run},
-		{name: "placer", run: p.round},
-		{name: "repair", every: s.cfg.RepairAfter / 2, run: (&repairer{s}).run},
-		{name: "pruner", every: pruneEvery, run: (&pruner{s}).run},
-		{name: "settle", every: settleEvery, run: (&settler{s}).run},
-		{name: "sweeps", every: sweepEvery, run: (&sweeper{s}).run},
-		{name: "schedules", every: scheduleEvery, run: (&scheduleDuty{s: s}).run},
-	}}
+	cfg := s.cfg
+	fenced := func() { s.fence.Store(jobstore.Fence("")) }
+	q := &enqueuer{client: s.client, log: s.log, defaultMaxRuntime: cfg.Defaults.MaxRuntime, killGrace: cfg.KillGrace}
+	p := newPlacer(placerParams{Store: s.store, Log: s.log, Router: s, Queue: q, Fence: s.leaderFence, Fenced: fenced,
+		PlaceScan: cfg.PlaceScan, DefaultMaxRuntime: cfg.Defaults.MaxRuntime, ObserveRound: s.metrics.placeRound.Observe})
+	r := newReaper(reaperParams{Store: s.store, Log: s.log, Grace: cfg.ReapGrace, MassExpiryWait: cfg.MassExpiryWait,
+		LeaseTTL: cfg.LeaseTTL, Fence: s.leaderFence, Fenced: fenced, SawRedis: s.sawRedis, LastRedisError: s.lastRedisError,
+		Wake: s.Wake})
+	rep := newRepairer(repairerParams{Store: s.store, Log: s.log, Tasks: s.insp, Queue: q, RepairAfter: cfg.RepairAfter})
+	pr := newPruner(prunerParams{Store: s.store, Log: s.log, KeepFinished: cfg.KeepFinished, FinishedTTL: cfg.FinishedTTL})
+	st := newSettler(settlerParams{Store: s.store, Log: s.log, Routing: s.routing, Ended: s.metrics.observeEnded})
+	sw := newSweeper(sweeperParams{Store: s.store, Log: s.log, Routing: s.routing,
+		Reserve:   func(ctx context.Context, id string) { s.reserveAdmitted(ctx, id, nil) },
+		StopTrial: func(ctx context.Context, j *jobtype.Job, st jobtype.State) { s.cancelFastPath(ctx, j, st) },
+		Wake:      s.Wake})
+	sch := newScheduleRunner(scheduleRunnerParams{Store: s.store, Log: s.log, Schedules: s.schedules, Defaults: cfg.Defaults,
+		Admit: s, SawRedis: s.sawRedis})
+	rec := newReconciler(reconcilerParams{Clouds: cfg.Clouds, Store: s.store, Log: s.log, Grace: cfg.ReconcileGrace,
+		ReapGrace: cfg.ReapGrace, Counters: &s.rec, Leading: s.IsLeader})
+	return &leaderLoop{lead: s.lead, fence: s.leaderFence, wake: s.wake, interval: cfg.PlaceInterval,
+		placer: p, reconciler: rec, duties: []*duty{
+			{name: "reaper", run: r.run},
+			{name: "placer", run: p.round},
+			{name: "repair", every: cfg.RepairAfter / 2, run: rep.run},
+			{name: "pruner", every: pruneEvery, run: pr.run},
+			{name: "settle", every: settleEvery, run: st.run},
+			{name: "sweeps", every: sweepEvery, run: sw.run},
+			{name: "schedules", every: scheduleEvery, run: sch.run},
+			{name: "reconciler", every: cfg.ReconcileEvery, onLead: true, run: rec.run},
+		}}
 }
 
 // Start runs the loop until Stop or ctx ends.
@@ -51,34 +83,41 @@ func (l *leaderLoop) Start(ctx context.Context) {
 	go l.loop(ctx)
 }
 
-// Stop ends the loop and waits for the pass under way.
+// Stop ends the loop and waits for the pass under way (and the
+// reconciler's).
 func (l *leaderLoop) Stop() {
 	l.stopped.Do(func() {
 		if l.cancel != nil {
 			l.cancel()
 			<-l.done
+			l.reconciler.wait()
 		}
 	})
 }
 
 func (l *leaderLoop) loop(ctx context.Context) {
 	defer close(l.done)
-	t := time.NewTicker(l.s.cfg.PlaceInterval)
+	t := time.NewTicker(l.interval)
 	defer t.Stop()
 	for {
-		if l.s.lead(ctx) {
+		if l.lead(ctx) {
+			f := l.fence()
+			newTerm := f != l.term
+			l.term = f
 			for _, d := range l.duties {
-				if d.every == 0 || time.Since(d.last) >= d.every {
+				if d.every == 0 || time.Since(d.last) >= d.every || (newTerm && d.onLead) {
 					d.run(ctx)
 					d.last = time.Now()
 				}
 			}
+		} else {
+			l.term = ""
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-l.s.wake:
+		case <-l.wake:
 			l.placer.forceRound() // a submit, retry or cancel: always a full round
 		}
 	}

@@ -24,13 +24,51 @@ import (
 // plan, each write a compare-and-set script that refuses a stale plan. Its
 // fields belong to the leader loop's goroutine.
 type placer struct {
-	s         *Scheduler
+	store        *jobstore.Store
+	log          *slog.Logger
+	router       router
+	queue        *enqueuer
+	fence        func() jobstore.Fence
+	fenced       func()
+	placeScan    int
+	maxRuntime   time.Duration
+	observeRound func(seconds float64)
+
 	lastFP    string    // fingerprint of the last round's inputs
 	lastRound time.Time // when the last full round ran
 	hadWaits  bool      // the last round wrote waiting jobs
 }
 
-func newPlacer(s *Scheduler) *placer { return &placer{s: s} }
+// placerParams is what a placer is built from.
+type placerParams struct {
+	Store  *jobstore.Store
+	Log    *slog.Logger
+	Router router    // the routing config in force, the round's routing inputs, re-routings
+	Queue  *enqueuer // enqueues each dispatched attempt
+	// Fence is the leader's fence, carried by every dispatch and
+	// preemption; Fenced is called when one was refused (the term ended).
+	Fence             func() jobstore.Fence
+	Fenced            func()
+	PlaceScan         int                   // Config.PlaceScan
+	DefaultMaxRuntime time.Duration         // Config.Defaults.MaxRuntime
+	ObserveRound      func(seconds float64) // each round's duration (the metrics)
+}
+
+// router is what the placer needs of the routing paths (route.go): the
+// routing config in force, a round's routing inputs, and a re-routing
+// written with its ledger records.
+type router interface {
+	routing() *policy.RouteState
+	readRouting(ctx context.Context, rs *policy.RouteState, now time.Time, nodes []jobstore.NodeStatus) (policy.RoutingInput, error)
+	applyReroute(ctx context.Context, rs *policy.RouteState, rp policy.Reroute) (*jobtype.RouteInfo, string, error)
+}
+
+var _ router = (*Scheduler)(nil)
+
+func newPlacer(p placerParams) *placer {
+	return &placer{store: p.Store, log: p.Log, router: p.Router, queue: p.Queue, fence: p.Fence, fenced: p.Fenced,
+		placeScan: p.PlaceScan, maxRuntime: p.DefaultMaxRuntime, observeRound: p.ObserveRound}
+}
 
 // forceRound makes the next round a full one (a submit, retry or cancel).
 func (p *placer) forceRound() { p.lastFP = "" }
@@ -50,10 +88,9 @@ func (p *placer) round(ctx context.Context) {
 	if !ok {
 		return
 	}
-	s := p.s
-	plan := policy.DecideRound(in, s.routing(), policy.RoundOptions{DefaultMaxRuntime: s.cfg.Defaults.MaxRuntime})
+	plan := policy.DecideRound(in, p.router.routing(), policy.RoundOptions{DefaultMaxRuntime: p.maxRuntime})
 	p.apply(ctx, in, plan, fp)
-	s.metrics.placeRound.Observe(time.Since(start).Seconds())
+	p.observeRound(time.Since(start).Seconds())
 }
 
 // read takes the round's inputs. A round costs a read of every scanned
@@ -62,15 +99,14 @@ func (p *placer) round(ctx context.Context) {
 // and the last round placed nothing, but one still runs every
 // placeRefresh so places in line stay fresh.
 func (p *placer) read(ctx context.Context) (in *policy.RoundInput, fp string, ok bool) {
-	s := p.s
-	nodes, err := s.store.Nodes(ctx)
+	nodes, err := p.store.Nodes(ctx)
 	if err != nil {
-		s.log.Warn("placer: nodes", slog.Any("err", err))
+		p.log.Warn("placer: nodes", slog.Any("err", err))
 		return nil, "", false
 	}
-	pending, err := s.store.PendingCount(ctx)
+	pending, err := p.store.PendingCount(ctx)
 	if err != nil {
-		s.log.Warn("placer: pending count", slog.Any("err", err))
+		p.log.Warn("placer: pending count", slog.Any("err", err))
 		return nil, "", false
 	}
 	fp = fingerprint(pending, nodes)
@@ -79,11 +115,11 @@ func (p *placer) read(ctx context.Context) (in *policy.RoundInput, fp string, ok
 	}
 	in = &policy.RoundInput{Now: time.Now(), Nodes: nodes}
 	if err := p.readJobs(ctx, in); err != nil {
-		s.log.Warn("placer: snapshot", slog.Any("err", err))
+		p.log.Warn("placer: snapshot", slog.Any("err", err))
 		return nil, "", false
 	}
-	if in.Routing, err = s.readRouting(ctx, s.routing(), in.Now, nodes); err != nil {
-		s.log.Warn("placer: snapshot", slog.Any("err", err))
+	if in.Routing, err = p.router.readRouting(ctx, p.router.routing(), in.Now, nodes); err != nil {
+		p.log.Warn("placer: snapshot", slog.Any("err", err))
 		return nil, "", false
 	}
 	in.Pressure = in.Routing.Pressure
@@ -93,8 +129,7 @@ func (p *placer) read(ctx context.Context) (in *policy.RoundInput, fp string, ok
 // readJobs reads the pending ids and the records of every job the round
 // names: the pending ones and those holding a local node's reservations.
 func (p *placer) readJobs(ctx context.Context, in *policy.RoundInput) error {
-	s := p.s
-	ids, err := s.store.Pending(ctx, s.cfg.PlaceScan)
+	ids, err := p.store.Pending(ctx, p.placeScan)
 	if err != nil {
 		return err
 	}
@@ -107,7 +142,7 @@ func (p *placer) readJobs(ctx context.Context, in *policy.RoundInput) error {
 			holders = append(holders, id)
 		}
 	}
-	all, err := s.store.GetMany(ctx, append(ids, holders...))
+	all, err := p.store.GetMany(ctx, append(ids, holders...))
 	if err != nil {
 		return err
 	}
@@ -137,23 +172,32 @@ func fingerprint(pending int64, nodes []jobstore.NodeStatus) string {
 	return b.String()
 }
 
+// enqueuer puts dispatched attempts on their node's asynq queue: the
+// last step of the placer's dispatches and of repair.
+type enqueuer struct {
+	client            *asynq.Client
+	log               *slog.Logger
+	defaultMaxRuntime time.Duration // a spec without max_runtime (the deployment default)
+	killGrace         time.Duration // Config.KillGrace
+}
+
 // enqueue puts attempt of job id on node's queue. A failure is logged and
 // left to the repair loop: the job is already dispatched in the store.
-func (s *Scheduler) enqueue(ctx context.Context, id string, attempt int, node string, maxRuntime time.Duration) {
+func (e *enqueuer) enqueue(ctx context.Context, id string, attempt int, node string, maxRuntime time.Duration) {
 	payload, _ := json.Marshal(jobtype.TaskPayload{JobID: id, Attempt: attempt})
 	if maxRuntime <= 0 {
-		maxRuntime = s.cfg.Defaults.MaxRuntime
+		maxRuntime = e.defaultMaxRuntime
 	}
 	task := asynq.NewTask(jobtype.TaskType, payload)
-	_, err := s.client.EnqueueContext(ctx, task,
+	_, err := e.client.EnqueueContext(ctx, task,
 		asynq.TaskID(jobtype.TaskID(id, attempt)),
 		asynq.Queue(jobtype.NodeQueue(node)),
 		asynq.MaxRetry(0),
-		asynq.Timeout(maxRuntime+s.cfg.KillGrace+time.Minute),
+		asynq.Timeout(maxRuntime+e.killGrace+time.Minute),
 	)
 	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
-		s.log.Warn("placer: enqueue failed; the repair loop will retry", slog.String("job_id", id), slog.Int("attempt", attempt), slog.Any("err", err))
+		e.log.Warn("placer: enqueue failed; the repair loop will retry", slog.String("job_id", id), slog.Int("attempt", attempt), slog.Any("err", err))
 		return
 	}
-	s.log.Debug("dispatched", slog.String("job_id", id), slog.Int("attempt", attempt), slog.String("node", node))
+	e.log.Debug("dispatched", slog.String("job_id", id), slog.Int("attempt", attempt), slog.String("node", node))
 }

@@ -18,24 +18,23 @@ import (
 // the local assignments, the preemptions, the places in line. Every
 // dispatch carries the leader's fence; a fenced one stops the round.
 func (p *placer) apply(ctx context.Context, in *policy.RoundInput, plan policy.RoundPlan, fp string) {
-	s := p.s
-	rs := s.routing()
+	rs := p.router.routing()
 	for _, rp := range plan.Reroutes {
-		if _, _, err := s.applyReroute(ctx, rs, rp); err != nil {
+		if _, _, err := p.router.applyReroute(ctx, rs, rp); err != nil {
 			if leftQueue(err) {
 				// Cancelled or deleted since the read: nothing to decide
 				// (its planned dispatch, if any, loses the same way).
-				s.log.Debug("placer: reroute of a job that left the queue", slog.String("job_id", rp.Job.ID), slog.Any("err", err))
+				p.log.Debug("placer: reroute of a job that left the queue", slog.String("job_id", rp.Job.ID), slog.Any("err", err))
 				continue
 			}
-			s.log.Warn("placer: reroute", slog.Any("err", err))
+			p.log.Warn("placer: reroute", slog.Any("err", err))
 			return
 		}
 	}
 	p.lastRound = time.Now()
 	p.lastFP = fp
-	if err := s.store.SetPoolPressure(ctx, "local", plan.Pressure); err != nil {
-		s.log.Warn("placer: publish pool pressure", slog.Any("err", err))
+	if err := p.store.SetPoolPressure(ctx, "local", plan.Pressure); err != nil {
+		p.log.Warn("placer: publish pool pressure", slog.Any("err", err))
 	}
 	offWaits, ok := p.dispatchCloud(ctx, plan.Cloud, plan.OffWaits)
 	if !ok {
@@ -43,7 +42,7 @@ func (p *placer) apply(ctx context.Context, in *policy.RoundInput, plan policy.R
 	}
 	if len(plan.Snap.Pending) == 0 && len(offWaits) == 0 {
 		if p.hadWaits {
-			if err := s.store.SetWaits(ctx, nil); err == nil {
+			if err := p.store.SetWaits(ctx, nil); err == nil {
 				p.hadWaits = false
 			}
 		}
@@ -65,25 +64,24 @@ func (p *placer) apply(ctx context.Context, in *policy.RoundInput, plan policy.R
 // (added to offWaits). It returns false when the leader was fenced (the
 // round must stop).
 func (p *placer) dispatchCloud(ctx context.Context, cds []policy.CloudDispatch, offWaits []policy.OffWait) ([]policy.OffWait, bool) {
-	s := p.s
 	for _, cd := range cds {
 		j, b := cd.Job, cd.Backend
-		err := s.store.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: j.Attempt, Node: cd.Node, Backend: b.Name,
-			Capacity: b.MaxInstances, Fence: s.leaderFence()})
+		err := p.store.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: j.Attempt, Node: cd.Node, Backend: b.Name,
+			Capacity: b.MaxInstances, Fence: p.fence()})
 		switch {
 		case err == nil:
-			s.enqueue(ctx, j.ID, j.Attempt, cd.Node, j.Spec.MaxRuntime.D())
+			p.queue.enqueue(ctx, j.ID, j.Attempt, cd.Node, j.Spec.MaxRuntime.D())
 			p.lastFP = ""
 		case errors.Is(err, jobstore.ErrNodeFull):
 			offWaits = append(offWaits, policy.OffWait{ID: j.ID, Code: "cloud", Reason: fmt.Sprintf("routed to %s (site %s): all %d of its instances (max_instances) are in use; it waits there",
 				b.Name, b.Site, b.MaxInstances)})
 		case errors.Is(err, jobstore.ErrConflict):
 		case errors.Is(err, jobstore.ErrFenced):
-			s.log.Warn("placer: no longer the leader; stopping this round")
-			s.fence.Store(jobstore.Fence(""))
+			p.log.Warn("placer: no longer the leader; stopping this round")
+			p.fenced()
 			return offWaits, false
 		default:
-			s.log.Warn("placer: dispatch to cloud", slog.String("job_id", j.ID), slog.Any("err", err))
+			p.log.Warn("placer: dispatch to cloud", slog.String("job_id", j.ID), slog.Any("err", err))
 		}
 	}
 	return offWaits, true
@@ -94,7 +92,6 @@ func (p *placer) dispatchCloud(ctx context.Context, cds []policy.CloudDispatch, 
 // the job for the next round. It returns false when the round must stop
 // (fenced, or Redis failing).
 func (p *placer) dispatchLocal(ctx context.Context, in *policy.RoundInput, plan policy.RoundPlan) bool {
-	s := p.s
 	for _, a := range plan.Place.Assign {
 		j := in.Jobs[a.JobID]
 		capacity := 0
@@ -103,20 +100,20 @@ func (p *placer) dispatchLocal(ctx context.Context, in *policy.RoundInput, plan 
 				capacity = n.CPUSlots
 			}
 		}
-		err := s.store.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: j.Attempt, Node: a.Node, Backend: "local",
-			Capacity: capacity, GPUs: a.GPUs, Fence: s.leaderFence()})
+		err := p.store.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: j.Attempt, Node: a.Node, Backend: "local",
+			Capacity: capacity, GPUs: a.GPUs, Fence: p.fence()})
 		switch {
 		case err == nil:
-			s.enqueue(ctx, j.ID, j.Attempt, a.Node, j.Spec.MaxRuntime.D())
+			p.queue.enqueue(ctx, j.ID, j.Attempt, a.Node, j.Spec.MaxRuntime.D())
 		case errors.Is(err, jobstore.ErrNodeFull), errors.Is(err, jobstore.ErrConflict):
 			// The read went stale (a reservation or a cancel meanwhile): next round.
-			s.log.Debug("placer: dispatch lost to a newer state", slog.String("job_id", j.ID), slog.Any("err", err))
+			p.log.Debug("placer: dispatch lost to a newer state", slog.String("job_id", j.ID), slog.Any("err", err))
 		case errors.Is(err, jobstore.ErrFenced):
-			s.log.Warn("placer: no longer the leader; stopping this round")
-			s.fence.Store(jobstore.Fence(""))
+			p.log.Warn("placer: no longer the leader; stopping this round")
+			p.fenced()
 			return false
 		default:
-			s.log.Warn("placer: dispatch", slog.String("job_id", j.ID), slog.Any("err", err))
+			p.log.Warn("placer: dispatch", slog.String("job_id", j.ID), slog.Any("err", err))
 			return false
 		}
 	}
@@ -125,19 +122,18 @@ func (p *placer) dispatchLocal(ctx context.Context, in *policy.RoundInput, plan 
 
 // preempt asks each victim of the plan's preemptions to stop.
 func (p *placer) preempt(ctx context.Context, in *policy.RoundInput, plan policy.RoundPlan) {
-	s := p.s
 	for _, pr := range plan.Place.Preempt {
 		for _, v := range pr.Victims {
 			vj := in.Jobs[v]
 			if vj == nil {
 				continue
 			}
-			err := s.store.RequestPreempt(ctx, vj.ID, vj.Attempt, pr.ForJobID, s.leaderFence())
+			err := p.store.RequestPreempt(ctx, vj.ID, vj.Attempt, pr.ForJobID, p.fence())
 			if err != nil {
-				s.log.Warn("placer: preempt", slog.String("job_id", v), slog.String("for", pr.ForJobID), slog.Any("err", err))
+				p.log.Warn("placer: preempt", slog.String("job_id", v), slog.String("for", pr.ForJobID), slog.Any("err", err))
 				continue
 			}
-			s.log.Info("preempting a batch job for an urgent one", slog.String("job_id", v), slog.String("for", pr.ForJobID),
+			p.log.Info("preempting a batch job for an urgent one", slog.String("job_id", v), slog.String("for", pr.ForJobID),
 				slog.String("node", pr.Node))
 		}
 	}
@@ -159,8 +155,8 @@ func (p *placer) writeWaits(ctx context.Context, plan policy.RoundPlan, offWaits
 		}
 		waits[w.JobID] = wi
 	}
-	if err := p.s.store.SetWaits(ctx, waits); err != nil {
-		p.s.log.Warn("placer: write waits", slog.Any("err", err))
+	if err := p.store.SetWaits(ctx, waits); err != nil {
+		p.log.Warn("placer: write waits", slog.Any("err", err))
 	} else {
 		p.hadWaits = len(waits) > 0
 	}

@@ -12,10 +12,43 @@ import (
 
 // reaper is the leader's duty that requeues attempts whose worker is gone.
 type reaper struct {
-	s *Scheduler
+	store          *jobstore.Store
+	log            *slog.Logger
+	grace          time.Duration
+	massExpiryWait time.Duration
+	leaseTTL       time.Duration
+	fence          func() jobstore.Fence
+	fenced         func()
+	sawRedis       func(error)
+	lastRedisError func() time.Time
+	wake           func()
+
 	// holdSince is when the reaper first held off expired leases for a
 	// Redis blip (zero: it holds none).
 	holdSince time.Time
+}
+
+// reaperParams is what a reaper is built from.
+type reaperParams struct {
+	Store          *jobstore.Store
+	Log            *slog.Logger
+	Grace          time.Duration // Config.ReapGrace
+	MassExpiryWait time.Duration // Config.MassExpiryWait
+	LeaseTTL       time.Duration // Config.LeaseTTL
+	// Fence is the leader's fence, carried by every reap; Fenced is called
+	// when a reap was refused (the term ended).
+	Fence  func() jobstore.Fence
+	Fenced func()
+	// SawRedis notes a Redis error this scheduler saw; LastRedisError is
+	// when it last saw one (zero: never).
+	SawRedis       func(error)
+	LastRedisError func() time.Time
+	Wake           func() // a reaped attempt is pending again: place it
+}
+
+func newReaper(p reaperParams) *reaper {
+	return &reaper{store: p.Store, log: p.Log, grace: p.Grace, massExpiryWait: p.MassExpiryWait, leaseTTL: p.LeaseTTL,
+		fence: p.Fence, fenced: p.Fenced, sawRedis: p.SawRedis, lastRedisError: p.LastRedisError, wake: p.Wake}
 }
 
 // run requeues running attempts whose lease ended more than ReapGrace
@@ -27,12 +60,11 @@ type reaper struct {
 // heartbeated since the error, this one did not). The share of leases that
 // expired says nothing: when the only node dies, all of them do.
 func (r *reaper) run(ctx context.Context) {
-	s := r.s
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	leases, err := s.store.RunningLeases(ctx, 10000)
+	leases, err := r.store.RunningLeases(ctx, 10000)
 	if err != nil {
-		s.sawRedis(err)
+		r.sawRedis(err)
 		return
 	}
 	now := time.Now()
@@ -45,7 +77,7 @@ func (r *reaper) run(ctx context.Context) {
 		if jobtype.IsCloudNode(l.Node) {
 			continue
 		}
-		if !l.Until.IsZero() && now.After(l.Until.Add(s.cfg.ReapGrace)) {
+		if !l.Until.IsZero() && now.After(l.Until.Add(r.grace)) {
 			expired = append(expired, l)
 		}
 	}
@@ -54,16 +86,16 @@ func (r *reaper) run(ctx context.Context) {
 		return
 	}
 	reap := expired
-	if errAt := s.lastRedisError(); !errAt.IsZero() {
-		nodes, err := s.store.Nodes(ctx)
+	if errAt := r.lastRedisError(); !errAt.IsZero() {
+		nodes, err := r.store.Nodes(ctx)
 		if err != nil {
-			s.sawRedis(err)
+			r.sawRedis(err)
 			return
 		}
 		reap = nil
 		var held []jobstore.Lease
 		for _, l := range expired {
-			if errAt.After(l.Until.Add(-s.cfg.LeaseTTL)) && !nodeDeadSince(nodes, l.Node, errAt) {
+			if errAt.After(l.Until.Add(-r.leaseTTL)) && !nodeDeadSince(nodes, l.Node, errAt) {
 				held = append(held, l)
 			} else {
 				reap = append(reap, l)
@@ -72,32 +104,32 @@ func (r *reaper) run(ctx context.Context) {
 		switch {
 		case len(held) == 0:
 			r.holdSince = time.Time{}
-		case r.holdSince.IsZero() || now.Sub(r.holdSince) < s.cfg.MassExpiryWait:
+		case r.holdSince.IsZero() || now.Sub(r.holdSince) < r.massExpiryWait:
 			if r.holdSince.IsZero() {
 				r.holdSince = now
 			}
-			s.log.Warn("reaper: leases expired while this scheduler could not reach Redis (a blip, not dead workers?); waiting instead of reaping them",
+			r.log.Warn("reaper: leases expired while this scheduler could not reach Redis (a blip, not dead workers?); waiting instead of reaping them",
 				slog.Int("held", len(held)), slog.Time("redis_error_at", errAt), slog.Duration("waited", now.Sub(r.holdSince)),
-				slog.Duration("at_most", s.cfg.MassExpiryWait))
+				slog.Duration("at_most", r.massExpiryWait))
 		default: // held long enough: reap them, and the next blip waits afresh
 			reap = append(reap, held...)
 			r.holdSince = time.Time{}
 		}
 	}
 	for _, l := range reap {
-		err := s.store.Reap(ctx, l.ID, l.Attempt, s.cfg.ReapGrace, s.leaderFence())
+		err := r.store.Reap(ctx, l.ID, l.Attempt, r.grace, r.fence())
 		switch {
 		case err == nil:
-			s.log.Warn("reaper: lease expired; the job goes back to the pending set as a new attempt",
+			r.log.Warn("reaper: lease expired; the job goes back to the pending set as a new attempt",
 				slog.String("job_id", l.ID), slog.Int("attempt", l.Attempt), slog.String("node", l.Node))
-			s.Wake()
+			r.wake()
 		case errors.Is(err, jobstore.ErrConflict):
 		case errors.Is(err, jobstore.ErrFenced):
-			s.fence.Store(jobstore.Fence(""))
+			r.fenced()
 			return
 		default:
-			s.sawRedis(err)
-			s.log.Warn("reaper", slog.String("job_id", l.ID), slog.Any("err", err))
+			r.sawRedis(err)
+			r.log.Warn("reaper", slog.String("job_id", l.ID), slog.Any("err", err))
 		}
 	}
 }

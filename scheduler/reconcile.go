@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,46 +37,85 @@ type ReconcileStats struct {
 type reconcileCounters struct{ passes, failures, terminated, cancelled atomic.Int64 }
 
 // ReconcileStats returns the reconciler's counters.
-func (s *Scheduler) ReconcileStats() ReconcileStats {
-	c := &s.rec
+func (s *Scheduler) ReconcileStats() ReconcileStats { return s.rec.stats() }
+
+func (c *reconcileCounters) stats() ReconcileStats {
 	return ReconcileStats{Passes: c.passes.Load(), Failures: c.failures.Load(), Terminated: c.terminated.Load(), Cancelled: c.cancelled.Load()}
 }
 
-// reconcileLoop runs the reconciler while this scheduler leads: at the
-// start of each term, then every ReconcileEvery. It runs apart from the
-// placer, so a slow or throttled EC2 API never holds placement up.
-func (s *Scheduler) reconcileLoop(ctx context.Context) {
-	defer close(s.recDone)
-	if len(s.cfg.Clouds) == 0 {
-		return
-	}
-	tick := s.cfg.LeaderTTL / 3
-	if tick > s.cfg.ReconcileEvery {
-		tick = s.cfg.ReconcileEvery
-	}
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	var term jobstore.Fence
-	var last time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		f := s.leaderFence()
-		if f == "" {
-			term = ""
-			continue
-		}
-		if f != term || time.Since(last) >= s.cfg.ReconcileEvery {
-			term, last = f, time.Now()
-			s.reconcileOnce(ctx)
-		}
-	}
+// reconciler is the leader's duty that terminates orphaned cloud
+// instances (pass). The leader loop runs it at the start of each term,
+// then every ReconcileEvery; each pass runs on a goroutine of its own, so
+// a slow or throttled cloud API never holds up placement or the leader
+// lease's renewal. Start passes with run; wait waits for the one under
+// way.
+type reconciler struct {
+	clouds    map[string]CloudInstances
+	store     *jobstore.Store
+	log       *slog.Logger
+	grace     time.Duration
+	reapGrace time.Duration
+	counters  *reconcileCounters
+	leading   func() bool
+
+	mu    sync.Mutex
+	busy  bool // a pass is under way
+	again bool // run was called meanwhile: one more pass after it
+	wg    sync.WaitGroup
 }
 
-// reconcileOnce (leader only) terminates every instance tagged
+// reconcilerParams is what a reconciler is built from.
+type reconcilerParams struct {
+	Clouds    map[string]CloudInstances // Config.Clouds; none: the reconciler does nothing
+	Store     *jobstore.Store
+	Log       *slog.Logger
+	Grace     time.Duration      // Config.ReconcileGrace
+	ReapGrace time.Duration      // Config.ReapGrace: how long past its lease a cancelled attempt's worker counts as gone
+	Counters  *reconcileCounters // where it counts its work (ReconcileStats)
+	Leading   func() bool        // whether this scheduler still leads (before a pass asked for during another)
+}
+
+func newReconciler(p reconcilerParams) *reconciler {
+	return &reconciler{clouds: p.Clouds, store: p.Store, log: p.Log, grace: p.Grace, reapGrace: p.ReapGrace,
+		counters: p.Counters, leading: p.Leading}
+}
+
+// run starts a pass on its own goroutine and returns. Called while one is
+// under way, it has one more pass run right after it (if this scheduler
+// still leads then), as a pass is never skipped for a slow one.
+func (r *reconciler) run(ctx context.Context) {
+	if len(r.clouds) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.busy {
+		r.again = true
+		return
+	}
+	r.busy = true
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		for {
+			r.pass(ctx)
+			r.mu.Lock()
+			again := r.again && ctx.Err() == nil && r.leading()
+			r.again = false
+			if !again {
+				r.busy = false
+				r.mu.Unlock()
+				return
+			}
+			r.mu.Unlock()
+		}
+	}()
+}
+
+// wait waits for the pass under way, if any (end its ctx first).
+func (r *reconciler) wait() { r.wg.Wait() }
+
+// pass (leader only) terminates every instance tagged
 // managed by this cluster, older than ReconcileGrace, that is
 // not the live attempt of its job (fail closed: a missing job, a missing or
 // bad tag, an ended or cancelled job, another attempt, another backend).
@@ -83,28 +123,25 @@ func (s *Scheduler) reconcileLoop(ctx context.Context) {
 // When the terminated instance's attempt has a cancel asked and no worker
 // holds its lease (the AWS worker is down), the reconciler also ends the
 // attempt cancelled, with its cost.
-func (s *Scheduler) reconcileOnce(ctx context.Context) {
-	if len(s.cfg.Clouds) == 0 {
-		return
-	}
-	names := make([]string, 0, len(s.cfg.Clouds))
-	for n := range s.cfg.Clouds {
+func (r *reconciler) pass(ctx context.Context) {
+	names := make([]string, 0, len(r.clouds))
+	for n := range r.clouds {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		s.reconcileBackend(ctx, name, s.cfg.Clouds[name])
+		r.reconcileBackend(ctx, name, r.clouds[name])
 	}
 }
 
-func (s *Scheduler) reconcileBackend(ctx context.Context, backend string, api CloudInstances) {
+func (r *reconciler) reconcileBackend(ctx context.Context, backend string, api CloudInstances) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	s.rec.passes.Add(1)
-	log := s.log.With(slog.String("component", "reconciler"), slog.String("backend", backend))
+	r.counters.passes.Add(1)
+	log := r.log.With(slog.String("component", "reconciler"), slog.String("backend", backend))
 	insts, err := api.Find(ctx, cloud.Query{})
 	if err != nil {
-		s.rec.failures.Add(1)
+		r.counters.failures.Add(1)
 		log.Warn("list managed instances failed; terminating nothing this pass", slog.Any("err", err))
 		return
 	}
@@ -118,12 +155,12 @@ func (s *Scheduler) reconcileBackend(ctx context.Context, backend string, api Cl
 		if !ok || jobs[id] != nil {
 			continue
 		}
-		j, err := s.store.Get(ctx, id)
+		j, err := r.store.Get(ctx, id)
 		switch {
 		case errors.Is(err, jobstore.ErrNotFound):
 			continue // no job: not live
 		case err != nil:
-			s.rec.failures.Add(1)
+			r.counters.failures.Add(1)
 			log.Warn("read the store failed; terminating nothing this pass", slog.Any("err", err))
 			return
 		}
@@ -139,24 +176,24 @@ func (s *Scheduler) reconcileBackend(ctx context.Context, backend string, api Cl
 		}
 	}
 	terminated := map[string]bool{}
-	for _, in := range cloud.Orphans(mine, live, time.Now(), s.cfg.ReconcileGrace) {
+	for _, in := range cloud.Orphans(mine, live, time.Now(), r.grace) {
 		id, attempt, _ := in.JobAttempt()
 		why := "no job " + id
 		if j := jobs[id]; j != nil {
 			why = fmt.Sprintf("job %s is %s at attempt %d, cancel asked: %v", id, j.State, j.Attempt, j.CancelRequested)
 		}
 		if err := api.Terminate(ctx, in.ID); err != nil {
-			s.rec.failures.Add(1)
+			r.counters.failures.Add(1)
 			log.Warn("terminate orphaned instance failed", slog.String("instance_id", in.ID), slog.Any("err", err))
 			continue
 		}
-		n := s.rec.terminated.Add(1)
+		n := r.counters.terminated.Add(1)
 		log.Warn("terminated an instance without a live attempt", slog.String("instance_id", in.ID),
 			slog.String("job_id", id), slog.Int("attempt", attempt), slog.String("why", why),
 			slog.Duration("age", time.Since(in.LaunchTime).Round(time.Second)), slog.Int64("terminated_total", n))
 		terminated[in.ID] = true
 	}
-	s.endCancelledCloudAttempts(ctx, log, backend, api, mine, terminated)
+	r.endCancelledCloudAttempts(ctx, log, backend, api, mine, terminated)
 }
 
 // liveCloudAttempt: the job's current attempt runs on backend and may go
@@ -175,8 +212,8 @@ func liveCloudAttempt(j *jobtype.Job, backend string) bool {
 // worker that does ends them itself) and whose instance is gone (or never
 // was): terminated by this pass or earlier, or not launched yet. The
 // instance's cost, when the job records it, is added once.
-func (s *Scheduler) endCancelledCloudAttempts(ctx context.Context, log *slog.Logger, backend string, api CloudInstances, mine []cloud.Instance, terminated map[string]bool) {
-	atts, err := s.store.NodeAttempts(ctx, jobtype.CloudNode(backend), 10000)
+func (r *reconciler) endCancelledCloudAttempts(ctx context.Context, log *slog.Logger, backend string, api CloudInstances, mine []cloud.Instance, terminated map[string]bool) {
+	atts, err := r.store.NodeAttempts(ctx, jobtype.CloudNode(backend), 10000)
 	if err != nil {
 		log.Warn("list the backend's attempts", slog.Any("err", err))
 		return
@@ -189,7 +226,7 @@ func (s *Scheduler) endCancelledCloudAttempts(ctx context.Context, log *slog.Log
 	}
 	now := time.Now()
 	for _, j := range atts {
-		if !j.CancelRequested || (j.LeaseUntil != nil && now.Before(j.LeaseUntil.Add(s.cfg.ReapGrace))) {
+		if !j.CancelRequested || (j.LeaseUntil != nil && now.Before(j.LeaseUntil.Add(r.reapGrace))) {
 			continue
 		}
 		inst := j.Instance
@@ -204,7 +241,7 @@ func (s *Scheduler) endCancelledCloudAttempts(ctx context.Context, log *slog.Log
 			if inst.TerminatedAt != nil {
 				end = *inst.TerminatedAt
 			}
-			if _, err := s.store.AddAttemptCost(ctx, j.ID, j.Attempt, api.Cost(inst.LaunchTime, end, inst.USDPerHour)); err != nil {
+			if _, err := r.store.AddAttemptCost(ctx, j.ID, j.Attempt, api.Cost(inst.LaunchTime, end, inst.USDPerHour)); err != nil {
 				log.Warn("record the instance's cost", slog.String("job_id", j.ID), slog.Any("err", err))
 			}
 		}
@@ -212,12 +249,12 @@ func (s *Scheduler) endCancelledCloudAttempts(ctx context.Context, log *slog.Log
 		if inst != nil {
 			msg += "; the reconciler made sure instance " + inst.ID + " is terminated"
 		}
-		err := s.store.Finish(ctx, j.ID, j.Attempt, jobstore.Ending{State: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled, Error: msg})
+		err := r.store.Finish(ctx, j.ID, j.Attempt, jobstore.Ending{State: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled, Error: msg})
 		if err != nil {
 			log.Warn("end the cancelled attempt", slog.String("job_id", j.ID), slog.Any("err", err))
 			continue
 		}
-		s.rec.cancelled.Add(1)
+		r.counters.cancelled.Add(1)
 		log.Info("cancelled attempt ended by the reconciler", slog.String("job_id", j.ID), slog.Int("attempt", j.Attempt))
 	}
 }

@@ -271,8 +271,7 @@ type Scheduler struct {
 	redisErrAt atomic.Int64                      // unix ms of the last Redis error this scheduler saw itself (0: none)
 	fence      atomic.Value                      // jobstore.Fence of the current term, "" when not leading
 	route      atomic.Pointer[policy.RouteState] // the routing config in force
-	rec        reconcileCounters
-	recDone    chan struct{}
+	rec        reconcileCounters                 // the reconciler's work (ReconcileStats; reconcile.go)
 
 	evictPolicy atomic.Value // string: Redis's maxmemory-policy as /healthz last read it
 
@@ -343,8 +342,6 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	s.cancel = cancel
 	s.leader = newLeaderLoop(s)
 	s.leader.Start(pctx)
-	s.recDone = make(chan struct{})
-	go s.reconcileLoop(pctx)
 	s.started = true
 	s.log.Info("scheduler started", slog.String("listen", ln.Addr().String()))
 	if len(s.cfg.Tokens) == 0 {
@@ -367,7 +364,6 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 	s.mu.Unlock()
 	s.cancel()
 	s.leader.Stop()
-	<-s.recDone
 	if f := s.leaderFence(); f != "" {
 		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = s.store.ReleaseLeadership(rctx, f)

@@ -54,14 +54,47 @@ func (s *Scheduler) schedules() []cron.Schedule {
 	return nil
 }
 
-// scheduleDuty is the leader's schedule duty.
-type scheduleDuty struct {
-	s   *Scheduler
-	now func() time.Time
+// scheduleRunner is the leader's schedule duty.
+type scheduleRunner struct {
+	store     *jobstore.Store
+	log       *slog.Logger
+	schedules func() []cron.Schedule
+	defaults  jobspec.Defaults
+	admit     admitter
+	sawRedis  func(error)
+	now       func() time.Time
 }
 
-func (d *scheduleDuty) run(ctx context.Context) {
-	for _, sch := range d.s.schedules() {
+// scheduleRunnerParams is what a scheduleRunner is built from.
+type scheduleRunnerParams struct {
+	Store     *jobstore.Store
+	Log       *slog.Logger
+	Schedules func() []cron.Schedule // the schedules in force
+	Defaults  jobspec.Defaults       // Config.Defaults, for a scheduled job's spec
+	Admit     admitter               // starts a run, cancels the last one
+	SawRedis  func(error)            // notes a Redis error this scheduler saw
+	Now       func() time.Time       // the clock; nil: time.Now
+}
+
+// admitter is what the schedule duty needs of the admission path
+// (admit.go, sweeps.go): a scheduled job or sweep admitted under its
+// derived id, and the last run cancelled (concurrency: replace).
+type admitter interface {
+	admitRun(ctx context.Context, p principal, id string, spec *jobspec.Spec) (*jobtype.Job, bool, error)
+	admitSweep(ctx context.Context, req sweepRequest) (*jobtype.Sweep, bool, error)
+	Cancel(ctx context.Context, id string) (*jobtype.Job, error)
+	CancelSweep(ctx context.Context, id string) (*jobtype.Sweep, int, error)
+}
+
+var _ admitter = (*Scheduler)(nil)
+
+func newScheduleRunner(p scheduleRunnerParams) *scheduleRunner {
+	return &scheduleRunner{store: p.Store, log: p.Log, schedules: p.Schedules, defaults: p.Defaults, admit: p.Admit,
+		sawRedis: p.SawRedis, now: p.Now}
+}
+
+func (d *scheduleRunner) run(ctx context.Context) {
+	for _, sch := range d.schedules() {
 		if ctx.Err() != nil {
 			return
 		}
@@ -69,13 +102,13 @@ func (d *scheduleDuty) run(ctx context.Context) {
 		err := d.pass(rctx, sch, d.clock())
 		cancel()
 		if err != nil {
-			d.s.sawRedis(err)
-			d.s.log.Warn("schedule pass", slog.String("schedule", sch.Name), slog.Any("err", err))
+			d.sawRedis(err)
+			d.log.Warn("schedule pass", slog.String("schedule", sch.Name), slog.Any("err", err))
 		}
 	}
 }
 
-func (d *scheduleDuty) clock() time.Time {
+func (d *scheduleRunner) clock() time.Time {
 	if d.now != nil {
 		return d.now()
 	}
@@ -83,8 +116,8 @@ func (d *scheduleDuty) clock() time.Time {
 }
 
 // pass handles one schedule at now.
-func (d *scheduleDuty) pass(ctx context.Context, sch cron.Schedule, now time.Time) error {
-	st, err := d.s.store.ScheduleStateOf(ctx, sch.Name)
+func (d *scheduleRunner) pass(ctx context.Context, sch cron.Schedule, now time.Time) error {
+	st, err := d.store.ScheduleStateOf(ctx, sch.Name)
 	if err != nil {
 		return err
 	}
@@ -107,7 +140,7 @@ func (d *scheduleDuty) pass(ctx context.Context, sch cron.Schedule, now time.Tim
 		return d.record(ctx, sch, st, dec.Tick, jobstore.TickSkipped, "",
 			fmt.Sprintf("concurrency: forbid: the last run %s is still %s", st.RunID, why))
 	}
-	won, existing, err := d.s.store.ClaimTick(ctx, sch.Name, dec.Tick, runID)
+	won, existing, err := d.store.ClaimTick(ctx, sch.Name, dec.Tick, runID)
 	if err != nil {
 		return err
 	}
@@ -117,19 +150,19 @@ func (d *scheduleDuty) pass(ctx context.Context, sch cron.Schedule, now time.Tim
 		return d.record(ctx, sch, st, dec.Tick, jobstore.TickSkipped, existing, "tick claimed as "+existing+" by another scheduler")
 	}
 	if dec.Why != "" {
-		d.s.log.Info("schedule: older ticks not run", slog.String("schedule", sch.Name), slog.String("why", dec.Why))
+		d.log.Info("schedule: older ticks not run", slog.String("schedule", sch.Name), slog.String("why", dec.Why))
 	}
 	claimed := st
 	claimed.Tick, claimed.Outcome, claimed.Message, claimed.TickRunID, claimed.Kind = dec.Tick, jobstore.TickClaimed, dec.Why, runID, string(sch.Kind)
 	claimed.UpdatedAt = time.Time{}
-	if _, err := d.s.store.SetScheduleState(ctx, sch.Name, claimed); err != nil {
+	if _, err := d.store.SetScheduleState(ctx, sch.Name, claimed); err != nil {
 		return err
 	}
 	return d.start(ctx, sch, claimed, now)
 }
 
 // resume finishes a claimed tick whose outcome was never recorded.
-func (d *scheduleDuty) resume(ctx context.Context, sch cron.Schedule, st jobstore.ScheduleState, now time.Time) error {
+func (d *scheduleRunner) resume(ctx context.Context, sch cron.Schedule, st jobstore.ScheduleState, now time.Time) error {
 	if now.Sub(st.Tick) > sch.StartingDeadline && sch.Missed != cron.Once {
 		exists, err := d.exists(ctx, st.TickRunID)
 		switch {
@@ -141,7 +174,7 @@ func (d *scheduleDuty) resume(ctx context.Context, sch cron.Schedule, st jobstor
 		return d.record(ctx, sch, st, st.Tick, jobstore.TickSkipped, st.TickRunID,
 			"claimed but not started within starting_deadline "+sch.StartingDeadline.String()+" (the leader stopped in between)")
 	}
-	d.s.log.Info("schedule: resuming a claimed tick", slog.String("schedule", sch.Name), slog.String("run_id", st.TickRunID))
+	d.log.Info("schedule: resuming a claimed tick", slog.String("schedule", sch.Name), slog.String("run_id", st.TickRunID))
 	return d.start(ctx, sch, st, now)
 }
 
@@ -149,7 +182,7 @@ func (d *scheduleDuty) resume(ctx context.Context, sch cron.Schedule, st jobstor
 // cancelling the last run under concurrency: replace) and records the
 // outcome. A store it could not reach leaves the state claimed, for the
 // next pass.
-func (d *scheduleDuty) start(ctx context.Context, sch cron.Schedule, st jobstore.ScheduleState, now time.Time) error {
+func (d *scheduleRunner) start(ctx context.Context, sch cron.Schedule, st jobstore.ScheduleState, now time.Time) error {
 	outcome, msg := jobstore.TickStarted, ""
 	going, why, err := d.going(ctx, st.RunID)
 	if err != nil {
@@ -164,7 +197,7 @@ func (d *scheduleDuty) start(ctx context.Context, sch cron.Schedule, st jobstore
 	var serr error
 	existed := false
 	if sch.Kind == cron.KindSweep {
-		serr = d.s.startScheduledSweep(ctx, sch, st.TickRunID, st.Tick)
+		serr = d.startSweep(ctx, sch, st.TickRunID, st.Tick)
 	} else {
 		existed, serr = d.startJob(ctx, sch, st.TickRunID)
 	}
@@ -172,42 +205,42 @@ func (d *scheduleDuty) start(ctx context.Context, sch cron.Schedule, st jobstore
 		if redisDown(serr) {
 			return serr
 		}
-		d.s.log.Error("schedule: run not started", slog.String("schedule", sch.Name), slog.String("run_id", st.TickRunID), slog.Any("err", serr))
+		d.log.Error("schedule: run not started", slog.String("schedule", sch.Name), slog.String("run_id", st.TickRunID), slog.Any("err", serr))
 		return d.record(ctx, sch, st, st.Tick, jobstore.TickFailed, st.TickRunID, serr.Error())
 	}
 	what := "schedule: run started"
 	if existed {
 		what = "schedule: run stored already (by another scheduler, or before a crash)"
 	}
-	d.s.log.Info(what, slog.String("schedule", sch.Name), slog.String("run_id", st.TickRunID),
+	d.log.Info(what, slog.String("schedule", sch.Name), slog.String("run_id", st.TickRunID),
 		slog.Time("tick", st.Tick), slog.Duration("late", now.Sub(st.Tick)))
 	return d.started(ctx, sch, st, outcome, msg)
 }
 
 // started records st's tick as started (or replaced): its run becomes the
 // schedule's last run.
-func (d *scheduleDuty) started(ctx context.Context, sch cron.Schedule, st jobstore.ScheduleState, outcome, msg string) error {
+func (d *scheduleRunner) started(ctx context.Context, sch cron.Schedule, st jobstore.ScheduleState, outcome, msg string) error {
 	st.Outcome, st.Message, st.Kind = outcome, msg, string(sch.Kind)
 	st.RunID, st.RunTick, st.UpdatedAt = st.TickRunID, st.Tick, time.Time{}
-	_, err := d.s.store.SetScheduleState(ctx, sch.Name, st)
+	_, err := d.store.SetScheduleState(ctx, sch.Name, st)
 	return err
 }
 
 // record records tick as decided with outcome (skipped, failed) and why;
 // the schedule's last run stays.
-func (d *scheduleDuty) record(ctx context.Context, sch cron.Schedule, st jobstore.ScheduleState, tick time.Time, outcome, runID, why string) error {
+func (d *scheduleRunner) record(ctx context.Context, sch cron.Schedule, st jobstore.ScheduleState, tick time.Time, outcome, runID, why string) error {
 	st.Tick, st.Outcome, st.Message, st.TickRunID, st.Kind, st.UpdatedAt = tick, outcome, why, runID, string(sch.Kind), time.Time{}
 	if outcome == jobstore.TickSkipped {
-		d.s.log.Info("schedule: tick skipped", slog.String("schedule", sch.Name), slog.Time("tick", tick), slog.String("why", why))
+		d.log.Info("schedule: tick skipped", slog.String("schedule", sch.Name), slog.Time("tick", tick), slog.String("why", why))
 	}
-	_, err := d.s.store.SetScheduleState(ctx, sch.Name, st)
+	_, err := d.store.SetScheduleState(ctx, sch.Name, st)
 	return err
 }
 
 // startJob reads the schedule's job file and admits it as run id, for the
 // principal schedule:<name> of the schedule's team; existed says the run
 // was stored already.
-func (d *scheduleDuty) startJob(ctx context.Context, sch cron.Schedule, id string) (existed bool, err error) {
+func (d *scheduleRunner) startJob(ctx context.Context, sch cron.Schedule, id string) (existed bool, err error) {
 	body, err := readLimited(sch.File, maxScheduledFile)
 	if err != nil {
 		return false, fmt.Errorf("job file %s: %w", sch.File, err)
@@ -216,9 +249,9 @@ func (d *scheduleDuty) startJob(ctx context.Context, sch cron.Schedule, id strin
 	if err != nil {
 		return false, fmt.Errorf("job file %s: %w", sch.File, err)
 	}
-	spec.Normalize(d.s.cfg.Defaults)
+	spec.Normalize(d.defaults)
 	p := principal{Name: "schedule:" + sch.Name, Role: RoleSubmitter, Team: sch.Team}
-	_, existed, err = d.s.admitRun(ctx, p, id, spec)
+	_, existed, err = d.admit.admitRun(ctx, p, id, spec)
 	return existed, err
 }
 
@@ -239,15 +272,29 @@ func readLimited(path string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// going reports whether run id (a job "j-…" or a sweep "s-…"; "" none)
-// has not ended, and its state. A run no longer in the store (pruned) has
-// ended.
+// going reports whether run id has not ended, and its state (runGoing).
+func (d *scheduleRunner) going(ctx context.Context, id string) (bool, string, error) {
+	return runGoing(ctx, d.store, id)
+}
+
+// scheduleDuty is what schedules_api.go still builds, from the whole
+// Scheduler, to ask whether a schedule's last run is going. The API can
+// call runGoing(ctx, s.store, id) itself; then this goes.
+type scheduleDuty struct{ s *Scheduler }
+
 func (d *scheduleDuty) going(ctx context.Context, id string) (bool, string, error) {
+	return runGoing(ctx, d.s.store, id)
+}
+
+// runGoing reports whether run id (a job "j-…" or a sweep "s-…"; ""
+// none) has not ended, and its state. A run no longer in the store
+// (pruned) has ended.
+func runGoing(ctx context.Context, store *jobstore.Store, id string) (bool, string, error) {
 	switch {
 	case id == "":
 		return false, "", nil
 	case jobstore.ValidSweepID(id):
-		sw, err := d.s.store.GetSweep(ctx, id)
+		sw, err := store.GetSweep(ctx, id)
 		if errors.Is(err, jobstore.ErrNotFound) {
 			return false, "", nil
 		}
@@ -256,7 +303,7 @@ func (d *scheduleDuty) going(ctx context.Context, id string) (bool, string, erro
 		}
 		return sw.State == jobtype.SweepRunning, string(sw.State), nil
 	}
-	j, err := d.s.store.Get(ctx, id)
+	j, err := store.Get(ctx, id)
 	if errors.Is(err, jobstore.ErrNotFound) {
 		return false, "", nil
 	}
@@ -267,12 +314,12 @@ func (d *scheduleDuty) going(ctx context.Context, id string) (bool, string, erro
 }
 
 // exists reports whether run id is in the store.
-func (d *scheduleDuty) exists(ctx context.Context, id string) (bool, error) {
+func (d *scheduleRunner) exists(ctx context.Context, id string) (bool, error) {
 	var err error
 	if jobstore.ValidSweepID(id) {
-		_, err = d.s.store.GetSweep(ctx, id)
+		_, err = d.store.GetSweep(ctx, id)
 	} else {
-		_, err = d.s.store.Get(ctx, id)
+		_, err = d.store.Get(ctx, id)
 	}
 	if errors.Is(err, jobstore.ErrNotFound) {
 		return false, nil
@@ -282,12 +329,12 @@ func (d *scheduleDuty) exists(ctx context.Context, id string) (bool, error) {
 
 // cancel cancels run id: a job as POST /cancel does, a sweep with every
 // trial that has not ended.
-func (d *scheduleDuty) cancel(ctx context.Context, id string) error {
+func (d *scheduleRunner) cancel(ctx context.Context, id string) error {
 	if jobstore.ValidSweepID(id) {
-		_, _, err := d.s.CancelSweep(ctx, id)
+		_, _, err := d.admit.CancelSweep(ctx, id)
 		return err
 	}
-	_, err := d.s.Cancel(ctx, id)
+	_, err := d.admit.Cancel(ctx, id)
 	var ce *jobstore.ConflictError
 	if errors.As(err, &ce) {
 		return nil // it ended meanwhile

@@ -84,10 +84,16 @@ func (r *schedRig) passAt(now time.Time) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			(&scheduleDuty{s: s, now: func() time.Time { return now }}).run(r.ctx)
+			scheduleRunnerOf(s, func() time.Time { return now }).run(r.ctx)
 		}()
 	}
 	wg.Wait()
+}
+
+// scheduleRunnerOf is s's schedule duty, on the clock now (nil: time.Now).
+func scheduleRunnerOf(s *Scheduler, now func() time.Time) *scheduleRunner {
+	return newScheduleRunner(scheduleRunnerParams{Store: s.store, Log: s.log, Schedules: s.schedules, Defaults: s.cfg.Defaults,
+		Admit: s, SawRedis: s.sawRedis, Now: now})
 }
 
 // runs lists the jobs of schedule name by tick: each job id must be the
@@ -402,7 +408,7 @@ func TestNightlyExampleAdmitsItsSweep(t *testing.T) {
 	id := jobstore.TickID("s-", sch.Name, tick)
 	ctx := context.Background()
 	for range 2 {
-		if err := s.startScheduledSweep(ctx, sch, id, tick); err != nil {
+		if err := scheduleRunnerOf(s, nil).startSweep(ctx, sch, id, tick); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,6 +4,10 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/scheduler/policy"
 )
 
 // settleEvery is how often the leader settles the budget reservations of
@@ -12,7 +16,24 @@ const settleEvery = 2 * time.Second
 
 // settler is the leader's duty that settles the budget reservations of
 // jobs that ended.
-type settler struct{ s *Scheduler }
+type settler struct {
+	store   *jobstore.Store
+	log     *slog.Logger
+	routing func() *policy.RouteState
+	ended   func(*jobtype.Job)
+}
+
+// settlerParams is what a settler is built from.
+type settlerParams struct {
+	Store   *jobstore.Store
+	Log     *slog.Logger
+	Routing func() *policy.RouteState // the routing config in force (its prices)
+	Ended   func(*jobtype.Job)        // a settled job, for the metrics
+}
+
+func newSettler(p settlerParams) *settler {
+	return &settler{store: p.Store, log: p.Log, routing: p.Routing, ended: p.Ended}
+}
 
 // run settles the budget reservation of every job that ended: its
 // reservation is released and its actual cost counted — GPU-hours it ran
@@ -20,17 +41,16 @@ type settler struct{ s *Scheduler }
 // job that never started costs nothing; a cloud attempt's instance cost is
 // on the job already (jobstore.AddCost).
 func (d *settler) run(ctx context.Context) {
-	s := d.s
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ids, err := s.store.OpenReservations(ctx)
+	ids, err := d.store.OpenReservations(ctx)
 	if err != nil || len(ids) == 0 {
 		return
 	}
 	// Every queued and running job holds a reservation: read their states
 	// first and the whole records only of those that ended (re-read whole
 	// every 2 s, 2,200 of them were most of an idle leader's Redis load).
-	states, err := s.store.States(ctx, ids)
+	states, err := d.store.States(ctx, ids)
 	if err != nil {
 		return
 	}
@@ -43,11 +63,11 @@ func (d *settler) run(ctx context.Context) {
 	if len(ended) == 0 {
 		return
 	}
-	jobs, err := s.store.GetMany(ctx, ended)
+	jobs, err := d.store.GetMany(ctx, ended)
 	if err != nil {
 		return
 	}
-	rs := s.routing()
+	rs := d.routing()
 	for _, j := range jobs {
 		if j == nil || !j.State.Terminal() {
 			continue
@@ -56,11 +76,11 @@ func (d *settler) run(ctx context.Context) {
 		// instance ended (the AWS worker); a local last attempt adds its
 		// GPU-hours here.
 		actual, _ := jobUsage(rs.Config, j)
-		if err := s.store.Settle(ctx, j.ID, actual); err != nil {
-			s.log.Warn("settle budget", slog.String("job_id", j.ID), slog.Any("err", err))
+		if err := d.store.Settle(ctx, j.ID, actual); err != nil {
+			d.log.Warn("settle budget", slog.String("job_id", j.ID), slog.Any("err", err))
 			continue
 		}
-		s.metrics.observeEnded(j)
-		s.log.Debug("budget settled", slog.String("job_id", j.ID), slog.Float64("usd", actual))
+		d.ended(j)
+		d.log.Debug("budget settled", slog.String("job_id", j.ID), slog.Float64("usd", actual))
 	}
 }

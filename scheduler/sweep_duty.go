@@ -10,6 +10,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/sweepspec"
+	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/sweep"
 )
 
@@ -21,29 +22,53 @@ const sweepEvery = time.Second
 // the last one stopped): settle the trials whose attempt ended, apply
 // ASHA's or median stopping's decisions, admit waiting trials, stop the
 // waiting ones when the budget is spent, and finish the sweep.
-type sweeper struct{ s *Scheduler }
+type sweeper struct {
+	store     *jobstore.Store
+	log       *slog.Logger
+	routing   func() *policy.RouteState
+	reserve   func(ctx context.Context, sweepID string)
+	stopTrial func(ctx context.Context, j *jobtype.Job, st jobtype.State)
+	wake      func()
+}
+
+// sweeperParams is what a sweeper is built from.
+type sweeperParams struct {
+	Store   *jobstore.Store
+	Log     *slog.Logger
+	Routing func() *policy.RouteState // the routing config in force (its prices)
+	// Reserve reserves the budgets of the trials just admitted to sweepID
+	// (sweeps.go's reserveAdmitted).
+	Reserve func(ctx context.Context, sweepID string)
+	// StopTrial is the cancel fast path (admit.go's cancelFastPath) for a
+	// trial asked to stop while dispatched or running (st).
+	StopTrial func(ctx context.Context, j *jobtype.Job, st jobtype.State)
+	Wake      func() // trials were admitted or promoted: place them
+}
+
+func newSweeper(p sweeperParams) *sweeper {
+	return &sweeper{store: p.Store, log: p.Log, routing: p.Routing, reserve: p.Reserve, stopTrial: p.StopTrial, wake: p.Wake}
+}
 
 func (d *sweeper) run(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	ids, err := d.s.store.RunningSweeps(ctx)
+	ids, err := d.store.RunningSweeps(ctx)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
-			d.s.log.Warn("sweeps: list running", slog.Any("err", err))
+			d.log.Warn("sweeps: list running", slog.Any("err", err))
 		}
 		return
 	}
 	for _, id := range ids {
 		if err := d.drive(ctx, id); err != nil {
-			d.s.log.Warn("sweep pass", slog.String("sweep_id", id), slog.Any("err", err))
+			d.log.Warn("sweep pass", slog.String("sweep_id", id), slog.Any("err", err))
 		}
 	}
 }
 
 // drive is one pass over one running sweep.
 func (d *sweeper) drive(ctx context.Context, id string) error {
-	s := d.s
-	sw, err := s.store.GetSweep(ctx, id)
+	sw, err := d.store.GetSweep(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -52,7 +77,7 @@ func (d *sweeper) drive(ctx context.Context, id string) error {
 		if err := d.settle(ctx, sw); err != nil {
 			return err
 		}
-		_, err := s.store.FinishSweep(ctx, id)
+		_, err := d.store.FinishSweep(ctx, id)
 		return err
 	}
 	if sw.State != jobtype.SweepRunning {
@@ -69,15 +94,15 @@ func (d *sweeper) drive(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	adm, err := s.store.AdmitTrials(ctx, id)
+	adm, err := d.store.AdmitTrials(ctx, id)
 	if err != nil {
 		return err
 	}
 	if len(adm.IDs) > 0 {
-		s.reserveAdmitted(ctx, id, nil)
-		s.Wake()
+		d.reserve(ctx, id)
+		d.wake()
 	}
-	sets, err := s.store.SweepSetsOf(ctx, id)
+	sets, err := d.store.SweepSetsOf(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -91,9 +116,9 @@ func (d *sweeper) drive(ctx context.Context, id string) error {
 		return d.stopWaiting(ctx, sw, why)
 	}
 	if sets.Active == 0 && sets.Paused == 0 && sets.Waiting == 0 {
-		if done, err := s.store.FinishSweep(ctx, id); err != nil || done {
+		if done, err := d.store.FinishSweep(ctx, id); err != nil || done {
 			if done {
-				s.log.Info("sweep done", slog.String("sweep_id", id))
+				d.log.Info("sweep done", slog.String("sweep_id", id))
 			}
 			return err
 		}
@@ -104,22 +129,21 @@ func (d *sweeper) drive(ctx context.Context, id string) error {
 // settle settles the sweep reservation of every active trial whose
 // attempt ended (terminal, or paused between ASHA rungs).
 func (d *sweeper) settle(ctx context.Context, sw *jobtype.Sweep) error {
-	s := d.s
-	sets, err := s.store.SweepSetsOf(ctx, sw.ID)
+	sets, err := d.store.SweepSetsOf(ctx, sw.ID)
 	if err != nil || len(sets.ActiveIDs) == 0 {
 		return err
 	}
-	jobs, err := s.store.GetMany(ctx, sets.ActiveIDs)
+	jobs, err := d.store.GetMany(ctx, sets.ActiveIDs)
 	if err != nil {
 		return err
 	}
-	cfg := s.routing().Config
+	cfg := d.routing().Config
 	for _, j := range jobs {
 		if j == nil || !(j.State.Terminal() || j.State == jobtype.StatePaused) {
 			continue
 		}
 		usd, gpuh := jobUsage(cfg, j)
-		if err := s.store.SettleTrial(ctx, sw.ID, j.ID, usd, gpuh); err != nil {
+		if err := d.store.SettleTrial(ctx, sw.ID, j.ID, usd, gpuh); err != nil {
 			return err
 		}
 	}
@@ -130,7 +154,7 @@ func (d *sweeper) settle(ctx context.Context, sw *jobtype.Sweep) error {
 // ones, when its budget cannot admit the next one or promote a paused one
 // while nothing runs: stopped, reason sweep budget, with the figures.
 func (d *sweeper) stopWaiting(ctx context.Context, sw *jobtype.Sweep, why string) error {
-	jobs, err := d.s.store.SweepTrials(ctx, sw.ID, 0, 0)
+	jobs, err := d.store.SweepTrials(ctx, sw.ID, 0, 0)
 	if err != nil {
 		return err
 	}
@@ -140,12 +164,12 @@ func (d *sweeper) stopWaiting(ctx context.Context, sw *jobtype.Sweep, why string
 		if !waiting && (j == nil || j.State != jobtype.StatePaused) {
 			continue
 		}
-		if _, err := d.s.store.Stop(ctx, j.ID, jobtype.ReasonSweepBudget, why); err != nil && !errors.Is(err, jobstore.ErrConflict) {
+		if _, err := d.store.Stop(ctx, j.ID, jobtype.ReasonSweepBudget, why); err != nil && !errors.Is(err, jobstore.ErrConflict) {
 			return err
 		}
 		n++
 	}
-	d.s.log.Info("sweep budget spent: waiting trials stopped", slog.String("sweep_id", sw.ID), slog.Int("trials", n), slog.String("why", why))
+	d.log.Info("sweep budget spent: waiting trials stopped", slog.String("sweep_id", sw.ID), slog.Int("trials", n), slog.String("why", why))
 	return nil
 }
 
@@ -183,7 +207,7 @@ func (d *sweeper) search(ctx context.Context, sw *jobtype.Sweep, sp *sweepspec.S
 // trialViews reads every trial of sw with its objective history (the
 // eval lines of the trials that started), and counts those not admitted.
 func (d *sweeper) trialViews(ctx context.Context, sw *jobtype.Sweep) ([]sweep.Trial, int, error) {
-	jobs, err := d.s.store.SweepTrials(ctx, sw.ID, 0, 0)
+	jobs, err := d.store.SweepTrials(ctx, sw.ID, 0, 0)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -199,7 +223,7 @@ func (d *sweeper) trialViews(ctx context.Context, sw *jobtype.Sweep) ([]sweep.Tr
 		t := sweep.Trial{ID: j.ID, Index: j.Trial.Index, State: j.State, Rung: j.Trial.Rung, StopAtStep: j.Trial.StopAtStep,
 			StopRequested: j.Trial.StopRequested}
 		if j.StartedAt != nil {
-			evals, err := d.s.store.Evals(ctx, j.ID)
+			evals, err := d.store.Evals(ctx, j.ID)
 			if err != nil {
 				return nil, 0, err
 			}
@@ -218,10 +242,9 @@ func (d *sweeper) trialViews(ctx context.Context, sw *jobtype.Sweep) ([]sweep.Tr
 // sweep's budget leaves the trial paused (the next pass tries again) and
 // says why.
 func (d *sweeper) apply(ctx context.Context, sw *jobtype.Sweep, rungs []int, a sweep.Action) (blocked string, err error) {
-	s := d.s
 	switch a.Kind {
 	case sweep.Promote:
-		j, err := s.store.Get(ctx, a.ID)
+		j, err := d.store.Get(ctx, a.ID)
 		if err != nil {
 			return "", err
 		}
@@ -231,26 +254,26 @@ func (d *sweeper) apply(ctx context.Context, sw *jobtype.Sweep, rungs []int, a s
 			p.EstUSD = j.Route.EstCostUSD * share
 			p.EstGPUHours = float64(j.Spec.Resources.GPUs) * j.Route.EstRuntimeS / 3600 * share
 		}
-		err = s.store.Promote(ctx, p)
+		err = d.store.Promote(ctx, p)
 		switch {
 		case err == nil:
-			s.log.Info("asha: promoted", slog.String("sweep_id", sw.ID), slog.String("trial", a.ID), slog.Int("rung", a.Rung))
-			s.Wake()
+			d.log.Info("asha: promoted", slog.String("sweep_id", sw.ID), slog.String("trial", a.ID), slog.Int("rung", a.Rung))
+			d.wake()
 		case errors.Is(err, jobstore.ErrOverBudget):
-			s.log.Info("asha: promotion waits for the sweep budget", slog.String("trial", a.ID), slog.Any("why", err))
+			d.log.Info("asha: promotion waits for the sweep budget", slog.String("trial", a.ID), slog.Any("why", err))
 			return err.Error(), nil
 		case errors.Is(err, jobstore.ErrConflict):
 		default:
 			return "", err
 		}
 	case sweep.Stop, sweep.RequestStop:
-		st, err := s.store.Stop(ctx, a.ID, a.Reason, a.Message)
+		st, err := d.store.Stop(ctx, a.ID, a.Reason, a.Message)
 		if err != nil && !errors.Is(err, jobstore.ErrConflict) {
 			return "", err
 		}
-		s.log.Info("sweep: trial stopped", slog.String("sweep_id", sw.ID), slog.String("trial", a.ID), slog.String("reason", a.Reason), slog.String("why", a.Message))
-		if j, err := s.store.Get(ctx, a.ID); err == nil && (st == jobtype.StateDispatched || st == jobtype.StateRunning) {
-			s.cancelFastPath(ctx, j, st)
+		d.log.Info("sweep: trial stopped", slog.String("sweep_id", sw.ID), slog.String("trial", a.ID), slog.String("reason", a.Reason), slog.String("why", a.Message))
+		if j, err := d.store.Get(ctx, a.ID); err == nil && (st == jobtype.StateDispatched || st == jobtype.StateRunning) {
+			d.stopTrial(ctx, j, st)
 		}
 	}
 	return "", nil
