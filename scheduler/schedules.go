@@ -272,45 +272,10 @@ func readLimited(path string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// going reports whether run id has not ended, and its state (runGoing).
+// going reports whether run id has not ended, and its state
+// (jobstore.RunGoing).
 func (d *scheduleRunner) going(ctx context.Context, id string) (bool, string, error) {
-	return runGoing(ctx, d.store, id)
-}
-
-// scheduleDuty is what schedules_api.go still builds, from the whole
-// Scheduler, to ask whether a schedule's last run is going. The API can
-// call runGoing(ctx, s.store, id) itself; then this goes.
-type scheduleDuty struct{ s *Scheduler }
-
-func (d *scheduleDuty) going(ctx context.Context, id string) (bool, string, error) {
-	return runGoing(ctx, d.s.store, id)
-}
-
-// runGoing reports whether run id (a job "j-…" or a sweep "s-…"; ""
-// none) has not ended, and its state. A run no longer in the store
-// (pruned) has ended.
-func runGoing(ctx context.Context, store *jobstore.Store, id string) (bool, string, error) {
-	switch {
-	case id == "":
-		return false, "", nil
-	case jobstore.ValidSweepID(id):
-		sw, err := store.GetSweep(ctx, id)
-		if errors.Is(err, jobstore.ErrNotFound) {
-			return false, "", nil
-		}
-		if err != nil {
-			return false, "", err
-		}
-		return sw.State == jobtype.SweepRunning, string(sw.State), nil
-	}
-	j, err := store.Get(ctx, id)
-	if errors.Is(err, jobstore.ErrNotFound) {
-		return false, "", nil
-	}
-	if err != nil {
-		return false, "", err
-	}
-	return !j.State.Terminal(), string(j.State), nil
+	return d.store.RunGoing(ctx, id)
 }
 
 // exists reports whether run id is in the store.
