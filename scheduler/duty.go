@@ -100,6 +100,7 @@ func (l *leaderLoop) loop(ctx context.Context) {
 	t := time.NewTicker(l.interval)
 	defer t.Stop()
 	for {
+		passAt := time.Now()
 		if l.lead(ctx) {
 			f := l.fence()
 			newTerm := f != l.term
@@ -119,6 +120,39 @@ func (l *leaderLoop) loop(ctx context.Context) {
 		case <-t.C:
 		case <-l.wake:
 			l.placer.forceRound() // a submit, retry or cancel: always a full round
+			if !l.settle(ctx, passAt) {
+				return
+			}
 		}
 	}
+}
+
+// wakeGap is the least time between the starts of two passes that wakes
+// ask for: a burst of submits (a shell loop of lathe submit, a batch of
+// retries) shares one placement round per wakeGap instead of making one
+// full round each, which on a small machine took the CPU the submits
+// needed (docs/benchmarks.md, "lathe submit against sbatch"). A wake after
+// a quiet spell is served at once.
+const wakeGap = 50 * time.Millisecond
+
+// settle waits, after a wake, until wakeGap has passed since the pass
+// that started at passAt, taking in the wakes that come meanwhile; false
+// when ctx ended.
+func (l *leaderLoop) settle(ctx context.Context, passAt time.Time) bool {
+	wait := wakeGap - time.Since(passAt)
+	if wait <= 0 {
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	}
+	select {
+	case <-l.wake:
+	default:
+	}
+	return true
 }
