@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 )
@@ -21,23 +24,8 @@ import (
 // the store needs: the id, the output folder (jobspec.Spec.JobOutputURI), the route, the
 // decision's ledger records and the budget reservation (budgetFor), which
 // the script that stores the job makes in the same call. Admission returns
-// typed errors (RefusedError, jobspec.ValidationError, the store's) and
-// writes no HTTP: the API answers them (api.go).
-
-// RefusedError is an admission that routing refused: no backend may run
-// some of its jobs, and nothing was stored. Reasons name the job when the
-// admission had several ("jobs[3]: …", "trials[2]: …").
-type RefusedError struct {
-	Reasons []string
-	// Decision is the refusal of a one-job admission (nil otherwise).
-	Decision *routing.Decision
-	// What is "job", "jobs of the batch" or "trials of the sweep".
-	What string
-}
-
-func (e *RefusedError) Error() string {
-	return "no backend may run " + e.What + ": " + strings.Join(e.Reasons, "; ")
-}
+// typed errors (plane.RefusedError, jobspec.ValidationError, the store's) and
+// writes no HTTP: the API answers them (scheduler/api).
 
 // budgetFor is the reservation of a job of team routed by d: its estimated
 // cost against its backend's and its team's monthly budgets (nil when the
@@ -55,13 +43,28 @@ func budgetFor(rs *policy.RouteState, team string, d routing.Decision) *jobstore
 	return &jobstore.BudgetReservation{Month: jobstore.Month(time.Now()), USD: d.EstCostUSD, Scopes: scopes}
 }
 
+// admission admits jobs: the one path every job takes into the store.
+type admission struct {
+	cfg     Config // Trainers, AllowedRoots, DataDeny, Defaults, Ledger, TestHoldScheduledSweep
+	store   *jobstore.Store
+	log     *slog.Logger
+	router  *router
+	metrics *metrics
+	wake    func() // the placer
+}
+
+// Admissible lists why spec cannot run on this deployment (plane.Plane's).
+func (s *Scheduler) Admissible(spec *jobspec.Spec) []jobspec.FieldError {
+	return s.admit.admissible(spec)
+}
+
 // admitting is jobs to admit together, all or none, for one principal.
 type admitting struct {
-	p    principal
+	p    plane.Principal
 	path string // the decision's path in the ledger: "submit", "sweep"
 	// label names job i in a refusal's reasons ("jobs[%d]"); "" for one job.
 	label string
-	// what names the jobs in a RefusedError ("job", "jobs of the batch").
+	// what names the jobs in a plane.RefusedError ("job", "jobs of the batch").
 	what string
 	// jobs are the jobs: Spec parsed, normalised and admissible; ID set or
 	// "" (drawn here); IdempotencyKey scoped or "".
@@ -80,11 +83,11 @@ type planned struct {
 }
 
 // plan decides where each job of a goes, over one snapshot. A job no
-// backend may run refuses the admission (a RefusedError; its refusal
+// backend may run refuses the admission (a plane.RefusedError; its refusal
 // recorded when a.recordRefusals). A dry run decides and records nothing.
-func (s *Scheduler) plan(ctx context.Context, a admitting, dry bool) (planned, error) {
-	rs := s.routing()
-	snap, err := s.snapshotFor(ctx, rs, Assumptions{})
+func (ad *admission) plan(ctx context.Context, a admitting, dry bool) (planned, error) {
+	rs := ad.router.Routing()
+	snap, err := ad.router.snapshotFor(ctx, rs, Assumptions{})
 	if err != nil {
 		return planned{}, err
 	}
@@ -107,14 +110,14 @@ func (s *Scheduler) plan(ctx context.Context, a admitting, dry bool) (planned, e
 			nj.Route = policy.RouteInfo(d, rs, a.path, 1, 0, snap.Now)
 			continue
 		}
-		s.metrics.observeDecision(a.path, d.Backend, d.Refused, d.Waiting)
+		ad.metrics.observeDecision(a.path, d.Backend, d.Refused, d.Waiting)
 		if d.Refused {
 			refused = append(refused, i)
 			continue
 		}
 		nj.Route = policy.RouteInfo(d, rs, a.path, 1, 0, snap.Now)
 		nj.Budget = budgetFor(rs, a.p.Team, d)
-		if s.cfg.Ledger != nil {
+		if ad.cfg.Ledger != nil {
 			// Appended by the script that stores the job, so a decision
 			// never names a job that was not stored.
 			if nj.Records, err = decisionRecordsOn(rs, a.p, a.path, nj.Spec.Name, 1, rj, sj, d); err != nil {
@@ -123,15 +126,15 @@ func (s *Scheduler) plan(ctx context.Context, a admitting, dry bool) (planned, e
 		}
 	}
 	if len(refused) > 0 {
-		return pl, s.refuse(ctx, rs, a, pl, refused, sj)
+		return pl, ad.refuse(ctx, rs, a, pl, refused, sj)
 	}
 	return pl, nil
 }
 
 // refuse records the refusals of a's jobs (indexes refused of pl) when a
-// asks for it, and returns the RefusedError.
-func (s *Scheduler) refuse(ctx context.Context, rs *policy.RouteState, a admitting, pl planned, refused []int, sj snapshotJSON) error {
-	re := &RefusedError{What: a.what}
+// asks for it, and returns the plane.RefusedError.
+func (ad *admission) refuse(ctx context.Context, rs *policy.RouteState, a admitting, pl planned, refused []int, sj snapshotJSON) error {
+	re := &plane.RefusedError{What: a.what}
 	for _, i := range refused {
 		nj, d := pl.jobs[i], pl.ds[i]
 		for _, why := range d.Reasons {
@@ -143,7 +146,7 @@ func (s *Scheduler) refuse(ctx context.Context, rs *policy.RouteState, a admitti
 		if len(pl.jobs) == 1 {
 			re.Decision = &pl.ds[i]
 		}
-		if !a.recordRefusals || s.cfg.Ledger == nil {
+		if !a.recordRefusals || ad.cfg.Ledger == nil {
 			continue
 		}
 		// The record names no job: none was stored.
@@ -152,7 +155,7 @@ func (s *Scheduler) refuse(ctx context.Context, rs *policy.RouteState, a admitti
 		if err != nil {
 			return err
 		}
-		if err := s.appendRecords(ctx, build); err != nil {
+		if err := ad.appendRecords(ctx, build); err != nil {
 			return err
 		}
 	}
@@ -163,13 +166,13 @@ func (s *Scheduler) refuse(ctx context.Context, rs *policy.RouteState, a admitti
 // the ledger on their own: the job is not stored. A decision about a
 // stored job is appended by the script that stores it or its route
 // (jobstore.CreateLogged, SetRouteLogged), never here.
-func (s *Scheduler) appendRecords(ctx context.Context, build recordsFunc) error {
-	rec, err := s.cfg.Ledger.Append(ctx, build(0)[0])
+func (ad *admission) appendRecords(ctx context.Context, build recordsFunc) error {
+	rec, err := ad.cfg.Ledger.Append(ctx, build(0)[0])
 	if err != nil {
 		return fmt.Errorf("scheduler: ledger record: %w", err)
 	}
 	for _, st := range build(rec.Seq)[1:] {
-		if _, err := s.cfg.Ledger.Append(ctx, st); err != nil {
+		if _, err := ad.cfg.Ledger.Append(ctx, st); err != nil {
 			return fmt.Errorf("scheduler: ledger staging record: %w", err)
 		}
 	}
@@ -180,46 +183,79 @@ func (s *Scheduler) appendRecords(ctx context.Context, build recordsFunc) error 
 // their reservations in one store call (all or none), and wakes the
 // placer. A job an idempotency key names already is returned as stored
 // before (Existed), and nothing new is stored or reserved for it.
-func (s *Scheduler) admitJobs(ctx context.Context, a admitting) ([]jobstore.Created, error) {
-	pl, err := s.plan(ctx, a, false)
+func (ad *admission) admitJobs(ctx context.Context, a admitting) ([]jobstore.Created, error) {
+	pl, err := ad.plan(ctx, a, false)
 	if err != nil {
 		return nil, err
 	}
-	created, err := s.store.CreateManyLogged(ctx, s.cfg.Ledger, pl.jobs)
+	created, err := ad.store.CreateManyLogged(ctx, ad.cfg.Ledger, pl.jobs)
 	if err != nil {
 		return nil, err
 	}
 	for _, c := range created {
 		if c.Job.Held != "" && !c.Existed {
-			s.log.Warn("budget reservation refused after the decision (another admission won the race); the job waits",
+			ad.log.Warn("budget reservation refused after the decision (another admission won the race); the job waits",
 				slog.String("job_id", c.Job.ID), slog.String("why", c.Job.Held))
 		}
 	}
-	s.Wake()
+	ad.wake()
 	return created, nil
 }
 
-// admitRun admits spec (parsed and normalised) for principal p under job
+// admissionOf is the admitting of a plane.Admission (a submit or a batch).
+func admissionOf(a plane.Admission) admitting {
+	out := admitting{p: a.Who, path: "submit", what: "this job", recordRefusals: true, jobs: a.Jobs}
+	if a.Batch {
+		out.label, out.what = "jobs[%d]", "jobs of the batch"
+	}
+	return out
+}
+
+// Submit admits a's jobs (admitJobs): plane.Plane's.
+func (s *Scheduler) Submit(ctx context.Context, a plane.Admission) ([]jobstore.Created, error) {
+	return s.admit.admitJobs(ctx, admissionOf(a))
+}
+
+// Plan decides where a's jobs would go and stores nothing: plane.Plane's
+// dry run.
+func (s *Scheduler) Plan(ctx context.Context, a plane.Admission) ([]jobstore.NewJob, error) {
+	pl, err := s.admit.plan(ctx, admissionOf(a), true)
+	return pl.jobs, err
+}
+
+// SubmitSweep admits the sweep req asks for: plane.Plane's.
+func (s *Scheduler) SubmitSweep(ctx context.Context, req plane.SweepRequest) (*jobtype.Sweep, bool, error) {
+	return s.admit.admitSweep(ctx, req)
+}
+
+// PlanSweep expands and routes req's trials and stores nothing:
+// plane.Plane's dry run.
+func (s *Scheduler) PlanSweep(ctx context.Context, req plane.SweepRequest) (jobstore.NewSweep, error) {
+	ns, _, err := s.admit.planSweep(ctx, req, true)
+	return ns, err
+}
+
+// admitRun admits spec (parsed and normalised) for plane.Principal p under job
 // id, as a submit does: what a schedule's tick does to start a job
 // (schedules.go), with the id derived from the tick. A job stored under id
 // already (a second scheduler, a pass resumed after a crash) is returned
 // with existed=true and nothing is stored or reserved.
-func (s *Scheduler) admitRun(ctx context.Context, p principal, id string, spec *jobspec.Spec) (*jobtype.Job, bool, error) {
-	if j, err := s.store.Get(ctx, id); err == nil {
+func (ad *admission) admitRun(ctx context.Context, p plane.Principal, id string, spec *jobspec.Spec) (*jobtype.Job, bool, error) {
+	if j, err := ad.store.Get(ctx, id); err == nil {
 		return j, true, nil
 	} else if !errors.Is(err, jobstore.ErrNotFound) {
 		return nil, false, err
 	}
-	if fe := s.admissible(spec); len(fe) > 0 {
+	if fe := ad.admissible(spec); len(fe) > 0 {
 		return nil, false, &jobspec.ValidationError{Errors: fe}
 	}
-	created, err := s.admitJobs(ctx, admitting{p: p, path: "submit", what: "this job", recordRefusals: true,
+	created, err := ad.admitJobs(ctx, admitting{p: p, path: "submit", what: "this job", recordRefusals: true,
 		jobs: []jobstore.NewJob{{ID: id, Spec: spec}}})
 	if err != nil {
-		var re *RefusedError
+		var re *plane.RefusedError
 		if !errors.As(err, &re) {
 			// Stored meanwhile by another scheduler: the id is taken.
-			if j, gerr := s.store.Get(ctx, id); gerr == nil {
+			if j, gerr := ad.store.Get(ctx, id); gerr == nil {
 				return j, true, nil
 			}
 		}
@@ -256,9 +292,9 @@ func (s *Scheduler) Retry(ctx context.Context, id string) (*jobtype.Job, error) 
 // Explain decides where spec would go for p under the what-ifs as, over
 // a fresh snapshot, storing and recording nothing; it returns the
 // decision and the hash of the routing config it was decided under.
-func (s *Scheduler) Explain(ctx context.Context, p principal, spec *jobspec.Spec, as Assumptions) (routing.Decision, string, error) {
-	rs := s.routing()
-	snap, err := s.snapshotFor(ctx, rs, as)
+func (s *Scheduler) Explain(ctx context.Context, p plane.Principal, spec *jobspec.Spec, as Assumptions) (routing.Decision, string, error) {
+	rs := s.Routing()
+	snap, err := s.router.snapshotFor(ctx, rs, as)
 	if err != nil {
 		return routing.Decision{}, "", err
 	}
@@ -313,4 +349,25 @@ func (s *Scheduler) cancelFastPath(ctx context.Context, job *jobtype.Job, st job
 		_ = s.insp.CancelProcessing(jobtype.TaskID(job.ID, job.Attempt))
 	}
 	return job
+}
+
+// Admissible checks what this deployment can run, beyond the spec's own
+// validity: known trainer, and the parts not built yet said plainly.
+func (ad *admission) admissible(spec *jobspec.Spec) []jobspec.FieldError {
+	var fe []jobspec.FieldError
+	if !slices.Contains(ad.cfg.Trainers, spec.Trainer) {
+		fe = append(fe, jobspec.FieldError{Field: "trainer", Value: spec.Trainer, Message: fmt.Sprintf("not a trainer of this deployment (have %s)", strings.Join(ad.cfg.Trainers, ", "))})
+	}
+	for _, f := range []struct{ name, uri string }{{"dataset", spec.Dataset}, {"eval_dataset", spec.EvalDataset}, {"output.uri", spec.Output.URI}} {
+		if p, err := fileuri.Path(f.uri); err == nil && ad.cfg.AllowedRoots != nil && !ad.cfg.AllowedRoots.Allows(p) {
+			fe = append(fe, jobspec.FieldError{Field: f.name, Value: f.uri,
+				Message: fmt.Sprintf("not under an allowed root of this deployment (jobs.allowed_roots: %s)", strings.Join(ad.cfg.AllowedRoots, ", "))})
+		}
+		if p, err := fileuri.Path(f.uri); err == nil && f.name != "output.uri" {
+			if err := ad.cfg.DataDeny.Check(p); err != nil {
+				fe = append(fe, jobspec.FieldError{Field: f.name, Value: f.uri, Message: err.Error()})
+			}
+		}
+	}
+	return fe
 }

@@ -20,6 +20,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/ledger/ledgertest"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/sweepspec"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
@@ -55,10 +57,11 @@ func TestOneAdmissionPath(t *testing.T) {
 	}
 	led := ledgertest.New(t, rdb)
 	const secret = "admit-test-secret-0123456789"
-	s := New(rdb, store, Config{Routing: cfg, Ledger: led, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(t.TempDir())},
-		Tokens:   []Token{{Name: "alice", Secret: secret, Role: RoleSubmitter, Team: "ml"}}})
-	hs := httptest.NewServer(s.Handler())
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	defaults := jobspec.Defaults{OutputURI: fileuri.FromPath(t.TempDir())}
+	s := New(rdb, store, Config{Routing: cfg, Ledger: led, Logger: quiet, Defaults: defaults})
+	hs := httptest.NewServer(api.New(s, rdb, store, api.Config{Ledger: led, Logger: quiet, Defaults: defaults,
+		Tokens: []plane.Token{{Name: "alice", Secret: secret, Role: plane.RoleSubmitter, Team: "ml"}}}).Handler())
 	t.Cleanup(hs.Close)
 	ctx := context.Background()
 	// A node with a GPU, and the learned speed of tiny-char on it, so the
@@ -94,21 +97,21 @@ func TestOneAdmissionPath(t *testing.T) {
 	if err := json.Unmarshal(post("/api/v1/jobs/batch", `{"jobs":[`+admitSpec+`]}`), &batch); err != nil || len(batch.Jobs) != 1 {
 		t.Fatalf("batch: %v %+v", err, batch)
 	}
-	p := principal{Name: "alice", Role: RoleSubmitter, Team: "ml"}
+	p := plane.Principal{Name: "alice", Role: plane.RoleSubmitter, Team: "ml"}
 	spec, err := jobspec.Parse([]byte(admitSpec))
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec.Normalize(s.cfg.Defaults)
 	runID := jobstore.TickID("j-", "nightly", time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC))
-	if _, existed, err := s.admitRun(ctx, p, runID, spec); err != nil || existed {
+	if _, existed, err := s.admit.admitRun(ctx, p, runID, spec); err != nil || existed {
 		t.Fatalf("scheduled run: existed %v, %v", existed, err)
 	}
 	sp, err := sweepspec.Parse([]byte(`{"job":`+admitSpec+`,"parameters":{"lora.rank":{"grid":[8]}}}`), sweepspec.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw, _, err := s.admitSweep(ctx, sweepRequest{spec: sp, id: jobstore.NewSweepID(time.Now()), p: p})
+	sw, _, err := s.admit.admitSweep(ctx, plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()), Who: p})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,9 @@ import (
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/apitest"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 )
 
 // API and placer tests against a real redis-server; no worker runs, so the
@@ -36,7 +39,7 @@ type bundle struct {
 	url   string
 }
 
-func setup(t *testing.T, cfg scheduler.Config) bundle {
+func setup(t *testing.T, cfg scheduler.Config, acs ...api.Config) bundle {
 	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client()
@@ -45,10 +48,17 @@ func setup(t *testing.T, cfg scheduler.Config) bundle {
 	if cfg.Defaults.OutputURI == "" {
 		cfg.Defaults.OutputURI = "file://" + t.TempDir()
 	}
-	s := scheduler.New(rdb, store, cfg)
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(hs.Close)
-	return bundle{ctx: context.Background(), srv: srv, rdb: rdb, store: store, s: s, url: hs.URL}
+	r := apitest.Serve(t, rdb, store, cfg, apiConfig(acs))
+	return bundle{ctx: context.Background(), srv: srv, rdb: rdb, store: store, s: r.S, url: r.URL}
+}
+
+// apiConfig is a test helper's optional API config (the zero one when
+// none is given).
+func apiConfig(acs []api.Config) api.Config {
+	if len(acs) == 0 {
+		return api.Config{}
+	}
+	return acs[0]
 }
 
 const goodSpec = `{"name":"ok","base_model":"tiny-char","dataset":"file:///data/train.jsonl"}`
@@ -147,7 +157,7 @@ func requireFieldErrors(t *testing.T, body []byte, fields []string) {
 }
 
 func TestSubmitRefusals(t *testing.T) {
-	b := setup(t, scheduler.Config{MaxBodyBytes: 4096})
+	b := setup(t, scheduler.Config{}, api.Config{MaxBodyBytes: 4096})
 	cases := []struct {
 		name, body string
 		code       int
@@ -282,7 +292,7 @@ func TestListCancelEvents(t *testing.T) {
 // order, enqueues with the attempt's TaskID, MaxRetry 0 and an explicit
 // timeout; a task lost after dispatch is enqueued again by the repair loop.
 func TestPlacementAndRepair(t *testing.T) {
-	b := setup(t, scheduler.Config{Listen: "127.0.0.1:0", PlaceInterval: 20 * time.Millisecond, RepairAfter: 100 * time.Millisecond})
+	b := setup(t, scheduler.Config{PlaceInterval: 20 * time.Millisecond, RepairAfter: 100 * time.Millisecond}, api.Config{Listen: "127.0.0.1:0"})
 	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i", Backend: "local", Slots: 1}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -324,8 +334,7 @@ func TestRedisDown503(t *testing.T) {
 	// A client with the daemon's fail-fast settings.
 	rdb := redis.NewClient(&redis.Options{Addr: b.srv.Addr, DialTimeout: time.Second, ReadTimeout: time.Second,
 		WriteTimeout: time.Second, MaxRetries: 1, ContextTimeoutEnabled: true})
-	s := scheduler.New(rdb, jobstore.New(rdb, jobstore.Config{}), scheduler.Config{Logger: quiet})
-	hs := httptest.NewServer(s.Handler())
+	hs := httptest.NewServer(apitest.New(rdb, jobstore.New(rdb, jobstore.Config{}), scheduler.Config{Logger: quiet}, api.Config{}).API.Handler())
 	defer hs.Close()
 	b.srv.Kill()
 	c := &http.Client{Timeout: 2 * time.Second}
@@ -354,16 +363,16 @@ func TestRedisDown503(t *testing.T) {
 // jobs (another team's answer 404), admins touch any; jobs record who
 // submitted them for which team.
 func TestTokensRolesTeams(t *testing.T) {
-	toks := []scheduler.Token{
-		{Name: "view", Secret: "viewer-secret-0123456789", Role: scheduler.RoleViewer, Team: "a"},
-		{Name: "alice", Secret: "alice-secret-0123456789", Role: scheduler.RoleSubmitter, Team: "a"},
-		{Name: "bob", Secret: "bob-secret-0123456789xx", Role: scheduler.RoleSubmitter, Team: "b"},
-		{Name: "root", Secret: "admin-secret-0123456789", Role: scheduler.RoleAdmin, Team: "ops"},
+	toks := []plane.Token{
+		{Name: "view", Secret: "viewer-secret-0123456789", Role: plane.RoleViewer, Team: "a"},
+		{Name: "alice", Secret: "alice-secret-0123456789", Role: plane.RoleSubmitter, Team: "a"},
+		{Name: "bob", Secret: "bob-secret-0123456789xx", Role: plane.RoleSubmitter, Team: "b"},
+		{Name: "root", Secret: "admin-secret-0123456789", Role: plane.RoleAdmin, Team: "ops"},
 	}
-	if err := scheduler.ValidateTokens(toks); err != nil {
+	if err := plane.ValidateTokens(toks); err != nil {
 		t.Fatal(err)
 	}
-	b := setup(t, scheduler.Config{Tokens: toks})
+	b := setup(t, scheduler.Config{}, api.Config{Tokens: toks})
 	auth := func(secret string) map[string]string { return map[string]string{"Authorization": "Bearer " + secret} }
 	if code, _ := do(t, "GET", b.url+"/healthz", "", nil); code != 200 {
 		t.Fatalf("healthz needs no token: %d", code)
@@ -411,17 +420,17 @@ func TestTokensRolesTeams(t *testing.T) {
 }
 
 func TestValidateTokens(t *testing.T) {
-	good := scheduler.Token{Name: "a", Secret: "0123456789abcdef", Role: scheduler.RoleViewer, Team: "t"}
-	for name, ts := range map[string][]scheduler.Token{
-		"short secret":          {{Name: "a", Secret: "short", Role: scheduler.RoleViewer, Team: "t"}},
+	good := plane.Token{Name: "a", Secret: "0123456789abcdef", Role: plane.RoleViewer, Team: "t"}
+	for name, ts := range map[string][]plane.Token{
+		"short secret":          {{Name: "a", Secret: "short", Role: plane.RoleViewer, Team: "t"}},
 		"bad role":              {{Name: "a", Secret: "0123456789abcdef", Role: "god", Team: "t"}},
-		"bad name":              {{Name: "A B", Secret: "0123456789abcdef", Role: scheduler.RoleViewer, Team: "t"}},
-		"no team":               {{Name: "a", Secret: "0123456789abcdef", Role: scheduler.RoleViewer}},
-		"same name":             {good, {Name: "a", Secret: "fedcba9876543210", Role: scheduler.RoleViewer, Team: "t"}},
-		"same secret":           {good, {Name: "b", Secret: good.Secret, Role: scheduler.RoleViewer, Team: "t"}},
-		"all_teams on an admin": {{Name: "a", Secret: "0123456789abcdef", Role: scheduler.RoleAdmin, Team: "t", AllTeams: true}},
+		"bad name":              {{Name: "A B", Secret: "0123456789abcdef", Role: plane.RoleViewer, Team: "t"}},
+		"no team":               {{Name: "a", Secret: "0123456789abcdef", Role: plane.RoleViewer}},
+		"same name":             {good, {Name: "a", Secret: "fedcba9876543210", Role: plane.RoleViewer, Team: "t"}},
+		"same secret":           {good, {Name: "b", Secret: good.Secret, Role: plane.RoleViewer, Team: "t"}},
+		"all_teams on an admin": {{Name: "a", Secret: "0123456789abcdef", Role: plane.RoleAdmin, Team: "t", AllTeams: true}},
 	} {
-		if err := scheduler.ValidateTokens(ts); err == nil {
+		if err := plane.ValidateTokens(ts); err == nil {
 			t.Errorf("%s: accepted", name)
 		} else if strings.Contains(err.Error(), "0123456789abcdef") {
 			t.Errorf("%s: the error shows the secret: %v", name, err)
@@ -451,8 +460,7 @@ func TestTwoSchedulersOneLeader(t *testing.T) {
 	rdb := srv.Client()
 	store := jobstore.New(rdb, jobstore.Config{})
 	mk := func(id string) *scheduler.Scheduler {
-		s := scheduler.New(rdb, store, scheduler.Config{ID: id, Listen: "127.0.0.1:0", LeaderTTL: 600 * time.Millisecond,
-			PlaceInterval: 50 * time.Millisecond, Logger: quiet})
+		s := scheduler.New(rdb, store, scheduler.Config{ID: id, LeaderTTL: 600 * time.Millisecond, PlaceInterval: 50 * time.Millisecond, Logger: quiet})
 		if err := s.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}

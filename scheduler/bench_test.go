@@ -21,6 +21,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/apitest"
 	"github.com/lathe-ml/lathe/worker"
 )
 
@@ -38,9 +40,8 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 func benchServer(b *testing.B) string {
 	srv := redistest.Start(b)
 	rdb := srv.Client()
-	s := scheduler.New(rdb, jobstore.New(rdb, jobstore.Config{}), scheduler.Config{Logger: quiet,
-		Defaults: jobspec.Defaults{OutputURI: "file:///tmp/lathe-bench"}})
-	hs := httptest.NewServer(s.Handler())
+	hs := httptest.NewServer(apitest.New(rdb, jobstore.New(rdb, jobstore.Config{}), scheduler.Config{Logger: quiet,
+		Defaults: jobspec.Defaults{OutputURI: "file:///tmp/lathe-bench"}}, api.Config{}).API.Handler())
 	b.Cleanup(hs.Close)
 	return hs.URL
 }
@@ -188,13 +189,7 @@ func BenchmarkSubmitToStart(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer w.Stop(ctx)
-	s := scheduler.New(rdb, store, scheduler.Config{Listen: "127.0.0.1:0", Logger: quiet,
-		Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(filepath.Join(dir, "out"))}})
-	if err := s.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	defer s.Stop(ctx)
-	base := "http://" + s.Addr()
+	base := apitest.Start(b, rdb, store, scheduler.Config{Logger: quiet, Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(filepath.Join(dir, "out"))}}, api.Config{}).URL
 	var lat []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
 )
 
 // TestConnectionCaps holds open keep-alive connections against the real
@@ -16,7 +17,7 @@ import (
 // another IP gets the rest up to MaxConns and then a 503; each refusal is
 // closed by the server, and a closed connection gives its slot back.
 func TestConnectionCaps(t *testing.T) {
-	_, addr := startAPI(t, scheduler.Config{MaxConns: 5, MaxConnsPerIP: 3})
+	_, addr := startAPI(t, scheduler.Config{}, api.Config{MaxConns: 5, MaxConnsPerIP: 3})
 	dialFrom := func(ip string) net.Conn {
 		t.Helper()
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}

@@ -9,6 +9,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
 )
 
 // The dashboard (issue #14): its page and assets against a real
@@ -91,7 +92,7 @@ func TestDashboardServesPage(t *testing.T) {
 // token opens them as a bearer token or as a Basic password; a Basic
 // password does not authorise a write.
 func TestDashboardNeedsTokens(t *testing.T) {
-	b := setup(t, scheduler.Config{Tokens: monTokens})
+	b := setup(t, scheduler.Config{}, api.Config{Tokens: monTokens})
 	for _, p := range []string{"/", "/jobs/j-1", "/ui/app.js"} {
 		code, h, _ := get(t, b.url+p, nil)
 		if code != 401 || !strings.HasPrefix(h.Get("WWW-Authenticate"), "Basic ") {

@@ -12,6 +12,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
@@ -27,13 +29,13 @@ const (
 	decAll   = "dec-view-all-secret-0123456789"
 )
 
-var decTokens = []scheduler.Token{
-	{Name: "root", Secret: decAdmin, Role: scheduler.RoleAdmin, Team: "ops"},
-	{Name: "sub-a", Secret: decSubA, Role: scheduler.RoleSubmitter, Team: "a"},
-	{Name: "sub-b", Secret: decSubB, Role: scheduler.RoleSubmitter, Team: "b"},
-	{Name: "view-a", Secret: decViewA, Role: scheduler.RoleViewer, Team: "a"},
-	{Name: "view-b", Secret: decViewB, Role: scheduler.RoleViewer, Team: "b"},
-	{Name: "view-all", Secret: decAll, Role: scheduler.RoleViewer, Team: "c", AllTeams: true},
+var decTokens = []plane.Token{
+	{Name: "root", Secret: decAdmin, Role: plane.RoleAdmin, Team: "ops"},
+	{Name: "sub-a", Secret: decSubA, Role: plane.RoleSubmitter, Team: "a"},
+	{Name: "sub-b", Secret: decSubB, Role: plane.RoleSubmitter, Team: "b"},
+	{Name: "view-a", Secret: decViewA, Role: plane.RoleViewer, Team: "a"},
+	{Name: "view-b", Secret: decViewB, Role: plane.RoleViewer, Team: "b"},
+	{Name: "view-all", Secret: decAll, Role: plane.RoleViewer, Team: "c", AllTeams: true},
 }
 
 // decisionsSetup submits, as team a, a job the local pool takes and one no
@@ -44,7 +46,7 @@ func decisionsSetup(t *testing.T) bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := auditSetup(t, scheduler.Config{Routing: cfg, Tokens: decTokens})
+	b := auditSetup(t, scheduler.Config{Routing: cfg}, api.Config{Tokens: decTokens})
 	for _, s := range []struct{ secret, name, residency string }{
 		{decSubA, "a-eu", `["eu"]`}, {decSubB, "b-eu-1", `["eu"]`}, {decSubA, "a-us", `["us"]`},
 		{decSubB, "b-us", `["us"]`}, {decSubB, "b-eu-2", `["eu"]`},

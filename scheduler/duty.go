@@ -45,25 +45,25 @@ type leaderLoop struct {
 // that hands each duty its part of the Scheduler.
 func newLeaderLoop(s *Scheduler) *leaderLoop {
 	cfg := s.cfg
-	fenced := func() { s.fence.Store(jobstore.Fence("")) }
+	fenced := s.lease.lost
 	q := &enqueuer{client: s.client, log: s.log, defaultMaxRuntime: cfg.Defaults.MaxRuntime, killGrace: cfg.KillGrace}
-	p := newPlacer(placerParams{Store: s.store, Log: s.log, Router: s, Queue: q, Fence: s.leaderFence, Fenced: fenced,
+	p := newPlacer(placerParams{Store: s.store, Log: s.log, Router: s.router, Queue: q, Fence: s.lease.fence, Fenced: fenced,
 		PlaceScan: cfg.PlaceScan, DefaultMaxRuntime: cfg.Defaults.MaxRuntime, ObserveRound: s.metrics.placeRound.Observe})
 	r := newReaper(reaperParams{Store: s.store, Log: s.log, Grace: cfg.ReapGrace, MassExpiryWait: cfg.MassExpiryWait,
-		LeaseTTL: cfg.LeaseTTL, Fence: s.leaderFence, Fenced: fenced, SawRedis: s.sawRedis, LastRedisError: s.lastRedisError,
+		LeaseTTL: cfg.LeaseTTL, Fence: s.lease.fence, Fenced: fenced, SawRedis: s.SawRedis, LastRedisError: s.lease.lastRedisError,
 		Wake: s.Wake})
 	rep := newRepairer(repairerParams{Store: s.store, Log: s.log, Tasks: s.insp, Queue: q, RepairAfter: cfg.RepairAfter})
 	pr := newPruner(prunerParams{Store: s.store, Log: s.log, KeepFinished: cfg.KeepFinished, FinishedTTL: cfg.FinishedTTL})
-	st := newSettler(settlerParams{Store: s.store, Log: s.log, Routing: s.routing, Ended: s.metrics.observeEnded})
-	sw := newSweeper(sweeperParams{Store: s.store, Log: s.log, Routing: s.routing,
-		Reserve:   func(ctx context.Context, id string) { s.reserveAdmitted(ctx, id, nil) },
+	st := newSettler(settlerParams{Store: s.store, Log: s.log, Routing: s.Routing, Ended: s.metrics.observeEnded})
+	sw := newSweeper(sweeperParams{Store: s.store, Log: s.log, Routing: s.Routing,
+		Reserve:   func(ctx context.Context, id string) { s.admit.reserveAdmitted(ctx, id, nil) },
 		StopTrial: func(ctx context.Context, j *jobtype.Job, st jobtype.State) { s.cancelFastPath(ctx, j, st) },
 		Wake:      s.Wake})
-	sch := newScheduleRunner(scheduleRunnerParams{Store: s.store, Log: s.log, Schedules: s.schedules, Defaults: cfg.Defaults,
-		Admit: s, SawRedis: s.sawRedis})
+	sch := newScheduleRunner(scheduleRunnerParams{Store: s.store, Log: s.log, Schedules: s.Schedules, Defaults: cfg.Defaults,
+		Admit: admitterOf(s), SawRedis: s.SawRedis})
 	rec := newReconciler(reconcilerParams{Clouds: cfg.Clouds, Store: s.store, Log: s.log, Grace: cfg.ReconcileGrace,
 		ReapGrace: cfg.ReapGrace, Counters: &s.rec, Leading: s.IsLeader})
-	return &leaderLoop{lead: s.lead, fence: s.leaderFence, wake: s.wake, interval: cfg.PlaceInterval,
+	return &leaderLoop{lead: s.lease.lead, fence: s.lease.fence, wake: s.wake, interval: cfg.PlaceInterval,
 		placer: p, reconciler: rec, duties: []*duty{
 			{name: "reaper", run: r.run},
 			{name: "placer", run: p.round},

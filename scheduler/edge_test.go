@@ -25,6 +25,9 @@ import (
 	"github.com/lathe-ml/lathe/internal/ledger/ledgertest"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/apitest"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 )
 
 // The API's edge (issue #11): slow clients, cross-site requests, DNS
@@ -34,22 +37,17 @@ import (
 
 // startAPI runs a scheduler with cfg on 127.0.0.1:0 through Start (the real
 // http.Server with its timeouts) and returns it and its address.
-func startAPI(t *testing.T, cfg scheduler.Config) (bundle, string) {
+func startAPI(t *testing.T, cfg scheduler.Config, acs ...api.Config) (bundle, string) {
 	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	store := jobstore.New(rdb, jobstore.Config{})
 	cfg.Logger = quiet
-	cfg.Listen = "127.0.0.1:0"
 	if cfg.Defaults.OutputURI == "" {
 		cfg.Defaults.OutputURI = "file://" + t.TempDir()
 	}
-	s := scheduler.New(rdb, store, cfg)
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stop(context.Background()) })
-	return bundle{ctx: context.Background(), srv: srv, rdb: rdb, store: store, s: s, url: "http://" + s.Addr()}, s.Addr()
+	r := apitest.Start(t, rdb, store, cfg, apiConfig(acs))
+	return bundle{ctx: context.Background(), srv: srv, rdb: rdb, store: store, s: r.S, url: r.URL}, r.API.Addr()
 }
 
 // waitClosed reads conn until the server closes it (EOF or a reset) and
@@ -69,8 +67,7 @@ func waitClosed(conn net.Conn, deadline time.Time) error {
 // the server once its read timeout passes; so is a socket that never ends
 // its headers, and an idle keep-alive connection.
 func TestSlowClientsAreCutOff(t *testing.T) {
-	_, addr := startAPI(t, scheduler.Config{ReadHeaderTimeout: 300 * time.Millisecond, ReadTimeout: 500 * time.Millisecond,
-		WriteTimeout: time.Second, IdleTimeout: 500 * time.Millisecond})
+	_, addr := startAPI(t, scheduler.Config{}, api.Config{ReadHeaderTimeout: 300 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: time.Second, IdleTimeout: 500 * time.Millisecond})
 	const n = 100
 	conns := make([]net.Conn, 0, n+2)
 	defer func() {
@@ -187,11 +184,11 @@ func rawRequest(t *testing.T, addr, head, body string) *http.Response {
 // 200,000-byte body (the read timeout is a minute here, so only closing
 // explains an answer within seconds).
 func TestRefusalsCloseWithoutReadingBody(t *testing.T) {
-	toks := []scheduler.Token{
-		{Name: "view", Secret: "viewer-secret-0123456789", Role: scheduler.RoleViewer, Team: "a"},
-		{Name: "alice", Secret: "alice-secret-0123456789", Role: scheduler.RoleSubmitter, Team: "a"},
+	toks := []plane.Token{
+		{Name: "view", Secret: "viewer-secret-0123456789", Role: plane.RoleViewer, Team: "a"},
+		{Name: "alice", Secret: "alice-secret-0123456789", Role: plane.RoleSubmitter, Team: "a"},
 	}
-	_, addr := startAPI(t, scheduler.Config{Tokens: toks, MaxBodyBytes: 4096, ReadTimeout: time.Minute, IdleTimeout: time.Minute})
+	_, addr := startAPI(t, scheduler.Config{}, api.Config{Tokens: toks, MaxBodyBytes: 4096, ReadTimeout: time.Minute, IdleTimeout: time.Minute})
 	head := func(auth, ctype string) string {
 		return fmt.Sprintf("POST /api/v1/jobs HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: %s\r\nContent-Length: 200000", addr, auth, ctype)
 	}
@@ -217,7 +214,7 @@ func TestRefusalsCloseWithoutReadingBody(t *testing.T) {
 // read and write timeouts (its handler extends them) and still delivers
 // the job's events, to the end of the job.
 func TestFollowOutlivesTimeouts(t *testing.T) {
-	b, _ := startAPI(t, scheduler.Config{ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, IdleTimeout: 300 * time.Millisecond})
+	b, _ := startAPI(t, scheduler.Config{}, api.Config{ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, IdleTimeout: 300 * time.Millisecond})
 	code, body := do(t, "POST", b.url+"/api/v1/jobs", goodSpec, nil)
 	if code != 201 {
 		t.Fatalf("submit: %d %s", code, body)
@@ -276,7 +273,7 @@ func TestFollowOutlivesTimeouts(t *testing.T) {
 
 // auditSetup is a scheduler over a real Redis with a ledger, served by
 // httptest on 127.0.0.1, with cfg's tokens.
-func auditSetup(t *testing.T, cfg scheduler.Config) bundle {
+func auditSetup(t *testing.T, cfg scheduler.Config, acs ...api.Config) bundle {
 	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client()
@@ -286,10 +283,8 @@ func auditSetup(t *testing.T, cfg scheduler.Config) bundle {
 		cfg.Defaults.OutputURI = fileuri.FromPath(t.TempDir())
 	}
 	store := jobstore.New(rdb, jobstore.Config{})
-	s := scheduler.New(rdb, store, cfg)
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(hs.Close)
-	return bundle{ctx: context.Background(), srv: srv, rdb: rdb, store: store, s: s, url: hs.URL}
+	r := apitest.Serve(t, rdb, store, cfg, apiConfig(acs))
+	return bundle{ctx: context.Background(), srv: srv, rdb: rdb, store: store, s: r.S, url: r.URL}
 }
 
 // TestCrossSiteRequestsRefused: in open mode (no tokens, loopback) a web
@@ -360,7 +355,7 @@ func TestCrossSiteRequestsRefused(t *testing.T) {
 
 	// With tokens, the token is the defense; any Host name is fine (a
 	// deployment behind a load balancer), a cross-site Origin is not.
-	tb := auditSetup(t, scheduler.Config{Tokens: []scheduler.Token{{Name: "root", Secret: "admin-secret-0123456789", Role: scheduler.RoleAdmin, Team: "ops"}}})
+	tb := auditSetup(t, scheduler.Config{}, api.Config{Tokens: []plane.Token{{Name: "root", Secret: "admin-secret-0123456789", Role: plane.RoleAdmin, Team: "ops"}}})
 	auth := "Bearer admin-secret-0123456789"
 	if code, body := do(t, "GET", tb.url+"/api/v1/jobs", "", map[string]string{"Host": "lathe.example.com", "Authorization": auth}); code != 200 {
 		t.Fatalf("tokens, another Host: %d %s", code, body)
@@ -376,18 +371,18 @@ func TestCrossSiteRequestsRefused(t *testing.T) {
 // key never answers with another team's job (a token whose team changed
 // gets a new job of its new team).
 func TestTeamReads(t *testing.T) {
-	toks := []scheduler.Token{
-		{Name: "view", Secret: "viewer-secret-0123456789", Role: scheduler.RoleViewer, Team: "a"},
-		{Name: "alice", Secret: "alice-secret-0123456789", Role: scheduler.RoleSubmitter, Team: "a"},
-		{Name: "bob", Secret: "bob-secret-0123456789xx", Role: scheduler.RoleSubmitter, Team: "b"},
-		{Name: "auditor", Secret: "auditor-secret-0123456", Role: scheduler.RoleViewer, Team: "x", AllTeams: true},
-		{Name: "root", Secret: "admin-secret-0123456789", Role: scheduler.RoleAdmin, Team: "ops"},
+	toks := []plane.Token{
+		{Name: "view", Secret: "viewer-secret-0123456789", Role: plane.RoleViewer, Team: "a"},
+		{Name: "alice", Secret: "alice-secret-0123456789", Role: plane.RoleSubmitter, Team: "a"},
+		{Name: "bob", Secret: "bob-secret-0123456789xx", Role: plane.RoleSubmitter, Team: "b"},
+		{Name: "auditor", Secret: "auditor-secret-0123456", Role: plane.RoleViewer, Team: "x", AllTeams: true},
+		{Name: "root", Secret: "admin-secret-0123456789", Role: plane.RoleAdmin, Team: "ops"},
 	}
-	if err := scheduler.ValidateTokens(toks); err != nil {
+	if err := plane.ValidateTokens(toks); err != nil {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
-	b := setup(t, scheduler.Config{Tokens: toks, Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(out)}})
+	b := setup(t, scheduler.Config{Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(out)}}, api.Config{Tokens: toks})
 	auth := func(secret string) map[string]string { return map[string]string{"Authorization": "Bearer " + secret} }
 	alice, bob, view, auditor, root := auth(toks[1].Secret), auth(toks[2].Secret), auth(toks[0].Secret), auth(toks[3].Secret), auth(toks[4].Secret)
 
@@ -490,10 +485,9 @@ func TestTeamReads(t *testing.T) {
 		t.Fatalf("alice keyed submit: %d %s", code, body)
 	}
 	keyed := jobOf(t, body)
-	moved := append([]scheduler.Token(nil), toks...)
+	moved := append([]plane.Token(nil), toks...)
 	moved[1].Team = "b"
-	s2 := scheduler.New(b.rdb, b.store, scheduler.Config{Tokens: moved, Logger: quiet, Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(out)}})
-	hs2 := httptest.NewServer(s2.Handler())
+	hs2 := httptest.NewServer(apitest.New(b.rdb, b.store, scheduler.Config{Logger: quiet, Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(out)}}, api.Config{Tokens: moved}).API.Handler())
 	defer hs2.Close()
 	for _, p := range []string{"/api/v1/jobs", "/api/v1/jobs/batch"} {
 		spec := goodSpec

@@ -10,6 +10,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/apitest"
 )
 
 // FuzzSubmit throws arbitrary bodies and query strings at the API (a real
@@ -25,9 +27,7 @@ func FuzzSubmit(f *testing.F) {
 	}
 	srv := redistest.Start(f)
 	rdb := srv.Client()
-	s := scheduler.New(rdb, jobstore.New(rdb, jobstore.Config{}), scheduler.Config{Logger: quiet, MaxBodyBytes: 64 << 10,
-		Trainers: []string{"reference"}, Defaults: jobspec.Defaults{OutputURI: "file:///tmp/lathe-fuzz-out"}})
-	h := s.Handler()
+	h := apitest.New(rdb, jobstore.New(rdb, jobstore.Config{}), scheduler.Config{Logger: quiet, Trainers: []string{"reference"}, Defaults: jobspec.Defaults{OutputURI: "file:///tmp/lathe-fuzz-out"}}, api.Config{MaxBodyBytes: 64 << 10}).API.Handler()
 	f.Fuzz(func(t *testing.T, body, query string) {
 		req := httptest.NewRequest("POST", "/api/v1/jobs", strings.NewReader(body))
 		req.URL.RawQuery = query    // any bytes, as a client could send them

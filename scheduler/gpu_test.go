@@ -17,6 +17,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/apitest"
 	"github.com/lathe-ml/lathe/worker"
 )
 
@@ -46,6 +48,7 @@ type gpuBundle struct {
 	ctx     context.Context
 	store   *jobstore.Store
 	s       *scheduler.Scheduler
+	url     string // the API
 	sim     *nvmlinventory.Simulated
 	release string
 	dir     string
@@ -91,19 +94,14 @@ func gpuSetupWith(t *testing.T, trainerBody string, tweak func(*worker.Config)) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
-	s := scheduler.New(rdb, store, scheduler.Config{Listen: "127.0.0.1:0", Logger: quiet, PlaceInterval: 50 * time.Millisecond,
-		Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(filepath.Join(dir, "out"))}})
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stop(context.Background()) })
-	return gpuBundle{ctx: ctx, store: store, s: s, sim: sim, release: release, dir: dir}
+	r := apitest.Start(t, rdb, store, scheduler.Config{Logger: quiet, PlaceInterval: 50 * time.Millisecond, Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(filepath.Join(dir, "out"))}}, api.Config{})
+	return gpuBundle{ctx: ctx, store: store, s: r.S, url: r.URL, sim: sim, release: release, dir: dir}
 }
 
 func (b gpuBundle) submit(t *testing.T, name string, gpus int, prio string) string {
 	t.Helper()
 	body := fmt.Sprintf(`{"name":%q,"base_model":"tiny-char","dataset":"file:///d.jsonl","priority":%q,"resources":{"gpus":%d}}`, name, prio, gpus)
-	code, out := do(t, "POST", "http://"+b.s.Addr()+"/api/v1/jobs", body, nil)
+	code, out := do(t, "POST", b.url+"/api/v1/jobs", body, nil)
 	if code != 201 {
 		t.Fatalf("submit %s: %d %s", name, code, out)
 	}
@@ -244,13 +242,8 @@ func TestDispatchedToDeadNode(t *testing.T) {
 	if err := store.Heartbeat(ctx, jobstore.Node{Name: "ghost", Incarnation: "i", Backend: "local", Slots: 1}, jobstore.HeartbeatOptions{TTL: time.Second, First: true}); err != nil {
 		t.Fatal(err)
 	}
-	s := scheduler.New(rdb, store, scheduler.Config{Listen: "127.0.0.1:0", Logger: quiet, PlaceInterval: 50 * time.Millisecond,
-		RepairAfter: 200 * time.Millisecond, Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(t.TempDir())}})
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stop(context.Background()) })
-	code, out := do(t, "POST", "http://"+s.Addr()+"/api/v1/jobs", goodSpec, nil)
+	r := apitest.Start(t, rdb, store, scheduler.Config{Logger: quiet, PlaceInterval: 50 * time.Millisecond, RepairAfter: 200 * time.Millisecond, Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(t.TempDir())}}, api.Config{})
+	code, out := do(t, "POST", r.URL+"/api/v1/jobs", goodSpec, nil)
 	if code != 201 {
 		t.Fatalf("submit: %d %s", code, out)
 	}
@@ -363,7 +356,7 @@ func TestForeignMemoryCounts(t *testing.T) {
 		t.Fatalf("GPU readings: %+v", nodes[0].GPUs)
 	}
 	body := `{"name":"mem","base_model":"tiny-char","dataset":"file:///d.jsonl","resources":{"gpus":1,"gpu_memory_gb":40}}`
-	code, out := do(t, "POST", "http://"+b.s.Addr()+"/api/v1/jobs", body, nil)
+	code, out := do(t, "POST", b.url+"/api/v1/jobs", body, nil)
 	if code != 201 {
 		t.Fatalf("submit: %d %s", code, out)
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/ledger/ledgertest"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/apitest"
 )
 
 // TestLedgerUnderOOM: a decision record and the job it admits are stored
@@ -32,9 +34,8 @@ func TestLedgerUnderOOM(t *testing.T) {
 	rdb := srv.Client()
 	store := jobstore.New(rdb, jobstore.Config{})
 	led := ledgertest.New(t, rdb)
-	s := scheduler.New(rdb, store, scheduler.Config{Logger: quiet, Ledger: led,
-		Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(t.TempDir())}})
-	hs := httptest.NewServer(s.Handler())
+	hs := httptest.NewServer(apitest.New(rdb, store, scheduler.Config{Logger: quiet, Ledger: led,
+		Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(t.TempDir())}}, api.Config{}).API.Handler())
 	t.Cleanup(hs.Close)
 
 	if code, body := do(t, "POST", hs.URL+"/api/v1/jobs", goodSpec, nil); code != 201 {

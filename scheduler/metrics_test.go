@@ -28,6 +28,9 @@ import (
 	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/apitest"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 )
 
 // The tests below scrape GET /metrics of a scheduler over a real
@@ -336,9 +339,9 @@ func boolValue(v bool) float64 {
 // TestMetricsAuth: with tokens set, /metrics answers 401 without a token
 // and a viewer's token reads it.
 func TestMetricsAuth(t *testing.T) {
-	b := setup(t, scheduler.Config{Tokens: []scheduler.Token{
-		{Name: "ops", Secret: "viewer-secret-0123456789", Role: scheduler.RoleViewer, Team: "ops"},
-		{Name: "root", Secret: "admin-secret-0123456789", Role: scheduler.RoleAdmin, Team: "ops"},
+	b := setup(t, scheduler.Config{}, api.Config{Tokens: []plane.Token{
+		{Name: "ops", Secret: "viewer-secret-0123456789", Role: plane.RoleViewer, Team: "ops"},
+		{Name: "root", Secret: "admin-secret-0123456789", Role: plane.RoleAdmin, Team: "ops"},
 	}})
 	if code, body := do(t, "GET", b.url+"/metrics", "", nil); code != 401 || strings.Contains(string(body), "lathe_jobs") {
 		t.Fatalf("GET /metrics without a token: %d %s, want 401", code, body)
@@ -450,14 +453,10 @@ func TestGrafanaDashboardMetricsExported(t *testing.T) {
 // job whose budget reservation it settles.
 func TestMetricsLeaderObserves(t *testing.T) {
 	b := setup(t, scheduler.Config{})
-	s := scheduler.New(b.rdb, b.store, scheduler.Config{Listen: "127.0.0.1:0", Logger: quiet,
-		PlaceInterval: 50 * time.Millisecond, Defaults: jobspec.Defaults{OutputURI: "file://" + t.TempDir()}})
-	if err := s.Start(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stop(b.ctx) })
+	r := apitest.Start(t, b.rdb, b.store, scheduler.Config{Logger: quiet, PlaceInterval: 50 * time.Millisecond, Defaults: jobspec.Defaults{OutputURI: "file://" + t.TempDir()}}, api.Config{})
+	s := r.S
 	lb := b
-	lb.url = "http://" + s.Addr()
+	lb.url = r.URL
 	waitfor.True(t, 20*time.Second, "leadership", s.IsLeader)
 	id := submit(t, lb) // no node yet: it waits, and the rounds look at it
 	count := func() float64 {
@@ -500,8 +499,7 @@ func TestMetricsStoreDown(t *testing.T) {
 	b := setup(t, scheduler.Config{})
 	rdb := redis.NewClient(&redis.Options{Addr: b.srv.Addr, DialTimeout: time.Second, ReadTimeout: time.Second,
 		WriteTimeout: time.Second, MaxRetries: 1, ContextTimeoutEnabled: true})
-	s := scheduler.New(rdb, jobstore.New(rdb, jobstore.Config{}), scheduler.Config{Logger: quiet})
-	hs := httptest.NewServer(s.Handler())
+	hs := httptest.NewServer(apitest.New(rdb, jobstore.New(rdb, jobstore.Config{}), scheduler.Config{Logger: quiet}, api.Config{}).API.Handler())
 	defer hs.Close()
 	b.srv.Kill()
 	db := b
@@ -576,8 +574,7 @@ func benchSeededGet(b *testing.B, path string) {
 	srv := redistest.Start(b)
 	rdb := srv.Client()
 	store := jobstore.New(rdb, jobstore.Config{})
-	s := scheduler.New(rdb, store, scheduler.Config{Logger: quiet})
-	hs := httptest.NewServer(s.Handler())
+	hs := httptest.NewServer(apitest.New(rdb, store, scheduler.Config{Logger: quiet}, api.Config{}).API.Handler())
 	b.Cleanup(hs.Close)
 	if _, err := seedtest.Seed(context.Background(), store, seedtest.Cluster{Nodes: 25, GPUsPerNode: 8,
 		Finished: finished, Running: 200, Queued: 2000, Events: 20}); err != nil {

@@ -14,6 +14,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 )
 
 // asynqmon at /monitoring (issue #14), against a real redis-server and the
@@ -27,10 +29,10 @@ const (
 )
 
 // monTokens are a viewer, a submitter and an admin.
-var monTokens = []scheduler.Token{
-	{Name: "view", Secret: monViewer, Role: scheduler.RoleViewer, Team: "a"},
-	{Name: "sub", Secret: monSubmitter, Role: scheduler.RoleSubmitter, Team: "a", AllTeams: true},
-	{Name: "root", Secret: monAdmin, Role: scheduler.RoleAdmin, Team: "ops"},
+var monTokens = []plane.Token{
+	{Name: "view", Secret: monViewer, Role: plane.RoleViewer, Team: "a"},
+	{Name: "sub", Secret: monSubmitter, Role: plane.RoleSubmitter, Team: "a", AllTeams: true},
+	{Name: "root", Secret: monAdmin, Role: plane.RoleAdmin, Team: "ops"},
 }
 
 func bearer(secret string) map[string]string {
@@ -62,7 +64,7 @@ func queuePaused(t *testing.T, b bundle) bool {
 // TestMonitoringNeedsTokens: with tokens configured, /monitoring answers
 // 401 without one (with a Basic challenge, so a browser asks for it).
 func TestMonitoringNeedsTokens(t *testing.T) {
-	b := setup(t, scheduler.Config{Tokens: monTokens})
+	b := setup(t, scheduler.Config{}, api.Config{Tokens: monTokens})
 	monTask(t, b)
 	for _, p := range []string{"/monitoring/", "/monitoring/api/queues", "/monitoring/static/js/main.js"} {
 		req, _ := http.NewRequest("GET", b.url+p, nil)
@@ -89,7 +91,7 @@ func TestMonitoringNeedsTokens(t *testing.T) {
 // TestMonitoringViewerReadsOnly: a viewer (and a submitter) reads asynqmon's
 // API and gets its read-only UI; every write is 403 and changes nothing.
 func TestMonitoringViewerReadsOnly(t *testing.T) {
-	b := setup(t, scheduler.Config{Tokens: monTokens})
+	b := setup(t, scheduler.Config{}, api.Config{Tokens: monTokens})
 	tid := monTask(t, b)
 	code, body := do(t, "GET", b.url+"/monitoring/api/queues", "", bearer(monViewer))
 	if code != 200 {
@@ -136,7 +138,7 @@ func TestMonitoringViewerReadsOnly(t *testing.T) {
 // land (asynq's Inspector says the queue is paused); a cross-site page or
 // a form body is refused even with the admin's credentials.
 func TestMonitoringAdminWrites(t *testing.T) {
-	b := setup(t, scheduler.Config{Tokens: monTokens})
+	b := setup(t, scheduler.Config{}, api.Config{Tokens: monTokens})
 	monTask(t, b)
 	if code, body := do(t, "GET", b.url+"/monitoring/", "", bearer(monAdmin)); code != 200 || !strings.Contains(string(body), `READ_ONLY="false"`) {
 		t.Fatalf("admin's UI: %d, want 200 and asynqmon's full page: %.300s", code, body)
@@ -185,7 +187,7 @@ func TestMonitoringOpenOnLoopback(t *testing.T) {
 // leader's repair duty enqueues the attempt again (the store, not asynq,
 // says what is dispatched). No worker runs; the job stays dispatched.
 func TestMonitoringAdminDeleteIsRepaired(t *testing.T) {
-	b := setup(t, scheduler.Config{Listen: "127.0.0.1:0", Tokens: monTokens, PlaceInterval: 20 * time.Millisecond, RepairAfter: 100 * time.Millisecond})
+	b := setup(t, scheduler.Config{PlaceInterval: 20 * time.Millisecond, RepairAfter: 100 * time.Millisecond}, api.Config{Listen: "127.0.0.1:0", Tokens: monTokens})
 	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n1", Incarnation: "i", Backend: "local", Slots: 1}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
 	}

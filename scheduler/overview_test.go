@@ -13,6 +13,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
@@ -26,10 +28,10 @@ type overviewBundle struct {
 	ids map[string]string // test name → job id
 }
 
-var overviewTokens = []scheduler.Token{
-	{Name: "root", Secret: "admin-secret-0123456789", Role: scheduler.RoleAdmin, Team: "ops"},
-	{Name: "view-a", Secret: "viewer-a-secret-0123456789", Role: scheduler.RoleViewer, Team: "a"},
-	{Name: "view-b", Secret: "viewer-b-secret-0123456789", Role: scheduler.RoleViewer, Team: "b"},
+var overviewTokens = []plane.Token{
+	{Name: "root", Secret: "admin-secret-0123456789", Role: plane.RoleAdmin, Team: "ops"},
+	{Name: "view-a", Secret: "viewer-a-secret-0123456789", Role: plane.RoleViewer, Team: "a"},
+	{Name: "view-b", Secret: "viewer-b-secret-0123456789", Role: plane.RoleViewer, Team: "b"},
 }
 
 func overviewSetup(t *testing.T) overviewBundle {
@@ -38,7 +40,7 @@ func overviewSetup(t *testing.T) overviewBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := overviewBundle{bundle: setup(t, scheduler.Config{Routing: cfg, Tokens: overviewTokens}), ids: map[string]string{}}
+	b := overviewBundle{bundle: setup(t, scheduler.Config{Routing: cfg}, api.Config{Tokens: overviewTokens}), ids: map[string]string{}}
 	ctx, s := b.ctx, b.store
 	beat := func(n jobstore.Node) {
 		if err := s.Heartbeat(ctx, n, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {

@@ -29,9 +29,9 @@ func BenchmarkPlaceRound10kOn64x8(b *testing.B) {
 	store := jobstore.New(rdb, jobstore.Config{})
 	s := New(rdb, store, Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Defaults: jobspec.Defaults{OutputURI: "file:///tmp/lathe-bench"}})
-	p := newPlacer(placerParams{Store: store, Log: s.log, Router: s,
+	p := newPlacer(placerParams{Store: store, Log: s.log, Router: s.router,
 		Queue: &enqueuer{client: s.client, log: s.log, defaultMaxRuntime: s.cfg.Defaults.MaxRuntime, killGrace: s.cfg.KillGrace},
-		Fence: s.leaderFence, Fenced: func() {}, PlaceScan: s.cfg.PlaceScan, DefaultMaxRuntime: s.cfg.Defaults.MaxRuntime,
+		Fence: s.lease.fence, Fenced: func() {}, PlaceScan: s.cfg.PlaceScan, DefaultMaxRuntime: s.cfg.Defaults.MaxRuntime,
 		ObserveRound: func(float64) {}})
 	ctx := context.Background()
 	placed := 0

@@ -46,7 +46,6 @@ func reapSetup(t *testing.T, cfg scheduler.Config) reapBundle {
 	rdb := srv.Client()
 	store := jobstore.New(rdb, jobstore.Config{})
 	lg := &syncLog{}
-	cfg.Listen = "127.0.0.1:0"
 	cfg.Logger = slog.New(slog.NewTextHandler(lg, nil))
 	cfg.PlaceInterval = 50 * time.Millisecond
 	cfg.LeaderTTL = time.Second

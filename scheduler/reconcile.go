@@ -13,6 +13,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/cloud"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 )
 
 // CloudInstances is what the reconciler needs of a cloud backend (a
@@ -26,13 +27,8 @@ type CloudInstances interface {
 
 var _ CloudInstances = cloud.Backend(nil)
 
-// ReconcileStats counts the reconciler's work since the scheduler started.
-type ReconcileStats struct {
-	Passes     int64 `json:"passes"`
-	Failures   int64 `json:"failures"`   // passes of a backend that could not list or read
-	Terminated int64 `json:"terminated"` // orphaned instances terminated
-	Cancelled  int64 `json:"cancelled"`  // attempts ended cancelled by it (their worker gone)
-}
+// ReconcileStats are the reconciler's counters (plane.ReconcileStats).
+type ReconcileStats = plane.ReconcileStats
 
 type reconcileCounters struct{ passes, failures, terminated, cancelled atomic.Int64 }
 

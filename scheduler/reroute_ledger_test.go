@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +19,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/apitest"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
@@ -50,11 +51,9 @@ func rerouteSetup(t *testing.T) rerouteBundle {
 			t.Fatal(err)
 		}
 	}
-	b.s = scheduler.New(rdb, store, scheduler.Config{Logger: quiet, Ledger: b.led, Routing: b.cfgs[0],
-		Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(t.TempDir())}})
-	hs := httptest.NewServer(b.s.Handler())
-	t.Cleanup(hs.Close)
-	b.url = hs.URL
+	r := apitest.Serve(t, rdb, store, scheduler.Config{Logger: quiet, Ledger: b.led, Routing: b.cfgs[0],
+		Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(t.TempDir())}}, api.Config{})
+	b.s, b.url = r.S, r.URL
 	return b
 }
 
@@ -290,8 +289,7 @@ func ledgerSeq(ri *jobtype.RouteInfo) int64 {
 func TestRerouteUnderChangedConfig(t *testing.T) {
 	b := rerouteSetup(t)
 	ids := b.submit(t, 2)
-	s2 := scheduler.New(b.srv.Client(), b.store, scheduler.Config{Listen: "127.0.0.1:0", Logger: quiet, PlaceInterval: 30 * time.Millisecond,
-		Ledger: b.led, Routing: b.cfgs[1], Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(t.TempDir())}})
+	s2 := scheduler.New(b.srv.Client(), b.store, scheduler.Config{Logger: quiet, PlaceInterval: 30 * time.Millisecond, Ledger: b.led, Routing: b.cfgs[1], Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(t.TempDir())}})
 	if err := s2.Start(b.ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
@@ -23,17 +25,33 @@ import (
 // preemption: placer.go), spill-over (a local job waiting past its
 // max_wait) and a config reload (SetRouting).
 
-// routing is the routing config in force.
-func (s *Scheduler) routing() *policy.RouteState { return s.route.Load() }
+// router holds the routing config in force and makes every routing
+// decision about a job already stored (retry, requeue, preemption,
+// spill-over, a config reload), each with its ledger records and, where
+// the decision reserves, its budget reservation, in one store call.
+type router struct {
+	store   *jobstore.Store
+	log     *slog.Logger
+	ledger  *ledger.Ledger // nil: no records
+	metrics *metrics
+	wake    func() // the placer
+	state   atomic.Pointer[policy.RouteState]
+}
+
+// Routing is the routing config in force.
+func (r *router) Routing() *policy.RouteState { return r.state.Load() }
+
+// Routing is the routing config in force (plane.Plane's).
+func (s *Scheduler) Routing() *policy.RouteState { return s.router.Routing() }
 
 // SetRouting replaces the routing config (a config reload) and checks every
 // job that has not ended against it: a job no longer feasible where it is
 // routed is held with the reason (never moved); a held job feasible again
 // is released. Each change is a ledger record.
 func (s *Scheduler) SetRouting(ctx context.Context, cfg routecfg.Config) error {
-	s.route.Store(policy.NewRouteState(cfg))
+	s.router.state.Store(policy.NewRouteState(cfg))
 	s.log.Info("routing config loaded", slog.String("config_hash", cfg.Hash()), slog.Int("backends", len(cfg.Backends)))
-	return s.recheckAll(ctx)
+	return s.router.recheckAll(ctx)
 }
 
 // Assumptions are what-ifs for an explain (policy.Assumptions).
@@ -45,13 +63,13 @@ func routingJob(spec *jobspec.Spec, id, team, outputURI string) routing.Job {
 }
 
 // snapshotFor reads what a routing decision looks at.
-func (s *Scheduler) snapshotFor(ctx context.Context, rs *policy.RouteState, as Assumptions) (routing.Snapshot, error) {
+func (r *router) snapshotFor(ctx context.Context, rs *policy.RouteState, as Assumptions) (routing.Snapshot, error) {
 	now := time.Now()
-	nodes, err := s.store.Nodes(ctx)
+	nodes, err := r.store.Nodes(ctx)
 	if err != nil {
 		return routing.Snapshot{Now: now, Config: rs.Config}, err
 	}
-	in, err := s.readRouting(ctx, rs, now, nodes)
+	in, err := r.readRouting(ctx, rs, now, nodes)
 	if err != nil {
 		return routing.Snapshot{Now: in.Now, Config: rs.Config}, err
 	}
@@ -60,10 +78,10 @@ func (s *Scheduler) snapshotFor(ctx context.Context, rs *policy.RouteState, as A
 
 // readRouting reads a routing decision's inputs at now besides the live
 // nodes, read already.
-func (s *Scheduler) readRouting(ctx context.Context, rs *policy.RouteState, now time.Time, nodes []jobstore.NodeStatus) (policy.RoutingInput, error) {
+func (r *router) readRouting(ctx context.Context, rs *policy.RouteState, now time.Time, nodes []jobstore.NodeStatus) (policy.RoutingInput, error) {
 	in := policy.RoutingInput{Now: now, Nodes: nodes}
 	var err error
-	if in.Pressure, err = s.store.PoolPressureOf(ctx, "local"); err != nil {
+	if in.Pressure, err = r.store.PoolPressureOf(ctx, "local"); err != nil {
 		return in, err
 	}
 	var scopes []string
@@ -73,10 +91,10 @@ func (s *Scheduler) readRouting(ctx context.Context, rs *policy.RouteState, now 
 	for team := range rs.Config.TeamBudgetsUSD {
 		scopes = append(scopes, "team:"+team)
 	}
-	if in.Spends, err = s.store.Spends(ctx, jobstore.Month(now), scopes); err != nil {
+	if in.Spends, err = r.store.Spends(ctx, jobstore.Month(now), scopes); err != nil {
 		return in, err
 	}
-	if in.StepTimes, err = s.store.StepTimes(ctx); err != nil {
+	if in.StepTimes, err = r.store.StepTimes(ctx); err != nil {
 		return in, err
 	}
 	return in, nil
@@ -127,7 +145,7 @@ type recordsFunc = func(seq int64) []ledger.Record
 
 // decisionRecords builds a decision's ledger records: the decision, then
 // one per staging, which names the decision's sequence number seq.
-func decisionRecords(rs *policy.RouteState, p principal, path, name string, attempt int, job routing.Job, snap routing.Snapshot, d routing.Decision) (recordsFunc, error) {
+func decisionRecords(rs *policy.RouteState, p plane.Principal, path, name string, attempt int, job routing.Job, snap routing.Snapshot, d routing.Decision) (recordsFunc, error) {
 	sj, err := encodeSnapshot(snap)
 	if err != nil {
 		return nil, err
@@ -137,7 +155,7 @@ func decisionRecords(rs *policy.RouteState, p principal, path, name string, atte
 
 // decisionRecordsOn is decisionRecords with the snapshot's part encoded
 // already (encodeSnapshot).
-func decisionRecordsOn(rs *policy.RouteState, p principal, path, name string, attempt int, job routing.Job, sj snapshotJSON, d routing.Decision) (recordsFunc, error) {
+func decisionRecordsOn(rs *policy.RouteState, p plane.Principal, path, name string, attempt int, job routing.Job, sj snapshotJSON, d routing.Decision) (recordsFunc, error) {
 	body, err := json.Marshal(ledgerBody{Path: path, Job: job, Name: name, Attempt: attempt, snapshotJSON: sj, Decision: d})
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: ledger record: %w", err)
@@ -162,14 +180,14 @@ func decisionRecordsOn(rs *policy.RouteState, p principal, path, name string, at
 // (the error is a jobstore.ConflictError or wraps jobstore.ErrNotFound). A
 // held job's route then names the refusal's record. It returns the job's
 // new route and why it is held.
-func (s *Scheduler) applyReroute(ctx context.Context, rs *policy.RouteState, rp policy.Reroute) (*jobtype.RouteInfo, string, error) {
+func (r *router) applyReroute(ctx context.Context, rs *policy.RouteState, rp policy.Reroute) (*jobtype.RouteInfo, string, error) {
 	j := rp.Job
 	var records recordsFunc
-	if s.cfg.Ledger != nil {
+	if r.ledger != nil {
 		var err error
 		// rp.Snapshot is the snapshot as the decision saw it (its spends
 		// before later reservations of the same round).
-		records, err = decisionRecords(rs, principal{Name: j.Submitter, Team: j.Team}, rp.Path, j.Name, j.Attempt, rp.RoutingJob, rp.Snapshot, rp.Decision)
+		records, err = decisionRecords(rs, plane.Principal{Name: j.Submitter, Team: j.Team}, rp.Path, j.Name, j.Attempt, rp.RoutingJob, rp.Snapshot, rp.Decision)
 		if err != nil {
 			return nil, "", err
 		}
@@ -178,16 +196,16 @@ func (s *Scheduler) applyReroute(ctx context.Context, rs *policy.RouteState, rp 
 	if rp.Reserve && rp.Held == "" {
 		u.Budget = budgetFor(rs, j.Team, rp.Decision)
 	}
-	set, err := s.store.SetRouteLogged(ctx, s.cfg.Ledger, u)
+	set, err := r.store.SetRouteLogged(ctx, r.ledger, u)
 	if err != nil {
 		return nil, "", fmt.Errorf("scheduler: reroute (%s): %w", rp.Path, err)
 	}
-	s.metrics.observeDecision(rp.Path, rp.Decision.Backend, rp.Decision.Refused, rp.Decision.Waiting)
+	r.metrics.observeDecision(rp.Path, rp.Decision.Backend, rp.Decision.Refused, rp.Decision.Waiting)
 	switch {
 	case rp.Held != "":
-		s.log.Warn("job held: no longer feasible", slog.String("job_id", j.ID), slog.String("path", rp.Path), slog.String("why", rp.Held))
+		r.log.Warn("job held: no longer feasible", slog.String("job_id", j.ID), slog.String("path", rp.Path), slog.String("why", rp.Held))
 	case set.Held != "":
-		s.log.Warn("budget reservation refused after the decision (another admission won the race); the job waits",
+		r.log.Warn("budget reservation refused after the decision (another admission won the race); the job waits",
 			slog.String("job_id", j.ID), slog.String("why", set.Held))
 	}
 	return set.Route, set.Held, nil
@@ -195,13 +213,13 @@ func (s *Scheduler) applyReroute(ctx context.Context, rs *policy.RouteState, rp 
 
 // reroute decides again for job j (policy.ReroutePath's paths) over a
 // fresh read and stores the outcome (policy.DecideRoute, applyReroute).
-func (s *Scheduler) reroute(ctx context.Context, j *jobtype.Job, path string) (*jobtype.RouteInfo, string, error) {
-	rs := s.routing()
-	snap, err := s.snapshotFor(ctx, rs, Assumptions{})
+func (r *router) reroute(ctx context.Context, j *jobtype.Job, path string) (*jobtype.RouteInfo, string, error) {
+	rs := r.Routing()
+	snap, err := r.snapshotFor(ctx, rs, Assumptions{})
 	if err != nil {
 		return nil, "", err
 	}
-	return s.applyReroute(ctx, rs, policy.DecideRoute(j, path, rs, snap, snap.Now))
+	return r.applyReroute(ctx, rs, policy.DecideRoute(j, path, rs, snap, snap.Now))
 }
 
 // leftQueue reports whether a reroute lost because its job left the queued
@@ -216,12 +234,12 @@ func leftQueue(err error) bool {
 // queue meanwhile is skipped. Running jobs
 // keep running where they are (never moved); their next attempt is decided
 // again before it is placed.
-func (s *Scheduler) recheckAll(ctx context.Context) error {
-	ids, err := s.store.IDsInState(ctx, jobtype.StateQueued, 100000)
+func (r *router) recheckAll(ctx context.Context) error {
+	ids, err := r.store.IDsInState(ctx, jobtype.StateQueued, 100000)
 	if err != nil {
 		return err
 	}
-	jobs, err := s.store.GetMany(ctx, ids)
+	jobs, err := r.store.GetMany(ctx, ids)
 	if err != nil {
 		return err
 	}
@@ -229,10 +247,10 @@ func (s *Scheduler) recheckAll(ctx context.Context) error {
 		if j == nil || j.State != jobtype.StateQueued {
 			continue
 		}
-		if _, _, err := s.reroute(ctx, j, "config reload"); err != nil && !leftQueue(err) {
+		if _, _, err := r.reroute(ctx, j, "config reload"); err != nil && !leftQueue(err) {
 			return err
 		}
 	}
-	s.Wake()
+	r.wake()
 	return nil
 }

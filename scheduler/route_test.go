@@ -19,6 +19,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/apitest"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
@@ -69,13 +71,8 @@ func routeSetup(t *testing.T, cfgText string) routeBundle {
 	}
 	led := ledgertest.New(t, rdb)
 	out := t.TempDir()
-	s := scheduler.New(rdb, store, scheduler.Config{Listen: "127.0.0.1:0", Logger: quiet, PlaceInterval: 30 * time.Millisecond,
-		Routing: cfg, Ledger: led, Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(out)}})
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stop(context.Background()) })
-	return routeBundle{ctx: context.Background(), store: store, led: led, s: s, url: "http://" + s.Addr(), out: out}
+	r := apitest.Start(t, rdb, store, scheduler.Config{Logger: quiet, PlaceInterval: 30 * time.Millisecond, Routing: cfg, Ledger: led, Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(out)}}, api.Config{})
+	return routeBundle{ctx: context.Background(), store: store, led: led, s: r.S, url: r.URL, out: out}
 }
 
 func (b routeBundle) records(t *testing.T, job string) []ledger.Record {

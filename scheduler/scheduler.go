@@ -16,29 +16,28 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/scheduler/cron"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // Config configures a Scheduler. Zero values take the defaults stated.
 type Config struct {
-	// Listen is the API's address; default 127.0.0.1:8080.
-	Listen string
 	// Defaults fill what a job spec leaves out (residency [onprem],
 	// max_runtime 24h, output under the data dir, trainer reference).
 	Defaults jobspec.Defaults
@@ -49,30 +48,6 @@ type Config struct {
 	// max_runtime timer always fires first and the store records the
 	// timeout (asynq's 30-minute default never applies). Default 10s.
 	KillGrace time.Duration
-	// MaxBodyBytes caps a request body; default 1 MiB (a batch: 16×).
-	MaxBodyBytes int64
-	// ReadHeaderTimeout bounds reading a request's headers; default 10s.
-	ReadHeaderTimeout time.Duration
-	// ReadTimeout bounds reading a whole request, body included, so a
-	// client that sends its body byte by byte (or never) is cut off;
-	// default 30s. A follow stream, an artifact download and an audit
-	// export lift it once their request is read.
-	ReadTimeout time.Duration
-	// WriteTimeout bounds writing a response; default 60s. Streams (follow,
-	// artifact, audit export) extend it before each write, so it bounds one
-	// stalled write, not the stream.
-	WriteTimeout time.Duration
-	// IdleTimeout closes a keep-alive connection that sends no new request
-	// for this long; default 60s.
-	IdleTimeout time.Duration
-	// MaxConns caps the API's open connections, follow streams included;
-	// one more is answered 503 and closed before it is read. Default 4096;
-	// negative: no cap.
-	MaxConns int
-	// MaxConnsPerIP caps the open connections of one client IP (429 and
-	// closed beyond it), so one host cannot take every slot. Default 256;
-	// negative: no cap.
-	MaxConnsPerIP int
 	// RedisTimeout bounds each request's Redis work, so the API answers 503
 	// within 2 s when Redis is away; default 1.5s.
 	RedisTimeout time.Duration
@@ -134,14 +109,6 @@ type Config struct {
 	// submit, naming the field. The worker checks again on its machine.
 	// Nil: none.
 	DataDeny pathpolicy.Deny
-	// Tokens are the API tokens. Empty means an open API (every request is
-	// an anonymous admin): only for a scheduler on loopback, which lathed
-	// enforces. /healthz is always open.
-	Tokens []Token
-	// FollowRedis, when set, serves the blocking stream reads of event
-	// follows (SSE), so many `lathe logs -f` cannot take every connection
-	// of the API's pool; default the API's own client.
-	FollowRedis redis.UniversalClient
 	// Clouds are the cloud backends the leader's reconciler watches, by
 	// backend name (lathed builds them from the aws backends of the
 	// config). Nil: no reconciler.
@@ -152,11 +119,6 @@ type Config struct {
 	// ReconcileGrace: an instance younger than this is never terminated as
 	// an orphan (its attempt may not be recorded as live yet); default 10m.
 	ReconcileGrace time.Duration
-	// NoEvictionCheck turns off /healthz's check of Redis's
-	// maxmemory-policy (for the embedded miniredis, which never evicts and
-	// does not report one). Default false: every /healthz reads the policy
-	// and answers 503 unless it is noeviction.
-	NoEvictionCheck bool
 	// Schedules are the schedules the leader runs (the config's
 	// schedules:, schedules.go); SetSchedules replaces them. Nil: none.
 	Schedules []cron.Schedule
@@ -170,39 +132,12 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Listen == "" {
-		c.Listen = "127.0.0.1:8080"
-	}
 	if len(c.Trainers) == 0 {
 		c.Trainers = []string{"reference"}
 	}
 	c.Defaults = jobspec.DeploymentDefaults(c.Defaults)
 	if c.KillGrace <= 0 {
 		c.KillGrace = 10 * time.Second
-	}
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = 1 << 20
-	}
-	if c.ReadHeaderTimeout <= 0 {
-		c.ReadHeaderTimeout = 10 * time.Second
-	}
-	if c.ReadTimeout <= 0 {
-		c.ReadTimeout = 30 * time.Second
-	}
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = 60 * time.Second
-	}
-	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = 60 * time.Second
-	}
-	if c.MaxConns == 0 {
-		c.MaxConns = 4096 // negative stays: no cap
-	}
-	if c.MaxConnsPerIP == 0 {
-		c.MaxConnsPerIP = 256
-	}
-	if c.RedisTimeout <= 0 {
-		c.RedisTimeout = 1500 * time.Millisecond
 	}
 	if c.PlaceScan <= 0 {
 		c.PlaceScan = 10000
@@ -249,18 +184,17 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Scheduler serves the API and places jobs.
+// Scheduler is the control plane: admission (admit.go), routing
+// (route.go) and the leader's duties (duty.go). It implements plane.Plane,
+// what the API (scheduler/api) asks of it.
 type Scheduler struct {
-	cfg     Config
-	rdb     redis.UniversalClient
-	store   *jobstore.Store
-	follow  *jobstore.Store // store over Config.FollowRedis
-	client  *asynq.Client
-	insp    *asynq.Inspector
-	log     *slog.Logger
-	wake    chan struct{}
-	httpSrv *http.Server
-	ln      net.Listener
+	cfg    Config
+	rdb    redis.UniversalClient
+	store  *jobstore.Store
+	client *asynq.Client
+	insp   *asynq.Inspector
+	log    *slog.Logger
+	wake   chan struct{}
 
 	mu      sync.Mutex
 	started bool
@@ -268,17 +202,16 @@ type Scheduler struct {
 	cancel  context.CancelFunc
 	leader  *leaderLoop // the leader's duties (duty.go)
 
-	redisErrAt atomic.Int64                      // unix ms of the last Redis error this scheduler saw itself (0: none)
-	fence      atomic.Value                      // jobstore.Fence of the current term, "" when not leading
-	route      atomic.Pointer[policy.RouteState] // the routing config in force
-	rec        reconcileCounters                 // the reconciler's work (ReconcileStats; reconcile.go)
+	rec reconcileCounters // the reconciler's work (ReconcileStats; reconcile.go)
 
 	evictPolicy atomic.Value // string: Redis's maxmemory-policy as /healthz last read it
 
 	scheds atomic.Pointer[[]cron.Schedule] // the schedules in force (schedules.go)
 
-	metrics *metrics   // GET /metrics (metrics.go)
-	api     *apiServer // the HTTP API (api.go)
+	router  *router    // the routing config in force and re-routings (route.go)
+	lease   *lease     // the leader lease (lease.go)
+	admit   *admission // every job's way into the store (admit.go)
+	metrics *metrics   // the control plane's instruments (metrics.go), served by the API
 }
 
 // New returns a Scheduler over rdb; Start runs it.
@@ -287,8 +220,8 @@ func New(rdb redis.UniversalClient, store *jobstore.Store, cfg Config) *Schedule
 	s := &Scheduler{cfg: cfg, rdb: rdb, store: store,
 		client: asynq.NewClientFromRedisClient(rdb), insp: asynq.NewInspectorFromRedisClient(rdb),
 		log: cfg.Logger.With(slog.String("component", "scheduler")), wake: make(chan struct{}, 1)}
-	s.follow = store
-	s.fence.Store(jobstore.Fence(""))
+	s.lease = &lease{id: cfg.ID, ttl: cfg.LeaderTTL, store: store, log: s.log}
+	s.lease.current.Store(jobstore.Fence(""))
 	rc := cfg.Routing
 	if len(rc.Sites) == 0 {
 		implicit, err := routecfg.ParseConfig(nil)
@@ -297,63 +230,34 @@ func New(rdb redis.UniversalClient, store *jobstore.Store, cfg Config) *Schedule
 		}
 		rc = implicit
 	}
-	s.route.Store(policy.NewRouteState(rc))
+	s.router = &router{store: store, log: s.log, ledger: cfg.Ledger, wake: s.Wake}
+	s.router.state.Store(policy.NewRouteState(rc))
 	s.scheds.Store(&cfg.Schedules)
 	s.metrics = newMetrics(s)
-	if cfg.FollowRedis != nil {
-		s.follow = store.WithClient(cfg.FollowRedis)
-	}
-	s.api = newAPI(s)
+	s.router.metrics = s.metrics
+	s.admit = &admission{cfg: cfg, store: store, log: s.log, router: s.router, metrics: s.metrics, wake: s.Wake}
 	return s
 }
 
-// Handler returns the HTTP API handler (for tests and embedding).
-func (s *Scheduler) Handler() http.Handler { return s.api.routes() }
-
-// Addr is the API's listening address once started.
-func (s *Scheduler) Addr() string {
-	if s.ln == nil {
-		return ""
-	}
-	return s.ln.Addr().String()
-}
-
-// Start listens on Config.Listen and starts the placer.
+// Start starts the leader loop (placement, reaping, repair, the other
+// duties) under the leader lease. The API (scheduler/api) is served apart.
 func (s *Scheduler) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
 		return errors.New("scheduler: already started")
 	}
-	ln, err := net.Listen("tcp", s.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("scheduler: listen %s: %w", s.cfg.Listen, err)
-	}
-	ln = newConnLimiter(ln, s.cfg.MaxConns, s.cfg.MaxConnsPerIP, s.log)
-	s.ln = ln
-	s.httpSrv = &http.Server{Handler: s.api.routes(), ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, ReadTimeout: s.cfg.ReadTimeout,
-		WriteTimeout: s.cfg.WriteTimeout, IdleTimeout: s.cfg.IdleTimeout}
-	go func() {
-		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("http server", slog.Any("err", err))
-		}
-	}()
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	s.leader = newLeaderLoop(s)
 	s.leader.Start(pctx)
 	s.started = true
-	s.log.Info("scheduler started", slog.String("listen", ln.Addr().String()))
-	if len(s.cfg.Tokens) == 0 {
-		s.log.Warn("no API tokens configured: the API is OPEN to anyone who can reach it (allowed on loopback only)", slog.String("listen", ln.Addr().String()))
-	} else {
-		s.log.Info("API tokens loaded", slog.Int("tokens", len(s.cfg.Tokens)))
-	}
+	s.log.Info("scheduler started", slog.String("id", s.cfg.ID))
 	return nil
 }
 
-// Stop stops the placer and the API (waiting for open requests up to
-// ctx's deadline). Safe to call twice.
+// Stop stops the leader loop and gives up the leader lease. Safe to call
+// twice.
 func (s *Scheduler) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.started || s.stopped {
@@ -364,16 +268,7 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 	s.mu.Unlock()
 	s.cancel()
 	s.leader.Stop()
-	if f := s.leaderFence(); f != "" {
-		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = s.store.ReleaseLeadership(rctx, f)
-		cancel()
-		s.fence.Store(jobstore.Fence(""))
-	}
-	err := s.httpSrv.Shutdown(ctx)
-	if err != nil {
-		_ = s.httpSrv.Close()
-	}
+	s.lease.release()
 	s.log.Info("scheduler stopped")
 	return nil
 }
@@ -386,36 +281,18 @@ func (s *Scheduler) Wake() {
 	}
 }
 
+// Metrics is the control plane's registry (metrics.go); the API serves
+// it at GET /metrics with its own.
+func (s *Scheduler) Metrics() prometheus.Gatherer { return s.metrics.reg }
+
+var _ plane.Plane = (*Scheduler)(nil)
+
 // IsLeader reports whether this scheduler holds the leader lease now.
-func (s *Scheduler) IsLeader() bool { return s.leaderFence() != "" }
+func (s *Scheduler) IsLeader() bool { return s.lease.fence() != "" }
 
-func (s *Scheduler) leaderFence() jobstore.Fence { return s.fence.Load().(jobstore.Fence) }
-
-// lead takes or renews the leader lease; it returns whether this scheduler
-// leads for this pass. Any doubt (Redis unreachable) means not leading.
-func (s *Scheduler) lead(ctx context.Context) bool {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.LeaderTTL/3)
-	defer cancel()
-	f, ok, err := s.store.AcquireLeadership(ctx, s.cfg.ID, s.cfg.LeaderTTL)
-	s.sawRedis(err)
-	was := s.leaderFence()
-	switch {
-	case err != nil || !ok:
-		if was != "" {
-			s.log.Warn("lost the leader lease; placement, reaping and repair stop here", slog.Any("err", err))
-		}
-		s.fence.Store(jobstore.Fence(""))
-		return false
-	case was != f:
-		s.log.Info("leading", slog.String("id", s.cfg.ID), slog.Int64("fencing_token", f.Token()))
-	}
-	s.fence.Store(f)
-	return true
-}
-
-// checkEviction reads Redis's maxmemory-policy (for /healthz) and logs when
+// CheckEviction reads Redis's maxmemory-policy (for /healthz) and logs when
 // it turns bad or good again, once per change.
-func (s *Scheduler) checkEviction(ctx context.Context) error {
+func (s *Scheduler) CheckEviction(ctx context.Context) error {
 	err := s.store.CheckNoEviction(ctx)
 	var pe *jobstore.EvictionPolicyError
 	policy := "noeviction"
@@ -437,18 +314,66 @@ func (s *Scheduler) checkEviction(ctx context.Context) error {
 	return err
 }
 
-// sawRedis notes err, when it is one, as a Redis error this scheduler saw
-// itself: the reaper holds off leases that expired around it (reaper.run).
-func (s *Scheduler) sawRedis(err error) {
-	if err != nil && !errors.Is(err, redis.Nil) {
-		s.redisErrAt.Store(time.Now().UnixMilli())
-	}
+// SawRedis notes err, when it is one, as a Redis error this scheduler saw
+// (plane.Plane's: the API reports the ones it sees).
+func (s *Scheduler) SawRedis(err error) { s.lease.sawRedis(err) }
+
+// metrics is the control plane's Prometheus side (docs/metrics.md): its
+// own registry (never the global one) and the instruments the placer, the
+// routing paths and the settler observe. The API serves it at GET
+// /metrics with its own collector of the store's figures.
+type metrics struct {
+	reg            *prometheus.Registry
+	placeRound     prometheus.Histogram
+	routeDecisions *prometheus.CounterVec
+	jobDuration    *prometheus.HistogramVec
 }
 
-// lastRedisError is when this scheduler last saw a Redis error (zero: never).
-func (s *Scheduler) lastRedisError() time.Time {
-	if ms := s.redisErrAt.Load(); ms != 0 {
-		return time.UnixMilli(ms)
+// newMetrics builds s's registry and instruments; New calls it once.
+func newMetrics(s *Scheduler) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.placeRound = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "lathe_placement_round_duration_seconds",
+		Help:    "Duration of one full placement round of the leader's placer (read, decide, apply).",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	})
+	m.routeDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lathe_routing_decisions_total",
+		Help: "Routing decisions this scheduler made, by chosen backend (\"\" when refused), path (submit, placement, retry, preemption, spill-over, config reload) and outcome (routed, waiting, refused).",
+	}, []string{"backend", "path", "outcome"})
+	m.jobDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "lathe_job_duration_seconds",
+		Help:    "Run time (started to finished) of ended jobs whose budget reservation the leader's settler settled, by backend and final state.",
+		Buckets: prometheus.ExponentialBuckets(10, 3, 10), // 10 s … ~55 h
+	}, []string{"backend", "state"})
+	// Every configured backend's series exist from the start (at 0), so a
+	// rate() over them is defined before the first job ends.
+	for _, b := range s.Routing().Config.Backends {
+		for _, st := range []jobtype.State{jobtype.StateSucceeded, jobtype.StateFailed, jobtype.StateCancelled, jobtype.StateStopped} {
+			m.jobDuration.WithLabelValues(b.Name, string(st))
+		}
 	}
-	return time.Time{}
+	m.reg.MustRegister(m.placeRound, m.routeDecisions, m.jobDuration)
+	return m
+}
+
+// observeDecision counts one routing decision.
+func (m *metrics) observeDecision(path, backend string, refused, waiting bool) {
+	outcome := "routed"
+	switch {
+	case refused:
+		outcome, backend = "refused", ""
+	case waiting:
+		outcome = "waiting"
+	}
+	m.routeDecisions.WithLabelValues(backend, path, outcome).Inc()
+}
+
+// observeEnded records an ended job's run time (nothing for a job that
+// never started).
+func (m *metrics) observeEnded(j *jobtype.Job) {
+	if j.StartedAt == nil || j.FinishedAt == nil || !j.State.Terminal() {
+		return
+	}
+	m.jobDuration.WithLabelValues(j.Backend, string(j.State)).Observe(j.FinishedAt.Sub(*j.StartedAt).Seconds())
 }

@@ -14,7 +14,9 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/specpath"
+	"github.com/lathe-ml/lathe/internal/sweepspec"
 	"github.com/lathe-ml/lathe/scheduler/cron"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 )
 
 // The schedule duty (leader only, every scheduleEvery): for each schedule
@@ -47,7 +49,7 @@ func (s *Scheduler) SetSchedules(ss []cron.Schedule) {
 }
 
 // schedules is the schedules in force.
-func (s *Scheduler) schedules() []cron.Schedule {
+func (s *Scheduler) Schedules() []cron.Schedule {
 	if p := s.scheds.Load(); p != nil {
 		return *p
 	}
@@ -80,13 +82,20 @@ type scheduleRunnerParams struct {
 // (admit.go, sweeps.go): a scheduled job or sweep admitted under its
 // derived id, and the last run cancelled (concurrency: replace).
 type admitter interface {
-	admitRun(ctx context.Context, p principal, id string, spec *jobspec.Spec) (*jobtype.Job, bool, error)
-	admitSweep(ctx context.Context, req sweepRequest) (*jobtype.Sweep, bool, error)
+	admitRun(ctx context.Context, p plane.Principal, id string, spec *jobspec.Spec) (*jobtype.Job, bool, error)
+	admitSweep(ctx context.Context, req plane.SweepRequest) (*jobtype.Sweep, bool, error)
 	Cancel(ctx context.Context, id string) (*jobtype.Job, error)
 	CancelSweep(ctx context.Context, id string) (*jobtype.Sweep, int, error)
 }
 
-var _ admitter = (*Scheduler)(nil)
+// admitterOf is s's admission path and cancels, as the schedule duty
+// needs them.
+func admitterOf(s *Scheduler) admitter {
+	return struct {
+		*admission
+		*Scheduler
+	}{s.admit, s}
+}
 
 func newScheduleRunner(p scheduleRunnerParams) *scheduleRunner {
 	return &scheduleRunner{store: p.Store, log: p.Log, schedules: p.Schedules, defaults: p.Defaults, admit: p.Admit,
@@ -202,7 +211,7 @@ func (d *scheduleRunner) start(ctx context.Context, sch cron.Schedule, st jobsto
 		existed, serr = d.startJob(ctx, sch, st.TickRunID)
 	}
 	if serr != nil {
-		if redisDown(serr) {
+		if jobstore.Unreachable(serr) {
 			return serr
 		}
 		d.log.Error("schedule: run not started", slog.String("schedule", sch.Name), slog.String("run_id", st.TickRunID), slog.Any("err", serr))
@@ -238,7 +247,7 @@ func (d *scheduleRunner) record(ctx context.Context, sch cron.Schedule, st jobst
 }
 
 // startJob reads the schedule's job file and admits it as run id, for the
-// principal schedule:<name> of the schedule's team; existed says the run
+// plane.Principal schedule:<name> of the schedule's team; existed says the run
 // was stored already.
 func (d *scheduleRunner) startJob(ctx context.Context, sch cron.Schedule, id string) (existed bool, err error) {
 	body, err := readLimited(sch.File, maxScheduledFile)
@@ -250,7 +259,7 @@ func (d *scheduleRunner) startJob(ctx context.Context, sch cron.Schedule, id str
 		return false, fmt.Errorf("job file %s: %w", sch.File, err)
 	}
 	spec.Normalize(d.defaults)
-	p := principal{Name: "schedule:" + sch.Name, Role: RoleSubmitter, Team: sch.Team}
+	p := plane.Principal{Name: "schedule:" + sch.Name, Role: plane.RoleSubmitter, Team: sch.Team}
 	_, existed, err = d.admit.admitRun(ctx, p, id, spec)
 	return existed, err
 }
@@ -313,4 +322,41 @@ func runPrefix(k cron.Kind) string {
 		return "s-"
 	}
 	return "j-"
+}
+
+// startSweep admits the sweep file of sch as sweep runID for
+// tick, for the plane.Principal schedule:<name> of the schedule's team. The
+// sweep file and a base job it names by path are daemon-side files of the
+// trusted config (a relative job path is relative to the sweep file).
+// runID is derived from the tick, so a second start (another scheduler, a
+// new leader after a crash between the tick's claim and this) finds the
+// sweep stored and stores nothing.
+func (d *scheduleRunner) startSweep(ctx context.Context, sch cron.Schedule, runID string, tick time.Time) error {
+	body, err := readLimited(sch.File, sweepspec.MaxSpecBytes)
+	if err != nil {
+		return fmt.Errorf("sweep file %s: %w", sch.File, err)
+	}
+	dir := filepath.Dir(sch.File)
+	sp, err := sweepspec.Parse(body, sweepspec.Options{ReadJob: func(path string) ([]byte, error) {
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(dir, path)
+		}
+		b, err := readLimited(path, maxScheduledFile)
+		if err != nil {
+			return nil, err
+		}
+		return specpath.Resolve(b, filepath.Dir(path)), nil
+	}})
+	if err != nil {
+		return fmt.Errorf("sweep file %s: %w", sch.File, err)
+	}
+	p := plane.Principal{Name: "schedule:" + sch.Name, Role: plane.RoleSubmitter, Team: sch.Team}
+	t := tick.UTC()
+	sw, existed, err := d.admit.admitSweep(ctx, plane.SweepRequest{Spec: sp, ID: runID, Who: p, Schedule: sch.Name, Tick: &t})
+	if err != nil {
+		return fmt.Errorf("sweep file %s: %w", sch.File, err)
+	}
+	d.log.Info("schedule: sweep admitted", slog.String("schedule", sch.Name), slog.String("sweep_id", sw.ID),
+		slog.Int("trials", sw.Trials), slog.Bool("existed", existed))
+	return nil
 }

@@ -22,7 +22,9 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/wire"
+	"github.com/lathe-ml/lathe/scheduler/api"
 	"github.com/lathe-ml/lathe/scheduler/cron"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 )
 
 // Schedule duty tests: a real redis-server, Schedulers made with New but
@@ -92,8 +94,8 @@ func (r *schedRig) passAt(now time.Time) {
 
 // scheduleRunnerOf is s's schedule duty, on the clock now (nil: time.Now).
 func scheduleRunnerOf(s *Scheduler, now func() time.Time) *scheduleRunner {
-	return newScheduleRunner(scheduleRunnerParams{Store: s.store, Log: s.log, Schedules: s.schedules, Defaults: s.cfg.Defaults,
-		Admit: s, SawRedis: s.sawRedis, Now: now})
+	return newScheduleRunner(scheduleRunnerParams{Store: s.store, Log: s.log, Schedules: s.Schedules, Defaults: s.cfg.Defaults,
+		Admit: admitterOf(s), SawRedis: s.SawRedis, Now: now})
 }
 
 // runs lists the jobs of schedule name by tick: each job id must be the
@@ -350,9 +352,10 @@ func TestSchedulesAPI(t *testing.T) {
 	r := newSchedRig(t, 1, cron.Entry{Name: "n", Cron: "0 2 * * *", Timezone: "Europe/Berlin", Job: "job.yaml"},
 		cron.Entry{Name: "m", Cron: "@every 10s", Job: "job.yaml"})
 	r.passAt(time.Now())
-	s := New(r.store.Redis(), r.store, Config{Schedules: r.ss[0].schedules(), Tokens: []Token{{Name: "v", Secret: "view-secret", Role: RoleViewer}},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	hs := httptest.NewServer(s.Handler())
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := New(r.store.Redis(), r.store, Config{Schedules: r.ss[0].Schedules(), Logger: quiet})
+	hs := httptest.NewServer(api.New(s, r.store.Redis(), r.store, api.Config{Logger: quiet,
+		Tokens: []plane.Token{{Name: "v", Secret: "view-secret", Role: plane.RoleViewer}}}).Handler())
 	defer hs.Close()
 	req, _ := http.NewRequest("GET", hs.URL+"/api/v1/schedules", nil)
 	req.Header.Set("Authorization", "Bearer view-secret")
@@ -395,7 +398,7 @@ func mustLoc(t *testing.T, name string) *time.Location {
 // TestNightlyExampleAdmitsItsSweep: the schedule of
 // configs/examples/nightly.yaml, started for a tick as the schedule duty
 // starts it, admits configs/examples/sweep-grid.yaml as the tick's sweep
-// (its derived id, the schedule's principal): 6 trials, each with the demo
+// (its derived id, the schedule's plane.Principal): 6 trials, each with the demo
 // job's data paths resolved against the job file's folder; a second start
 // of the same tick stores nothing new.
 func TestNightlyExampleAdmitsItsSweep(t *testing.T) {

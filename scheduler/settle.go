@@ -75,7 +75,7 @@ func (d *settler) run(ctx context.Context) {
 		// Cloud attempts added their instances' cost to the job as each
 		// instance ended (the AWS worker); a local last attempt adds its
 		// GPU-hours here.
-		actual, _ := jobUsage(rs.Config, j)
+		actual, _ := policy.JobUsage(rs.Config, j)
 		if err := d.store.Settle(ctx, j.ID, actual); err != nil {
 			d.log.Warn("settle budget", slog.String("job_id", j.ID), slog.Any("err", err))
 			continue

@@ -17,6 +17,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/apitest"
 )
 
 // bigSweep is a random sweep of n trials of the bench job, inline.
@@ -31,9 +33,8 @@ func sweepServer(tb testing.TB) (string, *jobstore.Store) {
 	srv := redistest.Start(tb)
 	rdb := srv.Client()
 	store := jobstore.New(rdb, jobstore.Config{})
-	s := scheduler.New(rdb, store, scheduler.Config{Logger: quiet, Defaults: jobspec.Defaults{OutputURI: "file:///tmp/lathe-bench"},
-		Ledger: ledger.New(rdb, bytes.Repeat([]byte("k"), ledger.MinKeySize), "lathe:")})
-	hs := httptest.NewServer(s.Handler())
+	hs := httptest.NewServer(apitest.New(rdb, store, scheduler.Config{Logger: quiet, Defaults: jobspec.Defaults{OutputURI: "file:///tmp/lathe-bench"},
+		Ledger: ledger.New(rdb, bytes.Repeat([]byte("k"), ledger.MinKeySize), "lathe:")}, api.Config{}).API.Handler())
 	tb.Cleanup(hs.Close)
 	return hs.URL, store
 }

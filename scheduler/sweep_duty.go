@@ -142,7 +142,7 @@ func (d *sweeper) settle(ctx context.Context, sw *jobtype.Sweep) error {
 		if j == nil || !(j.State.Terminal() || j.State == jobtype.StatePaused) {
 			continue
 		}
-		usd, gpuh := jobUsage(cfg, j)
+		usd, gpuh := policy.JobUsage(cfg, j)
 		if err := d.store.SettleTrial(ctx, sw.ID, j.ID, usd, gpuh); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/sweepspec"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 	"github.com/lathe-ml/lathe/scheduler/sweep"
 )
@@ -21,70 +22,52 @@ import (
 // store call (jobstore.CreateSweep). The leader's sweep duty
 // (sweep_duty.go) drives it from there.
 
-// sweepRequest is one sweep to admit: the parsed spec, and who and what
-// asks for it.
-type sweepRequest struct {
-	spec     *sweepspec.Sweep
-	id       string // the sweep's id (drawn, or derived from a schedule's tick)
-	idem     string // idempotency key, scoped ("" none)
-	p        principal
-	schedule string     // the schedule that made it ("" by hand)
-	tick     *time.Time // its tick
-}
-
-// sweepInvalidError is a sweep whose trials are not valid jobs here.
-type sweepInvalidError struct{ fields []jobspec.FieldError }
-
-func (e *sweepInvalidError) Error() string {
-	return jobspec.JoinFieldErrors("invalid sweep: ", e.fields)
-}
-
 // planSweep expands req's spec into its trials, normalises, checks and
 // routes each one over one snapshot (pure apart from the snapshot read):
 // the NewSweep to store. A trial no backend may run refuses the sweep.
-func (s *Scheduler) planSweep(ctx context.Context, req sweepRequest, dry bool) (jobstore.NewSweep, []routing.Decision, error) {
-	trials, err := req.spec.Expand()
+func (ad *admission) planSweep(ctx context.Context, req plane.SweepRequest, dry bool) (jobstore.NewSweep, []routing.Decision, error) {
+	trials, err := req.Spec.Expand()
 	if err != nil {
 		var ve *jobspec.ValidationError
 		if errors.As(err, &ve) {
-			return jobstore.NewSweep{}, nil, &sweepInvalidError{fields: ve.Errors}
+			return jobstore.NewSweep{}, nil, &plane.InvalidError{Fields: ve.Errors}
 		}
-		return jobstore.NewSweep{}, nil, &sweepInvalidError{fields: []jobspec.FieldError{{Message: err.Error()}}}
+		return jobstore.NewSweep{}, nil, &plane.InvalidError{Fields: []jobspec.FieldError{{Message: err.Error()}}}
 	}
 	var fields []jobspec.FieldError
 	for i := range trials {
-		trials[i].Spec.Normalize(s.cfg.Defaults)
-		for _, fe := range s.admissible(trials[i].Spec) {
-			fields = append(fields, prefixField(fmt.Sprintf("trials[%d]", i), fe))
+		trials[i].Spec.Normalize(ad.cfg.Defaults)
+		for _, fe := range ad.admissible(trials[i].Spec) {
+			fields = append(fields, fe.Under(fmt.Sprintf("trials[%d]", i)))
 		}
 	}
 	if len(fields) > 0 {
-		return jobstore.NewSweep{}, nil, &sweepInvalidError{fields: fields}
+		return jobstore.NewSweep{}, nil, &plane.InvalidError{Fields: fields}
 	}
 	jobs := make([]jobstore.NewJob, len(trials))
 	for i, t := range trials {
-		jobs[i] = jobstore.NewJob{ID: jobstore.TrialID(req.id, i), Spec: t.Spec}
+		jobs[i] = jobstore.NewJob{ID: jobstore.TrialID(req.ID, i), Spec: t.Spec}
 	}
-	pl, err := s.plan(ctx, admitting{p: req.p, path: "sweep", label: "trials[%d]", what: "trials of the sweep", jobs: jobs}, dry)
+	pl, err := ad.plan(ctx, admitting{p: req.Who, path: "sweep", label: "trials[%d]", what: "trials of the sweep", jobs: jobs}, dry)
 	if err != nil {
 		return jobstore.NewSweep{}, pl.ds, err
 	}
-	ns := jobstore.NewSweep{Sweep: sweepRecord(req), IdempotencyKey: req.idem, Trials: make([]jobstore.NewTrial, len(trials))}
-	frac := firstRungShare(req.spec)
+	ns := jobstore.NewSweep{Sweep: sweepRecord(req), IdempotencyKey: req.Idem, Trials: make([]jobstore.NewTrial, len(trials))}
+	frac := firstRungShare(req.Spec)
 	for i, t := range trials {
 		d := pl.ds[i]
-		ns.Trials[i] = jobstore.NewTrial{Job: pl.jobs[i], Index: i, Params: t.Params, StopAtStep: firstStopAt(req.spec),
+		ns.Trials[i] = jobstore.NewTrial{Job: pl.jobs[i], Index: i, Params: t.Params, StopAtStep: firstStopAt(req.Spec),
 			EstUSD: d.EstCostUSD * frac, EstGPUHours: float64(t.Spec.Resources.GPUs) * d.EstRuntime.Hours() * frac}
 	}
 	return ns, pl.ds, nil
 }
 
 // sweepRecord is the record of the sweep req asks for.
-func sweepRecord(req sweepRequest) jobtype.Sweep {
-	sp := req.spec
-	return jobtype.Sweep{ID: req.id, Name: sp.Name, Search: sp.Search.Kind, Metric: sp.Objective.Metric, Goal: sp.Objective.Goal,
+func sweepRecord(req plane.SweepRequest) jobtype.Sweep {
+	sp := req.Spec
+	return jobtype.Sweep{ID: req.ID, Name: sp.Name, Search: sp.Search.Kind, Metric: sp.Objective.Metric, Goal: sp.Objective.Goal,
 		Trials: sp.Search.Trials, MaxParallel: sp.MaxParallel, BudgetUSD: sp.BudgetUSD, BudgetGPUHours: sp.BudgetGPUHours,
-		Submitter: req.p.Name, Team: req.p.Team, Schedule: req.schedule, Tick: req.tick, Spec: sp.JSON()}
+		Submitter: req.Who.Name, Team: req.Who.Team, Schedule: req.Schedule, Tick: req.Tick, Spec: sp.JSON()}
 }
 
 // ashaRungs are an ASHA sweep's rungs (nil for other searches).
@@ -117,29 +100,29 @@ func firstRungShare(sp *sweepspec.Sweep) float64 {
 // admitSweep plans and stores the sweep req asks for, then reserves the
 // admitted trials' estimates against their backends' and teams' monthly
 // budgets (as a submit does) and wakes the placer.
-func (s *Scheduler) admitSweep(ctx context.Context, req sweepRequest) (*jobtype.Sweep, bool, error) {
-	ns, ds, err := s.planSweep(ctx, req, false)
+func (ad *admission) admitSweep(ctx context.Context, req plane.SweepRequest) (*jobtype.Sweep, bool, error) {
+	ns, ds, err := ad.planSweep(ctx, req, false)
 	if err != nil {
 		return nil, false, err
 	}
-	if hold := s.cfg.TestHoldScheduledSweep; hold > 0 && req.schedule != "" {
+	if hold := ad.cfg.TestHoldScheduledSweep; hold > 0 && req.Schedule != "" {
 		// A test hook (lathed: LATHE_TEST_HOLD_SCHEDULED_SWEEP): the sweep
 		// is expanded, nothing of it is stored, and the test kills this
 		// leader now.
-		s.log.Warn("test hook: holding a planned scheduled sweep before storing it", slog.String("sweep_id", req.id), slog.Duration("hold", hold))
+		ad.log.Warn("test hook: holding a planned scheduled sweep before storing it", slog.String("sweep_id", req.ID), slog.Duration("hold", hold))
 		select {
 		case <-ctx.Done():
 			return nil, false, ctx.Err()
 		case <-time.After(hold):
 		}
 	}
-	sw, existed, err := s.store.CreateSweep(ctx, s.cfg.Ledger, ns)
+	sw, existed, err := ad.store.CreateSweep(ctx, ad.cfg.Ledger, ns)
 	if err != nil {
 		return nil, false, err
 	}
 	if !existed {
-		s.reserveAdmitted(ctx, sw.ID, ds)
-		s.Wake()
+		ad.reserveAdmitted(ctx, sw.ID, ds)
+		ad.wake()
 	}
 	return sw, existed, nil
 }
@@ -147,17 +130,17 @@ func (s *Scheduler) admitSweep(ctx context.Context, req sweepRequest) (*jobtype.
 // reserveAdmitted reserves the monthly budgets of a sweep's active trials
 // (a trial reserves once: reserving again is a no-op). ds are the trials'
 // decisions when the caller has them (nil: read from each trial's route).
-func (s *Scheduler) reserveAdmitted(ctx context.Context, sweepID string, ds []routing.Decision) {
-	sets, err := s.store.SweepSetsOf(ctx, sweepID)
+func (ad *admission) reserveAdmitted(ctx context.Context, sweepID string, ds []routing.Decision) {
+	sets, err := ad.store.SweepSetsOf(ctx, sweepID)
 	if err != nil {
-		s.log.Warn("sweep: read active trials", slog.String("sweep_id", sweepID), slog.Any("err", err))
+		ad.log.Warn("sweep: read active trials", slog.String("sweep_id", sweepID), slog.Any("err", err))
 		return
 	}
-	jobs, err := s.store.GetMany(ctx, sets.ActiveIDs)
+	jobs, err := ad.store.GetMany(ctx, sets.ActiveIDs)
 	if err != nil {
 		return
 	}
-	rs := s.routing()
+	rs := ad.router.Routing()
 	for _, j := range jobs {
 		if j == nil || j.Trial == nil || j.BudgetReservedUSD > 0 || j.State.Terminal() {
 			continue
@@ -174,20 +157,20 @@ func (s *Scheduler) reserveAdmitted(ctx context.Context, sweepID string, ds []ro
 		if b == nil {
 			continue
 		}
-		if err := s.store.Reserve(ctx, j.ID, b.Month, b.USD, b.Scopes); err != nil {
-			s.holdOverBudget(ctx, j, err)
+		if err := ad.store.Reserve(ctx, j.ID, b.Month, b.USD, b.Scopes); err != nil {
+			ad.holdOverBudget(ctx, j, err)
 		}
 	}
 }
 
 // holdOverBudget holds trial j, whose reservation err refused (another
 // admission won the race): its route waits, with the reason.
-func (s *Scheduler) holdOverBudget(ctx context.Context, j *jobtype.Job, err error) {
-	s.log.Warn("budget reservation refused after the decision (another admission won the race); the job waits", slog.String("job_id", j.ID), slog.Any("err", err))
+func (ad *admission) holdOverBudget(ctx context.Context, j *jobtype.Job, err error) {
+	ad.log.Warn("budget reservation refused after the decision (another admission won the race); the job waits", slog.String("job_id", j.ID), slog.Any("err", err))
 	if j.Route == nil {
 		return
 	}
 	j.Route.Waiting = true
 	j.Route.Reasons = append(j.Route.Reasons, "budget: "+err.Error())
-	_ = s.store.SetRoute(ctx, j.ID, j.Route, "budget reservation refused: "+err.Error())
+	_ = ad.store.SetRoute(ctx, j.ID, j.Route, "budget reservation refused: "+err.Error())
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/apitest"
 )
 
 // TestNotFoundSaysWhat: a job or sweep that does not exist is answered 404
@@ -45,8 +47,7 @@ func TestNotFoundSaysWhat(t *testing.T) {
 func TestRedisDownSaysNoPackage(t *testing.T) {
 	b := setup(t, scheduler.Config{})
 	rdb := redis.NewClient(&redis.Options{Addr: b.srv.Addr, MaxRetries: 1, ContextTimeoutEnabled: true})
-	s := scheduler.New(rdb, jobstore.New(rdb, jobstore.Config{}), scheduler.Config{Logger: quiet})
-	hs := httptest.NewServer(s.Handler())
+	hs := httptest.NewServer(apitest.New(rdb, jobstore.New(rdb, jobstore.Config{}), scheduler.Config{Logger: quiet}, api.Config{}).API.Handler())
 	defer hs.Close()
 	b.srv.Kill()
 	for _, p := range []string{"/api/v1/jobs/j-00000000000000zz", "/api/v1/jobs", "/api/v1/queues"} {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net/http/httptest"
 	"path/filepath"
 	"testing"
 	"time"
@@ -15,6 +14,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/apitest"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
@@ -52,10 +53,8 @@ func startTestDaemon(t *testing.T, cfg routecfg.Config, defaults jobspec.Default
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	store := jobstore.New(rdb, jobstore.Config{})
-	s := scheduler.New(rdb, store, scheduler.Config{Routing: cfg, Defaults: defaults, Logger: slog.New(slog.DiscardHandler)})
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(hs.Close)
-	return &testDaemon{url: hs.URL, redis: srv, store: store, ctx: context.Background()}
+	r := apitest.Serve(t, rdb, store, scheduler.Config{Routing: cfg, Defaults: defaults, Logger: slog.New(slog.DiscardHandler)}, api.Config{})
+	return &testDaemon{url: r.URL, redis: srv, store: store, ctx: context.Background()}
 }
 
 // heartbeat makes n a live node, as its worker's first heartbeat does.

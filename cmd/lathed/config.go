@@ -16,8 +16,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/internal/trainer"
-	"github.com/lathe-ml/lathe/scheduler"
 	"github.com/lathe-ml/lathe/scheduler/cron"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 	"github.com/lathe-ml/lathe/worker"
 )
@@ -190,13 +190,13 @@ type schedulerSection struct {
 	// which an instance is never an orphan.
 	ReconcileEvery duration `yaml:"reconcile_every"`
 	ReconcileGrace duration `yaml:"reconcile_grace"`
-	// The API's connection timeouts (scheduler.Config's ReadHeaderTimeout,
+	// The API's connection timeouts (api.Config's ReadHeaderTimeout,
 	// ReadTimeout, WriteTimeout, IdleTimeout); 0 = their defaults.
 	HTTPReadHeaderTimeout duration `yaml:"http_read_header_timeout"`
 	HTTPReadTimeout       duration `yaml:"http_read_timeout"`
 	HTTPWriteTimeout      duration `yaml:"http_write_timeout"`
 	HTTPIdleTimeout       duration `yaml:"http_idle_timeout"`
-	// The API's connection caps (scheduler.Config's MaxConns,
+	// The API's connection caps (api.Config's MaxConns,
 	// MaxConnsPerIP); 0 = their defaults, negative = no cap.
 	HTTPMaxConns      int `yaml:"http_max_conns"`
 	HTTPMaxConnsPerIP int `yaml:"http_max_conns_per_ip"`
@@ -464,7 +464,7 @@ func checkTrainers(trainers map[string]trainerEntry, path string) error {
 
 // loadTokens gathers the API tokens of the config (inline, from
 // tokens_file, and token_env variables) and validates them.
-func loadTokens(a authSection, getenv func(string) string) ([]scheduler.Token, error) {
+func loadTokens(a authSection, getenv func(string) string) ([]plane.Token, error) {
 	entries := append([]tokenEntry(nil), a.Tokens...)
 	if a.TokensFile != "" {
 		b, err := os.ReadFile(a.TokensFile)
@@ -481,7 +481,7 @@ func loadTokens(a authSection, getenv func(string) string) ([]scheduler.Token, e
 		}
 		entries = append(entries, f.Tokens...)
 	}
-	out := make([]scheduler.Token, 0, len(entries))
+	out := make([]plane.Token, 0, len(entries))
 	for i, e := range entries {
 		secret := e.Token
 		if e.TokenEnv != "" {
@@ -493,9 +493,9 @@ func loadTokens(a authSection, getenv func(string) string) ([]scheduler.Token, e
 				return nil, fmt.Errorf("auth.tokens[%d] (%s): environment variable %s is empty or unset", i, e.Name, e.TokenEnv)
 			}
 		}
-		out = append(out, scheduler.Token{Name: e.Name, Secret: secret, Role: scheduler.Role(e.Role), Team: e.Team, AllTeams: e.AllTeams})
+		out = append(out, plane.Token{Name: e.Name, Secret: secret, Role: plane.Role(e.Role), Team: e.Team, AllTeams: e.AllTeams})
 	}
-	if err := scheduler.ValidateTokens(out); err != nil {
+	if err := plane.ValidateTokens(out); err != nil {
 		return nil, err
 	}
 	return out, nil

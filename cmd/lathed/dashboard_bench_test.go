@@ -25,12 +25,14 @@ import (
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/seedtest"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/apitest"
 )
 
 // dashboardEndpoints are the reads BenchmarkDashboard100k times, in this
 // order: the floor first (the HTTP round trip, a Redis PING and INFO), then
 // the overview as the API answers it by default (its first 100 waiting
-// jobs) and as the dashboard page polls it every 2 s (scheduler/ui/app.js:
+// jobs) and as the dashboard page polls it every 2 s (scheduler/api/ui/app.js:
 // counts only, no waiting rows), what else the page polls, and a
 // Prometheus scrape. A build from before waiting_limit answers every
 // waiting job to both overview rows. In a path, {running} is a running job's id,
@@ -185,8 +187,7 @@ func countDashboard(b *testing.B, addr string, paths []string, runs []endpointRu
 	b.Cleanup(func() { rdb.Close() })
 	trips := &redistest.Trips{}
 	rdb.AddHook(trips)
-	s := scheduler.New(rdb, jobstore.New(rdb, jobstore.Config{}), scheduler.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	hs := httptest.NewServer(s.Handler())
+	hs := httptest.NewServer(apitest.New(rdb, jobstore.New(rdb, jobstore.Config{}), scheduler.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, api.Config{}).API.Handler())
 	b.Cleanup(hs.Close)
 	c := &http.Client{}
 	for i, p := range paths {

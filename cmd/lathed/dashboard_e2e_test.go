@@ -134,7 +134,7 @@ type pageGPU struct {
 	Label string `json:"label"`
 }
 
-// readPageJS reads the overview's panels (scheduler/ui/app.js renders them).
+// readPageJS reads the overview's panels (scheduler/api/ui/app.js renders them).
 const readPageJS = `
 const txt = (e) => e ? e.textContent : '';
 const out = {marker: window.__latheE2E || 0, timeOrigin: performance.timeOrigin,

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/waitfor"
-	"github.com/redis/go-redis/v9"
 )
 
 // TestRedactURL: a password never survives redactURL, wherever it sits in

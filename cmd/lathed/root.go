@@ -24,6 +24,8 @@ import (
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/internal/redact"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 	"github.com/lathe-ml/lathe/scripts"
 	"github.com/lathe-ml/lathe/worker"
@@ -417,40 +419,53 @@ func (d *wiring) startScheduler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := scheduler.New(d.rdb, d.store, d.schedulerConfig(ctx, listen, tokens, led, followRDB))
+	s := scheduler.New(d.rdb, d.store, d.schedulerConfig(ctx, led))
 	if err := s.Start(ctx); err != nil {
 		return err
 	}
 	d.stops = append(d.stops, s.Stop)
+	a := api.New(s, d.rdb, d.store, d.apiConfig(listen, tokens, led, followRDB))
+	if err := a.Start(ctx); err != nil {
+		return err
+	}
+	d.stops = append(d.stops, a.Stop)
 	go reloadOnHUP(ctx, o.configPath, s, log)
-	log.Info("lathe is up", slog.String("api", "http://"+s.Addr()), slog.String("data_dir", d.dataDir),
+	log.Info("lathe is up", slog.String("api", "http://"+a.Addr()), slog.String("data_dir", d.dataDir),
 		slog.String("redis", redactURL(d.url)))
 	return nil
 }
 
-// schedulerConfig is the scheduler's Config from the config file in force:
-// listen, tokens, the ledger led and the Redis pool for event follows
-// followRDB are made by startScheduler.
-func (d *wiring) schedulerConfig(ctx context.Context, listen string, tokens []scheduler.Token, led *ledger.Ledger, followRDB *redis.Client) scheduler.Config {
+// schedulerConfig is the control plane's Config from the config file in
+// force; the ledger led is opened by startScheduler.
+func (d *wiring) schedulerConfig(ctx context.Context, led *ledger.Ledger) scheduler.Config {
 	fc := d.fc
 	return scheduler.Config{
-		Listen: listen, Tokens: tokens, AllowedRoots: d.roots, DataDeny: pathpolicy.DataDeny(d.dataDir, fc.Worker.CheckpointRoot, filepath.Join(d.dataDir, "scripts"), daemonDeny(fc)),
+		AllowedRoots: d.roots, DataDeny: pathpolicy.DataDeny(d.dataDir, fc.Worker.CheckpointRoot, filepath.Join(d.dataDir, "scripts"), daemonDeny(fc)),
 		KeepFinished: fc.Jobs.KeepFinished, FinishedTTL: fc.Jobs.FinishedTTL.D(),
 		Defaults: fc.daemon.Defaults(d.dataDir), Routing: fc.daemon.Routing, Ledger: led,
 		Trainers: trainerNames(fc.Trainers), KillGrace: fc.Worker.KillGrace.D(), PlaceInterval: fc.Scheduler.PlaceInterval.D(),
 		RepairAfter: fc.Scheduler.RepairAfter.D(), ReapGrace: fc.Scheduler.ReapGrace.D(), LeaderTTL: fc.Scheduler.LeaderTTL.D(),
-		LeaseTTL:    fc.Worker.LeaseTTL.D(),
-		FollowRedis: followRDB, Logger: d.log,
-		ReadHeaderTimeout: fc.Scheduler.HTTPReadHeaderTimeout.D(), ReadTimeout: fc.Scheduler.HTTPReadTimeout.D(),
-		WriteTimeout: fc.Scheduler.HTTPWriteTimeout.D(), IdleTimeout: fc.Scheduler.HTTPIdleTimeout.D(),
-		MaxConns: fc.Scheduler.HTTPMaxConns, MaxConnsPerIP: fc.Scheduler.HTTPMaxConnsPerIP,
+		LeaseTTL: fc.Worker.LeaseTTL.D(), Logger: d.log,
 		Clouds:         cloudReconcilers(ctx, fc.daemon.Routing, firstNonEmpty(fc.Cluster, defaultCluster), d.endpoint, d.log),
 		ReconcileEvery: fc.Scheduler.ReconcileEvery.D(), ReconcileGrace: fc.Scheduler.ReconcileGrace.D(),
-		NoEvictionCheck: d.managed != nil && d.managed.Embedded,
-		Schedules:       fc.schedules,
+		Schedules: fc.schedules,
 		// A test hook, named so: cmd/lathed's sweep schedule test kills the
 		// leader while it holds an expanded sweep.
 		TestHoldScheduledSweep: testHoldScheduledSweep(),
+	}
+}
+
+// apiConfig is the API's Config from the config file in force: listen,
+// tokens, the ledger led and the Redis pool for event follows followRDB
+// are made by startScheduler.
+func (d *wiring) apiConfig(listen string, tokens []plane.Token, led *ledger.Ledger, followRDB *redis.Client) api.Config {
+	fc := d.fc
+	return api.Config{
+		Listen: listen, Tokens: tokens, Defaults: fc.daemon.Defaults(d.dataDir), Ledger: led, FollowRedis: followRDB, Logger: d.log,
+		ReadHeaderTimeout: fc.Scheduler.HTTPReadHeaderTimeout.D(), ReadTimeout: fc.Scheduler.HTTPReadTimeout.D(),
+		WriteTimeout: fc.Scheduler.HTTPWriteTimeout.D(), IdleTimeout: fc.Scheduler.HTTPIdleTimeout.D(),
+		MaxConns: fc.Scheduler.HTTPMaxConns, MaxConnsPerIP: fc.Scheduler.HTTPMaxConnsPerIP,
+		NoEvictionCheck: d.managed != nil && d.managed.Embedded,
 	}
 }
 

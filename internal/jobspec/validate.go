@@ -511,3 +511,14 @@ func bucketProblem(b string) string {
 // ValidResidencyTag reports whether tag is a well-formed residency tag
 // (a lower-case word: `^[a-z][a-z0-9-]{0,31}$`).
 func ValidResidencyTag(tag string) bool { return validResidencyTag(tag) }
+
+// Under is fe named under prefix: "jobs[3]" and "lora.rank" make
+// "jobs[3].lora.rank"; a field-less error takes the prefix as its field.
+func (fe FieldError) Under(prefix string) FieldError {
+	if fe.Field == "" {
+		fe.Field = prefix
+	} else {
+		fe.Field = prefix + "." + fe.Field
+	}
+	return fe
+}

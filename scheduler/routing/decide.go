@@ -162,7 +162,7 @@ func (e *eval) choose(d *Decision, states []candState) int {
 	if j.ValuePerHourUSD > 0 && !math.IsInf(j.ValuePerHourUSD, 0) {
 		return e.chooseByValue(d, states)
 	}
-	within, cloud, leastWait := e.shortlist(d, states)
+	within, cloud, leastWait := shortlist(e.job.MaxWait, d, states)
 	switch {
 	case within >= 0:
 		w := states[within].waitS
@@ -184,17 +184,17 @@ func (e *eval) choose(d *Decision, states []candState) int {
 	case leastWait >= 0:
 		d.Reasons = append(d.Reasons, "waiting: local wait "+fmtWait(states[leastWait].waitS)+" on "+d.Candidates[leastWait].Backend+
 			" exceeds max_wait "+j.MaxWait.String()+", and no cloud backend can take the job")
-		e.cloudRejections(d)
+		cloudRejections(d)
 		return leastWait
 	}
 	return -1
 }
 
 // shortlist returns the feasible candidates choose weighs, -1 for none:
-// the cheapest local one whose wait is within max_wait (any, when max_wait
+// the cheapest local one whose wait is within maxWait (any, when max_wait
 // is not set), the cheapest cloud one, and the local one with the least
 // wait. The first of equals wins.
-func (e *eval) shortlist(d *Decision, states []candState) (within, cloud, leastWait int) {
+func shortlist(maxWait time.Duration, d *Decision, states []candState) (within, cloud, leastWait int) {
 	within, cloud, leastWait = -1, -1, -1
 	for i := range d.Candidates {
 		c, st := &d.Candidates[i], &states[i]
@@ -210,7 +210,7 @@ func (e *eval) shortlist(d *Decision, states []candState) (within, cloud, leastW
 		if leastWait < 0 || st.waitS < states[leastWait].waitS {
 			leastWait = i
 		}
-		if e.job.MaxWait <= 0 || st.waitS <= e.job.MaxWait.Seconds() {
+		if maxWait <= 0 || st.waitS <= maxWait.Seconds() {
 			if within < 0 || rankCost(st) < rankCost(&states[within]) {
 				within = i
 			}
@@ -220,7 +220,7 @@ func (e *eval) shortlist(d *Decision, states []candState) (within, cloud, leastW
 }
 
 // cloudRejections adds why each cloud backend could not take the job.
-func (e *eval) cloudRejections(d *Decision) {
+func cloudRejections(d *Decision) {
 	n := len(d.Reasons)
 	d.Reasons = appendRejections(d.Reasons, d.Candidates, true)
 	if len(d.Reasons) == n {
@@ -318,7 +318,7 @@ func (e *eval) chooseByValue(d *Decision, states []candState) int {
 	d.Reasons = append(d.Reasons, "value: "+d.Candidates[best].Backend+" has the least cost plus waiting time valued at "+usd(vph)+"/h (see trade); residency is never traded")
 	if bestCloud < 0 && d.Candidates[best].Kind == routecfg.KindLocal {
 		if w := states[best].waitS; e.job.MaxWait > 0 && !(w <= e.job.MaxWait.Seconds()) {
-			e.cloudRejections(d) // waiting past max_wait because no cloud could take it
+			cloudRejections(d) // waiting past max_wait because no cloud could take it
 		}
 	}
 	return best

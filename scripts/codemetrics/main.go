@@ -363,13 +363,19 @@ var importRules = []struct {
 	// never the Redis store (internal/jobstore) or the ledger.
 	{"scheduler/policy", []string{"internal/jobspec", "internal/jobtype", "internal/poolstate", "scheduler/placement", "scheduler/routing"}},
 	{"scheduler/sim", []string{"internal/jobspec", "internal/jobtype", "internal/poolstate", "internal/trace", "scheduler/policy", "scheduler/placement", "scheduler/routing"}},
-	// The HTTP API, to be split out of the scheduler (the anchors keep their
-	// HTTP apart from their control loops): it reaches the control plane
-	// through an interface of its own, so it never imports scheduler, and
-	// scheduler never imports it (cmd/lathed wires the two). It may link
-	// asynq, asynqmon and Prometheus, which are not Lathe's.
-	{"scheduler/api", []string{"internal/", "scheduler/policy", "scheduler/routing", "scheduler/cron", "scheduler/ui", "scheduler/sweep"}},
-	{"scheduler", []string{"internal/", "scheduler/placement", "scheduler/routing", "scheduler/sweep", "scheduler/cron", "scheduler/policy"}},
+	// The contract between the HTTP API and the control plane: who asks,
+	// what may be asked, the typed admission errors.
+	{"scheduler/plane", []string{"internal/", "scheduler/policy", "scheduler/routing", "scheduler/cron"}},
+	// The HTTP API (the anchors keep their HTTP apart from their control
+	// loops): it reaches the control plane through plane.Plane, so it
+	// never imports scheduler, and scheduler never imports it (cmd/lathed
+	// wires the two). It may link asynq, asynqmon and Prometheus, which
+	// are not Lathe's.
+	{"scheduler/api", []string{"internal/", "scheduler/plane", "scheduler/policy", "scheduler/routing", "scheduler/cron", "scheduler/sweep"}},
+	// Test support: the real control plane and API wired as cmd/lathed
+	// wires them, for _test files only.
+	{"scheduler/apitest", []string{"internal/", "scheduler", "scheduler/api", "scheduler/plane"}},
+	{"scheduler", []string{"internal/", "scheduler/placement", "scheduler/routing", "scheduler/sweep", "scheduler/cron", "scheduler/policy", "scheduler/plane"}},
 	{"backends/", []string{"internal/", "backends/"}},
 	{"worker", []string{"internal/", "backends/", "scheduler/routing"}},
 	{"scripts", []string{"internal/"}},

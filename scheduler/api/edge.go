@@ -1,4 +1,4 @@
-package scheduler
+package api
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/wire"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 )
 
 // The API's edge (issue #11): what a request must be before a handler
@@ -25,7 +26,7 @@ import (
 // connection without reading the rest of the body.
 
 // guard wraps the API's mux with the checks every request passes first.
-func (s *apiServer) guard(h http.Handler) http.Handler {
+func (s *Server) guard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Open mode serves loopback only; a page whose own name resolves to
 		// 127.0.0.1 (DNS rebinding) still sends its name as Host.
@@ -130,7 +131,7 @@ func closesConn(status int) bool {
 // otherwise cancel the request's context), and the returned writer moves
 // the write deadline WriteTimeout past each write, so it bounds one stalled
 // write rather than the whole response.
-func (s *apiServer) longResponse(w http.ResponseWriter) *deadlineWriter {
+func (s *Server) longResponse(w http.ResponseWriter) *deadlineWriter {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
 	return &deadlineWriter{w: w, rc: rc, d: s.cfg.WriteTimeout}
@@ -160,17 +161,17 @@ var _ io.Writer = (*deadlineWriter)(nil)
 
 // mayRead reports whether p may read job (its spec, events, artifacts, GPU
 // series): an admin or an all-teams token any job, others their team's.
-func mayRead(p principal, job *jobtype.Job) bool { return mayReadTeam(p, job.Team) }
+func mayRead(p plane.Principal, job *jobtype.Job) bool { return mayReadTeam(p, job.Team) }
 
 // mayReadTeam reports whether p may read a job of team.
-func mayReadTeam(p principal, team string) bool {
-	return p.Role == RoleAdmin || p.AllTeams || team == p.Team
+func mayReadTeam(p plane.Principal, team string) bool {
+	return p.Role == plane.RoleAdmin || p.AllTeams || team == p.Team
 }
 
 // idemScope prefixes an Idempotency-Key with whose it is: the token and
 // its team, so a key never answers with another token's job, nor with a
 // job of the token's former team after its team was changed in the config.
-func idemScope(p principal) string { return p.Team + "/" + p.Name + ":" }
+func idemScope(p plane.Principal) string { return p.Team + "/" + p.Name + ":" }
 
 // notFound is the answer for a job that does not exist, and for one the
 // token may not read: the same words, so the answer does not tell them
@@ -182,7 +183,7 @@ func notFound(id string) error {
 // readJob gets job id for a read by the request's principal; it answers
 // (404 for another team's job, as for none) and returns false when the
 // request may not have it.
-func (s *apiServer) readJob(ctx context.Context, w http.ResponseWriter, r *http.Request, id string) (*jobtype.Job, bool) {
+func (s *Server) readJob(ctx context.Context, w http.ResponseWriter, r *http.Request, id string) (*jobtype.Job, bool) {
 	job, err := s.store.Get(ctx, id)
 	if err != nil {
 		s.fail(w, r, err)

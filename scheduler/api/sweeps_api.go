@@ -1,4 +1,4 @@
-package scheduler
+package api
 
 import (
 	"context"
@@ -14,14 +14,14 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/sweepspec"
 	"github.com/lathe-ml/lathe/internal/wire"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 	"github.com/lathe-ml/lathe/scheduler/policy"
-	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 	"github.com/lathe-ml/lathe/scheduler/sweep"
 )
 
 // maySeeSweep reports whether p may read sweep sw (its team's, as jobs).
-func maySeeSweep(p principal, sw *jobtype.Sweep) bool {
-	return p.Role == RoleAdmin || p.AllTeams || sw.Team == p.Team
+func maySeeSweep(p plane.Principal, sw *jobtype.Sweep) bool {
+	return p.Role == plane.RoleAdmin || p.AllTeams || sw.Team == p.Team
 }
 
 // sweepFor reads the sweep of the request's {id} that p may read, or
@@ -70,7 +70,7 @@ func (s sweepAPI) sweepStatus(ctx context.Context, sw *jobtype.Sweep) (wire.Swee
 	if err != nil {
 		return wire.SweepStatus{}, err
 	}
-	rs := s.plane.routing()
+	rs := s.plane.Routing()
 	sw.Counts = map[jobtype.State]int{}
 	byID := make(map[string]*jobtype.Job, len(jobs))
 	trials := make([]sweep.Trial, 0, len(jobs))
@@ -109,36 +109,13 @@ func rankView(j *jobtype.Job, metric string) sweep.Trial {
 
 // trialRow is one leaderboard row.
 func trialRow(rs *policy.RouteState, j *jobtype.Job, t sweep.Trial) wire.TrialRow {
-	usd, gpuh := jobUsage(rs.Config, j)
+	usd, gpuh := policy.JobUsage(rs.Config, j)
 	row := wire.TrialRow{ID: j.ID, Index: j.Trial.Index, Params: j.Trial.Params, State: j.State, Reason: j.Reason,
 		Gate: j.Trial.Gate, Rung: j.Trial.Rung, GPUHours: gpuh, CostUSD: usd, Started: j.StartedAt, Finished: j.FinishedAt}
 	if v, ok := sweep.Objective(t.History); ok {
 		row.Objective, row.Step = &v, t.History[len(t.History)-1].Step
 	}
 	return row
-}
-
-// jobUsage is a job's cost and GPU-hours so far: what cloud attempts
-// added to its record, plus a local attempt's GPU-hours (started to
-// finished, or to now while it runs, × its GPUs) × its backend's price.
-func jobUsage(cfg routecfg.Config, j *jobtype.Job) (usd, gpuHours float64) {
-	usd = j.CostUSD
-	if j.StartedAt == nil || j.Route == nil {
-		return usd, 0
-	}
-	end := j.UpdatedAt
-	if j.FinishedAt != nil {
-		end = *j.FinishedAt
-	}
-	h := end.Sub(*j.StartedAt).Hours()
-	if h < 0 {
-		h = 0
-	}
-	gpuHours = h * float64(j.Spec.Resources.GPUs)
-	if b, ok := cfg.Backend(j.Route.Backend); ok && b.Kind == routecfg.KindLocal {
-		usd += gpuHours * b.USDPerGPUHour()
-	}
-	return usd, gpuHours
 }
 
 // listSweeps is GET /api/v1/sweeps: the sweeps the token may read, newest
@@ -178,7 +155,7 @@ func (s sweepAPI) cancelSweep(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if p := principalOf(r); !(p.Role == RoleAdmin || (p.Role == RoleSubmitter && sw.Team == p.Team)) {
+	if p := principalOf(r); !(p.Role == plane.RoleAdmin || (p.Role == plane.RoleSubmitter && sw.Team == p.Team)) {
 		writeJSON(w, http.StatusForbidden, wire.Error{Error: "sweep " + sw.ID + " belongs to another team", Code: "forbidden"})
 		return
 	}
@@ -192,7 +169,7 @@ func (s sweepAPI) cancelSweep(w http.ResponseWriter, r *http.Request) {
 
 // listSweepTrials is GET /api/v1/jobs?sweep=ID: the sweep's trials in
 // index order from cursor (a trial id), limit at a time.
-func (s sweepAPI) listSweepTrials(ctx context.Context, p principal, sweepID, cursor string, st jobtype.State, limit int) ([]*jobtype.Job, string, error) {
+func (s sweepAPI) listSweepTrials(ctx context.Context, p plane.Principal, sweepID, cursor string, st jobtype.State, limit int) ([]*jobtype.Job, string, error) {
 	sw, err := s.store.GetSweep(ctx, sweepID)
 	if err != nil || !maySeeSweep(p, sw) {
 		return []*jobtype.Job{}, "", nil
@@ -258,15 +235,15 @@ func (s sweepAPI) submitSweep(w http.ResponseWriter, r *http.Request) {
 	// under the race detector).
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RedisTimeout+time.Duration(sp.Search.Trials)*2*time.Millisecond)
 	defer cancel()
-	req := sweepRequest{spec: sp, id: jobstore.NewSweepID(time.Now()), p: p}
+	req := plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()), Who: p}
 	if key != "" {
-		req.idem = idemScope(p) + key
+		req.Idem = idemScope(p) + key
 	}
 	if dry {
 		s.dryRunSweep(ctx, w, r, req)
 		return
 	}
-	sw, existed, err := s.plane.admitSweep(ctx, req)
+	sw, existed, err := s.plane.SubmitSweep(ctx, req)
 	if err != nil {
 		s.sweepError(w, r, err)
 		return
@@ -287,13 +264,13 @@ func (s sweepAPI) submitSweep(w http.ResponseWriter, r *http.Request) {
 }
 
 // dryRunSweep answers the trials a sweep would make and their routes.
-func (s sweepAPI) dryRunSweep(ctx context.Context, w http.ResponseWriter, r *http.Request, req sweepRequest) {
-	ns, _, err := s.plane.planSweep(ctx, req, true)
+func (s sweepAPI) dryRunSweep(ctx context.Context, w http.ResponseWriter, r *http.Request, req plane.SweepRequest) {
+	ns, err := s.plane.PlanSweep(ctx, req)
 	if err != nil {
 		s.sweepError(w, r, err)
 		return
 	}
-	out := wire.SweepDryRun{DryRun: true, Search: req.spec.Search.Kind, Trials: make([]wire.DryRunTrial, len(ns.Trials))}
+	out := wire.SweepDryRun{DryRun: true, Search: req.Spec.Search.Kind, Trials: make([]wire.DryRunTrial, len(ns.Trials))}
 	for i, t := range ns.Trials {
 		out.Trials[i] = wire.DryRunTrial{Index: i, Params: t.Params, Route: t.Job.Route}
 	}
@@ -304,13 +281,13 @@ func (s sweepAPI) dryRunSweep(ctx context.Context, w http.ResponseWriter, r *htt
 // the refusals, else as fail does.
 func (s sweepAPI) sweepError(w http.ResponseWriter, r *http.Request, err error) {
 	var ve *jobspec.ValidationError
-	var ie *sweepInvalidError
-	var re *RefusedError
+	var ie *plane.InvalidError
+	var re *plane.RefusedError
 	switch {
 	case errors.As(err, &ve):
 		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid sweep spec", Code: "invalid", Fields: ve.Errors})
 	case errors.As(err, &ie):
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid sweep: some trials are not valid jobs here; nothing was stored", Code: "invalid", Fields: ie.fields})
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid sweep: some trials are not valid jobs here; nothing was stored", Code: "invalid", Fields: ie.Fields})
 	case errors.As(err, &re):
 		writeJSON(w, http.StatusUnprocessableEntity, wire.BatchRefusal{Error: "no backend may run some trials of the sweep; nothing was stored",
 			Code: wire.CodeRefused, Reasons: re.Reasons})

@@ -1,10 +1,16 @@
 package scheduler
 
+// The leader's upkeep duties: the reaper (attempts whose worker is gone),
+// repair (dispatched attempts whose asynq task is missing) and the pruner
+// (finished jobs past the retention).
+
 import (
 	"context"
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/hibiken/asynq"
 
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
@@ -148,4 +154,142 @@ func nodeDeadSince(nodes []jobstore.NodeStatus, node string, errAt time.Time) bo
 		}
 	}
 	return othersFresh && !thisFresh
+}
+
+// repairer is the leader's duty that enqueues again dispatched attempts
+// whose task is missing.
+type repairer struct {
+	store       *jobstore.Store
+	log         *slog.Logger
+	tasks       taskInspector
+	queue       *enqueuer
+	repairAfter time.Duration
+}
+
+// repairerParams is what a repairer is built from.
+type repairerParams struct {
+	Store       *jobstore.Store
+	Log         *slog.Logger
+	Tasks       taskInspector // asynq's view of the tasks (an *asynq.Inspector)
+	Queue       *enqueuer     // enqueues an attempt again
+	RepairAfter time.Duration // Config.RepairAfter
+}
+
+// taskInspector is what repair needs of asynq's Inspector.
+type taskInspector interface {
+	GetTaskInfo(queue, id string) (*asynq.TaskInfo, error)
+	DeleteTask(queue, id string) error
+}
+
+var _ taskInspector = (*asynq.Inspector)(nil)
+
+func newRepairer(p repairerParams) *repairer {
+	return &repairer{store: p.Store, log: p.Log, tasks: p.Tasks, queue: p.Queue, repairAfter: p.RepairAfter}
+}
+
+// run finds dispatched attempts whose asynq task is missing (a crash
+// between the dispatch script and the enqueue, or a task deleted by hand)
+// and enqueues them again. The task id makes a double enqueue harmless, and
+// the worker's claim makes a double delivery harmless.
+func (d *repairer) run(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ids, err := d.store.IDsInState(ctx, jobtype.StateDispatched, 1000)
+	if err != nil {
+		return
+	}
+	jobs, err := d.store.GetMany(ctx, ids)
+	if err != nil {
+		return
+	}
+	nodes, err := d.store.Nodes(ctx)
+	if err != nil {
+		return
+	}
+	live := map[string]bool{}
+	for _, n := range nodes {
+		live[n.Name] = true
+	}
+	for _, j := range jobs {
+		if j.State != jobtype.StateDispatched || time.Since(j.UpdatedAt) < d.repairAfter {
+			continue
+		}
+		if !live[j.Node] && !jobtype.IsCloudNode(j.Node) {
+			// Its node died before claiming it (heartbeat expired): no one
+			// will take the task; the attempt goes back to the queue and is
+			// placed again. A worker that comes back finds its claim stale.
+			d.log.Warn("repair: dispatched to a node that is gone; requeueing", slog.String("job_id", j.ID),
+				slog.Int("attempt", j.Attempt), slog.String("node", j.Node))
+			if err := d.store.Requeue(ctx, j.ID, j.Attempt, "node lost", "node "+j.Node+" stopped heartbeating before the attempt started"); err != nil {
+				d.log.Warn("repair: requeue", slog.String("job_id", j.ID), slog.Any("err", err))
+			}
+			continue
+		}
+		q, tid := jobtype.NodeQueue(j.Node), jobtype.TaskID(j.ID, j.Attempt)
+		info, err := d.tasks.GetTaskInfo(q, tid)
+		switch {
+		case err == nil && (info.State == asynq.TaskStatePending || info.State == asynq.TaskStateActive || info.State == asynq.TaskStateScheduled):
+			continue
+		case err == nil:
+			// Archived or completed while the job is still dispatched: the
+			// handler never claimed it. Remove and enqueue again.
+			_ = d.tasks.DeleteTask(q, tid)
+		case !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound):
+			continue
+		}
+		if cur, err := d.store.Get(ctx, j.ID); err != nil || cur.State != jobtype.StateDispatched || cur.Attempt != j.Attempt {
+			continue
+		}
+		d.log.Warn("repair: dispatched attempt had no task; enqueueing again", slog.String("job_id", j.ID), slog.Int("attempt", j.Attempt))
+		d.queue.enqueue(ctx, j.ID, j.Attempt, j.Node, j.Spec.MaxRuntime.D())
+	}
+}
+
+// pruneEvery is how often the leader applies the retention of finished jobs.
+const pruneEvery = time.Minute
+
+// pruner is the leader's duty that applies the retention of finished jobs.
+type pruner struct {
+	store        *jobstore.Store
+	log          *slog.Logger
+	keepFinished int
+	finishedTTL  time.Duration
+}
+
+// prunerParams is what a pruner is built from.
+type prunerParams struct {
+	Store        *jobstore.Store
+	Log          *slog.Logger
+	KeepFinished int           // Config.KeepFinished (negative: no cap)
+	FinishedTTL  time.Duration // Config.FinishedTTL (negative: no age limit)
+}
+
+func newPruner(p prunerParams) *pruner {
+	return &pruner{store: p.Store, log: p.Log, keepFinished: p.KeepFinished, finishedTTL: p.FinishedTTL}
+}
+
+// run applies the retention of finished jobs (KeepFinished,
+// FinishedTTL), at most 1000 deletions a pass, so Redis stays small under
+// noeviction.
+func (d *pruner) run(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	keep := d.keepFinished
+	if keep < 0 {
+		keep = 0 // PruneFinished: 0 = no cap
+	}
+	var before time.Time
+	if d.finishedTTL > 0 {
+		before = time.Now().Add(-d.finishedTTL)
+	}
+	if keep == 0 && before.IsZero() {
+		return
+	}
+	n, err := d.store.PruneFinished(ctx, keep, before, 1000)
+	if err != nil {
+		d.log.Warn("retention: prune finished jobs", slog.Any("err", err))
+	}
+	if n > 0 {
+		d.log.Info("retention: deleted finished jobs", slog.Int("deleted", n), slog.Int("keep_finished", d.keepFinished))
+	}
 }

@@ -1,4 +1,4 @@
-package scheduler
+package api
 
 import (
 	"encoding/base64"
@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lathe-ml/lathe/internal/wire"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 )
 
 // asynqmon (issue #14): asynq's own web UI and its JSON API, mounted at
@@ -51,7 +52,7 @@ func (s opsView) monitoring() http.Handler {
 	// Only an admin reaches the asynqmon that writes, whatever the method.
 	serve := func(w http.ResponseWriter, r *http.Request) {
 		p := principalOf(r)
-		if p.Role != RoleAdmin {
+		if p.Role != plane.RoleAdmin {
 			view.ServeHTTP(w, r)
 			return
 		}
@@ -62,7 +63,7 @@ func (s opsView) monitoring() http.Handler {
 		}
 		full.ServeHTTP(w, r)
 	}
-	read, write := s.withAuth(RoleViewer, serve), s.withAuth(RoleAdmin, serve)
+	read, write := s.withAuth(plane.RoleViewer, serve), s.withAuth(plane.RoleAdmin, serve)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r = basicAsBearer(r)
 		if _, ok := s.authenticate(r); !ok {

@@ -1,4 +1,4 @@
-package scheduler
+package api
 
 import (
 	"bytes"
@@ -8,118 +8,101 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
-	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/internal/wire"
-	"github.com/lathe-ml/lathe/scheduler/cron"
-	"github.com/lathe-ml/lathe/scheduler/policy"
-	"github.com/lathe-ml/lathe/scheduler/routing"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 )
 
-// apiServer serves the HTTP API: routes, auth, the edge guards, the
+// Server serves the HTTP API: routes, auth, the edge guards, the
 // handlers, follow streams, artifacts, the dashboard, /metrics and the
 // asynqmon mount. It reads jobs through the store and writes only through
-// the control plane (controlPlane): every admission, cancel and retry.
-type apiServer struct {
-	plane     controlPlane
+// the control plane (plane.Plane): every admission, cancel and retry.
+type Server struct {
+	plane     plane.Plane
 	cfg       Config
 	store     *jobstore.Store
 	follow    *jobstore.Store // store over Config.FollowRedis
 	rdb       redis.UniversalClient
 	insp      *asynq.Inspector // asynq's queue counts (the ops view)
 	log       *slog.Logger
-	metrics   *metrics
-	tokenSums [][32]byte // sha256 of each token's secret, for constant-time comparison
+	reg       *prometheus.Registry // the API's own collectors (the store's figures)
+	tokenSums [][32]byte           // sha256 of each token's secret, for constant-time comparison
+
+	mu      sync.Mutex
+	httpSrv *http.Server
+	ln      net.Listener
 }
 
 // The API's handlers are grouped by what they serve, each group a view
-// of the one apiServer: the ops view (overview, queues, GPUs, nodes,
+// of the one Server: the ops view (overview, queues, GPUs, nodes,
 // budgets, schedules, decisions, the dashboard, /metrics, asynqmon), the
 // sweeps, and the audit (explain, the ledger). The jobs' own handlers are
-// apiServer's.
+// Server's.
 type (
-	opsView  struct{ *apiServer }
-	sweepAPI struct{ *apiServer }
-	auditAPI struct{ *apiServer }
+	opsView  struct{ *Server }
+	sweepAPI struct{ *Server }
+	auditAPI struct{ *Server }
 )
 
-// controlPlane is what the API asks of the control plane (Scheduler):
-// admission (one path for every way a job enters: admit.go), cancel,
-// retry, the routing config and schedules in force, and its own health.
-type controlPlane interface {
-	admissible(spec *jobspec.Spec) []jobspec.FieldError
-	plan(ctx context.Context, a admitting, dry bool) (planned, error)
-	admitJobs(ctx context.Context, a admitting) ([]jobstore.Created, error)
-	planSweep(ctx context.Context, req sweepRequest, dry bool) (jobstore.NewSweep, []routing.Decision, error)
-	admitSweep(ctx context.Context, req sweepRequest) (*jobtype.Sweep, bool, error)
-	Explain(ctx context.Context, p principal, spec *jobspec.Spec, as Assumptions) (routing.Decision, string, error)
-	Cancel(ctx context.Context, id string) (*jobtype.Job, error)
-	CancelSweep(ctx context.Context, id string) (*jobtype.Sweep, int, error)
-	Retry(ctx context.Context, id string) (*jobtype.Job, error)
-	Wake()
-	IsLeader() bool
-	ReconcileStats() ReconcileStats
-	routing() *policy.RouteState
-	schedules() []cron.Schedule
-	sawRedis(err error)
-	checkEviction(ctx context.Context) error
-}
-
-// newAPI is the API of control plane s.
-func newAPI(s *Scheduler) *apiServer {
-	a := &apiServer{plane: s, cfg: s.cfg, store: s.store, follow: s.follow, rdb: s.rdb, insp: s.insp, log: s.log, metrics: s.metrics}
-	for _, t := range s.cfg.Tokens {
-		a.tokenSums = append(a.tokenSums, sha256.Sum256([]byte(t.Secret)))
+// New is the API of control plane p over store (on rdb); Start serves it
+// on cfg.Listen, Handler serves it elsewhere (tests, embedding).
+func New(p plane.Plane, rdb redis.UniversalClient, store *jobstore.Store, cfg Config) *Server {
+	cfg = cfg.withDefaults()
+	s := &Server{plane: p, cfg: cfg, store: store, follow: store, rdb: rdb, insp: asynq.NewInspectorFromRedisClient(rdb),
+		log: cfg.Logger.With(slog.String("component", "api")), reg: prometheus.NewRegistry()}
+	if cfg.FollowRedis != nil {
+		s.follow = store.WithClient(cfg.FollowRedis)
 	}
-	a.metrics.reg.MustRegister(&storeCollector{s: opsView{a}})
-	return a
+	for _, t := range cfg.Tokens {
+		s.tokenSums = append(s.tokenSums, sha256.Sum256([]byte(t.Secret)))
+	}
+	s.reg.MustRegister(&storeCollector{s: opsView{s}})
+	return s
 }
 
-func (s *apiServer) routes() http.Handler {
+func (s *Server) routes() http.Handler {
 	ops, sweeps, aud := opsView{s}, sweepAPI{s}, auditAPI{s}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /api/v1/jobs", s.withAuth(RoleSubmitter, s.submit))
-	mux.HandleFunc("POST /api/v1/jobs/batch", s.withAuth(RoleSubmitter, s.submitBatch))
-	mux.HandleFunc("POST /api/v1/route", s.withAuth(RoleViewer, aud.explain))
-	mux.HandleFunc("GET /api/v1/audit", s.withAuth(RoleAdmin, aud.audit))
-	mux.HandleFunc("GET /api/v1/audit/verify", s.withAuth(RoleAdmin, aud.auditVerify))
-	mux.HandleFunc("GET /api/v1/audit/export", s.withAuth(RoleAdmin, aud.auditExport))
+	mux.HandleFunc("POST /api/v1/jobs", s.withAuth(plane.RoleSubmitter, s.submit))
+	mux.HandleFunc("POST /api/v1/jobs/batch", s.withAuth(plane.RoleSubmitter, s.submitBatch))
+	mux.HandleFunc("POST /api/v1/route", s.withAuth(plane.RoleViewer, aud.explain))
+	mux.HandleFunc("GET /api/v1/audit", s.withAuth(plane.RoleAdmin, aud.audit))
+	mux.HandleFunc("GET /api/v1/audit/verify", s.withAuth(plane.RoleAdmin, aud.auditVerify))
+	mux.HandleFunc("GET /api/v1/audit/export", s.withAuth(plane.RoleAdmin, aud.auditExport))
 	mux.HandleFunc("GET /api/v1/decisions", s.readAPI(ops.decisions))
 	mux.HandleFunc("GET /api/v1/jobs", s.readAPI(s.list))
 	mux.HandleFunc("GET /api/v1/jobs/{id}", s.readAPI(s.get))
-	mux.HandleFunc("POST /api/v1/jobs/{id}/cancel", s.withAuth(RoleSubmitter, s.cancelJob))
-	mux.HandleFunc("POST /api/v1/jobs/{id}/retry", s.withAuth(RoleSubmitter, s.retryJob))
-	mux.HandleFunc("GET /api/v1/jobs/{id}/events", s.readAPI(s.events))
-	mux.HandleFunc("GET /api/v1/jobs/{id}/artifacts/{name}", s.withAuth(RoleViewer, s.artifact))
+	mux.HandleFunc("POST /api/v1/jobs/{id}/cancel", s.withAuth(plane.RoleSubmitter, s.cancelJob))
+	mux.HandleFunc("POST /api/v1/jobs/{id}/retry", s.withAuth(plane.RoleSubmitter, s.retryJob))
+	mux.HandleFunc("GET /api/v1/jobs/{id}/events", s.readAPI(streams{s}.events))
+	mux.HandleFunc("GET /api/v1/jobs/{id}/artifacts/{name}", s.withAuth(plane.RoleViewer, streams{s}.artifact))
 	mux.HandleFunc("GET /api/v1/jobs/{id}/gpu", s.readAPI(ops.gpuSeries))
-	mux.HandleFunc("GET /api/v1/queues", s.withAuth(RoleViewer, ops.queues))
-	mux.HandleFunc("GET /api/v1/gpus", s.withAuth(RoleViewer, ops.listGPUs))
-	mux.HandleFunc("GET /api/v1/nodes", s.withAuth(RoleViewer, ops.listNodes))
-	mux.HandleFunc("GET /api/v1/budgets", s.withAuth(RoleViewer, ops.budgets))
+	mux.HandleFunc("GET /api/v1/queues", s.withAuth(plane.RoleViewer, ops.queues))
+	mux.HandleFunc("GET /api/v1/gpus", s.withAuth(plane.RoleViewer, ops.listGPUs))
+	mux.HandleFunc("GET /api/v1/nodes", s.withAuth(plane.RoleViewer, ops.listNodes))
+	mux.HandleFunc("GET /api/v1/budgets", s.withAuth(plane.RoleViewer, ops.budgets))
 	mux.HandleFunc("GET /api/v1/overview", s.readAPI(ops.overview))
-	mux.HandleFunc("POST /api/v1/sweeps", s.withAuth(RoleSubmitter, sweeps.submitSweep))
+	mux.HandleFunc("POST /api/v1/sweeps", s.withAuth(plane.RoleSubmitter, sweeps.submitSweep))
 	mux.HandleFunc("GET /api/v1/sweeps", s.readAPI(sweeps.listSweeps))
 	mux.HandleFunc("GET /api/v1/sweeps/{id}", s.readAPI(sweeps.getSweep))
-	mux.HandleFunc("POST /api/v1/sweeps/{id}/cancel", s.withAuth(RoleSubmitter, sweeps.cancelSweep))
-	mux.HandleFunc("GET /api/v1/schedules", s.withAuth(RoleViewer, ops.listSchedules))
-	mux.HandleFunc("GET /metrics", s.withAuth(RoleViewer, ops.metricsHandler()))
+	mux.HandleFunc("POST /api/v1/sweeps/{id}/cancel", s.withAuth(plane.RoleSubmitter, sweeps.cancelSweep))
+	mux.HandleFunc("GET /api/v1/schedules", s.withAuth(plane.RoleViewer, ops.listSchedules))
+	mux.HandleFunc("GET /metrics", s.withAuth(plane.RoleViewer, ops.metricsHandler()))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	// The dashboard (dashboard.go): not a bare "GET /", which would clash with monitoringRoot.
 	mux.HandleFunc("GET /{$}", ops.dashboardPage())
@@ -143,7 +126,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // fail translates a store error into its HTTP answer. The answer says
 // what a user needs ("job j-1 not found"); the packages' wrapping
 // ("jobstore: get j-1: …") goes to the log only.
-func (s *apiServer) fail(w http.ResponseWriter, r *http.Request, err error) {
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var ce *jobstore.ConflictError
 	switch {
 	case errors.Is(err, jobstore.ErrNotFound):
@@ -151,11 +134,11 @@ func (s *apiServer) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeJSON(w, http.StatusNotFound, wire.Error{Error: notFoundText(r), Code: "not_found"})
 	case errors.As(err, &ce):
 		writeJSON(w, http.StatusConflict, wire.Error{Error: ce.Error(), Code: "conflict", State: ce.State})
-	case redisDown(err):
-		s.plane.sawRedis(err)
+	case jobstore.Unreachable(err):
+		s.plane.SawRedis(err)
 		s.log.Debug("api: Redis unreachable", slog.String("path", r.URL.Path), slog.Any("err", err))
 		writeJSON(w, http.StatusServiceUnavailable, wire.Error{Error: "Redis is unreachable: " + rootCause(err), Code: "unavailable"})
-	case strings.Contains(err.Error(), "OOM command not allowed"):
+	case jobstore.OutOfMemory(err):
 		writeJSON(w, http.StatusServiceUnavailable, wire.Error{Error: "Redis is out of memory (maxmemory reached under noeviction; see docs/operations.md on retention): " + rootCause(err), Code: "unavailable"})
 	default:
 		s.log.Error("api", slog.String("path", r.URL.Path), slog.Any("err", err))
@@ -202,28 +185,14 @@ func rootCause(err error) string {
 	}
 }
 
-// redisDown reports whether err means Redis could not be reached in time.
-func redisDown(err error) bool {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		// A file's error (a schedule's job file that is gone): not Redis,
-		// though *fs.PathError has the method set of a net.Error.
-		return false
-	}
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, io.EOF) || errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
-		strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "LOADING")
-}
-
-func (s *apiServer) rctx(r *http.Request) (context.Context, context.CancelFunc) {
+func (s *Server) rctx(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), s.cfg.RedisTimeout)
 }
 
 // readSpec reads the request body as a job spec (strict parse) and
 // normalises it with the deployment's defaults; on a bad body it answers
 // (413, or 400 with every bad field) and returns false.
-func (s *apiServer) readSpec(w http.ResponseWriter, r *http.Request) (*jobspec.Spec, bool) {
+func (s *Server) readSpec(w http.ResponseWriter, r *http.Request) (*jobspec.Spec, bool) {
 	body, ok := s.readBody(w, r, s.cfg.MaxBodyBytes)
 	if !ok {
 		return nil, false
@@ -244,7 +213,7 @@ func (s *apiServer) readSpec(w http.ResponseWriter, r *http.Request) (*jobspec.S
 
 // readBody reads a request's body of at most limit bytes; otherwise it
 // answers (413, or 400) and returns false.
-func (s *apiServer) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -258,12 +227,12 @@ func (s *apiServer) readBody(w http.ResponseWriter, r *http.Request, limit int64
 	return body, true
 }
 
-func (s *apiServer) submit(w http.ResponseWriter, r *http.Request) {
+func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 	spec, ok := s.readSpec(w, r)
 	if !ok {
 		return
 	}
-	if fe := s.plane.admissible(spec); len(fe) > 0 {
+	if fe := s.plane.Admissible(spec); len(fe) > 0 {
 		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "job cannot run on this deployment", Code: "invalid", Fields: fe})
 		return
 	}
@@ -278,18 +247,17 @@ func (s *apiServer) submit(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	p := principalOf(r)
-	a := admitting{p: p, path: "submit", what: "this job", recordRefusals: true,
-		jobs: []jobstore.NewJob{{Spec: spec, IdempotencyKey: idemKey(p, key, -1)}}}
+	a := plane.Admission{Who: p, Jobs: []jobstore.NewJob{{Spec: spec, IdempotencyKey: idemKey(p, key, -1)}}}
 	if dry {
-		pl, err := s.plane.plan(ctx, a, true)
+		planned, err := s.plane.Plan(ctx, a)
 		if err != nil {
 			s.admitError(w, r, err, key, false)
 			return
 		}
-		writeJSON(w, http.StatusOK, wire.DryRun{DryRun: true, Spec: spec, Route: pl.jobs[0].Route})
+		writeJSON(w, http.StatusOK, wire.DryRun{DryRun: true, Spec: spec, Route: planned[0].Route})
 		return
 	}
-	created, err := s.plane.admitJobs(ctx, a)
+	created, err := s.plane.Submit(ctx, a)
 	if err != nil {
 		s.admitError(w, r, err, key, false)
 		return
@@ -317,8 +285,8 @@ func idemHeader(w http.ResponseWriter, r *http.Request) (string, bool) {
 // admitError answers an admission's error: 422 with the refusal (a
 // one-job refusal with its decision), 409 for an idempotency conflict,
 // else as fail does.
-func (s *apiServer) admitError(w http.ResponseWriter, r *http.Request, err error, key string, batch bool) {
-	var re *RefusedError
+func (s *Server) admitError(w http.ResponseWriter, r *http.Request, err error, key string, batch bool) {
+	var re *plane.RefusedError
 	switch {
 	case errors.As(err, &re) && re.Decision != nil:
 		writeJSON(w, http.StatusUnprocessableEntity, refusal(*re.Decision))
@@ -336,7 +304,7 @@ func (s *apiServer) admitError(w http.ResponseWriter, r *http.Request, err error
 // "jobs[i].field") and nothing is stored. An Idempotency-Key applies to each
 // job as item i of batch KEY (idemKey), so the same request sent again
 // returns the same jobs, and one with another spec under the key is a 409.
-func (s *apiServer) submitBatch(w http.ResponseWriter, r *http.Request) {
+func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request) {
 	req, ok := s.readBatch(w, r)
 	if !ok {
 		return
@@ -365,7 +333,7 @@ func (s *apiServer) submitBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.rctx(r)
 	defer cancel()
-	created, err := s.plane.admitJobs(ctx, admitting{p: p, path: "submit", label: "jobs[%d]", what: "jobs of the batch", recordRefusals: true, jobs: njs})
+	created, err := s.plane.Submit(ctx, plane.Admission{Who: p, Jobs: njs, Batch: true})
 	if err != nil {
 		s.admitError(w, r, err, key, true)
 		return
@@ -383,7 +351,7 @@ func (s *apiServer) submitBatch(w http.ResponseWriter, r *http.Request) {
 // readBatch reads the body of a batch submit (at most 16 times a single
 // submit's limit) as a wire.BatchRequest of 1 to jobstore.MaxCreateBatch
 // specs; otherwise it answers (413, or 400) and returns false.
-func (s *apiServer) readBatch(w http.ResponseWriter, r *http.Request) (wire.BatchRequest, bool) {
+func (s *Server) readBatch(w http.ResponseWriter, r *http.Request) (wire.BatchRequest, bool) {
 	limit := s.cfg.MaxBodyBytes * 16
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
@@ -413,7 +381,7 @@ func (s *apiServer) readBatch(w http.ResponseWriter, r *http.Request) (wire.Batc
 // batchJobs parses and normalises every spec of req into the job to store
 // (item i under the Idempotency-Key key); every bad field of every spec is
 // returned, named "jobs[i].field".
-func (s *apiServer) batchJobs(p principal, key string, req wire.BatchRequest) ([]jobstore.NewJob, []jobspec.FieldError) {
+func (s *Server) batchJobs(p plane.Principal, key string, req wire.BatchRequest) ([]jobstore.NewJob, []jobspec.FieldError) {
 	var fields []jobspec.FieldError
 	njs := make([]jobstore.NewJob, 0, len(req.Jobs))
 	for i, raw := range req.Jobs {
@@ -426,13 +394,13 @@ func (s *apiServer) batchJobs(p principal, key string, req wire.BatchRequest) ([
 				continue
 			}
 			for _, fe := range ve.Errors {
-				fields = append(fields, prefixField(prefix, fe))
+				fields = append(fields, fe.Under(prefix))
 			}
 			continue
 		}
 		spec.Normalize(s.cfg.Defaults)
-		for _, fe := range s.plane.admissible(spec) {
-			fields = append(fields, prefixField(prefix, fe))
+		for _, fe := range s.plane.Admissible(spec) {
+			fields = append(fields, fe.Under(prefix))
 		}
 		njs = append(njs, jobstore.NewJob{Spec: spec, IdempotencyKey: idemKey(p, key, i)})
 	}
@@ -457,7 +425,7 @@ func batchResponse(created []jobstore.Created) wire.BatchResponse {
 // (TEAM/TOKEN/batch:KEY#i); teams and token names hold no ':' or '/',
 // so that a single submit's "K#0" is never job 0 of batch "K". The store
 // also keeps a fingerprint of the spec and the team with it.
-func idemKey(p principal, key string, item int) string {
+func idemKey(p plane.Principal, key string, item int) string {
 	switch {
 	case key == "":
 		return ""
@@ -487,39 +455,9 @@ func idemConflict(w http.ResponseWriter, err error, key string, batch bool) bool
 	return true
 }
 
-func prefixField(prefix string, fe jobspec.FieldError) jobspec.FieldError {
-	if fe.Field == "" {
-		fe.Field = prefix
-	} else {
-		fe.Field = prefix + "." + fe.Field
-	}
-	return fe
-}
-
-// admissible checks what this deployment can run, beyond the spec's own
-// validity: known trainer, and the parts not built yet said plainly.
-func (s *Scheduler) admissible(spec *jobspec.Spec) []jobspec.FieldError {
-	var fe []jobspec.FieldError
-	if !slices.Contains(s.cfg.Trainers, spec.Trainer) {
-		fe = append(fe, jobspec.FieldError{Field: "trainer", Value: spec.Trainer, Message: fmt.Sprintf("not a trainer of this deployment (have %s)", strings.Join(s.cfg.Trainers, ", "))})
-	}
-	for _, f := range []struct{ name, uri string }{{"dataset", spec.Dataset}, {"eval_dataset", spec.EvalDataset}, {"output.uri", spec.Output.URI}} {
-		if p, err := fileuri.Path(f.uri); err == nil && s.cfg.AllowedRoots != nil && !s.cfg.AllowedRoots.Allows(p) {
-			fe = append(fe, jobspec.FieldError{Field: f.name, Value: f.uri,
-				Message: fmt.Sprintf("not under an allowed root of this deployment (jobs.allowed_roots: %s)", strings.Join(s.cfg.AllowedRoots, ", "))})
-		}
-		if p, err := fileuri.Path(f.uri); err == nil && f.name != "output.uri" {
-			if err := s.cfg.DataDeny.Check(p); err != nil {
-				fe = append(fe, jobspec.FieldError{Field: f.name, Value: f.uri, Message: err.Error()})
-			}
-		}
-	}
-	return fe
-}
-
 // get answers one job; a queued job carries its place in line from the
 // leader's last placement round (wait), when that round listed it.
-func (s *apiServer) get(w http.ResponseWriter, r *http.Request) {
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	job, ok := s.readJob(ctx, w, r, r.PathValue("id"))
@@ -625,7 +563,7 @@ func nodeInfo(n jobstore.NodeStatus) wire.NodeInfo {
 	return ni
 }
 
-func (s *apiServer) list(w http.ResponseWriter, r *http.Request) {
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	st := jobtype.State(q.Get("state"))
 	if st != "" && !st.Valid() {
@@ -688,7 +626,7 @@ func (s *apiServer) list(w http.ResponseWriter, r *http.Request) {
 // round listed, as GET /api/v1/jobs/{id} answers it: one HMGET, none when
 // no job is queued. The waits are hints: without them the list is still
 // the answer.
-func (s *apiServer) addWaits(ctx context.Context, jobs []*jobtype.Job) {
+func (s *Server) addWaits(ctx context.Context, jobs []*jobtype.Job) {
 	var ids []string
 	for _, j := range jobs {
 		if j.State == jobtype.StateQueued {
@@ -713,7 +651,7 @@ func (s *apiServer) addWaits(ctx context.Context, jobs []*jobtype.Job) {
 // listLossSeries is the loss series (with the latest progress) of each of
 // jobs that has made progress, by id: one pipeline of an LRANGE per such
 // job (none when none has).
-func (s *apiServer) listLossSeries(ctx context.Context, jobs []*jobtype.Job) (map[string][]jobtype.LossPoint, error) {
+func (s *Server) listLossSeries(ctx context.Context, jobs []*jobtype.Job) (map[string][]jobtype.LossPoint, error) {
 	var ids []string
 	for _, j := range jobs {
 		if j.Progress.Step > 0 {
@@ -740,8 +678,8 @@ const listScan = 20000
 
 // listFor is the store's List of the jobs p may read: newest first, up to
 // limit, and the cursor of the next page ("" at the end).
-func (s *apiServer) listFor(ctx context.Context, p principal, st jobtype.State, cursor string, limit int) ([]*jobtype.Job, string, error) {
-	if p.Role == RoleAdmin || p.AllTeams {
+func (s *Server) listFor(ctx context.Context, p plane.Principal, st jobtype.State, cursor string, limit int) ([]*jobtype.Job, string, error) {
+	if p.Role == plane.RoleAdmin || p.AllTeams {
 		return s.store.List(ctx, st, cursor, limit)
 	}
 	const page = 500
@@ -776,7 +714,7 @@ func (s *apiServer) listFor(ctx context.Context, p principal, st jobtype.State, 
 // cancelJob asks for a cancel in the store (durable), then takes the fast
 // paths: a task still waiting in its queue is deleted and the attempt
 // cancelled here; a running one is told through asynq's CancelProcessing.
-func (s *apiServer) cancelJob(w http.ResponseWriter, r *http.Request) {
+func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	id := r.PathValue("id")
@@ -792,14 +730,14 @@ func (s *apiServer) cancelJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, job)
 }
 
-// allowed answers 403 (and returns false) unless the request's principal may
+// allowed answers 403 (and returns false) unless the request's plane.Principal may
 // act on the job: an admin on any job, a submitter on its own team's.
-func (s *apiServer) allowed(ctx context.Context, w http.ResponseWriter, r *http.Request, id, what string) bool {
+func (s *Server) allowed(ctx context.Context, w http.ResponseWriter, r *http.Request, id, what string) bool {
 	job, ok := s.readJob(ctx, w, r, id)
 	if !ok {
 		return false // another team's job is one that does not exist
 	}
-	if p := principalOf(r); !mayTouch(p, job) {
+	if p := principalOf(r); !plane.MayTouch(p, job) {
 		writeJSON(w, http.StatusForbidden, wire.Error{Error: fmt.Sprintf("token %s (team %s) may not %s job %s of team %s", p.Name, orNone(p.Team), what, id, orNone(job.Team)), Code: "forbidden"})
 		return false
 	}
@@ -814,7 +752,7 @@ func orNone(s string) string {
 }
 
 // retryJob makes a new attempt of a failed or cancelled job.
-func (s *apiServer) retryJob(w http.ResponseWriter, r *http.Request) {
+func (s *Server) retryJob(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	if !s.allowed(ctx, w, r, r.PathValue("id"), "retry") {
@@ -827,188 +765,6 @@ func (s *apiServer) retryJob(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("retry", slog.String("job_id", job.ID), slog.Int("attempt", job.Attempt))
 	writeJSON(w, http.StatusAccepted, job)
-}
-
-func (s *apiServer) events(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	after, from := r.URL.Query().Get("after"), "after"
-	if after == "" {
-		after, from = r.Header.Get("Last-Event-ID"), "Last-Event-ID"
-	}
-	if after != "" && !validStreamID(after) {
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad " + from, Code: "invalid",
-			Fields: []jobspec.FieldError{{Field: from, Value: after, Message: "must be an event id (MS or MS-SEQ, as an event's id)"}}})
-		return
-	}
-	follow, ok := boolParam(w, r, "follow")
-	if !ok {
-		return
-	}
-	ctx, cancel := s.rctx(r)
-	job, ok := s.readJob(ctx, w, r, id)
-	cancel()
-	if !ok {
-		return
-	}
-	if !follow {
-		ctx, cancel := s.rctx(r)
-		defer cancel()
-		evs, err := s.store.Events(ctx, id, after, 10000)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, wire.EventList{Events: evs})
-		return
-	}
-	s.followEvents(w, r, id, after, job.State.Terminal())
-}
-
-// followEvents streams job id's events after the stream id after as
-// server-sent events, until the job is terminal (terminal: it already
-// was) and its last event is sent, or the client goes. The stream
-// outlives the server's read and write timeouts: each write gets its own
-// deadline, and a failed write (the client is gone or stalled) ends it.
-func (s *apiServer) followEvents(w http.ResponseWriter, r *http.Request, id, after string, terminal bool) {
-	dw := s.longResponse(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	if dw.Flush() != nil {
-		return
-	}
-	if after == "" {
-		after = "0"
-	}
-	for r.Context().Err() == nil {
-		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-		evs, err := s.follow.WaitEvents(ctx, id, after, 2*time.Second, 500)
-		cancel()
-		if err != nil {
-			if r.Context().Err() != nil {
-				return
-			}
-			fmt.Fprintf(dw, "event: error\ndata: %q\n\n", err.Error())
-			if dw.Flush() != nil {
-				return
-			}
-			time.Sleep(500 * time.Millisecond)
-			continue
-		}
-		for _, e := range evs {
-			b, _ := json.Marshal(e)
-			fmt.Fprintf(dw, "id: %s\nevent: %s\ndata: %s\n\n", e.ID, e.Type, b)
-			after = e.ID
-			if e.Type == jobtype.EventState {
-				var sc jobtype.StateChange
-				if json.Unmarshal(e.Data, &sc) == nil && sc.To.Terminal() {
-					terminal = true
-				}
-			}
-		}
-		if dw.Flush() != nil {
-			return
-		}
-		if terminal && len(evs) == 0 {
-			return // caught up with a finished job
-		}
-		if len(evs) == 0 {
-			// Heartbeat comment keeps proxies from closing an idle stream,
-			// and lets us notice a job that ended without us seeing it.
-			fmt.Fprint(dw, ": keepalive\n\n")
-			if dw.Flush() != nil {
-				return
-			}
-			ctx, cancel := s.rctx(r)
-			j, err := s.store.Get(ctx, id)
-			cancel()
-			if err == nil && j.State.Terminal() {
-				terminal = true
-			}
-		}
-	}
-}
-
-func (s *apiServer) artifact(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	if !jobtype.ValidArtifactName(name) {
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad artifact name", Code: "invalid",
-			Fields: []jobspec.FieldError{{Field: "name", Value: name, Message: "must be a plain file name"}}})
-		return
-	}
-	ctx, cancel := s.rctx(r)
-	job, ok := s.readJob(ctx, w, r, r.PathValue("id"))
-	cancel()
-	if !ok {
-		return
-	}
-	var art *jobtype.Artifact
-	for i := range job.Artifacts {
-		if job.Artifacts[i].Path == name {
-			art = &job.Artifacts[i]
-		}
-	}
-	if art == nil {
-		writeJSON(w, http.StatusNotFound, wire.Error{Error: fmt.Sprintf("job %s has no artifact %q", job.ID, name), Code: "not_found"})
-		return
-	}
-	dir, err := fileuri.Path(job.OutputURI)
-	if err != nil {
-		writeJSON(w, http.StatusNotFound, wire.Error{Error: err.Error(), Code: "not_found"})
-		return
-	}
-	f, err := openPublished(dir, *art)
-	if err != nil {
-		msg := fmt.Sprintf("artifact %s of job %s: %v", name, job.ID, err)
-		switch {
-		case errors.Is(err, pathpolicy.ErrNotArtifact), errors.Is(err, pathpolicy.ErrSymlink), errors.Is(err, errArtifactChanged):
-			// The request is fine; what lies on disk under the name is not
-			// the file the job published (a link, a second name of another
-			// file, other bytes). Retrying cannot help, so not a 5xx.
-			s.log.Warn("artifact refused: not the file the job published", slog.String("job_id", job.ID), slog.String("artifact", name), slog.Any("err", err))
-			writeJSON(w, http.StatusConflict, wire.Error{Error: msg, Code: "conflict"})
-		case errors.Is(err, os.ErrNotExist):
-			writeJSON(w, http.StatusNotFound, wire.Error{Error: msg + " (not readable here)", Code: "not_found"})
-		default:
-			s.log.Error("artifact", slog.String("job_id", job.ID), slog.String("artifact", name), slog.Any("err", err))
-			writeJSON(w, http.StatusInternalServerError, wire.Error{Error: msg, Code: "internal"})
-		}
-		return
-	}
-	defer f.Close()
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("X-Lathe-SHA256", art.SHA256)
-	w.Header().Set("Content-Length", strconv.FormatInt(art.Bytes, 10))
-	// Never more than the recorded size, even if the file grows meanwhile.
-	_, _ = io.CopyN(s.longResponse(w), f, art.Bytes) // an adapter may take longer than WriteTimeout
-}
-
-// errArtifactChanged: the file under a published artifact's name does not
-// have the size the job recorded for it.
-var errArtifactChanged = errors.New("the file is not the one the job published")
-
-// openPublished opens the published artifact art in the job's output folder
-// dir by descriptor: the folder with pathpolicy.OpenDir (its last component
-// no link), the file through it with pathpolicy.OpenArtifact (a regular file
-// with one link, no symbolic link), and its size must be the recorded one.
-// Serving from the returned file never follows a link swapped in after
-// publication, so a foreign file (/etc/shadow, ledger.key) is refused
-// rather than streamed; the CLI's sha256 check is the second line.
-func openPublished(dir string, art jobtype.Artifact) (*os.File, error) {
-	d, err := pathpolicy.OpenDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("output folder: %w", err)
-	}
-	defer d.Close()
-	f, size, err := pathpolicy.OpenArtifact(d, art.Path)
-	if err != nil {
-		return nil, err
-	}
-	if size != art.Bytes {
-		f.Close()
-		return nil, fmt.Errorf("%w (it has %d bytes, the job recorded %d)", errArtifactChanged, size, art.Bytes)
-	}
-	return f, nil
 }
 
 func (s opsView) queues(w http.ResponseWriter, r *http.Request) {
@@ -1037,7 +793,7 @@ func (s opsView) queues(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.QueueStats{Pending: pending, ByState: counts, Queues: qs})
 }
 
-func (s *apiServer) healthz(w http.ResponseWriter, r *http.Request) {
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
@@ -1047,7 +803,7 @@ func (s *apiServer) healthz(w http.ResponseWriter, r *http.Request) {
 	// The eviction policy may change under a running Lathe (CONFIG SET, a
 	// failover to a replica configured otherwise): check it every time.
 	if !s.cfg.NoEvictionCheck {
-		if err := s.plane.checkEviction(ctx); err != nil {
+		if err := s.plane.CheckEviction(ctx); err != nil {
 			var pe *jobstore.EvictionPolicyError
 			code := "unavailable"
 			if errors.As(err, &pe) {

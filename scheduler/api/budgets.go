@@ -1,4 +1,4 @@
-package scheduler
+package api
 
 import (
 	"context"
@@ -56,7 +56,7 @@ func (s opsView) budgetRows(ctx context.Context, month string) ([]wire.BudgetRow
 // each backend of the routing config, each team with a budget, each team
 // a token names. GET /api/v1/budgets and /metrics read the same scopes.
 func (s opsView) budgetScopes() (limits map[string]float64, kinds map[string]string, scopes []string) {
-	rs := s.plane.routing()
+	rs := s.plane.Routing()
 	limits, kinds = map[string]float64{}, map[string]string{}
 	for _, b := range rs.Config.Backends {
 		limits["backend:"+b.Name] = b.BudgetUSDPerMonth

@@ -1,16 +1,11 @@
-package scheduler
+package plane
 
 import (
-	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
-	"net/http"
 	"regexp"
-	"strings"
 
 	"github.com/lathe-ml/lathe/internal/jobtype"
-	"github.com/lathe-ml/lathe/internal/wire"
 )
 
 // Role is what a token may do.
@@ -27,7 +22,8 @@ const (
 	RoleAdmin Role = "admin"
 )
 
-func (r Role) rank() int {
+// Rank orders the roles: viewer 1, submitter 2, admin 3; 0 for none.
+func (r Role) Rank() int {
 	switch r {
 	case RoleViewer:
 		return 1
@@ -65,7 +61,7 @@ func ValidateTokens(ts []Token) error {
 			return fmt.Errorf("auth.tokens[%d].name %q: must be a lower-case word ([a-z0-9._-], 1–63)", i, t.Name)
 		case names[t.Name]:
 			return fmt.Errorf("auth.tokens[%d].name %q: used twice", i, t.Name)
-		case t.Role.rank() == 0:
+		case t.Role.Rank() == 0:
 			return fmt.Errorf("auth.tokens[%d].role %q: must be viewer, submitter or admin", i, t.Role)
 		case !tokenNameRE.MatchString(t.Team):
 			return fmt.Errorf("auth.tokens[%d].team %q: must be a lower-case word", i, t.Team)
@@ -83,78 +79,17 @@ func ValidateTokens(ts []Token) error {
 	return nil
 }
 
-// principal is who made a request.
-type principal struct {
+// Principal is who asks: a token's name, role and team, or a schedule
+// ("schedule:<name>", submitter for its team).
+type Principal struct {
 	Name     string
 	Role     Role
 	Team     string
 	AllTeams bool // reads every team's jobs
 }
 
-type principalKey struct{}
-
-// anonymous is the principal of an open deployment (no tokens configured,
-// loopback only: cmd refuses to start otherwise).
-var anonymous = principal{Name: "anonymous", Role: RoleAdmin}
-
-// authenticate finds the token of a request. Every configured token is
-// compared, in constant time, so the time taken says nothing about which
-// one (or how much of one) matched.
-func (s *apiServer) authenticate(r *http.Request) (principal, bool) {
-	if len(s.cfg.Tokens) == 0 {
-		return anonymous, true
-	}
-	h := r.Header.Get("Authorization")
-	secret, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || secret == "" {
-		return principal{}, false
-	}
-	sum := sha256.Sum256([]byte(secret))
-	found := -1
-	for i := range s.tokenSums {
-		if subtle.ConstantTimeCompare(sum[:], s.tokenSums[i][:]) == 1 {
-			found = i
-		}
-	}
-	if found < 0 {
-		return principal{}, false
-	}
-	t := s.cfg.Tokens[found]
-	return principal{Name: t.Name, Role: t.Role, Team: t.Team, AllTeams: t.AllTeams}, true
-}
-
-// withAuth wraps h: 401 without a valid token, 403 below the role needed,
-// 415 for a write whose body is not JSON or YAML; all before the handler
-// reads a byte of the body.
-func (s *apiServer) withAuth(need Role, h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		p, ok := s.authenticate(r)
-		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="lathe"`)
-			writeJSON(w, http.StatusUnauthorized, wire.Error{Error: "missing or unknown API token (send Authorization: Bearer <token>; the CLI reads LATHE_TOKEN)", Code: "unauthorized"})
-			return
-		}
-		if p.Role.rank() < need.rank() {
-			writeJSON(w, http.StatusForbidden, wire.Error{Error: fmt.Sprintf("token %s has role %s; this needs %s", p.Name, p.Role, need), Code: "forbidden"})
-			return
-		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			if why := badBodyType(r); why != "" {
-				writeJSON(w, http.StatusUnsupportedMediaType, wire.Error{Error: why, Code: "unsupported_media_type"})
-				return
-			}
-		}
-		h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
-	}
-}
-
-func principalOf(r *http.Request) principal {
-	p, _ := r.Context().Value(principalKey{}).(principal)
-	return p
-}
-
-// mayTouch reports whether p may cancel or retry job: an admin any job, a
+// MayTouch reports whether p may cancel or retry job: an admin any job, a
 // submitter its own team's.
-func mayTouch(p principal, job *jobtype.Job) bool {
+func MayTouch(p Principal, job *jobtype.Job) bool {
 	return p.Role == RoleAdmin || (p.Role == RoleSubmitter && job.Team == p.Team)
 }

@@ -1,4 +1,4 @@
-package scheduler
+package api
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/wire"
+	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/routing"
 )
 
@@ -43,9 +44,9 @@ func refusal(d routing.Decision) wire.Error {
 // ParseAssumptions reads BACKEND=DURATION and BACKEND=USD what-ifs
 // (routing.ParseWhatIf, the CLI's rules too); every bad one is a field
 // error naming it and its value.
-func ParseAssumptions(waits, spents []string) (Assumptions, []jobspec.FieldError) {
+func ParseAssumptions(waits, spents []string) (policy.Assumptions, []jobspec.FieldError) {
 	wi, fe := routing.ParseWhatIf(waits, spents)
-	return Assumptions{Wait: wi.Wait, Spent: wi.Spent}, fe
+	return policy.Assumptions{Wait: wi.Wait, Spent: wi.Spent}, fe
 }
 
 // audit lists ledger records, all or one job's (?job=ID), oldest first,

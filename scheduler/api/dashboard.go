@@ -1,4 +1,4 @@
-package scheduler
+package api
 
 import (
 	"embed"
@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/lathe-ml/lathe/internal/wire"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 )
 
 // The dashboard (issue #14): one page, index.html with app.js and app.css,
@@ -81,7 +82,7 @@ func serveUIFile(w http.ResponseWriter, r *http.Request, name string) {
 // as a bearer token or as an HTTP Basic password; without a valid one it
 // answers 401 with a Basic challenge so that a browser asks for it.
 func (s opsView) dashboardAuth(h http.HandlerFunc) http.HandlerFunc {
-	inner := s.withAuth(RoleViewer, h)
+	inner := s.withAuth(plane.RoleViewer, h)
 	return func(w http.ResponseWriter, r *http.Request) {
 		r = basicAsBearer(r)
 		if _, ok := s.authenticate(r); !ok {
@@ -95,13 +96,13 @@ func (s opsView) dashboardAuth(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// readAPI is withAuth(RoleViewer, h) for the API reads the dashboard's
+// readAPI is withAuth(plane.RoleViewer, h) for the API reads the dashboard's
 // script makes: it also takes the token as an HTTP Basic password, which
 // the browser sends with the script's fetches once the page was opened
 // with it. Only reads (GET) are routed through it, so a browser's cached
 // credentials never authorise a write.
-func (s *apiServer) readAPI(h http.HandlerFunc) http.HandlerFunc {
-	inner := s.withAuth(RoleViewer, h)
+func (s *Server) readAPI(h http.HandlerFunc) http.HandlerFunc {
+	inner := s.withAuth(plane.RoleViewer, h)
 	return func(w http.ResponseWriter, r *http.Request) {
 		inner(w, basicAsBearer(r))
 	}

@@ -1,4 +1,4 @@
-package scheduler
+package api
 
 import (
 	"cmp"
@@ -18,6 +18,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/wire"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
@@ -134,7 +135,7 @@ func withLatest(series []jobtype.LossPoint, step int, loss float64) []jobtype.Lo
 }
 
 // allTeams reports whether p reads every team's jobs.
-func allTeams(p principal) bool { return p.Role == RoleAdmin || p.AllTeams }
+func allTeams(p plane.Principal) bool { return p.Role == plane.RoleAdmin || p.AllTeams }
 
 // readOverview reads an overview's inputs for an answer of waitingLimit
 // waiting rows (none: the waits are not read); withQueues adds asynq's
@@ -239,7 +240,7 @@ func (s opsView) asynqCounts(ctx context.Context, names []string) ([]*asynqCount
 		sizes[i] = [4]*redis.IntCmd{pipe.LLen(ctx, prefix+"pending"), pipe.LLen(ctx, prefix+"active"),
 			pipe.ZCard(ctx, prefix+"archived"), pipe.ZCard(ctx, prefix+"completed")}
 	}
-	if _, err := pipe.Exec(ctx); err != nil && redisDown(err) {
+	if _, err := pipe.Exec(ctx); err != nil && jobstore.Unreachable(err) {
 		return nil, err
 	}
 	out := make([]*asynqCount, len(names))
@@ -276,7 +277,7 @@ func (s opsView) asynqQueues(names []string) ([]*asynq.QueueInfo, error) {
 			switch {
 			case err == nil:
 				infos[i] = info
-			case !errors.Is(err, asynq.ErrQueueNotFound) && redisDown(err):
+			case !errors.Is(err, asynq.ErrQueueNotFound) && jobstore.Unreachable(err):
 				errs[i] = err
 			}
 		}()
@@ -286,7 +287,7 @@ func (s opsView) asynqQueues(names []string) ([]*asynq.QueueInfo, error) {
 }
 
 // buildOverview makes the answer for p out of what was read: pure.
-func buildOverview(in overviewInput, p principal) wire.Overview {
+func buildOverview(in overviewInput, p plane.Principal) wire.Overview {
 	all := allTeams(p)
 	// The jobs p may read. One that changed state between the id reads
 	// and the record reads is shown as its record says: a brief record now

@@ -1,4 +1,4 @@
-package scheduler
+package api
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 func (s opsView) listSchedules(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
-	scheds := s.plane.schedules()
+	scheds := s.plane.Schedules()
 	names := make([]string, len(scheds))
 	for i, sch := range scheds {
 		names[i] = sch.Name

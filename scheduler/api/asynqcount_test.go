@@ -1,4 +1,4 @@
-package scheduler
+package api
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/waitfor"
 )
@@ -23,7 +22,7 @@ func TestAsynqCountsAgree(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	ctx := context.Background()
-	s := New(rdb, jobstore.New(rdb, jobstore.Config{}), Config{})
+	s := &Server{insp: asynq.NewInspectorFromRedisClient(rdb), rdb: rdb}
 	queues := []string{"node:a", "node:b"}
 	client := asynq.NewClientFromRedisClient(rdb)
 	enqueue := func(q, kind string, n int, opts ...asynq.Option) {
@@ -73,7 +72,7 @@ func TestAsynqCountsAgree(t *testing.T) {
 	waitfor.True(t, 10*time.Second, "three tasks held", func() bool { return info("node:a").Active+info("node:b").Active == 3 })
 
 	names := append(queues, "node:unknown")
-	got, err := opsView{s.api}.asynqCounts(ctx, names)
+	got, err := opsView{s}.asynqCounts(ctx, names)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +95,7 @@ func TestAsynqCountsAgree(t *testing.T) {
 			t.Errorf("%s: %+v: want a task in every state counted", q, w)
 		}
 	}
-	if got, err := (opsView{s.api}).asynqCounts(ctx, nil); err != nil || len(got) != 0 {
+	if got, err := (opsView{s}).asynqCounts(ctx, nil); err != nil || len(got) != 0 {
 		t.Errorf("no queues: %v, %v", got, err)
 	}
 }

@@ -1,4 +1,4 @@
-package scheduler
+package api
 
 import (
 	"context"
@@ -15,17 +15,6 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 )
 
-// metrics is the scheduler's Prometheus side (GET /metrics, docs/metrics.md):
-// its own registry (never the global one), the instruments the placer,
-// the routing paths and the settler observe, and a collector that reads
-// the cluster's numbers from the store at scrape time.
-type metrics struct {
-	reg            *prometheus.Registry
-	placeRound     prometheus.Histogram
-	routeDecisions *prometheus.CounterVec
-	jobDuration    *prometheus.HistogramVec
-}
-
 // activeScan caps how many jobs of each live state (queued, dispatched,
 // provisioning, running, paused) a scrape reads for its per-backend and
 // per-priority breakdown; lathe_jobs (from the state indexes) is exact
@@ -36,58 +25,9 @@ const activeScan = 10000
 var liveStates = []jobtype.State{jobtype.StateQueued, jobtype.StateDispatched,
 	jobtype.StateProvisioning, jobtype.StateRunning, jobtype.StatePaused}
 
-// newMetrics builds s's registry and instruments; New calls it once.
-func newMetrics(s *Scheduler) *metrics {
-	m := &metrics{reg: prometheus.NewRegistry()}
-	m.placeRound = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "lathe_placement_round_duration_seconds",
-		Help:    "Duration of one full placement round of the leader's placer (read, decide, apply).",
-		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-	})
-	m.routeDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "lathe_routing_decisions_total",
-		Help: "Routing decisions this scheduler made, by chosen backend (\"\" when refused), path (submit, placement, retry, preemption, spill-over, config reload) and outcome (routed, waiting, refused).",
-	}, []string{"backend", "path", "outcome"})
-	m.jobDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "lathe_job_duration_seconds",
-		Help:    "Run time (started to finished) of ended jobs whose budget reservation the leader's settler settled, by backend and final state.",
-		Buckets: prometheus.ExponentialBuckets(10, 3, 10), // 10 s … ~55 h
-	}, []string{"backend", "state"})
-	// Every configured backend's series exist from the start (at 0), so a
-	// rate() over them is defined before the first job ends.
-	for _, b := range s.routing().Config.Backends {
-		for _, st := range []jobtype.State{jobtype.StateSucceeded, jobtype.StateFailed, jobtype.StateCancelled, jobtype.StateStopped} {
-			m.jobDuration.WithLabelValues(b.Name, string(st))
-		}
-	}
-	m.reg.MustRegister(m.placeRound, m.routeDecisions, m.jobDuration)
-	return m
-}
-
-// observeDecision counts one routing decision.
-func (m *metrics) observeDecision(path, backend string, refused, waiting bool) {
-	outcome := "routed"
-	switch {
-	case refused:
-		outcome, backend = "refused", ""
-	case waiting:
-		outcome = "waiting"
-	}
-	m.routeDecisions.WithLabelValues(backend, path, outcome).Inc()
-}
-
-// observeEnded records an ended job's run time (nothing for a job that
-// never started).
-func (m *metrics) observeEnded(j *jobtype.Job) {
-	if j.StartedAt == nil || j.FinishedAt == nil || !j.State.Terminal() {
-		return
-	}
-	m.jobDuration.WithLabelValues(j.Backend, string(j.State)).Observe(j.FinishedAt.Sub(*j.StartedAt).Seconds())
-}
-
 // metricsHandler serves the registry in Prometheus' text format.
 func (s opsView) metricsHandler() http.HandlerFunc {
-	h := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.log}})
+	h := promhttp.HandlerFor(prometheus.Gatherers{s.plane.Metrics(), s.reg}, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.log}})
 	return h.ServeHTTP
 }
 
