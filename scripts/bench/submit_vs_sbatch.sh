@@ -8,6 +8,8 @@
 #   - N `lathe submit SPEC` against a `lathed up` (its own redis-server, a
 #     temp data dir) whose one CPU slot runs a `sleep` trainer: the first job
 #     sleeps, the rest queue, so no training competes for the cores;
+#   - the same N jobs as `lathe submit` of 100 spec files a call (one batch
+#     request each: how a script that has its specs at hand submits);
 #   - CALLS `lathe --help` and CALLS `sbatch --version`, and CALLS `/bin/true`
 #     (the shell's fork+exec floor).
 # ROUNDS rounds, the order swapped every round; the table gives each
@@ -152,6 +154,16 @@ submit_lathe() { # BIN
   done
   rate "$n" $(($(ns) - t0))
 }
+submit_lathe_batch() { # BIN: the same N jobs, 100 spec files a call (one batch request each)
+  local t0 i k files
+  t0=$(ns)
+  for ((i = 0; i < n; i += 100)); do
+    files=()
+    for ((k = i; k < n && k < i + 100; k++)); do files+=("$work/spec/bench.yaml"); done
+    "$1" submit "${files[@]}" >/dev/null || { echo "lathe submit (batch) failed" >&2; return 1; }
+  done
+  rate "$n" $(($(ns) - t0))
+}
 submit_sbatch() {
   local t0 i
   t0=$(ns)
@@ -166,13 +178,14 @@ per_call() { # CMD...: ms per call over CALLS calls
   for ((i = 0; i < calls; i++)); do "$@" >/dev/null; done
   permil "$calls" $(($(ns) - t0))
 }
-names=(sbatch lathe help version true)
+names=(sbatch lathe lathe_batch help version true)
 [[ -n ${LATHE_BEFORE:-} ]] && names+=(lathe_before help_before)
 declare -A fig
 measure() { # NAME
   case $1 in
     sbatch) submit_sbatch ;;
     lathe) submit_lathe "$lathe" ;;
+    lathe_batch) submit_lathe_batch "$lathe" ;;
     lathe_before) submit_lathe "$LATHE_BEFORE" ;;
     help) per_call "$lathe" --help ;;
     help_before) per_call "$LATHE_BEFORE" --help ;;
@@ -198,9 +211,9 @@ for ((r = 1; r <= rounds; r++)); do
   fi
   line="round $r:"
   for name in "${order[@]}"; do
-    [[ $name == lathe* ]] && place_before=$(place_stats)
+    [[ $name == lathe || $name == lathe_before ]] && place_before=$(place_stats)
     v=$(measure "$name")
-    if [[ $name == lathe* ]]; then
+    if [[ $name == lathe || $name == lathe_before ]]; then
       read -r c0 s0 <<<"$place_before"
       read -r c1 s1 <<<"$(place_stats)"
       place_rounds=$((place_rounds + c1 - c0))
@@ -221,6 +234,7 @@ printf '| %-34s | %-30s | %-22s | %s\n' measure "median (per round)" "vs the bas
 printf '|%s|%s|%s|%s\n' "$(printf -- '-%.0s' {1..36})" "$(printf -- '-%.0s' {1..32})" "$(printf -- '-%.0s' {1..24})" "------"
 printf '| %-34s | %-30s | %-22s | %s\n' "sbatch --hold --wrap true, /s" "$(med sbatch) (${fig[sbatch]% })" "baseline" ""
 printf '| %-34s | %-30s | %-22s | %s\n' "lathe submit SPEC, /s" "$(med lathe) (${fig[lathe]% })" "$(ratio "$(med lathe)" "$(med sbatch)") of sbatch" ">= 1.0x"
+printf '| %-34s | %-30s | %-22s | %s\n' "lathe submit 100 SPECs a call, /s" "$(med lathe_batch) (${fig[lathe_batch]% })" "$(ratio "$(med lathe_batch)" "$(med sbatch)") of sbatch" ""
 [[ -n ${LATHE_BEFORE:-} ]] &&
   printf '| %-34s | %-30s | %-22s | %s\n' "lathe submit, LATHE_BEFORE, /s" "$(med lathe_before) (${fig[lathe_before]% })" "$(ratio "$(med lathe_before)" "$(med sbatch)") of sbatch" ""
 printf '| %-34s | %-30s | %-22s | %s\n' "sbatch --version, ms" "$(med version) (${fig[version]% })" "baseline" ""
