@@ -56,7 +56,6 @@ func newLeaderLoop(s *Scheduler) *leaderLoop {
 	pr := newPruner(prunerParams{Store: s.store, Log: s.log, KeepFinished: cfg.KeepFinished, FinishedTTL: cfg.FinishedTTL})
 	st := newSettler(settlerParams{Store: s.store, Log: s.log, Routing: s.Routing, Ended: s.metrics.observeEnded})
 	sw := newSweeper(sweeperParams{Store: s.store, Log: s.log, Routing: s.Routing,
-		Reserve:   func(ctx context.Context, id string) { s.admit.reserveAdmitted(ctx, id, nil) },
 		StopTrial: func(ctx context.Context, j *jobtype.Job, st jobtype.State) { s.cancelFastPath(ctx, j, st) },
 		Wake:      s.Wake})
 	sch := newScheduleRunner(scheduleRunnerParams{Store: s.store, Log: s.log, Schedules: s.Schedules, Defaults: cfg.Defaults,

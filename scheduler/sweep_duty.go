@@ -26,7 +26,6 @@ type sweeper struct {
 	store     *jobstore.Store
 	log       *slog.Logger
 	routing   func() *policy.RouteState
-	reserve   func(ctx context.Context, sweepID string)
 	stopTrial func(ctx context.Context, j *jobtype.Job, st jobtype.State)
 	wake      func()
 }
@@ -36,9 +35,6 @@ type sweeperParams struct {
 	Store   *jobstore.Store
 	Log     *slog.Logger
 	Routing func() *policy.RouteState // the routing config in force (its prices)
-	// Reserve reserves the budgets of the trials just admitted to sweepID
-	// (sweeps.go's reserveAdmitted).
-	Reserve func(ctx context.Context, sweepID string)
 	// StopTrial is the cancel fast path (admit.go's cancelFastPath) for a
 	// trial asked to stop while dispatched or running (st).
 	StopTrial func(ctx context.Context, j *jobtype.Job, st jobtype.State)
@@ -46,7 +42,7 @@ type sweeperParams struct {
 }
 
 func newSweeper(p sweeperParams) *sweeper {
-	return &sweeper{store: p.Store, log: p.Log, routing: p.Routing, reserve: p.Reserve, stopTrial: p.StopTrial, wake: p.Wake}
+	return &sweeper{store: p.Store, log: p.Log, routing: p.Routing, stopTrial: p.StopTrial, wake: p.Wake}
 }
 
 func (d *sweeper) run(ctx context.Context) {
@@ -99,7 +95,6 @@ func (d *sweeper) drive(ctx context.Context, id string) error {
 		return err
 	}
 	if len(adm.IDs) > 0 {
-		d.reserve(ctx, id)
 		d.wake()
 	}
 	sets, err := d.store.SweepSetsOf(ctx, id)
@@ -107,8 +102,10 @@ func (d *sweeper) drive(ctx context.Context, id string) error {
 		return err
 	}
 	// Nothing runs, and the next admission or promotion does not fit the
-	// budget: nothing will ever free any, so the sweep ends here.
-	if sets.Active == 0 && ((sets.Waiting > 0 && adm.Stalled != "") || blocked != "") {
+	// sweep's own budget: nothing will ever free any, so the sweep ends
+	// here. (A team's or a backend's budget frees as other jobs settle:
+	// its trials wait.)
+	if sets.Active == 0 && ((sets.Waiting > 0 && adm.Stalled != "" && adm.OwnBudget) || blocked != "") {
 		why := adm.Stalled
 		if why == "" {
 			why = blocked

@@ -97,11 +97,12 @@ func firstRungShare(sp *sweepspec.Sweep) float64 {
 	return 1
 }
 
-// admitSweep plans and stores the sweep req asks for, then reserves the
-// admitted trials' estimates against their backends' and teams' monthly
-// budgets (as a submit does) and wakes the placer.
+// admitSweep plans and stores the sweep req asks for, and wakes the
+// placer. The store's script admits the first trials with their
+// reservations in every budget they touch (the sweep's, their team's and
+// backend's), as a submit's does; the rest wait (AdmitTrials).
 func (ad *admission) admitSweep(ctx context.Context, req plane.SweepRequest) (*jobtype.Sweep, bool, error) {
-	ns, ds, err := ad.planSweep(ctx, req, false)
+	ns, _, err := ad.planSweep(ctx, req, false)
 	if err != nil {
 		return nil, false, err
 	}
@@ -121,56 +122,7 @@ func (ad *admission) admitSweep(ctx context.Context, req plane.SweepRequest) (*j
 		return nil, false, err
 	}
 	if !existed {
-		ad.reserveAdmitted(ctx, sw.ID, ds)
 		ad.wake()
 	}
 	return sw, existed, nil
-}
-
-// reserveAdmitted reserves the monthly budgets of a sweep's active trials
-// (a trial reserves once: reserving again is a no-op). ds are the trials'
-// decisions when the caller has them (nil: read from each trial's route).
-func (ad *admission) reserveAdmitted(ctx context.Context, sweepID string, ds []routing.Decision) {
-	sets, err := ad.store.SweepSetsOf(ctx, sweepID)
-	if err != nil {
-		ad.log.Warn("sweep: read active trials", slog.String("sweep_id", sweepID), slog.Any("err", err))
-		return
-	}
-	jobs, err := ad.store.GetMany(ctx, sets.ActiveIDs)
-	if err != nil {
-		return
-	}
-	rs := ad.router.Routing()
-	for _, j := range jobs {
-		if j == nil || j.Trial == nil || j.BudgetReservedUSD > 0 || j.State.Terminal() {
-			continue
-		}
-		var d routing.Decision
-		if ds != nil && j.Trial.Index < len(ds) {
-			d = ds[j.Trial.Index]
-		} else if j.Route != nil {
-			d = routing.Decision{Backend: j.Route.Backend, EstCostUSD: j.Route.EstCostUSD}
-		}
-		// The sweep's scripts do not reserve the team's and backend's
-		// budgets with the trial they admit yet: reserved here, after.
-		b := budgetFor(rs, j.Team, d)
-		if b == nil {
-			continue
-		}
-		if err := ad.store.Reserve(ctx, j.ID, b.Month, b.USD, b.Scopes); err != nil {
-			ad.holdOverBudget(ctx, j, err)
-		}
-	}
-}
-
-// holdOverBudget holds trial j, whose reservation err refused (another
-// admission won the race): its route waits, with the reason.
-func (ad *admission) holdOverBudget(ctx context.Context, j *jobtype.Job, err error) {
-	ad.log.Warn("budget reservation refused after the decision (another admission won the race); the job waits", slog.String("job_id", j.ID), slog.Any("err", err))
-	if j.Route == nil {
-		return
-	}
-	j.Route.Waiting = true
-	j.Route.Reasons = append(j.Route.Reasons, "budget: "+err.Error())
-	_ = ad.store.SetRoute(ctx, j.ID, j.Route, "budget reservation refused: "+err.Error())
 }

@@ -41,43 +41,59 @@ func Month(t time.Time) string { return t.UTC().Format("2006-01") }
 // same call that stores the job or its route (a job is never stored routed
 // without its reservation, nor reserved without being stored).
 const luaReserve = `
+-- argscopes are n scope, limit pairs of ARGV from i on; strscopes the
+-- pairs of a "scope limit scope limit" string (a trial's reserve_scopes).
+local function argscopes(i, n)
+  local t = {}
+  for k = 0, n - 1 do t[#t + 1] = {ARGV[i + 2 * k], tonumber(ARGV[i + 2 * k + 1])} end
+  return t
+end
+local function strscopes(s)
+  local w, t = {}, {}
+  for x in string.gmatch(s or '', '%S+') do w[#w + 1] = x end
+  for k = 1, #w - 1, 2 do t[#t + 1] = {w[k], tonumber(w[k + 1])} end
+  return t
+end
 -- reserve_budget reserves usd (a number's text) for job id in month
--- against n scopes, given as ARGV from i on: scope, limit pairs (limit <= 0:
--- none). All or none. It returns false when reserved (or the job holds a
--- reservation already), else the first scope whose limit it would pass.
-local function reserve_budget(P, id, month, usd, i, n)
+-- against scopes ({scope, limit} pairs; limit <= 0: none), all or none.
+-- It returns false when reserved (or the job holds a reservation
+-- already), else why not: the first scope whose limit it would pass, with
+-- what is left of it ("$15.00 would pass team:ml's 2026-12 budget ($3.00
+-- of $100.00 left)").
+local function reserve_budget(P, id, month, usd, scopes)
   local jk = P .. 'job:' .. id
   if tonumber(redis.call('HGET', jk, 'budget_reserved_usd') or '0') > 0 then return false end
   local amount = tonumber(usd)
-  for k = 0, n - 1 do
-    local scope, limit = ARGV[i + 2 * k], tonumber(ARGV[i + 2 * k + 1])
-    if limit > 0 then
-      local v = redis.call('HMGET', P .. 'budget:' .. scope .. ':' .. month, 'spent', 'reserved')
-      if tonumber(v[1] or '0') + tonumber(v[2] or '0') + amount > limit then return scope end
+  for _, sc in ipairs(scopes) do
+    if sc[2] > 0 then
+      local v = redis.call('HMGET', P .. 'budget:' .. sc[1] .. ':' .. month, 'spent', 'reserved')
+      local used = tonumber(v[1] or '0') + tonumber(v[2] or '0')
+      if used + amount > sc[2] + 1e-9 then
+        return string.format("$%.2f would pass %s's %s budget ($%.2f of $%.2f left)", amount, sc[1], month, math.max(sc[2] - used, 0), sc[2])
+      end
     end
   end
-  local scopes = {}
-  for k = 0, n - 1 do
-    local scope = ARGV[i + 2 * k]
-    redis.call('HINCRBYFLOAT', P .. 'budget:' .. scope .. ':' .. month, 'reserved', amount)
-    scopes[#scopes + 1] = scope
+  local names = {}
+  for _, sc in ipairs(scopes) do
+    redis.call('HINCRBYFLOAT', P .. 'budget:' .. sc[1] .. ':' .. month, 'reserved', amount)
+    names[#names + 1] = sc[1]
   end
-  redis.call('HSET', jk, 'budget_reserved_usd', usd, 'budget_month', month, 'budget_scopes', table.concat(scopes, ' '))
+  redis.call('HSET', jk, 'budget_reserved_usd', usd, 'budget_month', month, 'budget_scopes', table.concat(names, ' '))
   redis.call('SADD', P .. 'budget:open', id)
   return false
 end
 -- reserve_or_hold reserves a stored job's budgets from the ARGV of a
--- BudgetReservation (budgetArgs) at b; when a limit would be passed the job is
--- stored held instead: the held route (its reasons say why) and the held
--- reason, naming the scope. It returns that scope, or false.
+-- BudgetReservation (budgetArgs) at b; when a limit would be passed the
+-- job is stored held instead: the held route (its reasons say why) and
+-- the held reason. It returns that reason, or false.
 local function reserve_or_hold(P, id, b, nb)
   if nb == 0 then return false end
-  local month = ARGV[b + 1]
-  local bad = reserve_budget(P, id, month, ARGV[b], b + 4, (nb - 4) / 2)
-  if bad then
-    redis.call('HSET', P .. 'job:' .. id, 'route', ARGV[b + 2], 'held', ARGV[b + 3] .. bad .. "'s " .. month .. ' budget')
+  local why = reserve_budget(P, id, ARGV[b + 1], ARGV[b], argscopes(b + 4, (nb - 4) / 2))
+  if why then
+    why = 'budget reservation refused: ' .. why
+    redis.call('HSET', P .. 'job:' .. id, 'route', ARGV[b + 2], 'held', why)
   end
-  return bad
+  return why
 end
 `
 
@@ -85,8 +101,8 @@ var reserveScript = redis.NewScript(luaReserve + `
 local P, id = ARGV[1], ARGV[2]
 if redis.call('EXISTS', P .. 'job:' .. id) == 0 then return {-1, ''} end
 if tonumber(redis.call('HGET', P .. 'job:' .. id, 'budget_reserved_usd') or '0') > 0 then return {2, ''} end
-local bad = reserve_budget(P, id, ARGV[3], ARGV[4], 5, (#ARGV - 4) / 2)
-if bad then return {0, bad} end
+local why = reserve_budget(P, id, ARGV[3], ARGV[4], argscopes(5, (#ARGV - 4) / 2))
+if why then return {0, why} end
 return {1, ''}
 `)
 
@@ -123,23 +139,22 @@ type BudgetReservation struct {
 }
 
 // budgetArgs are a reservation's script ARGV for a job whose route is
-// route: usd, month, the held route, the held reason's start (the script
-// adds the scope), then the scopes; none for a nil or zero reservation.
+// route: usd, month, the held route, an unused slot (kept so the layout
+// stays fixed), then the scopes; none for a nil or zero reservation.
 func budgetArgs(b *BudgetReservation, route *jobtype.RouteInfo) []any {
 	if b == nil || b.USD <= 0 || len(b.Scopes) == 0 {
 		return nil
 	}
-	held, _ := heldByBudget(b, route, "")
-	args := []any{strconv.FormatFloat(b.USD, 'f', 6, 64), b.Month, mustJSON(held), heldPrefix(b)}
+	args := []any{strconv.FormatFloat(b.USD, 'f', 6, 64), b.Month, mustJSON(heldRoute(b, route)), ""}
 	for _, sc := range b.Scopes {
 		args = append(args, sc.Scope, strconv.FormatFloat(sc.Limit, 'f', 6, 64))
 	}
 	return args
 }
 
-// heldByBudget is what the store holds after reserve_or_hold refused job
-// route's reservation for scope: the held route and reason (budgetArgs).
-func heldByBudget(b *BudgetReservation, route *jobtype.RouteInfo, scope string) (*jobtype.RouteInfo, string) {
+// heldRoute is route as the store holds it after reserve_or_hold refused
+// its reservation b: waiting, with the reason.
+func heldRoute(b *BudgetReservation, route *jobtype.RouteInfo) *jobtype.RouteInfo {
 	held := jobtype.RouteInfo{}
 	if route != nil {
 		held = *route
@@ -147,13 +162,7 @@ func heldByBudget(b *BudgetReservation, route *jobtype.RouteInfo, scope string) 
 	held.Waiting = true
 	held.Reasons = append(append([]string(nil), held.Reasons...),
 		fmt.Sprintf("budget: the reservation of $%.2f was refused: another admission reserved the budget first", b.USD))
-	return &held, heldPrefix(b) + scope + "'s " + b.Month + " budget"
-}
-
-// heldPrefix is the start of the held reason of a refused reservation;
-// the scope and month follow.
-func heldPrefix(b *BudgetReservation) string {
-	return fmt.Sprintf("budget reservation refused: $%.2f would pass ", b.USD)
+	return &held
 }
 
 // Reserve reserves amount USD for job id in month against every scope, all
@@ -175,8 +184,8 @@ func (s *Store) Reserve(ctx context.Context, id, month string, amount float64, s
 	case -1:
 		return fmt.Errorf("jobstore: reserve budget for %s: %w", id, ErrNotFound)
 	default:
-		scope, _ := res[1].(string)
-		return fmt.Errorf("jobstore: reserve $%.2f for %s: %s's %s budget: %w", amount, id, scope, month, ErrOverBudget)
+		why, _ := res[1].(string)
+		return fmt.Errorf("jobstore: reserve for %s: %s: %w", id, why, ErrOverBudget)
 	}
 }
 

@@ -125,7 +125,7 @@ func TestReserveInCreate(t *testing.T) {
 		case stored.BudgetReservedUSD == 15 && stored.Held == "" && !stored.Route.Waiting && j.BudgetReservedUSD == 15:
 			reserved++
 		case stored.BudgetReservedUSD == 0 && stored.Route.Waiting && j.Route.Waiting &&
-			stored.Held == "budget reservation refused: $15.00 would pass backend:aws-eu's 2026-12 budget" && j.Held == stored.Held:
+			stored.Held == "budget reservation refused: $15.00 would pass backend:aws-eu's 2026-12 budget ($10.00 of $100.00 left)" && j.Held == stored.Held:
 			held++
 		default:
 			t.Fatalf("job %s: reserved %v, held %q, route %+v (returned: held %q)", j.ID, stored.BudgetReservedUSD, stored.Held, stored.Route, j.Held)

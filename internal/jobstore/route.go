@@ -45,7 +45,7 @@ import (
 //	ARGV[L+3…] the records' ledger.EntryArgs
 //
 // Returns the job reply: DONE, OVER_BUDGET (stored held; a fifth element
-// names the scope), CONFLICT (not queued, or at another attempt),
+// is the held reason), CONFLICT (not queued, or at another attempt),
 // NOT_FOUND; or a ledger_check reply.
 var setRouteScript = redis.NewScript(luaCommon + ledger.LuaAppend + luaReserve + `
 local id = ARGV[2]
@@ -169,9 +169,8 @@ func (s *Store) routeSet(u RouteUpdate, ri *jobtype.RouteInfo, v []any) (RouteSe
 	case codeDone:
 		return RouteSet{Route: ri, Held: u.Held}, nil
 	case codeOverBudget:
-		scope, _ := v[4].(string)
-		held, why := heldByBudget(u.Budget, ri, scope)
-		return RouteSet{Route: held, Held: why}, nil
+		why, _ := v[4].(string)
+		return RouteSet{Route: heldRoute(u.Budget, ri), Held: why}, nil
 	case codeNotFound:
 		return RouteSet{}, fmt.Errorf("jobstore: set route %s: %w", u.ID, ErrNotFound)
 	default:

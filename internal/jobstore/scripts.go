@@ -181,8 +181,8 @@ end
 //	  indexes, the records' ledger.EntryArgs
 //
 // Returns {code, id, code, id, …}, one pair per job: DONE (stored),
-// OVER_BUDGET (stored held: id is the scope whose limit the reservation
-// would pass), EXISTING (id: the job its key names), CONFLICT (the id is
+// OVER_BUDGET (stored held: id is the held reason, naming the scope whose
+// limit the reservation would pass and what is left of it), EXISTING (id: the job its key names), CONFLICT (the id is
 // taken); or {IDEM_CONFLICT,
 // index, id} when the key of job index (0-based) conflicts (id: the job it
 // names, empty for a key given twice in the call); or a ledger_check reply; or

@@ -545,7 +545,7 @@ func (s *Store) created(ctx context.Context, b *createBatch, res []any) ([]Creat
 				Metrics: map[string]float64{}, Artifacts: []jobtype.Artifact{}, OutputURI: b.outs[i], Submitter: nj.Submitter,
 				Team: nj.Team, CreatedAt: t, UpdatedAt: t, Spec: *nj.Spec, Route: nj.Route}
 			if code == codeOverBudget {
-				j.Route, j.Held = heldByBudget(nj.Budget, nj.Route, gotID)
+				j.Route, j.Held = heldRoute(nj.Budget, nj.Route), gotID
 			} else if budgetArgs(nj.Budget, nil) != nil {
 				j.BudgetReservedUSD = nj.Budget.USD
 			}

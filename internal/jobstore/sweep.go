@@ -233,7 +233,7 @@ func (s *Store) sweepArgs(ns NewSweep, now time.Time) ([]any, error) {
 	}
 	args := make([]any, 0, 16+len(fields)+len(common))
 	args = append(args, s.cfg.Prefix, sw.ID, ns.IdempotencyKey, fp, int(s.cfg.IdempotencyTTL.Seconds()), ms(now),
-		s.cfg.EventsMaxLen, mustJSON(jobtype.StateChange{To: jobtype.StateQueued}), maxp, fmtF(sw.BudgetUSD), fmtF(sw.BudgetGPUHours))
+		s.cfg.EventsMaxLen, mustJSON(jobtype.StateChange{To: jobtype.StateQueued}), maxp, fmtF(sw.BudgetUSD), fmtF(sw.BudgetGPUHours), Month(now))
 	args = append(args, len(fields))
 	args = append(args, fields...)
 	args = append(args, len(common))
@@ -256,12 +256,26 @@ func trialArgs(trials []NewTrial, now time.Time) []any {
 		if nj.Route != nil {
 			fields = append(fields, "route", mustJSON(nj.Route))
 		}
+		if b := nj.Budget; b != nil && b.USD > 0 && len(b.Scopes) > 0 {
+			// What admitting it reserves of its team's and backend's budgets.
+			fields = append(fields, "reserve_usd", fmtF(b.USD), "reserve_scopes", scopeList(b.Scopes))
+		}
 		fields = append(fields, tallyFieldsOf(nj.Spec, nj.Route)...)
 		fields = append(fields, "gate", "") // last: the script sets the gate of a trial that waits
 		args = append(args, nj.ID, score, fmtF(t.EstUSD), fmtF(t.EstGPUHours), len(fields))
 		args = append(args, fields...)
 	}
 	return args
+}
+
+// scopeList is scopes as a trial's reserve_scopes holds them: "scope
+// limit scope limit".
+func scopeList(scopes []BudgetScope) string {
+	parts := make([]string, 0, 2*len(scopes))
+	for _, sc := range scopes {
+		parts = append(parts, sc.Scope, fmtF(sc.Limit))
+	}
+	return strings.Join(parts, " ")
 }
 
 // params is ps, never nil (stored as [] rather than null).
@@ -321,6 +335,10 @@ type Admitted struct {
 	// Stalled says why it stopped before the waiting set was empty (""
 	// when it was not stopped by a budget): also stored on the sweep.
 	Stalled string
+	// OwnBudget: Stalled is the sweep's own budget, which nothing frees
+	// while none of its trials runs (a team's or a backend's frees as
+	// other jobs settle).
+	OwnBudget bool
 }
 
 // AdmitTrials admits waiting trials of a running sweep in index order
@@ -333,7 +351,8 @@ type Admitted struct {
 // worth it; the sweep's Stalled says what holds it now). A sweep that is
 // not running is a *SweepConflictError.
 func (s *Store) AdmitTrials(ctx context.Context, sweepID string) (Admitted, error) {
-	res, err := admitScript.Run(ctx, s.rdb, nil, s.cfg.Prefix, sweepID, ms(s.now())).Slice()
+	now := s.now()
+	res, err := admitScript.Run(ctx, s.rdb, nil, s.cfg.Prefix, sweepID, ms(now), Month(now)).Slice()
 	if err != nil {
 		return Admitted{}, fmt.Errorf("jobstore: admit trials of %s: %w", sweepID, err)
 	}
@@ -342,7 +361,9 @@ func (s *Store) AdmitTrials(ctx context.Context, sweepID string) (Admitted, erro
 	}
 	a := Admitted{}
 	a.Stalled, _ = res[1].(string)
-	for _, v := range res[2:] {
+	own, _ := res[2].(int64)
+	a.OwnBudget = own == 1
+	for _, v := range res[3:] {
 		if id, ok := v.(string); ok {
 			a.IDs = append(a.IDs, id)
 		}

@@ -48,6 +48,18 @@ local function budgetgate(b, usd, gpuh, what)
   end
   return nil
 end
+-- trialbudget reserves trial tid's estimate against its team's and its
+-- backend's monthly budgets in month (its reserve_usd and reserve_scopes,
+-- set when the sweep was admitted), the same reservation a submitted job
+-- makes: nil when reserved (or nothing to reserve), else the gate that
+-- says which budget it does not fit and what is left of it.
+local function trialbudget(tid, month)
+  local v = redis.call('HMGET', jobkey(tid), 'reserve_usd', 'reserve_scopes')
+  if not v[1] or (tonumber(v[1]) or 0) <= 0 then return nil end
+  local why = reserve_budget(P, tid, month, v[1], strscopes(v[2]))
+  if why then return 'budget: next trial ' .. why end
+  return nil
+end
 -- admit puts trial tid of sweep sid into the pending set (score) and the
 -- sweep's active set, reserving its estimate (usd, gpuh: strings) against
 -- the sweep; b is updated to match.
@@ -91,7 +103,9 @@ end
 //	ARGV[9]  max_parallel
 //	ARGV[10] budget USD (0 none)
 //	ARGV[11] budget GPU-hours (0 none)
-//	ARGV[12] the number of the sweep's field/value entries, then them
+//	ARGV[12] the budget month (Month) the admitted trials' team and
+//	         backend reservations count in
+//	ARGV[13] the number of the sweep's field/value entries, then them
 //	then the number of the trials' common field/value entries, then them
 //	then n, the number of trials; per trial: id, pending score, estimate
 //	  USD, estimate GPU-hours, the number m of its own field/value entries,
@@ -101,9 +115,9 @@ end
 //
 // Returns {DONE, id, admitted}, {EXISTING, id}, {IDEM_CONFLICT, id},
 // {CONFLICT, trial id} or a ledger_check reply.
-var createSweepScript = redis.NewScript(luaCommon + luaSweep + ledger.LuaAppend + `
+var createSweepScript = redis.NewScript(luaCommon + luaReserve + luaSweep + ledger.LuaAppend + `
 local sid, idem, fp, ttl, now, maxlen, data = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8]
-local maxp = tonumber(ARGV[9])
+local maxp, month = tonumber(ARGV[9]), ARGV[12]
 local sk = sweepkey(sid)
 if redis.call('EXISTS', sk) == 1 then return {EXISTING, sid} end
 if idem ~= '' then
@@ -118,7 +132,7 @@ if idem ~= '' then
     end
   end
 end
-local i = 12
+local i = 13
 local nsf = tonumber(ARGV[i]); local sf = i + 1; i = sf + nsf
 local ncf = tonumber(ARGV[i]); local cf = i + 1; i = cf + ncf
 local n = tonumber(ARGV[i]); i = i + 1
@@ -194,6 +208,16 @@ for k = 1, n do
   if gate then f[nf] = gate end
   for c = cf, cf + ncf - 1 do f[#f + 1] = ARGV[c] end
   redis.call('HSET', key, unpack(f))
+  if now_admitted then
+    -- Its team's and backend's budgets, in the same call: a trial never
+    -- runs without its reservation. One that does not fit waits, and so
+    -- do the trials behind it, until money frees (AdmitTrials).
+    local tb = trialbudget(id, month)
+    if tb then
+      gate, now_admitted, stalled = tb, false, tb
+      redis.call('HSET', key, 'gate', tb)
+    end
+  end
   ids[#ids + 1] = 0; ids[#ids + 1] = id
   byindex[#byindex + 1] = k - 1; byindex[#byindex + 1] = id
   redis.call('XADD', key .. ':events', 'MAXLEN', '~', maxlen, '*', 'type', 'state', 'attempt', 1, 'time', now, 'data', data)
@@ -224,11 +248,15 @@ return {DONE, sid, admitted}
 //	ARGV[1]  prefix
 //	ARGV[2]  sweep id
 //	ARGV[3]  now, ms
+//	ARGV[4]  the budget month (Month) of the trials' team and backend
+//	         reservations
 //
-// Returns {DONE, stalled, admitted id, …}; {NOT_FOUND, ""}; {CONFLICT,
-// state} for a sweep that is not running.
-var admitScript = redis.NewScript(luaCommon + luaSweep + `
-local sid, now = ARGV[2], ARGV[3]
+// Returns {DONE, stalled, own, admitted id, …} (own: 1 when the stall is
+// the sweep's own budget, 0 for its team's or a backend's, which frees as
+// other jobs settle); {NOT_FOUND, ""}; {CONFLICT, state} for a sweep that
+// is not running.
+var admitScript = redis.NewScript(luaCommon + luaReserve + luaSweep + `
+local sid, now, month = ARGV[2], ARGV[3], ARGV[4]
 local sk = sweepkey(sid)
 local v = redis.call('HMGET', sk, 'state', 'max_parallel', 'stalled')
 if not v[1] then return {NOT_FOUND, ''} end
@@ -240,7 +268,7 @@ for _, tid in ipairs(redis.call('SMEMBERS', sweepkey(sid, 'active'))) do
   if st and not terminal(st) and st ~= 'paused' then count = count + 1 end
 end
 local b = readbudget(sk)
-local out, stalled = {DONE, ''}, ''
+local out, stalled, own = {DONE, '', 0}, '', 0
 local wk = sweepkey(sid, 'waiting')
 while true do
   local head = redis.call('ZRANGE', wk, 0, 0)
@@ -255,6 +283,7 @@ while true do
   else
     local eu, eg = t[2] or '0', t[3] or '0'
     local g = budgetgate(b, tonumber(eu), tonumber(eg), 'trial')
+    if g then own = 1 else g = trialbudget(tid, month) end
     if g then
       redis.call('HSET', jobkey(tid), 'gate', g)
       stalled = g
@@ -265,8 +294,8 @@ while true do
     out[#out + 1] = tid
   end
 end
-out[2] = stalled
-if stalled ~= was or #out > 2 then redis.call('HSET', sk, 'stalled', stalled, 'updated_at', now) end
+out[2], out[3] = stalled, own
+if stalled ~= was or #out > 3 then redis.call('HSET', sk, 'stalled', stalled, 'updated_at', now) end
 return out
 `)
 
@@ -282,7 +311,7 @@ return out
 //
 // Returns 1 when it settled, 0 when the trial held nothing (settled
 // before, or never admitted).
-var settleTrialScript = redis.NewScript(luaCommon + luaSweep + `
+var settleTrialScript = redis.NewScript(luaCommon + luaReserve + luaSweep + `
 local sid, tid = ARGV[2], ARGV[3]
 if redis.call('SREM', sweepkey(sid, 'active'), tid) == 0 then return 0 end
 local v = redis.call('HMGET', jobkey(tid), 'sweep_reserved_usd', 'sweep_reserved_gpu_h', 'sweep_settled_usd', 'sweep_settled_gpu_h')

@@ -329,3 +329,67 @@ func TestStop(t *testing.T) {
 		t.Fatalf("retry of a trial: %v", err)
 	}
 }
+
+// TestTrialTeamBudget: a sweep's trials reserve their team's and
+// backend's budgets in the scripts that admit them, as a submitted job's
+// create does: with room for two trials in the team's month, the sweep is
+// stored with two trials admitted and reserved, the third waiting with a
+// gate that names the team's budget and what is left of it (not the
+// sweep's own budget: OwnBudget false, so the sweep duty lets it wait).
+// When a trial settles below its estimate, the next AdmitTrials admits
+// the waiting one with its reservation.
+func TestTrialTeamBudget(t *testing.T) {
+	b := setup(t)
+	ctx, s := b.ctx, b.store
+	month := jobstore.Month(time.Now())
+	ns := sweepOf(3, nil)
+	for i := range ns.Trials {
+		ns.Trials[i].Job.Budget = &jobstore.BudgetReservation{Month: month, USD: 40,
+			Scopes: []jobstore.BudgetScope{{Scope: "backend:local"}, {Scope: "team:ml", Limit: 100}}}
+	}
+	sw, _, err := s.CreateSweep(ctx, nil, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trials, err := s.SweepTrials(ctx, sw.ID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, j := range trials {
+		reserved := j.BudgetReservedUSD == 40
+		if reserved != (i < 2) || pendingHas(t, b, j.ID) != (i < 2) {
+			t.Fatalf("trial %d: reserved %v, pending %v, gate %q", i, j.BudgetReservedUSD, pendingHas(t, b, j.ID), j.Trial.Gate)
+		}
+	}
+	wantGate := "budget: next trial $40.00 would pass team:ml's " + month + " budget ($20.00 of $100.00 left)"
+	if g := trials[2].Trial.Gate; g != wantGate {
+		t.Fatalf("gate %q, want %q", g, wantGate)
+	}
+	if sp, _ := s.Spends(ctx, month, []string{"team:ml", "backend:local"}); sp["team:ml"].ReservedUSD != 80 || sp["backend:local"].ReservedUSD != 80 {
+		t.Fatalf("spends %+v", sp)
+	}
+	adm, err := s.AdmitTrials(ctx, sw.ID)
+	if err != nil || len(adm.IDs) != 0 || adm.Stalled != wantGate || adm.OwnBudget {
+		t.Fatalf("admit while the team's budget is full: %+v %v", adm, err)
+	}
+	// Trial 0 ends at $10: its reservation is released, $10 spent; $50 left.
+	if _, err := s.Cancel(ctx, trials[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Settle(ctx, trials[0].ID, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SettleTrial(ctx, sw.ID, trials[0].ID, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	adm, err = s.AdmitTrials(ctx, sw.ID)
+	if err != nil || len(adm.IDs) != 1 || adm.IDs[0] != trials[2].ID || adm.Stalled != "" {
+		t.Fatalf("admit after money freed: %+v %v", adm, err)
+	}
+	if j, _ := s.Get(ctx, trials[2].ID); j.BudgetReservedUSD != 40 || !pendingHas(t, b, j.ID) {
+		t.Fatalf("the third trial: reserved %v", j.BudgetReservedUSD)
+	}
+	if sp, _ := s.Spends(ctx, month, []string{"team:ml"}); sp["team:ml"].ReservedUSD != 80 || sp["team:ml"].SpentUSD != 10 {
+		t.Fatalf("team spend %+v", sp["team:ml"])
+	}
+}
