@@ -427,6 +427,29 @@ func TestRefusesEvictingRedis(t *testing.T) {
 	}
 }
 
+// TestRefusesTruncatedAOFLoading: a Redis that keeps an AOF with
+// aof-load-truncated yes (Redis's default) is refused, saying how to fix
+// it; the same Redis with it set to no is accepted.
+func TestRefusesTruncatedAOFLoading(t *testing.T) {
+	lathed, _ := binaries(t)
+	rs := redistest.StartWith(t, redistest.Options{AOF: true, LoadTruncated: true})
+	out, err := exec.Command(lathed, "scheduler", "--redis-url", rs.URL(), "--listen", "127.0.0.1:0", "--data-dir", t.TempDir()).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "aof-load-truncated is yes") || !strings.Contains(string(out), "CONFIG SET aof-load-truncated no") {
+		t.Fatalf("a Redis loading truncated AOFs was not refused (err %v):\n%s", err, out)
+	}
+	if err := rs.Client().ConfigSet(context.Background(), "aof-load-truncated", "no").Err(); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(lathed, "scheduler", "--redis-url", rs.URL(), "--listen", "127.0.0.1:0", "--data-dir", t.TempDir())
+	log := &logBuf{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitfor.True(t, 30*time.Second, "lathed scheduler up with aof-load-truncated no", func() bool { return strings.Contains(log.String(), "API listening") })
+}
+
 // TestRefusesOpenAPIBeyondLoopback: with no API tokens, lathed refuses to
 // listen on anything but loopback.
 func TestRefusesOpenAPIBeyondLoopback(t *testing.T) {

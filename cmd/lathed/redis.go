@@ -78,6 +78,29 @@ func checkNoEviction(ctx context.Context, rdb *redis.Client) error {
 	return nil
 }
 
+// checkAOFTruncation refuses a Redis that keeps an AOF and would load a
+// truncated one (aof-load-truncated yes, Redis's default): a crash that
+// cuts the AOF inside a script's transaction would then come back with
+// part of it, e.g. a refused admission half stored (docs/operations.md,
+// "A truncated AOF"). A Redis that does not let us read the setting
+// (CONFIG renamed away) is let through with a warning.
+func checkAOFTruncation(ctx context.Context, rdb *redis.Client, log *slog.Logger) error {
+	info, err := rdb.Info(ctx, "persistence").Result()
+	if err != nil || !strings.Contains(info, "aof_enabled:1") {
+		return nil // no AOF: warnNoAOF says what that costs
+	}
+	v, err := rdb.ConfigGet(ctx, "aof-load-truncated").Result()
+	if err != nil {
+		log.Warn("cannot read this Redis's aof-load-truncated (CONFIG GET refused); it must be no (docs/operations.md)",
+			slog.String("addr", rdb.Options().Addr), slog.Any("err", err))
+		return nil
+	}
+	if v["aof-load-truncated"] == "yes" {
+		return fmt.Errorf("redis at %s: aof-load-truncated is yes: after a crash that cuts its AOF inside a transaction, Redis would load part of it. Run it with aof-load-truncated no (redis-cli CONFIG SET aof-load-truncated no, and in redis.conf); see docs/operations.md, \"A truncated AOF\"", rdb.Options().Addr)
+	}
+	return nil
+}
+
 // warnNoAOF logs a warning when the given Redis does not keep an AOF: a
 // restart of such a Redis loses every job (docs/operations.md).
 func warnNoAOF(ctx context.Context, rdb *redis.Client, log *slog.Logger) {
@@ -120,7 +143,7 @@ func startManagedRedis(ctx context.Context, dataDir string, hold *os.File, log *
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("redis dir: %w", err)
 	}
-	args := []string{"--dir", dir, "--appendonly", "yes", "--appendfsync", "everysec",
+	args := []string{"--dir", dir, "--appendonly", "yes", "--appendfsync", "everysec", "--aof-load-truncated", "no",
 		"--maxmemory-policy", "noeviction", "--save", "", "--daemonize", "no",
 		"--logfile", filepath.Join(dir, "redis.log")}
 	listen, url, err := managedRedisListen(dir)

@@ -279,6 +279,9 @@ func (d *wiring) openRedis(ctx context.Context, ownRedis bool) error {
 		return err
 	}
 	warnNoAOF(cctx, rdb, d.log)
+	if err := checkAOFTruncation(cctx, rdb, d.log); err != nil {
+		return err
+	}
 	return nil
 }
 

@@ -32,8 +32,12 @@ type Server struct {
 
 // Options change how the server starts.
 type Options struct {
-	// AOF turns on appendonly with appendfsync everysec.
+	// AOF turns on appendonly with appendfsync everysec and
+	// aof-load-truncated no, as lathed requires of a Redis with an AOF.
 	AOF bool
+	// LoadTruncated, with AOF, sets aof-load-truncated yes (Redis's
+	// default), which lathed refuses.
+	LoadTruncated bool
 	// Policy is maxmemory-policy; default noeviction.
 	Policy string
 }
@@ -57,7 +61,11 @@ func StartWith(tb testing.TB, o Options) *Server {
 	s.args = []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir,
 		"--save", "", "--maxmemory-policy", o.Policy, "--protected-mode", "no"}
 	if o.AOF {
-		s.args = append(s.args, "--appendonly", "yes", "--appendfsync", "everysec")
+		truncated := "no"
+		if o.LoadTruncated {
+			truncated = "yes"
+		}
+		s.args = append(s.args, "--appendonly", "yes", "--appendfsync", "everysec", "--aof-load-truncated", truncated)
 	} else {
 		s.args = append(s.args, "--appendonly", "no")
 	}
