@@ -1,14 +1,17 @@
 package jobstore_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/redistest"
 )
 
 // TestBudgets: reservations are all-or-none against every scope's limit,
@@ -151,5 +154,52 @@ func TestReserveInCreate(t *testing.T) {
 	set, err = s.SetRouteLogged(ctx, nil, jobstore.RouteUpdate{ID: j.ID, Route: route, Budget: small})
 	if stored, _ := s.Get(ctx, j.ID); err != nil || set.Held != "" || stored.BudgetReservedUSD != 10 || stored.Held != "" {
 		t.Fatalf("reroute within budget: %+v %v; stored %+v", set, err, stored)
+	}
+}
+
+// TestRunTimeCounted: each attempt's run time is added once as it leaves
+// running (to run_ms, and to local_run_ms on the local pool), at the
+// store's clock: two local attempts of 90 s and 30 s make 120 s of both; a
+// third on a cloud route adds to the run time only.
+func TestRunTimeCounted(t *testing.T) {
+	srv := redistest.Start(t)
+	// Ten minutes ago as the start, so the clock stays behind the real one
+	// (job ids carry it, and ids drawn in this process must not run ahead
+	// of the real clock for later tests).
+	now := time.Now().Add(-10 * time.Minute)
+	s := jobstore.New(srv.Client(), jobstore.Config{Now: func() time.Time { return now }})
+	ctx := context.Background()
+	j, _, err := s.Create(ctx, jobstore.NewJob{Spec: spec("r", jobspec.PriorityNormal), Route: &jobtype.RouteInfo{Backend: "local", Kind: "local", Attempt: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(attempt int, d time.Duration, end func() error) {
+		t.Helper()
+		if err := s.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: attempt, Node: "n1", Backend: "local", Capacity: 4}); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := s.Claim(ctx, jobstore.ClaimParams{ID: j.ID, Attempt: attempt, Node: "n1", Incarnation: "i", Lease: time.Hour}); err != nil || out != jobstore.Claimed {
+			t.Fatalf("claim %d: %v %v", attempt, out, err)
+		}
+		now = now.Add(d)
+		if err := end(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(1, 90*time.Second, func() error { return s.Requeue(ctx, j.ID, 1, "exit", "exit status 1") })
+	run(2, 30*time.Second, func() error { return s.Requeue(ctx, j.ID, 2, "exit", "exit status 1") })
+	got, _ := s.Get(ctx, j.ID)
+	if got.RunS != 120 || got.LocalRunS != 120 {
+		t.Fatalf("after two local attempts: run %v s, local %v s; want 120 and 120", got.RunS, got.LocalRunS)
+	}
+	if err := s.SetRoute(ctx, j.ID, &jobtype.RouteInfo{Backend: "aws-eu", Kind: "aws", Attempt: 3}, ""); err != nil {
+		t.Fatal(err)
+	}
+	run(3, 60*time.Second, func() error {
+		return s.Finish(ctx, j.ID, 3, jobstore.Ending{State: jobtype.StateSucceeded})
+	})
+	got, _ = s.Get(ctx, j.ID)
+	if got.RunS != 180 || got.LocalRunS != 120 {
+		t.Fatalf("after a cloud attempt: run %v s, local %v s; want 180 and 120", got.RunS, got.LocalRunS)
 	}
 }

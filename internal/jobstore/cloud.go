@@ -100,6 +100,7 @@ local jk = ARGV[1] .. 'job:' .. ARGV[2]
 if redis.call('EXISTS', jk) == 0 then return -1 end
 if redis.call('HSETNX', jk, 'cost_attempt_' .. ARGV[3], ARGV[4]) == 0 then return 0 end
 redis.call('HINCRBYFLOAT', jk, 'cost_usd', ARGV[4])
+redis.call('HINCRBYFLOAT', jk, 'cloud_cost_usd', ARGV[4])
 return 1
 `)
 

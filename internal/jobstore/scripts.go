@@ -79,6 +79,17 @@ local function addevent(id, maxlen, typ, attempt, now, data)
   redis.call('XADD', evkey(id), 'MAXLEN', '~', maxlen, '*', 'type', typ, 'attempt', attempt, 'time', now, 'data', data)
 end
 local function setstate(id, from, to, now)
+  if from == 'running' and to ~= 'running' then
+    -- The attempt's run time, counted once, as it leaves running: what
+    -- its cost is computed from (policy.JobUsage).
+    local v = redis.call('HMGET', jobkey(id), 'started_at', 'route_kind')
+    local ran = tonumber(now) - (tonumber(v[1] or '') or tonumber(now))
+    if ran > 0 then
+      ran = string.format('%d', ran)
+      redis.call('HINCRBY', jobkey(id), 'run_ms', ran)
+      if not v[2] or v[2] == '' or v[2] == 'local' then redis.call('HINCRBY', jobkey(id), 'local_run_ms', ran) end
+    end
+  end
   redis.call('ZREM', statekey(from), id)
   redis.call('ZADD', statekey(to), 0, id)
   redis.call('HSET', jobkey(id), 'state', to, 'updated_at', now)

@@ -584,7 +584,8 @@ var jobFields = []string{"id", "name", "state", "reason", "error", "attempt", "b
 	"created_at", "updated_at", "started_at", "finished_at", "spec",
 	"preempt_requested", "cuda_visible_devices", "preemptions", "simulated_gpus",
 	"route", "held", "cost_usd", "instance", "incarnation", "lease_until", "budget_reserved_usd",
-	"sweep_id", "trial_index", "params", "rung", "stop_at_step", "gate", "stop_requested"}
+	"sweep_id", "trial_index", "params", "rung", "stop_at_step", "gate", "stop_requested",
+	"cloud_cost_usd", "run_ms", "local_run_ms"}
 
 // Get returns the job's record, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (*jobtype.Job, error) {
@@ -674,6 +675,9 @@ func (r *rawJob) scalars(id string) *jobtype.Job {
 	j.SimulatedGPUs = str(24) == "1"
 	j.Held = str(26)
 	j.CostUSD = atof(str(27))
+	j.CloudCostUSD = atof(str(39))
+	j.RunS = atof(str(40)) / 1000
+	j.LocalRunS = atof(str(41)) / 1000
 	j.BudgetReservedUSD = atof(str(31))
 	j.Incarnation = str(29)
 	if t := msTime(str(30)); !t.IsZero() {

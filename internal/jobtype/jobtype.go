@@ -149,10 +149,19 @@ type Job struct {
 	// provisioning) attempt, and LeaseUntil when its lease ends.
 	Incarnation string     `json:"incarnation,omitempty"`
 	LeaseUntil  *time.Time `json:"lease_until,omitempty"`
-	// CostUSD is the cost of the job's run: local GPU-hours × price, plus
-	// every cloud attempt's instance time × its price (added as each
-	// instance ends).
+	// CostUSD is the cost of the job's run as last settled (policy.JobUsage
+	// when its budgets were settled), plus the instance cost of each cloud
+	// attempt since, added as each instance ends. policy.JobUsage is the
+	// figure: it never reads CostUSD.
 	CostUSD float64 `json:"cost_usd,omitempty"`
+	// CloudCostUSD is every cloud attempt's instance time × its price,
+	// each attempt's added once, as its instance ends.
+	CloudCostUSD float64 `json:"cloud_cost_usd,omitempty"`
+	// RunS is how long the job's ended attempts ran (running → anything
+	// else), seconds; LocalRunS the part of it on the local pool. The
+	// attempt running now is not in them (policy.JobUsage adds it).
+	RunS      float64 `json:"run_s,omitempty"`
+	LocalRunS float64 `json:"local_run_s,omitempty"`
 	// BudgetReservedUSD is the estimate the job holds against its budgets
 	// until it ends (jobstore.Reserve; 0 once settled or when it has none).
 	BudgetReservedUSD float64 `json:"budget_reserved_usd,omitempty"`

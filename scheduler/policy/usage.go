@@ -5,25 +5,42 @@ import (
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
-// JobUsage is a job's cost and GPU-hours so far: what cloud attempts
-// added to its record, plus a local attempt's GPU-hours (started to
-// finished, or to now while it runs, × its GPUs) × its backend's price.
+// JobUsage is a job's cost and GPU-hours so far, the one function every
+// figure of money comes from (budget settling, sweep spend, the
+// leaderboard): what its cloud attempts' instances cost, plus the time its
+// attempts ran on the local pool × its GPUs × the local backend's price.
+// Ended attempts count from the run time the store added as each left
+// running (RunS, LocalRunS); the attempt running now counts to the job's
+// last update. It never reads CostUSD, which is this function's figure as
+// last settled: reading it would count the job twice.
 func JobUsage(cfg routecfg.Config, j *jobtype.Job) (usd, gpuHours float64) {
-	usd = j.CostUSD
-	if j.StartedAt == nil || j.Route == nil {
-		return usd, 0
+	runS, localS := j.RunS, j.LocalRunS
+	local := j.Route == nil || j.Route.Kind == "" || j.Route.Kind == routecfg.KindLocal
+	if j.State == jobtype.StateRunning && j.StartedAt != nil {
+		if live := j.UpdatedAt.Sub(*j.StartedAt).Seconds(); live > 0 {
+			runS += live
+			if local {
+				localS += live
+			}
+		}
 	}
-	end := j.UpdatedAt
-	if j.FinishedAt != nil {
-		end = *j.FinishedAt
+	gpus := float64(j.Spec.Resources.GPUs)
+	return j.CloudCostUSD + localS/3600*gpus*localPrice(cfg, j), runS / 3600 * gpus
+}
+
+// localPrice is the price of a GPU-hour on the local pool j ran on: its
+// route's backend when that is a local one, else (its route moved to the
+// cloud since) the config's first local backend's; 0 when unpriced.
+func localPrice(cfg routecfg.Config, j *jobtype.Job) float64 {
+	if j.Route != nil {
+		if b, ok := cfg.Backend(j.Route.Backend); ok && b.Kind == routecfg.KindLocal {
+			return b.USDPerGPUHour()
+		}
 	}
-	h := end.Sub(*j.StartedAt).Hours()
-	if h < 0 {
-		h = 0
+	for _, b := range cfg.Backends {
+		if b.Kind == routecfg.KindLocal {
+			return b.USDPerGPUHour()
+		}
 	}
-	gpuHours = h * float64(j.Spec.Resources.GPUs)
-	if b, ok := cfg.Backend(j.Route.Backend); ok && b.Kind == routecfg.KindLocal {
-		usd += gpuHours * b.USDPerGPUHour()
-	}
-	return usd, gpuHours
+	return 0
 }
