@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
@@ -20,6 +22,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/ledger/ledgertest"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/sweepspec"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/scheduler/api"
 	"github.com/lathe-ml/lathe/scheduler/plane"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
@@ -47,33 +50,50 @@ const admitSpec = `{"name":"same","base_model":"tiny-char","dataset":"file:///da
 // after it), the times, and what only a trial has (its name "same-0", its
 // sweep fields, its route's path "sweep"). Each holds its reservation from the script that
 // stored it, and each decision is in the ledger under its job.
-func TestOneAdmissionPath(t *testing.T) {
+// admitRig is a control plane over a real redis-server with a priced
+// local pool (admitConfig: $2 a GPU-hour, team ml's budget cfgText's), a
+// ledger, a node with one H100 and tiny-char's learned speed on it, so
+// every decision has a runtime and a cost ($0.083 for admitSpec).
+type admitRig struct {
+	ctx   context.Context
+	rdb   *redis.Client
+	store *jobstore.Store
+	led   *ledger.Ledger
+	s     *Scheduler
+	cfg   Config
+}
+
+func newAdmitRig(t *testing.T, cfgText string) admitRig {
+	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	store := jobstore.New(rdb, jobstore.Config{})
-	cfg, err := routecfg.ParseConfig([]byte(admitConfig))
+	cfg, err := routecfg.ParseConfig([]byte(cfgText))
 	if err != nil {
 		t.Fatal(err)
 	}
 	led := ledgertest.New(t, rdb)
-	const secret = "admit-test-secret-0123456789"
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	defaults := jobspec.Defaults{OutputURI: fileuri.FromPath(t.TempDir())}
-	s := New(rdb, store, Config{Routing: cfg, Ledger: led, Logger: quiet, Defaults: defaults})
-	hs := httptest.NewServer(api.New(s, rdb, store, api.Config{Ledger: led, Logger: quiet, Defaults: defaults,
-		Tokens: []plane.Token{{Name: "alice", Secret: secret, Role: plane.RoleSubmitter, Team: "ml"}}}).Handler())
-	t.Cleanup(hs.Close)
-	ctx := context.Background()
-	// A node with a GPU, and the learned speed of tiny-char on it, so the
-	// decision has a runtime and a cost.
-	if err := store.Heartbeat(ctx, jobstore.Node{Name: "n1", Incarnation: "i1", Backend: "local", Slots: 4,
+	sc := Config{Routing: cfg, Ledger: led, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(t.TempDir())}, PlaceInterval: 20 * time.Millisecond}
+	r := admitRig{ctx: context.Background(), rdb: rdb, store: store, led: led, s: New(rdb, store, sc), cfg: sc}
+	if err := store.Heartbeat(r.ctx, jobstore.Node{Name: "n1", Incarnation: "i1", Backend: "local", Slots: 4,
 		GPUs: []jobtype.GPU{{Index: 0, UUID: "GPU-a", Name: "NVIDIA H100 80GB HBM3", Healthy: true, MemoryTotalMB: 81559}},
 	}, jobstore.HeartbeatOptions{TTL: time.Hour, First: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.RecordStepTime(ctx, "tiny-char", "NVIDIA H100 80GB HBM3", 0.5); err != nil {
+	if err := store.RecordStepTime(r.ctx, "tiny-char", "NVIDIA H100 80GB HBM3", 0.5); err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+func TestOneAdmissionPath(t *testing.T) {
+	r := newAdmitRig(t, admitConfig)
+	ctx, rdb, store, led, s := r.ctx, r.rdb, r.store, r.led, r.s
+	const secret = "admit-test-secret-0123456789"
+	hs := httptest.NewServer(api.New(s, rdb, store, api.Config{Ledger: led, Logger: r.cfg.Logger, Defaults: r.cfg.Defaults,
+		Tokens: []plane.Token{{Name: "alice", Secret: secret, Role: plane.RoleSubmitter, Team: "ml"}}}).Handler())
+	t.Cleanup(hs.Close)
 	post := func(path, body string) []byte {
 		req, _ := http.NewRequest("POST", hs.URL+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -154,5 +174,63 @@ func TestOneAdmissionPath(t *testing.T) {
 		if string(a) != string(b) {
 			t.Errorf("%s's record differs from submit's:\n%s\n%s", path, b, a)
 		}
+	}
+}
+
+// TestHeldJobDecidedWhenMoneyFrees: a job held because its reservation
+// lost the race to the team's last dollars is decided again, and
+// reserved, by the next placement round after a settlement frees money in
+// the month; while nothing frees money it stays held and is not decided
+// again.
+func TestHeldJobDecidedWhenMoneyFrees(t *testing.T) {
+	r := newAdmitRig(t, strings.Replace(admitConfig, "{ml: 1000}", "{ml: 0.10}", 1))
+	ctx, store := r.ctx, r.store
+	spec, err := jobspec.Parse([]byte(admitSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Normalize(r.cfg.Defaults)
+	created, err := r.s.Submit(ctx, plane.Admission{Who: plane.Principal{Name: "alice", Team: "ml"}, Jobs: []jobstore.NewJob{{Spec: spec}}})
+	if err != nil || created[0].Job.BudgetReservedUSD <= 0 {
+		t.Fatalf("first job: %+v %v", created, err)
+	}
+	first := created[0].Job
+	// A second one whose decision read the spend before the first reserved:
+	// its reservation in the create script loses, and it is stored held.
+	month := jobstore.Month(time.Now())
+	held, _, err := store.Create(ctx, jobstore.NewJob{Spec: spec.Clone(), Team: "ml", Route: first.Route,
+		Budget: &jobstore.BudgetReservation{Month: month, USD: first.BudgetReservedUSD,
+			Scopes: []jobstore.BudgetScope{{Scope: "backend:local"}, {Scope: "team:ml", Limit: 0.10}}}})
+	if err != nil || held.Held == "" {
+		t.Fatalf("second job not held: %+v %v", held, err)
+	}
+	if err := r.s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.s.Stop(context.Background()) })
+	// Rounds run (the first job is placed); the held one is not decided
+	// again while no money frees: no decision of it on record.
+	waitfor.True(t, 20*time.Second, "the first job placed", func() bool {
+		j, _ := store.Get(ctx, first.ID)
+		return j != nil && j.State != jobtype.StateQueued
+	})
+	n := 0
+	_ = r.led.Range(ctx, held.ID, func(ledger.Record) error { n++; return nil })
+	if j, _ := store.Get(ctx, held.ID); j.Held == "" || n != 0 {
+		t.Fatalf("with no money freed: held %q, %d decisions recorded", j.Held, n)
+	}
+	// The first job ends at a cent: its reservation is freed.
+	if _, err := store.Cancel(ctx, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Settle(ctx, first.ID, 0.01); err != nil {
+		t.Fatal(err)
+	}
+	j := waitfor.Value(t, 20*time.Second, "the held job decided again and reserved", func() *jobtype.Job {
+		j, _ := store.Get(ctx, held.ID)
+		return j
+	}, func(j *jobtype.Job) bool { return j != nil && j.Held == "" && j.BudgetReservedUSD > 0 })
+	if j.Route == nil || j.Route.Path != "budget" {
+		t.Fatalf("route %+v, want one decided on path budget", j.Route)
 	}
 }

@@ -98,11 +98,17 @@ func (p *placer) read(ctx context.Context) (in *policy.RoundInput, fp string, ok
 		p.log.Warn("placer: pending count", slog.Any("err", err))
 		return nil, "", false
 	}
-	fp = fingerprint(pending, nodes)
+	now := time.Now()
+	epoch, err := p.store.BudgetEpoch(ctx, jobstore.Month(now))
+	if err != nil {
+		p.log.Warn("placer: budget epoch", slog.Any("err", err))
+		return nil, "", false
+	}
+	fp = epoch + "|" + fingerprint(pending, nodes)
 	if fp == p.lastFP && time.Since(p.lastRound) < placeRefresh {
 		return nil, "", false
 	}
-	in = &policy.RoundInput{Now: time.Now(), Nodes: nodes}
+	in = &policy.RoundInput{Now: now, Nodes: nodes, BudgetEpoch: epoch}
 	if err := p.readJobs(ctx, in); err != nil {
 		p.log.Warn("placer: snapshot", slog.Any("err", err))
 		return nil, "", false

@@ -82,6 +82,12 @@ local function reserve_budget(P, id, month, usd, scopes)
   redis.call('SADD', P .. 'budget:open', id)
   return false
 end
+-- budget_epoch is month's budget epoch ("2026-12:7"): how many times
+-- money was freed in it (a settlement). A job held is stamped with it
+-- (held_epoch) and decided again when it moves on (policy.DecideRound).
+local function budget_epoch(P, month)
+  return month .. ':' .. (redis.call('GET', P .. 'budget:epoch:' .. month) or '0')
+end
 -- reserve_or_hold reserves a stored job's budgets from the ARGV of a
 -- BudgetReservation (budgetArgs) at b; when a limit would be passed the
 -- job is stored held instead: the held route (its reasons say why) and
@@ -91,7 +97,7 @@ local function reserve_or_hold(P, id, b, nb)
   local why = reserve_budget(P, id, ARGV[b + 1], ARGV[b], argscopes(b + 4, (nb - 4) / 2))
   if why then
     why = 'budget reservation refused: ' .. why
-    redis.call('HSET', P .. 'job:' .. id, 'route', ARGV[b + 2], 'held', why)
+    redis.call('HSET', P .. 'job:' .. id, 'route', ARGV[b + 2], 'held', why, 'held_epoch', budget_epoch(P, ARGV[b + 1]))
   end
   return why
 end
@@ -122,6 +128,8 @@ for scope in string.gmatch(v[3] or '', '%S+') do
   redis.call('HINCRBYFLOAT', k, 'reserved', -r)
   if delta > 0 then redis.call('HINCRBYFLOAT', k, 'spent', delta) end
 end
+-- Money freed in the month: jobs held waiting for it are decided again.
+redis.call('INCR', P .. 'budget:epoch:' .. v[2])
 redis.call('HSET', jk, 'budget_reserved_usd', '0', 'cost_usd', ARGV[3], 'cost_settled_usd', ARGV[3])
 return 1
 `)
@@ -199,6 +207,21 @@ func (s *Store) Settle(ctx context.Context, id string, actual float64) error {
 		return fmt.Errorf("jobstore: settle budget of %s: %w", id, err)
 	}
 	return nil
+}
+
+// BudgetEpoch is month's budget epoch ("2026-12:7"): it moves on each
+// time a settlement frees money in the month. A held job carries the
+// epoch it was held in (Job.HeldEpoch); the placer decides it again when
+// the epoch moved on (a settlement, a new month).
+func (s *Store) BudgetEpoch(ctx context.Context, month string) (string, error) {
+	n, err := s.rdb.Get(ctx, s.key("budget", "epoch", month)).Result()
+	if errors.Is(err, redis.Nil) {
+		n, err = "0", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("jobstore: budget epoch: %w", err)
+	}
+	return month + ":" + n, nil
 }
 
 // OpenReservations lists the jobs holding a budget reservation.

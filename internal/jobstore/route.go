@@ -36,9 +36,10 @@ import (
 //	ARGV[3]  route JSON
 //	ARGV[4]  held reason ('' not held)
 //	ARGV[5]  attempt the route is for
-//	ARGV[6]  the number r of reservation entries (0: reserve nothing)
-//	ARGV[7…] the r entries (budgetArgs)
-//	with KEYS, from L = 7 + r:
+//	ARGV[6]  the budget month (a held job is stamped with its epoch)
+//	ARGV[7]  the number r of reservation entries (0: reserve nothing)
+//	ARGV[8…] the r entries (budgetArgs)
+//	with KEYS, from L = 8 + r:
 //	ARGV[L]    head seq the records were sealed on
 //	ARGV[L+1]  head mac
 //	ARGV[L+2]  record count
@@ -52,8 +53,8 @@ local id = ARGV[2]
 local st = redis.call('HGET', jobkey(id), 'state')
 if not st then return {NOT_FOUND, '', 0, 0} end
 if st ~= 'queued' or redis.call('HGET', jobkey(id), 'attempt') ~= ARGV[5] then return reply(CONFLICT, id) end
-local nb = tonumber(ARGV[6])
-local L = 7 + nb
+local nb = tonumber(ARGV[7])
+local L = 8 + nb
 if #KEYS == 2 then
   local bad = ledger_check(KEYS[1], KEYS[2], ARGV[L], ARGV[L + 1])
   if bad then return bad end
@@ -62,7 +63,8 @@ end
 local r = cjson.decode(ARGV[3])
 local function str(v) if type(v) == 'string' then return v end return '' end
 redis.call('HSET', jobkey(id), 'route', ARGV[3], 'held', ARGV[4], 'route_kind', str(r.kind), 'route_backend', str(r.backend))
-local over = reserve_or_hold(P, id, 7, nb)
+if ARGV[4] ~= '' then redis.call('HSET', jobkey(id), 'held_epoch', budget_epoch(P, ARGV[6])) end
+local over = reserve_or_hold(P, id, 8, nb)
 if #KEYS == 2 then ledger_write(KEYS[1], KEYS[2], ARGV, L + 3, tonumber(ARGV[L + 2])) end
 if over then
   local out = reply(OVER_BUDGET, id)
@@ -141,7 +143,7 @@ func (s *Store) SetRouteLogged(ctx context.Context, l *ledger.Ledger, u RouteUpd
 			}
 		}
 		budget := budgetArgs(u.Budget, &ri)
-		args := append([]any{s.cfg.Prefix, u.ID, mustJSON(&ri), u.Held, u.Route.Attempt, len(budget)}, budget...)
+		args := append([]any{s.cfg.Prefix, u.ID, mustJSON(&ri), u.Held, u.Route.Attempt, Month(s.now()), len(budget)}, budget...)
 		v, err := setRouteScript.Run(ctx, s.rdb, keys, append(args, tail...)...).Slice()
 		if err != nil {
 			return RouteSet{}, fmt.Errorf("jobstore: set route %s: %w", u.ID, err)

@@ -145,6 +145,10 @@ type Job struct {
 	// under the current config): it is not placed until it is feasible
 	// again or cancelled. "" = not held.
 	Held string `json:"held,omitempty"`
+	// HeldEpoch is the budget epoch the job was held in
+	// (jobstore.BudgetEpoch): when money frees after it, the job is decided
+	// again. Internal: not on the wire.
+	HeldEpoch string `json:"-"`
 	// Incarnation is the worker process that owns the running (or
 	// provisioning) attempt, and LeaseUntil when its lease ends.
 	Incarnation string     `json:"incarnation,omitempty"`

@@ -21,6 +21,10 @@ type RoundInput struct {
 	Jobs     map[string]*jobtype.Job
 	Routing  RoutingInput // what a routing decision looks at
 	Pressure poolstate.PoolPressure
+	// BudgetEpoch is this month's budget epoch (jobstore.BudgetEpoch): a
+	// job held in another epoch is decided again, as money was freed (or
+	// a month began) since it was held.
+	BudgetEpoch string
 }
 
 // RoundOptions are the settings a round's decision depends on.
@@ -76,7 +80,11 @@ func DecideRound(in *RoundInput, rs *RouteState, opts RoundOptions) RoundPlan {
 		if j == nil || j.State != jobtype.StateQueued {
 			continue
 		}
-		if path := ReroutePath(j, rs, in.Now); path != "" {
+		path := ReroutePath(j, rs, in.Now)
+		if path == "" && j.Held != "" && j.HeldEpoch != "" && j.HeldEpoch != in.BudgetEpoch {
+			path = "budget"
+		}
+		if path != "" {
 			if j = r.reroute(j, path); j == nil {
 				continue
 			}

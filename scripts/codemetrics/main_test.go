@@ -52,7 +52,7 @@ func TestLayerViolationsAreFound(t *testing.T) {
 	write("scheduler/sim/t.go", "scheduler")
 	write("scheduler/api/a.go", "scheduler")
 	write("scheduler/api/b.go", "scheduler/policy")
-	write("scheduler/api/c.go", "scheduler/ui")
+	write("scheduler/api/c.go", "scheduler/plane")
 	write("scheduler/s.go", "scheduler/api")
 	bad, err := layerViolations(root)
 	if err != nil {
