@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -184,6 +186,19 @@ func (ad *admission) appendRecords(ctx context.Context, build recordsFunc) error
 // placer. A job an idempotency key names already is returned as stored
 // before (Existed), and nothing new is stored or reserved for it.
 func (ad *admission) admitJobs(ctx context.Context, a admitting) ([]jobstore.Created, error) {
+	if len(a.jobs) == 1 && a.jobs[0].IdempotencyKey != "" {
+		// Idempotency first: the key's outcome, whatever the budgets say now.
+		nj := a.jobs[0]
+		existing, release, err := ad.claimKey(ctx, jobstore.IdemJob, nj.IdempotencyKey, jobstore.JobFingerprint(nj.Spec, a.p.Team))
+		if err != nil {
+			return nil, err
+		}
+		if existing != "" {
+			j, err := ad.store.Get(ctx, existing)
+			return []jobstore.Created{{Job: j, Existed: true}}, err
+		}
+		defer release()
+	}
 	pl, err := ad.plan(ctx, a, false)
 	if err != nil {
 		return nil, err
@@ -233,6 +248,45 @@ func (s *Scheduler) SubmitSweep(ctx context.Context, req plane.SweepRequest) (*j
 func (s *Scheduler) PlanSweep(ctx context.Context, req plane.SweepRequest) (jobstore.NewSweep, error) {
 	ns, _, err := s.admit.planSweep(ctx, req, true)
 	return ns, err
+}
+
+// claimTTL bounds an idempotency key's claim (jobstore.ClaimIdem): longer
+// than any admission takes (a sweep of 10,000 trials: ~20 s), so a second
+// request with the key waits for the first's outcome, and short enough
+// that a crashed scheduler's claim lapses.
+const claimTTL = time.Minute
+
+// claimKey claims idempotency key of kind for this admission, waiting
+// while another request holds it. existing is the job or sweep the key
+// names already, stored from the same spec and team (then nothing is
+// claimed); a key naming another spec's is a conflict
+// (jobstore.IdempotencyConflictError). release drops the claim when this
+// admission stored nothing; storing overwrites it.
+func (ad *admission) claimKey(ctx context.Context, kind jobstore.IdemKind, key, fp string) (existing string, release func(), err error) {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	token := hex.EncodeToString(b[:])
+	for {
+		out, id, err := ad.store.ClaimIdem(ctx, kind, key, fp, token, claimTTL)
+		switch {
+		case err != nil:
+			return "", nil, err
+		case out == jobstore.IdemExisting:
+			return id, nil, nil
+		case out == jobstore.IdemConflict:
+			return "", nil, &jobstore.IdempotencyConflictError{Key: key, JobID: id}
+		case out == jobstore.IdemClaimed:
+			return "", func() { _ = ad.store.ReleaseIdem(context.WithoutCancel(ctx), kind, key, token) }, nil
+		}
+		// Another request admits under this key: its outcome is ours.
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", nil, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // admitRun admits spec (parsed and normalised) for plane.Principal p under job

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -39,7 +40,7 @@ backends:
     kind: local
     site: dc
     price: {usd_per_gpu_hour: 2.00}
-team_budgets_usd: {ml: 1000}
+budgets: {teams: {ml: 1000}}
 `
 
 const admitSpec = `{"name":"same","base_model":"tiny-char","dataset":"file:///data/train.jsonl","training":{"max_steps":300},"lora":{"rank":8},"resources":{"gpus":1},"priority":"batch"}`
@@ -233,4 +234,82 @@ func TestHeldJobDecidedWhenMoneyFrees(t *testing.T) {
 	if j.Route == nil || j.Route.Path != "budget" {
 		t.Fatalf("route %+v, want one decided on path budget", j.Route)
 	}
+}
+
+// TestSweepKeyFirst: the same sweep sent twice at once with one
+// Idempotency-Key gives the same sweep both times, though the team's
+// budget holds one sweep's reservation only: the key is claimed before
+// anything is decided, so the second request waits for the first's
+// outcome instead of being decided against the budget the first took.
+// Ten teams, a pair of requests each, all at once.
+func TestSweepKeyFirst(t *testing.T) {
+	budgets := "budgets: {teams: {tj: 0.10, "
+	for i := range 10 {
+		budgets += fmt.Sprintf("t%d: 0.10, ", i)
+	}
+	r := newAdmitRig(t, strings.Replace(admitConfig, "budgets: {teams: {ml: 1000}}", strings.TrimSuffix(budgets, ", ")+"}}", 1))
+	sp, err := sweepspec.Parse([]byte(`{"job":`+admitSpec+`,"parameters":{"lora.rank":{"grid":[8]}}}`), sweepspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		team string
+		id   string
+		err  error
+	}
+	out := make(chan result, 20)
+	for i := range 10 {
+		team := fmt.Sprintf("t%d", i)
+		for range 2 {
+			go func() {
+				req := plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()), Idem: team + "/alice:nightly",
+					Who: plane.Principal{Name: "alice", Role: plane.RoleSubmitter, Team: team}}
+				sw, _, err := r.s.SubmitSweep(r.ctx, req)
+				res := result{team: team, err: err}
+				if sw != nil {
+					res.id = sw.ID
+				}
+				out <- res
+			}()
+		}
+	}
+	got := map[string][]string{}
+	for range 20 {
+		res := <-out
+		if res.err != nil {
+			t.Errorf("team %s: %v", res.team, res.err)
+			continue
+		}
+		got[res.team] = append(got[res.team], res.id)
+	}
+	for team, ids := range got {
+		if len(ids) != 2 || ids[0] != ids[1] {
+			t.Errorf("team %s: sweeps %v, want one sweep twice", team, ids)
+		}
+	}
+	// A retry after the first was stored, when the budget it took is
+	// full: the same sweep, not a refusal.
+	req := plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()), Idem: "t0/alice:nightly",
+		Who: plane.Principal{Name: "alice", Role: plane.RoleSubmitter, Team: "t0"}}
+	sw, existed, err := r.s.SubmitSweep(r.ctx, req)
+	if err != nil || !existed || sw.ID != got["t0"][0] {
+		t.Fatalf("retry with the key: %+v existed=%v %v; want sweep %s", sw, existed, err, got["t0"][0])
+	}
+	// The same for a job's key: stored once, then sent again when the
+	// team's budget is full of its own reservation.
+	spec, err := jobspec.Parse([]byte(admitSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Normalize(r.cfg.Defaults)
+	a := plane.Admission{Who: plane.Principal{Name: "alice", Team: "tj"}, Jobs: []jobstore.NewJob{{Spec: spec, IdempotencyKey: "tj/alice:j"}}}
+	first, err := r.s.Submit(r.ctx, a)
+	if err != nil || first[0].Existed {
+		t.Fatalf("the job: %+v %v", first, err)
+	}
+	again, err := r.s.Submit(r.ctx, a)
+	if err != nil || !again[0].Existed || again[0].Job.ID != first[0].Job.ID {
+		t.Fatalf("the job's retry: %+v %v; want job %s", again, err, first[0].Job.ID)
+	}
+
 }

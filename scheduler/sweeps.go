@@ -102,6 +102,22 @@ func firstRungShare(sp *sweepspec.Sweep) float64 {
 // reservations in every budget they touch (the sweep's, their team's and
 // backend's), as a submit's does; the rest wait (AdmitTrials).
 func (ad *admission) admitSweep(ctx context.Context, req plane.SweepRequest) (*jobtype.Sweep, bool, error) {
+	if req.Idem != "" {
+		// Idempotency first: the key's outcome, whatever the budgets say now.
+		existing, release, err := ad.claimKey(ctx, jobstore.IdemSweep, req.Idem, jobstore.SweepFingerprint(req.Spec.JSON(), req.Who.Team))
+		var ce *jobstore.IdempotencyConflictError
+		if errors.As(err, &ce) {
+			return nil, false, fmt.Errorf("idempotency key %q names sweep %s, created from another spec or by another team: %w", req.Idem, ce.JobID, jobstore.ErrIdempotencyConflict)
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		if existing != "" {
+			sw, err := ad.store.GetSweep(ctx, existing)
+			return sw, true, err
+		}
+		defer release()
+	}
 	ns, _, err := ad.planSweep(ctx, req, false)
 	if err != nil {
 		return nil, false, err
