@@ -74,6 +74,27 @@ type admitting struct {
 	// recordRefusals appends each refusal to the ledger (a refused submit
 	// is on record; a refused sweep is answered, not recorded).
 	recordRefusals bool
+	// waitForMoney decides over the month's spend alone, not what other
+	// jobs hold reserved: a sweep's trials whose money is reserved now
+	// (another sweep of the team runs) are admitted to wait for it (the
+	// scripts that admit trials reserve, gating each that does not fit),
+	// where a single submit is refused; only a budget spent is a refusal.
+	waitForMoney bool
+}
+
+// withoutReservations is snap with every budget's reservations left out:
+// the month's spend alone (admitting.waitForMoney).
+func withoutReservations(snap routing.Snapshot) routing.Snapshot {
+	spendOnly := func(m map[string]routing.Spend) map[string]routing.Spend {
+		out := make(map[string]routing.Spend, len(m))
+		for k, sp := range m {
+			sp.ReservedUSD = 0
+			out[k] = sp
+		}
+		return out
+	}
+	snap.BackendSpend, snap.TeamSpend = spendOnly(snap.BackendSpend), spendOnly(snap.TeamSpend)
+	return snap
 }
 
 // planned is an admission decided: the jobs to store, with their ids,
@@ -92,6 +113,9 @@ func (ad *admission) plan(ctx context.Context, a admitting, dry bool) (planned, 
 	snap, err := ad.router.snapshotFor(ctx, rs, Assumptions{})
 	if err != nil {
 		return planned{}, err
+	}
+	if a.waitForMoney {
+		snap = withoutReservations(snap)
 	}
 	sj, err := encodeSnapshot(snap)
 	if err != nil {

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -312,4 +313,71 @@ func TestSweepKeyFirst(t *testing.T) {
 		t.Fatalf("the job's retry: %+v %v; want job %s", again, err, first[0].Job.ID)
 	}
 
+}
+
+// TestSweepWaitsForReservedMoney: while another sweep of the team holds
+// the team's budget reserved, a new sweep is admitted and its trial waits
+// with a gate naming the budget (it is not refused whole); when the first
+// trial settles the waiting one is admitted with its reservation. A sweep
+// whose money is spent, not reserved, is still refused.
+func TestSweepWaitsForReservedMoney(t *testing.T) {
+	r := newAdmitRig(t, strings.Replace(admitConfig, "{ml: 1000}", "{ml: 0.10}", 1))
+	ctx, store := r.ctx, r.store
+	sp, err := sweepspec.Parse([]byte(`{"job":`+admitSpec+`,"parameters":{"lora.rank":{"grid":[8]}}}`), sweepspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	who := plane.Principal{Name: "alice", Role: plane.RoleSubmitter, Team: "ml"}
+	submit := func() (*jobtype.Sweep, error) {
+		sw, _, err := r.s.SubmitSweep(ctx, plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()), Who: who})
+		return sw, err
+	}
+	first, err := submit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := submit()
+	if err != nil {
+		t.Fatalf("a sweep while the team's budget is reserved by another: %v", err)
+	}
+	trial := func(sw *jobtype.Sweep) *jobtype.Job {
+		j, err := store.Get(ctx, jobstore.TrialID(sw.ID, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	if j := trial(second); j.BudgetReservedUSD != 0 || !strings.Contains(j.Trial.Gate, "team:ml's") {
+		t.Fatalf("second sweep's trial: reserved %v, gate %q", j.BudgetReservedUSD, j.Trial.Gate)
+	}
+	// The first trial ends at a cent: its money frees, the second's trial
+	// is admitted with its reservation.
+	ft := trial(first)
+	if _, err := store.Cancel(ctx, ft.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Settle(ctx, ft.ID, 0.01); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SettleTrial(ctx, first.ID, ft.ID, 0.01, 0); err != nil {
+		t.Fatal(err)
+	}
+	if adm, err := store.AdmitTrials(ctx, second.ID); err != nil || len(adm.IDs) != 1 {
+		t.Fatalf("admit after the money freed: %+v %v", adm, err)
+	}
+	if j := trial(second); j.BudgetReservedUSD <= 0 {
+		t.Fatalf("second sweep's trial admitted without its reservation: %+v", j)
+	}
+	// Spent, not reserved: $0.095 of $0.10 gone, the next sweep is refused.
+	st := trial(second)
+	if _, err := store.Cancel(ctx, st.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Settle(ctx, st.ID, 0.085); err != nil {
+		t.Fatal(err)
+	}
+	var re *plane.RefusedError
+	if _, err := submit(); !errors.As(err, &re) {
+		t.Fatalf("a sweep over the team's spent budget: %v, want a refusal", err)
+	}
 }

@@ -48,7 +48,7 @@ func (ad *admission) planSweep(ctx context.Context, req plane.SweepRequest, dry 
 	for i, t := range trials {
 		jobs[i] = jobstore.NewJob{ID: jobstore.TrialID(req.ID, i), Spec: t.Spec}
 	}
-	pl, err := ad.plan(ctx, admitting{p: req.Who, path: "sweep", label: "trials[%d]", what: "trials of the sweep", jobs: jobs}, dry)
+	pl, err := ad.plan(ctx, admitting{p: req.Who, path: "sweep", label: "trials[%d]", what: "trials of the sweep", jobs: jobs, waitForMoney: true}, dry)
 	if err != nil {
 		return jobstore.NewSweep{}, pl.ds, err
 	}
