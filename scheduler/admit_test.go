@@ -381,3 +381,44 @@ func TestSweepWaitsForReservedMoney(t *testing.T) {
 		t.Fatalf("a sweep over the team's spent budget: %v, want a refusal", err)
 	}
 }
+
+// TestSweepCapOnActualSpend: a sweep capped at $0.10 whose one trial was
+// estimated at $0.083 but has run three times as long ($0.25 at $2 a
+// GPU-hour for 7.5 minutes) is stopped by the sweep duty: the trial's stop
+// is asked with reason budget, naming what was spent, though no estimate
+// passed the cap.
+func TestSweepCapOnActualSpend(t *testing.T) {
+	r := newAdmitRig(t, admitConfig)
+	ctx := r.ctx
+	sp, err := sweepspec.Parse([]byte(`{"job":`+admitSpec+`,"parameters":{"lora.rank":{"grid":[8]}},"budget_usd":0.10}`), sweepspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, _, err := r.s.SubmitSweep(ctx, plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()),
+		Who: plane.Principal{Name: "alice", Role: plane.RoleSubmitter, Team: "ml"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := jobstore.TrialID(sw.ID, 0)
+	// A worker claimed it 7.5 minutes ago (a store whose clock is behind).
+	past := jobstore.New(r.rdb, jobstore.Config{Now: func() time.Time { return time.Now().Add(-450 * time.Second) }})
+	if err := past.Dispatch(ctx, jobstore.DispatchParams{JobID: id, Attempt: 1, Node: "n1", Backend: "local", Capacity: 4, GPUs: []int{0}}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := past.Claim(ctx, jobstore.ClaimParams{ID: id, Attempt: 1, Node: "n1", Incarnation: "i1", Lease: time.Hour}); err != nil || out != jobstore.Claimed {
+		t.Fatalf("claim: %v %v", out, err)
+	}
+	if err := r.s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.s.Stop(context.Background()) })
+	j := waitfor.Value(t, 20*time.Second, "the trial asked to stop for the sweep's budget", func() *jobtype.Job {
+		j, _ := r.store.Get(ctx, id)
+		return j
+	}, func(j *jobtype.Job) bool {
+		return j != nil && j.Trial != nil && j.Trial.StopRequested == jobtype.ReasonBudget
+	})
+	if j.State != jobtype.StateRunning || !j.CancelRequested {
+		t.Fatalf("trial %s, cancel requested %v: want running, asked to stop", j.State, j.CancelRequested)
+	}
+}

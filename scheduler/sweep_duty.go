@@ -86,6 +86,9 @@ func (d *sweeper) drive(ctx context.Context, id string) error {
 	if err := d.settle(ctx, sw); err != nil {
 		return err
 	}
+	if capped, err := d.guard(ctx, id); err != nil || capped {
+		return err
+	}
 	blocked, err := d.search(ctx, sw, sp)
 	if err != nil {
 		return err
@@ -274,4 +277,54 @@ func (d *sweeper) apply(ctx context.Context, sw *jobtype.Sweep, rungs []int, a s
 		}
 	}
 	return "", nil
+}
+
+// guard stops sweep id's trials when what it has cost (its settled spend,
+// plus what its trials still running have cost so far, accrued to now)
+// reached its budget_usd or budget_gpu_hours: every trial not ended is
+// stopped, reason budget (a running one checkpoints, as on any stop). A
+// cap limits actual spend, not estimates; the overshoot is at most one
+// sweep duty interval plus a trial's stop (its kill grace) of the running
+// trials' cost. It reports whether the cap was reached.
+func (d *sweeper) guard(ctx context.Context, id string) (bool, error) {
+	sw, err := d.store.GetSweep(ctx, id)
+	if err != nil || (sw.BudgetUSD <= 0 && sw.BudgetGPUHours <= 0) {
+		return false, err
+	}
+	jobs, err := d.store.SweepTrials(ctx, id, 0, 0)
+	if err != nil {
+		return false, err
+	}
+	cfg, now := d.routing().Config, time.Now()
+	usd, gpuh := sw.SpentUSD, sw.SpentGPUHours
+	for _, j := range jobs {
+		if j != nil && j.Trial != nil && j.State == jobtype.StateRunning {
+			u, g := policy.JobUsageAt(cfg, j, now)
+			usd += max(u-j.Trial.SettledUSD, 0)
+			gpuh += max(g-j.Trial.SettledGPUHours, 0)
+		}
+	}
+	over := ""
+	switch {
+	case sw.BudgetUSD > 0 && usd >= sw.BudgetUSD:
+		over = fmt.Sprintf("sweep budget reached: $%.2f of $%.2f spent (settled and running trials so far)", usd, sw.BudgetUSD)
+	case sw.BudgetGPUHours > 0 && gpuh >= sw.BudgetGPUHours:
+		over = fmt.Sprintf("sweep budget reached: %.2f of %.2f GPU-h (settled and running trials so far)", gpuh, sw.BudgetGPUHours)
+	default:
+		return false, nil
+	}
+	for _, j := range jobs {
+		if j == nil || j.Trial == nil || j.State.Terminal() || j.Trial.StopRequested != "" {
+			continue
+		}
+		st, err := d.store.Stop(ctx, j.ID, jobtype.ReasonBudget, over)
+		if err != nil && !errors.Is(err, jobstore.ErrConflict) {
+			return true, err
+		}
+		if st == jobtype.StateDispatched || st == jobtype.StateRunning {
+			d.stopTrial(ctx, j, st)
+		}
+	}
+	d.log.Warn("sweep cap reached: trials stopped", slog.String("sweep_id", id), slog.String("why", over))
+	return true, nil
 }

@@ -585,7 +585,7 @@ var jobFields = []string{"id", "name", "state", "reason", "error", "attempt", "b
 	"preempt_requested", "cuda_visible_devices", "preemptions", "simulated_gpus",
 	"route", "held", "cost_usd", "instance", "incarnation", "lease_until", "budget_reserved_usd",
 	"sweep_id", "trial_index", "params", "rung", "stop_at_step", "gate", "stop_requested",
-	"cloud_cost_usd", "run_ms", "local_run_ms", "held_epoch"}
+	"cloud_cost_usd", "run_ms", "local_run_ms", "held_epoch", "sweep_settled_usd", "sweep_settled_gpu_h"}
 
 // Get returns the job's record, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (*jobtype.Job, error) {
@@ -705,6 +705,7 @@ func (r *rawJob) trial() *jobtype.TrialInfo {
 	t.Index = atoi(str(33))
 	t.Rung = atoi(str(35))
 	t.StopAtStep = atoi(str(36))
+	t.SettledUSD, t.SettledGPUHours = atof(str(43)), atof(str(44))
 	r.dec(34, &t.Params)
 	return t
 }

@@ -69,6 +69,7 @@ const (
 	ReasonPreempted = "preempted" // stopped for an urgent job; queued again (not a failure)
 	ReasonHung      = "hung"      // GPUs idle and no progress for hang_timeout; retried
 	ReasonResidency = "residency" // the attempt would have run in a site lacking one of the job's tags: refused
+	ReasonBudget    = "budget"    // what it has cost so far reached a budget's cap: stopped with a checkpoint
 )
 
 // Progress is the latest progress line of the running attempt.

@@ -41,6 +41,11 @@ type TrialInfo struct {
 	// (ReasonMaxParallel, or ReasonSweepBudget with the figures); "" once
 	// admitted (it is then in the pending set like any queued job).
 	Gate string `json:"gate,omitempty"`
+	// SettledUSD and SettledGPUHours are what the sweep has counted of
+	// the trial's cost and GPU-hours so far (its settlements:
+	// jobstore.SettleTrial). Internal.
+	SettledUSD      float64 `json:"-"`
+	SettledGPUHours float64 `json:"-"`
 	// StopRequested says why the sweep asked a running trial to stop
 	// (ReasonMedianStopping…): its attempt ends stopped, not cancelled.
 	StopRequested string `json:"stop_requested,omitempty"`

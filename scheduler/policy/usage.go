@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"time"
+
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
@@ -14,10 +16,16 @@ import (
 // last update. It never reads CostUSD, which is this function's figure as
 // last settled: reading it would count the job twice.
 func JobUsage(cfg routecfg.Config, j *jobtype.Job) (usd, gpuHours float64) {
+	return JobUsageAt(cfg, j, j.UpdatedAt)
+}
+
+// JobUsageAt is JobUsage with the attempt running now counted to now (a
+// running attempt's cost as it accrues: the spend guard's figure).
+func JobUsageAt(cfg routecfg.Config, j *jobtype.Job, now time.Time) (usd, gpuHours float64) {
 	runS, localS := j.RunS, j.LocalRunS
 	local := j.Route == nil || j.Route.Kind == "" || j.Route.Kind == routecfg.KindLocal
 	if j.State == jobtype.StateRunning && j.StartedAt != nil {
-		if live := j.UpdatedAt.Sub(*j.StartedAt).Seconds(); live > 0 {
+		if live := now.Sub(*j.StartedAt).Seconds(); live > 0 {
 			runS += live
 			if local {
 				localS += live
