@@ -19,7 +19,7 @@ import (
 	"github.com/lathe-ml/lathe/scheduler/plane"
 )
 
-// The schedule duty (leader only, every scheduleEvery): for each schedule
+// The schedule duty (leader only, every pass): for each schedule
 // of Config.Schedules it reads the schedule's state from the store,
 // decides the tick to run now (cron.Due: at most one a pass, the
 // latest), applies the concurrency policy to the last run (forbid skips
@@ -33,8 +33,10 @@ import (
 // run (the id is derived, so a run stored already is found, not stored
 // twice), unless the tick is past its starting_deadline by then.
 
-// scheduleEvery is how often the duty runs.
-const scheduleEvery = time.Second
+// scheduleEvery is how often the duty runs: every pass of the leader
+// loop (0; PlaceInterval apart, 500 ms by default), so an idle leader
+// starts a tick within about half a second of it.
+const scheduleEvery = 0
 
 // maxScheduledFile caps a schedule's job file as a submit's body is capped.
 const maxScheduledFile = 1 << 20

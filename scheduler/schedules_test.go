@@ -433,3 +433,26 @@ func TestNightlyExampleAdmitsItsSweep(t *testing.T) {
 		t.Errorf("the store holds %d jobs after two starts of one tick, want 6", n)
 	}
 }
+
+// TestScheduleFailoverLosesNoTick: @every 2s (starting_deadline 1h by
+// default), two schedulers passing every 500ms, then no pass for 5.5 s
+// (the leader died; the next took over): the ticks that came due in the
+// gap run once each when passes resume, earliest first, and every tick of
+// the run ran exactly once.
+func TestScheduleFailoverLosesNoTick(t *testing.T) {
+	r := newSchedRig(t, 2, cron.Entry{Name: "f", Cron: "@every 2s", Job: "job.yaml", Concurrency: "allow"})
+	gapFrom, gapTo := t0.Add(4200*time.Millisecond), t0.Add(9700*time.Millisecond) // ticks 6 and 8 come due in it
+	end := t0.Add(16 * time.Second)
+	for now := t0.Add(200 * time.Millisecond); now.Before(end); now = now.Add(500 * time.Millisecond) {
+		if now.After(gapFrom) && now.Before(gapTo) {
+			continue
+		}
+		r.passAt(now)
+	}
+	runs := r.runs(t, "f", t0, end, 2*time.Second)
+	for sec := 0; sec < 16; sec += 2 {
+		if runs[t0.Add(time.Duration(sec)*time.Second)] == nil {
+			t.Errorf("tick +%ds did not run (runs: %d)", sec, len(runs))
+		}
+	}
+}

@@ -128,9 +128,13 @@ func (s *Schedule) Due(last, now time.Time) Decision {
 	late := now.Sub(t) > s.StartingDeadline
 	switch {
 	case !late:
-		d.Action = Run
+		// Every tick still within starting_deadline runs, the earliest
+		// first (one a pass): those that came due while no scheduler led
+		// (a failover) are caught up; older ones are past the deadline.
+		d.Action, d.Tick = Run, s.firstDue(last, now, t)
+		d.Passed = s.between(last, d.Tick, 1000)
 		if d.Passed > 0 {
-			d.Why = fmt.Sprintf("%d earlier tick(s) missed: only the latest runs", d.Passed)
+			d.Why = fmt.Sprintf("%d earlier tick(s) missed: past starting_deadline %s, not run", d.Passed, s.StartingDeadline)
 		}
 	case s.Missed == Once && !last.IsZero():
 		d.Action = Run
@@ -143,6 +147,23 @@ func (s *Schedule) Due(last, now time.Time) Decision {
 		d.Why = fmt.Sprintf("missed: not started within starting_deadline %s (%s late)", s.StartingDeadline, now.Sub(t).Round(time.Second))
 	}
 	return d
+}
+
+// firstDue is the earliest tick after last that is within
+// StartingDeadline of now, latest being the latest tick (within it); on
+// first sight (last zero) the latest alone, nothing before it.
+func (s *Schedule) firstDue(last, now, latest time.Time) time.Time {
+	if last.IsZero() {
+		return latest
+	}
+	x := s.Next(last)
+	if edge := s.Next(now.Add(-s.StartingDeadline - time.Millisecond)); x.Before(edge) {
+		x = edge
+	}
+	if x.IsZero() || x.After(latest) {
+		return latest
+	}
+	return x
 }
 
 // between counts the ticks strictly between a and b, up to limit; 0 when a
