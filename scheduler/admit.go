@@ -229,7 +229,7 @@ func (ad *admission) admitJobs(ctx context.Context, a admitting) ([]jobstore.Cre
 	}
 	created, err := ad.store.CreateManyLogged(ctx, ad.cfg.Ledger, pl.jobs)
 	if err != nil {
-		return nil, err
+		return nil, unknownOutcome(err)
 	}
 	for _, c := range created {
 		if c.Job.Held != "" && !c.Existed {
@@ -272,6 +272,16 @@ func (s *Scheduler) SubmitSweep(ctx context.Context, req plane.SweepRequest) (*j
 func (s *Scheduler) PlanSweep(ctx context.Context, req plane.SweepRequest) (jobstore.NewSweep, error) {
 	ns, _, err := s.admit.planSweep(ctx, req, true)
 	return ns, err
+}
+
+// unknownOutcome is err of a write that stores an admission: one Redis
+// did not answer (jobstore.Unreachable) may or may not have happened
+// (plane.ErrOutcomeUnknown).
+func unknownOutcome(err error) error {
+	if jobstore.Unreachable(err) {
+		return fmt.Errorf("%w: %w", plane.ErrOutcomeUnknown, err)
+	}
+	return err
 }
 
 // claimTTL bounds an idempotency key's claim (jobstore.ClaimIdem): longer

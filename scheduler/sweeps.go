@@ -135,7 +135,7 @@ func (ad *admission) admitSweep(ctx context.Context, req plane.SweepRequest) (*j
 	}
 	sw, existed, err := ad.store.CreateSweep(ctx, ad.cfg.Ledger, ns)
 	if err != nil {
-		return nil, false, err
+		return nil, false, unknownOutcome(err)
 	}
 	if !existed {
 		ad.wake()

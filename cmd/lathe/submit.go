@@ -46,6 +46,11 @@ or not at all. --wait and --dry-run take one FILE.`,
 			return nil
 		},
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			if key == "" && !dryRun {
+				// Always a key: a submit that got no answer is sent again
+				// with it, and cannot make a second job.
+				key = apiclient.NewIdempotencyKey()
+			}
 			if len(args) > 1 {
 				return a.submitBatch(cmd.Context(), cmd.InOrStdin(), args, key)
 			}
@@ -55,7 +60,7 @@ or not at all. --wait and --dry-run take one FILE.`,
 	f := cmd.Flags()
 	f.BoolVar(&wait, "wait", false, "follow the job until it ends; exit 1 unless it succeeded")
 	f.BoolVar(&dryRun, "dry-run", false, "validate and normalise on the scheduler, store nothing, print the spec")
-	f.StringVar(&key, "idempotency-key", "", "submitting again with the same key returns the same job")
+	f.StringVar(&key, "idempotency-key", "", "submitting again with the same key returns the same job (default: a fresh key, with which a submit that got no answer is sent again)")
 	return cmd
 }
 

@@ -46,11 +46,14 @@ and sent inline. Every trial is validated and routed before anything is
 stored; a bad field is named with its trial.`,
 		Args: exactArgs("FILE"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			if key == "" && !dryRun {
+				key = apiclient.NewIdempotencyKey() // as lathe submit: resent safely
+			}
 			return a.sweepSubmit(cmd.Context(), args[0], key, wait, dryRun)
 		}),
 	}
 	f := cmd.Flags()
-	f.StringVar(&key, "idempotency-key", "", "submitting again with this key returns the same sweep")
+	f.StringVar(&key, "idempotency-key", "", "submitting again with this key returns the same sweep (default: a fresh key, with which a submit that got no answer is sent again)")
 	f.BoolVar(&wait, "wait", false, "show the sweep live (trials by state, best so far) until it ends")
 	f.BoolVar(&dryRun, "dry-run", false, "expand and route the trials; store nothing")
 	return cmd

@@ -16,7 +16,8 @@ type JobList = wire.JobList
 
 // Submit sends specJSON (a job spec as a JSON object) to POST /api/v1/jobs
 // and returns the stored Job. A non-empty idempotencyKey is sent as the
-// Idempotency-Key header, so submitting twice with one key yields one job.
+// Idempotency-Key header, so submitting twice with one key yields one job;
+// with a key, a submit that got no answer or a 503 is sent again (keyed).
 //
 // With dryRun the scheduler validates and normalises the spec without
 // storing anything; the returned Job then has only Spec set (the normalised
@@ -34,7 +35,7 @@ func (c *Client) Submit(ctx context.Context, specJSON []byte, idempotencyKey str
 		specJSON = []byte{}
 	}
 	var job jobtype.Job
-	if err := c.call(ctx, http.MethodPost, "/api/v1/jobs", q, specJSON, hdr, &job); err != nil {
+	if err := c.keyed(ctx, idempotencyKey, func() error { return c.call(ctx, http.MethodPost, "/api/v1/jobs", q, specJSON, hdr, &job) }); err != nil {
 		return nil, err
 	}
 	return &job, nil
@@ -57,7 +58,7 @@ func (c *Client) SubmitBatch(ctx context.Context, specs [][]byte, idempotencyKey
 	}
 	body = append(body, "]}"...)
 	var resp wire.BatchResponse
-	if err := c.call(ctx, http.MethodPost, "/api/v1/jobs/batch", nil, body, hdr, &resp); err != nil {
+	if err := c.keyed(ctx, idempotencyKey, func() error { return c.call(ctx, http.MethodPost, "/api/v1/jobs/batch", nil, body, hdr, &resp) }); err != nil {
 		return nil, err
 	}
 	return &resp, nil

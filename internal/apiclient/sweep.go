@@ -19,7 +19,7 @@ func (c *Client) SubmitSweep(ctx context.Context, specJSON []byte, idempotencyKe
 		hdr = http.Header{"Idempotency-Key": {idempotencyKey}}
 	}
 	var st wire.SweepStatus
-	if err := c.call(ctx, http.MethodPost, "/api/v1/sweeps", nil, specJSON, hdr, &st); err != nil {
+	if err := c.keyed(ctx, idempotencyKey, func() error { return c.call(ctx, http.MethodPost, "/api/v1/sweeps", nil, specJSON, hdr, &st) }); err != nil {
 		return nil, err
 	}
 	return &st, nil

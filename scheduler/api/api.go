@@ -294,9 +294,21 @@ func (s *Server) admitError(w http.ResponseWriter, r *http.Request, err error, k
 		writeJSON(w, http.StatusUnprocessableEntity, wire.BatchRefusal{Error: "no backend may run some " + re.What + "; nothing was stored",
 			Code: wire.CodeRefused, Reasons: re.Reasons})
 	case idemConflict(w, err, key, batch):
+	case errors.Is(err, plane.ErrOutcomeUnknown):
+		s.outcomeUnknown(w, err)
 	default:
 		s.fail(w, r, err)
 	}
+}
+
+// outcomeUnknown answers 503 outcome_unknown: the write that stores an
+// admission got no answer from Redis, so it may have been stored; a retry
+// with the same Idempotency-Key gets the outcome (the CLI sends a key and
+// retries with it).
+func (s *Server) outcomeUnknown(w http.ResponseWriter, err error) {
+	s.plane.SawRedis(err)
+	writeJSON(w, http.StatusServiceUnavailable, wire.Error{Code: "outcome_unknown",
+		Error: "Redis did not answer the write (" + rootCause(err) + "): it may or may not have been stored; send it again with the same Idempotency-Key to get the outcome"})
 }
 
 // submitBatch stores up to jobstore.MaxCreateBatch jobs in one request and

@@ -291,6 +291,8 @@ func (s sweepAPI) sweepError(w http.ResponseWriter, r *http.Request, err error) 
 	case errors.As(err, &re):
 		writeJSON(w, http.StatusUnprocessableEntity, wire.BatchRefusal{Error: "no backend may run some trials of the sweep; nothing was stored",
 			Code: wire.CodeRefused, Reasons: re.Reasons})
+	case errors.Is(err, plane.ErrOutcomeUnknown):
+		s.outcomeUnknown(w, err)
 	default:
 		s.fail(w, r, err)
 	}

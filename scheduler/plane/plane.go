@@ -7,6 +7,7 @@ package plane
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -113,6 +114,11 @@ type RefusedError struct {
 func (e *RefusedError) Error() string {
 	return "no backend may run " + e.What + ": " + strings.Join(e.Reasons, "; ")
 }
+
+// ErrOutcomeUnknown: the write that stores an admission got no answer from
+// Redis (a timeout, a dropped connection): it may or may not have been
+// stored. A retry with the same Idempotency-Key gets the outcome.
+var ErrOutcomeUnknown = errors.New("the outcome is unknown: Redis did not answer the write")
 
 // InvalidError is a sweep whose trials are not valid jobs here: every bad
 // field, named "trials[i].field".
