@@ -422,3 +422,42 @@ func TestSweepCapOnActualSpend(t *testing.T) {
 		t.Fatalf("trial %s, cancel requested %v: want running, asked to stop", j.State, j.CancelRequested)
 	}
 }
+
+// TestTeamCapOnActualSpend: a job of team ml (budget $0.10) estimated at
+// $0.083 that has run 7.5 minutes ($0.25 at $2 a GPU-hour) is asked to
+// stop, reason budget, by the leader's settle duty: the team's cap limits
+// what its running jobs really cost, not only their estimates.
+func TestTeamCapOnActualSpend(t *testing.T) {
+	r := newAdmitRig(t, strings.Replace(admitConfig, "{ml: 1000}", "{ml: 0.10}", 1))
+	ctx := r.ctx
+	spec, err := jobspec.Parse([]byte(admitSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Normalize(r.cfg.Defaults)
+	created, err := r.s.Submit(ctx, plane.Admission{Who: plane.Principal{Name: "alice", Team: "ml"}, Jobs: []jobstore.NewJob{{Spec: spec}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created[0].Job.ID
+	past := jobstore.New(r.rdb, jobstore.Config{Now: func() time.Time { return time.Now().Add(-450 * time.Second) }})
+	if err := past.Dispatch(ctx, jobstore.DispatchParams{JobID: id, Attempt: 1, Node: "n1", Backend: "local", Capacity: 4, GPUs: []int{0}}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := past.Claim(ctx, jobstore.ClaimParams{ID: id, Attempt: 1, Node: "n1", Incarnation: "i1", Lease: time.Hour}); err != nil || out != jobstore.Claimed {
+		t.Fatalf("claim: %v %v", out, err)
+	}
+	if err := r.s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.s.Stop(context.Background()) })
+	waitfor.True(t, 20*time.Second, "the job asked to stop for its team's budget", func() bool {
+		evs, _ := r.store.Events(ctx, id, "", 100)
+		for _, e := range evs {
+			if e.Type == "stop_requested" && strings.Contains(string(e.Data), `"reason":"budget"`) {
+				return true
+			}
+		}
+		return false
+	})
+}

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -21,6 +22,7 @@ type settler struct {
 	log     *slog.Logger
 	routing func() *policy.RouteState
 	ended   func(*jobtype.Job)
+	stop    func(ctx context.Context, j *jobtype.Job, st jobtype.State)
 }
 
 // settlerParams is what a settler is built from.
@@ -29,10 +31,12 @@ type settlerParams struct {
 	Log     *slog.Logger
 	Routing func() *policy.RouteState // the routing config in force (its prices)
 	Ended   func(*jobtype.Job)        // a settled job, for the metrics
+	// Stop tells a running job asked to stop (the cancel fast path).
+	Stop func(ctx context.Context, j *jobtype.Job, st jobtype.State)
 }
 
 func newSettler(p settlerParams) *settler {
-	return &settler{store: p.Store, log: p.Log, routing: p.Routing, ended: p.Ended}
+	return &settler{store: p.Store, log: p.Log, routing: p.Routing, ended: p.Ended, stop: p.Stop}
 }
 
 // run settles the budget reservation of every job that ended: its
@@ -54,12 +58,16 @@ func (d *settler) run(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	ended := ids[:0]
+	var ended, running []string
 	for i, id := range ids {
-		if states[i].Terminal() {
+		switch {
+		case states[i].Terminal():
 			ended = append(ended, id)
+		case states[i] == jobtype.StateRunning:
+			running = append(running, id)
 		}
 	}
+	d.guardTeams(ctx, running)
 	if len(ended) == 0 {
 		return
 	}
@@ -82,5 +90,56 @@ func (d *settler) run(ctx context.Context) {
 		}
 		d.ended(j)
 		d.log.Debug("budget settled", slog.String("job_id", j.ID), slog.Float64("usd", actual))
+	}
+}
+
+// guardTeams stops the running jobs (of those holding a reservation:
+// running) of every team whose month has cost its budget: what it spent
+// (settled) plus what its running jobs have cost so far, accrued to now
+// and not settled yet. Each is stopped, reason budget (a running one
+// checkpoints). The overshoot is at most one settle interval plus a stop
+// (the kill grace) of the team's running jobs' cost; a job that started
+// last month counts whole in this one (it errs to stopping early).
+func (d *settler) guardTeams(ctx context.Context, running []string) {
+	limits := d.routing().Config.TeamBudgetsUSD
+	if len(limits) == 0 || len(running) == 0 {
+		return
+	}
+	jobs, err := d.store.GetMany(ctx, running)
+	if err != nil {
+		return
+	}
+	cfg, now := d.routing().Config, time.Now()
+	live := map[string]float64{}
+	for _, j := range jobs {
+		if j != nil && j.State == jobtype.StateRunning && limits[j.Team] > 0 {
+			u, _ := policy.JobUsageAt(cfg, j, now)
+			live[j.Team] += max(u-j.SettledCostUSD, 0)
+		}
+	}
+	for team, usd := range live {
+		spends, err := d.store.Spends(ctx, jobstore.Month(now), []string{"team:" + team})
+		if err != nil {
+			return
+		}
+		limit, total := limits[team], spends["team:"+team].SpentUSD+usd
+		if total < limit {
+			continue
+		}
+		why := fmt.Sprintf("team %s's monthly budget reached: $%.2f of $%.2f spent (settled and running jobs so far)", team, total, limit)
+		n := 0
+		for _, j := range jobs {
+			if j == nil || j.Team != team || j.State != jobtype.StateRunning || j.CancelRequested {
+				continue // asked to stop (or cancelled) already
+			}
+			st, err := d.store.Stop(ctx, j.ID, jobtype.ReasonBudget, why)
+			if err == nil && st == jobtype.StateRunning {
+				d.stop(ctx, j, st)
+				n++
+			}
+		}
+		if n > 0 {
+			d.log.Warn("team budget reached: running jobs stopped", slog.String("team", team), slog.Int("jobs", n), slog.String("why", why))
+		}
 	}
 }

@@ -585,7 +585,7 @@ var jobFields = []string{"id", "name", "state", "reason", "error", "attempt", "b
 	"preempt_requested", "cuda_visible_devices", "preemptions", "simulated_gpus",
 	"route", "held", "cost_usd", "instance", "incarnation", "lease_until", "budget_reserved_usd",
 	"sweep_id", "trial_index", "params", "rung", "stop_at_step", "gate", "stop_requested",
-	"cloud_cost_usd", "run_ms", "local_run_ms", "held_epoch", "sweep_settled_usd", "sweep_settled_gpu_h"}
+	"cloud_cost_usd", "run_ms", "local_run_ms", "held_epoch", "sweep_settled_usd", "sweep_settled_gpu_h", "cost_settled_usd"}
 
 // Get returns the job's record, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (*jobtype.Job, error) {
@@ -679,6 +679,7 @@ func (r *rawJob) scalars(id string) *jobtype.Job {
 	j.RunS = atof(str(40)) / 1000
 	j.LocalRunS = atof(str(41)) / 1000
 	j.HeldEpoch = str(42)
+	j.SettledCostUSD = atof(str(45))
 	j.BudgetReservedUSD = atof(str(31))
 	j.Incarnation = str(29)
 	if t := msTime(str(30)); !t.IsZero() {

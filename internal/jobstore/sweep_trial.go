@@ -82,8 +82,9 @@ func (s *Store) Promote(ctx context.Context, p PromoteParams) error {
 // provisioning or running one gets stop_requested and its owner ends it
 // stopped (every path that would end it cancelled). A cancel already asked
 // wins (the trial ends cancelled). Returns the state the trial was found
-// in; a trial that already succeeded, failed or was cancelled, or a job
-// that is no trial, is a *ConflictError.
+// in; a job that already succeeded, failed or was cancelled is a
+// *ConflictError. A job of no sweep is stopped the same way (a budget's
+// cap on actual spend stops any job).
 func (s *Store) Stop(ctx context.Context, id, reason, msg string) (jobtype.State, error) {
 	if reason == "" {
 		return "", fmt.Errorf("jobstore: stop %s: the reason is empty", id)

@@ -104,12 +104,14 @@ local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requeste
 if not cur[1] then return {NOT_FOUND, '', 0, 0} end
 local st, attempt, sid, asked = cur[1], tonumber(cur[2]), cur[4] or '', cur[5] or ''
 local found = {DONE, st, attempt, tonumber(cur[3] or '0')}
-if sid == '' or (terminal(st) and st ~= 'stopped') then return reply(CONFLICT, id) end
+if terminal(st) and st ~= 'stopped' then return reply(CONFLICT, id) end
 if st == 'stopped' then return found end
 if st == 'queued' or st == 'paused' then
-  redis.call('ZREM', sweepkey(sid, 'waiting'), id)
+  if sid ~= '' then
+    redis.call('ZREM', sweepkey(sid, 'waiting'), id)
+    redis.call('SREM', sweepkey(sid, 'paused'), id)
+  end
   redis.call('ZREM', P .. 'pending', id)
-  redis.call('SREM', sweepkey(sid, 'paused'), id)
   setstate(id, st, 'stopped', now)
   redis.call('HSET', jobkey(id), 'reason', why, 'error', msg, 'finished_at', now, 'gate', '')
   addevent(id, maxlen, 'state', attempt, now, cjson.encode({from = st, to = 'stopped', reason = why, error = msg}))

@@ -167,6 +167,9 @@ type Job struct {
 	// attempt running now is not in them (policy.JobUsage adds it).
 	RunS      float64 `json:"run_s,omitempty"`
 	LocalRunS float64 `json:"local_run_s,omitempty"`
+	// SettledCostUSD is what its budgets have counted of its cost so far
+	// (its settlements). Internal.
+	SettledCostUSD float64 `json:"-"`
 	// BudgetReservedUSD is the estimate the job holds against its budgets
 	// until it ends (jobstore.Reserve; 0 once settled or when it has none).
 	BudgetReservedUSD float64 `json:"budget_reserved_usd,omitempty"`
