@@ -318,9 +318,14 @@ func TestStop(t *testing.T) {
 	if j, _ := s.Get(ctx, trial(7)); j.State != jobtype.StateCancelled {
 		t.Fatalf("cancel after stop: %s", j.State)
 	}
+	// A job of no sweep is stopped too (a budget's cap): queued, it ends
+	// stopped at once and leaves the pending set.
 	plain, _, _ := s.Create(ctx, jobstore.NewJob{Spec: spec("plain", "")})
-	if _, err := s.Stop(ctx, plain.ID, jobtype.ReasonMedianStopping, ""); !errors.Is(err, jobstore.ErrConflict) {
-		t.Fatalf("stop of a plain job: %v", err)
+	if st, err := s.Stop(ctx, plain.ID, jobtype.ReasonBudget, "team budget reached"); err != nil || st != jobtype.StateQueued {
+		t.Fatalf("stop of a plain job: %v %v", st, err)
+	}
+	if j, _ := s.Get(ctx, plain.ID); j.State != jobtype.StateStopped || j.Reason != jobtype.ReasonBudget || pendingHas(t, b, plain.ID) {
+		t.Fatalf("the plain job after its stop: %s %s, pending %v", j.State, j.Reason, pendingHas(t, b, plain.ID))
 	}
 	if _, err := s.Stop(ctx, trial(7), jobtype.ReasonMedianStopping, ""); !errors.Is(err, jobstore.ErrConflict) {
 		t.Fatalf("stop of a cancelled trial: %v", err)
