@@ -461,3 +461,42 @@ func TestTeamCapOnActualSpend(t *testing.T) {
 		return false
 	})
 }
+
+// TestSweepCancelFinishedByDuty: a sweep whose cancel was cut short (the
+// sweep marked cancelled, its trials still queued, as when the request
+// timed out after the first of its chunks) is finished by the leader's
+// sweep duty: every trial not started ends cancelled, and one dispatched
+// (to a node with no worker here) is asked to cancel.
+func TestSweepCancelFinishedByDuty(t *testing.T) {
+	r := newAdmitRig(t, admitConfig)
+	ctx := r.ctx
+	sp, err := sweepspec.Parse([]byte(`{"job":`+admitSpec+`,"parameters":{"lora.rank":{"grid":[4,8,16,32,64]}},"max_parallel":2}`), sweepspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, _, err := r.s.SubmitSweep(ctx, plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()),
+		Who: plane.Principal{Name: "alice", Role: plane.RoleSubmitter, Team: "ml"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cut-short cancel: the sweep record says cancelled, nothing else ran.
+	if err := r.rdb.HSet(ctx, "lathe:sweep:"+sw.ID, "state", string(jobtype.SweepCancelled)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.s.Stop(context.Background()) })
+	waitfor.True(t, 20*time.Second, "every trial of the cancelled sweep ended or asked to", func() bool {
+		jobs, err := r.store.SweepTrials(ctx, sw.ID, 0, 0)
+		if err != nil || len(jobs) != 5 {
+			return false
+		}
+		for _, j := range jobs {
+			if j == nil || !(j.State.Terminal() || j.CancelRequested) {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -69,7 +69,13 @@ func (d *sweeper) drive(ctx context.Context, id string) error {
 		return err
 	}
 	if sw.State == jobtype.SweepCancelled {
-		// Its trials end as their cancels land: settle them, then let it go.
+		// A cancel cut short (its request timed out, its scheduler died)
+		// left trials not ended: the duty finishes it (cancelling again
+		// is a no-op for those ended). Then its trials end as their
+		// cancels land: settle them, then let it go.
+		if _, err := d.store.CancelSweep(ctx, id); err != nil && !errors.Is(err, jobstore.ErrConflict) {
+			return err
+		}
 		if err := d.settle(ctx, sw); err != nil {
 			return err
 		}
