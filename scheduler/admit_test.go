@@ -65,6 +65,24 @@ type admitRig struct {
 	cfg   Config
 }
 
+// runningSince makes job id's first attempt running on n1 for d already
+// (dispatched and claimed through a store whose clock is d behind, as a
+// worker would have), then starts the control plane.
+func (r admitRig) runningSince(t *testing.T, id string, d time.Duration) {
+	t.Helper()
+	past := jobstore.New(r.rdb, jobstore.Config{Now: func() time.Time { return time.Now().Add(-d) }})
+	if err := past.Dispatch(r.ctx, jobstore.DispatchParams{JobID: id, Attempt: 1, Node: "n1", Backend: "local", Capacity: 4, GPUs: []int{0}}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := past.Claim(r.ctx, jobstore.ClaimParams{ID: id, Attempt: 1, Node: "n1", Incarnation: "i1", Lease: time.Hour}); err != nil || out != jobstore.Claimed {
+		t.Fatalf("claim: %v %v", out, err)
+	}
+	if err := r.s.Start(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.s.Stop(context.Background()) })
+}
+
 func newAdmitRig(t *testing.T, cfgText string) admitRig {
 	t.Helper()
 	srv := redistest.Start(t)
@@ -400,18 +418,7 @@ func TestSweepCapOnActualSpend(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := jobstore.TrialID(sw.ID, 0)
-	// A worker claimed it 7.5 minutes ago (a store whose clock is behind).
-	past := jobstore.New(r.rdb, jobstore.Config{Now: func() time.Time { return time.Now().Add(-450 * time.Second) }})
-	if err := past.Dispatch(ctx, jobstore.DispatchParams{JobID: id, Attempt: 1, Node: "n1", Backend: "local", Capacity: 4, GPUs: []int{0}}); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := past.Claim(ctx, jobstore.ClaimParams{ID: id, Attempt: 1, Node: "n1", Incarnation: "i1", Lease: time.Hour}); err != nil || out != jobstore.Claimed {
-		t.Fatalf("claim: %v %v", out, err)
-	}
-	if err := r.s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.s.Stop(context.Background()) })
+	r.runningSince(t, id, 450*time.Second)
 	j := waitfor.Value(t, 20*time.Second, "the trial asked to stop for the sweep's budget", func() *jobtype.Job {
 		j, _ := r.store.Get(ctx, id)
 		return j
@@ -440,17 +447,7 @@ func TestTeamCapOnActualSpend(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := created[0].Job.ID
-	past := jobstore.New(r.rdb, jobstore.Config{Now: func() time.Time { return time.Now().Add(-450 * time.Second) }})
-	if err := past.Dispatch(ctx, jobstore.DispatchParams{JobID: id, Attempt: 1, Node: "n1", Backend: "local", Capacity: 4, GPUs: []int{0}}); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := past.Claim(ctx, jobstore.ClaimParams{ID: id, Attempt: 1, Node: "n1", Incarnation: "i1", Lease: time.Hour}); err != nil || out != jobstore.Claimed {
-		t.Fatalf("claim: %v %v", out, err)
-	}
-	if err := r.s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.s.Stop(context.Background()) })
+	r.runningSince(t, id, 450*time.Second)
 	waitfor.True(t, 20*time.Second, "the job asked to stop for its team's budget", func() bool {
 		evs, _ := r.store.Events(ctx, id, "", 100)
 		for _, e := range evs {
