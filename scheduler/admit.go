@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/fileuri"
@@ -53,6 +54,14 @@ type admission struct {
 	router  *router
 	metrics *metrics
 	wake    func() // the placer
+
+	// Sweeps being stored in the background (sweeps.go, fillRest): their
+	// ids, the context that ends with the scheduler, and the goroutines
+	// Stop waits for.
+	filling sync.Map
+	bgCtx   context.Context
+	bgStop  context.CancelFunc
+	bg      sync.WaitGroup
 }
 
 // Admissible lists why spec cannot run on this deployment (plane.Plane's).
@@ -64,8 +73,10 @@ func (s *Scheduler) Admissible(spec *jobspec.Spec) []jobspec.FieldError {
 type admitting struct {
 	p    plane.Principal
 	path string // the decision's path in the ledger: "submit", "sweep"
-	// label names job i in a refusal's reasons ("jobs[%d]"); "" for one job.
-	label string
+	// label names job i in a refusal's reasons ("jobs[%d]", given
+	// offset+i); "" for one job.
+	label  string
+	offset int
 	// what names the jobs in a plane.RefusedError ("job", "jobs of the batch").
 	what string
 	// jobs are the jobs: Spec parsed, normalised and admissible; ID set or
@@ -165,7 +176,7 @@ func (ad *admission) refuse(ctx context.Context, rs *policy.RouteState, a admitt
 		nj, d := pl.jobs[i], pl.ds[i]
 		for _, why := range d.Reasons {
 			if a.label != "" {
-				why = fmt.Sprintf(a.label, i) + ": " + why
+				why = fmt.Sprintf(a.label, a.offset+i) + ": " + why
 			}
 			re.Reasons = append(re.Reasons, why)
 		}

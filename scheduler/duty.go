@@ -58,7 +58,7 @@ func newLeaderLoop(s *Scheduler) *leaderLoop {
 		Stop: func(ctx context.Context, j *jobtype.Job, st jobtype.State) { s.cancelFastPath(ctx, j, st) }})
 	sw := newSweeper(sweeperParams{Store: s.store, Log: s.log, Routing: s.Routing,
 		StopTrial: func(ctx context.Context, j *jobtype.Job, st jobtype.State) { s.cancelFastPath(ctx, j, st) },
-		Wake:      s.Wake})
+		Wake:      s.Wake, Resume: s.admit.resumeSweep})
 	sch := newScheduleRunner(scheduleRunnerParams{Store: s.store, Log: s.log, Schedules: s.Schedules, Defaults: cfg.Defaults,
 		Admit: admitterOf(s), SawRedis: s.SawRedis})
 	rec := newReconciler(reconcilerParams{Clouds: cfg.Clouds, Store: s.store, Log: s.log, Grace: cfg.ReconcileGrace,

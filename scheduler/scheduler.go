@@ -236,6 +236,7 @@ func New(rdb redis.UniversalClient, store *jobstore.Store, cfg Config) *Schedule
 	s.metrics = newMetrics(s)
 	s.router.metrics = s.metrics
 	s.admit = &admission{cfg: cfg, store: store, log: s.log, router: s.router, metrics: s.metrics, wake: s.Wake}
+	s.admit.bgCtx, s.admit.bgStop = context.WithCancel(context.Background())
 	return s
 }
 
@@ -268,6 +269,8 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 	s.mu.Unlock()
 	s.cancel()
 	s.leader.Stop()
+	s.admit.bgStop() // a sweep being stored: the next leader resumes it
+	s.admit.bg.Wait()
 	s.lease.release()
 	s.log.Info("scheduler stopped")
 	return nil

@@ -28,6 +28,8 @@ type sweeper struct {
 	routing   func() *policy.RouteState
 	stopTrial func(ctx context.Context, j *jobtype.Job, st jobtype.State)
 	wake      func()
+	resume    func(ctx context.Context, sw *jobtype.Sweep, owner string) error
+	owner     string // this duty's name as a sweep's filler
 }
 
 // sweeperParams is what a sweeper is built from.
@@ -39,10 +41,14 @@ type sweeperParams struct {
 	// trial asked to stop while dispatched or running (st).
 	StopTrial func(ctx context.Context, j *jobtype.Job, st jobtype.State)
 	Wake      func() // trials were admitted or promoted: place them
+	// Resume goes on storing an admitting sweep whose filler is gone, for
+	// a bounded slice of time (admission.resumeSweep).
+	Resume func(ctx context.Context, sw *jobtype.Sweep, owner string) error
 }
 
 func newSweeper(p sweeperParams) *sweeper {
-	return &sweeper{store: p.Store, log: p.Log, routing: p.Routing, stopTrial: p.StopTrial, wake: p.Wake}
+	return &sweeper{store: p.Store, log: p.Log, routing: p.Routing, stopTrial: p.StopTrial, wake: p.Wake, resume: p.Resume,
+		owner: fillOwner()}
 }
 
 func (d *sweeper) run(ctx context.Context) {
@@ -81,6 +87,15 @@ func (d *sweeper) drive(ctx context.Context, id string) error {
 		}
 		_, err := d.store.FinishSweep(ctx, id)
 		return err
+	}
+	if sw.State == jobtype.SweepAdmitting {
+		// Stored in chunks by the request's filler; one that died (its
+		// scheduler stopped, Redis failed under it) is resumed here once
+		// its lease lapses.
+		if err := d.resume(ctx, sw, d.owner); err != nil && !errors.Is(err, jobstore.ErrFillerBusy) {
+			return err
+		}
+		return nil
 	}
 	if sw.State != jobtype.SweepRunning {
 		return nil
@@ -297,13 +312,20 @@ func (d *sweeper) guard(ctx context.Context, id string) (bool, error) {
 	if err != nil || (sw.BudgetUSD <= 0 && sw.BudgetGPUHours <= 0) {
 		return false, err
 	}
-	jobs, err := d.store.SweepTrials(ctx, id, 0, 0)
+	// A running trial holds its sweep reservation until settled: the
+	// active set is all that can be running (not every trial of a sweep
+	// of 10,000 each pass).
+	sets, err := d.store.SweepSetsOf(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	active, err := d.store.GetMany(ctx, sets.ActiveIDs)
 	if err != nil {
 		return false, err
 	}
 	cfg, now := d.routing().Config, time.Now()
 	usd, gpuh := sw.SpentUSD, sw.SpentGPUHours
-	for _, j := range jobs {
+	for _, j := range active {
 		if j != nil && j.Trial != nil && j.State == jobtype.StateRunning {
 			u, g := policy.JobUsageAt(cfg, j, now)
 			usd += max(u-j.Trial.SettledUSD, 0)
@@ -318,6 +340,10 @@ func (d *sweeper) guard(ctx context.Context, id string) (bool, error) {
 		over = fmt.Sprintf("sweep budget reached: %.2f of %.2f GPU-h (settled and running trials so far)", gpuh, sw.BudgetGPUHours)
 	default:
 		return false, nil
+	}
+	jobs, err := d.store.SweepTrials(ctx, id, 0, 0)
+	if err != nil {
+		return true, err
 	}
 	for _, j := range jobs {
 		if j == nil || j.Trial == nil || j.State.Terminal() || j.Trial.StopRequested != "" {

@@ -2,9 +2,12 @@ package scheduler
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
@@ -16,23 +19,41 @@ import (
 	"github.com/lathe-ml/lathe/scheduler/sweep"
 )
 
-// Sweeps (docs/sweeps.md): a sweep spec is expanded into trials here,
-// every trial validated and routed like a submitted job, and the sweep
-// with all its trials, their routes and ledger records stored in one
-// store call (jobstore.CreateSweep). The leader's sweep duty
-// (sweep_duty.go) drives it from there.
+// Sweeps (docs/sweeps.md): a sweep spec is expanded into trials and every
+// trial checked like a submitted job before anything is stored; then the
+// sweep is stored in bounded steps (jobstore.StoreTrials, SweepChunk
+// trials a script, each chunk routed over a fresh snapshot): the first
+// chunk with the sweep's record (state admitting), the others after it,
+// the last moving it to running; then its first trials are admitted with
+// their reservations (jobstore.AdmitTrials). A request stores what it can
+// within inlineFill and answers; a bigger sweep's filling goes on in the
+// background (fillRest), and the leader's sweep duty resumes any sweep
+// whose filler died (resumeSweep). The sweep duty (sweep_duty.go) drives
+// it from there.
 
-// planSweep expands req's spec into its trials, normalises, checks and
-// routes each one over one snapshot (pure apart from the snapshot read):
-// the NewSweep to store. A trial no backend may run refuses the sweep.
-func (ad *admission) planSweep(ctx context.Context, req plane.SweepRequest, dry bool) (jobstore.NewSweep, []routing.Decision, error) {
+// inlineFill is how long a request stores a sweep's chunks before it
+// answers (the sweep then admitting, its filling going on behind): a
+// sweep of a few hundred trials is answered running, one of 10,000 at
+// once.
+const inlineFill = 100 * time.Millisecond
+
+// resumeSlice is how long one pass of the sweep duty stores chunks of a
+// sweep whose filler died, so that the leader's other duties (and its
+// lease) are never held up; the lease of the filler (jobstore's
+// fillLease) keeps it this duty's between passes.
+const resumeSlice = 200 * time.Millisecond
+
+// expandSweep expands req's spec into its trials, each normalised and
+// checked like a submitted job: a plane.InvalidError naming every trial
+// that is not a valid job here.
+func (ad *admission) expandSweep(req plane.SweepRequest) ([]sweepspec.Trial, error) {
 	trials, err := req.Spec.Expand()
 	if err != nil {
 		var ve *jobspec.ValidationError
 		if errors.As(err, &ve) {
-			return jobstore.NewSweep{}, nil, &plane.InvalidError{Fields: ve.Errors}
+			return nil, &plane.InvalidError{Fields: ve.Errors}
 		}
-		return jobstore.NewSweep{}, nil, &plane.InvalidError{Fields: []jobspec.FieldError{{Message: err.Error()}}}
+		return nil, &plane.InvalidError{Fields: []jobspec.FieldError{{Message: err.Error()}}}
 	}
 	var fields []jobspec.FieldError
 	for i := range trials {
@@ -42,24 +63,46 @@ func (ad *admission) planSweep(ctx context.Context, req plane.SweepRequest, dry 
 		}
 	}
 	if len(fields) > 0 {
-		return jobstore.NewSweep{}, nil, &plane.InvalidError{Fields: fields}
+		return nil, &plane.InvalidError{Fields: fields}
 	}
+	return trials, nil
+}
+
+// planTrials routes trials (the sweep's, from index trials[0].Index) over
+// one snapshot, as admission routes any job: the NewTrials to store. A
+// trial no backend may run is a plane.RefusedError.
+func (ad *admission) planTrials(ctx context.Context, req plane.SweepRequest, trials []sweepspec.Trial, dry bool) ([]jobstore.NewTrial, []routing.Decision, error) {
 	jobs := make([]jobstore.NewJob, len(trials))
 	for i, t := range trials {
-		jobs[i] = jobstore.NewJob{ID: jobstore.TrialID(req.ID, i), Spec: t.Spec}
+		jobs[i] = jobstore.NewJob{ID: jobstore.TrialID(req.ID, t.Index), Spec: t.Spec}
 	}
-	pl, err := ad.plan(ctx, admitting{p: req.Who, path: "sweep", label: "trials[%d]", what: "trials of the sweep", jobs: jobs, waitForMoney: true}, dry)
+	pl, err := ad.plan(ctx, admitting{p: req.Who, path: "sweep", label: "trials[%d]", offset: trials[0].Index,
+		what: "trials of the sweep", jobs: jobs, waitForMoney: true}, dry)
 	if err != nil {
-		return jobstore.NewSweep{}, pl.ds, err
+		return nil, pl.ds, err
 	}
-	ns := jobstore.NewSweep{Sweep: sweepRecord(req), IdempotencyKey: req.Idem, Trials: make([]jobstore.NewTrial, len(trials))}
-	frac := firstRungShare(req.Spec)
+	frac, stopAt := firstRungShare(req.Spec), firstStopAt(req.Spec)
+	out := make([]jobstore.NewTrial, len(trials))
 	for i, t := range trials {
 		d := pl.ds[i]
-		ns.Trials[i] = jobstore.NewTrial{Job: pl.jobs[i], Index: i, Params: t.Params, StopAtStep: firstStopAt(req.Spec),
+		out[i] = jobstore.NewTrial{Job: pl.jobs[i], Index: t.Index, Params: t.Params, StopAtStep: stopAt,
 			EstUSD: d.EstCostUSD * frac, EstGPUHours: float64(t.Spec.Resources.GPUs) * d.EstRuntime.Hours() * frac}
 	}
-	return ns, pl.ds, nil
+	return out, pl.ds, nil
+}
+
+// planSweep expands req's spec into its trials and routes every one (the
+// dry run's answer; nothing is stored).
+func (ad *admission) planSweep(ctx context.Context, req plane.SweepRequest, dry bool) (jobstore.NewSweep, []routing.Decision, error) {
+	trials, err := ad.expandSweep(req)
+	if err != nil {
+		return jobstore.NewSweep{}, nil, err
+	}
+	nts, ds, err := ad.planTrials(ctx, req, trials, dry)
+	if err != nil {
+		return jobstore.NewSweep{}, ds, err
+	}
+	return jobstore.NewSweep{Sweep: sweepRecord(req), IdempotencyKey: req.Idem, Trials: nts}, ds, nil
 }
 
 // sweepRecord is the record of the sweep req asks for.
@@ -97,10 +140,16 @@ func firstRungShare(sp *sweepspec.Sweep) float64 {
 	return 1
 }
 
-// admitSweep plans and stores the sweep req asks for, and wakes the
-// placer. The store's script admits the first trials with their
-// reservations in every budget they touch (the sweep's, their team's and
-// backend's), as a submit's does; the rest wait (AdmitTrials).
+// admitSweep checks and stores the sweep req asks for. Every trial is
+// checked first (a plane.InvalidError stores nothing), then the first
+// chunk is routed (a plane.RefusedError stores nothing) and stored with
+// the sweep's record; the request goes on storing chunks for inlineFill,
+// and a sweep stored whole by then has its first trials admitted and is
+// answered running. A bigger one is answered admitting and its filling
+// goes on in the background (fillRest). A trial of a later chunk that no
+// backend may run ends the sweep's admission: it is cancelled, with a
+// message naming the trial (no trial of it ran: none is admitted before
+// the last chunk is stored).
 func (ad *admission) admitSweep(ctx context.Context, req plane.SweepRequest) (*jobtype.Sweep, bool, error) {
 	if req.Idem != "" {
 		// Idempotency first: the key's outcome, whatever the budgets say now.
@@ -118,7 +167,12 @@ func (ad *admission) admitSweep(ctx context.Context, req plane.SweepRequest) (*j
 		}
 		defer release()
 	}
-	ns, _, err := ad.planSweep(ctx, req, false)
+	trials, err := ad.expandSweep(req)
+	if err != nil {
+		return nil, false, err
+	}
+	f := &sweepFill{req: req, trials: trials, owner: fillOwner()}
+	first, _, err := ad.planTrials(ctx, req, trials[:min(jobstore.SweepChunk, len(trials))], false)
 	if err != nil {
 		return nil, false, err
 	}
@@ -133,12 +187,138 @@ func (ad *admission) admitSweep(ctx context.Context, req plane.SweepRequest) (*j
 		case <-time.After(hold):
 		}
 	}
-	sw, existed, err := ad.store.CreateSweep(ctx, ad.cfg.Ledger, ns)
-	if err != nil {
+	sw, existed, err := ad.store.StoreTrials(ctx, ad.cfg.Ledger, f.chunk(first), f.owner)
+	if err != nil || existed {
+		return sw, existed, unknownOutcome(err)
+	}
+	done, err := ad.fill(ctx, f, sw.Stored, time.Now().Add(inlineFill))
+	switch {
+	case err != nil && !errors.Is(err, context.DeadlineExceeded):
+		// The sweep is stored (admitting): answered with it as it is; a
+		// scheduler resumes its filling (its lease lapses).
+		ad.log.Warn("sweep: storing its trials", slog.String("sweep_id", sw.ID), slog.Any("err", err))
+	case !done:
+		ad.fillRest(f)
+	}
+	if sw, err = ad.store.GetSweep(context.WithoutCancel(ctx), req.ID); err != nil {
 		return nil, false, unknownOutcome(err)
 	}
-	if !existed {
-		ad.wake()
+	return sw, false, nil
+}
+
+// sweepFill is a sweep being stored: its request, its trials (expanded
+// and checked), and the name its filler's lease holds.
+type sweepFill struct {
+	req    plane.SweepRequest
+	trials []sweepspec.Trial
+	owner  string
+}
+
+// chunk is the store call's NewSweep for trials nts.
+func (f *sweepFill) chunk(nts []jobstore.NewTrial) jobstore.NewSweep {
+	return jobstore.NewSweep{Sweep: sweepRecord(f.req), IdempotencyKey: f.req.Idem, Total: len(f.trials), Trials: nts}
+}
+
+// fillOwner is a new filler's name.
+func fillOwner() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// fill stores f's chunks from trial from until every trial is stored (and
+// the first admitted: done) or until passes. A trial no backend may run
+// ends the admission (abandon). Another filler's chunk (a stale one) is
+// skipped over; another filler's lease ends this one quietly (done =
+// false, nil).
+func (ad *admission) fill(ctx context.Context, f *sweepFill, from int, until time.Time) (done bool, err error) {
+	id := f.req.ID
+	for from < len(f.trials) {
+		if time.Now().After(until) {
+			return false, nil
+		}
+		nts, _, err := ad.planTrials(ctx, f.req, f.trials[from:min(from+jobstore.SweepChunk, len(f.trials))], false)
+		var re *plane.RefusedError
+		if errors.As(err, &re) {
+			return false, ad.abandon(ctx, id, "no backend may run some trials: "+strings.Join(re.Reasons, "; "))
+		}
+		if err != nil {
+			return false, err
+		}
+		sw, _, err := ad.store.StoreTrials(ctx, ad.cfg.Ledger, f.chunk(nts), f.owner)
+		var stale *jobstore.StaleChunkError
+		var gone *jobstore.SweepConflictError
+		switch {
+		case errors.As(err, &stale):
+			from = stale.Stored
+			continue
+		case errors.Is(err, jobstore.ErrFillerBusy), errors.As(err, &gone):
+			return false, nil // another filler has it, or it was cancelled
+		case err != nil:
+			return false, err
+		}
+		from = sw.Stored
 	}
-	return sw, existed, nil
+	if _, err := ad.store.AdmitTrials(ctx, id); err != nil {
+		return false, err
+	}
+	ad.wake()
+	return true, nil
+}
+
+// fillRest stores the rest of f in the background, until done or this
+// scheduler stops (a leader's sweep duty then resumes it).
+func (ad *admission) fillRest(f *sweepFill) {
+	if _, busy := ad.filling.LoadOrStore(f.req.ID, true); busy {
+		return
+	}
+	ad.bg.Add(1)
+	go func() {
+		defer ad.bg.Done()
+		defer ad.filling.Delete(f.req.ID)
+		sw, err := ad.store.GetSweep(ad.bgCtx, f.req.ID)
+		if err == nil {
+			_, err = ad.fill(ad.bgCtx, f, sw.Stored, time.Now().Add(24*time.Hour))
+		}
+		if err != nil && ad.bgCtx.Err() == nil {
+			ad.log.Warn("sweep: storing its trials", slog.String("sweep_id", f.req.ID), slog.Any("err", err))
+		}
+	}()
+}
+
+// resumeSweep goes on storing sweep sw (admitting, its filler gone: a
+// scheduler that died, a request whose filling failed) for resumeSlice:
+// the sweep duty's part. Its spec is expanded again from the record (the
+// expansion is deterministic: a random search draws from its seed).
+func (ad *admission) resumeSweep(ctx context.Context, sw *jobtype.Sweep, owner string) error {
+	if _, busy := ad.filling.Load(sw.ID); busy {
+		return nil // this scheduler's background filler has it
+	}
+	sp, err := sweepspec.Parse(sw.Spec, sweepspec.Options{})
+	if err != nil {
+		return ad.abandon(ctx, sw.ID, "its stored spec no longer parses: "+err.Error())
+	}
+	req := plane.SweepRequest{Spec: sp, ID: sw.ID, Who: plane.Principal{Name: sw.Submitter, Team: sw.Team}, Schedule: sw.Schedule, Tick: sw.Tick}
+	trials, err := ad.expandSweep(req)
+	if err != nil {
+		return ad.abandon(ctx, sw.ID, "its trials are no longer valid jobs here: "+err.Error())
+	}
+	if len(trials) != sw.Trials {
+		return ad.abandon(ctx, sw.ID, fmt.Sprintf("its spec expands to %d trials now, not %d", len(trials), sw.Trials))
+	}
+	_, err = ad.fill(ctx, &sweepFill{req: req, trials: trials, owner: owner}, sw.Stored, time.Now().Add(resumeSlice))
+	return err
+}
+
+// abandon ends sweep id's admission: why goes on its record and it is
+// cancelled (its stored trials, none admitted, with it).
+func (ad *admission) abandon(ctx context.Context, id, why string) error {
+	ad.log.Warn("sweep: admission given up", slog.String("sweep_id", id), slog.String("why", why))
+	if err := ad.store.SetSweepMessage(ctx, id, "admission given up: "+why); err != nil {
+		return err
+	}
+	if _, err := ad.store.CancelSweep(ctx, id); err != nil && !errors.Is(err, jobstore.ErrConflict) {
+		return err
+	}
+	return nil
 }

@@ -112,6 +112,9 @@ func (a *app) sweepSubmit(ctx context.Context, file, key string, wait, dryRun bo
 	if err != nil {
 		return err
 	}
+	if st, err = a.followAdmission(ctx, c, st); err != nil {
+		return err
+	}
 	if !wait {
 		if a.output == outJSON {
 			return writeJSON(a.stdout, st)
@@ -120,6 +123,37 @@ func (a *app) sweepSubmit(ctx context.Context, file, key string, wait, dryRun bo
 		return nil
 	}
 	return a.sweepWait(ctx, c, st)
+}
+
+// followAdmission follows a sweep answered admitting (a big sweep: the
+// server stores its trials in chunks after answering) until every trial
+// is stored, one progress line on stderr when it changes; the sweep as it
+// is then. Ctrl-C stops following, not the admission.
+func (a *app) followAdmission(ctx context.Context, c *apiclient.Client, st *wire.SweepStatus) (*wire.SweepStatus, error) {
+	if st.Sweep.State != jobtype.SweepAdmitting {
+		return st, nil
+	}
+	p := newProgressPrinter(a.stderr, isTerminal(a.stderr), a.now)
+	defer p.finish()
+	last := -1
+	for st.Sweep.State == jobtype.SweepAdmitting {
+		if st.Sweep.Stored != last {
+			p.linef("sweep %s: storing its trials: %d of %d stored", st.Sweep.ID, st.Sweep.Stored, st.Sweep.Trials)
+			last = st.Sweep.Stored
+		}
+		if err := pause(ctx, 200*time.Millisecond); err != nil {
+			return nil, &exitError{code: exitInterrupted, err: fmt.Errorf("stopped following; sweep %s goes on being stored (lathe sweep status %s)", st.Sweep.ID, st.Sweep.ID)}
+		}
+		next, err := c.Sweep(ctx, st.Sweep.ID)
+		if err != nil {
+			return nil, err
+		}
+		st = next
+	}
+	if st.Sweep.Message != "" {
+		p.linef("sweep %s: %s", st.Sweep.ID, st.Sweep.Message)
+	}
+	return st, nil
 }
 
 // sweepWait shows the sweep live until it is no longer running: one line
@@ -213,8 +247,14 @@ func (a *app) printSweep(st *wire.SweepStatus) error {
 		sw.ID, termSafe(sw.Name), sw.State, sw.Search, sw.Trials, sw.MaxParallel, sw.Goal, termSafe(sw.Metric))
 	fmt.Fprintf(a.stdout, "cost: $%.2f spent, $%.2f reserved%s; GPU-hours: %.2f spent, %.2f reserved%s\n",
 		sw.SpentUSD, sw.ReservedUSD, budgetOf(sw.BudgetUSD, "$%.2f"), sw.SpentGPUHours, sw.ReservedGPUHours, budgetOf(sw.BudgetGPUHours, "%.2f"))
+	if sw.State == jobtype.SweepAdmitting {
+		fmt.Fprintf(a.stdout, "storing its trials: %d of %d stored\n", sw.Stored, sw.Trials)
+	}
 	if sw.Stalled != "" {
 		fmt.Fprintf(a.stdout, "admitting stopped: %s\n", termSafe(sw.Stalled))
+	}
+	if sw.Message != "" {
+		fmt.Fprintf(a.stdout, "%s\n", termSafe(sw.Message))
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "RANK\tTRIAL\tPARAMS\tSTATE\tRUNG\t%s\tSTEP\tGPU-H\tCOST\n", strings.ToUpper(sw.Metric))

@@ -57,7 +57,7 @@ func ValidSweepID(id string) bool {
 // not built).
 var ErrTrialRetry = errors.New("retrying a sweep's trial is not supported yet")
 
-// NewSweep is what CreateSweep stores.
+// NewSweep is what CreateSweep stores, or one chunk of it (StoreTrials).
 type NewSweep struct {
 	// Sweep is the record to store (its ID set; state, counters and times
 	// are the store's).
@@ -65,8 +65,21 @@ type NewSweep struct {
 	// IdempotencyKey, when set, makes a second CreateSweep with the same
 	// key return the sweep the first stored.
 	IdempotencyKey string
-	// Trials are every trial, in index order (Trials[i].Index == i).
+	// Total is the sweep's number of trials (0: len(Trials), the whole
+	// sweep in one NewSweep).
+	Total int
+	// Trials are the trials to store, in index order (Trials[i].Index ==
+	// the first's Index + i): every trial for CreateSweep, one chunk for
+	// StoreTrials.
 	Trials []NewTrial
+}
+
+// total is the sweep's number of trials.
+func (ns NewSweep) total() int {
+	if ns.Total > 0 {
+		return ns.Total
+	}
+	return len(ns.Trials)
 }
 
 // NewTrial is one trial of a NewSweep: a NewJob (its ID must be
@@ -86,21 +99,53 @@ type NewTrial struct {
 	EstGPUHours float64
 }
 
-// CreateSweep stores the sweep's record, all its trials (the first ones
-// admitted — in the pending set, their estimates reserved against the
-// sweep's budgets — while max_parallel and the budgets allow; the others
-// waiting with their gate), their routes and ledger records, in one
-// script: all or nothing. A sweep whose id (or idempotency key) is taken
-// is returned with existed=true and nothing is stored. MaxParallel ≤ 0
-// admits as many as the budgets allow. An idempotency key naming a sweep
-// stored from another spec or by another team is an
-// ErrIdempotencyConflict.
-func (s *Store) CreateSweep(ctx context.Context, l *ledger.Ledger, ns NewSweep) (sw *jobtype.Sweep, existed bool, err error) {
+// SweepChunk is the most trials one StoreTrials call stores: a chunk's
+// script (records, indexes, first events, ledger records) stays within
+// a few milliseconds of Redis's time, so that no sweep, whatever its size,
+// keeps Redis from its other clients (docs/sweeps.md, "Admission in
+// bounded steps").
+const SweepChunk = 100
+
+// fillLease is how long a filler's claim on an admitting sweep lasts
+// without a new chunk: another filler (the leader's sweep duty) resumes
+// the sweep once it lapses.
+const fillLease = 5 * time.Second
+
+// ErrFillerBusy: another filler holds the admitting sweep (its lease has
+// not lapsed); this one leaves it alone.
+var ErrFillerBusy = errors.New("another scheduler is storing this sweep's trials")
+
+// StaleChunkError: the chunk did not start where the sweep's stored
+// trials end (another filler stored it): nothing was written; go on from
+// Stored.
+type StaleChunkError struct {
+	ID     string
+	From   int
+	Stored int
+}
+
+func (e *StaleChunkError) Error() string {
+	return fmt.Sprintf("sweep %s: a chunk from trial %d, but %d trials are stored", e.ID, e.From, e.Stored)
+}
+
+// StoreTrials stores one chunk of an admitting sweep (at most SweepChunk
+// trials: ns.Trials, whose first Index is where the stored trials end)
+// with their routes and ledger records, in one script: all of the chunk or
+// none of it. The chunk from trial 0 also stores the sweep's record (state
+// admitting), its indexes and its idempotency key; a sweep whose id or key
+// is taken is returned with existed=true and nothing is stored. The chunk
+// that stores the last trial moves the sweep to running; its trials all
+// wait (the sweep:<id>:waiting set, gate max_parallel) until AdmitTrials
+// admits them. owner names the filler: while its lease holds (fillLease,
+// renewed by each chunk) another owner's chunk is ErrFillerBusy. A chunk
+// that does not start where the stored trials end is a *StaleChunkError;
+// a sweep no longer admitting (cancelled) a *SweepConflictError.
+func (s *Store) StoreTrials(ctx context.Context, l *ledger.Ledger, ns NewSweep, owner string) (sw *jobtype.Sweep, existed bool, err error) {
 	if err := checkNewSweep(ns); err != nil {
 		return nil, false, err
 	}
 	sid, now := ns.Sweep.ID, s.now()
-	base, err := s.sweepArgs(ns, now)
+	base, err := s.sweepArgs(ns, owner, now)
 	if err != nil {
 		return nil, false, err
 	}
@@ -108,13 +153,13 @@ func (s *Store) CreateSweep(ctx context.Context, l *ledger.Ledger, ns NewSweep) 
 	var mac string
 	if l != nil {
 		if seq, mac, err = l.Head(ctx); err != nil {
-			return nil, false, fmt.Errorf("jobstore: create sweep %s: %w", sid, err)
+			return nil, false, fmt.Errorf("jobstore: store trials of sweep %s: %w", sid, err)
 		}
 	}
 	for {
 		trials, tail, err := trialLedger(l, ns.Trials, seq, mac)
 		if err != nil {
-			return nil, false, fmt.Errorf("jobstore: create sweep %s: %w", sid, err)
+			return nil, false, fmt.Errorf("jobstore: store trials of sweep %s: %w", sid, err)
 		}
 		args := append(base[:len(base):len(base)], trialArgs(trials, now)...)
 		args = append(args, tail...)
@@ -122,56 +167,111 @@ func (s *Store) CreateSweep(ctx context.Context, l *ledger.Ledger, ns NewSweep) 
 		if len(tail) > 0 {
 			keys = l.Keys()
 		}
-		res, err := createSweepScript.Run(ctx, s.rdb, keys, args...).Slice()
+		res, err := storeTrialsScript.Run(ctx, s.rdb, keys, args...).Slice()
 		if err != nil {
-			return nil, false, fmt.Errorf("jobstore: create sweep %s: %w", sid, err)
+			return nil, false, fmt.Errorf("jobstore: store trials of sweep %s: %w", sid, err)
 		}
 		if ledger.IsCheckReply(res) {
 			if seq, mac, err = l.CheckReply(res); err != nil {
-				return nil, false, fmt.Errorf("jobstore: create sweep %s: %w", sid, err)
+				return nil, false, fmt.Errorf("jobstore: store trials of sweep %s: %w", sid, err)
 			}
 			if err := ctx.Err(); err != nil {
-				return nil, false, fmt.Errorf("jobstore: create sweep %s: %w", sid, err)
+				return nil, false, fmt.Errorf("jobstore: store trials of sweep %s: %w", sid, err)
 			}
 			continue
 		}
-		return s.createSweepReply(ctx, ns, res)
+		return s.storeTrialsReply(ctx, ns, res)
 	}
 }
 
-// createSweepReply turns the create script's reply into CreateSweep's.
-func (s *Store) createSweepReply(ctx context.Context, ns NewSweep, res []any) (*jobtype.Sweep, bool, error) {
+// CreateSweep stores a whole sweep: its record and every trial, chunk by
+// chunk (StoreTrials, SweepChunk trials a script), then admits the first
+// trials (AdmitTrials: in index order while max_parallel and the budgets
+// allow, each with its reservations). Each chunk is all or nothing; a
+// sweep cut short between chunks stays admitting, and the scheduler's
+// sweep duty finishes it (scheduler/sweeps.go). A sweep whose id (or
+// idempotency key) is taken is returned with existed=true and nothing is
+// stored. An idempotency key naming a sweep stored from another spec or by
+// another team is an ErrIdempotencyConflict. The scheduler stores sweeps
+// with StoreTrials itself (to answer before a big one is stored); this is
+// the whole path in one call.
+func (s *Store) CreateSweep(ctx context.Context, l *ledger.Ledger, ns NewSweep) (sw *jobtype.Sweep, existed bool, err error) {
+	if err := checkNewSweep(ns); err != nil {
+		return nil, false, err
+	}
+	owner := NewID(s.now())
+	all, total := ns.Trials, ns.total()
+	for from := 0; from < len(all); from += SweepChunk {
+		chunk := ns
+		chunk.Total, chunk.Trials = total, all[from:min(from+SweepChunk, len(all))]
+		sw, existed, err = s.StoreTrials(ctx, l, chunk, owner)
+		if err != nil || existed {
+			return sw, existed, err
+		}
+	}
+	if _, err := s.AdmitTrials(ctx, ns.Sweep.ID); err != nil {
+		return nil, false, err
+	}
+	sw, err = s.GetSweep(ctx, ns.Sweep.ID)
+	return sw, false, err
+}
+
+// storeTrialsReply turns the store script's reply into StoreTrials's.
+func (s *Store) storeTrialsReply(ctx context.Context, ns NewSweep, res []any) (*jobtype.Sweep, bool, error) {
 	sid := ns.Sweep.ID
 	code, _ := first(res).(int64)
-	var id string
-	if len(res) > 1 {
-		id, _ = res[1].(string)
+	str := func(i int) string {
+		if len(res) > i {
+			v, _ := res[i].(string)
+			return v
+		}
+		return ""
 	}
 	switch code {
 	case codeDone:
 		sw, err := s.GetSweep(ctx, sid)
 		return sw, false, err
 	case codeExisting:
-		sw, err := s.GetSweep(ctx, id)
+		sw, err := s.GetSweep(ctx, str(1))
 		return sw, true, err
+	case codeNotFound:
+		return nil, false, fmt.Errorf("jobstore: store trials of sweep %s: sweep %w", sid, ErrNotFound)
 	case codeIdemConflict:
 		return nil, false, fmt.Errorf("jobstore: create sweep %s: idempotency key %q names sweep %s, created from another spec or by another team: %w",
-			sid, ns.IdempotencyKey, id, ErrIdempotencyConflict)
+			sid, ns.IdempotencyKey, str(1), ErrIdempotencyConflict)
 	case codeConflict:
-		return nil, false, fmt.Errorf("jobstore: create sweep %s: trial id %s is taken by a job stored before", sid, id)
+		switch str(1) {
+		case "taken":
+			return nil, false, fmt.Errorf("jobstore: create sweep %s: trial id %s is taken by a job stored before", sid, str(2))
+		case "busy":
+			return nil, false, fmt.Errorf("jobstore: store trials of sweep %s: %w", sid, ErrFillerBusy)
+		case "stale":
+			stored, _ := strconv.Atoi(str(2))
+			return nil, false, fmt.Errorf("jobstore: store trials: %w", &StaleChunkError{ID: sid, From: ns.Trials[0].Index, Stored: stored})
+		}
+		return nil, false, fmt.Errorf("jobstore: store trials: %w",
+			&SweepConflictError{ID: sid, State: jobtype.SweepState(str(1)), Want: "storing trials needs an admitting sweep"})
 	}
-	return nil, false, fmt.Errorf("jobstore: create sweep %s: unexpected script reply %v", sid, res)
+	return nil, false, fmt.Errorf("jobstore: store trials of sweep %s: unexpected script reply %v", sid, res)
 }
 
-// checkNewSweep checks what CreateSweep is given before anything is built.
+// checkNewSweep checks what CreateSweep or StoreTrials is given before
+// anything is built.
 func checkNewSweep(ns NewSweep) error {
 	sid := ns.Sweep.ID
 	if !ValidSweepID(sid) {
 		return fmt.Errorf("jobstore: create sweep: invalid sweep id %q (want NewSweepID's shape)", sid)
 	}
-	n := len(ns.Trials)
-	if n == 0 || n > MaxSweepTrials {
-		return fmt.Errorf("jobstore: create sweep %s: %d trials; a sweep has 1 to %d", sid, n, MaxSweepTrials)
+	total, n := ns.total(), len(ns.Trials)
+	if total > MaxSweepTrials {
+		return fmt.Errorf("jobstore: create sweep %s: %d trials; a sweep has 1 to %d", sid, total, MaxSweepTrials)
+	}
+	if n == 0 {
+		return fmt.Errorf("jobstore: create sweep %s: no trials given; a sweep has 1 to %d", sid, MaxSweepTrials)
+	}
+	from := ns.Trials[0].Index
+	if from < 0 || from+n > total {
+		return fmt.Errorf("jobstore: create sweep %s: trials %d to %d of a sweep of %d", sid, from, from+n-1, total)
 	}
 	for name, v := range map[string]float64{"budget_usd": ns.Sweep.BudgetUSD, "budget_gpu_hours": ns.Sweep.BudgetGPUHours} {
 		if !(v >= 0) || math.IsInf(v, 1) {
@@ -179,32 +279,32 @@ func checkNewSweep(ns NewSweep) error {
 		}
 	}
 	for i, t := range ns.Trials {
-		if t.Index != i {
-			return fmt.Errorf("jobstore: create sweep %s: trials[%d].index = %d: want %d (trials in index order)", sid, i, t.Index, i)
+		if t.Index != from+i {
+			return fmt.Errorf("jobstore: create sweep %s: trials[%d].index = %d: want %d (trials in index order)", sid, from+i, t.Index, from+i)
 		}
-		if want := TrialID(sid, i); t.Job.ID != want {
-			return fmt.Errorf("jobstore: create sweep %s: trials[%d].id = %q: want %q (TrialID)", sid, i, t.Job.ID, want)
+		if want := TrialID(sid, t.Index); t.Job.ID != want {
+			return fmt.Errorf("jobstore: create sweep %s: trials[%d].id = %q: want %q (TrialID)", sid, t.Index, t.Job.ID, want)
 		}
 		if t.Job.Spec == nil {
-			return fmt.Errorf("jobstore: create sweep %s: trials[%d] has no spec", sid, i)
+			return fmt.Errorf("jobstore: create sweep %s: trials[%d] has no spec", sid, t.Index)
 		}
 		if !(t.EstUSD >= 0) || math.IsInf(t.EstUSD, 1) || !(t.EstGPUHours >= 0) || math.IsInf(t.EstGPUHours, 1) {
-			return fmt.Errorf("jobstore: create sweep %s: trials[%d] estimates $%v and %v GPU-h: want finite numbers ≥ 0", sid, i, t.EstUSD, t.EstGPUHours)
+			return fmt.Errorf("jobstore: create sweep %s: trials[%d] estimates $%v and %v GPU-h: want finite numbers ≥ 0", sid, t.Index, t.EstUSD, t.EstGPUHours)
 		}
 		if t.StopAtStep < 0 {
-			return fmt.Errorf("jobstore: create sweep %s: trials[%d].stop_at_step = %d: want ≥ 0", sid, i, t.StopAtStep)
+			return fmt.Errorf("jobstore: create sweep %s: trials[%d].stop_at_step = %d: want ≥ 0", sid, t.Index, t.StopAtStep)
 		}
 	}
 	return nil
 }
 
-// sweepArgs are the create script's ARGV up to the trials: the sweep's
-// record, its admission limits, and the fields every trial shares.
-func (s *Store) sweepArgs(ns NewSweep, now time.Time) ([]any, error) {
-	sw := ns.Sweep
+// sweepArgs are the store script's ARGV up to the trials: the sweep's
+// record, the chunk's place, and the fields every trial shares.
+func (s *Store) sweepArgs(ns NewSweep, owner string, now time.Time) ([]any, error) {
+	sw, total := ns.Sweep, ns.total()
 	maxp := sw.MaxParallel
 	if maxp <= 0 {
-		maxp = len(ns.Trials)
+		maxp = total
 	}
 	spec := []byte(sw.Spec)
 	if len(spec) == 0 {
@@ -221,11 +321,14 @@ func (s *Store) sweepArgs(ns NewSweep, now time.Time) ([]any, error) {
 	if sw.Tick != nil {
 		tick = ms(*sw.Tick)
 	}
-	fields := []any{"id", sw.ID, "name", sw.Name, "state", string(jobtype.SweepRunning), "search", sw.Search,
-		"metric", sw.Metric, "goal", sw.Goal, "trials", len(ns.Trials), "max_parallel", maxp,
-		"budget_usd", fmtF(sw.BudgetUSD), "budget_gpu_h", fmtF(sw.BudgetGPUHours), "reserved_usd", "0", "spent_usd", "0",
-		"reserved_gpu_h", "0", "spent_gpu_h", "0", "submitter", sw.Submitter, "team", sw.Team,
-		"schedule", sw.Schedule, "tick", tick, "created_at", ms(now), "updated_at", ms(now), "spec", string(spec)}
+	var fields []any
+	if ns.Trials[0].Index == 0 {
+		fields = []any{"id", sw.ID, "name", sw.Name, "state", string(jobtype.SweepAdmitting), "search", sw.Search,
+			"metric", sw.Metric, "goal", sw.Goal, "trials", total, "stored", 0, "max_parallel", maxp,
+			"budget_usd", fmtF(sw.BudgetUSD), "budget_gpu_h", fmtF(sw.BudgetGPUHours), "reserved_usd", "0", "spent_usd", "0",
+			"reserved_gpu_h", "0", "spent_gpu_h", "0", "submitter", sw.Submitter, "team", sw.Team,
+			"schedule", sw.Schedule, "tick", tick, "created_at", ms(now), "updated_at", ms(now), "spec", string(spec)}
+	}
 	common := []any{"state", string(jobtype.StateQueued), "attempt", 1, "created_at", ms(now), "updated_at", ms(now),
 		"sweep_id", sw.ID, "rung", 0}
 	if sw.Submitter != "" || sw.Team != "" {
@@ -233,14 +336,15 @@ func (s *Store) sweepArgs(ns NewSweep, now time.Time) ([]any, error) {
 	}
 	args := make([]any, 0, 16+len(fields)+len(common))
 	args = append(args, s.cfg.Prefix, sw.ID, ns.IdempotencyKey, fp, int(s.cfg.IdempotencyTTL.Seconds()), ms(now),
-		s.cfg.EventsMaxLen, mustJSON(jobtype.StateChange{To: jobtype.StateQueued}), maxp, fmtF(sw.BudgetUSD), fmtF(sw.BudgetGPUHours), Month(now))
+		s.cfg.EventsMaxLen, mustJSON(jobtype.StateChange{To: jobtype.StateQueued}), ns.Trials[0].Index, total, owner,
+		fillLease.Milliseconds())
 	args = append(args, len(fields))
 	args = append(args, fields...)
 	args = append(args, len(common))
 	return append(args, common...), nil
 }
 
-// trialArgs are the create script's per-trial ARGV (trials: NewSweep's
+// trialArgs are the store script's per-trial ARGV (trials: NewSweep's
 // with their routes' ledger sequence numbers set; now: the sweep's
 // creation, which orders them in the pending set).
 func trialArgs(trials []NewTrial, now time.Time) []any {
@@ -261,7 +365,7 @@ func trialArgs(trials []NewTrial, now time.Time) []any {
 			fields = append(fields, "reserve_usd", fmtF(b.USD), "reserve_scopes", scopeList(b.Scopes))
 		}
 		fields = append(fields, tallyFieldsOf(nj.Spec, nj.Route)...)
-		fields = append(fields, "gate", "") // last: the script sets the gate of a trial that waits
+		fields = append(fields, "gate", jobtype.ReasonMaxParallel) // every trial waits until AdmitTrials admits it
 		args = append(args, nj.ID, score, fmtF(t.EstUSD), fmtF(t.EstGPUHours), len(fields))
 		args = append(args, fields...)
 	}
@@ -341,34 +445,44 @@ type Admitted struct {
 	OwnBudget bool
 }
 
+// admitChunk is the most trials one admit script admits: each admission
+// reserves in up to three budgets, so a sweep of 10,000 trials with no
+// max_parallel is admitted in bounded steps (docs/sweeps.md).
+const admitChunk = 200
+
 // AdmitTrials admits waiting trials of a running sweep in index order
 // while fewer than max_parallel are active and each one's estimate fits
-// the sweep's budgets (reserved atomically: concurrent calls never
-// overshoot a cap). One script. A trial that ended or paused does not
-// count as active (the sweep duty settles it); the waiting trial admission
-// stopped at gets the gate that stopped it (the trials behind it keep the
-// gate they were given last: rewriting thousands of gates a call is not
-// worth it; the sweep's Stalled says what holds it now). A sweep that is
-// not running is a *SweepConflictError.
+// the sweep's budgets and its team's and backend's (reserved atomically
+// with the admission: concurrent calls never overshoot a cap). One script
+// per admitChunk trials. A trial that ended or paused does not count as
+// active (the sweep duty settles it); the waiting trial admission stopped
+// at gets the gate that stopped it (the trials behind it keep the gate
+// they were given last: rewriting thousands of gates a call is not worth
+// it; the sweep's Stalled says what holds it now). A sweep that is not
+// running is a *SweepConflictError.
 func (s *Store) AdmitTrials(ctx context.Context, sweepID string) (Admitted, error) {
-	now := s.now()
-	res, err := admitScript.Run(ctx, s.rdb, nil, s.cfg.Prefix, sweepID, ms(now), Month(now)).Slice()
-	if err != nil {
-		return Admitted{}, fmt.Errorf("jobstore: admit trials of %s: %w", sweepID, err)
-	}
-	if err := sweepReplyErr(res, sweepID, "admit trials", "admitting needs a running sweep"); err != nil {
-		return Admitted{}, err
-	}
 	a := Admitted{}
-	a.Stalled, _ = res[1].(string)
-	own, _ := res[2].(int64)
-	a.OwnBudget = own == 1
-	for _, v := range res[3:] {
-		if id, ok := v.(string); ok {
-			a.IDs = append(a.IDs, id)
+	for {
+		now := s.now()
+		res, err := admitScript.Run(ctx, s.rdb, nil, s.cfg.Prefix, sweepID, ms(now), Month(now), admitChunk).Slice()
+		if err != nil {
+			return a, fmt.Errorf("jobstore: admit trials of %s: %w", sweepID, err)
+		}
+		if err := sweepReplyErr(res, sweepID, "admit trials", "admitting needs a running sweep"); err != nil {
+			return a, err
+		}
+		a.Stalled, _ = res[1].(string)
+		own, _ := res[2].(int64)
+		a.OwnBudget = own == 1
+		for _, v := range res[3:] {
+			if id, ok := v.(string); ok {
+				a.IDs = append(a.IDs, id)
+			}
+		}
+		if len(res)-3 < admitChunk {
+			return a, nil
 		}
 	}
-	return a, nil
 }
 
 // SweepConflictError says why a sweep write lost: the sweep's state does

@@ -15,7 +15,7 @@ import (
 // sweepFields are the sweep hash's fields decodeSweep reads, in its order.
 var sweepFields = []string{"id", "name", "state", "search", "metric", "goal", "trials", "max_parallel",
 	"budget_usd", "budget_gpu_h", "reserved_usd", "spent_usd", "reserved_gpu_h", "spent_gpu_h", "stalled",
-	"submitter", "team", "schedule", "tick", "created_at", "updated_at", "finished_at", "spec"}
+	"submitter", "team", "schedule", "tick", "created_at", "updated_at", "finished_at", "spec", "stored", "message"}
 
 // GetSweep reads a sweep's record (ErrNotFound when there is none).
 func (s *Store) GetSweep(ctx context.Context, id string) (*jobtype.Sweep, error) {
@@ -52,6 +52,13 @@ func decodeSweep(id string, vals []any) (*jobtype.Sweep, error) {
 			return nil, fmt.Errorf("jobstore: get sweep %s: corrupt record: field spec is not JSON", id)
 		}
 		sw.Spec = json.RawMessage(spec)
+	}
+	sw.Message = str(24)
+	sw.Stored = sw.Trials
+	if sw.State == jobtype.SweepAdmitting || str(23) != "" {
+		// A record from before chunked admission has no stored field: all
+		// its trials were stored with it.
+		sw.Stored, _ = strconv.Atoi(str(23))
 	}
 	return sw, nil
 }
@@ -169,13 +176,25 @@ func (s *Store) FinishSweep(ctx context.Context, sweepID string) (bool, error) {
 	return err == nil, err
 }
 
+// SetSweepMessage sets sweep id's message (why its admission was given
+// up).
+func (s *Store) SetSweepMessage(ctx context.Context, id, msg string) error {
+	if !ValidSweepID(id) {
+		return fmt.Errorf("jobstore: sweep message %q: %w", id, ErrNotFound)
+	}
+	if err := s.rdb.HSet(ctx, s.key("sweep", id), "message", msg).Err(); err != nil {
+		return fmt.Errorf("jobstore: sweep message %s: %w", id, err)
+	}
+	return nil
+}
+
 // cancelSweepChunk is how many trials one cancel sweep script looks at.
-const cancelSweepChunk = 500
+const cancelSweepChunk = 100
 
 // CancelSweep cancels a sweep and every trial that has not ended (a
 // waiting or queued or paused trial at once, the others get
 // cancel_requested). Returns how many trials it cancelled or asked. The
-// sweep is cancelled by the first of its scripts (one per 500 trials), so
+// sweep is cancelled by the first of its scripts (one per cancelSweepChunk trials), so
 // the sweep duty admits and promotes nothing more of it; calling it again
 // finishes what a call cut short did not. A sweep that is done is a
 // *SweepConflictError.

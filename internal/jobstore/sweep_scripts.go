@@ -75,20 +75,23 @@ local function admit(sid, tid, usd, gpuh, score, b)
 end
 `, jobtype.ReasonMaxParallel)
 
-// createSweepScript stores a sweep, all its trials and their ledger
-// records, and admits the first trials, in one call (CreateSweep). Before
-// anything is written it checks that the sweep's id is free (else
-// {EXISTING, id}), that its idempotency key names no live sweep ({EXISTING,
-// that sweep's id}; {IDEM_CONFLICT, id} when that sweep was stored from
-// another spec or team), that no trial's id is taken ({CONFLICT, id}) and,
-// with KEYS, the ledger's head (a ledger_check reply). Then it writes the
-// sweep's record and indexes, every trial's record (the common fields, then
-// its own), the job indexes, the trial's first state event and its place in
-// sweep:<id>:trials, and admits in index order while fewer than
-// max_parallel are admitted and each estimate fits the budgets; every
-// trial after the first that is not admitted waits (sweep:<id>:waiting)
-// with the gate that stopped admission, which is also the sweep's stalled
-// when it is a budget's. Nothing is unpacked beyond one record's fields.
+// storeTrialsScript stores one chunk of an admitting sweep's trials
+// (StoreTrials). The chunk from trial 0 first checks that the sweep's id
+// is free (else {EXISTING, id}) and that its idempotency key names no live
+// sweep ({EXISTING, that sweep's id}; {IDEM_CONFLICT, id} when that sweep
+// was stored from another spec or team); a later chunk checks that the
+// sweep is admitting ({CONFLICT, state} otherwise; {NOT_FOUND} when there
+// is none), that the stored trials end where the chunk starts ({CONFLICT,
+// 'stale', stored}) and that no other filler's lease holds ({CONFLICT,
+// 'busy'}). Every chunk checks that its trials' ids are free ({CONFLICT,
+// 'taken', id}) and, with KEYS, the ledger's head (a ledger_check reply).
+// Then it writes: the sweep's record and indexes (first chunk), every
+// trial's record (the common fields, then its own: the last is its gate),
+// the job indexes, the trial's first state event, its place in
+// sweep:<id>:trials and sweep:<id>:waiting, the ledger records, and the
+// sweep's stored count. The chunk that stores the last trial moves the
+// sweep to running and drops the filler's lease; the others renew it.
+// Nothing is admitted here (AdmitTrials does, with the reservations).
 //
 //	KEYS[1]  ledger stream  (optional, with KEYS[2])
 //	KEYS[2]  ledger head
@@ -100,12 +103,12 @@ end
 //	ARGV[6]  now, ms
 //	ARGV[7]  event stream maxlen
 //	ARGV[8]  each trial's first state event data
-//	ARGV[9]  max_parallel
-//	ARGV[10] budget USD (0 none)
-//	ARGV[11] budget GPU-hours (0 none)
-//	ARGV[12] the budget month (Month) the admitted trials' team and
-//	         backend reservations count in
-//	ARGV[13] the number of the sweep's field/value entries, then them
+//	ARGV[9]  the chunk's first trial index
+//	ARGV[10] the sweep's number of trials
+//	ARGV[11] the filler's name (its lease's value)
+//	ARGV[12] the filler's lease, ms
+//	ARGV[13] the number of the sweep's field/value entries (0 after the
+//	         first chunk), then them
 //	then the number of the trials' common field/value entries, then them
 //	then n, the number of trials; per trial: id, pending score, estimate
 //	  USD, estimate GPU-hours, the number m of its own field/value entries,
@@ -113,127 +116,95 @@ end
 //	then with KEYS: the head's seq and mac the records were sealed on, the
 //	  record count, the records' ledger.EntryArgs
 //
-// Returns {DONE, id, admitted}, {EXISTING, id}, {IDEM_CONFLICT, id},
-// {CONFLICT, trial id} or a ledger_check reply.
-var createSweepScript = redis.NewScript(luaCommon + luaReserve + luaSweep + ledger.LuaAppend + `
+// Returns {DONE, id, stored}, {EXISTING, id}, {IDEM_CONFLICT, id},
+// {CONFLICT, …}, {NOT_FOUND, ''} or a ledger_check reply.
+var storeTrialsScript = redis.NewScript(luaCommon + luaSweep + ledger.LuaAppend + `
 local sid, idem, fp, ttl, now, maxlen, data = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8]
-local maxp, month = tonumber(ARGV[9]), ARGV[12]
-local sk = sweepkey(sid)
-if redis.call('EXISTS', sk) == 1 then return {EXISTING, sid} end
-if idem ~= '' then
-  local v = redis.call('GET', P .. 'sweepidem:' .. idem)
-  if v then
-    local eid, efp = v, ''
-    local sp = string.find(v, ' ', 1, true)
-    if sp then eid, efp = string.sub(v, 1, sp - 1), string.sub(v, sp + 1) end
-    if redis.call('EXISTS', sweepkey(eid)) == 1 then
-      if efp ~= fp then return {IDEM_CONFLICT, eid} end
-      return {EXISTING, eid}
+local from, total, owner, lease = tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11], ARGV[12]
+local sk, fk = sweepkey(sid), sweepkey(sid, 'filler')
+if from == 0 then
+  if redis.call('EXISTS', sk) == 1 then return {EXISTING, sid} end
+  if idem ~= '' then
+    local v = redis.call('GET', P .. 'sweepidem:' .. idem)
+    if v then
+      local eid, efp = v, ''
+      local sp = string.find(v, ' ', 1, true)
+      if sp then eid, efp = string.sub(v, 1, sp - 1), string.sub(v, sp + 1) end
+      if redis.call('EXISTS', sweepkey(eid)) == 1 then
+        if efp ~= fp then return {IDEM_CONFLICT, eid} end
+        return {EXISTING, eid}
+      end
     end
   end
+else
+  local v = redis.call('HMGET', sk, 'state', 'stored')
+  if not v[1] then return {NOT_FOUND, ''} end
+  if v[1] ~= 'admitting' then return {CONFLICT, v[1]} end
+  if tonumber(v[2]) ~= from then return {CONFLICT, 'stale', v[2]} end
+  local holder = redis.call('GET', fk)
+  if holder and holder ~= owner then return {CONFLICT, 'busy'} end
 end
 local i = 13
 local nsf = tonumber(ARGV[i]); local sf = i + 1; i = sf + nsf
 local ncf = tonumber(ARGV[i]); local cf = i + 1; i = cf + ncf
 local n = tonumber(ARGV[i]); i = i + 1
 local first = i
--- The trials' ids must be free: EXISTS over 500 keys a call.
-local batch = {}
-local function free()
-  if #batch > 0 and redis.call('EXISTS', unpack(batch)) > 0 then
-    for _, k in ipairs(batch) do
-      if redis.call('EXISTS', k) == 1 then return string.sub(k, #P + 5) end
-    end
-  end
-  batch = {}
-  return nil
-end
+-- The trials' ids must be free.
+local keys = {}
 for _ = 1, n do
-  batch[#batch + 1] = jobkey(ARGV[i])
-  if #batch == 500 then
-    local taken = free()
-    if taken then return {CONFLICT, taken} end
-  end
+  keys[#keys + 1] = jobkey(ARGV[i])
   i = i + 5 + tonumber(ARGV[i + 4])
 end
-local taken = free()
-if taken then return {CONFLICT, taken} end
+if redis.call('EXISTS', unpack(keys)) > 0 then
+  for _, k in ipairs(keys) do
+    if redis.call('EXISTS', k) == 1 then return {CONFLICT, 'taken', string.sub(k, #P + 5)} end
+  end
+end
 local led = nil
 if #KEYS == 2 then
   local bad = ledger_check(KEYS[1], KEYS[2], ARGV[i], ARGV[i + 1])
   if bad then return bad end
   led = {first = i + 3, n = tonumber(ARGV[i + 2])}
 end
-redis.call('HSET', sk, unpack(ARGV, sf, sf + nsf - 1))
-redis.call('ZADD', P .. 'sweeps', now, sid)
-redis.call('SADD', P .. 'sweeps:running', sid)
-if idem ~= '' then
-  redis.call('HSET', sk, 'idem', idem)
-  redis.call('SET', P .. 'sweepidem:' .. idem, sid .. ' ' .. fp, 'EX', ttl)
-end
-local b = {busd = tonumber(ARGV[10]), bgpu = tonumber(ARGV[11]), rusd = 0, susd = 0, rgpu = 0, sgpu = 0}
-local tk, wk = sweepkey(sid, 'trials'), sweepkey(sid, 'waiting')
--- Index entries go in 500 a call: ids (score 0) for jobs and state:queued,
--- (index, id) for the trials and the waiting set.
-local ids, byindex, waiting = {}, {}, {}
-local function flush(force)
-  if #ids > 0 and (force or #ids >= 1000) then
-    redis.call('ZADD', P .. 'jobs', unpack(ids))
-    redis.call('ZADD', P .. 'state:queued', unpack(ids))
-    redis.call('ZADD', tk, unpack(byindex))
-    ids, byindex = {}, {}
-  end
-  if #waiting > 0 and (force or #waiting >= 1000) then
-    redis.call('ZADD', wk, unpack(waiting))
-    waiting = {}
+if from == 0 then
+  redis.call('HSET', sk, unpack(ARGV, sf, sf + nsf - 1))
+  redis.call('ZADD', P .. 'sweeps', now, sid)
+  redis.call('SADD', P .. 'sweeps:running', sid)
+  if idem ~= '' then
+    redis.call('HSET', sk, 'idem', idem)
+    redis.call('SET', P .. 'sweepidem:' .. idem, sid .. ' ' .. fp, 'EX', ttl)
   end
 end
-local admitted, gate, stalled = 0, nil, ''
+-- Index entries: ids (score 0) for jobs and state:queued, (index, id) for
+-- the trials and the waiting set.
+local ids, byindex = {}, {}
 i = first
 for k = 1, n do
-  local id, score, eu, eg, nf = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])
+  local id, nf = ARGV[i], tonumber(ARGV[i + 4])
   local key = jobkey(id)
-  local now_admitted = false
-  if gate == nil then
-    if admitted >= maxp then
-      gate = MAXPAR
-    else
-      gate = budgetgate(b, tonumber(eu), tonumber(eg), 'trial')
-      if gate then stalled = gate end
-    end
-    now_admitted = gate == nil
-  end
-  -- One HSET: the trial's own fields (its last pair is gate, ''), then the common ones.
+  -- One HSET: the trial's own fields (the last pair is its gate), then the common ones.
   local f = {unpack(ARGV, i + 5, i + 4 + nf)}
-  if gate then f[nf] = gate end
   for c = cf, cf + ncf - 1 do f[#f + 1] = ARGV[c] end
   redis.call('HSET', key, unpack(f))
-  if now_admitted then
-    -- Its team's and backend's budgets, in the same call: a trial never
-    -- runs without its reservation. One that does not fit waits, and so
-    -- do the trials behind it, until money frees (AdmitTrials).
-    local tb = trialbudget(id, month)
-    if tb then
-      gate, now_admitted, stalled = tb, false, tb
-      redis.call('HSET', key, 'gate', tb)
-    end
-  end
   ids[#ids + 1] = 0; ids[#ids + 1] = id
-  byindex[#byindex + 1] = k - 1; byindex[#byindex + 1] = id
+  byindex[#byindex + 1] = from + k - 1; byindex[#byindex + 1] = id
   redis.call('XADD', key .. ':events', 'MAXLEN', '~', maxlen, '*', 'type', 'state', 'attempt', 1, 'time', now, 'data', data)
-  if now_admitted then
-    admit(sid, id, eu, eg, score, b)
-    admitted = admitted + 1
-  else
-    waiting[#waiting + 1] = k - 1; waiting[#waiting + 1] = id
-  end
-  flush(false)
   i = i + 5 + nf
 end
-flush(true)
-redis.call('HSET', sk, 'stalled', stalled)
+redis.call('ZADD', P .. 'jobs', unpack(ids))
+redis.call('ZADD', P .. 'state:queued', unpack(ids))
+redis.call('ZADD', sweepkey(sid, 'trials'), unpack(byindex))
+redis.call('ZADD', sweepkey(sid, 'waiting'), unpack(byindex))
+local stored = from + n
+if stored >= total then
+  redis.call('HSET', sk, 'stored', stored, 'state', 'running', 'stalled', '', 'updated_at', now)
+  redis.call('DEL', fk)
+else
+  redis.call('HSET', sk, 'stored', stored, 'updated_at', now)
+  redis.call('SET', fk, owner, 'PX', lease)
+end
 if led then ledger_write(KEYS[1], KEYS[2], ARGV, led.first, led.n) end
-return {DONE, sid, admitted}
+return {DONE, sid, stored}
 `)
 
 // admitScript admits waiting trials of a running sweep (AdmitTrials): it
@@ -250,13 +221,14 @@ return {DONE, sid, admitted}
 //	ARGV[3]  now, ms
 //	ARGV[4]  the budget month (Month) of the trials' team and backend
 //	         reservations
+//	ARGV[5]  the most trials to admit in this call
 //
 // Returns {DONE, stalled, own, admitted id, …} (own: 1 when the stall is
 // the sweep's own budget, 0 for its team's or a backend's, which frees as
 // other jobs settle); {NOT_FOUND, ""}; {CONFLICT, state} for a sweep that
 // is not running.
 var admitScript = redis.NewScript(luaCommon + luaReserve + luaSweep + `
-local sid, now, month = ARGV[2], ARGV[3], ARGV[4]
+local sid, now, month, limit = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local sk = sweepkey(sid)
 local v = redis.call('HMGET', sk, 'state', 'max_parallel', 'stalled')
 if not v[1] then return {NOT_FOUND, ''} end
@@ -270,7 +242,7 @@ end
 local b = readbudget(sk)
 local out, stalled, own = {DONE, '', 0}, '', 0
 local wk = sweepkey(sid, 'waiting')
-while true do
+while #out - 3 < limit do
   local head = redis.call('ZRANGE', wk, 0, 0)
   if #head == 0 then break end
   local tid = head[1]

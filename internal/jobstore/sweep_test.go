@@ -122,8 +122,9 @@ func TestCreateSweep(t *testing.T) {
 }
 
 // TestCreateSweepBudgets: admission stops at the first trial whose
-// estimate does not fit a budget; it and every later trial wait with the
-// budget's gate, which is also the sweep's stalled.
+// estimate does not fit a budget; it waits with the budget's gate, which
+// is also the sweep's stalled, and every later trial waits (with the gate
+// it was stored with: a sweep's trials are stored before any is admitted).
 func TestCreateSweepBudgets(t *testing.T) {
 	b := setup(t)
 	ctx, s := b.ctx, b.store
@@ -147,7 +148,11 @@ func TestCreateSweepBudgets(t *testing.T) {
 			}
 			trials, _ := s.SweepTrials(ctx, sw.ID, 0, 0)
 			for i, j := range trials {
-				if admitted := i < c.admits; pendingHas(t, b, j.ID) != admitted || (!admitted && j.Trial.Gate != c.gate) {
+				gate := c.gate
+				if i > c.admits {
+					gate = jobtype.ReasonMaxParallel
+				}
+				if admitted := i < c.admits; pendingHas(t, b, j.ID) != admitted || (!admitted && j.Trial.Gate != gate) {
 					t.Fatalf("trial %d: pending=%v gate %q", i, pendingHas(t, b, j.ID), j.Trial.Gate)
 				}
 			}
@@ -165,7 +170,7 @@ func TestCreateSweepRefuses(t *testing.T) {
 		want string
 	}{
 		{"bad id", func(ns *jobstore.NewSweep) { ns.Sweep.ID = "s-nope" }, `invalid sweep id "s-nope"`},
-		{"no trials", func(ns *jobstore.NewSweep) { ns.Trials = nil }, "0 trials"},
+		{"no trials", func(ns *jobstore.NewSweep) { ns.Trials = nil }, "no trials given"},
 		{"index", func(ns *jobstore.NewSweep) { ns.Trials[1].Index = 2 }, "trials[1].index = 2: want 1"},
 		{"trial id", func(ns *jobstore.NewSweep) { ns.Trials[0].Job.ID = jobstore.NewID(time.Now()) }, "trials[0].id"},
 		{"estimate", func(ns *jobstore.NewSweep) { ns.Trials[1].EstUSD = -1 }, "trials[1] estimates $-1"},

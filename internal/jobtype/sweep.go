@@ -54,9 +54,11 @@ type TrialInfo struct {
 // SweepState is a sweep's lifecycle state.
 type SweepState string
 
-// The sweep states: running until every trial has ended (done), or
-// cancelled.
+// The sweep states: admitting while its trials are being stored (in
+// bounded chunks; none of them runs yet), running until every trial has
+// ended (done), or cancelled.
 const (
+	SweepAdmitting SweepState = "admitting"
 	SweepRunning   SweepState = "running"
 	SweepDone      SweepState = "done"
 	SweepCancelled SweepState = "cancelled"
@@ -69,11 +71,14 @@ type Sweep struct {
 	State SweepState `json:"state"`
 	// Search is grid, random or asha; Metric and Goal (minimize |
 	// maximize) the objective trials are ranked by.
-	Search      string `json:"search"`
-	Metric      string `json:"metric"`
-	Goal        string `json:"goal"`
-	Trials      int    `json:"trials"`
-	MaxParallel int    `json:"max_parallel"`
+	Search string `json:"search"`
+	Metric string `json:"metric"`
+	Goal   string `json:"goal"`
+	Trials int    `json:"trials"`
+	// Stored is how many of its trials are stored so far: Trials once
+	// the sweep has left admitting.
+	Stored      int `json:"stored"`
+	MaxParallel int `json:"max_parallel"`
 	// Budgets for the whole sweep (0: none) and what its trials reserved
 	// (admitted, not settled) and spent (settled).
 	BudgetUSD        float64 `json:"budget_usd,omitempty"`
@@ -84,7 +89,11 @@ type Sweep struct {
 	SpentGPUHours    float64 `json:"spent_gpu_hours"`
 	// Stalled says why the sweep admits no more trials now ("" when it
 	// does): the next one does not fit its budget.
-	Stalled   string `json:"stalled,omitempty"`
+	Stalled string `json:"stalled,omitempty"`
+	// Message says why a sweep's admission was given up (a trial stored
+	// late that no backend may run, its spec no longer valid here): the
+	// sweep is then cancelled.
+	Message   string `json:"message,omitempty"`
 	Submitter string `json:"submitter,omitempty"`
 	Team      string `json:"team,omitempty"`
 	// Schedule and Tick name the schedule tick that made the sweep ("" /
