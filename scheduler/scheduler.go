@@ -122,6 +122,10 @@ type Config struct {
 	// Schedules are the schedules the leader runs (the config's
 	// schedules:, schedules.go); SetSchedules replaces them. Nil: none.
 	Schedules []cron.Schedule
+	// SweepInlineFill is how long a sweep's submit stores its trials
+	// before it answers (the rest is stored in the background); default
+	// 100 ms (sweeps.go).
+	SweepInlineFill time.Duration
 	// TestHoldScheduledSweep is a test hook: a scheduled sweep, expanded
 	// and routed, waits this long before it is stored (so a test can kill
 	// the leader in the middle of a sweep's expansion). 0, the default: no
@@ -138,6 +142,9 @@ func (c Config) withDefaults() Config {
 	c.Defaults = jobspec.DeploymentDefaults(c.Defaults)
 	if c.KillGrace <= 0 {
 		c.KillGrace = 10 * time.Second
+	}
+	if c.SweepInlineFill <= 0 {
+		c.SweepInlineFill = inlineFill
 	}
 	if c.PlaceScan <= 0 {
 		c.PlaceScan = 10000

@@ -32,15 +32,15 @@ import (
 // it from there.
 
 // inlineFill is how long a request stores a sweep's chunks before it
-// answers (the sweep then admitting, its filling going on behind): a
+// answers by default (Config.SweepInlineFill) (the sweep then admitting, its filling going on behind): a
 // sweep of a few hundred trials is answered running, one of 10,000 at
 // once.
 const inlineFill = 100 * time.Millisecond
 
 // resumeSlice is how long one pass of the sweep duty stores chunks of a
 // sweep whose filler died, so that the leader's other duties (and its
-// lease) are never held up; the lease of the filler (jobstore's
-// fillLease) keeps it this duty's between passes.
+// lease) are never held up; the filler's lease (jobstore.Config.FillLease)
+// keeps the sweep this duty's between passes.
 const resumeSlice = 200 * time.Millisecond
 
 // expandSweep expands req's spec into its trials, each normalised and
@@ -191,7 +191,7 @@ func (ad *admission) admitSweep(ctx context.Context, req plane.SweepRequest) (*j
 	if err != nil || existed {
 		return sw, existed, unknownOutcome(err)
 	}
-	done, err := ad.fill(ctx, f, sw.Stored, time.Now().Add(inlineFill))
+	done, err := ad.fill(ctx, f, sw.Stored, time.Now().Add(ad.cfg.SweepInlineFill))
 	switch {
 	case err != nil && !errors.Is(err, context.DeadlineExceeded):
 		// The sweep is stored (admitting): answered with it as it is; a

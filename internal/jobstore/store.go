@@ -102,6 +102,9 @@ type Config struct {
 	IdempotencyTTL time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// FillLease is how long a sweep filler's claim on an admitting sweep
+	// lasts without a new chunk (StoreTrials); default 5 s.
+	FillLease time.Duration
 }
 
 // Store reads and writes jobs in Redis. It is safe for concurrent use.
@@ -123,6 +126,9 @@ func New(rdb redis.UniversalClient, cfg Config) *Store {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.FillLease <= 0 {
+		cfg.FillLease = 5 * time.Second
 	}
 	return &Store{rdb: rdb, cfg: cfg}
 }

@@ -106,11 +106,6 @@ type NewTrial struct {
 // bounded steps").
 const SweepChunk = 100
 
-// fillLease is how long a filler's claim on an admitting sweep lasts
-// without a new chunk: another filler (the leader's sweep duty) resumes
-// the sweep once it lapses.
-const fillLease = 5 * time.Second
-
 // ErrFillerBusy: another filler holds the admitting sweep (its lease has
 // not lapsed); this one leaves it alone.
 var ErrFillerBusy = errors.New("another scheduler is storing this sweep's trials")
@@ -136,8 +131,9 @@ func (e *StaleChunkError) Error() string {
 // is taken is returned with existed=true and nothing is stored. The chunk
 // that stores the last trial moves the sweep to running; its trials all
 // wait (the sweep:<id>:waiting set, gate max_parallel) until AdmitTrials
-// admits them. owner names the filler: while its lease holds (fillLease,
-// renewed by each chunk) another owner's chunk is ErrFillerBusy. A chunk
+// admits them. owner names the filler: while its lease holds
+// (Config.FillLease, renewed by each chunk; the leader's sweep duty
+// resumes the sweep once it lapses) another owner's chunk is ErrFillerBusy. A chunk
 // that does not start where the stored trials end is a *StaleChunkError;
 // a sweep no longer admitting (cancelled) a *SweepConflictError.
 func (s *Store) StoreTrials(ctx context.Context, l *ledger.Ledger, ns NewSweep, owner string) (sw *jobtype.Sweep, existed bool, err error) {
@@ -337,7 +333,7 @@ func (s *Store) sweepArgs(ns NewSweep, owner string, now time.Time) ([]any, erro
 	args := make([]any, 0, 16+len(fields)+len(common))
 	args = append(args, s.cfg.Prefix, sw.ID, ns.IdempotencyKey, fp, int(s.cfg.IdempotencyTTL.Seconds()), ms(now),
 		s.cfg.EventsMaxLen, mustJSON(jobtype.StateChange{To: jobtype.StateQueued}), ns.Trials[0].Index, total, owner,
-		fillLease.Milliseconds())
+		s.cfg.FillLease.Milliseconds())
 	args = append(args, len(fields))
 	args = append(args, fields...)
 	args = append(args, len(common))

@@ -117,7 +117,7 @@ end
 //	  record count, the records' ledger.EntryArgs
 //
 // Returns {DONE, id, stored}, {EXISTING, id}, {IDEM_CONFLICT, id},
-// {CONFLICT, …}, {NOT_FOUND, ''} or a ledger_check reply.
+// {CONFLICT, …}, {NOT_FOUND, ""} or a ledger_check reply.
 var storeTrialsScript = redis.NewScript(luaCommon + luaSweep + ledger.LuaAppend + `
 local sid, idem, fp, ttl, now, maxlen, data = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8]
 local from, total, owner, lease = tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11], ARGV[12]

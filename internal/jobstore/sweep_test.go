@@ -302,3 +302,84 @@ func TestCreateSweepLedgerRace(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreTrialsChunks: a sweep stored chunk by chunk. The first chunk
+// stores the record (admitting, nothing admitted); a chunk that does not
+// start where the stored trials end, another filler's chunk while the
+// first filler's lease holds, and a chunk after a cancel store nothing;
+// the last chunk moves the sweep to running with every trial waiting
+// until AdmitTrials; the ledger verifies after it all.
+func TestStoreTrialsChunks(t *testing.T) {
+	b := setup(t)
+	ctx, s := b.ctx, b.store
+	led := testLedger(s)
+	ns := sweepOf(250, func(sw *jobtype.Sweep) { sw.MaxParallel = 3 })
+	chunk := func(from, to int) jobstore.NewSweep {
+		c := ns
+		c.Total, c.Trials = len(ns.Trials), ns.Trials[from:to]
+		return c
+	}
+	sw, existed, err := s.StoreTrials(ctx, led, chunk(0, 100), "filler-a")
+	if err != nil || existed || sw.State != jobtype.SweepAdmitting || sw.Stored != 100 || sw.Trials != 250 {
+		t.Fatalf("first chunk: %+v %v %v", sw, existed, err)
+	}
+	if n, _ := s.Redis().ZCard(ctx, s.Prefix()+"pending").Result(); n != 0 {
+		t.Fatalf("%d trials pending while the sweep is admitting, want 0", n)
+	}
+	var stale *jobstore.StaleChunkError
+	if _, _, err := s.StoreTrials(ctx, led, chunk(200, 250), "filler-a"); !errors.As(err, &stale) || stale.Stored != 100 {
+		t.Fatalf("a chunk past the stored trials: %v", err)
+	}
+	if _, _, err := s.StoreTrials(ctx, led, chunk(100, 200), "filler-b"); !errors.Is(err, jobstore.ErrFillerBusy) {
+		t.Fatalf("another filler while the lease holds: %v", err)
+	}
+	if sw, _, err = s.StoreTrials(ctx, led, chunk(100, 200), "filler-a"); err != nil || sw.Stored != 200 || sw.State != jobtype.SweepAdmitting {
+		t.Fatalf("second chunk: %+v %v", sw, err)
+	}
+	// The first filler's lease lapses (it died): another one goes on.
+	s.Redis().Del(ctx, s.Prefix()+"sweep:"+sw.ID+":filler")
+	if sw, _, err = s.StoreTrials(ctx, led, chunk(200, 250), "filler-b"); err != nil || sw.Stored != 250 || sw.State != jobtype.SweepRunning {
+		t.Fatalf("last chunk: %+v %v", sw, err)
+	}
+	if n, _ := s.Redis().ZCard(ctx, s.Prefix()+"sweep:"+sw.ID+":waiting").Result(); n != 250 {
+		t.Fatalf("%d trials waiting, want all 250", n)
+	}
+	if a, err := s.AdmitTrials(ctx, sw.ID); err != nil || len(a.IDs) != 3 {
+		t.Fatalf("admit: %+v %v", a, err)
+	}
+	if _, _, err := s.StoreTrials(ctx, led, chunk(200, 250), "filler-b"); !errors.Is(err, jobstore.ErrConflict) {
+		t.Fatalf("a chunk of a running sweep: %v", err)
+	}
+	if rep, err := led.Verify(ctx); err != nil || len(rep.Problems) > 0 || rep.Records != 250 {
+		t.Fatalf("ledger: %+v %v (want 250 records)", rep, err)
+	}
+
+	// Cancelled while admitting: the next chunk stores nothing, and every
+	// trial stored is cancelled.
+	ns = sweepOf(150, nil)
+	if sw, _, err = s.StoreTrials(ctx, led, chunk(0, 100), "filler-c"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.CancelSweep(ctx, sw.ID); err != nil || n != 100 {
+		t.Fatalf("cancel: %d %v", n, err)
+	}
+	var gone *jobstore.SweepConflictError
+	if _, _, err := s.StoreTrials(ctx, led, chunk(100, 150), "filler-c"); !errors.As(err, &gone) || gone.State != jobtype.SweepCancelled {
+		t.Fatalf("a chunk after the cancel: %v", err)
+	}
+	if n, _ := s.Redis().Exists(ctx, s.Prefix()+"job:"+jobstore.TrialID(sw.ID, 100)).Result(); n != 0 {
+		t.Fatal("a trial was stored after the cancel")
+	}
+	trials, err := s.SweepTrials(ctx, sw.ID, 0, 0)
+	if err != nil || len(trials) != 100 {
+		t.Fatalf("%d trials %v", len(trials), err)
+	}
+	for _, j := range trials {
+		if j.State != jobtype.StateCancelled {
+			t.Fatalf("trial %s is %s after the cancel", j.ID, j.State)
+		}
+	}
+	if rep, err := led.Verify(ctx); err != nil || len(rep.Problems) > 0 {
+		t.Fatalf("ledger: %+v %v", rep, err)
+	}
+}

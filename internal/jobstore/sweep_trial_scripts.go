@@ -153,7 +153,7 @@ return {DONE, st == 'running' and 'done' or st}
 
 // cancelSweepScript cancels a sweep and one chunk of its trials
 // (CancelSweep calls it chunk by chunk): the first call moves the sweep
-// running → cancelled (it stays in sweeps:running until its trials are
+// running (or admitting) → cancelled (it stays in sweeps:running until its trials are
 // settled: FinishSweep); each call then takes up to
 // count trials from index from: a queued (waiting or admitted) or paused
 // trial is cancelled at once (reason cancelled, error "sweep cancelled");
@@ -176,10 +176,12 @@ local sk = sweepkey(sid)
 local st = redis.call('HGET', sk, 'state')
 if not st then return {NOT_FOUND, 0, 0} end
 if st == 'done' then return {CONFLICT, 0, 0} end
-if st == 'running' then
+if st == 'running' or st == 'admitting' then
   -- It stays in sweeps:running until the duty has settled its admitted
-  -- trials (FinishSweep takes it out).
+  -- trials (FinishSweep takes it out). An admitting sweep's filler stores
+  -- no chunk after this (its script checks the state).
   redis.call('HSET', sk, 'state', 'cancelled', 'finished_at', now, 'updated_at', now, 'stalled', '')
+  redis.call('DEL', sweepkey(sid, 'filler'))
 end
 local ids = redis.call('ZRANGEBYSCORE', sweepkey(sid, 'trials'), from, '+inf', 'LIMIT', 0, count)
 local n = 0
