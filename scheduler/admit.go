@@ -321,7 +321,8 @@ func (ad *admission) claimKey(ctx context.Context, kind jobstore.IdemKind, key, 
 		case out == jobstore.IdemConflict:
 			return "", nil, &jobstore.IdempotencyConflictError{Key: key, JobID: id}
 		case out == jobstore.IdemClaimed:
-			return "", func() { _ = ad.store.ReleaseIdem(context.WithoutCancel(ctx), kind, key, token) }, nil
+			lapses := time.Now().Add(claimTTL)
+			return "", func() { ad.releaseKey(ctx, kind, key, token, lapses) }, nil
 		}
 		// Another request admits under this key: its outcome is ours.
 		t := time.NewTimer(20 * time.Millisecond)

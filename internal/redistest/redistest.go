@@ -77,19 +77,30 @@ func StartWith(tb testing.TB, o Options) *Server {
 
 func (s *Server) start() {
 	s.tb.Helper()
+	if err := s.startErr(); err != nil {
+		s.tb.Fatalf("redistest: %v", err)
+	}
+}
+
+// startErr starts the server and waits until it answers PING; when it does
+// not within 10 s (it exited, say, refusing its AOF), the process is
+// killed and the error carries its log.
+func (s *Server) startErr() error {
 	cmd := exec.Command(s.args[0], s.args[1:]...)
 	cmd.Dir = s.Dir
 	logf, err := os.Create(filepath.Join(s.Dir, "redis.log"))
 	if err != nil {
-		s.tb.Fatalf("redistest: %v", err)
+		return err
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		s.tb.Fatalf("redistest: start redis-server: %v", err)
+		logf.Close()
+		return fmt.Errorf("start redis-server: %w", err)
 	}
 	s.cmd = cmd
-	go func() { _ = cmd.Wait(); logf.Close() }()
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
@@ -98,14 +109,30 @@ func (s *Server) start() {
 		err := c.Ping(ctx).Err()
 		cancel()
 		if err == nil {
-			return
+			return nil
+		}
+		select {
+		case <-exited:
+			s.cmd = nil
+			log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+			return fmt.Errorf("redis-server on %s exited (%v) before it answered: %v\n%s", s.Addr, cmd.ProcessState, err, log)
+		default:
 		}
 		if time.Now().After(deadline) {
+			s.Kill()
 			log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
-			s.tb.Fatalf("redistest: redis-server on %s did not answer: %v\n%s", s.Addr, err, log)
+			return fmt.Errorf("redis-server on %s did not answer: %v\n%s", s.Addr, err, log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TryRestart is Restart that returns an error instead of failing the test
+// when the server does not come up (it refused to load its AOF, say); the
+// error carries its log, and the server is not running then.
+func (s *Server) TryRestart() error {
+	s.Kill()
+	return s.startErr()
 }
 
 // URL is the server's redis:// URL.
