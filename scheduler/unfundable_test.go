@@ -1,0 +1,88 @@
+package scheduler
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/sweepspec"
+	"github.com/lathe-ml/lathe/internal/waitfor"
+	"github.com/lathe-ml/lathe/scheduler/plane"
+)
+
+// TestUnfundableWaitersEnd: team ml's budget ($0.20) holds two jobs'
+// estimates ($0.083 each) reserved; a third job is held (its reservation
+// refused, as when it lost a race) and a sweep's trial waits with a gate
+// naming the team's budget. The first two end having cost $0.15 in all: what is left
+// ($0.05) can fund neither waiter, and no settlement will free more this
+// month, so the settle duty ends both stopped, reason budget (before the
+// fix they waited, queued, until the month ended), and the sweep is done.
+func TestUnfundableWaitersEnd(t *testing.T) {
+	r := newAdmitRig(t, strings.Replace(admitConfig, "{ml: 1000}", "{ml: 0.20}", 1))
+	ctx, store := r.ctx, r.store
+	spec, err := jobspec.Parse([]byte(admitSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Normalize(r.cfg.Defaults)
+	who := plane.Principal{Name: "alice", Role: plane.RoleSubmitter, Team: "ml"}
+	submit := func() string {
+		t.Helper()
+		created, err := r.s.Submit(ctx, plane.Admission{Who: who, Jobs: []jobstore.NewJob{{Spec: spec}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return created[0].Job.ID
+	}
+	// The held job, as a submit that lost the race to the last dollars is
+	// stored (jobstore's reserve_or_hold): held, holding no reservation.
+	heldID := submit()
+	if err := store.Settle(ctx, heldID, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.rdb.HSet(ctx, "lathe:job:"+heldID, "held", "budget reservation refused: $0.08 would pass team:ml's budget").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ran := []string{submit(), submit()}
+	sp, err := sweepspec.Parse([]byte(`{"job":`+admitSpec+`,"parameters":{"lora.rank":{"grid":[8]}}}`), sweepspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, _, err := r.s.SubmitSweep(ctx, plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()), Who: who})
+	if err != nil {
+		t.Fatal(err)
+	}
+	trial := jobstore.TrialID(sw.ID, 0)
+	if j, _ := store.Get(ctx, trial); j == nil || !strings.Contains(j.Trial.Gate, "team:ml") {
+		t.Fatalf("the trial does not wait for the team's money: %+v", j)
+	}
+	for _, id := range ran {
+		if _, err := store.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		// What they cost (settled by hand, as the settle duty would).
+		if err := store.Settle(ctx, id, 0.075); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.s.Stop(ctx) })
+	for _, id := range []string{heldID, trial} {
+		j := waitfor.Value(t, 20*time.Second, id+" ended", func() *jobtype.Job {
+			j, _ := store.Get(ctx, id)
+			return j
+		}, func(j *jobtype.Job) bool { return j != nil && j.State.Terminal() })
+		if j.State != jobtype.StateStopped || j.Reason != jobtype.ReasonBudget || !strings.Contains(j.Error, "cannot fund it") {
+			t.Errorf("%s ended %s (%s: %s); want stopped, reason budget", id, j.State, j.Reason, j.Error)
+		}
+	}
+	waitfor.True(t, 20*time.Second, "the sweep done", func() bool {
+		s, err := store.GetSweep(ctx, sw.ID)
+		return err == nil && s.State == jobtype.SweepDone
+	})
+}
