@@ -565,3 +565,73 @@ func checkCostsToTheCent(t *testing.T, r *budgetRig, fin raceOutcome, sweepIDs [
 		t.Errorf("lathe budgets shows %v; want team:ml and backend:local", scopes)
 	}
 }
+
+// TestSweepCapOnActualSpendE2E: a sweep of 6 trials (max_parallel 4)
+// capped at budget_usd $10, each trial estimated at $2 (expected_runtime
+// 2s on one GPU at $1 a GPU-second) and running 6 s, three times its
+// estimate. Its admissions fit the cap (4 × $2 reserved), but what its
+// trials really cost reaches it: the sweep duty stops every trial not
+// ended, reason budget, the running ones and the waiting ones, and the
+// sweep is done. Its spend stays within the cap plus the documented bound
+// (its running trials' cost over one sweep duty pass, 1 s, plus their
+// stop, the kill grace: 1 s here), and it is GPU-seconds × the price.
+func TestSweepCapOnActualSpendE2E(t *testing.T) {
+	const capUSD = 10.0
+	r := newBudgetRig(t, 1000, map[string]string{"slow": "6"})
+	r.job(t, "slow", "slow", "2s")
+	spec := r.sweep(t, "capped", filepath.Join(r.dir, "slow.yaml"), 6, fmt.Sprintf("max_parallel: 4\nbudget_usd: %g\n", capUSD))
+	stdout, stderr, code := cliAs(t, r.lathe, r.base, raceToken, "sweep", "submit", spec, "-o", "json")
+	if code != 0 {
+		t.Fatalf("sweep submit exited %d\n%s\n%s", code, stdout, stderr)
+	}
+	var st wire.SweepStatus
+	if err := json.Unmarshal([]byte(stdout), &st); err != nil || st.Sweep == nil {
+		t.Fatalf("sweep submit -o json: %v\n%s", err, stdout)
+	}
+	id := st.Sweep.ID
+	w := watchRace(r)
+	waitfor.Value(t, 60*time.Second, "sweep "+id+" no longer running", func() string {
+		var s wire.SweepStatus
+		if err := r.get("/api/v1/sweeps/"+id, &s); err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("%s %v", s.Sweep.State, s.Sweep.Counts)
+	}, func(s string) bool { return !strings.HasPrefix(s, "running") })
+	w.stop()
+	// The trials' budget settles just after they end.
+	waitfor.Value(t, 30*time.Second, "sweep "+id+" settled", func() wire.SweepStatus {
+		var s wire.SweepStatus
+		_ = r.get("/api/v1/sweeps/"+id, &s)
+		return s
+	}, func(s wire.SweepStatus) bool { return s.Sweep != nil && s.Sweep.ReservedUSD < 1e-6 })
+	r.mustGet(t, "/api/v1/sweeps/"+id, &st)
+	if st.Sweep.State != jobtype.SweepDone {
+		t.Fatalf("sweep ended %s: %v", st.Sweep.State, st.Sweep.Counts)
+	}
+	ran := 0
+	for _, row := range st.Leaderboard {
+		j := getJobAs(t, r.base, raceToken, row.ID)
+		if j.State != jobtype.StateStopped || j.Reason != jobtype.ReasonBudget || !strings.Contains(j.Error, "sweep budget reached") {
+			t.Errorf("trial %s ended %s (%s: %s); want stopped, reason budget", j.ID, j.State, j.Reason, j.Error)
+		}
+		if j.StartedAt != nil {
+			ran++
+		}
+	}
+	bound := float64(max(w.maxRunning, 1)) * (1 + 1) * racePrice / 3600
+	t.Logf("sweep cap $%.2f: spent $%.2f (overshoot $%.2f, bound $%.2f = %d running × 2 s × $1), %d trials ran, all %d stopped (budget)",
+		capUSD, st.Sweep.SpentUSD, st.Sweep.SpentUSD-capUSD, bound, w.maxRunning, ran, len(st.Leaderboard))
+	if st.Sweep.SpentUSD < capUSD-1e-6 || st.Sweep.SpentUSD > capUSD+bound+0.005 {
+		t.Errorf("the sweep spent $%.2f; want its cap $%.2f reached and passed by at most $%.2f", st.Sweep.SpentUSD, capUSD, bound)
+	}
+	// The team's budget settles every 2 s (the settle duty), after the sweep's.
+	row := waitfor.Value(t, 30*time.Second, "team ml's reservations settled", func() wire.BudgetRow {
+		row, _ := r.team()
+		return row
+	}, func(row wire.BudgetRow) bool { return row.SpentUSD > 0 && row.ReservedUSD < 1e-6 })
+	jobs, err := r.jobs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCostsToTheCent(t, r, raceOutcome{jobs: jobs, team: row}, []string{id})
+}

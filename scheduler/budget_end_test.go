@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -85,4 +86,43 @@ func TestUnfundableWaitersEnd(t *testing.T) {
 		s, err := store.GetSweep(ctx, sw.ID)
 		return err == nil && s.State == jobtype.SweepDone
 	})
+}
+
+// TestCappedSweepFinishes: a sweep capped at $0.10 whose one trial has
+// cost $0.25 so far is stopped by the sweep duty (TestSweepCapOnActualSpend);
+// once the trial's attempt ends (the worker finishes it cancelled, and it
+// ends stopped) the sweep is done. Before the fix the duty returned after
+// its guard on every pass, the guard capped again (the settled spend stays
+// over the cap), and the sweep stayed running forever.
+func TestCappedSweepFinishes(t *testing.T) {
+	r := newAdmitRig(t, admitConfig)
+	ctx := r.ctx
+	sp, err := sweepspec.Parse([]byte(`{"job":`+admitSpec+`,"parameters":{"lora.rank":{"grid":[8]}},"budget_usd":0.10}`), sweepspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, _, err := r.s.SubmitSweep(ctx, plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()),
+		Who: plane.Principal{Name: "alice", Role: plane.RoleSubmitter, Team: "ml"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := jobstore.TrialID(sw.ID, 0)
+	r.runningSince(t, id, 450*time.Second)
+	waitfor.True(t, 20*time.Second, "the trial asked to stop for the sweep's budget", func() bool {
+		j, _ := r.store.Get(ctx, id)
+		return j != nil && j.Trial != nil && j.Trial.StopRequested == jobtype.ReasonBudget
+	})
+	if err := r.store.Finish(ctx, id, 1, jobstore.Ending{State: jobtype.StateCancelled, Reason: jobtype.ReasonCancelled}); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Value(t, 20*time.Second, "the capped sweep done", func() string {
+		s, err := r.store.GetSweep(ctx, sw.ID)
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("%s, spent $%.2f of $%.2f", s.State, s.SpentUSD, s.BudgetUSD)
+	}, func(s string) bool { return strings.HasPrefix(s, string(jobtype.SweepDone)) })
+	if j, _ := r.store.Get(ctx, id); j == nil || j.State != jobtype.StateStopped || j.Reason != jobtype.ReasonBudget {
+		t.Fatalf("the trial ended %+v; want stopped, reason budget", j)
+	}
 }
