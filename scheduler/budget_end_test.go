@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -124,5 +125,64 @@ func TestCappedSweepFinishes(t *testing.T) {
 	}, func(s string) bool { return strings.HasPrefix(s, string(jobtype.SweepDone)) })
 	if j, _ := r.store.Get(ctx, id); j == nil || j.State != jobtype.StateStopped || j.Reason != jobtype.ReasonBudget {
 		t.Fatalf("the trial ended %+v; want stopped, reason budget", j)
+	}
+}
+
+// TestTeamGuardCountsJobsJustEnded: team ml's budget is $0.20; job a ran
+// 7.5 minutes ($0.25 at $2 a GPU-hour) and has just ended, not settled
+// yet; job b has just started. One settle pass (settler.run, called once)
+// settles a and then guards the team: $0.25 spent is over the budget, so
+// b is asked to stop, reason budget, in that same pass. Before the fix
+// the guard looked before settling: it saw $0 spent and b's cents, and b
+// ran on for another pass (a cost the documented overshoot bound leaves
+// out).
+func TestTeamGuardCountsJobsJustEnded(t *testing.T) {
+	r := newAdmitRig(t, strings.Replace(admitConfig, "{ml: 1000}", "{ml: 0.20}", 1))
+	ctx, store := r.ctx, r.store
+	spec, err := jobspec.Parse([]byte(admitSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Normalize(r.cfg.Defaults)
+	created, err := r.s.Submit(ctx, plane.Admission{Who: plane.Principal{Name: "alice", Team: "ml"},
+		Jobs: []jobstore.NewJob{{Spec: spec}, {Spec: spec}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := created[0].Job.ID, created[1].Job.ID
+	run := func(id string, gpu int, ago time.Duration) {
+		t.Helper()
+		st := jobstore.New(r.rdb, jobstore.Config{Now: func() time.Time { return time.Now().Add(-ago) }})
+		if err := st.Dispatch(ctx, jobstore.DispatchParams{JobID: id, Attempt: 1, Node: "n1", Backend: "local", Capacity: 4, GPUs: []int{gpu}}); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := st.Claim(ctx, jobstore.ClaimParams{ID: id, Attempt: 1, Node: "n1", Incarnation: "i1", Lease: time.Hour}); err != nil || out != jobstore.Claimed {
+			t.Fatalf("claim %s: %v %v", id, out, err)
+		}
+	}
+	if err := store.Heartbeat(ctx, jobstore.Node{Name: "n1", Incarnation: "i1", Backend: "local", Slots: 4,
+		GPUs: []jobtype.GPU{{Index: 0, UUID: "GPU-a", Name: "NVIDIA H100 80GB HBM3", Healthy: true, MemoryTotalMB: 81559},
+			{Index: 1, UUID: "GPU-b", Name: "NVIDIA H100 80GB HBM3", Healthy: true, MemoryTotalMB: 81559}},
+	}, jobstore.HeartbeatOptions{TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	run(a, 0, 450*time.Second)
+	if err := store.Finish(ctx, a, 1, jobstore.Ending{State: jobtype.StateFailed, Reason: jobtype.ReasonExit}); err != nil {
+		t.Fatal(err)
+	}
+	run(b, 1, 0)
+	var stopped []string
+	d := newSettler(settlerParams{Store: store, Log: r.cfg.Logger, Routing: r.s.Routing, Ended: func(*jobtype.Job) {},
+		Stop: func(_ context.Context, j *jobtype.Job, _ jobtype.State) { stopped = append(stopped, j.ID) }})
+	d.run(ctx)
+	j, err := store.Get(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !j.CancelRequested || len(stopped) != 1 || stopped[0] != b {
+		t.Fatalf("after one settle pass: b cancel requested %v, stops %v; want b asked to stop for the team's budget (a's $0.25 settled first)", j.CancelRequested, stopped)
+	}
+	if ja, _ := store.Get(ctx, a); ja.CostUSD < 0.24 {
+		t.Fatalf("a settled at $%.4f; want its 7.5 minutes, $0.25", ja.CostUSD)
 	}
 }

@@ -83,7 +83,18 @@ func (d *settler) settle(ctx context.Context) bool {
 			running = append(running, id)
 		}
 	}
+	// The guard looks after the ended jobs are settled: a job that ended
+	// since the last pass is in neither the settled spend nor the running
+	// jobs' cost until then, and a guard before its settlement would miss
+	// its cost for a whole pass.
+	settled := d.settleEnded(ctx, ended)
 	d.guardTeams(ctx, running)
+	return settled
+}
+
+// settleEnded settles the budgets of the jobs ended (ids read as
+// terminal); it reports whether it settled one.
+func (d *settler) settleEnded(ctx context.Context, ended []string) bool {
 	if len(ended) == 0 {
 		return false
 	}
