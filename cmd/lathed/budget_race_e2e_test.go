@@ -238,11 +238,10 @@ type raceWatch struct {
 }
 
 type heldSighting struct {
-	round            int
-	spent, reserved  float64
-	est, left        float64
-	trial            bool
-	firstSeenRunning int
+	round           int
+	spent, reserved float64
+	est, left       float64
+	trial           bool
 }
 
 func watchRace(r *budgetRig) *raceWatch {
