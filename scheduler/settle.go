@@ -23,7 +23,17 @@ type settler struct {
 	routing func() *policy.RouteState
 	ended   func(*jobtype.Job)
 	stop    func(ctx context.Context, j *jobtype.Job, st jobtype.State)
+
+	// queued and looked are the queued count and the time of the last
+	// look for jobs whose team's money is spent (endUnfundable).
+	queued int64
+	looked time.Time
 }
+
+// unfundableEvery bounds how long the settler goes without looking for
+// jobs whose team's money is spent when nothing settles and the queue
+// keeps its size.
+const unfundableEvery = 30 * time.Second
 
 // settlerParams is what a settler is built from.
 type settlerParams struct {
@@ -47,16 +57,22 @@ func newSettler(p settlerParams) *settler {
 func (d *settler) run(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	d.endUnfundable(ctx, d.settle(ctx))
+}
+
+// settle is run's settling and the guard of the teams' caps; it reports
+// whether it settled a job.
+func (d *settler) settle(ctx context.Context) bool {
 	ids, err := d.store.OpenReservations(ctx)
 	if err != nil || len(ids) == 0 {
-		return
+		return false
 	}
 	// Every queued and running job holds a reservation: read their states
 	// first and the whole records only of those that ended (re-read whole
 	// every 2 s, 2,200 of them were most of an idle leader's Redis load).
 	states, err := d.store.States(ctx, ids)
 	if err != nil {
-		return
+		return false
 	}
 	var ended, running []string
 	for i, id := range ids {
@@ -67,14 +83,26 @@ func (d *settler) run(ctx context.Context) {
 			running = append(running, id)
 		}
 	}
+	// The guard looks after the ended jobs are settled: a job that ended
+	// since the last pass is in neither the settled spend nor the running
+	// jobs' cost until then, and a guard before its settlement would miss
+	// its cost for a whole pass.
+	settled := d.settleEnded(ctx, ended)
 	d.guardTeams(ctx, running)
+	return settled
+}
+
+// settleEnded settles the budgets of the jobs ended (ids read as
+// terminal); it reports whether it settled one.
+func (d *settler) settleEnded(ctx context.Context, ended []string) bool {
 	if len(ended) == 0 {
-		return
+		return false
 	}
 	jobs, err := d.store.GetMany(ctx, ended)
 	if err != nil {
-		return
+		return false
 	}
+	settled := false
 	rs := d.routing()
 	for _, j := range jobs {
 		if j == nil || !j.State.Terminal() {
@@ -88,8 +116,69 @@ func (d *settler) run(ctx context.Context) {
 			d.log.Warn("settle budget", slog.String("job_id", j.ID), slog.Any("err", err))
 			continue
 		}
+		settled = true
 		d.ended(j)
 		d.log.Debug("budget settled", slog.String("job_id", j.ID), slog.Float64("usd", actual))
+	}
+	return settled
+}
+
+// endUnfundable ends, stopped with reason budget, every job waiting for
+// admission (held, or a sweep's trial behind a gate; holding no
+// reservation) whose team's month cannot fund it: its estimate is more
+// than the team's limit less what the team has spent (settled). What is
+// reserved settles at most at its actual cost, and spent only grows in a
+// month, so no settlement will ever free enough: without this the job
+// (and its sweep) would wait, queued, until the month ends, as a submit
+// of it now is refused. It looks after a pass that settled a job (the
+// spend moved), when the queue's size changed (a job held since), and at
+// least every unfundableEvery.
+func (d *settler) endUnfundable(ctx context.Context, settled bool) {
+	limits := d.routing().Config.TeamBudgetsUSD
+	if len(limits) == 0 {
+		return
+	}
+	n, err := d.store.QueuedCount(ctx)
+	if err != nil {
+		return
+	}
+	if !settled && n == d.queued && time.Since(d.looked) < unfundableEvery {
+		return
+	}
+	ids, err := d.store.WaitingForMoney(ctx)
+	if err != nil {
+		return
+	}
+	d.queued, d.looked = n, time.Now()
+	if len(ids) == 0 {
+		return
+	}
+	month := jobstore.Month(time.Now())
+	var scopes []string
+	for team := range limits {
+		scopes = append(scopes, "team:"+team)
+	}
+	spends, err := d.store.Spends(ctx, month, scopes)
+	if err != nil {
+		return
+	}
+	jobs, err := d.store.GetMany(ctx, ids)
+	if err != nil {
+		return
+	}
+	for _, j := range jobs {
+		if j == nil || j.State != jobtype.StateQueued || j.BudgetReservedUSD > 0 || j.Route == nil || limits[j.Team] <= 0 {
+			continue
+		}
+		limit, spent := limits[j.Team], spends["team:"+j.Team].SpentUSD
+		if est := j.Route.EstCostUSD; est > limit-spent+1e-9 {
+			why := fmt.Sprintf("team %s's %s budget cannot fund it: $%.2f of $%.2f spent, its estimate $%.2f is more than the $%.2f left", j.Team, month, spent, limit, est, max(limit-spent, 0))
+			// The queue shrinks: the next pass looks again (a trial
+			// behind may wait for the money now).
+			if _, err := d.store.Stop(ctx, j.ID, jobtype.ReasonBudget, why); err == nil {
+				d.log.Info("job ended: its team's budget cannot fund it", slog.String("job_id", j.ID), slog.String("why", why))
+			}
+		}
 	}
 }
 

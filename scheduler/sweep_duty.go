@@ -108,6 +108,13 @@ func (d *sweeper) drive(ctx context.Context, id string) error {
 		return err
 	}
 	if capped, err := d.guard(ctx, id); err != nil || capped {
+		if err != nil {
+			return err
+		}
+		// Capped: nothing more is admitted or promoted; the sweep is done
+		// once its stopped trials have ended and settled (else it stayed
+		// running, capped again on every pass).
+		_, err := d.store.FinishSweep(ctx, id)
 		return err
 	}
 	blocked, err := d.search(ctx, sw, sp)

@@ -259,3 +259,46 @@ func (s *Store) Spends(ctx context.Context, month string, scopes []string) (map[
 	}
 	return out, nil
 }
+
+// WaitingForMoney lists, of the queued jobs, those not admitted that a
+// budget may be keeping out: held (a reservation refused, or no backend
+// feasible), or a sweep's trial waiting with a gate, and holding no
+// reservation. It reads three fields of each queued job (pipelined), not
+// the whole records.
+func (s *Store) WaitingForMoney(ctx context.Context) ([]string, error) {
+	ids, err := s.IDsInState(ctx, jobtype.StateQueued, 1<<30)
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.HMGet(ctx, s.key("job", id), "held", "gate", "budget_reserved_usd")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("jobstore: jobs waiting for money: %w", err)
+	}
+	var out []string
+	for i, c := range cmds {
+		v := c.Val()
+		if len(v) != 3 {
+			continue
+		}
+		held, _ := v[0].(string)
+		gate, _ := v[1].(string)
+		r, _ := v[2].(string)
+		if reserved, _ := strconv.ParseFloat(r, 64); (held != "" || gate != "") && reserved <= 0 {
+			out = append(out, ids[i])
+		}
+	}
+	return out, nil
+}
+
+// QueuedCount is how many jobs are queued (admitted or not).
+func (s *Store) QueuedCount(ctx context.Context) (int64, error) {
+	n, err := s.rdb.ZCard(ctx, s.key("state", string(jobtype.StateQueued))).Result()
+	if err != nil {
+		return 0, fmt.Errorf("jobstore: queued count: %w", err)
+	}
+	return n, nil
+}
