@@ -89,3 +89,96 @@ func BenchmarkPlaceRound10kOn64x8(b *testing.B) {
 	b.ReportMetric(float64(pipes), "pipelines/round")
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/round")
 }
+
+// BenchmarkPlaceRoundQueued1800 times the placement round a `lathe
+// submit` causes once the pool is full (docs/benchmarks.md, "`lathe
+// submit` against Slurm's `sbatch`"): one local node of one CPU slot,
+// held by a running job, 1,800 CPU-only jobs queued behind it, each routed
+// already; before each round one more job is stored (not timed), so
+// every round reads the queue, decides, places nothing and writes every
+// job's place in line. "decode-every" decodes each record each round (as
+// GetMany; the placer before its cache), "cached" decodes only the
+// records that changed since the last round (jobstore.GetManyCached, the
+// placer's read now).
+func BenchmarkPlaceRoundQueued1800(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client()
+	store := jobstore.New(rdb, jobstore.Config{})
+	s := New(rdb, store, Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Defaults: jobspec.Defaults{OutputURI: "file:///tmp/lathe-bench"}})
+	ctx := context.Background()
+	newJob := func() jobstore.NewJob {
+		spec := &jobspec.Spec{Name: "bench", BaseModel: "tiny-char", Dataset: "file:///d.jsonl", Trainer: "sleeper",
+			LoRA: jobspec.LoRA{Rank: 8, Alpha: 16}, Training: jobspec.Training{Epochs: 1, LearningRate: 1e-4, BatchSize: 8},
+			MaxRuntime: jobspec.Duration(10 * time.Minute)}
+		return jobstore.NewJob{Spec: spec, OutputURI: "file:///tmp/lathe-bench/{id}"}
+	}
+	for _, bc := range []struct {
+		name   string
+		cached bool
+	}{{"decode-every", false}, {"cached", true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			if err := rdb.FlushAll(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			if err := store.Heartbeat(ctx, jobstore.Node{Name: "node-0", Incarnation: "i", Backend: "local", Slots: 1},
+				jobstore.HeartbeatOptions{TTL: time.Hour, First: true}); err != nil {
+				b.Fatal(err)
+			}
+			for _, n := range []int{1000, 801} {
+				njs := make([]jobstore.NewJob, n)
+				for k := range njs {
+					njs[k] = newJob()
+				}
+				if _, err := store.CreateMany(ctx, njs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			p := newPlacer(placerParams{Store: store, Log: s.log, Router: s.router,
+				Queue: &enqueuer{client: s.client, log: s.log, defaultMaxRuntime: s.cfg.Defaults.MaxRuntime, killGrace: s.cfg.KillGrace},
+				Fence: s.lease.fence, Fenced: func() {}, PlaceScan: s.cfg.PlaceScan, DefaultMaxRuntime: s.cfg.Defaults.MaxRuntime,
+				ObserveRound: func(float64) {}})
+			if !bc.cached {
+				p.jobs = nil
+			}
+			// Rounds until every queued job is routed (at most
+			// policy.MaxRedecisions a round) and the slot is taken.
+			for range 20 {
+				p.forceRound()
+				p.round(ctx)
+			}
+			ids, err := store.Pending(ctx, 10000)
+			if err != nil {
+				b.Fatal(err)
+			}
+			jobs, err := store.GetMany(ctx, ids)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, j := range jobs {
+				if j.Route == nil {
+					b.Fatalf("job %s not routed after the warm-up rounds", j.ID)
+				}
+			}
+			if len(jobs) != 1800 {
+				b.Fatalf("%d jobs queued after the warm-up rounds, want 1800 (one placed)", len(jobs))
+			}
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				if _, err := store.CreateMany(ctx, []jobstore.NewJob{newJob()}); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				p.forceRound()
+				p.round(ctx)
+			}
+			b.StopTimer()
+			running, err := store.IDsInState(ctx, jobtype.StateDispatched, 10)
+			if err != nil || len(running) != 1 {
+				b.Fatalf("%d jobs dispatched, want 1 (%v)", len(running), err)
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/round")
+		})
+	}
+}
