@@ -22,8 +22,10 @@ type duty struct {
 
 // leaderLoop runs the duties while this scheduler leads: on every pass it
 // takes or renews the leader lease, then runs, in order, each duty whose
-// time has come. A pass comes every PlaceInterval, or at once on Wake
-// (which also makes the next placement round a full one). The duties run
+// time has come. A pass comes every PlaceInterval, at once on Wake
+// (which also makes the next placement round a full one), and, while this
+// scheduler leads, when a schedule's next tick comes due (nextTick), so
+// an idle leader starts a tick on time, not up to PlaceInterval late. The duties run
 // one after another on its goroutine, so none of them needs a lock for its
 // own state (the reconciler's passes run on a goroutine of their own:
 // reconcile.go). Start once; Stop is safe to call twice.
@@ -32,6 +34,7 @@ type leaderLoop struct {
 	fence      func() jobstore.Fence          // the current term's fence ("" when not leading)
 	wake       <-chan struct{}
 	interval   time.Duration
+	nextTick   func(now time.Time) time.Time // the schedules' next tick (zero: none)
 	placer     *placer
 	reconciler *reconciler
 	duties     []*duty
@@ -63,7 +66,7 @@ func newLeaderLoop(s *Scheduler) *leaderLoop {
 		Admit: admitterOf(s), SawRedis: s.SawRedis})
 	rec := newReconciler(reconcilerParams{Clouds: cfg.Clouds, Store: s.store, Log: s.log, Grace: cfg.ReconcileGrace,
 		ReapGrace: cfg.ReapGrace, Counters: &s.rec, Leading: s.IsLeader})
-	return &leaderLoop{lead: s.lease.lead, fence: s.lease.fence, wake: s.wake, interval: cfg.PlaceInterval,
+	return &leaderLoop{lead: s.lease.lead, fence: s.lease.fence, wake: s.wake, interval: cfg.PlaceInterval, nextTick: sch.nextTick,
 		placer: p, reconciler: rec, duties: []*duty{
 			{name: "reaper", run: r.run},
 			{name: "placer", run: p.round},
@@ -99,8 +102,12 @@ func (l *leaderLoop) loop(ctx context.Context) {
 	defer close(l.done)
 	t := time.NewTicker(l.interval)
 	defer t.Stop()
+	tick := time.NewTimer(time.Hour)
+	tick.Stop()
+	defer tick.Stop()
 	for {
 		passAt := time.Now()
+		var tickDue <-chan time.Time // nil: no wake for a tick
 		if l.lead(ctx) {
 			f := l.fence()
 			newTerm := f != l.term
@@ -111,6 +118,10 @@ func (l *leaderLoop) loop(ctx context.Context) {
 					d.last = time.Now()
 				}
 			}
+			if at := l.nextTick(time.Now()); !at.IsZero() {
+				tick.Reset(time.Until(at))
+				tickDue = tick.C
+			}
 		} else {
 			l.term = ""
 		}
@@ -118,6 +129,7 @@ func (l *leaderLoop) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-tickDue:
 		case <-l.wake:
 			l.placer.forceRound() // a submit, retry or cancel: always a full round
 			if !l.settle(ctx, passAt) {

@@ -34,8 +34,10 @@ import (
 // twice), unless the tick is past its starting_deadline by then.
 
 // scheduleEvery is how often the duty runs: every pass of the leader
-// loop (0; PlaceInterval apart, 500 ms by default), so an idle leader
-// starts a tick within about half a second of it.
+// loop (0). Passes come PlaceInterval apart (500 ms by default), and the
+// loop also wakes when the next tick of a schedule comes due
+// (scheduleRunner.nextTick), so an idle leader starts a tick as it comes
+// due, whatever PlaceInterval is.
 const scheduleEvery = 0
 
 // maxScheduledFile caps a schedule's job file as a submit's body is capped.
@@ -117,6 +119,20 @@ func (d *scheduleRunner) run(ctx context.Context) {
 			d.log.Warn("schedule pass", slog.String("schedule", sch.Name), slog.Any("err", err))
 		}
 	}
+}
+
+// nextTick is the earliest tick strictly after now of the schedules in
+// force (zero: none): the leader loop wakes for it. Ticks are caught up one
+// a pass, so a pass that left older ticks due wakes nothing sooner: they
+// run on the passes that follow, PlaceInterval apart.
+func (d *scheduleRunner) nextTick(now time.Time) time.Time {
+	var next time.Time
+	for _, sch := range d.schedules() {
+		if n := sch.Next(now); !n.IsZero() && (next.IsZero() || n.Before(next)) {
+			next = n
+		}
+	}
+	return next
 }
 
 func (d *scheduleRunner) clock() time.Time {
