@@ -4,15 +4,18 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/scheduler/plane"
 )
@@ -52,4 +55,49 @@ func TestOutcomeUnknownAnswer(t *testing.T) {
 		!strings.Contains(string(body), "same Idempotency-Key") {
 		t.Fatalf("answer %d %s", resp.StatusCode, body)
 	}
+}
+
+// storedSweepFake is a fake control plane (a stand-in for the scheduler,
+// for this test alone): its SubmitSweep answers a sweep as stored.
+type storedSweepFake struct{ plane.Plane }
+
+func (storedSweepFake) Admissible(*jobspec.Spec) []jobspec.FieldError { return nil }
+func (storedSweepFake) SawRedis(error)                                {}
+func (storedSweepFake) Metrics() prometheus.Gatherer                  { return prometheus.NewRegistry() }
+func (storedSweepFake) SubmitSweep(_ context.Context, req plane.SweepRequest) (*jobtype.Sweep, bool, error) {
+	return &jobtype.Sweep{ID: req.ID, Name: "s", Trials: 2, State: jobtype.SweepRunning}, false, nil
+}
+
+// TestStoredSweepAnsweredWhenItsReadFails: a sweep stored, whose trials
+// cannot be read for the answer (Redis went away just after), is answered
+// 201 with its record, never "unavailable" (which says nothing was stored).
+func TestStoredSweepAnsweredWhenItsReadFails(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	gone := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1})
+	defer gone.Close()
+	s := New(storedSweepFake{}, rdb, jobstore.New(gone, jobstore.Config{}), Config{})
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+	spec := `{"name":"s","job":{"name":"x","base_model":"tiny-char","dataset":"file:///d.jsonl"},"parameters":{"training.learning_rate":{"grid":[0.1,0.2]}},"search":"grid"}`
+	resp, err := http.Post(hs.URL+"/api/v1/sweeps", "application/json", strings.NewReader(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusCreated || !strings.Contains(string(body), `"id":"s-`) || !strings.Contains(string(body), `"state":"running"`) {
+		t.Fatalf("answer %d %s", resp.StatusCode, body)
+	}
+}
+
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
 }

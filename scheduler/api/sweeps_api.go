@@ -250,9 +250,14 @@ func (s sweepAPI) submitSweep(w http.ResponseWriter, r *http.Request) {
 	}
 	st := wire.SweepStatus{Sweep: sw}
 	if sw.Trials <= maxSubmitLeaderboard {
-		if st, err = s.sweepStatus(ctx, sw); err != nil {
-			s.fail(w, r, err)
-			return
+		// The sweep is stored: a failed read of its trials (Redis gone
+		// just after) must not answer "unavailable", which says nothing
+		// was stored and invites a resend without a key (a second
+		// sweep). The record alone is the answer then.
+		if full, err := s.sweepStatus(ctx, sw); err != nil {
+			s.log.Warn("sweep stored, its trials not read for the answer", slog.String("sweep_id", sw.ID), slog.Any("err", err))
+		} else {
+			st = full
 		}
 	}
 	status := http.StatusCreated
