@@ -408,17 +408,7 @@ func TestSweepWaitsForReservedMoney(t *testing.T) {
 func TestSweepCapOnActualSpend(t *testing.T) {
 	r := newAdmitRig(t, admitConfig)
 	ctx := r.ctx
-	sp, err := sweepspec.Parse([]byte(`{"job":`+admitSpec+`,"parameters":{"lora.rank":{"grid":[8]}},"budget_usd":0.10}`), sweepspec.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sw, _, err := r.s.SubmitSweep(ctx, plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()),
-		Who: plane.Principal{Name: "alice", Role: plane.RoleSubmitter, Team: "ml"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := jobstore.TrialID(sw.ID, 0)
-	r.runningSince(t, id, 450*time.Second)
+	_, id := r.cappedSweepRunning(t)
 	j := waitfor.Value(t, 20*time.Second, "the trial asked to stop for the sweep's budget", func() *jobtype.Job {
 		j, _ := r.store.Get(ctx, id)
 		return j
@@ -496,4 +486,22 @@ func TestSweepCancelFinishedByDuty(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// cappedSweepRunning submits a one-trial sweep capped at $0.10 for team ml
+// and makes its trial's attempt run for 450 s (past the cap at its price).
+func (r *admitRig) cappedSweepRunning(t *testing.T) (*jobtype.Sweep, string) {
+	t.Helper()
+	sp, err := sweepspec.Parse([]byte(`{"job":`+admitSpec+`,"parameters":{"lora.rank":{"grid":[8]}},"budget_usd":0.10}`), sweepspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, _, err := r.s.SubmitSweep(r.ctx, plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()),
+		Who: plane.Principal{Name: "alice", Role: plane.RoleSubmitter, Team: "ml"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := jobstore.TrialID(sw.ID, 0)
+	r.runningSince(t, id, 450*time.Second)
+	return sw, id
 }

@@ -98,17 +98,7 @@ func TestUnfundableWaitersEnd(t *testing.T) {
 func TestCappedSweepFinishes(t *testing.T) {
 	r := newAdmitRig(t, admitConfig)
 	ctx := r.ctx
-	sp, err := sweepspec.Parse([]byte(`{"job":`+admitSpec+`,"parameters":{"lora.rank":{"grid":[8]}},"budget_usd":0.10}`), sweepspec.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sw, _, err := r.s.SubmitSweep(ctx, plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()),
-		Who: plane.Principal{Name: "alice", Role: plane.RoleSubmitter, Team: "ml"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := jobstore.TrialID(sw.ID, 0)
-	r.runningSince(t, id, 450*time.Second)
+	sw, id := r.cappedSweepRunning(t)
 	waitfor.True(t, 20*time.Second, "the trial asked to stop for the sweep's budget", func() bool {
 		j, _ := r.store.Get(ctx, id)
 		return j != nil && j.Trial != nil && j.Trial.StopRequested == jobtype.ReasonBudget

@@ -117,18 +117,7 @@ func TestSweepAdmissionResumedByLeader(t *testing.T) {
 	sp := randomSweep(t, 730, `,"max_parallel":2`)
 	req := plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()), Who: alice}
 	// What a submit does before it answers, by a filler that then dies.
-	trials, err := r.s.admit.expandSweep(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, _, err := r.s.admit.planTrials(r.ctx, req, trials[:jobstore.SweepChunk], false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &sweepFill{req: req, trials: trials, owner: "dead-filler"}
-	if _, _, err := r.store.StoreTrials(r.ctx, r.led, f.chunk(first), f.owner); err != nil {
-		t.Fatal(err)
-	}
+	r.storeFirstChunk(t, req, "dead-filler")
 	if err := r.s.Start(r.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -152,18 +141,7 @@ func TestSweepCancelWhileAdmitting(t *testing.T) {
 	r := chunkedRig(t, 200*time.Millisecond)
 	sp := randomSweep(t, 300, "")
 	req := plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()), Who: alice}
-	trials, err := r.s.admit.expandSweep(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, _, err := r.s.admit.planTrials(r.ctx, req, trials[:jobstore.SweepChunk], false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &sweepFill{req: req, trials: trials, owner: "slow-filler"}
-	if _, _, err := r.store.StoreTrials(r.ctx, r.led, f.chunk(first), f.owner); err != nil {
-		t.Fatal(err)
-	}
+	f := r.storeFirstChunk(t, req, "slow-filler")
 	if _, _, err := r.s.CancelSweep(r.ctx, req.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -226,4 +204,23 @@ func TestSweepAdmissionGivenUp(t *testing.T) {
 			t.Fatalf("trial %s %s", j.ID, j.State)
 		}
 	}
+}
+
+// storeFirstChunk stores req's record and first chunk as a submit does
+// before it answers, by a filler named owner that stores nothing more.
+func (r *admitRig) storeFirstChunk(t *testing.T, req plane.SweepRequest, owner string) *sweepFill {
+	t.Helper()
+	trials, err := r.s.admit.expandSweep(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, err := r.s.admit.planTrials(r.ctx, req, trials[:jobstore.SweepChunk], false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &sweepFill{req: req, trials: trials, owner: owner}
+	if _, _, err := r.store.StoreTrials(r.ctx, r.led, f.chunk(first), f.owner); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
