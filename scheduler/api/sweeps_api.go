@@ -92,6 +92,12 @@ func (s sweepAPI) sweepStatus(ctx context.Context, sw *jobtype.Sweep) (wire.Swee
 		if row.Objective != nil && j.State == jobtype.StateSucceeded && st.BestSucceeded == "" {
 			st.BestSucceeded = j.ID
 		}
+		if row.Gate == jobtype.ReasonMaxParallel && sw.Stalled != "" && j.State == jobtype.StateQueued {
+			// Trials are stored in line (gate max_parallel) and only the
+			// head is tried: when the head waits for money, every trial
+			// behind it waits for the same money, not for max_parallel.
+			row.Gate = sw.Stalled
+		}
 		st.Leaderboard = append(st.Leaderboard, row)
 	}
 	return st, nil
