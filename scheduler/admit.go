@@ -221,19 +221,12 @@ func (ad *admission) appendRecords(ctx context.Context, build recordsFunc) error
 // placer. A job an idempotency key names already is returned as stored
 // before (Existed), and nothing new is stored or reserved for it.
 func (ad *admission) admitJobs(ctx context.Context, a admitting) ([]jobstore.Created, error) {
-	if len(a.jobs) == 1 && a.jobs[0].IdempotencyKey != "" {
-		// Idempotency first: the key's outcome, whatever the budgets say now.
-		nj := a.jobs[0]
-		existing, release, err := ad.claimKey(ctx, jobstore.IdemJob, nj.IdempotencyKey, jobstore.JobFingerprint(nj.Spec, a.p.Team))
-		if err != nil {
-			return nil, err
-		}
-		if existing != "" {
-			j, err := ad.store.Get(ctx, existing)
-			return []jobstore.Created{{Job: j, Existed: true}}, err
-		}
-		defer release()
+	// Idempotency first: the keys' outcome, whatever the budgets say now.
+	stored, release, err := ad.claimJobKeys(ctx, a)
+	if err != nil || stored != nil {
+		return stored, err
 	}
+	defer release()
 	pl, err := ad.plan(ctx, a, false)
 	if err != nil {
 		return nil, err
@@ -250,6 +243,58 @@ func (ad *admission) admitJobs(ctx context.Context, a admitting) ([]jobstore.Cre
 	}
 	ad.wake()
 	return created, nil
+}
+
+// claimJobKeys claims the idempotency keys of a's jobs (claimKey, in the
+// jobs' order; a batch's keys are its request's key and each job's index,
+// so two requests with one key claim in the same order). When every job
+// has a key that names a job stored before, those jobs are the answer
+// (stored, each Existed), and nothing is routed: a batch resent with its
+// key gets its first outcome even when a budget has filled up since.
+// Otherwise release drops the claims this admission holds (storing
+// overwrites them).
+func (ad *admission) claimJobKeys(ctx context.Context, a admitting) (stored []jobstore.Created, release func(), err error) {
+	var releases []func()
+	release = func() {
+		for _, r := range releases {
+			r()
+		}
+	}
+	var ids []string
+	for i, nj := range a.jobs {
+		if nj.IdempotencyKey == "" {
+			continue
+		}
+		existing, rel, err := ad.claimKey(ctx, jobstore.IdemJob, nj.IdempotencyKey, jobstore.JobFingerprint(nj.Spec, a.p.Team))
+		if err != nil {
+			var ce *jobstore.IdempotencyConflictError
+			if errors.As(err, &ce) {
+				ce.Index = i // the batch's job it names
+			}
+			release()
+			return nil, nil, err
+		}
+		if existing != "" {
+			ids = append(ids, existing)
+		} else {
+			releases = append(releases, rel)
+		}
+	}
+	if len(ids) == 0 || len(ids) < len(a.jobs) {
+		return nil, release, nil
+	}
+	jobs, err := ad.store.GetMany(ctx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	stored = make([]jobstore.Created, len(jobs))
+	for i, j := range jobs {
+		if j == nil {
+			return nil, nil, fmt.Errorf("idempotency key %q names job %s, which is gone: %w", a.jobs[i].IdempotencyKey, ids[i], jobstore.ErrNotFound)
+		}
+		stored[i] = jobstore.Created{Job: j, Existed: true}
+	}
+	return stored, func() {}, nil
 }
 
 // admissionOf is the admitting of a plane.Admission (a submit or a batch).
@@ -451,8 +496,11 @@ func (s *Scheduler) cancelFastPath(ctx context.Context, job *jobtype.Job, st job
 	return job
 }
 
-// Admissible checks what this deployment can run, beyond the spec's own
-// validity: known trainer, and the parts not built yet said plainly.
+// admissible checks what this deployment can run, beyond the spec's own
+// validity: a known trainer, and file:// paths under the allowed roots
+// and outside lathed's own files. It reads the trainer and the three URIs
+// alone: buildTrials checks each distinct four once (a field read here
+// must join its key there).
 func (ad *admission) admissible(spec *jobspec.Spec) []jobspec.FieldError {
 	var fe []jobspec.FieldError
 	if !slices.Contains(ad.cfg.Trainers, spec.Trainer) {

@@ -260,9 +260,10 @@ func TestHeldJobDecidedWhenMoneyFrees(t *testing.T) {
 // budget holds one sweep's reservation only: the key is claimed before
 // anything is decided, so the second request waits for the first's
 // outcome instead of being decided against the budget the first took.
-// Ten teams, a pair of requests each, all at once.
+// Ten teams, a pair of requests each, all at once; then a job's key and a
+// batch's keys the same way.
 func TestSweepKeyFirst(t *testing.T) {
-	budgets := "budgets: {teams: {tj: 0.10, "
+	budgets := "budgets: {teams: {tj: 0.10, tb: 0.20, "
 	for i := range 10 {
 		budgets += fmt.Sprintf("t%d: 0.10, ", i)
 	}
@@ -330,7 +331,31 @@ func TestSweepKeyFirst(t *testing.T) {
 	if err != nil || !again[0].Existed || again[0].Job.ID != first[0].Job.ID {
 		t.Fatalf("the job's retry: %+v %v; want job %s", again, err, first[0].Job.ID)
 	}
-
+	// And a batch's keys: two jobs that fill team tb's budget, sent twice
+	// at once, then once more: the same two jobs every time.
+	batch := plane.Admission{Who: plane.Principal{Name: "alice", Team: "tb"}, Batch: true, Jobs: []jobstore.NewJob{
+		{Spec: spec, IdempotencyKey: "tb/alice/batch:k#0"}, {Spec: spec, IdempotencyKey: "tb/alice/batch:k#1"}}}
+	type batchResult struct {
+		ids string
+		err error
+	}
+	bout := make(chan batchResult, 3)
+	send := func() {
+		cs, err := r.s.Submit(r.ctx, batch)
+		var ids []string
+		for _, c := range cs {
+			ids = append(ids, c.Job.ID)
+		}
+		bout <- batchResult{strings.Join(ids, ","), err}
+	}
+	go send()
+	go send()
+	b1, b2 := <-bout, <-bout
+	send()
+	b3 := <-bout
+	if b1.err != nil || b2.err != nil || b3.err != nil || b1.ids != b2.ids || b1.ids != b3.ids || strings.Count(b1.ids, ",") != 1 {
+		t.Fatalf("the batch sent three times: %+v %+v %+v; want the same two jobs each time", b1, b2, b3)
+	}
 }
 
 // TestSweepWaitsForReservedMoney: while another sweep of the team holds

@@ -2,11 +2,13 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/sweepspec"
@@ -210,17 +212,99 @@ func TestSweepAdmissionGivenUp(t *testing.T) {
 // before it answers, by a filler named owner that stores nothing more.
 func (r *admitRig) storeFirstChunk(t *testing.T, req plane.SweepRequest, owner string) *sweepFill {
 	t.Helper()
-	trials, err := r.s.admit.expandSweep(req)
+	exp, err := drawSweep(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, _, err := r.s.admit.planTrials(r.ctx, req, trials[:jobstore.SweepChunk], false)
+	f := &sweepFill{req: req, exp: exp, owner: owner}
+	trials, err := r.s.admit.trials(f, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &sweepFill{req: req, trials: trials, owner: owner}
+	first, _, err := r.s.admit.planTrials(r.ctx, req, trials, false)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := r.store.StoreTrials(r.ctx, r.led, f.chunk(first), f.owner); err != nil {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// gridOfLRs is a grid sweep of admitSpec over lora.rank's ranks (sorted
+// before training.learning_rate, so each rank is n trials in a row) and n
+// learning rates.
+func gridOfLRs(t *testing.T, ranks string, n int) *sweepspec.Sweep {
+	t.Helper()
+	lrs := make([]string, n)
+	for i := range lrs {
+		lrs[i] = fmt.Sprint(0.00001 * float64(i+1))
+	}
+	sp, err := sweepspec.Parse([]byte(`{"job":`+admitSpec+`,"parameters":{"lora.rank":{"grid":`+ranks+`},"training.learning_rate":{"grid":[`+
+		strings.Join(lrs, ",")+`]}}}`), sweepspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sp
+}
+
+// TestSweepInvalidTrialRefusedWhole: a sweep of up to checkInline trials
+// with one invalid trial is refused whole, naming the trial and the
+// field, and nothing of it is stored.
+func TestSweepInvalidTrialRefusedWhole(t *testing.T) {
+	r := chunkedRig(t, time.Minute)
+	sp := gridOfLRs(t, "[8,0]", checkInline/2)
+	_, _, err := r.s.SubmitSweep(r.ctx, plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()), Who: alice})
+	var inv *plane.InvalidError
+	if !errors.As(err, &inv) || !strings.Contains(err.Error(), fmt.Sprintf("trials[%d].lora.rank", checkInline/2)) {
+		t.Fatalf("submit: %v; want an InvalidError naming trials[%d].lora.rank", err, checkInline/2)
+	}
+	if keys, _ := r.rdb.Keys(r.ctx, "lathe:sweep:*").Result(); len(keys) != 0 {
+		t.Fatalf("stored %v", keys)
+	}
+}
+
+// TestSweepInvalidLaterTrialGivesUp: in a sweep bigger than checkInline, a
+// trial past the first checkInline that is not a valid job (lora.rank 0)
+// is found as its chunk is stored: the admission is given up, the sweep
+// cancelled with a message naming the trial and the field, and no trial
+// of it admitted.
+func TestSweepInvalidLaterTrialGivesUp(t *testing.T) {
+	r := chunkedRig(t, time.Minute)
+	sp := gridOfLRs(t, "[8,0]", checkInline)
+	sw, _, err := r.s.SubmitSweep(r.ctx, plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()), Who: alice})
+	if err != nil {
+		t.Fatalf("submit: %v (its first %d trials are valid)", err, checkInline)
+	}
+	done := r.sweepSettled(t, sw.ID)
+	want := fmt.Sprintf("trials[%d].lora.rank", checkInline)
+	if done.State != jobtype.SweepCancelled || !strings.Contains(done.Message, want) || done.Stored != checkInline {
+		t.Fatalf("after the admission: %s with %d stored, message %q; want cancelled with %d stored, naming %s", done.State, done.Stored, done.Message, checkInline, want)
+	}
+	if n, _ := r.rdb.ZCard(r.ctx, "lathe:pending").Result(); n != 0 {
+		t.Fatalf("%d trials pending", n)
+	}
+}
+
+// TestSweepSharedProblemNamedOnce: a problem every trial shares (a dataset
+// outside the allowed roots) is named once, for the first trial, with how
+// many more trials have it.
+func TestSweepSharedProblemNamedOnce(t *testing.T) {
+	r := newAdmitRig(t, admitConfig)
+	r.cfg.AllowedRoots = []string{t.TempDir()}
+	r.s = New(r.rdb, r.store, r.cfg)
+	_, _, err := r.s.SubmitSweep(r.ctx, plane.SweepRequest{Spec: randomSweep(t, 20, ""), ID: jobstore.NewSweepID(time.Now()), Who: alice})
+	var inv *plane.InvalidError
+	if !errors.As(err, &inv) {
+		t.Fatalf("submit: %v; want an InvalidError", err)
+	}
+	var dataset []jobspec.FieldError
+	for _, fe := range inv.Fields {
+		if strings.HasSuffix(fe.Field, ".dataset") {
+			dataset = append(dataset, fe)
+		}
+	}
+	if len(dataset) != 1 || dataset[0].Field != "trials[0].dataset" || !strings.HasSuffix(dataset[0].Message, "(and 19 more trials)") {
+		t.Fatalf("dataset problems %+v; want one, for trials[0], naming 19 more trials", dataset)
+	}
 }

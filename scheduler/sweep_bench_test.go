@@ -125,6 +125,21 @@ func TestSweep10000Listable(t *testing.T) {
 	if st.Sweep.Trials != 10000 || st.Sweep.State != jobtype.SweepAdmitting || st.Sweep.Stored >= 10000 || st.Sweep.Stored%jobstore.SweepChunk != 0 {
 		t.Fatalf("answered %s with %d of %d trials stored; want admitting, whole chunks", st.Sweep.State, st.Sweep.Stored, st.Sweep.Trials)
 	}
+	// Following the admission reads the record alone.
+	resp, err := http.Get(url + "/api/v1/sweeps/" + st.Sweep.ID + "?record_only=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec wire.SweepStatus
+	err = json.NewDecoder(resp.Body).Decode(&rec)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || rec.Sweep == nil || rec.Sweep.ID != st.Sweep.ID || rec.Sweep.Trials != 10000 || rec.Leaderboard != nil {
+		t.Fatalf("record_only: %d %+v (%v); want the record without a leaderboard", resp.StatusCode, rec, err)
+	}
+	if resp, err = http.Get(url + "/api/v1/sweeps/" + st.Sweep.ID + "?record_only=maybe"); err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("record_only=maybe: %v %v; want 400", resp.StatusCode, err)
+	}
+	resp.Body.Close()
 	waitSweepRunning(t, store, st.Sweep.ID)
 	seen, cursor := 0, ""
 	for {

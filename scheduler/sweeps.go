@@ -19,8 +19,9 @@ import (
 	"github.com/lathe-ml/lathe/scheduler/sweep"
 )
 
-// Sweeps (docs/sweeps.md): a sweep spec is expanded into trials and every
-// trial checked like a submitted job before anything is stored; then the
+// Sweeps (docs/sweeps.md): a sweep spec's trials are drawn, and its first
+// checkInline built and checked like submitted jobs before anything is
+// stored (the rest as their chunks are stored); then the
 // sweep is stored in bounded steps (jobstore.StoreTrials, SweepChunk
 // trials a script, each chunk routed over a fresh snapshot): the first
 // chunk with the sweep's record (state admitting), the others after it,
@@ -31,10 +32,11 @@ import (
 // whose filler died (resumeSweep). The sweep duty (sweep_duty.go) drives
 // it from there.
 
-// inlineFill is how long a request stores a sweep's chunks before it
-// answers by default (Config.SweepInlineFill) (the sweep then admitting, its filling going on behind): a
-// sweep of a few hundred trials is answered running, one of 10,000 at
-// once.
+// inlineFill is how long a request stores the chunks of a sweep of up to
+// checkInline trials before it answers, by default
+// (Config.SweepInlineFill); the sweep is then answered admitting, its
+// filling going on behind. A sweep of a few hundred trials is answered
+// running; a bigger one is answered after its first chunk.
 const inlineFill = 100 * time.Millisecond
 
 // resumeSlice is how long one pass of the sweep duty stores chunks of a
@@ -43,11 +45,32 @@ const inlineFill = 100 * time.Millisecond
 // keeps the sweep this duty's between passes.
 const resumeSlice = 200 * time.Millisecond
 
-// expandSweep expands req's spec into its trials, each normalised and
-// checked like a submitted job: a plane.InvalidError naming every trial
-// that is not a valid job here.
-func (ad *admission) expandSweep(req plane.SweepRequest) ([]sweepspec.Trial, error) {
-	trials, err := req.Spec.Expand()
+// checkInline is how many of a sweep's trials a submit builds and checks
+// before it stores anything: a sweep of up to that many is refused whole
+// (400, nothing stored) when any trial is not a valid job here. A bigger
+// sweep's later trials are built and checked chunk by chunk as they are
+// stored, and one that is not valid gives the admission up (abandon), as a
+// trial no backend may run does: checking all 10,000 trials of the biggest
+// sweep first took ~300 ms and held every job spec in memory.
+const checkInline = 1000
+
+// drawSweep draws req's spec's trials (sweepspec.Sweep.Draw): a
+// plane.InvalidError when the spec's search cannot be drawn.
+func drawSweep(req plane.SweepRequest) (*sweepspec.Expansion, error) {
+	exp, err := req.Spec.Draw()
+	if err != nil {
+		return nil, &plane.InvalidError{Fields: []jobspec.FieldError{{Message: err.Error()}}}
+	}
+	return exp, nil
+}
+
+// buildTrials builds trials from…to-1 of exp, each normalised and checked
+// like a submitted job: a plane.InvalidError naming every trial that is
+// not a valid job here (a problem many trials share, such as a dataset
+// outside the allowed roots, named once, with how many more trials have
+// it).
+func (ad *admission) buildTrials(exp *sweepspec.Expansion, from, to int) ([]sweepspec.Trial, error) {
+	trials, err := exp.Build(from, to)
 	if err != nil {
 		var ve *jobspec.ValidationError
 		if errors.As(err, &ve) {
@@ -56,11 +79,36 @@ func (ad *admission) expandSweep(req plane.SweepRequest) ([]sweepspec.Trial, err
 		return nil, &plane.InvalidError{Fields: []jobspec.FieldError{{Message: err.Error()}}}
 	}
 	var fields []jobspec.FieldError
+	type problem struct{ field, value, msg string }
+	seen := map[problem]int{} // → its index in fields
+	more := map[int]int{}     // fields index → trials beyond the first
+	// What admissible looks at is most often the same in every trial (a
+	// sweep varies hyperparameters): it is checked once per distinct
+	// trainer and paths in this range (each check resolves the paths on
+	// disk; the worker checks them again when it opens them).
+	type looked struct{ trainer, dataset, eval, output string }
+	memo := map[looked][]jobspec.FieldError{}
 	for i := range trials {
-		trials[i].Spec.Normalize(ad.cfg.Defaults)
-		for _, fe := range ad.admissible(trials[i].Spec) {
-			fields = append(fields, fe.Under(fmt.Sprintf("trials[%d]", i)))
+		sp := trials[i].Spec
+		sp.Normalize(ad.cfg.Defaults)
+		at := looked{sp.Trainer, sp.Dataset, sp.EvalDataset, sp.Output.URI}
+		fes, ok := memo[at]
+		if !ok {
+			fes = ad.admissible(sp)
+			memo[at] = fes
 		}
+		for _, fe := range fes {
+			k := problem{fe.Field, fe.Value, fe.Message}
+			if at, ok := seen[k]; ok {
+				more[at]++
+				continue
+			}
+			seen[k] = len(fields)
+			fields = append(fields, fe.Under(fmt.Sprintf("trials[%d]", trials[i].Index)))
+		}
+	}
+	for at, n := range more {
+		fields[at].Message += fmt.Sprintf(" (and %d more trials)", n)
 	}
 	if len(fields) > 0 {
 		return nil, &plane.InvalidError{Fields: fields}
@@ -94,7 +142,11 @@ func (ad *admission) planTrials(ctx context.Context, req plane.SweepRequest, tri
 // planSweep expands req's spec into its trials and routes every one (the
 // dry run's answer; nothing is stored).
 func (ad *admission) planSweep(ctx context.Context, req plane.SweepRequest, dry bool) (jobstore.NewSweep, []routing.Decision, error) {
-	trials, err := ad.expandSweep(req)
+	exp, err := drawSweep(req)
+	if err != nil {
+		return jobstore.NewSweep{}, nil, err
+	}
+	trials, err := ad.buildTrials(exp, 0, exp.Len())
 	if err != nil {
 		return jobstore.NewSweep{}, nil, err
 	}
@@ -140,16 +192,19 @@ func firstRungShare(sp *sweepspec.Sweep) float64 {
 	return 1
 }
 
-// admitSweep checks and stores the sweep req asks for. Every trial is
-// checked first (a plane.InvalidError stores nothing), then the first
+// admitSweep checks and stores the sweep req asks for. Its first
+// checkInline trials are built and checked first (a plane.InvalidError
+// stores nothing; later ones are checked as their chunks are stored), then the first
 // chunk is routed (a plane.RefusedError stores nothing) and stored with
-// the sweep's record; the request goes on storing chunks for inlineFill,
-// and a sweep stored whole by then has its first trials admitted and is
-// answered running. A bigger one is answered admitting and its filling
-// goes on in the background (fillRest). A trial of a later chunk that no
+// the sweep's record. A sweep of up to checkInline trials goes on being
+// stored for inlineFill, and one stored whole by then has its first
+// trials admitted and is answered running; a bigger one is answered
+// admitting at once (its first chunk stored), and its filling goes on in
+// the background (fillRest). A trial of a later chunk that no
 // backend may run ends the sweep's admission: it is cancelled, with a
 // message naming the trial (no trial of it ran: none is admitted before
-// the last chunk is stored).
+// the last chunk is stored); so does a later trial that is not a valid
+// job here.
 func (ad *admission) admitSweep(ctx context.Context, req plane.SweepRequest) (*jobtype.Sweep, bool, error) {
 	if req.Idem != "" {
 		// Idempotency first: the key's outcome, whatever the budgets say now.
@@ -167,12 +222,16 @@ func (ad *admission) admitSweep(ctx context.Context, req plane.SweepRequest) (*j
 		}
 		defer release()
 	}
-	trials, err := ad.expandSweep(req)
+	exp, err := drawSweep(req)
 	if err != nil {
 		return nil, false, err
 	}
-	f := &sweepFill{req: req, trials: trials, owner: fillOwner()}
-	first, _, err := ad.planTrials(ctx, req, trials[:min(jobstore.SweepChunk, len(trials))], false)
+	checked, err := ad.buildTrials(exp, 0, min(checkInline, exp.Len()))
+	if err != nil {
+		return nil, false, err
+	}
+	f := &sweepFill{req: req, exp: exp, built: checked, owner: fillOwner()}
+	first, _, err := ad.planTrials(ctx, req, checked[:min(jobstore.SweepChunk, len(checked))], false)
 	if err != nil {
 		return nil, false, err
 	}
@@ -191,7 +250,11 @@ func (ad *admission) admitSweep(ctx context.Context, req plane.SweepRequest) (*j
 	if err != nil || existed {
 		return sw, existed, unknownOutcome(err)
 	}
-	done, err := ad.fill(ctx, f, sw.Stored, time.Now().Add(ad.cfg.SweepInlineFill))
+	inline := ad.cfg.SweepInlineFill
+	if exp.Len() > checkInline {
+		inline = 0 // answered at once, its first chunk stored: the rest behind
+	}
+	done, err := ad.fill(ctx, f, sw.Stored, time.Now().Add(inline))
 	switch {
 	case err != nil && !errors.Is(err, context.DeadlineExceeded):
 		// The sweep is stored (admitting): answered with it as it is; a
@@ -206,17 +269,31 @@ func (ad *admission) admitSweep(ctx context.Context, req plane.SweepRequest) (*j
 	return sw, false, nil
 }
 
-// sweepFill is a sweep being stored: its request, its trials (expanded
-// and checked), and the name its filler's lease holds.
+// sweepFill is a sweep being stored: its request, its trials (drawn, built
+// a chunk at a time), the trials built and checked already from the first
+// (a submit's checkInline), and the name its filler's lease holds.
 type sweepFill struct {
-	req    plane.SweepRequest
-	trials []sweepspec.Trial
-	owner  string
+	req   plane.SweepRequest
+	exp   *sweepspec.Expansion
+	built []sweepspec.Trial
+	owner string
 }
 
 // chunk is the store call's NewSweep for trials nts.
 func (f *sweepFill) chunk(nts []jobstore.NewTrial) jobstore.NewSweep {
-	return jobstore.NewSweep{Sweep: sweepRecord(f.req), IdempotencyKey: f.req.Idem, Total: len(f.trials), Trials: nts}
+	return jobstore.NewSweep{Sweep: sweepRecord(f.req), IdempotencyKey: f.req.Idem, Total: f.exp.Len(), Trials: nts}
+}
+
+// trials are the chunk of f's trials from trial from, built and checked
+// (a plane.InvalidError when one is not a valid job here); the trials
+// built before are let go once the filling is past them.
+func (ad *admission) trials(f *sweepFill, from int) ([]sweepspec.Trial, error) {
+	to := min(from+jobstore.SweepChunk, f.exp.Len())
+	if to <= len(f.built) {
+		return f.built[from:to], nil
+	}
+	f.built = nil
+	return ad.buildTrials(f.exp, from, to)
 }
 
 // fillOwner is a new filler's name.
@@ -233,11 +310,19 @@ func fillOwner() string {
 // false, nil).
 func (ad *admission) fill(ctx context.Context, f *sweepFill, from int, until time.Time) (done bool, err error) {
 	id := f.req.ID
-	for from < len(f.trials) {
+	for from < f.exp.Len() {
 		if time.Now().After(until) {
 			return false, nil
 		}
-		nts, _, err := ad.planTrials(ctx, f.req, f.trials[from:min(from+jobstore.SweepChunk, len(f.trials))], false)
+		trials, err := ad.trials(f, from)
+		var inv *plane.InvalidError
+		if errors.As(err, &inv) {
+			return false, ad.abandon(ctx, id, "some trials are not valid jobs here: "+jobspec.JoinFieldErrors("", inv.Fields))
+		}
+		if err != nil {
+			return false, err
+		}
+		nts, _, err := ad.planTrials(ctx, f.req, trials, false)
 		var re *plane.RefusedError
 		if errors.As(err, &re) {
 			return false, ad.abandon(ctx, id, "no backend may run some trials: "+strings.Join(re.Reasons, "; "))
@@ -289,7 +374,8 @@ func (ad *admission) fillRest(f *sweepFill) {
 // resumeSweep goes on storing sweep sw (admitting, its filler gone: a
 // scheduler that died, a request whose filling failed) for resumeSlice:
 // the sweep duty's part. Its spec is expanded again from the record (the
-// expansion is deterministic: a random search draws from its seed).
+// expansion is deterministic: a random search draws from its seed); each
+// chunk's trials are built and checked again as they are stored.
 func (ad *admission) resumeSweep(ctx context.Context, sw *jobtype.Sweep, owner string) error {
 	if _, busy := ad.filling.Load(sw.ID); busy {
 		return nil // this scheduler's background filler has it
@@ -299,14 +385,14 @@ func (ad *admission) resumeSweep(ctx context.Context, sw *jobtype.Sweep, owner s
 		return ad.abandon(ctx, sw.ID, "its stored spec no longer parses: "+err.Error())
 	}
 	req := plane.SweepRequest{Spec: sp, ID: sw.ID, Who: plane.Principal{Name: sw.Submitter, Team: sw.Team}, Schedule: sw.Schedule, Tick: sw.Tick}
-	trials, err := ad.expandSweep(req)
+	exp, err := drawSweep(req)
 	if err != nil {
-		return ad.abandon(ctx, sw.ID, "its trials are no longer valid jobs here: "+err.Error())
+		return ad.abandon(ctx, sw.ID, "its trials can no longer be drawn: "+err.Error())
 	}
-	if len(trials) != sw.Trials {
-		return ad.abandon(ctx, sw.ID, fmt.Sprintf("its spec expands to %d trials now, not %d", len(trials), sw.Trials))
+	if exp.Len() != sw.Trials {
+		return ad.abandon(ctx, sw.ID, fmt.Sprintf("its spec expands to %d trials now, not %d", exp.Len(), sw.Trials))
 	}
-	_, err = ad.fill(ctx, &sweepFill{req: req, trials: trials, owner: owner}, sw.Stored, time.Now().Add(resumeSlice))
+	_, err = ad.fill(ctx, &sweepFill{req: req, exp: exp, owner: owner}, sw.Stored, time.Now().Add(resumeSlice))
 	return err
 }
 

@@ -127,8 +127,8 @@ func (a *app) sweepSubmit(ctx context.Context, file, key string, wait, dryRun bo
 
 // followAdmission follows a sweep answered admitting (a big sweep: the
 // server stores its trials in chunks after answering) until every trial
-// is stored, one progress line on stderr when it changes; the sweep as it
-// is then. Ctrl-C stops following, not the admission.
+// is stored, one progress line on stderr when it changes (each poll reads
+// the sweep's record alone); the sweep's record as it is then. Ctrl-C stops following, not the admission.
 func (a *app) followAdmission(ctx context.Context, c *apiclient.Client, st *wire.SweepStatus) (*wire.SweepStatus, error) {
 	if st.Sweep.State != jobtype.SweepAdmitting {
 		return st, nil
@@ -144,7 +144,7 @@ func (a *app) followAdmission(ctx context.Context, c *apiclient.Client, st *wire
 		if err := pause(ctx, 200*time.Millisecond); err != nil {
 			return nil, &exitError{code: exitInterrupted, err: fmt.Errorf("stopped following; sweep %s goes on being stored (lathe sweep status %s)", st.Sweep.ID, st.Sweep.ID)}
 		}
-		next, err := c.Sweep(ctx, st.Sweep.ID)
+		next, err := c.SweepRecord(ctx, st.Sweep.ID)
 		if err != nil {
 			return nil, err
 		}

@@ -44,6 +44,16 @@ func (c *Client) Sweep(ctx context.Context, id string) (*wire.SweepStatus, error
 	return &st, nil
 }
 
+// SweepRecord is sweep id's record alone (GET …?record_only=true): no
+// trial is read, no leaderboard given.
+func (c *Client) SweepRecord(ctx context.Context, id string) (*wire.SweepStatus, error) {
+	var st wire.SweepStatus
+	if err := c.call(ctx, http.MethodGet, "/api/v1/sweeps/"+url.PathEscape(id), url.Values{"record_only": {"true"}}, nil, nil, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
 // Sweeps lists the sweeps the token may read, newest first.
 func (c *Client) Sweeps(ctx context.Context, cursor string) (*wire.SweepList, error) {
 	var q url.Values

@@ -105,8 +105,8 @@ type NewTrial struct {
 // keeps Redis from its other clients (docs/sweeps.md, "Admission in
 // bounded steps"). Measured with scripts/bench/sweep10k.sh on a 2-core
 // machine: a chunk of 100 took 10-17 ms of Redis's time, over the 10 ms
-// that other clients may wait; 50 halves it.
-const SweepChunk = 50
+// that other clients may wait; 50 took 5-11 ms; 25 leaves room.
+const SweepChunk = 25
 
 // ErrFillerBusy: another filler holds the admitting sweep (its lease has
 // not lapsed); this one leaves it alone.

@@ -271,3 +271,35 @@ func TestExpandGoSweep(t *testing.T) {
 		t.Error("a Sweep without a job expanded")
 	}
 }
+
+// TestBuildRangesMatchExpand: building a sweep's trials in ranges gives
+// the trials Expand gives, each at its index.
+func TestBuildRangesMatchExpand(t *testing.T) {
+	s, err := Parse([]byte(`{"job":{"name":"b","base_model":"tiny-char","dataset":"file:///data/t.jsonl"},"parameters":{"training.learning_rate":{"log_uniform":[0.0001,0.1]},"lora.rank":{"int_uniform":[1,64]}},"search":{"kind":"random","trials":130,"seed":3}}`), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := s.Expand()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.Draw()
+	if err != nil || e.Len() != len(all) {
+		t.Fatalf("Draw: %v, %d trials; want %d", err, e.Len(), len(all))
+	}
+	for from := 0; from < e.Len(); from += 50 {
+		part, err := e.Build(from, min(from+50, e.Len()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, tr := range part {
+			want := all[from+k]
+			if tr.Index != want.Index || fmt.Sprint(tr.Params) != fmt.Sprint(want.Params) || string(tr.Spec.JSON()) != string(want.Spec.JSON()) {
+				t.Fatalf("trial %d built in a range: %+v, want %+v", from+k, tr, want)
+			}
+		}
+	}
+	if _, err := e.Build(100, 131); err == nil {
+		t.Fatal("Build past the last trial: no error")
+	}
+}

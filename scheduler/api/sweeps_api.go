@@ -47,12 +47,23 @@ func (s sweepAPI) sweepFor(ctx context.Context, w http.ResponseWriter, r *http.R
 	return sw, true
 }
 
-// getSweep is GET /api/v1/sweeps/{id}: the record and the leaderboard.
+// getSweep is GET /api/v1/sweeps/{id}: the record and the leaderboard;
+// with record_only=true the record alone, which reads no trial (what a
+// client following a big sweep's admission asks for: the whole leaderboard
+// of 10,000 trials is 10,000 records read and ranked).
 func (s sweepAPI) getSweep(w http.ResponseWriter, r *http.Request) {
+	recordOnly, ok := boolParam(w, r, "record_only")
+	if !ok {
+		return
+	}
 	ctx, cancel := s.rctx(r)
 	defer cancel()
 	sw, ok := s.sweepFor(ctx, w, r)
 	if !ok {
+		return
+	}
+	if recordOnly {
+		writeJSON(w, http.StatusOK, wire.SweepStatus{Sweep: sw})
 		return
 	}
 	st, err := s.sweepStatus(ctx, sw)

@@ -97,7 +97,7 @@ id=$(jq -r .sweep.id <<<"$body")
 [[ ${code_time%% *} == 201 && $id == s-* ]] || { echo "submit answered $code_time: ${body:0:2000}" >&2; KEEP=1; exit 1; }
 state=$(jq -r .sweep.state <<<"$body")
 stored=$(jq -r .sweep.stored <<<"$body")
-until [[ $(curl -sf "$LATHE_SERVER/api/v1/sweeps/$id" | jq -r .sweep.state) == running ]]; do sleep 0.05; done
+until [[ $(curl -sf "$LATHE_SERVER/api/v1/sweeps/$id?record_only=true" | jq -r .sweep.state) == running ]]; do sleep 0.05; done
 t_stored=$(( ($(ns) - t0) / 1000000 ))
 sleep 1 # the probes after it
 rm -f "$work/probing"
