@@ -274,6 +274,15 @@ objective: {metric: eval_loss, goal: minimize}
 	if st.Sweep.ReservedUSD > budget+1e-6 || st.Sweep.Stalled == "" {
 		t.Errorf("at submit: reserved $%.2f of $%.2f, stalled %q", st.Sweep.ReservedUSD, budget, st.Sweep.Stalled)
 	}
+	// A waiting trial read alone (lathe status) names the same gate.
+	for _, r := range st.Leaderboard {
+		if r.Gate == "" {
+			continue
+		}
+		if j := getJob(t, base, r.ID); j.State == jobtype.StateQueued && j.Trial.Gate != "" && !strings.Contains(j.Trial.Gate, "sweep budget") {
+			t.Errorf("trial %s read alone waits for %q; its sweep's status says %q", r.ID, j.Trial.Gate, r.Gate)
+		}
+	}
 	id := st.Sweep.ID
 	over := ""
 	waitfor.Value(t, 5*time.Minute, "sweep "+id+" done", func() string {

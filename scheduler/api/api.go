@@ -483,6 +483,14 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		} else {
 			job.Wait = wait
 		}
+		if t := job.Trial; t != nil && t.Gate == jobtype.ReasonMaxParallel {
+			// Trials wait in line and only the head is tried: when the
+			// head waits for money, this one waits for the same money
+			// (the sweep's stalled), as the sweep's status shows it.
+			if sw, err := s.store.GetSweep(ctx, t.SweepID); err == nil && sw.Stalled != "" {
+				t.Gate = sw.Stalled
+			}
+		}
 	}
 	writeJSON(w, http.StatusOK, job)
 }
