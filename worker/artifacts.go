@@ -51,7 +51,7 @@ func publishArtifacts(outDir, dest *os.File, reported []trainer.TrainerEvent) ([
 // checked again now, walked without following links, so a folder swapped for
 // a link while the trainer ran is refused, not written through. Without
 // roots (nil: tests only) it is made and opened by name.
-func openOutput(roots pathpolicy.Roots, deny pathpolicy.Deny, outputURI string) (*os.File, error) {
+func openOutput(roots pathpolicy.Roots, key string, deny pathpolicy.Deny, outputURI string) (*os.File, error) {
 	dest, err := fileuri.Path(outputURI)
 	if err != nil {
 		return nil, fmt.Errorf("output: %w", err)
@@ -59,7 +59,7 @@ func openOutput(roots pathpolicy.Roots, deny pathpolicy.Deny, outputURI string) 
 	if roots != nil {
 		d, err := roots.MakeDir(dest, deny)
 		if err != nil {
-			return nil, fmt.Errorf("output: %w%s", err, rootsHint(err))
+			return nil, fmt.Errorf("output: %w%s", err, rootsHint(err, key))
 		}
 		return d, nil
 	}

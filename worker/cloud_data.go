@@ -101,7 +101,8 @@ func (a *cloudAttempt) stage(ctx context.Context, what, uri string) (string, err
 }
 
 // openDataset opens the file a file:// uri names, once, through the
-// worker's allowed roots where it has them: the bytes hashed, recorded and
+// allowed roots of the job's team where there are some (its own, else the
+// worker's): the bytes hashed, recorded and
 // uploaded are those of the file checked, whatever happens to its name
 // meanwhile. It returns the file and its path; a folder is refused.
 func (a *cloudAttempt) openDataset(what, uri string) (*os.File, string, error) {
@@ -110,10 +111,10 @@ func (a *cloudAttempt) openDataset(what, uri string) (*os.File, string, error) {
 		return nil, "", permanent("%s: %v", what, err)
 	}
 	var f *os.File
-	if a.c.cfg.AllowedRoots != nil {
-		f, err = a.c.cfg.AllowedRoots.Open(p, dataDenyOf(a.c.cfg.DataDir, "", "", a.c.cfg.Deny))
+	if roots, key := a.c.cfg.TeamRoots.For(a.job.Team, a.c.cfg.AllowedRoots); roots != nil {
+		f, err = roots.Open(p, dataDenyOf(a.c.cfg.DataDir, "", "", a.c.cfg.Deny))
 		if err != nil {
-			return nil, "", permanent("%s: %v%s", what, err, rootsHint(err))
+			return nil, "", permanent("%s: %v%s", what, err, rootsHint(err, key))
 		}
 	} else if f, err = os.Open(p); err != nil {
 		return nil, "", fmt.Errorf("%s: %w", what, err)
@@ -208,9 +209,10 @@ func (a *cloudAttempt) downloadArtifacts(ctx context.Context, arts []agent.Artif
 }
 
 // publishToFolder publishes the reported artifacts from tmp into the
-// file:// output folder out, through the worker's allowed roots.
+// file:// output folder out, through the allowed roots of the job's team.
 func (a *cloudAttempt) publishToFolder(tmp *os.File, out string, reported []trainer.TrainerEvent) ([]jobtype.Artifact, error) {
-	dest, err := openOutput(a.c.cfg.AllowedRoots, outputDenyOf(a.c.cfg.DataDir, "", a.c.cfg.Deny), out)
+	roots, key := a.c.cfg.TeamRoots.For(a.job.Team, a.c.cfg.AllowedRoots)
+	dest, err := openOutput(roots, key, outputDenyOf(a.c.cfg.DataDir, "", a.c.cfg.Deny), out)
 	if err != nil {
 		return nil, err
 	}

@@ -120,6 +120,12 @@ type Config struct {
 	// starts (a job outside fails, permanently). Nil: no restriction
 	// (lathed always sets it).
 	AllowedRoots pathpolicy.Roots
+	// TeamRoots are the allowed roots of the teams that have their own
+	// (teams.<name>.allowed_roots): a job of such a team (jobtype.Job's
+	// Team) is checked against its team's roots instead of AllowedRoots,
+	// for its dataset, eval dataset, local base model and output. Nil:
+	// every job uses AllowedRoots.
+	TeamRoots pathpolicy.TeamRoots
 	// RunAs, when set (config worker.run_as: a user name or uid), runs
 	// every trainer as that user and its primary group instead of lathed's
 	// own: a trainer then cannot read lathed's files, its Redis socket or

@@ -362,7 +362,8 @@ func (a *localAttempt) result(r trainerRun) endFunc {
 // output folder and ends the attempt succeeded.
 func (a *localAttempt) publish(r trainerRun) endFunc {
 	w, job := a.w, a.job
-	dest, err := openOutput(w.cfg.AllowedRoots, w.outputDeny(), job.OutputURI)
+	roots, key := w.rootsOf(job)
+	dest, err := openOutput(roots, key, w.outputDeny(), job.OutputURI)
 	if err != nil {
 		reason := jobtype.ReasonInternal
 		if errors.Is(err, pathpolicy.ErrOutside) || errors.Is(err, pathpolicy.ErrDenied) || errors.Is(err, pathpolicy.ErrSymlink) {
@@ -559,14 +560,16 @@ func launchArgv(tmpl []string, l Launcher, gpus int, r *strings.Replacer) ([]str
 }
 
 // checkPaths refuses a job whose file:// dataset, eval dataset or output
-// folder lies outside the allowed roots once symbolic links are resolved
+// folder lies outside the allowed roots of its team (rootsOf) once
+// symbolic links are resolved
 // (the scheduler checked the text; this is the check that holds on the
 // machine where the files are), or in a folder no job may read (dataDeny,
 // outputDeny). It opens the dataset and the eval dataset with
 // pathpolicy.Roots.Open, so what it returns is the files it checked; the
 // caller copies them for the trainer. Each error names the field.
 func (w *Worker) checkPaths(job *jobtype.Job) (openedInputs, error) {
-	if w.cfg.AllowedRoots == nil {
+	roots, key := w.rootsOf(job)
+	if roots == nil {
 		return nil, nil
 	}
 	// A local base model folder is data too: under the roots, never
@@ -580,8 +583,8 @@ func (w *Worker) checkPaths(job *jobtype.Job) (openedInputs, error) {
 				return nil, fmt.Errorf("base_model: %w", err)
 			}
 		}
-		if err := w.cfg.AllowedRoots.CheckResolvedDeny(p, w.dataDeny()); err != nil {
-			return nil, fmt.Errorf("base_model: %w%s", err, rootsHint(err))
+		if err := roots.CheckResolvedDeny(p, w.dataDeny()); err != nil {
+			return nil, fmt.Errorf("base_model: %w%s", err, rootsHint(err, key))
 		}
 	}
 	var in openedInputs
@@ -595,28 +598,36 @@ func (w *Worker) checkPaths(job *jobtype.Job) (openedInputs, error) {
 			return nil, fmt.Errorf("%s: %w", f.name, err)
 		}
 		if f.name == "output" {
-			if err := w.cfg.AllowedRoots.CheckResolvedDeny(p, w.outputDeny()); err != nil {
+			if err := roots.CheckResolvedDeny(p, w.outputDeny()); err != nil {
 				in.close()
-				return nil, fmt.Errorf("%s: %w%s", f.name, err, rootsHint(err))
+				return nil, fmt.Errorf("%s: %w%s", f.name, err, rootsHint(err, key))
 			}
 			continue
 		}
-		file, err := w.cfg.AllowedRoots.Open(p, w.dataDeny())
+		file, err := roots.Open(p, w.dataDeny())
 		if err != nil {
 			in.close()
-			return nil, fmt.Errorf("%s: %w%s", f.name, err, rootsHint(err))
+			return nil, fmt.Errorf("%s: %w%s", f.name, err, rootsHint(err, key))
 		}
 		in = append(in, openedInput{field: f.name, file: file, path: p})
 	}
 	return in, nil
 }
 
-// rootsHint names the config key of a path refused as outside the roots.
-func rootsHint(err error) string {
+// rootsHint names the config key (key: jobs.allowed_roots or
+// teams.<team>.allowed_roots) of a path refused as outside the roots.
+func rootsHint(err error, key string) string {
 	if errors.Is(err, pathpolicy.ErrOutside) {
-		return " (jobs.allowed_roots)"
+		return " (" + key + ")"
 	}
 	return ""
+}
+
+// rootsOf is the allowed roots of job's files and their config key: its
+// team's own (Config.TeamRoots), else Config.AllowedRoots (nil: no
+// restriction). The job record carries the team it was admitted for.
+func (w *Worker) rootsOf(job *jobtype.Job) (pathpolicy.Roots, string) {
+	return w.cfg.TeamRoots.For(job.Team, w.cfg.AllowedRoots)
 }
 
 // dataDeny is what no job may read as data: outputDeny, the checkpoint

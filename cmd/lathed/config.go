@@ -27,15 +27,18 @@ import (
 type fileConfig struct {
 	// DataDir is data_dir as routecfg.ReadDaemon reads it (relative to the
 	// file's folder).
-	DataDir   string                  `yaml:"data_dir"`
-	Redis     redisSection            `yaml:"redis"`
-	Scheduler schedulerSection        `yaml:"scheduler"`
-	Worker    workerSection           `yaml:"worker"`
-	Jobs      jobsSection             `yaml:"jobs"`
-	Routing   yaml.Node               `yaml:"routing"`
-	Trainers  map[string]trainerEntry `yaml:"trainers"`
-	Auth      authSection             `yaml:"auth"`
-	Ledger    ledgerSection           `yaml:"ledger"`
+	DataDir   string           `yaml:"data_dir"`
+	Redis     redisSection     `yaml:"redis"`
+	Scheduler schedulerSection `yaml:"scheduler"`
+	Worker    workerSection    `yaml:"worker"`
+	Jobs      jobsSection      `yaml:"jobs"`
+	// Teams holds what is set per team: teams.<name>.allowed_roots
+	// (loadConfig validates them into teamRoots).
+	Teams    map[string]teamSection  `yaml:"teams"`
+	Routing  yaml.Node               `yaml:"routing"`
+	Trainers map[string]trainerEntry `yaml:"trainers"`
+	Auth     authSection             `yaml:"auth"`
+	Ledger   ledgerSection           `yaml:"ledger"`
 	// Cluster is this deployment's name: the lathe:cluster tag of its cloud
 	// instances (the reconciler terminates orphans of its own cluster
 	// only). Default "lathe"; two deployments sharing an AWS account must
@@ -57,6 +60,9 @@ type fileConfig struct {
 	// schedules is Schedules validated, their files resolved against the
 	// config file's folder.
 	schedules []cron.Schedule
+	// teamRoots is the teams' allowed_roots validated (nil: none has its
+	// own).
+	teamRoots pathpolicy.TeamRoots
 
 	// daemon is what routecfg.ReadDaemon read of the file: the routing
 	// config (the implicit one without a file) and the job defaults, as the
@@ -238,6 +244,38 @@ type jobsSection struct {
 	FinishedTTL       duration  `yaml:"finished_ttl"`
 }
 
+// teamSection is one team's entry of teams:.
+type teamSection struct {
+	// AllowedRoots, when given, are the only folders the team's jobs may
+	// read (dataset, eval_dataset, a local base_model) and write
+	// (output.uri), and where its schedules' files must lie, instead of
+	// jobs.allowed_roots; each must lie under jobs.allowed_roots when that
+	// is set. Required, and not empty, for a team listed here.
+	AllowedRoots []string `yaml:"allowed_roots"`
+}
+
+// checkTeams validates teams: into c.teamRoots: each team's allowed_roots
+// absolute, not empty, and under jobs.allowed_roots when that is set.
+func (c *fileConfig) checkTeams() error {
+	var deployment pathpolicy.Roots
+	if len(c.Jobs.AllowedRoots) > 0 {
+		var err error
+		if deployment, err = pathpolicy.New(c.Jobs.AllowedRoots); err != nil {
+			return fmt.Errorf("config %s: jobs.%w", c.path, err)
+		}
+	}
+	lists := make(map[string][]string, len(c.Teams))
+	for name, t := range c.Teams {
+		lists[name] = t.AllowedRoots
+	}
+	trs, err := pathpolicy.NewTeamRoots(lists, deployment)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", c.path, err)
+	}
+	c.teamRoots = trs
+	return nil
+}
+
 // loadRouting parses the routing sections of the config file at path (""
 // = routing's implicit config: one site "local" [onprem]), as a SIGHUP
 // reloads them: the job defaults are not reloaded, nor read.
@@ -405,6 +443,9 @@ func loadConfig(path string) (*fileConfig, error) {
 		}
 	}
 	c.resolvePaths()
+	if err := c.checkTeams(); err != nil {
+		return nil, err
+	}
 	if c.schedules, err = parseSchedules(c.Schedules, path); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}

@@ -7,10 +7,12 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -192,7 +194,8 @@ type wiring struct {
 	rdb      *redis.Client
 	store    *jobstore.Store
 	roots    pathpolicy.Roots
-	endpoint string // EC2/S3 endpoint of the aws backends
+	teams    pathpolicy.TeamRoots // teams.<name>.allowed_roots
+	endpoint string               // EC2/S3 endpoint of the aws backends
 	stops    []func(context.Context) error
 }
 
@@ -243,6 +246,11 @@ func openWiring(ctx context.Context, o *opts, stderr io.Writer, ownRedis bool) (
 		return nil, err
 	}
 	log.Info("file:// datasets and outputs allowed under", slog.Any("allowed_roots", []string(d.roots)))
+	d.teams = fc.teamRoots
+	for _, team := range slices.Sorted(maps.Keys(d.teams)) {
+		log.Info("team's own allowed roots (its jobs and schedule files may use only these)", slog.String("team", team),
+			slog.Any("allowed_roots", []string(d.teams[team])))
+	}
 	d.endpoint = firstNonEmpty(o.endpoint, fc.AWS.EndpointURL)
 	return d, nil
 }
@@ -323,7 +331,7 @@ func (d *wiring) close() {
 
 // startCloudWorker starts the AWS worker of backend name.
 func (d *wiring) startCloudWorker(ctx context.Context, name string) error {
-	c, err := startCloudWorker(ctx, d.rdb, d.store, d.fc, name, d.endpoint, d.dataDir, d.roots, d.log)
+	c, err := startCloudWorker(ctx, d.rdb, d.store, d.fc, name, d.endpoint, d.dataDir, d.roots, d.teams, d.log)
 	if err != nil {
 		return err
 	}
@@ -357,7 +365,7 @@ func (d *wiring) startLocalWorker(ctx context.Context) error {
 		DataDir: d.dataDir, ScriptsDir: scriptsDir, Trainers: trainerCommands(fc.Trainers), TrainerPassEnv: trainerPassEnv(fc.Trainers),
 		Launchers: trainerLaunchers(fc.Trainers), HFPython: fc.Worker.HFPython, DemoPython: fc.Worker.DemoPython,
 		MaxAttempts: fc.Worker.MaxAttempts, KillGrace: fc.Worker.KillGrace.D(), HeartbeatTTL: fc.Worker.HeartbeatTTL.D(),
-		TaskCheckInterval: fc.Worker.TaskCheckInterval.D(), LeaseTTL: fc.Worker.LeaseTTL.D(), AllowedRoots: d.roots, Deny: daemonDeny(fc), RunAs: fc.Worker.RunAs,
+		TaskCheckInterval: fc.Worker.TaskCheckInterval.D(), LeaseTTL: fc.Worker.LeaseTTL.D(), AllowedRoots: d.roots, TeamRoots: d.teams, Deny: daemonDeny(fc), RunAs: fc.Worker.RunAs,
 		CgroupRoot: fc.Worker.CgroupRoot, Logger: d.log,
 	})
 	if err != nil {
@@ -400,6 +408,24 @@ func (d *wiring) startUpClouds(ctx context.Context) error {
 	return nil
 }
 
+// warnUnknownTeams logs each team of teams: that no token and no schedule
+// names: a misspelt name leaves the real team on jobs.allowed_roots.
+func warnUnknownTeams(fc *fileConfig, tokens []plane.Token, log *slog.Logger) {
+	known := map[string]bool{}
+	for _, t := range tokens {
+		known[t.Team] = true
+	}
+	for _, s := range fc.schedules {
+		known[s.Team] = true
+	}
+	for _, team := range slices.Sorted(maps.Keys(fc.teamRoots)) {
+		if !known[team] {
+			log.Warn("teams: no token and no schedule has this team; check its name (a team without an entry uses jobs.allowed_roots)",
+				slog.String("team", team))
+		}
+	}
+}
+
 // startScheduler starts the API, the placer and the other leader duties,
 // and reloads the routing config on SIGHUP.
 func (d *wiring) startScheduler(ctx context.Context) error {
@@ -414,6 +440,7 @@ func (d *wiring) startScheduler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	warnUnknownTeams(fc, tokens, log)
 	listen := firstNonEmpty(o.listen, fc.Scheduler.Listen, "127.0.0.1:8080")
 	if len(tokens) == 0 && !loopbackOnly(listen) {
 		return fmt.Errorf("--listen %s reaches beyond loopback and no API tokens are configured: refusing to run an open API there. Add auth.tokens to the config (see configs/lathe.yaml), or listen on 127.0.0.1", listen)
@@ -443,7 +470,7 @@ func (d *wiring) startScheduler(ctx context.Context) error {
 func (d *wiring) schedulerConfig(ctx context.Context, led *ledger.Ledger) scheduler.Config {
 	fc := d.fc
 	return scheduler.Config{
-		AllowedRoots: d.roots, DataDeny: pathpolicy.DataDeny(d.dataDir, fc.Worker.CheckpointRoot, filepath.Join(d.dataDir, "scripts"), daemonDeny(fc)),
+		AllowedRoots: d.roots, TeamRoots: d.teams, DataDeny: pathpolicy.DataDeny(d.dataDir, fc.Worker.CheckpointRoot, filepath.Join(d.dataDir, "scripts"), daemonDeny(fc)),
 		KeepFinished: fc.Jobs.KeepFinished, FinishedTTL: fc.Jobs.FinishedTTL.D(),
 		Defaults: fc.daemon.Defaults(d.dataDir), Routing: fc.daemon.Routing, Ledger: led,
 		Trainers: trainerNames(fc.Trainers), KillGrace: fc.Worker.KillGrace.D(), PlaceInterval: fc.Scheduler.PlaceInterval.D(),

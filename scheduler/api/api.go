@@ -232,7 +232,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if fe := s.plane.Admissible(spec); len(fe) > 0 {
+	if fe := s.plane.Admissible(principalOf(r), spec); len(fe) > 0 {
 		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "job cannot run on this deployment", Code: "invalid", Fields: fe})
 		return
 	}
@@ -411,7 +411,7 @@ func (s *Server) batchJobs(p plane.Principal, key string, req wire.BatchRequest)
 			continue
 		}
 		spec.Normalize(s.cfg.Defaults)
-		for _, fe := range s.plane.Admissible(spec) {
+		for _, fe := range s.plane.Admissible(p, spec) {
 			fields = append(fields, fe.Under(prefix))
 		}
 		njs = append(njs, jobstore.NewJob{Spec: spec, IdempotencyKey: idemKey(p, key, i)})
