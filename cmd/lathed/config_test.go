@@ -302,3 +302,34 @@ func TestTrainerLauncherConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigTeamRoots: teams.<name>.allowed_roots loads into the teams'
+// roots; an unknown key of a team, a root outside jobs.allowed_roots, a
+// relative root and an empty list are errors naming the key.
+func TestConfigTeamRoots(t *testing.T) {
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := filepath.Join(dir, "lathe.yaml")
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	c, err := loadConfig(write("jobs:\n  allowed_roots: [/data]\nteams:\n  alpha: {allowed_roots: [/data/alpha]}\n  beta:\n    allowed_roots: [/data/beta/, /data/shared]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(c.teamRoots) != "map[alpha:[/data/alpha] beta:[/data/beta /data/shared]]" {
+		t.Fatalf("teams' roots: %v", c.teamRoots)
+	}
+	for body, want := range map[string]string{
+		"teams:\n  beta: {allowed_roots: [/data/beta], allowed_rootz: [/x]}\n":            "allowed_rootz",
+		"jobs:\n  allowed_roots: [/data]\nteams:\n  beta: {allowed_roots: [/srv/beta]}\n": `teams.beta.allowed_roots[0] "/srv/beta": not under jobs.allowed_roots (/data)`,
+		"teams:\n  beta: {allowed_roots: [beta]}\n":                                       "teams.beta.allowed_roots[0]",
+		"teams:\n  beta: {}\n": "teams.beta.allowed_roots: empty",
+	} {
+		if _, err := loadConfig(write(body)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error naming %q", body, err, want)
+		}
+	}
+}
