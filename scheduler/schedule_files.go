@@ -124,7 +124,11 @@ func scheduleMessage(err error, check, file string) string {
 	case errors.As(err, &fe):
 		return fe.why
 	case errors.As(err, &re):
-		return fmt.Sprintf("refused: no backend may run %s (%d reasons; `lathe route --explain %s` shows them)", re.What, len(re.Reasons), file)
+		n := fmt.Sprintf("%d reasons", len(re.Reasons))
+		if len(re.Reasons) == 1 {
+			n = "1 reason"
+		}
+		return fmt.Sprintf("refused: no backend may run %s (%s; `%s %s` says why)", re.What, n, check, file)
 	case errors.As(err, &ve):
 		fields = ve.Errors
 	case errors.As(err, &ie):
@@ -136,6 +140,10 @@ func scheduleMessage(err error, check, file string) string {
 	}
 	parts := make([]string, 0, len(fields))
 	for _, f := range fields {
+		if n, ok := strings.CutSuffix(strings.TrimPrefix(f.Message, "and "), " more problems"); ok && f.Field == "" && isDigits(n) {
+			parts = append(parts, f.Message) // the parsers' cap
+			continue
+		}
 		parts = append(parts, checkedField(f.Field)+": "+ruleMessage(f.Message))
 	}
 	return "invalid (values from the file are not shown" + hint + "): " + strings.Join(parts, "; ")
@@ -172,4 +180,8 @@ func ruleMessage(msg string) string {
 		return msg
 	}
 	return "invalid"
+}
+
+func isDigits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }

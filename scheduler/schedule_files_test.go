@@ -75,7 +75,9 @@ func write(t *testing.T, p, body string, mode os.FileMode) {
 	}
 }
 
-func (r *fileRig) passAt(now time.Time) { scheduleRunnerOf(r.s, func() time.Time { return now }).run(r.ctx) }
+func (r *fileRig) passAt(now time.Time) {
+	scheduleRunnerOf(r.s, func() time.Time { return now }).run(r.ctx)
+}
 
 func (r *fileRig) state(t *testing.T, name string) jobstore.ScheduleState {
 	t.Helper()
@@ -229,4 +231,35 @@ func getSchedules(t *testing.T, base, secret string) []wire.ScheduleInfo {
 		t.Fatalf("GET /api/v1/schedules: %d", resp.StatusCode)
 	}
 	return l.Schedules
+}
+
+// TestScheduleMessageShowsNoValue: what a schedule's message says of a
+// spec that is not valid, not admissible or refused never holds a value
+// of the file: not a field's value, not text a parser quoted, not a key
+// that is no name, not a routing reason; admission's rules and the
+// parsers' cap are kept.
+func TestScheduleMessageShowsNoValue(t *testing.T) {
+	const secret = "SECRET-VALUE"
+	for name, c := range map[string]struct {
+		err  error
+		want string
+	}{
+		"fields": {&jobspec.ValidationError{Errors: []jobspec.FieldError{
+			{Field: "lora.rank", Value: secret, Message: "must be between 1 and 1024"},
+			{Field: "output.formats[0]", Value: secret, Message: `unknown format "` + secret + `" (known: safetensors)`},
+			{Field: "k: " + secret, Value: secret, Message: "unknown field"},
+			{Value: secret, Message: "a job spec must be a mapping of fields, not a string"},
+			{Message: "and 3 more problems"},
+		}}, "lora.rank: invalid; output.formats[0]: invalid; a field: unknown field; the file: invalid; and 3 more problems"},
+		"admission": {&plane.InvalidError{Fields: []jobspec.FieldError{
+			{Field: "trials[0].dataset", Value: "file:///" + secret, Message: msgNotUnder + "an allowed root of team b (teams.b.allowed_roots: /b) (and 3 more trials)"},
+		}}, "trials[0].dataset: not under an allowed root of team b (teams.b.allowed_roots: /b) (and 3 more trials)"},
+		"refused": {&plane.RefusedError{What: "this job", Reasons: []string{"dataset s3://" + secret + "/x is in no site"}},
+			"refused: no backend may run this job (1 reason; `lathe submit --dry-run /f.yaml` says why)"},
+	} {
+		got := scheduleMessage(c.err, "lathe submit --dry-run", "/f.yaml")
+		if strings.Contains(got, secret) || !strings.Contains(got, c.want) {
+			t.Errorf("%s: %q; want it to hold %q and no value", name, got, c.want)
+		}
+	}
 }
