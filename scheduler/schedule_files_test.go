@@ -32,9 +32,8 @@ import (
 // roots, each holding a marker no schedule message, log line or API
 // answer may show.
 type fileRig struct {
-	ctx                        context.Context
+	*schedRig                  // one Scheduler: passAt, state
 	s                          *Scheduler
-	store                      *jobstore.Store
 	log                        *lockedBuf
 	root, alpha, beta, dataDir string
 	ledgerKey, secret          string // the markers
@@ -44,7 +43,7 @@ func newFileRig(t *testing.T, entries ...cron.Entry) *fileRig {
 	t.Helper()
 	srv := redistest.Start(t)
 	root := t.TempDir()
-	r := &fileRig{ctx: context.Background(), store: jobstore.New(srv.Client(), jobstore.Config{}), log: &lockedBuf{}, root: root,
+	r := &fileRig{schedRig: &schedRig{ctx: context.Background(), store: jobstore.New(srv.Client(), jobstore.Config{}), dir: root}, log: &lockedBuf{}, root: root,
 		alpha: filepath.Join(root, "alpha"), beta: filepath.Join(root, "beta"), dataDir: filepath.Join(root, "lathe-data"),
 		ledgerKey: "4c45444745524b45592d6f662d6c61746865640a", secret: "ROOT-ONLY-SECRET-LINE"}
 	for _, d := range []string{r.alpha, r.beta, r.dataDir, filepath.Join(root, "shared")} {
@@ -65,6 +64,7 @@ func newFileRig(t *testing.T, entries ...cron.Entry) *fileRig {
 	r.s = New(srv.Client(), r.store, Config{Schedules: ss, Logger: slog.New(slog.NewTextHandler(r.log, nil)),
 		AllowedRoots: deployment, TeamRoots: teams, DataDeny: pathpolicy.DataDeny(r.dataDir, "", "", nil),
 		Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(filepath.Join(root, "shared", "out"))}})
+	r.ss, r.logs = []*Scheduler{r.s}, []*lockedBuf{r.log}
 	return r
 }
 
@@ -73,19 +73,6 @@ func write(t *testing.T, p, body string, mode os.FileMode) {
 	if err := os.WriteFile(p, []byte(body), mode); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func (r *fileRig) passAt(now time.Time) {
-	scheduleRunnerOf(r.s, func() time.Time { return now }).run(r.ctx)
-}
-
-func (r *fileRig) state(t *testing.T, name string) jobstore.ScheduleState {
-	t.Helper()
-	st, err := r.store.ScheduleStateOf(r.ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
 }
 
 // jobIn is a valid job spec whose dataset and output are in dir.

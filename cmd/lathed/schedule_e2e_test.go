@@ -154,7 +154,22 @@ func (r *schedRig) runs(t *testing.T, base, name string, from, to time.Time, eve
 // schedules reads lathe schedules -o json.
 func (r *schedRig) schedules(t *testing.T, base string) map[string]wire.ScheduleInfo {
 	t.Helper()
-	out, errOut, code := cli(t, r.lathe, base, "schedules", "-o", "json")
+	m, _ := r.schedulesAs(t, base, "")
+	return m
+}
+
+// schedulesAs reads lathe schedules -o json with LATHE_TOKEN=token (""
+// for this process's environment), and returns it by name with the raw
+// output.
+func (r *schedRig) schedulesAs(t *testing.T, base, token string) (map[string]wire.ScheduleInfo, string) {
+	t.Helper()
+	var out, errOut string
+	var code int
+	if token == "" {
+		out, errOut, code = cli(t, r.lathe, base, "schedules", "-o", "json")
+	} else {
+		out, errOut, code = cliAs(t, r.lathe, base, token, "schedules", "-o", "json")
+	}
 	if code != 0 {
 		t.Fatalf("lathe schedules: exit %d: %s", code, errOut)
 	}
@@ -166,7 +181,7 @@ func (r *schedRig) schedules(t *testing.T, base string) map[string]wire.Schedule
 	for _, s := range l.Schedules {
 		m[s.Name] = s
 	}
-	return m
+	return m, out
 }
 
 // TestSchedulesTwoSchedulersE2E: two `lathed scheduler` processes on one

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,18 +70,7 @@ func TestTeamRootsAndScheduleFilesE2E(t *testing.T) {
 	d, base := r.scheduler(t)
 
 	schedulesAs := func(tok string) (map[string]wire.ScheduleInfo, string) {
-		out, errOut, code := cliAs(t, r.lathe, base, tok, "schedules", "-o", "json")
-		if code != 0 {
-			t.Fatalf("lathe schedules: exit %d: %s", code, errOut)
-		}
-		var l wire.ScheduleList
-		if err := json.Unmarshal([]byte(out), &l); err != nil {
-			t.Fatalf("lathe schedules -o json: %v\n%s", err, out)
-		}
-		m := map[string]wire.ScheduleInfo{}
-		for _, s := range l.Schedules {
-			m[s.Name] = s
-		}
+		m, out := r.schedulesAs(t, base, tok)
 		table, _, _ := cliAs(t, r.lathe, base, tok, "schedules")
 		return m, out + table
 	}
