@@ -123,6 +123,12 @@ func startDaemon(t testing.TB, bin string, args ...string) *daemon {
 // trainers' own users (reachableByTrainers).
 func startDaemonEnv(t testing.TB, env []string, bin string, args ...string) *daemon {
 	t.Helper()
+	return startDaemonAs(t, env, nil, bin, args...)
+}
+
+// startDaemonAs is startDaemonEnv run as user cred (nil: this process's).
+func startDaemonAs(t testing.TB, env []string, cred *syscall.Credential, bin string, args ...string) *daemon {
+	t.Helper()
 	for i, a := range args {
 		if a == "--data-dir" && i+1 < len(args) {
 			reachableByTrainers(t, args[i+1])
@@ -138,7 +144,7 @@ func startDaemonEnv(t testing.TB, env []string, bin string, args ...string) *dae
 	}
 	d.cmd.Stdout = syncBuf{d.mu, d.logs}
 	d.cmd.Stderr = syncBuf{d.mu, d.logs}
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: cred}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
 	}

@@ -7,12 +7,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/redistest"
+	"github.com/lathe-ml/lathe/internal/trainer"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 )
 
 // hostileTrainer is a trainer that attacks what it should not reach and
@@ -187,4 +190,46 @@ func TestHostileTrainerDefaultIsolation(t *testing.T) {
 	if !strings.Contains(d.output(), "trainers run as users of their own") {
 		t.Errorf("lathed did not say that trainers run as users of their own")
 	}
+}
+
+// TestNonRootLathedFallsBackFromRootCgroup: once a root lathed has made
+// the "lathe" cgroup, a lathed run as another user (nobody) with
+// cgroup_root auto cannot use it; it still starts, says loudly that
+// trainers run in process groups only (the documented fallback), and says
+// that its trainers run as its own user. It used to refuse to start.
+func TestNonRootLathedFallsBackFromRootCgroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test makes the root lathed's cgroup and runs lathed as nobody: run it as root")
+	}
+	if _, err := trainer.AutoCgroupRoot(); err != nil {
+		t.Fatalf("no cgroup v2 a root lathed could use here: %v", err)
+	}
+	lathed, _ := binaries(t)
+	dir := t.TempDir()
+	reachableByTrainers(t, dir)
+	// nobody's own copy of the binary and its own data dir.
+	bin := filepath.Join(dir, "lathed")
+	b, err := os.ReadFile(lathed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const nobody = 65534
+	if err := os.Chown(data, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	port := redistest.FreePort(t)
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	d := startDaemonAs(t, []string{"HOME=" + data}, &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{}}, bin,
+		"up", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", data, "--gpus", "none")
+	waitHTTP(t, base, d)
+	waitfor.Value(t, 30*time.Second, "lathed's start-up warnings", d.output, func(out string) bool {
+		return strings.Contains(out, "NO USABLE CGROUP V2") && strings.Contains(out, "trainers run as lathed's own user")
+	})
 }
