@@ -302,3 +302,19 @@ func TestTrainerLauncherConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainerUIDsConfig: worker.trainer_uids is FIRST-LAST; anything else
+// is an error naming the field and the value.
+func TestTrainerUIDsConfig(t *testing.T) {
+	if r, err := uidRange("3000000000-3000000099"); err != nil || r != [2]uint32{3_000_000_000, 3_000_000_099} {
+		t.Fatalf("uidRange: %v %v", r, err)
+	}
+	if r, err := uidRange(""); err != nil || r != [2]uint32{} {
+		t.Fatalf("uidRange of nothing: %v %v; want the worker's default (zero)", r, err)
+	}
+	for _, bad := range []string{"5", "0-10", "10-5", "a-b", "1-99999999999"} {
+		if _, err := uidRange(bad); err == nil || !strings.Contains(err.Error(), "worker.trainer_uids") || !strings.Contains(err.Error(), bad) {
+			t.Errorf("uidRange(%q): %v; want an error naming worker.trainer_uids and the value", bad, err)
+		}
+	}
+}
