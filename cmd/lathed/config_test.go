@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -316,5 +317,30 @@ func TestTrainerUIDsConfig(t *testing.T) {
 		if _, err := uidRange(bad); err == nil || !strings.Contains(err.Error(), "worker.trainer_uids") || !strings.Contains(err.Error(), bad) {
 			t.Errorf("uidRange(%q): %v; want an error naming worker.trainer_uids and the value", bad, err)
 		}
+	}
+}
+
+// TestWarnReadableSecrets: a config holding API tokens, or a tokens file,
+// that others may read is named at start; one of mode 0600 is not.
+func TestWarnReadableSecrets(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "lathe.yaml")
+	if err := os.WriteFile(cfg, []byte("auth:\n  tokens:\n    - {name: ops, token: "+strings.Repeat("s", 32)+", role: admin}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fc, err := loadConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	warnReadableSecrets(cfg, fc, slog.New(slog.NewTextHandler(&buf, nil)))
+	if !strings.Contains(buf.String(), "API TOKENS READABLE") || !strings.Contains(buf.String(), cfg) {
+		t.Fatalf("a 0644 config with tokens: %q; want the warning naming it", buf.String())
+	}
+	buf.Reset()
+	_ = os.Chmod(cfg, 0o600)
+	warnReadableSecrets(cfg, fc, slog.New(slog.NewTextHandler(&buf, nil)))
+	if buf.Len() != 0 {
+		t.Fatalf("a 0600 config: %q; want nothing", buf.String())
 	}
 }

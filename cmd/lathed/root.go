@@ -216,6 +216,7 @@ func openWiring(ctx context.Context, o *opts, stderr io.Writer, ownRedis bool) (
 		return nil, err
 	}
 	d := &wiring{o: o, log: log, fc: fc}
+	warnReadableSecrets(o.configPath, fc, log)
 	defer func() {
 		if err != nil {
 			d.close()
