@@ -53,6 +53,11 @@ func newUIDPool(first, last uint32, dir string) (*uidPool, error) {
 	if first == 0 || last < first {
 		return nil, fmt.Errorf("worker.trainer_uids = %d-%d: must be a range of uids above 0, first ≤ last", first, last)
 	}
+	if name, uid, ok := passwdUserIn(first, last); ok {
+		// Its processes would be killed and its scratch files removed at
+		// every attempt's end.
+		return nil, fmt.Errorf("worker.trainer_uids = %d-%d includes uid %d (user %s): the range must hold no existing user", first, last, uid, name)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("worker.trainer_uids: lock folder %s: %w", dir, err)
 	}
@@ -176,4 +181,27 @@ func reachable(dirs ...string) error {
 		}
 	}
 	return nil
+}
+
+// passwdFile is the user database passwdUserIn reads (a test may use its
+// own).
+var passwdFile = "/etc/passwd"
+
+// passwdUserIn is a user of passwdFile whose uid lies in [first, last].
+func passwdUserIn(first, last uint32) (name string, uid uint32, ok bool) {
+	b, err := os.ReadFile(passwdFile)
+	if err != nil {
+		return "", 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) < 3 {
+			continue
+		}
+		u, err := strconv.ParseUint(f[2], 10, 32)
+		if err == nil && uint32(u) >= first && uint32(u) <= last {
+			return f[0], uint32(u), true
+		}
+	}
+	return "", 0, false
 }

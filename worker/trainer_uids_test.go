@@ -38,6 +38,11 @@ func TestUIDPool(t *testing.T) {
 	if _, err := newUIDPool(5, 4, t.TempDir()); err == nil {
 		t.Fatal("a range whose last is below its first was accepted")
 	}
+	// A range holding an existing user (root, 0, is never in one; nobody
+	// is 65534 on Debian) is refused, naming the user.
+	if _, err := newUIDPool(65000, 65535, t.TempDir()); err == nil || !strings.Contains(err.Error(), "nobody") {
+		t.Fatalf("a range holding nobody: %v; want it refused naming the user", err)
+	}
 }
 
 // TestSweepScratch: what a uid left at the top of the scratch folders is
