@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -222,8 +223,13 @@ type workerSection struct {
 	CheckpointRoot  string   `yaml:"checkpoint_root"`
 	MonitorInterval duration `yaml:"monitor_interval"`
 	HangTimeout     duration `yaml:"hang_timeout"`
-	// RunAs: the user trainers run as (lathed must be root); "" = lathed's.
+	// RunAs: the user trainers run as (lathed must be root), or root on
+	// purpose; "" = with lathed as root, a user of its own per attempt
+	// (TrainerUIDs), else lathed's user.
 	RunAs string `yaml:"run_as"`
+	// TrainerUIDs: "FIRST-LAST", the uids of those users; "" =
+	// worker.DefaultTrainerUIDs.
+	TrainerUIDs string `yaml:"trainer_uids"`
 	// CgroupRoot: auto, none or a cgroup v2 directory (worker.Config.CgroupRoot); "" = auto.
 	CgroupRoot string `yaml:"cgroup_root"`
 	// HFPython: the Hugging Face virtualenv's interpreter, {python} for a
@@ -540,4 +546,19 @@ func loadTokens(a authSection, getenv func(string) string) ([]plane.Token, error
 		return nil, err
 	}
 	return out, nil
+}
+
+// uidRange reads worker.trainer_uids ("FIRST-LAST"; "" = zero, the
+// worker's default).
+func uidRange(v string) ([2]uint32, error) {
+	if v == "" {
+		return [2]uint32{}, nil
+	}
+	a, b, ok := strings.Cut(v, "-")
+	first, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 32)
+	last, err2 := strconv.ParseUint(strings.TrimSpace(b), 10, 32)
+	if !ok || err1 != nil || err2 != nil || first == 0 || last < first {
+		return [2]uint32{}, fmt.Errorf("worker.trainer_uids = %q: must be FIRST-LAST, two uids with 0 < FIRST ≤ LAST < 2^32", v)
+	}
+	return [2]uint32{uint32(first), uint32(last)}, nil
 }

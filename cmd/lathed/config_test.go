@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -331,5 +332,46 @@ func TestConfigTeamRoots(t *testing.T) {
 		if _, err := loadConfig(write(body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want an error naming %q", body, err, want)
 		}
+	}
+}
+
+// TestTrainerUIDsConfig: worker.trainer_uids is FIRST-LAST; anything else
+// is an error naming the field and the value.
+func TestTrainerUIDsConfig(t *testing.T) {
+	if r, err := uidRange("3000000000-3000000099"); err != nil || r != [2]uint32{3_000_000_000, 3_000_000_099} {
+		t.Fatalf("uidRange: %v %v", r, err)
+	}
+	if r, err := uidRange(""); err != nil || r != [2]uint32{} {
+		t.Fatalf("uidRange of nothing: %v %v; want the worker's default (zero)", r, err)
+	}
+	for _, bad := range []string{"5", "0-10", "10-5", "a-b", "1-99999999999"} {
+		if _, err := uidRange(bad); err == nil || !strings.Contains(err.Error(), "worker.trainer_uids") || !strings.Contains(err.Error(), bad) {
+			t.Errorf("uidRange(%q): %v; want an error naming worker.trainer_uids and the value", bad, err)
+		}
+	}
+}
+
+// TestWarnReadableSecrets: a config holding API tokens, or a tokens file,
+// that others may read is named at start; one of mode 0600 is not.
+func TestWarnReadableSecrets(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "lathe.yaml")
+	if err := os.WriteFile(cfg, []byte("auth:\n  tokens:\n    - {name: ops, token: "+strings.Repeat("s", 32)+", role: admin}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fc, err := loadConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	warnReadableSecrets(cfg, fc, slog.New(slog.NewTextHandler(&buf, nil)))
+	if !strings.Contains(buf.String(), "API TOKENS READABLE") || !strings.Contains(buf.String(), cfg) {
+		t.Fatalf("a 0644 config with tokens: %q; want the warning naming it", buf.String())
+	}
+	buf.Reset()
+	_ = os.Chmod(cfg, 0o600)
+	warnReadableSecrets(cfg, fc, slog.New(slog.NewTextHandler(&buf, nil)))
+	if buf.Len() != 0 {
+		t.Fatalf("a 0600 config: %q; want nothing", buf.String())
 	}
 }

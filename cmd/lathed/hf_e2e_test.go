@@ -62,6 +62,12 @@ func tinyLlama(t testing.TB) string {
 			llamaErr = err
 			return
 		}
+		// A model store others may read, as a root lathed's trainers (users
+		// of their own) need it: MkdirTemp's folder is 0700.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			llamaErr = err
+			return
+		}
 		llamaDir = filepath.Join(dir, "tiny-llama")
 		cmd := exec.Command(py, "-m", "lathe_trainer.tiny_llama", llamaDir, "--corpus",
 			filepath.Join(root, "configs/examples/data/tiny-train.jsonl"))
@@ -329,6 +335,9 @@ func TestUpHFTinyLlama(t *testing.T) {
 	// format and why.
 	gpt2, err := os.MkdirTemp(filepath.Dir(model), "gpt2-")
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(gpt2, 0o755); err != nil { // the trainer's user reads it
 		t.Fatal(err)
 	}
 	build := exec.Command(py, "-c", `import sys, shutil, glob

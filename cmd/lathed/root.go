@@ -219,6 +219,7 @@ func openWiring(ctx context.Context, o *opts, stderr io.Writer, ownRedis bool) (
 		return nil, err
 	}
 	d := &wiring{o: o, log: log, fc: fc}
+	warnReadableSecrets(o.configPath, fc, log)
 	defer func() {
 		if err != nil {
 			d.close()
@@ -358,7 +359,12 @@ func (d *wiring) startLocalWorker(ctx context.Context) error {
 	// stops run in reverse: the worker stops before its GPUs close.
 	d.stops = append(d.stops, func(context.Context) error { return gpus.Close() })
 	site, siteTags := localSite(fc.daemon.Routing)
+	uids, err := uidRange(fc.Worker.TrainerUIDs)
+	if err != nil {
+		return err
+	}
 	w, err := worker.New(d.rdb, d.store, worker.Config{
+		OwnUsers: fc.Worker.RunAs == "" && os.Geteuid() == 0, TrainerUIDs: uids,
 		Site: site, SiteTags: siteTags,
 		Node: node, Slots: firstPositive(o.slots, fc.Worker.Slots), GPUs: gpus,
 		CheckpointRoot: fc.Worker.CheckpointRoot, MonitorInterval: fc.Worker.MonitorInterval.D(), HangTimeout: fc.Worker.HangTimeout.D(),
