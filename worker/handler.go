@@ -638,6 +638,11 @@ func (w *Worker) checkPaths(job *jobtype.Job) (openedInputs, error) {
 		if err := roots.CheckResolvedDeny(p, w.dataDeny()); err != nil {
 			return nil, fmt.Errorf("base_model: %w%s", err, rootsHint(err, key))
 		}
+		if w.cfg.uids != nil { // a user of its own reads what others may
+			if err := othersMayRead(p); err != nil {
+				return nil, fmt.Errorf("base_model: %w", err)
+			}
+		}
 	}
 	var in openedInputs
 	for _, f := range []struct{ name, uri string }{{"dataset", job.Spec.Dataset}, {"eval_dataset", job.Spec.EvalDataset}, {"output", job.OutputURI}} {

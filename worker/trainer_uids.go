@@ -205,3 +205,33 @@ func passwdUserIn(first, last uint32) (name string, uid uint32, ok bool) {
 	}
 	return "", 0, false
 }
+
+// othersMayRead checks that a user of its own may read the local model
+// folder dir, which the trainer opens itself (models are large: not
+// copied): every folder in it searchable and listable by others, every
+// file readable by them. safetensors writes its files mode 0600, so a
+// model saved as root is not, and the trainer would fail with "no such
+// file"; this names the file and the way out instead. Links are not
+// followed (the trainer's own open resolves them).
+func othersMayRead(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		need := fs.FileMode(0o004)
+		if d.IsDir() {
+			need = 0o005
+		}
+		if info.Mode().Perm()&need != need {
+			return fmt.Errorf("%s is mode %04o: the trainer runs as a user of its own and cannot read it: chmod -R o+rX %s, or set worker.run_as", p, info.Mode().Perm(), dir)
+		}
+		return nil
+	})
+}

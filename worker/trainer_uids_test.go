@@ -114,3 +114,22 @@ func TestReachable(t *testing.T) {
 		t.Fatalf("reachable after chmod: %v", err)
 	}
 }
+
+// TestOthersMayRead: a model folder with a file others may not read (as
+// safetensors writes them, 0600) is named with the way out; made
+// readable, it passes.
+func TestOthersMayRead(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "model")
+	_ = os.MkdirAll(filepath.Join(dir, "sub"), 0o755)
+	_ = os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o644)
+	weights := filepath.Join(dir, "sub", "model.safetensors")
+	_ = os.WriteFile(weights, []byte("w"), 0o600)
+	err := othersMayRead(dir)
+	if err == nil || !strings.Contains(err.Error(), weights+" is mode 0600") || !strings.Contains(err.Error(), "chmod -R o+rX "+dir) {
+		t.Fatalf("othersMayRead: %v; want %s named with chmod -R o+rX", err, weights)
+	}
+	_ = os.Chmod(weights, 0o644)
+	if err := othersMayRead(dir); err != nil {
+		t.Fatalf("othersMayRead of a readable folder: %v", err)
+	}
+}
