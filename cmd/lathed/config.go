@@ -283,6 +283,36 @@ func loadSchedules(path string) ([]cron.Schedule, error) {
 	return ss, nil
 }
 
+// loadAuth reads the API tokens of the config file at path as a SIGHUP
+// reloads them: the auth: section (inline tokens, auth.tokens_file relative
+// to the config file's folder, token_env variables from getenv), validated
+// as at start. path "" has none.
+func loadAuth(path string, getenv func(string) string) ([]plane.Token, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := routecfg.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var f struct {
+		Auth authSection          `yaml:"auth"`
+		Rest map[string]yaml.Node `yaml:",inline"` // the other sections: not reloaded here
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	c := &fileConfig{path: path, Auth: f.Auth}
+	c.resolvePaths()
+	ts, err := loadTokens(c.Auth, getenv)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return ts, nil
+}
+
 // parseSchedules validates the schedules of the config file at path (their
 // relative files are relative to its folder) and checks that each one's
 // job or sweep file is a regular file lathed can read.

@@ -53,9 +53,10 @@ type Config struct {
 	// Ledger records every routing decision; nil records nothing (tests
 	// that do not look at it). lathed always sets it.
 	Ledger *ledger.Ledger
-	// Tokens are the API tokens. Empty means an open API (every request is
-	// an anonymous admin): only for a scheduler on loopback, which lathed
-	// enforces. /healthz is always open.
+	// Tokens are the API tokens at start (Server.SetTokens replaces them).
+	// Empty means an open API (every request is an anonymous admin): only
+	// for a scheduler on loopback, which lathed enforces. /healthz is
+	// always open.
 	Tokens []plane.Token
 	// FollowRedis, when set, serves the blocking stream reads of event
 	// follows (SSE), so many `lathe logs -f` cannot take every connection
@@ -140,10 +141,10 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}()
 	s.log.Info("API listening", slog.String("listen", ln.Addr().String()))
-	if len(s.cfg.Tokens) == 0 {
+	if s.tokenSet().open() {
 		s.log.Warn("no API tokens configured: the API is OPEN to anyone who can reach it (allowed on loopback only)", slog.String("listen", ln.Addr().String()))
 	} else {
-		s.log.Info("API tokens loaded", slog.Int("tokens", len(s.cfg.Tokens)))
+		s.log.Info("API tokens loaded", slog.Int("tokens", len(s.tokenSet().tokens)))
 	}
 	return nil
 }
