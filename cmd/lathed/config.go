@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -196,10 +197,34 @@ type schedulerSection struct {
 	HTTPReadTimeout       duration `yaml:"http_read_timeout"`
 	HTTPWriteTimeout      duration `yaml:"http_write_timeout"`
 	HTTPIdleTimeout       duration `yaml:"http_idle_timeout"`
-	// The API's connection caps (api.Config's MaxConns,
-	// MaxConnsPerIP); 0 = their defaults, negative = no cap.
-	HTTPMaxConns      int `yaml:"http_max_conns"`
+	// The API's connection caps (api.Config's MaxConns, ReservedConns,
+	// MaxConnsPerPrefix); 0 = their defaults, negative = no cap.
+	HTTPMaxConns          int `yaml:"http_max_conns"`
+	HTTPReservedConns     int `yaml:"http_reserved_conns"`
+	HTTPMaxConnsPerPrefix int `yaml:"http_max_conns_per_prefix"`
+	// HTTPMaxConnsPerIP is http_max_conns_per_prefix's old name, still
+	// read: it caps a client's /24 (IPv4) or /64 (IPv6) now, not one IP.
 	HTTPMaxConnsPerIP int `yaml:"http_max_conns_per_ip"`
+}
+
+// maxConnsPerPrefix is http_max_conns_per_prefix, or its old name.
+func (s schedulerSection) maxConnsPerPrefix() int {
+	if s.HTTPMaxConnsPerPrefix != 0 {
+		return s.HTTPMaxConnsPerPrefix
+	}
+	return s.HTTPMaxConnsPerIP
+}
+
+// check rejects connection caps that contradict each other.
+func (s schedulerSection) check() error {
+	if s.HTTPMaxConnsPerPrefix != 0 && s.HTTPMaxConnsPerIP != 0 {
+		return errors.New("scheduler: give http_max_conns_per_prefix or its old name http_max_conns_per_ip, not both")
+	}
+	maxConns := cmp.Or(s.HTTPMaxConns, 4096) // api.Config's default
+	if maxConns > 0 && s.HTTPReservedConns >= maxConns {
+		return fmt.Errorf("scheduler.http_reserved_conns %d: must be below http_max_conns (%d), or the API takes no connection before its token", s.HTTPReservedConns, maxConns)
+	}
+	return nil
 }
 
 type workerSection struct {
@@ -433,6 +458,9 @@ func loadConfig(path string) (*fileConfig, error) {
 			return nil, fmt.Errorf("config %s: worker.gpus = %q: want auto, none or simulated:<server>, the server one of %s",
 				path, g, strings.Join(nvmlinventory.SimulatedServers(), ", "))
 		}
+	}
+	if err := c.Scheduler.check(); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	c.resolvePaths()
 	if c.schedules, err = parseSchedules(c.Schedules, path); err != nil {

@@ -468,7 +468,7 @@ func (d *wiring) apiConfig(listen string, tokens []plane.Token, led *ledger.Ledg
 		Listen: listen, Tokens: tokens, Defaults: fc.daemon.Defaults(d.dataDir), Ledger: led, FollowRedis: followRDB, Logger: d.log,
 		ReadHeaderTimeout: fc.Scheduler.HTTPReadHeaderTimeout.D(), ReadTimeout: fc.Scheduler.HTTPReadTimeout.D(),
 		WriteTimeout: fc.Scheduler.HTTPWriteTimeout.D(), IdleTimeout: fc.Scheduler.HTTPIdleTimeout.D(),
-		MaxConns: fc.Scheduler.HTTPMaxConns, MaxConnsPerIP: fc.Scheduler.HTTPMaxConnsPerIP,
+		MaxConns: fc.Scheduler.HTTPMaxConns, ReservedConns: fc.Scheduler.HTTPReservedConns, MaxConnsPerPrefix: fc.Scheduler.maxConnsPerPrefix(),
 		NoEvictionCheck: d.managed != nil && d.managed.Embedded,
 	}
 }

@@ -46,6 +46,7 @@ type Server struct {
 	mu      sync.Mutex
 	httpSrv *http.Server
 	ln      net.Listener
+	limiter *connLimiter // the connection limits of ln (Start)
 }
 
 // The API's handlers are grouped by what they serve, each group a view
@@ -69,7 +70,7 @@ func New(p plane.Plane, rdb redis.UniversalClient, store *jobstore.Store, cfg Co
 		s.follow = store.WithClient(cfg.FollowRedis)
 	}
 	s.tokens.Store(newTokenSet(cfg.Tokens))
-	s.reg.MustRegister(&storeCollector{s: opsView{s}})
+	s.reg.MustRegister(&storeCollector{s: opsView{s}}, connCollector{s})
 	return s
 }
 

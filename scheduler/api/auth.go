@@ -66,10 +66,13 @@ func (s *Server) SetTokens(ts []plane.Token) error {
 // authenticate finds the token of a request. Every configured token is
 // compared, in constant time, so the time taken says nothing about which
 // one (or how much of one) matched. The token set is read once, so a
-// request is checked against one set even while SetTokens swaps it.
+// request is checked against one set even while SetTokens swaps it. A
+// request that passes moves its connection to the authenticated pool of
+// the connection limits (connLimiter).
 func (s *Server) authenticate(r *http.Request) (plane.Principal, bool) {
 	set := s.tokenSet()
 	if set.open() {
+		markAuthenticated(r.Context())
 		return anonymous, true
 	}
 	h := r.Header.Get("Authorization")
@@ -87,6 +90,7 @@ func (s *Server) authenticate(r *http.Request) (plane.Principal, bool) {
 	if found < 0 {
 		return plane.Principal{}, false
 	}
+	markAuthenticated(r.Context())
 	t := set.tokens[found]
 	return plane.Principal{Name: t.Name, Role: t.Role, Team: t.Team, AllTeams: t.AllTeams}, true
 }
