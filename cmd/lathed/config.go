@@ -288,24 +288,34 @@ func loadSchedules(path string) ([]cron.Schedule, error) {
 	if path == "" {
 		return nil, nil
 	}
-	b, err := routecfg.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
 	var f struct {
 		Schedules []cron.Entry         `yaml:"schedules"`
 		Rest      map[string]yaml.Node `yaml:",inline"` // the other sections: not reloaded here
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+	if err := readSections(path, &f); err != nil {
+		return nil, err
 	}
 	ss, err := parseSchedules(f.Schedules, path)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return ss, nil
+}
+
+// readSections decodes the config file at path into f, a struct of the
+// sections a SIGHUP reloads and an inline map that takes the others; an
+// unknown key inside a section is an error.
+func readSections(path string, f any) error {
+	b, err := routecfg.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(f); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
 }
 
 // loadAuth reads the API tokens of the config file at path as a SIGHUP
@@ -316,18 +326,12 @@ func loadAuth(path string, getenv func(string) string) ([]plane.Token, error) {
 	if path == "" {
 		return nil, nil
 	}
-	b, err := routecfg.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
 	var f struct {
 		Auth authSection          `yaml:"auth"`
 		Rest map[string]yaml.Node `yaml:",inline"` // the other sections: not reloaded here
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+	if err := readSections(path, &f); err != nil {
+		return nil, err
 	}
 	c := &fileConfig{path: path, Auth: f.Auth}
 	c.resolvePaths()

@@ -64,9 +64,28 @@ var Seeds = []Seed{
 	{1, "redis://h:6379/0", "", "&db=x"},    // password= and a bad db
 }
 
-// AddSeeds adds Seeds to f's corpus, as (mode, prefix, pw, suffix).
-func AddSeeds(f *testing.F) {
+// Fuzz fuzzes check with URLs holding a planted password: Seeds first,
+// then what the fuzzer makes of their pieces (mode, prefix, pw, suffix:
+// Plant's arguments). check fails the test, with NoMarker, where what it
+// would print holds Marker.
+func Fuzz(f *testing.F, check func(t *testing.T, u string)) {
 	for _, s := range Seeds {
 		f.Add(s.Mode, s.Prefix, s.PW, s.Suffix)
+	}
+	f.Fuzz(func(t *testing.T, mode uint8, prefix, pw, suffix string) {
+		u, ok := Plant(mode, prefix, pw, suffix)
+		if !ok {
+			t.Skip()
+		}
+		check(t, u)
+	})
+}
+
+// NoMarker fails t when printed, what the code under test would print for
+// the URL u (what says what it is), holds Marker.
+func NoMarker(t *testing.T, u, what, printed string) {
+	t.Helper()
+	if strings.Contains(printed, Marker) {
+		t.Fatalf("%s for %q holds the password: %q", what, u, printed)
 	}
 }
