@@ -18,6 +18,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
+	"github.com/lathe-ml/lathe/internal/redact"
 	"github.com/lathe-ml/lathe/internal/trainer"
 )
 
@@ -58,11 +59,11 @@ func (a *cloudAttempt) stage(ctx context.Context, what, uri string) (string, err
 	switch {
 	case strings.HasPrefix(uri, "s3://"):
 		if _, err := agent.ParseS3URI(uri); err != nil {
-			return "", permanent("%s %q: %v", what, uri, err)
+			return "", permanent("%s %q: %v", what, redact.URL(uri), redact.Text(err.Error(), uri))
 		}
 		return uri, nil
 	case !strings.HasPrefix(uri, "file:"):
-		return "", permanent("%s %q: only file:// and s3:// data can reach a cloud instance", what, uri)
+		return "", permanent("%s %q: only file:// and s3:// data can reach a cloud instance", what, redact.URL(uri))
 	}
 	f, p, err := a.openDataset(what, uri)
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -203,10 +204,34 @@ type schedulerSection struct {
 	HTTPReadTimeout       duration `yaml:"http_read_timeout"`
 	HTTPWriteTimeout      duration `yaml:"http_write_timeout"`
 	HTTPIdleTimeout       duration `yaml:"http_idle_timeout"`
-	// The API's connection caps (api.Config's MaxConns,
-	// MaxConnsPerIP); 0 = their defaults, negative = no cap.
-	HTTPMaxConns      int `yaml:"http_max_conns"`
+	// The API's connection caps (api.Config's MaxConns, ReservedConns,
+	// MaxConnsPerPrefix); 0 = their defaults, negative = no cap.
+	HTTPMaxConns          int `yaml:"http_max_conns"`
+	HTTPReservedConns     int `yaml:"http_reserved_conns"`
+	HTTPMaxConnsPerPrefix int `yaml:"http_max_conns_per_prefix"`
+	// HTTPMaxConnsPerIP is http_max_conns_per_prefix's old name, still
+	// read: it caps a client's /24 (IPv4) or /64 (IPv6) now, not one IP.
 	HTTPMaxConnsPerIP int `yaml:"http_max_conns_per_ip"`
+}
+
+// maxConnsPerPrefix is http_max_conns_per_prefix, or its old name.
+func (s schedulerSection) maxConnsPerPrefix() int {
+	if s.HTTPMaxConnsPerPrefix != 0 {
+		return s.HTTPMaxConnsPerPrefix
+	}
+	return s.HTTPMaxConnsPerIP
+}
+
+// check rejects connection caps that contradict each other.
+func (s schedulerSection) check() error {
+	if s.HTTPMaxConnsPerPrefix != 0 && s.HTTPMaxConnsPerIP != 0 {
+		return errors.New("scheduler: give http_max_conns_per_prefix or its old name http_max_conns_per_ip, not both")
+	}
+	maxConns := cmp.Or(s.HTTPMaxConns, 4096) // api.Config's default
+	if maxConns > 0 && s.HTTPReservedConns >= maxConns {
+		return fmt.Errorf("scheduler.http_reserved_conns %d: must be below http_max_conns (%d), or the API takes no connection before its token", s.HTTPReservedConns, maxConns)
+	}
+	return nil
 }
 
 type workerSection struct {
@@ -307,24 +332,58 @@ func loadSchedules(path string) ([]cron.Schedule, error) {
 	if path == "" {
 		return nil, nil
 	}
-	b, err := routecfg.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
 	var f struct {
 		Schedules []cron.Entry         `yaml:"schedules"`
 		Rest      map[string]yaml.Node `yaml:",inline"` // the other sections: not reloaded here
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+	if err := readSections(path, &f); err != nil {
+		return nil, err
 	}
 	ss, err := parseSchedules(f.Schedules, path)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return ss, nil
+}
+
+// readSections decodes the config file at path into f, a struct of the
+// sections a SIGHUP reloads and an inline map that takes the others; an
+// unknown key inside a section is an error.
+func readSections(path string, f any) error {
+	b, err := routecfg.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(f); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// loadAuth reads the API tokens of the config file at path as a SIGHUP
+// reloads them: the auth: section (inline tokens, auth.tokens_file relative
+// to the config file's folder, token_env variables from getenv), validated
+// as at start. path "" has none.
+func loadAuth(path string, getenv func(string) string) ([]plane.Token, error) {
+	if path == "" {
+		return nil, nil
+	}
+	var f struct {
+		Auth authSection          `yaml:"auth"`
+		Rest map[string]yaml.Node `yaml:",inline"` // the other sections: not reloaded here
+	}
+	if err := readSections(path, &f); err != nil {
+		return nil, err
+	}
+	c := &fileConfig{path: path, Auth: f.Auth}
+	c.resolvePaths()
+	ts, err := loadTokens(c.Auth, getenv)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return ts, nil
 }
 
 // parseSchedules validates the schedules of the config file at path (their
@@ -447,6 +506,9 @@ func loadConfig(path string) (*fileConfig, error) {
 			return nil, fmt.Errorf("config %s: worker.gpus = %q: want auto, none or simulated:<server>, the server one of %s",
 				path, g, strings.Join(nvmlinventory.SimulatedServers(), ", "))
 		}
+	}
+	if err := c.Scheduler.check(); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	c.resolvePaths()
 	if err := c.checkTeams(); err != nil {

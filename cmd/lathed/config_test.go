@@ -29,7 +29,7 @@ func TestExampleConfigLoads(t *testing.T) {
 		sc.HTTPWriteTimeout.D() != time.Minute || sc.HTTPIdleTimeout.D() != time.Minute {
 		t.Fatalf("example config's API timeouts: %+v", sc)
 	}
-	if sc := c.Scheduler; sc.HTTPMaxConns != 4096 || sc.HTTPMaxConnsPerIP != 256 {
+	if sc := c.Scheduler; sc.HTTPMaxConns != 4096 || sc.HTTPReservedConns != 1024 || sc.maxConnsPerPrefix() != 256 {
 		t.Fatalf("example config's API connection caps: %+v", sc)
 	}
 	if tr := c.Trainers["reference"]; len(tr.Command) != 2 || tr.Command[0] != "{python}" || tr.Launcher == nil || !tr.Launcher.Torchrun {
@@ -137,11 +137,14 @@ func TestConfigGPUsFlagValidatedAtStart(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	for name, body := range map[string]string{
-		"unknown key":   "worker:\n  slotz: 3\n",
-		"bad duration":  "worker:\n  kill_grace: soon\n",
-		"empty trainer": "trainers:\n  mine: []\n",
-		"bad residency": "routing:\n  default_residency: [OnPrem]\n",
-		"s3 output":     "jobs:\n  default_output_uri: s3://b/p\n",
+		"unknown key":           "worker:\n  slotz: 3\n",
+		"bad duration":          "worker:\n  kill_grace: soon\n",
+		"empty trainer":         "trainers:\n  mine: []\n",
+		"bad residency":         "routing:\n  default_residency: [OnPrem]\n",
+		"s3 output":             "jobs:\n  default_output_uri: s3://b/p\n",
+		"both per-prefix names": "scheduler:\n  http_max_conns_per_prefix: 8\n  http_max_conns_per_ip: 8\n",
+		"reserve over the cap":  "scheduler:\n  http_max_conns: 64\n  http_reserved_conns: 64\n",
+		"reserve over default":  "scheduler:\n  http_reserved_conns: 5000\n",
 	} {
 		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")
 		os.WriteFile(p, []byte(body), 0o644)
@@ -155,6 +158,28 @@ func TestConfigErrors(t *testing.T) {
 	os.WriteFile(p, nil, 0o644)
 	if _, err := loadConfig(p); err != nil {
 		t.Errorf("empty config: %v", err)
+	}
+}
+
+// TestConfigConnCaps: http_max_conns_per_ip, the old name, still sets the
+// per-prefix cap; the reserve and the per-prefix cap reach the API's Config.
+func TestConfigConnCaps(t *testing.T) {
+	dir := t.TempDir()
+	for body, want := range map[string][3]int{
+		"scheduler:\n  http_max_conns_per_ip: 8\n":                                                      {0, 0, 8},
+		"scheduler:\n  http_max_conns: 64\n  http_reserved_conns: 16\n  http_max_conns_per_prefix: 4\n": {64, 16, 4},
+		"scheduler:\n  http_max_conns: -1\n  http_reserved_conns: 99999\n":                              {-1, 99999, 0},
+	} {
+		p := filepath.Join(dir, "c.yaml")
+		os.WriteFile(p, []byte(body), 0o644)
+		fc, err := loadConfig(p)
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		ac := (&wiring{fc: fc}).apiConfig("127.0.0.1:0", nil, nil, nil)
+		if got := [3]int{ac.MaxConns, ac.ReservedConns, ac.MaxConnsPerPrefix}; got != want {
+			t.Errorf("%q: max, reserved, per prefix = %v, want %v", body, got, want)
+		}
 	}
 }
 

@@ -20,6 +20,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lathe-ml/lathe/internal/redact"
+
 	"github.com/lathe-ml/lathe/internal/jobstore"
 )
 
@@ -29,9 +31,11 @@ func newRedisClient(url string) (*redis.Client, error) { return newRedisClientPo
 
 // newRedisClientPool is newRedisClient with a pool of poolSize connections
 // (0: go-redis's default, 10 per CPU).
-// An error names the URL with its password redacted (redactURL).
+// An error names the URL with its password redacted (redactURL), and its
+// cause never quotes the password (redact.Parse: url.Parse quotes the
+// whole URL, go-redis a path that can hold it).
 func newRedisClientPool(url string, poolSize int) (*redis.Client, error) {
-	opt, err := redis.ParseURL(url)
+	opt, err := redact.Parse(url, redis.ParseURL)
 	if err != nil {
 		return nil, fmt.Errorf("--redis-url %q: %w", redactURL(url), err)
 	}

@@ -433,7 +433,8 @@ func warnUnknownTeams(fc *fileConfig, tokens []plane.Token, log *slog.Logger) {
 }
 
 // startScheduler starts the API, the placer and the other leader duties,
-// and reloads the routing config on SIGHUP.
+// and reloads the routing config, the schedules and the API tokens on
+// SIGHUP (reloader).
 func (d *wiring) startScheduler(ctx context.Context) error {
 	o, fc, log := d.o, d.fc, d.log
 	// Event follows block on XREAD: give them their own, larger pool.
@@ -465,7 +466,7 @@ func (d *wiring) startScheduler(ctx context.Context) error {
 		return err
 	}
 	d.stops = append(d.stops, a.Stop)
-	go reloadOnHUP(ctx, o.configPath, s, log)
+	go reloader{path: o.configPath, sched: s, api: a, getenv: os.Getenv, log: log}.run(ctx)
 	log.Info("lathe is up", slog.String("api", "http://"+a.Addr()), slog.String("data_dir", d.dataDir),
 		slog.String("redis", redactURL(d.url)))
 	return nil
@@ -500,7 +501,7 @@ func (d *wiring) apiConfig(listen string, tokens []plane.Token, led *ledger.Ledg
 		Listen: listen, Tokens: tokens, Defaults: fc.daemon.Defaults(d.dataDir), Ledger: led, FollowRedis: followRDB, Logger: d.log,
 		ReadHeaderTimeout: fc.Scheduler.HTTPReadHeaderTimeout.D(), ReadTimeout: fc.Scheduler.HTTPReadTimeout.D(),
 		WriteTimeout: fc.Scheduler.HTTPWriteTimeout.D(), IdleTimeout: fc.Scheduler.HTTPIdleTimeout.D(),
-		MaxConns: fc.Scheduler.HTTPMaxConns, MaxConnsPerIP: fc.Scheduler.HTTPMaxConnsPerIP,
+		MaxConns: fc.Scheduler.HTTPMaxConns, ReservedConns: fc.Scheduler.HTTPReservedConns, MaxConnsPerPrefix: fc.Scheduler.maxConnsPerPrefix(),
 		NoEvictionCheck: d.managed != nil && d.managed.Embedded,
 	}
 }
@@ -658,11 +659,21 @@ func openLedger(rdb redis.UniversalClient, fc *fileConfig, dataDir string, log *
 	return ledger.New(rdb, key, firstNonEmpty(fc.Redis.KeyPrefix, "lathe:")), nil
 }
 
-// reloadOnHUP re-reads the schedules and the routing sections of the
-// config file on SIGHUP and hands them to the scheduler (jobs no longer
-// feasible are held, never moved); a bad section keeps its old version.
-// Other sections, and the worker, need a restart.
-func reloadOnHUP(ctx context.Context, path string, s *scheduler.Scheduler, log *slog.Logger) {
+// reloader re-reads the config file at path on SIGHUP: the schedules,
+// the routing sections (handed to the scheduler; jobs no longer feasible
+// are held, never moved) and the API tokens (swapped at once in the
+// running API). A bad section keeps its old version and logs why. Other
+// sections, and the worker, need a restart.
+type reloader struct {
+	path   string
+	sched  *scheduler.Scheduler
+	api    *api.Server
+	getenv func(string) string
+	log    *slog.Logger
+}
+
+// run reloads on each SIGHUP until ctx ends.
+func (r reloader) run(ctx context.Context) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -672,22 +683,52 @@ func reloadOnHUP(ctx context.Context, path string, s *scheduler.Scheduler, log *
 			return
 		case <-hup:
 		}
-		if ss, err := loadSchedules(path); err != nil {
-			log.Error("SIGHUP: schedules not reloaded; the old schedules stay", slog.Any("err", err))
-		} else {
-			s.SetSchedules(ss)
-		}
-		rc, err := loadRouting(path)
-		if err != nil {
-			log.Error("SIGHUP: config not reloaded; the old routing config stays", slog.Any("err", err))
-			continue
-		}
-		if err := s.SetRouting(ctx, rc); err != nil {
-			log.Error("SIGHUP: re-checking jobs against the new routing config", slog.Any("err", err))
-			continue
-		}
-		log.Info("SIGHUP: routing config reloaded", slog.String("config_hash", rc.Hash()))
+		r.reload(ctx)
 	}
+}
+
+// reload reloads each section in turn; one that fails does not stop the
+// others.
+func (r reloader) reload(ctx context.Context) {
+	log := r.log
+	if ss, err := loadSchedules(r.path); err != nil {
+		log.Error("SIGHUP: schedules not reloaded; the old schedules stay", slog.Any("err", err))
+	} else {
+		r.sched.SetSchedules(ss)
+	}
+	r.reloadTokens()
+	rc, err := loadRouting(r.path)
+	if err != nil {
+		log.Error("SIGHUP: config not reloaded; the old routing config stays", slog.Any("err", err))
+		return
+	}
+	if err := r.sched.SetRouting(ctx, rc); err != nil {
+		log.Error("SIGHUP: re-checking jobs against the new routing config", slog.Any("err", err))
+		return
+	}
+	log.Info("SIGHUP: routing config reloaded", slog.String("config_hash", rc.Hash()))
+}
+
+// reloadTokens swaps the API's tokens for those the config names now (no
+// config file: nothing to reload). Tokens that fail to load, or none left
+// where there were some, keep the old tokens.
+func (r reloader) reloadTokens() {
+	if r.path == "" {
+		return
+	}
+	ts, err := loadAuth(r.path, r.getenv)
+	if err == nil {
+		err = r.api.SetTokens(ts)
+	}
+	if err != nil {
+		r.log.Error("SIGHUP: API tokens not reloaded; the old tokens stay", slog.Any("err", err))
+		return
+	}
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = t.Name
+	}
+	r.log.Info("SIGHUP: API tokens reloaded", slog.Int("tokens", len(ts)), slog.Any("names", names))
 }
 
 // testHoldScheduledSweep reads LATHE_TEST_HOLD_SCHEDULED_SWEEP (a Go
