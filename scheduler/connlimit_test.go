@@ -166,13 +166,30 @@ func TestConnectionEviction(t *testing.T) {
 // make room), and a run on one keep-alive connection: none gets a 503 or
 // 429, every one succeeds. Its p99 latency is logged, not asserted.
 func TestConnectionFairness(t *testing.T) {
-	const (
-		prefixes  = 17
-		perPrefix = 4
-		maxConns  = 64
-		reserved  = 16
-		requests  = 200
-	)
+	connectionFairness(t, fairnessScale{prefixes: 17, perPrefix: 4, maxConns: 64, reserved: 16, requests: 200, redial: 20 * time.Millisecond})
+}
+
+// BenchmarkConnectionFairness17x256 is TestConnectionFairness at the
+// scale of the attack that found the hole, with the default caps: 17
+// prefixes × 256 stalled connections (4,352, over the 3,072 the waiting
+// pool holds), redialled a second after a refusal, against one token
+// holder on an 18th prefix. It runs once, whatever b.N; its figures are
+// the token holder's latencies (t.Logf) and a failure on any status but
+// 200. scripts/bench/connfair.sh runs it.
+func BenchmarkConnectionFairness17x256(b *testing.B) {
+	connectionFairness(b, fairnessScale{prefixes: 17, perPrefix: 256, maxConns: 4096, reserved: 1024, requests: 200, redial: time.Second})
+}
+
+// fairnessScale is the shape of a connection-fairness run.
+type fairnessScale struct {
+	prefixes, perPrefix, maxConns, reserved, requests int
+	// redial is how long an attacker waits to dial again after a refusal.
+	redial time.Duration
+}
+
+// connectionFairness runs attackers and one token holder at scale sc.
+func connectionFairness(t testing.TB, sc fairnessScale) {
+	prefixes, perPrefix, maxConns, reserved, requests := sc.prefixes, sc.perPrefix, sc.maxConns, sc.reserved, sc.requests
 	tok := plane.Token{Name: "root", Secret: "root-secret-0123456789", Role: plane.RoleAdmin, Team: "ops"}
 	_, addr := startAPI(t, scheduler.Config{}, api.Config{Tokens: []plane.Token{tok}, MaxConns: maxConns, ReservedConns: reserved,
 		MaxConnsPerPrefix: perPrefix, ReadHeaderTimeout: 5 * time.Minute, ReadTimeout: 5 * time.Minute})
@@ -217,7 +234,7 @@ func TestConnectionFairness(t *testing.T) {
 					// wait for a condition of the test).
 					select {
 					case <-ctx.Done():
-					case <-time.After(20 * time.Millisecond):
+					case <-time.After(sc.redial):
 					}
 				}
 			}()
@@ -244,8 +261,8 @@ func TestConnectionFairness(t *testing.T) {
 		}
 		return m
 	}
-	m := waitfor.Value(t, 60*time.Second, "the waiting pool full and attackers turned away", metrics, func(m map[string]float64) bool {
-		return m[`lathe_api_connections{pool="waiting"}`] == maxConns-reserved &&
+	m := waitfor.Value(t, 120*time.Second, "the waiting pool full and attackers turned away", metrics, func(m map[string]float64) bool {
+		return m[`lathe_api_connections{pool="waiting"}`] == float64(maxConns-reserved) &&
 			m[`lathe_api_connections_refused_total{reason="full"}`]+m[`lathe_api_connections_refused_total{reason="evicted"}`] > 0
 	})
 	t.Logf("under attack: %v", m)
@@ -263,7 +280,7 @@ func TestConnectionFairness(t *testing.T) {
 		for range n {
 			if !keepAlive {
 				waitfor.True(t, 30*time.Second, "the waiting pool full again", func() bool {
-					return metrics()[`lathe_api_connections{pool="waiting"}`] == maxConns-reserved
+					return metrics()[`lathe_api_connections{pool="waiting"}`] == float64(maxConns-reserved)
 				})
 			}
 			req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/api/v1/jobs", nil)
@@ -288,7 +305,7 @@ func TestConnectionFairness(t *testing.T) {
 	evicted := func() float64 { return metrics()[`lathe_api_connections_refused_total{reason="evicted"}`] }
 	before := evicted()
 	run(requests/2, false)
-	if got := evicted() - before; got < requests/2 {
+	if got := evicted() - before; got < float64(requests/2) {
 		t.Errorf("%v waiting connections closed for the token holder's %d new connections, want one each", got, requests/2)
 	}
 	run(requests, true)

@@ -37,7 +37,7 @@ import (
 
 // startAPI runs a scheduler with cfg on 127.0.0.1:0 through Start (the real
 // http.Server with its timeouts) and returns it and its address.
-func startAPI(t *testing.T, cfg scheduler.Config, acs ...api.Config) (bundle, string) {
+func startAPI(t testing.TB, cfg scheduler.Config, acs ...api.Config) (bundle, string) {
 	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client()

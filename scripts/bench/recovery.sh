@@ -21,6 +21,7 @@ root=$(pwd)
 jobs=${1:-2}
 rounds=${2:-3}
 work=$(mktemp -d /tmp/lathe-recovery-XXXXXX)
+chmod o+x "$work" # a root lathed runs trainers as users of their own: they must reach their folders under it
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done

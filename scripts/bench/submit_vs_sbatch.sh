@@ -33,6 +33,7 @@ if ! command -v sbatch >/dev/null || ! command -v slurmctld >/dev/null ||
 fi
 
 work=$(mktemp -d /tmp/lathe-sbatch-XXXXXX)
+chmod o+x "$work" # a root lathed runs trainers as users of their own: they must reach their folders under it
 pids=()
 cleanup() {
   local p

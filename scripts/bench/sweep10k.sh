@@ -21,6 +21,7 @@ for tool in redis-server redis-cli curl jq; do
   command -v "$tool" >/dev/null || { echo "sweep10k: $tool is missing (scripts/setup.sh --test installs it)" >&2; exit 1; }
 done
 work=$(mktemp -d /tmp/lathe-sweep10k-XXXXXX)
+chmod o+x "$work" # a root lathed runs trainers as users of their own: they must reach their folders under it
 pids=()
 cleanup() {
   local p
