@@ -1,0 +1,284 @@
+package ledger
+
+import (
+	"context"
+	"crypto/hmac"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// AnchorKeeperConfig configures an AnchorKeeper.
+type AnchorKeeperConfig struct {
+	// Interval is the least time between two looks at Redis after an append,
+	// so that a burst of appends (a sweep's chunks) costs one write of the
+	// anchor. An append of this process is anchored about Interval after
+	// Redis confirms it. Default (zero) 200ms.
+	Interval time.Duration
+	// Poll is how often the keeper looks at the head in Redis when no
+	// append of this process told it to: how long the appends of other
+	// processes (an AWS worker's staging records, a second scheduler's
+	// decisions) may wait to be anchored. Default (zero) 2s.
+	Poll time.Duration
+	// Logger gets an error when Redis is behind the anchor (wiped or rolled
+	// back), once per finding. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// AnchorKeeper moves a ledger's anchor (WithAnchor) forward as records are
+// appended: after each append this process makes (Ledger.Appended), and
+// every Poll for the appends of other processes, it reads the head in
+// Redis and, when it is past the anchor, writes it to the anchor file
+// (Flush). It never writes a lower record over a higher one, and never
+// moves the anchor on while Redis no longer holds the anchored record, so
+// once Redis is wiped or rolled back the anchor stays where it was and
+// Verify fails until an operator runs Reanchor.
+//
+// The anchor lags Redis by up to about Interval for this process's appends
+// and Poll for other processes': records appended within that window and
+// then lost with a wipe or a rollback are not noticed (doc.go, "The
+// anchor").
+type AnchorKeeper struct {
+	l    *Ledger
+	a    *Anchor
+	cfg  AnchorKeeperConfig
+	log  *slog.Logger
+	kick chan struct{}
+
+	mu    sync.Mutex // one Flush at a time; guards alarm
+	alarm string     // the last finding logged, "" when none
+
+	started  atomic.Bool
+	stopOnce sync.Once
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// NewAnchorKeeper returns the keeper of l's anchor, which l tells of its
+// appends from now on. It fails if l has no anchor (WithAnchor). One
+// keeper per Ledger.
+func NewAnchorKeeper(l *Ledger, cfg AnchorKeeperConfig) (*AnchorKeeper, error) {
+	if l.anchor == nil {
+		return nil, errors.New("ledger: anchor keeper: the ledger has no anchor (WithAnchor)")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 200 * time.Millisecond
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	k := &AnchorKeeper{l: l, a: l.anchor, cfg: cfg, log: cfg.Logger.With(slog.String("anchor", l.anchor.Path())),
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	notify := func() {
+		select {
+		case k.kick <- struct{}{}:
+		default:
+		}
+	}
+	l.appended.Store(&notify)
+	return k, nil
+}
+
+// Start anchors the head in Redis once (logging what it finds), then keeps
+// the anchor in the background until Stop, not until ctx ends: the last
+// write must come after the last append, which the scheduler's own Stop
+// makes.
+func (k *AnchorKeeper) Start(ctx context.Context) error {
+	if !k.started.CompareAndSwap(false, true) {
+		return errors.New("ledger: anchor keeper: already started")
+	}
+	k.flushAndLog(ctx)
+	go k.run()
+	return nil
+}
+
+// Stop anchors the head one last time and ends the keeper. It is safe to
+// call twice, and without Start.
+func (k *AnchorKeeper) Stop(ctx context.Context) error {
+	if !k.started.Load() {
+		return nil
+	}
+	k.stopOnce.Do(func() { close(k.stop) })
+	select {
+	case <-k.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("ledger: anchor keeper: stop: %w", ctx.Err())
+	}
+}
+
+// flushTimeout bounds one Flush of the background loop.
+const flushTimeout = 5 * time.Second
+
+func (k *AnchorKeeper) run() {
+	defer close(k.done)
+	final := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+		defer cancel()
+		k.flushAndLog(ctx)
+	}
+	poll := time.NewTimer(k.cfg.Poll)
+	defer poll.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-k.stop:
+			final()
+			return
+		case <-k.kick:
+		case <-poll.C:
+		}
+		if wait := time.Until(last.Add(k.cfg.Interval)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-k.stop:
+				t.Stop()
+				final()
+				return
+			case <-t.C:
+			}
+		}
+		select { // this flush covers the appends that kicked meanwhile
+		case <-k.kick:
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+		k.flushAndLog(ctx)
+		cancel()
+		last = time.Now()
+		poll.Reset(k.cfg.Poll)
+	}
+}
+
+// flushAndLog runs Flush and logs a finding once, when it changes.
+func (k *AnchorKeeper) flushAndLog(ctx context.Context) {
+	st, err := k.Flush(ctx)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg == k.alarm {
+		return
+	}
+	k.alarm = msg
+	switch {
+	case err == nil:
+		k.log.Info("ledger anchored", slog.Int64("seq", st.Seq), slog.String("mac", short(st.MAC)))
+	case errors.Is(err, ErrTampered):
+		k.log.Error("the ledger in Redis does not match its anchor; the anchor stays where it is and lathe audit verify fails until an operator re-anchors it (docs/operations.md)",
+			slog.String("error", msg))
+	default:
+		k.log.Warn("could not anchor the ledger", slog.String("error", msg))
+	}
+}
+
+// Flush anchors the head in Redis now, if it is past the anchor, and
+// returns the anchor as it then is. It writes nothing, and returns an error
+// wrapping ErrTampered, when Redis is behind the anchor, no longer holds
+// the anchored record, or has a head that is not a record made with the
+// key; other errors are for reading Redis or the file.
+func (k *AnchorKeeper) Flush(ctx context.Context) (AnchorState, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	cur, _, err := k.a.Load()
+	if err != nil {
+		return cur, err
+	}
+	tip, err := k.l.readTip(ctx, cur.StreamID)
+	if err != nil {
+		return cur, err
+	}
+	if tip.headErr != nil {
+		return cur, tip.headErr
+	}
+	if tip.head.seq < cur.Seq {
+		return cur, fmt.Errorf("%w: %s", ErrTampered, behindAnchor(tip.head.seq, k.a.Path(), cur))
+	}
+	if cur.Seq > 0 {
+		r, derr := decodeOne(tip.anchored)
+		if derr != nil || r.Seq != cur.Seq || r.MAC != cur.MAC {
+			return cur, fmt.Errorf("%w: record %d, anchored in %s with MAC %s at stream id %s, is no longer in Redis as anchored: Redis was wiped or rolled back and written again",
+				ErrTampered, cur.Seq, k.a.Path(), short(cur.MAC), cur.StreamID)
+		}
+	}
+	if tip.head.seq == cur.Seq {
+		return cur, nil
+	}
+	r, derr := decodeOne(tip.last)
+	if derr != nil || r.Seq != tip.head.seq || r.MAC != tip.head.mac || !hmac.Equal([]byte(ComputeMAC(k.l.key, r)), []byte(r.MAC)) {
+		return cur, fmt.Errorf("%w: the head in Redis (record %d, MAC %s) is not the stream's last record as made with the key: not anchored (run lathe audit verify)",
+			ErrTampered, tip.head.seq, short(tip.head.mac))
+	}
+	next := AnchorState{Seq: r.Seq, MAC: r.MAC, StreamID: r.StreamID, Time: k.l.now().UTC().Round(0)}
+	prev, wrote, err := k.a.store(next, false)
+	if err != nil {
+		return cur, err
+	}
+	if !wrote {
+		return prev, nil // another process anchored as far or further
+	}
+	return next, nil
+}
+
+// tip is the head in Redis, the stream's last entry and the entry at an
+// anchored stream id, read together.
+type tip struct {
+	head     headState
+	headErr  error
+	last     []redis.XMessage
+	anchored []redis.XMessage
+}
+
+// readTip reads the head, the stream's last entry and, when anchoredID is
+// not "", the entry with that id, in one transaction.
+func (l *Ledger) readTip(ctx context.Context, anchoredID string) (tip, error) {
+	var hc *redis.SliceCmd
+	var lc, ac *redis.XMessageSliceCmd
+	_, err := l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		hc = p.HMGet(ctx, l.head, "seq", "mac")
+		lc = p.XRevRangeN(ctx, l.stream, "+", "-", 1)
+		if anchoredID != "" {
+			ac = p.XRangeN(ctx, l.stream, anchoredID, anchoredID, 1)
+		}
+		return nil
+	})
+	if err != nil {
+		return tip{}, fmt.Errorf("ledger: anchor: read head: %w", err)
+	}
+	var t tip
+	t.head, t.headErr = l.parseHead(hc.Val())
+	t.last = lc.Val()
+	if ac != nil {
+		t.anchored = ac.Val()
+	}
+	return t, nil
+}
+
+// decodeOne decodes the one entry of msgs.
+func decodeOne(msgs []redis.XMessage) (Record, error) {
+	if len(msgs) != 1 {
+		return Record{}, errors.New("no entry")
+	}
+	return decodeEntry(msgs[0])
+}
+
+// behindAnchor says that the ledger in Redis ends at record n, before the
+// anchor st in the file at path.
+func behindAnchor(n int64, path string, st AnchorState) string {
+	where := fmt.Sprintf("ends at record %d", n)
+	if n == 0 {
+		where = "is empty"
+	}
+	return fmt.Sprintf("the ledger in Redis %s, but the anchor in %s says record %d with MAC %s (anchored %s): Redis was wiped or rolled back",
+		where, path, st.Seq, short(st.MAC), st.Time.Format(time.RFC3339))
+}
