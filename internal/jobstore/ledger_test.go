@@ -259,7 +259,7 @@ func TestLoggedWritesTellTheAnchorKeeper(t *testing.T) {
 	ctx, s := b.ctx, b.store
 	anchor := filepath.Join(t.TempDir(), "ledger.anchor")
 	led := ledger.New(s.Redis(), bytes.Repeat([]byte{7}, ledger.MinKeySize), s.Prefix(), ledger.WithAnchor(anchor))
-	k, err := ledger.NewAnchorKeeper(led, ledger.AnchorKeeperConfig{Interval: time.Millisecond, Poll: time.Hour})
+	k, err := ledger.NewAnchorKeeper(led, ledger.AnchorKeeperConfig{Settle: -1, Poll: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,10 @@ type anchored struct {
 	k    *ledger.AnchorKeeper
 }
 
+// noSettle anchors a record as soon as Redis holds it: the test's Redis
+// is not crashed.
+var noSettle = ledger.AnchorKeeperConfig{Settle: -1}
+
 // setupAnchored is setup with the ledger anchored in a file of the test's
 // temporary folder.
 func setupAnchored(t *testing.T, cfg ledger.AnchorKeeperConfig) anchored {
@@ -80,7 +84,7 @@ func (a anchored) verifyFails(t *testing.T, want ...string) ledger.Report {
 }
 
 func TestAnchorWrittenAfterAppends(t *testing.T) {
-	a := setupAnchored(t, ledger.AnchorKeeperConfig{})
+	a := setupAnchored(t, noSettle)
 	if _, ok, err := a.l.Anchor().Load(); ok || err != nil {
 		t.Fatalf("anchor before any flush: ok %v, %v", ok, err)
 	}
@@ -107,7 +111,7 @@ func TestAnchorWrittenAfterAppends(t *testing.T) {
 // TestAnchorRedisAheadPasses: the anchor lags Redis by the appends not yet
 // anchored, which is no problem.
 func TestAnchorRedisAheadPasses(t *testing.T) {
-	a := setupAnchored(t, ledger.AnchorKeeperConfig{})
+	a := setupAnchored(t, noSettle)
 	fill(t, a.testBundle, 3)
 	a.flush(t, 3)
 	fill(t, a.testBundle, 5)
@@ -120,7 +124,7 @@ func TestAnchorRedisAheadPasses(t *testing.T) {
 }
 
 func TestAnchorWipe(t *testing.T) {
-	a := setupAnchored(t, ledger.AnchorKeeperConfig{})
+	a := setupAnchored(t, noSettle)
 	recs := fill(t, a.testBundle, 5)
 	a.flush(t, 5)
 	if err := a.rdb.FlushAll(a.ctx).Err(); err != nil {
@@ -170,7 +174,7 @@ func (s snapshot) restore(t *testing.T, b testBundle) {
 }
 
 func TestAnchorRollback(t *testing.T) {
-	a := setupAnchored(t, ledger.AnchorKeeperConfig{})
+	a := setupAnchored(t, noSettle)
 	fill(t, a.testBundle, 3)
 	a.flush(t, 3)
 	old := takeSnapshot(t, a.testBundle)
@@ -199,7 +203,7 @@ func TestAnchorRollback(t *testing.T) {
 // TestAnchorForgedHead: someone who can write to Redis but has no key
 // cannot move the anchor on, whatever head they write.
 func TestAnchorForgedHead(t *testing.T) {
-	a := setupAnchored(t, ledger.AnchorKeeperConfig{})
+	a := setupAnchored(t, noSettle)
 	recs := fill(t, a.testBundle, 3)
 	a.flush(t, 3)
 	att := attacker{t: t, b: a.testBundle}
@@ -215,7 +219,7 @@ func TestAnchorForgedHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	att.setHead(4, forged.MAC)
-	if _, err := a.k.Flush(a.ctx); !errors.Is(err, ledger.ErrTampered) || !strings.Contains(err.Error(), "not the stream's last record as made with the key") {
+	if _, err := a.k.Flush(a.ctx); !errors.Is(err, ledger.ErrTampered) || !strings.Contains(err.Error(), "is not a record made with the key") {
 		t.Fatalf("flush of a forged head: %v", err)
 	}
 	if st := a.load(t); st.Seq != 3 {
@@ -235,7 +239,7 @@ func TestAnchorForgedHead(t *testing.T) {
 func TestAnchorKeeperInBackground(t *testing.T) {
 	// Poll is long: this process's appends must reach the anchor by the
 	// notice they give, not by the poll.
-	a := setupAnchored(t, ledger.AnchorKeeperConfig{Interval: time.Millisecond, Poll: time.Hour})
+	a := setupAnchored(t, ledger.AnchorKeeperConfig{Settle: -1, Poll: time.Hour})
 	fill(t, a.testBundle, 2)
 	if err := a.k.Start(a.ctx); err != nil {
 		t.Fatal(err)
@@ -276,7 +280,7 @@ func TestAnchorKeeperInBackground(t *testing.T) {
 
 // TestAnchorKeeperPolls: other processes' appends are anchored by the poll.
 func TestAnchorKeeperPolls(t *testing.T) {
-	a := setupAnchored(t, ledger.AnchorKeeperConfig{Interval: time.Millisecond, Poll: 5 * time.Millisecond})
+	a := setupAnchored(t, ledger.AnchorKeeperConfig{Settle: -1, Poll: 5 * time.Millisecond})
 	if err := a.k.Start(a.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -296,9 +300,9 @@ func TestAnchorKeeperPolls(t *testing.T) {
 // TestAnchorKeepersShareAFile: two keepers of one file (two schedulers with
 // one data dir) move it forward, never back.
 func TestAnchorKeepersShareAFile(t *testing.T) {
-	a := setupAnchored(t, ledger.AnchorKeeperConfig{})
+	a := setupAnchored(t, noSettle)
 	second := ledger.New(a.rdb, a.key, a.prefix, ledger.WithAnchor(a.path))
-	k2, err := ledger.NewAnchorKeeper(second, ledger.AnchorKeeperConfig{})
+	k2, err := ledger.NewAnchorKeeper(second, noSettle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +316,7 @@ func TestAnchorKeepersShareAFile(t *testing.T) {
 }
 
 func TestAnchorUnreadable(t *testing.T) {
-	a := setupAnchored(t, ledger.AnchorKeeperConfig{})
+	a := setupAnchored(t, noSettle)
 	fill(t, a.testBundle, 2)
 	if err := os.WriteFile(a.path, []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
@@ -324,7 +328,7 @@ func TestAnchorUnreadable(t *testing.T) {
 }
 
 func TestReanchor(t *testing.T) {
-	a := setupAnchored(t, ledger.AnchorKeeperConfig{})
+	a := setupAnchored(t, noSettle)
 	recs := fill(t, a.testBundle, 5)
 	a.flush(t, 5)
 	if err := a.rdb.FlushAll(a.ctx).Err(); err != nil {
@@ -371,7 +375,7 @@ func TestReanchor(t *testing.T) {
 }
 
 func TestReanchorRefusesABrokenChain(t *testing.T) {
-	a := setupAnchored(t, ledger.AnchorKeeperConfig{})
+	a := setupAnchored(t, noSettle)
 	fill(t, a.testBundle, 3)
 	a.flush(t, 3)
 	att := attacker{t: t, b: a.testBundle}
@@ -382,4 +386,33 @@ func TestReanchorRefusesABrokenChain(t *testing.T) {
 	if st := a.load(t); st.Seq != 3 {
 		t.Fatalf("anchor moved to %+v", st)
 	}
+}
+
+// TestAnchorWaitsForRecordsToSettle: a record Redis has held for less than
+// Settle (which a crash of Redis could still lose) is not anchored yet.
+func TestAnchorWaitsForRecordsToSettle(t *testing.T) {
+	a := setupAnchored(t, ledger.AnchorKeeperConfig{Settle: time.Hour})
+	fill(t, a.testBundle, 3)
+	if st, err := a.k.Flush(a.ctx); err != nil || st.Seq != 0 {
+		t.Fatalf("flush of unsettled records: %+v, %v", st, err)
+	}
+	if _, ok, err := a.l.Anchor().Load(); ok || err != nil {
+		t.Fatalf("anchor written: ok %v, %v", ok, err)
+	}
+	verifyOK(t, a.testBundle, 3)
+}
+
+// TestAnchorKeeperAnchorsOnceSettled: the notice of an append schedules a
+// look at Redis once the records have settled; the poll is not needed.
+func TestAnchorKeeperAnchorsOnceSettled(t *testing.T) {
+	a := setupAnchored(t, ledger.AnchorKeeperConfig{Settle: 100 * time.Millisecond, Poll: time.Hour})
+	if err := a.k.Start(a.ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer a.k.Stop(a.ctx)
+	recs := fill(t, a.testBundle, 3)
+	waitfor.True(t, 10*time.Second, "the anchor at record 3", func() bool {
+		st, _, _ := a.l.Anchor().Load()
+		return st.Seq == 3 && st.MAC == recs[2].MAC
+	})
 }

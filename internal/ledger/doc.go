@@ -93,22 +93,27 @@
 // in Lua scripts in several places and processes (the scheduler's decisions,
 // the API's admissions, a sweep's chunks, an AWS worker's staging records,
 // on other hosts perhaps), and a file write per record would slow a
-// 10,000-trial sweep. After an append of its own process (Appended), at
-// most every Interval, and every Poll for other processes' appends, the
-// keeper reads the head in Redis, checks that it is the stream's last
-// record, made with the key, and that Redis still holds the anchored record
-// at its stream id, and only then writes the head to the file, never a
-// lower record over a higher one. Once Redis is behind the anchor or has
-// lost the anchored record, the keeper leaves the anchor where it is and
-// logs an error; Verify fails until an operator runs Reanchor, which
-// verifies the chain, appends a record saying where the anchor was and
-// why it moves (KindAnchorReset), and anchors that record.
+// 10,000-trial sweep. Settle after an append of its own process (Appended;
+// the appends meanwhile share one write), and every Poll for other
+// processes' appends, the keeper reads the ledger in Redis: its last record
+// that Redis has held for Settle (by the stream id against Redis's TIME:
+// Redis answers a write before its AOF reaches the disk, so a crash of
+// Redis loses about the last second, which must not look like a
+// rollback). When that record is made with the key, is past the anchor,
+// and Redis still holds the anchored record at its stream id, the keeper
+// writes it to the file, never a lower record over a higher one. Once
+// Redis is behind the anchor or has lost the anchored record, the keeper
+// leaves the anchor where it is and logs an error; Verify fails until an
+// operator runs Reanchor, which verifies the chain, appends a record
+// saying where the anchor was and why it moves (KindAnchorReset), and
+// anchors that record.
 //
-// The window: the anchor lags Redis by up to about Interval (this
-// process's appends) or Poll (other processes'), plus a file write. Records
-// appended in that window and lost in a wipe or a rollback are not noticed,
-// nor is a rollback to a copy that still holds the anchored record. Each
-// keeper's anchor is its own: two schedulers on two hosts keep two files,
-// each checked by the Verify of its own process. The anchor guards against
-// someone who can write to Redis but not to the anchor's folder.
+// The window: the anchor lags Redis by about Settle (this process's
+// appends; 3s by default) or Settle + Poll (other processes'; 4s), plus a
+// file write. Records appended in that window and lost in a wipe or a
+// rollback are not noticed, nor is a rollback to a copy that still holds
+// the anchored record. Each keeper's anchor is its own: two schedulers on
+// two hosts keep two files, each checked by the Verify of its own process.
+// The anchor guards against someone who can write to Redis but not to the
+// anchor's folder.
 package ledger

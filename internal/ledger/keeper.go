@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,15 +16,17 @@ import (
 
 // AnchorKeeperConfig configures an AnchorKeeper.
 type AnchorKeeperConfig struct {
-	// Interval is the least time between two looks at Redis after an append,
-	// so that a burst of appends (a sweep's chunks) costs one write of the
-	// anchor. An append of this process is anchored about Interval after
-	// Redis confirms it. Default (zero) 200ms.
-	Interval time.Duration
-	// Poll is how often the keeper looks at the head in Redis when no
+	// Settle is how long Redis must have held a record (by its stream id,
+	// against Redis's clock) before the keeper anchors it. Redis answers a
+	// write before it reaches the disk (appendfsync everysec), so a crash
+	// of Redis loses about the last second of writes; an anchor past them
+	// would make that crash look like a rollback. Default (zero) 3s;
+	// negative: none, for a Redis that never loses a write it answered.
+	Settle time.Duration
+	// Poll is how often the keeper looks at the ledger in Redis when no
 	// append of this process told it to: how long the appends of other
 	// processes (an AWS worker's staging records, a second scheduler's
-	// decisions) may wait to be anchored. Default (zero) 2s.
+	// decisions) may wait, beyond Settle, to be anchored. Default (zero) 1s.
 	Poll time.Duration
 	// Logger gets an error when Redis is behind the anchor (wiped or rolled
 	// back), once per finding. Default slog.Default().
@@ -31,17 +34,18 @@ type AnchorKeeperConfig struct {
 }
 
 // AnchorKeeper moves a ledger's anchor (WithAnchor) forward as records are
-// appended: after each append this process makes (Ledger.Appended), and
-// every Poll for the appends of other processes, it reads the head in
-// Redis and, when it is past the anchor, writes it to the anchor file
-// (Flush). It never writes a lower record over a higher one, and never
-// moves the anchor on while Redis no longer holds the anchored record, so
-// once Redis is wiped or rolled back the anchor stays where it was and
-// Verify fails until an operator runs Reanchor.
+// appended: Settle after each append this process makes (Ledger.Appended;
+// appends meanwhile share the write), and every Poll for the appends of
+// other processes, it reads the ledger in Redis and anchors its last
+// record that has settled, when that is past the anchor (Flush). It never
+// writes a lower record over a higher one, and never moves the anchor on
+// while Redis no longer holds the anchored record, so once Redis is wiped
+// or rolled back the anchor stays where it was and Verify fails until an
+// operator runs Reanchor.
 //
-// The anchor lags Redis by up to about Interval for this process's appends
-// and Poll for other processes': records appended within that window and
-// then lost with a wipe or a rollback are not noticed (doc.go, "The
+// The anchor lags Redis by about Settle for this process's appends and
+// Settle + Poll for other processes': records appended within that window
+// and then lost with a wipe or a rollback are not noticed (doc.go, "The
 // anchor").
 type AnchorKeeper struct {
 	l    *Ledger
@@ -66,11 +70,14 @@ func NewAnchorKeeper(l *Ledger, cfg AnchorKeeperConfig) (*AnchorKeeper, error) {
 	if l.anchor == nil {
 		return nil, errors.New("ledger: anchor keeper: the ledger has no anchor (WithAnchor)")
 	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = 200 * time.Millisecond
+	if cfg.Settle == 0 {
+		cfg.Settle = 3 * time.Second
+	}
+	if cfg.Settle < 0 {
+		cfg.Settle = 0
 	}
 	if cfg.Poll <= 0 {
-		cfg.Poll = 2 * time.Second
+		cfg.Poll = time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -118,6 +125,10 @@ func (k *AnchorKeeper) Stop(ctx context.Context) error {
 // flushTimeout bounds one Flush of the background loop.
 const flushTimeout = 5 * time.Second
 
+// settleMargin is how long after Settle a notice's records are looked
+// for: the clocks' rounding to the millisecond, and appends just after it.
+const settleMargin = 50 * time.Millisecond
+
 func (k *AnchorKeeper) run() {
 	defer close(k.done)
 	final := func() {
@@ -127,33 +138,36 @@ func (k *AnchorKeeper) run() {
 	}
 	poll := time.NewTimer(k.cfg.Poll)
 	defer poll.Stop()
-	last := time.Now()
+	due := time.NewTimer(time.Hour)
+	due.Stop()
+	defer due.Stop()
+	var dueAt, lastKick time.Time // dueAt zero: no flush due for a notice
 	for {
 		select {
 		case <-k.stop:
 			final()
 			return
 		case <-k.kick:
-		case <-poll.C:
-		}
-		if wait := time.Until(last.Add(k.cfg.Interval)); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-k.stop:
-				t.Stop()
-				final()
-				return
-			case <-t.C:
+			lastKick = time.Now()
+			if dueAt.IsZero() {
+				dueAt = lastKick.Add(k.cfg.Settle + settleMargin)
+				due.Reset(time.Until(dueAt))
 			}
+			continue
+		case <-poll.C:
+		case <-due.C:
 		}
-		select { // this flush covers the appends that kicked meanwhile
-		case <-k.kick:
-		default:
-		}
+		began := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 		k.flushAndLog(ctx)
 		cancel()
-		last = time.Now()
+		due.Stop()
+		dueAt = time.Time{}
+		if !lastKick.IsZero() && lastKick.Add(k.cfg.Settle+settleMargin).After(began) {
+			// A notice whose records had not settled when this flush began.
+			dueAt = lastKick.Add(k.cfg.Settle + settleMargin)
+			due.Reset(time.Until(dueAt))
+		}
 		poll.Reset(k.cfg.Poll)
 	}
 }
@@ -182,11 +196,12 @@ func (k *AnchorKeeper) flushAndLog(ctx context.Context) {
 	}
 }
 
-// Flush anchors the head in Redis now, if it is past the anchor, and
-// returns the anchor as it then is. It writes nothing, and returns an error
-// wrapping ErrTampered, when Redis is behind the anchor, no longer holds
-// the anchored record, or has a head that is not a record made with the
-// key; other errors are for reading Redis or the file.
+// Flush anchors the ledger's last record that has settled (Settle) now,
+// if it is past the anchor, and returns the anchor as it then is. It
+// writes nothing, and returns an error wrapping ErrTampered, when Redis is
+// behind the anchor, no longer holds the anchored record, or ends in a
+// record not made with the key; other errors are for reading Redis or the
+// file.
 func (k *AnchorKeeper) Flush(ctx context.Context) (AnchorState, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -194,7 +209,7 @@ func (k *AnchorKeeper) Flush(ctx context.Context) (AnchorState, error) {
 	if err != nil {
 		return cur, err
 	}
-	tip, err := k.l.readTip(ctx, cur.StreamID)
+	tip, err := k.l.readTip(ctx, cur.StreamID, k.cfg.Settle)
 	if err != nil {
 		return cur, err
 	}
@@ -211,13 +226,16 @@ func (k *AnchorKeeper) Flush(ctx context.Context) (AnchorState, error) {
 				ErrTampered, cur.Seq, k.a.Path(), short(cur.MAC), cur.StreamID)
 		}
 	}
-	if tip.head.seq == cur.Seq {
-		return cur, nil
+	if len(tip.settled) == 0 {
+		return cur, nil // nothing has settled yet
 	}
-	r, derr := decodeOne(tip.last)
-	if derr != nil || r.Seq != tip.head.seq || r.MAC != tip.head.mac || !hmac.Equal([]byte(ComputeMAC(k.l.key, r)), []byte(r.MAC)) {
-		return cur, fmt.Errorf("%w: the head in Redis (record %d, MAC %s) is not the stream's last record as made with the key: not anchored (run lathe audit verify)",
-			ErrTampered, tip.head.seq, short(tip.head.mac))
+	r, derr := decodeOne(tip.settled)
+	if derr != nil || r.Seq > tip.head.seq || !hmac.Equal([]byte(ComputeMAC(k.l.key, r)), []byte(r.MAC)) {
+		return cur, fmt.Errorf("%w: stream entry %s is not a record made with the key: not anchored (run lathe audit verify)",
+			ErrTampered, tip.settled[0].ID)
+	}
+	if r.Seq <= cur.Seq {
+		return cur, nil
 	}
 	next := AnchorState{Seq: r.Seq, MAC: r.MAC, StreamID: r.StreamID, Time: k.l.now().UTC().Round(0)}
 	prev, wrote, err := k.a.store(next, false)
@@ -230,23 +248,32 @@ func (k *AnchorKeeper) Flush(ctx context.Context) (AnchorState, error) {
 	return next, nil
 }
 
-// tip is the head in Redis, the stream's last entry and the entry at an
-// anchored stream id, read together.
+// tip is the head in Redis, the stream's last entry that has settled and
+// the entry at an anchored stream id, read together.
 type tip struct {
 	head     headState
 	headErr  error
-	last     []redis.XMessage
+	settled  []redis.XMessage
 	anchored []redis.XMessage
 }
 
-// readTip reads the head, the stream's last entry and, when anchoredID is
-// not "", the entry with that id, in one transaction.
-func (l *Ledger) readTip(ctx context.Context, anchoredID string) (tip, error) {
+// readTip reads the head, the stream's last entry added at least settle
+// ago by Redis's clock and, when anchoredID is not "", the entry with that
+// id, in one transaction (after a TIME, when settle is not 0).
+func (l *Ledger) readTip(ctx context.Context, anchoredID string, settle time.Duration) (tip, error) {
+	upTo := "+"
+	if settle > 0 {
+		now, err := l.rdb.Time(ctx).Result()
+		if err != nil {
+			return tip{}, fmt.Errorf("ledger: anchor: read Redis's clock: %w", err)
+		}
+		upTo = strconv.FormatInt(now.Add(-settle).UnixMilli(), 10) // every id of that millisecond or before
+	}
 	var hc *redis.SliceCmd
-	var lc, ac *redis.XMessageSliceCmd
+	var sc, ac *redis.XMessageSliceCmd
 	_, err := l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		hc = p.HMGet(ctx, l.head, "seq", "mac")
-		lc = p.XRevRangeN(ctx, l.stream, "+", "-", 1)
+		sc = p.XRevRangeN(ctx, l.stream, upTo, "-", 1)
 		if anchoredID != "" {
 			ac = p.XRangeN(ctx, l.stream, anchoredID, anchoredID, 1)
 		}
@@ -257,7 +284,7 @@ func (l *Ledger) readTip(ctx context.Context, anchoredID string) (tip, error) {
 	}
 	var t tip
 	t.head, t.headErr = l.parseHead(hc.Val())
-	t.last = lc.Val()
+	t.settled = sc.Val()
 	if ac != nil {
 		t.anchored = ac.Val()
 	}

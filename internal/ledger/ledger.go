@@ -81,7 +81,7 @@ func (l *Ledger) Anchor() *Anchor { return l.anchor }
 // Appended tells the ledger's AnchorKeeper, if it has one, that records may
 // have been appended: a script using LuaAppend calls it once Redis has
 // answered (Append and AppendMany call it themselves). It never blocks; the
-// keeper anchors the new head within its Interval.
+// keeper anchors the new records once they have settled (AnchorKeeperConfig).
 func (l *Ledger) Appended() {
 	if f := l.appended.Load(); f != nil {
 		(*f)()
