@@ -24,9 +24,9 @@ type Report struct {
 	Head string
 	// Anchor is the anchor Verify held Redis to (WithAnchor), nil when the
 	// ledger has none or its file was not written yet.
-	Anchor *AnchorState `json:"anchor,omitempty"`
+	Anchor *AnchorState `json:",omitempty"`
 	// AnchorPath is the anchor's file, when the ledger has an anchor.
-	AnchorPath string `json:"anchor_path,omitempty"`
+	AnchorPath string `json:",omitempty"`
 	// Problems lists what is wrong, in the order found, so the first one
 	// names the first record that is wrong. At most maxProblems are listed;
 	// a last one then says how many more there were.
