@@ -78,6 +78,7 @@ func daemonDeny(fc *fileConfig) pathpolicy.Deny {
 		{Path: fc.Auth.TokensFile, Why: "auth.tokens_file"},
 		{Path: fc.Ledger.KeyFile, Why: "ledger.key_file"},
 		{Path: fc.Ledger.AnchorFile, Why: "ledger.anchor_file"},
+		{Path: lockOf(fc.Ledger.AnchorFile), Why: "ledger.anchor_file's lock"},
 	} {
 		if e.Path == "" {
 			continue
@@ -436,6 +437,15 @@ func decodeConfig(c *fileConfig, b []byte, path string) error {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
 	return nil
+}
+
+// lockOf is the lock file beside an anchor file (ledger.Anchor), "" for
+// none.
+func lockOf(anchorFile string) string {
+	if anchorFile == "" {
+		return ""
+	}
+	return anchorFile + ".lock"
 }
 
 // resolvePaths makes the relative file paths of the config

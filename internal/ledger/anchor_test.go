@@ -42,6 +42,28 @@ func setupAnchored(t *testing.T, cfg ledger.AnchorKeeperConfig) anchored {
 	return a
 }
 
+// setupWiped is setupAnchored (no settling) with 5 records appended and
+// anchored, then Redis wiped (FLUSHALL); it returns the records.
+func setupWiped(t *testing.T) (anchored, []ledger.Record) {
+	t.Helper()
+	a := setupAnchored(t, noSettle)
+	recs := fill(t, a.testBundle, 5)
+	a.flush(t, 5)
+	if err := a.rdb.FlushAll(a.ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return a, recs
+}
+
+// start starts the keeper, stopped when the test ends.
+func (a anchored) start(t *testing.T) {
+	t.Helper()
+	if err := a.k.Start(a.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.k.Stop(a.ctx) })
+}
+
 // flush anchors the head and checks the anchor is at record want.
 func (a anchored) flush(t *testing.T, want int64) ledger.AnchorState {
 	t.Helper()
@@ -124,12 +146,7 @@ func TestAnchorRedisAheadPasses(t *testing.T) {
 }
 
 func TestAnchorWipe(t *testing.T) {
-	a := setupAnchored(t, noSettle)
-	recs := fill(t, a.testBundle, 5)
-	a.flush(t, 5)
-	if err := a.rdb.FlushAll(a.ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	a, recs := setupWiped(t)
 	a.verifyFails(t, "the ledger in Redis is empty, but the anchor in "+a.path+" says record 5 with MAC "+recs[4].MAC[:16],
 		"Redis was wiped or rolled back")
 	// The keeper neither follows Redis down nor up along a new chain.
@@ -241,10 +258,7 @@ func TestAnchorKeeperInBackground(t *testing.T) {
 	// notice they give, not by the poll.
 	a := setupAnchored(t, ledger.AnchorKeeperConfig{Settle: -1, Poll: time.Hour})
 	fill(t, a.testBundle, 2)
-	if err := a.k.Start(a.ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer a.k.Stop(a.ctx)
+	a.start(t)
 	if st := a.load(t); st.Seq != 2 {
 		t.Fatalf("anchor after Start: %+v", st)
 	}
@@ -281,10 +295,7 @@ func TestAnchorKeeperInBackground(t *testing.T) {
 // TestAnchorKeeperPolls: other processes' appends are anchored by the poll.
 func TestAnchorKeeperPolls(t *testing.T) {
 	a := setupAnchored(t, ledger.AnchorKeeperConfig{Settle: -1, Poll: 5 * time.Millisecond})
-	if err := a.k.Start(a.ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer a.k.Stop(a.ctx)
+	a.start(t)
 	other := ledger.New(a.rdb, a.key, a.prefix)
 	for i := 0; i < 3; i++ {
 		if _, err := other.Append(a.ctx, ledger.Record{Kind: "staging", Body: json.RawMessage(`{}`)}); err != nil {
@@ -328,12 +339,7 @@ func TestAnchorUnreadable(t *testing.T) {
 }
 
 func TestReanchor(t *testing.T) {
-	a := setupAnchored(t, noSettle)
-	recs := fill(t, a.testBundle, 5)
-	a.flush(t, 5)
-	if err := a.rdb.FlushAll(a.ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	a, recs := setupWiped(t)
 	fill(t, a.testBundle, 2)
 	a.verifyFails(t, "says record 5")
 
@@ -406,10 +412,7 @@ func TestAnchorWaitsForRecordsToSettle(t *testing.T) {
 // look at Redis once the records have settled; the poll is not needed.
 func TestAnchorKeeperAnchorsOnceSettled(t *testing.T) {
 	a := setupAnchored(t, ledger.AnchorKeeperConfig{Settle: 100 * time.Millisecond, Poll: time.Hour})
-	if err := a.k.Start(a.ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer a.k.Stop(a.ctx)
+	a.start(t)
 	recs := fill(t, a.testBundle, 3)
 	waitfor.True(t, 10*time.Second, "the anchor at record 3", func() bool {
 		st, _, _ := a.l.Anchor().Load()
