@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/scheduler/plane"
 	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/routing"
@@ -48,7 +50,7 @@ func budgetFor(rs *policy.RouteState, team string, d routing.Decision) *jobstore
 
 // admission admits jobs: the one path every job takes into the store.
 type admission struct {
-	cfg     Config // Trainers, AllowedRoots, DataDeny, Defaults, Ledger, TestHoldScheduledSweep
+	cfg     Config // Trainers, AllowedRoots, TeamRoots, DataDeny, Defaults, Ledger, TestHoldScheduledSweep
 	store   *jobstore.Store
 	log     *slog.Logger
 	router  *router
@@ -64,9 +66,10 @@ type admission struct {
 	bg      sync.WaitGroup
 }
 
-// Admissible lists why spec cannot run on this deployment (plane.Plane's).
-func (s *Scheduler) Admissible(spec *jobspec.Spec) []jobspec.FieldError {
-	return s.admit.admissible(spec)
+// Admissible lists why spec cannot run on this deployment for p's team
+// (plane.Plane's).
+func (s *Scheduler) Admissible(p plane.Principal, spec *jobspec.Spec) []jobspec.FieldError {
+	return s.admit.admissible(p.Team, spec)
 }
 
 // admitting is jobs to admit together, all or none, for one principal.
@@ -391,7 +394,7 @@ func (ad *admission) admitRun(ctx context.Context, p plane.Principal, id string,
 	} else if !errors.Is(err, jobstore.ErrNotFound) {
 		return nil, false, err
 	}
-	if fe := ad.admissible(spec); len(fe) > 0 {
+	if fe := ad.admissible(p.Team, spec); len(fe) > 0 {
 		return nil, false, &jobspec.ValidationError{Errors: fe}
 	}
 	created, err := ad.admitJobs(ctx, admitting{p: p, path: "submit", what: "this job", recordRefusals: true,
@@ -496,26 +499,56 @@ func (s *Scheduler) cancelFastPath(ctx context.Context, job *jobtype.Job, st job
 	return job
 }
 
-// admissible checks what this deployment can run, beyond the spec's own
-// validity: a known trainer, and file:// paths under the allowed roots
-// and outside lathed's own files. It reads the trainer and the three URIs
-// alone: buildTrials checks each distinct four once (a field read here
-// must join its key there).
-func (ad *admission) admissible(spec *jobspec.Spec) []jobspec.FieldError {
+// admissible checks what this deployment can run for team, beyond the
+// spec's own validity: a known trainer, and file:// paths under the
+// team's allowed roots (rootsFor) and outside lathed's own files. It reads
+// the team, the trainer and the three URIs alone: buildTrials checks each
+// distinct four once for a sweep's one team (a field read here must join
+// its key there). Each message holds no value of the spec (the value is
+// in Value): a schedule's message shows them (scheduleMessage).
+func (ad *admission) admissible(team string, spec *jobspec.Spec) []jobspec.FieldError {
 	var fe []jobspec.FieldError
 	if !slices.Contains(ad.cfg.Trainers, spec.Trainer) {
-		fe = append(fe, jobspec.FieldError{Field: "trainer", Value: spec.Trainer, Message: fmt.Sprintf("not a trainer of this deployment (have %s)", strings.Join(ad.cfg.Trainers, ", "))})
+		fe = append(fe, jobspec.FieldError{Field: "trainer", Value: spec.Trainer, Message: fmt.Sprintf("%s (have %s)", msgNoTrainer, strings.Join(ad.cfg.Trainers, ", "))})
 	}
+	roots, key := ad.rootsFor(team)
 	for _, f := range []struct{ name, uri string }{{"dataset", spec.Dataset}, {"eval_dataset", spec.EvalDataset}, {"output.uri", spec.Output.URI}} {
-		if p, err := fileuri.Path(f.uri); err == nil && ad.cfg.AllowedRoots != nil && !ad.cfg.AllowedRoots.Allows(p) {
-			fe = append(fe, jobspec.FieldError{Field: f.name, Value: f.uri,
-				Message: fmt.Sprintf("not under an allowed root of this deployment (jobs.allowed_roots: %s)", strings.Join(ad.cfg.AllowedRoots, ", "))})
+		p, err := fileuri.Path(f.uri)
+		if err != nil {
+			continue
 		}
-		if p, err := fileuri.Path(f.uri); err == nil && f.name != "output.uri" {
-			if err := ad.cfg.DataDeny.Check(p); err != nil {
-				fe = append(fe, jobspec.FieldError{Field: f.name, Value: f.uri, Message: err.Error()})
+		if roots != nil && !roots.Allows(p) {
+			fe = append(fe, jobspec.FieldError{Field: f.name, Value: f.uri, Message: msgNotUnder + pathpolicy.Rule(roots, key)})
+		}
+		if f.name == "output.uri" {
+			continue
+		}
+		if err := ad.cfg.DataDeny.Check(p); err != nil {
+			msg := err.Error()
+			var de *pathpolicy.DeniedError
+			if errors.As(err, &de) {
+				msg = fmt.Sprintf("%v (%s, %s)", pathpolicy.ErrDenied, de.Entry.Why, de.Entry.Path)
+				if de.Resolved != filepath.Clean(p) {
+					msg += " (a link leads there)"
+				}
 			}
+			fe = append(fe, jobspec.FieldError{Field: f.name, Value: f.uri, Message: msg})
 		}
 	}
 	return fe
+}
+
+// The openings of admissible's messages: a schedule's message keeps a
+// problem whose message starts with one of them (ruleMessage: they name
+// the rule, never a value of the spec), and says "invalid" for any other.
+const (
+	msgNoTrainer = "not a trainer of this deployment"
+	msgNotUnder  = "not under "
+)
+
+// rootsFor is the allowed roots of team's jobs and their config key:
+// Config.TeamRoots' entry of team, else Config.AllowedRoots (nil: no
+// restriction).
+func (ad *admission) rootsFor(team string) (pathpolicy.Roots, string) {
+	return ad.cfg.TeamRoots.For(team, ad.cfg.AllowedRoots)
 }

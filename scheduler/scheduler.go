@@ -103,6 +103,14 @@ type Config struct {
 	// under (checked by their text here; the worker checks again with links
 	// resolved). Nil: no restriction (lathed always sets it).
 	AllowedRoots pathpolicy.Roots
+	// TeamRoots are the roots of the teams that have their own
+	// (teams.<name>.allowed_roots): a job of such a team, and a schedule
+	// file of its schedules, must lie under its own roots instead of
+	// AllowedRoots (lathed checks at start that each lies under
+	// AllowedRoots when jobs.allowed_roots is set). Checked per admission
+	// with the submitting principal's team. Nil: every team uses
+	// AllowedRoots.
+	TeamRoots pathpolicy.TeamRoots
 	// DataDeny lists lathed's own files and folders that no dataset or
 	// eval_dataset may be, whatever AllowedRoots say (pathpolicy.DataDeny of
 	// the data dir, and the config, tokens and ledger key files); refused at

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -40,7 +38,8 @@ import (
 // due, whatever PlaceInterval is.
 const scheduleEvery = 0
 
-// maxScheduledFile caps a schedule's job file as a submit's body is capped.
+// maxScheduledFile caps a schedule's job file (and a scheduled sweep's
+// base job file) as a submit's body is capped.
 const maxScheduledFile = 1 << 20
 
 // SetSchedules replaces the schedules the leader runs (a config reload).
@@ -83,11 +82,13 @@ type scheduleRunnerParams struct {
 }
 
 // admitter is what the schedule duty needs of the admission path
-// (admit.go, sweeps.go): a scheduled job or sweep admitted under its
+// (admit.go, sweeps.go): a schedule's file read for its team
+// (schedule_files.go), a scheduled job or sweep admitted under its
 // derived id, and the last run cancelled (concurrency: replace).
 type admitter interface {
 	admitRun(ctx context.Context, p plane.Principal, id string, spec *jobspec.Spec) (*jobtype.Job, bool, error)
 	admitSweep(ctx context.Context, req plane.SweepRequest) (*jobtype.Sweep, bool, error)
+	readScheduleFile(team, path string, limit int64) ([]byte, error)
 	Cancel(ctx context.Context, id string) (*jobtype.Job, error)
 	CancelSweep(ctx context.Context, id string) (*jobtype.Sweep, int, error)
 }
@@ -264,39 +265,27 @@ func (d *scheduleRunner) record(ctx context.Context, sch cron.Schedule, st jobst
 	return err
 }
 
-// startJob reads the schedule's job file and admits it as run id, for the
-// plane.Principal schedule:<name> of the schedule's team; existed says the run
-// was stored already.
+// startJob reads the schedule's job file (readScheduleFile) and admits it
+// as run id, for the plane.Principal schedule:<name> of the schedule's
+// team; existed says the run was stored already. Its error says what went
+// wrong without a value of the file (startError).
 func (d *scheduleRunner) startJob(ctx context.Context, sch cron.Schedule, id string) (existed bool, err error) {
-	body, err := readLimited(sch.File, maxScheduledFile)
+	what := "job file " + sch.File
+	body, err := d.admit.readScheduleFile(sch.Team, sch.File, maxScheduledFile)
 	if err != nil {
-		return false, fmt.Errorf("job file %s: %w", sch.File, err)
+		return false, startFailed(what, "", sch.File, err)
 	}
 	spec, err := jobspec.Parse(specpath.Resolve(body, filepath.Dir(sch.File)))
 	if err != nil {
-		return false, fmt.Errorf("job file %s: %w", sch.File, err)
+		return false, startFailed(what, "lathe submit --dry-run", sch.File, err)
 	}
 	spec.Normalize(d.defaults)
 	p := plane.Principal{Name: "schedule:" + sch.Name, Role: plane.RoleSubmitter, Team: sch.Team}
 	_, existed, err = d.admit.admitRun(ctx, p, id, spec)
-	return existed, err
-}
-
-// readLimited reads at most limit bytes of path; a longer file is an error.
-func readLimited(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return existed, startFailed(what, "lathe submit --dry-run", sch.File, err)
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("over %d bytes", limit)
-	}
-	return b, nil
+	return existed, nil
 }
 
 // going reports whether run id has not ended, and its state
@@ -344,35 +333,43 @@ func runPrefix(k cron.Kind) string {
 
 // startSweep admits the sweep file of sch as sweep runID for
 // tick, for the plane.Principal schedule:<name> of the schedule's team. The
-// sweep file and a base job it names by path are daemon-side files of the
-// trusted config (a relative job path is relative to the sweep file).
-// runID is derived from the tick, so a second start (another scheduler, a
-// new leader after a crash between the tick's claim and this) finds the
-// sweep stored and stores nothing.
+// sweep file and a base job it names by path (a relative path is relative
+// to the sweep file) are read as datasets are (readScheduleFile): under
+// the team's allowed roots, never through a link swapped in, never
+// lathed's own files. runID is derived from the tick, so a second start
+// (another scheduler, a new leader after a crash between the tick's claim
+// and this) finds the sweep stored and stores nothing. Its error says what
+// went wrong without a value of the files (startError).
 func (d *scheduleRunner) startSweep(ctx context.Context, sch cron.Schedule, runID string, tick time.Time) error {
-	body, err := readLimited(sch.File, sweepspec.MaxSpecBytes)
+	what := "sweep file " + sch.File
+	body, err := d.admit.readScheduleFile(sch.Team, sch.File, sweepspec.MaxSpecBytes)
 	if err != nil {
-		return fmt.Errorf("sweep file %s: %w", sch.File, err)
+		return startFailed(what, "", sch.File, err)
 	}
 	dir := filepath.Dir(sch.File)
+	var jobErr error // reading the base job: its own message, without the path the sweep file gives
 	sp, err := sweepspec.Parse(body, sweepspec.Options{ReadJob: func(path string) ([]byte, error) {
 		if !filepath.IsAbs(path) {
 			path = filepath.Join(dir, path)
 		}
-		b, err := readLimited(path, maxScheduledFile)
+		b, err := d.admit.readScheduleFile(sch.Team, path, maxScheduledFile)
 		if err != nil {
+			jobErr = err
 			return nil, err
 		}
 		return specpath.Resolve(b, filepath.Dir(path)), nil
 	}})
+	if jobErr != nil {
+		return startFailed(what+": its base job (job:)", "", sch.File, jobErr)
+	}
 	if err != nil {
-		return fmt.Errorf("sweep file %s: %w", sch.File, err)
+		return startFailed(what, "lathe sweep submit --dry-run", sch.File, err)
 	}
 	p := plane.Principal{Name: "schedule:" + sch.Name, Role: plane.RoleSubmitter, Team: sch.Team}
 	t := tick.UTC()
 	sw, existed, err := d.admit.admitSweep(ctx, plane.SweepRequest{Spec: sp, ID: runID, Who: p, Schedule: sch.Name, Tick: &t})
 	if err != nil {
-		return fmt.Errorf("sweep file %s: %w", sch.File, err)
+		return startFailed(what, "lathe sweep submit --dry-run", sch.File, err)
 	}
 	d.log.Info("schedule: sweep admitted", slog.String("schedule", sch.Name), slog.String("sweep_id", sw.ID),
 		slog.Int("trials", sw.Trials), slog.Bool("existed", existed))

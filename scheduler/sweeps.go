@@ -65,11 +65,11 @@ func drawSweep(req plane.SweepRequest) (*sweepspec.Expansion, error) {
 }
 
 // buildTrials builds trials from…to-1 of exp, each normalised and checked
-// like a submitted job: a plane.InvalidError naming every trial that is
-// not a valid job here (a problem many trials share, such as a dataset
-// outside the allowed roots, named once, with how many more trials have
-// it).
-func (ad *admission) buildTrials(exp *sweepspec.Expansion, from, to int) ([]sweepspec.Trial, error) {
+// like a job submitted by team (the sweep's): a plane.InvalidError naming
+// every trial that is not a valid job here (a problem many trials share,
+// such as a dataset outside the team's allowed roots, named once, with how
+// many more trials have it).
+func (ad *admission) buildTrials(team string, exp *sweepspec.Expansion, from, to int) ([]sweepspec.Trial, error) {
 	trials, err := exp.Build(from, to)
 	if err != nil {
 		var ve *jobspec.ValidationError
@@ -85,7 +85,8 @@ func (ad *admission) buildTrials(exp *sweepspec.Expansion, from, to int) ([]swee
 	// What admissible looks at is most often the same in every trial (a
 	// sweep varies hyperparameters): it is checked once per distinct
 	// trainer and paths in this range (each check resolves the paths on
-	// disk; the worker checks them again when it opens them).
+	// disk; the worker checks them again when it opens them). The team is
+	// the same for every trial, so it needs no place in the key.
 	type looked struct{ trainer, dataset, eval, output string }
 	memo := map[looked][]jobspec.FieldError{}
 	for i := range trials {
@@ -94,7 +95,7 @@ func (ad *admission) buildTrials(exp *sweepspec.Expansion, from, to int) ([]swee
 		at := looked{sp.Trainer, sp.Dataset, sp.EvalDataset, sp.Output.URI}
 		fes, ok := memo[at]
 		if !ok {
-			fes = ad.admissible(sp)
+			fes = ad.admissible(team, sp)
 			memo[at] = fes
 		}
 		for _, fe := range fes {
@@ -146,7 +147,7 @@ func (ad *admission) planSweep(ctx context.Context, req plane.SweepRequest, dry 
 	if err != nil {
 		return jobstore.NewSweep{}, nil, err
 	}
-	trials, err := ad.buildTrials(exp, 0, exp.Len())
+	trials, err := ad.buildTrials(req.Who.Team, exp, 0, exp.Len())
 	if err != nil {
 		return jobstore.NewSweep{}, nil, err
 	}
@@ -226,7 +227,7 @@ func (ad *admission) admitSweep(ctx context.Context, req plane.SweepRequest) (*j
 	if err != nil {
 		return nil, false, err
 	}
-	checked, err := ad.buildTrials(exp, 0, min(checkInline, exp.Len()))
+	checked, err := ad.buildTrials(req.Who.Team, exp, 0, min(checkInline, exp.Len()))
 	if err != nil {
 		return nil, false, err
 	}
@@ -293,7 +294,7 @@ func (ad *admission) trials(f *sweepFill, from int) ([]sweepspec.Trial, error) {
 		return f.built[from:to], nil
 	}
 	f.built = nil
-	return ad.buildTrials(f.exp, from, to)
+	return ad.buildTrials(f.req.Who.Team, f.exp, from, to)
 }
 
 // fillOwner is a new filler's name.

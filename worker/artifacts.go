@@ -82,9 +82,10 @@ func outputReason(roots pathpolicy.Roots, outputURI string, err error) string {
 // openOutput opens (making it) the job's file:// output folder for
 // publishArtifacts. Under allowed roots it is pathpolicy.Roots.MakeDir:
 // checked again now, walked without following links, so a folder swapped for
-// a link while the trainer ran is refused, not written through. Without
+// a link while the trainer ran is refused, not written through; it is made
+// mode 0750, its artifacts 0640 (pathpolicy.CreateIn). Without
 // roots (nil: tests only) it is made and opened by name.
-func openOutput(roots pathpolicy.Roots, deny pathpolicy.Deny, outputURI string) (*os.File, error) {
+func openOutput(roots pathpolicy.Roots, key string, deny pathpolicy.Deny, outputURI string) (*os.File, error) {
 	dest, err := fileuri.Path(outputURI)
 	if err != nil {
 		return nil, fmt.Errorf("output: %w", err)
@@ -92,7 +93,13 @@ func openOutput(roots pathpolicy.Roots, deny pathpolicy.Deny, outputURI string) 
 	if roots != nil {
 		d, err := roots.MakeDir(dest, deny)
 		if err != nil {
-			return nil, fmt.Errorf("output: %w%s", err, rootsHint(err))
+			return nil, fmt.Errorf("output: %w%s", err, rootsHint(err, key))
+		}
+		// The job's own folder is not for others (a trainer running as a
+		// user of its own must not read another job's artifacts): 0750.
+		if err := d.Chmod(0o750); err != nil {
+			d.Close()
+			return nil, fmt.Errorf("output: %w", err)
 		}
 		return d, nil
 	}

@@ -51,6 +51,8 @@ type CloudConfig struct {
 	// AllowedRoots are the folders a file:// dataset or output must be
 	// under (symbolic links resolved). Nil: no restriction.
 	AllowedRoots pathpolicy.Roots
+	// TeamRoots: as Config.TeamRoots.
+	TeamRoots pathpolicy.TeamRoots
 	// Deny: as Config.Deny. A file:// dataset under DataDir or a Deny
 	// entry is never staged.
 	Deny pathpolicy.Deny

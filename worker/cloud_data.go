@@ -18,6 +18,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
+	"github.com/lathe-ml/lathe/internal/redact"
 	"github.com/lathe-ml/lathe/internal/trainer"
 )
 
@@ -58,11 +59,11 @@ func (a *cloudAttempt) stage(ctx context.Context, what, uri string) (string, err
 	switch {
 	case strings.HasPrefix(uri, "s3://"):
 		if _, err := agent.ParseS3URI(uri); err != nil {
-			return "", permanent("%s %q: %v", what, uri, err)
+			return "", permanent("%s %q: %v", what, redact.URL(uri), redact.Text(err.Error(), uri))
 		}
 		return uri, nil
 	case !strings.HasPrefix(uri, "file:"):
-		return "", permanent("%s %q: only file:// and s3:// data can reach a cloud instance", what, uri)
+		return "", permanent("%s %q: only file:// and s3:// data can reach a cloud instance", what, redact.URL(uri))
 	}
 	f, p, err := a.openDataset(what, uri)
 	if err != nil {
@@ -101,7 +102,8 @@ func (a *cloudAttempt) stage(ctx context.Context, what, uri string) (string, err
 }
 
 // openDataset opens the file a file:// uri names, once, through the
-// worker's allowed roots where it has them: the bytes hashed, recorded and
+// allowed roots of the job's team where there are some (its own, else the
+// worker's): the bytes hashed, recorded and
 // uploaded are those of the file checked, whatever happens to its name
 // meanwhile. It returns the file and its path; a folder is refused.
 func (a *cloudAttempt) openDataset(what, uri string) (*os.File, string, error) {
@@ -110,10 +112,10 @@ func (a *cloudAttempt) openDataset(what, uri string) (*os.File, string, error) {
 		return nil, "", permanent("%s: %v", what, err)
 	}
 	var f *os.File
-	if a.c.cfg.AllowedRoots != nil {
-		f, err = a.c.cfg.AllowedRoots.Open(p, dataDenyOf(a.c.cfg.DataDir, "", "", a.c.cfg.Deny))
+	if roots, key := a.c.cfg.TeamRoots.For(a.job.Team, a.c.cfg.AllowedRoots); roots != nil {
+		f, err = roots.Open(p, dataDenyOf(a.c.cfg.DataDir, "", "", a.c.cfg.Deny))
 		if err != nil {
-			return nil, "", permanent("%s: %v%s", what, err, rootsHint(err))
+			return nil, "", permanent("%s: %v%s", what, err, rootsHint(err, key))
 		}
 	} else if f, err = os.Open(p); err != nil {
 		return nil, "", fmt.Errorf("%s: %w", what, err)
@@ -208,9 +210,10 @@ func (a *cloudAttempt) downloadArtifacts(ctx context.Context, arts []agent.Artif
 }
 
 // publishToFolder publishes the reported artifacts from tmp into the
-// file:// output folder out, through the worker's allowed roots.
+// file:// output folder out, through the allowed roots of the job's team.
 func (a *cloudAttempt) publishToFolder(tmp *os.File, out string, reported []trainer.TrainerEvent) ([]jobtype.Artifact, error) {
-	dest, err := openOutput(a.c.cfg.AllowedRoots, outputDenyOf(a.c.cfg.DataDir, "", a.c.cfg.Deny), out)
+	roots, key := a.c.cfg.TeamRoots.For(a.job.Team, a.c.cfg.AllowedRoots)
+	dest, err := openOutput(roots, key, outputDenyOf(a.c.cfg.DataDir, "", a.c.cfg.Deny), out)
 	if err != nil {
 		return nil, err
 	}

@@ -120,14 +120,29 @@ type Config struct {
 	// starts (a job outside fails, permanently). Nil: no restriction
 	// (lathed always sets it).
 	AllowedRoots pathpolicy.Roots
-	// RunAs, when set (config worker.run_as: a user name or uid), runs
-	// every trainer as that user and its primary group instead of lathed's
-	// own: a trainer then cannot read lathed's files, its Redis socket or
-	// its memory. The worker hands the attempt's work, output, data-copy
-	// and checkpoint folders to that user. lathed must run as root to do
-	// so; otherwise New refuses the config. Empty: trainers run as
-	// lathed's user.
+	// TeamRoots are the allowed roots of the teams that have their own
+	// (teams.<name>.allowed_roots): a job of such a team (jobtype.Job's
+	// Team) is checked against its team's roots instead of AllowedRoots,
+	// for its dataset, eval dataset, local base model and output. Nil:
+	// every job uses AllowedRoots.
+	TeamRoots pathpolicy.TeamRoots
+	// RunAs (config worker.run_as) is the user every trainer runs as: a
+	// user name or uid (its primary group too; lathed must be root,
+	// otherwise New refuses the config), or "root" on purpose (Start warns
+	// loudly at every start: a root trainer reads lathed's environment,
+	// its ledger key and its Redis). Empty: OwnUsers decides. The worker
+	// hands the attempt's work, output, data-copy and checkpoint folders
+	// to the trainer's user, and takes them back at the attempt's end.
 	RunAs string
+	// OwnUsers, with RunAs empty, runs each attempt as a uid of
+	// TrainerUIDs of its own (trainer_uids.go; lathed must be root):
+	// lathed sets it when it runs as root and worker.run_as is unset.
+	// False with RunAs empty: trainers run as lathed's user (Start warns:
+	// such a trainer can read lathed's files; loudly when that is root).
+	OwnUsers bool
+	// TrainerUIDs is OwnUsers' range of uids [first, last] (config
+	// worker.trainer_uids: "FIRST-LAST"); zero: DefaultTrainerUIDs.
+	TrainerUIDs [2]uint32
 	// CgroupRoot (config worker.cgroup_root) is the cgroup v2 directory
 	// under which every trainer attempt runs in a cgroup of its own,
 	// <root>/<node>-<8 hex digits naming DataDir>/<job>-<attempt>: at the
@@ -154,9 +169,15 @@ type Config struct {
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 
-	// runAs and runAsHome are RunAs resolved by withDefaults.
-	runAs     *trainer.Credential
-	runAsHome string
+	// runAs and runAsHome are RunAs resolved by withDefaults; uids is
+	// the pool of TrainerUIDs (lathed as root, RunAs empty); rootTrainers
+	// says RunAs is "root", sameUser that trainers run as lathed's own
+	// user (not root, RunAs empty).
+	runAs        *trainer.Credential
+	runAsHome    string
+	uids         *uidPool
+	rootTrainers bool
+	sameUser     bool
 }
 
 // geteuid is os.Geteuid (a test may replace it, see export_test.go).
@@ -179,7 +200,7 @@ func resolveRunAs(name string) (*trainer.Credential, string, error) {
 		return nil, "", fmt.Errorf("worker.run_as = %q: uid %q gid %q are not numbers", name, u.Uid, u.Gid)
 	}
 	if uid == 0 {
-		return nil, "", fmt.Errorf("worker.run_as = %q: is root; name an unprivileged user", name)
+		return nil, "", fmt.Errorf("worker.run_as = %q: is uid 0; write run_as: root to run trainers as root on purpose, or name an unprivileged user", name)
 	}
 	if euid := geteuid(); euid != 0 {
 		return nil, "", fmt.Errorf("worker.run_as = %q: lathed runs as uid %d, not root, so it cannot start trainers as another user: run lathed as root or remove worker.run_as", name, euid)
@@ -308,11 +329,33 @@ type Launcher struct {
 // checkTrainers resolves worker.run_as and checks worker.cgroup_root and
 // each trainer's pass_env.
 func (c *Config) checkTrainers() error {
-	if c.RunAs != "" {
+	switch {
+	case c.RunAs == "root":
+		if euid := geteuid(); euid != 0 {
+			return fmt.Errorf("worker: worker.run_as = root: lathed runs as uid %d, not root, so it cannot start trainers as root", euid)
+		}
+		c.rootTrainers = true
+	case c.RunAs != "":
 		var err error
 		if c.runAs, c.runAsHome, err = resolveRunAs(c.RunAs); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
+	case c.OwnUsers:
+		if euid := geteuid(); euid != 0 {
+			return fmt.Errorf("worker: trainers on users of their own: lathed runs as uid %d, not root, so it cannot start trainers as other users", euid)
+		}
+		r := c.TrainerUIDs
+		if r == ([2]uint32{}) {
+			r = DefaultTrainerUIDs
+		}
+		var err error
+		if c.uids, err = newUIDPool(r[0], r[1], uidLockDir); err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+	case geteuid() == 0:
+		c.rootTrainers = true // not asked for: Start warns as loudly
+	default:
+		c.sameUser = true
 	}
 	switch r := c.CgroupRoot; {
 	case r == "", r == CgroupAuto, r == CgroupNone:

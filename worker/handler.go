@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -136,6 +137,10 @@ type localAttempt struct {
 	outFD                                         *os.File // the output folder, pinned before the trainer runs
 	env                                           []string
 	maxRuntime                                    time.Duration
+	// runAs and home are the user the trainer runs as (nil: lathed's)
+	// and its HOME ("" : lathed's).
+	runAs *trainer.Credential
+	home  string
 
 	cleanup []func() // run last first when the attempt is over, like defers
 }
@@ -220,10 +225,52 @@ func (a *localAttempt) writeInputs(inputs openedInputs) endFunc {
 	if err := os.WriteFile(a.specFile, specJSON, 0o644); err != nil {
 		return a.fail(jobtype.ReasonInternal, fmt.Sprintf("write %s: %v", a.specFile, err))
 	}
-	if err := a.w.handOver(a.workDir, a.outDir, a.inputsDir, a.ckptDir); err != nil {
+	if err := a.takeUser(); err != nil {
 		return a.fail(jobtype.ReasonInternal, err.Error())
 	}
 	return nil
+}
+
+// takeUser picks the user the trainer runs as (worker.run_as's, or with
+// lathed as root and no run_as a uid of worker.trainer_uids of its own)
+// and hands the attempt's folders over to it; at the attempt's end they
+// are taken back (lathed's again), and a pool uid's leftovers (processes,
+// files in /tmp, /var/tmp, /dev/shm) are removed before the uid is given
+// back.
+func (a *localAttempt) takeUser() error {
+	w := a.w
+	var held *heldUID
+	switch {
+	case w.cfg.runAs != nil:
+		a.runAs, a.home = w.cfg.runAs, w.cfg.runAsHome
+	case w.cfg.uids != nil:
+		var err error
+		if held, err = w.cfg.uids.take(); err != nil {
+			return err
+		}
+		a.runAs, a.home = &held.cred, a.workDir
+		a.onClose(held.release) // last: the uid is free once nothing of it is left
+	default:
+		return nil
+	}
+	dirs := []string{a.workDir, a.outDir, a.inputsDir, a.ckptDir}
+	a.onClose(func() {
+		for _, d := range dirs {
+			if err := pathpolicy.ChownTree(d, os.Geteuid(), os.Getegid()); err != nil {
+				a.log.Warn("take an attempt's folder back from the trainer's user", slog.String("dir", d), slog.Any("err", err))
+			}
+		}
+	})
+	if held != nil {
+		uid := held.cred.UID
+		a.onClose(func() { // first: nothing of the uid runs while its folders are taken back
+			killUID(uid)
+			if err := sweepScratch(uid); err != nil {
+				a.log.Warn("remove what the trainer's uid left in the scratch folders", slog.Uint64("uid", uint64(uid)), slog.Any("err", err))
+			}
+		})
+	}
+	return w.handOver(a.runAs, a.workDir, a.outDir, a.inputsDir, a.ckptDir)
 }
 
 // pin pins the reserved GPUs and builds the trainer's environment (the
@@ -247,8 +294,11 @@ func (a *localAttempt) pin(ctx context.Context) endFunc {
 	if simulated {
 		a.env = append(a.env, "LATHE_SIMULATED_GPUS=1")
 	}
-	if w.cfg.runAs != nil {
-		a.env = append(a.env, "HOME="+w.cfg.runAsHome)
+	if a.home != "" {
+		a.env = append(a.env, "HOME="+a.home)
+	}
+	if w.cfg.uids != nil {
+		a.env = append(a.env, "USER="+trainerUser, "LOGNAME="+trainerUser)
 	}
 	if len(job.GPUs) > 0 {
 		if err := w.store.RecordGPUs(ctx, job.ID, a.n, visible, simulated); err != nil {
@@ -297,7 +347,7 @@ func (a *localAttempt) execute(taskCtx context.Context) trainerRun {
 		Argv:      a.argv,
 		Env:       a.env,
 		PassEnv:   w.cfg.TrainerPassEnv[trainerName(job.Spec.Trainer)],
-		RunAs:     w.cfg.runAs,
+		RunAs:     a.runAs,
 		Cgroup:    w.attemptCgroup(job.ID, a.n),
 		Dir:       a.workDir,
 		KillGrace: w.cfg.KillGrace,
@@ -362,7 +412,8 @@ func (a *localAttempt) result(r trainerRun) endFunc {
 // output folder and ends the attempt succeeded.
 func (a *localAttempt) publish(r trainerRun) endFunc {
 	w, job := a.w, a.job
-	dest, err := openOutput(w.cfg.AllowedRoots, w.outputDeny(), job.OutputURI)
+	roots, key := w.rootsOf(job)
+	dest, err := openOutput(roots, key, w.outputDeny(), job.OutputURI)
 	if err != nil {
 		return a.fail(outputReason(w.cfg.AllowedRoots, job.OutputURI, err), err.Error())
 	}
@@ -465,27 +516,29 @@ func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, 
 	}
 }
 
-// handOver gives the worker.run_as user what its trainer writes and
-// reads: the work folder (its working directory), the output folder, the
-// data copies and the job's checkpoint folder, all of it (a checkpoint an
-// earlier attempt left as another user included), through descriptors
+// handOver gives user c what its trainer writes and reads: the work
+// folder (its working directory), the output folder, the data copies and
+// the job's checkpoint folder, all of it (a checkpoint an earlier attempt
+// left as another user included), through descriptors
 // (pathpolicy.ChownTree: no link is followed, even one swapped in by a
-// process of that user meanwhile). Without run_as it does nothing. The worker reads nothing back
-// through these names: artifacts come through the output folder's
-// descriptor opened before the trainer started.
-func (w *Worker) handOver(workDir, outDir, inputsDir, ckptDir string) error {
-	c := w.cfg.runAs
-	if c == nil {
-		return nil
-	}
+// process of that user meanwhile), each folder mode 0700 (no other
+// trainer lists or reads it). The worker reads nothing back through these
+// names: artifacts come through the output folder's descriptor opened
+// before the trainer started.
+func (w *Worker) handOver(c *trainer.Credential, workDir, outDir, inputsDir, ckptDir string) error {
 	// The work folder itself only (the trainer's working directory):
 	// job.json stays lathed's.
 	if err := os.Lchown(workDir, int(c.UID), int(c.GID)); err != nil {
-		return fmt.Errorf("worker.run_as %s: hand %s over: %w", w.cfg.RunAs, workDir, err)
+		return fmt.Errorf("worker: hand %s over to uid %d: %w", workDir, c.UID, err)
 	}
 	for _, d := range []string{outDir, inputsDir, ckptDir} {
 		if err := pathpolicy.ChownTree(d, int(c.UID), int(c.GID)); err != nil {
-			return fmt.Errorf("worker.run_as %s: hand %s over: %w", w.cfg.RunAs, d, err)
+			return fmt.Errorf("worker: hand %s over to uid %d: %w", d, c.UID, err)
+		}
+	}
+	for _, d := range []string{workDir, outDir, inputsDir, ckptDir} {
+		if err := os.Chmod(d, 0o700); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("worker: hand %s over to uid %d: %w", d, c.UID, err)
 		}
 	}
 	return nil
@@ -551,14 +604,16 @@ func launchArgv(tmpl []string, l Launcher, gpus int, r *strings.Replacer) ([]str
 }
 
 // checkPaths refuses a job whose file:// dataset, eval dataset or output
-// folder lies outside the allowed roots once symbolic links are resolved
+// folder lies outside the allowed roots of its team (rootsOf) once
+// symbolic links are resolved
 // (the scheduler checked the text; this is the check that holds on the
 // machine where the files are), or in a folder no job may read (dataDeny,
 // outputDeny). It opens the dataset and the eval dataset with
 // pathpolicy.Roots.Open, so what it returns is the files it checked; the
 // caller copies them for the trainer. Each error names the field.
 func (w *Worker) checkPaths(job *jobtype.Job) (openedInputs, error) {
-	if w.cfg.AllowedRoots == nil {
+	roots, key := w.rootsOf(job)
+	if roots == nil {
 		return nil, nil
 	}
 	// A local base model folder is data too: under the roots, never
@@ -572,8 +627,13 @@ func (w *Worker) checkPaths(job *jobtype.Job) (openedInputs, error) {
 				return nil, fmt.Errorf("base_model: %w", err)
 			}
 		}
-		if err := w.cfg.AllowedRoots.CheckResolvedDeny(p, w.dataDeny()); err != nil {
-			return nil, fmt.Errorf("base_model: %w%s", err, rootsHint(err))
+		if err := roots.CheckResolvedDeny(p, w.dataDeny()); err != nil {
+			return nil, fmt.Errorf("base_model: %w%s", err, rootsHint(err, key))
+		}
+		if w.cfg.uids != nil { // a user of its own reads what others may
+			if err := othersMayRead(p); err != nil {
+				return nil, fmt.Errorf("base_model: %w", err)
+			}
 		}
 	}
 	var in openedInputs
@@ -587,28 +647,36 @@ func (w *Worker) checkPaths(job *jobtype.Job) (openedInputs, error) {
 			return nil, fmt.Errorf("%s: %w", f.name, err)
 		}
 		if f.name == "output" {
-			if err := w.cfg.AllowedRoots.CheckResolvedDeny(p, w.outputDeny()); err != nil {
+			if err := roots.CheckResolvedDeny(p, w.outputDeny()); err != nil {
 				in.close()
-				return nil, fmt.Errorf("%s: %w%s", f.name, err, rootsHint(err))
+				return nil, fmt.Errorf("%s: %w%s", f.name, err, rootsHint(err, key))
 			}
 			continue
 		}
-		file, err := w.cfg.AllowedRoots.Open(p, w.dataDeny())
+		file, err := roots.Open(p, w.dataDeny())
 		if err != nil {
 			in.close()
-			return nil, fmt.Errorf("%s: %w%s", f.name, err, rootsHint(err))
+			return nil, fmt.Errorf("%s: %w%s", f.name, err, rootsHint(err, key))
 		}
 		in = append(in, openedInput{field: f.name, file: file, path: p})
 	}
 	return in, nil
 }
 
-// rootsHint names the config key of a path refused as outside the roots.
-func rootsHint(err error) string {
+// rootsHint names the config key (key: jobs.allowed_roots or
+// teams.<team>.allowed_roots) of a path refused as outside the roots.
+func rootsHint(err error, key string) string {
 	if errors.Is(err, pathpolicy.ErrOutside) {
-		return " (jobs.allowed_roots)"
+		return " (" + key + ")"
 	}
 	return ""
+}
+
+// rootsOf is the allowed roots of job's files and their config key: its
+// team's own (Config.TeamRoots), else Config.AllowedRoots (nil: no
+// restriction). The job record carries the team it was admitted for.
+func (w *Worker) rootsOf(job *jobtype.Job) (pathpolicy.Roots, string) {
+	return w.cfg.TeamRoots.For(job.Team, w.cfg.AllowedRoots)
 }
 
 // dataDeny is what no job may read as data: outputDeny, the checkpoint

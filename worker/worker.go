@@ -107,6 +107,16 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.started {
 		return errors.New("worker: already started")
 	}
+	if w.cfg.uids != nil {
+		for _, d := range []string{w.cfg.DataDir, w.cfg.CheckpointRoot, w.cfg.ScriptsDir} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return fmt.Errorf("worker: %w", err)
+			}
+		}
+		if err := reachable(w.cfg.DataDir, w.cfg.CheckpointRoot, w.cfg.ScriptsDir); err != nil {
+			return err
+		}
+	}
 	inv, err := w.readInventory(ctx)
 	if err != nil {
 		return fmt.Errorf("worker: read GPU inventory: %w", err)
@@ -116,6 +126,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.store.Heartbeat(ctx, n, jobstore.HeartbeatOptions{TTL: w.cfg.HeartbeatTTL, First: true, PredecessorDead: predecessorDead}); err != nil {
 		return fmt.Errorf("worker: register node: %w", err)
 	}
+	w.warnTrainerUser()
 	// Only now, the node's one live worker, may it touch the node's cgroup.
 	if err := w.setupCgroup(); err != nil {
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -250,21 +261,42 @@ func startServer(rdb redis.UniversalClient, queue string, concurrency int, taskC
 	return srv, nil
 }
 
+// warnTrainerUser says, at every start, who trainers run as when that
+// is not a user of their own: loudly for root (written out as run_as:
+// root), plainly for lathed's own user (lathed not root, no run_as).
+func (w *Worker) warnTrainerUser() {
+	switch {
+	case w.cfg.rootTrainers:
+		w.log.Error("TRAINERS RUN AS ROOT: a trainer can read lathed's environment, its ledger key, its config and tokens, " +
+			"connect to its Redis and leave its cgroup. Leave worker.run_as unset (lathed then runs each trainer as a user of its own) or name an unprivileged user.")
+	case w.cfg.sameUser:
+		w.log.Warn("trainers run as lathed's own user (lathed is not root): a trainer can read what that user can, lathed's data dir included "+
+			"(its ledger key, its Redis socket). Run lathed as root (trainers then run as users of their own) where jobs come from more than one team.",
+			slog.Int("uid", os.Geteuid()))
+	case w.cfg.uids != nil:
+		w.log.Info("trainers run as users of their own", slog.String("uids", fmt.Sprintf("%d-%d", w.cfg.uids.first, w.cfg.uids.last)))
+	}
+}
+
 // setupCgroup finds and makes this worker's cgroup (Config.CgroupRoot),
 // named for its node and its data dir, since a previous incarnation is the
 // same node with the same data dir.
 func (w *Worker) setupCgroup() error {
 	root := w.cfg.CgroupRoot
-	switch root {
-	case CgroupNone:
+	auto := root == "" || root == CgroupAuto
+	noCgroup := func(err error) {
+		w.log.Error("NO USABLE CGROUP V2: escaped trainer processes CANNOT BE CONTAINED. Trainers run in process groups only: "+
+			"a process a trainer moves out of its group (setsid, a double fork) outlives its attempt, keeps its GPU and its files. "+
+			"Set worker.cgroup_root to a writable cgroup v2 directory (Linux 5.14+), or to none to accept this.", slog.Any("err", err))
+	}
+	switch {
+	case root == CgroupNone:
 		w.log.Warn("worker.cgroup_root is none: trainers run in process groups only; a process a trainer moves out of its group (setsid, a double fork) outlives its attempt")
 		return nil
-	case "", CgroupAuto:
+	case auto:
 		r, err := trainer.AutoCgroupRoot()
 		if err != nil {
-			w.log.Error("NO USABLE CGROUP V2: escaped trainer processes CANNOT BE CONTAINED. Trainers run in process groups only: "+
-				"a process a trainer moves out of its group (setsid, a double fork) outlives its attempt, keeps its GPU and its files. "+
-				"Set worker.cgroup_root to a writable cgroup v2 directory (Linux 5.14+), or to none to accept this.", slog.Any("err", err))
+			noCgroup(err)
 			return nil
 		}
 		root = r
@@ -272,6 +304,13 @@ func (w *Worker) setupCgroup() error {
 	sum := sha256.Sum256([]byte(w.cfg.DataDir))
 	dir := filepath.Join(root, w.cfg.Node+"-"+hex.EncodeToString(sum[:4]))
 	if err := trainer.PrepareCgroup(dir); err != nil {
+		if auto {
+			// The cgroup auto found is not this worker's to use (another
+			// user's lathed made it: a root lathed's "lathe" cgroup seen
+			// by a non-root one): the documented fallback, loudly.
+			noCgroup(fmt.Errorf("worker.cgroup_root auto found %s: %w", dir, err))
+			return nil
+		}
 		return fmt.Errorf("worker: worker.cgroup_root = %q: %w", w.cfg.CgroupRoot, err)
 	}
 	w.cgroupDir = dir

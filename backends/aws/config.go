@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/lathe-ml/lathe/internal/redact"
 )
 
 // Spot policies for Config.Spot.
@@ -143,11 +145,7 @@ func (c Config) validateEndpoint(add func(format string, args ...any)) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		// Never echo a password the URL carries (nor url.Parse's
 		// error, which quotes the whole URL).
-		shown := "(does not parse as a URL)"
-		if err == nil {
-			shown = u.Redacted()
-		}
-		add("endpoint_url %q: want http(s)://host[:port]", shown)
+		add("endpoint_url %q: want http(s)://host[:port]", redact.URL(c.EndpointURL))
 	}
 }
 

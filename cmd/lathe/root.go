@@ -13,6 +13,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/apiclient"
 	"github.com/lathe-ml/lathe/internal/buildinfo"
+	"github.com/lathe-ml/lathe/internal/redact"
 )
 
 // defaultServer is the scheduler address when neither --server nor
@@ -81,11 +82,7 @@ Exit codes: 0 success; 1 the job failed or was cancelled, or the API refused;
 			if a.output != outTable && a.output != outJSON {
 				return usageErrorf("-o must be %q or %q, not %q", outTable, outJSON, a.output)
 			}
-			u, err := url.Parse(a.server)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return usageErrorf("--server %q is not an http:// or https:// URL", a.server)
-			}
-			return nil
+			return checkServer(a.server)
 		},
 	}
 	// --version prints what `lathe version` prints.
@@ -125,6 +122,21 @@ Exit codes: 0 success; 1 the job failed or was cancelled, or the API refused;
 	)
 	a.addCompletions(root)
 	return root
+}
+
+// checkServer says what is wrong with server (--server or LATHE_SERVER)
+// as a usage error, or nil for an http:// or https:// URL with a host. The
+// error names the URL redacted, and its cause never quotes a password
+// (redact.Parse).
+func checkServer(server string) error {
+	u, err := redact.Parse(server, url.Parse)
+	if err != nil {
+		return usageErrorf("--server %q is not an http:// or https:// URL: %v", redact.URL(server), err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usageErrorf("--server %q is not an http:// or https:// URL", redact.URL(server))
+	}
+	return nil
 }
 
 // client returns an API client for --server and LATHE_TOKEN.

@@ -101,7 +101,7 @@ func cloudReconcilers(ctx context.Context, rc routecfg.Config, cluster, endpoint
 
 // startCloudWorker starts the AWS worker of backend name.
 func startCloudWorker(ctx context.Context, rdb redis.UniversalClient, store *jobstore.Store, fc *fileConfig, name, endpoint, dataDir string,
-	roots pathpolicy.Roots, log *slog.Logger) (*worker.Cloud, error) {
+	roots pathpolicy.Roots, teams pathpolicy.TeamRoots, log *slog.Logger) (*worker.Cloud, error) {
 	b, ok := fc.daemon.Routing.Backend(name)
 	if name == "" || !ok || b.Kind != routecfg.KindAWS {
 		var names []string
@@ -130,7 +130,7 @@ func startCloudWorker(ctx context.Context, rdb redis.UniversalClient, store *job
 	}
 	c, err := worker.NewCloud(rdb, store, worker.CloudConfig{
 		Routing: fc.daemon.Routing, Backend: name, EC2: eb.Cloud(), S3: agent.NewS3Store(s3Client(awsCfg, endpoint)), Ledger: led,
-		DataDir: dataDir, AllowedRoots: roots, Deny: daemonDeny(fc), MaxAttempts: fc.Worker.MaxAttempts, DefaultMaxRuntime: fc.daemon.MaxRuntime,
+		DataDir: dataDir, AllowedRoots: roots, TeamRoots: teams, Deny: daemonDeny(fc), MaxAttempts: fc.Worker.MaxAttempts, DefaultMaxRuntime: fc.daemon.MaxRuntime,
 		LeaseTTL: fc.AWS.LeaseTTL.D(), HeartbeatTTL: fc.Worker.HeartbeatTTL.D(), PollInterval: fc.AWS.PollInterval.D(),
 		LaunchRetry: fc.AWS.LaunchRetry.D(), StatusGrace: fc.AWS.StatusGrace.D(), TrainerPassEnv: trainerPassEnv(fc.Trainers), Logger: log,
 	})

@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,15 +29,18 @@ import (
 type fileConfig struct {
 	// DataDir is data_dir as routecfg.ReadDaemon reads it (relative to the
 	// file's folder).
-	DataDir   string                  `yaml:"data_dir"`
-	Redis     redisSection            `yaml:"redis"`
-	Scheduler schedulerSection        `yaml:"scheduler"`
-	Worker    workerSection           `yaml:"worker"`
-	Jobs      jobsSection             `yaml:"jobs"`
-	Routing   yaml.Node               `yaml:"routing"`
-	Trainers  map[string]trainerEntry `yaml:"trainers"`
-	Auth      authSection             `yaml:"auth"`
-	Ledger    ledgerSection           `yaml:"ledger"`
+	DataDir   string           `yaml:"data_dir"`
+	Redis     redisSection     `yaml:"redis"`
+	Scheduler schedulerSection `yaml:"scheduler"`
+	Worker    workerSection    `yaml:"worker"`
+	Jobs      jobsSection      `yaml:"jobs"`
+	// Teams holds what is set per team: teams.<name>.allowed_roots
+	// (loadConfig validates them into teamRoots).
+	Teams    map[string]teamSection  `yaml:"teams"`
+	Routing  yaml.Node               `yaml:"routing"`
+	Trainers map[string]trainerEntry `yaml:"trainers"`
+	Auth     authSection             `yaml:"auth"`
+	Ledger   ledgerSection           `yaml:"ledger"`
 	// Cluster is this deployment's name: the lathe:cluster tag of its cloud
 	// instances (the reconciler terminates orphans of its own cluster
 	// only). Default "lathe"; two deployments sharing an AWS account must
@@ -57,6 +62,9 @@ type fileConfig struct {
 	// schedules is Schedules validated, their files resolved against the
 	// config file's folder.
 	schedules []cron.Schedule
+	// teamRoots is the teams' allowed_roots validated (nil: none has its
+	// own).
+	teamRoots pathpolicy.TeamRoots
 
 	// daemon is what routecfg.ReadDaemon read of the file: the routing
 	// config (the implicit one without a file) and the job defaults, as the
@@ -204,10 +212,34 @@ type schedulerSection struct {
 	HTTPReadTimeout       duration `yaml:"http_read_timeout"`
 	HTTPWriteTimeout      duration `yaml:"http_write_timeout"`
 	HTTPIdleTimeout       duration `yaml:"http_idle_timeout"`
-	// The API's connection caps (api.Config's MaxConns,
-	// MaxConnsPerIP); 0 = their defaults, negative = no cap.
-	HTTPMaxConns      int `yaml:"http_max_conns"`
+	// The API's connection caps (api.Config's MaxConns, ReservedConns,
+	// MaxConnsPerPrefix); 0 = their defaults, negative = no cap.
+	HTTPMaxConns          int `yaml:"http_max_conns"`
+	HTTPReservedConns     int `yaml:"http_reserved_conns"`
+	HTTPMaxConnsPerPrefix int `yaml:"http_max_conns_per_prefix"`
+	// HTTPMaxConnsPerIP is http_max_conns_per_prefix's old name, still
+	// read: it caps a client's /24 (IPv4) or /64 (IPv6) now, not one IP.
 	HTTPMaxConnsPerIP int `yaml:"http_max_conns_per_ip"`
+}
+
+// maxConnsPerPrefix is http_max_conns_per_prefix, or its old name.
+func (s schedulerSection) maxConnsPerPrefix() int {
+	if s.HTTPMaxConnsPerPrefix != 0 {
+		return s.HTTPMaxConnsPerPrefix
+	}
+	return s.HTTPMaxConnsPerIP
+}
+
+// check rejects connection caps that contradict each other.
+func (s schedulerSection) check() error {
+	if s.HTTPMaxConnsPerPrefix != 0 && s.HTTPMaxConnsPerIP != 0 {
+		return errors.New("scheduler: give http_max_conns_per_prefix or its old name http_max_conns_per_ip, not both")
+	}
+	maxConns := cmp.Or(s.HTTPMaxConns, 4096) // api.Config's default
+	if maxConns > 0 && s.HTTPReservedConns >= maxConns {
+		return fmt.Errorf("scheduler.http_reserved_conns %d: must be below http_max_conns (%d), or the API takes no connection before its token", s.HTTPReservedConns, maxConns)
+	}
+	return nil
 }
 
 type workerSection struct {
@@ -224,8 +256,13 @@ type workerSection struct {
 	CheckpointRoot  string   `yaml:"checkpoint_root"`
 	MonitorInterval duration `yaml:"monitor_interval"`
 	HangTimeout     duration `yaml:"hang_timeout"`
-	// RunAs: the user trainers run as (lathed must be root); "" = lathed's.
+	// RunAs: the user trainers run as (lathed must be root), or root on
+	// purpose; "" = with lathed as root, a user of its own per attempt
+	// (TrainerUIDs), else lathed's user.
 	RunAs string `yaml:"run_as"`
+	// TrainerUIDs: "FIRST-LAST", the uids of those users; "" =
+	// worker.DefaultTrainerUIDs.
+	TrainerUIDs string `yaml:"trainer_uids"`
 	// CgroupRoot: auto, none or a cgroup v2 directory (worker.Config.CgroupRoot); "" = auto.
 	CgroupRoot string `yaml:"cgroup_root"`
 	// HFPython: the Hugging Face virtualenv's interpreter, {python} for a
@@ -244,6 +281,38 @@ type jobsSection struct {
 	AllowedRoots      []string  `yaml:"allowed_roots"`
 	KeepFinished      int       `yaml:"keep_finished"`
 	FinishedTTL       duration  `yaml:"finished_ttl"`
+}
+
+// teamSection is one team's entry of teams:.
+type teamSection struct {
+	// AllowedRoots, when given, are the only folders the team's jobs may
+	// read (dataset, eval_dataset, a local base_model) and write
+	// (output.uri), and where its schedules' files must lie, instead of
+	// jobs.allowed_roots; each must lie under jobs.allowed_roots when that
+	// is set. Required, and not empty, for a team listed here.
+	AllowedRoots []string `yaml:"allowed_roots"`
+}
+
+// checkTeams validates teams: into c.teamRoots: each team's allowed_roots
+// absolute, not empty, and under jobs.allowed_roots when that is set.
+func (c *fileConfig) checkTeams() error {
+	var deployment pathpolicy.Roots
+	if len(c.Jobs.AllowedRoots) > 0 {
+		var err error
+		if deployment, err = pathpolicy.New(c.Jobs.AllowedRoots); err != nil {
+			return fmt.Errorf("config %s: jobs.%w", c.path, err)
+		}
+	}
+	lists := make(map[string][]string, len(c.Teams))
+	for name, t := range c.Teams {
+		lists[name] = t.AllowedRoots
+	}
+	trs, err := pathpolicy.NewTeamRoots(lists, deployment)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", c.path, err)
+	}
+	c.teamRoots = trs
+	return nil
 }
 
 // loadRouting parses the routing sections of the config file at path (""
@@ -271,24 +340,58 @@ func loadSchedules(path string) ([]cron.Schedule, error) {
 	if path == "" {
 		return nil, nil
 	}
-	b, err := routecfg.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
 	var f struct {
 		Schedules []cron.Entry         `yaml:"schedules"`
 		Rest      map[string]yaml.Node `yaml:",inline"` // the other sections: not reloaded here
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+	if err := readSections(path, &f); err != nil {
+		return nil, err
 	}
 	ss, err := parseSchedules(f.Schedules, path)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return ss, nil
+}
+
+// readSections decodes the config file at path into f, a struct of the
+// sections a SIGHUP reloads and an inline map that takes the others; an
+// unknown key inside a section is an error.
+func readSections(path string, f any) error {
+	b, err := routecfg.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(f); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// loadAuth reads the API tokens of the config file at path as a SIGHUP
+// reloads them: the auth: section (inline tokens, auth.tokens_file relative
+// to the config file's folder, token_env variables from getenv), validated
+// as at start. path "" has none.
+func loadAuth(path string, getenv func(string) string) ([]plane.Token, error) {
+	if path == "" {
+		return nil, nil
+	}
+	var f struct {
+		Auth authSection          `yaml:"auth"`
+		Rest map[string]yaml.Node `yaml:",inline"` // the other sections: not reloaded here
+	}
+	if err := readSections(path, &f); err != nil {
+		return nil, err
+	}
+	c := &fileConfig{path: path, Auth: f.Auth}
+	c.resolvePaths()
+	ts, err := loadTokens(c.Auth, getenv)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return ts, nil
 }
 
 // parseSchedules validates the schedules of the config file at path (their
@@ -412,7 +515,13 @@ func loadConfig(path string) (*fileConfig, error) {
 				path, g, strings.Join(nvmlinventory.SimulatedServers(), ", "))
 		}
 	}
+	if err := c.Scheduler.check(); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
 	c.resolvePaths()
+	if err := c.checkTeams(); err != nil {
+		return nil, err
+	}
 	if c.schedules, err = parseSchedules(c.Schedules, path); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -519,4 +628,19 @@ func loadTokens(a authSection, getenv func(string) string) ([]plane.Token, error
 		return nil, err
 	}
 	return out, nil
+}
+
+// uidRange reads worker.trainer_uids ("FIRST-LAST"; "" = zero, the
+// worker's default).
+func uidRange(v string) ([2]uint32, error) {
+	if v == "" {
+		return [2]uint32{}, nil
+	}
+	a, b, ok := strings.Cut(v, "-")
+	first, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 32)
+	last, err2 := strconv.ParseUint(strings.TrimSpace(b), 10, 32)
+	if !ok || err1 != nil || err2 != nil || first == 0 || last < first {
+		return [2]uint32{}, fmt.Errorf("worker.trainer_uids = %q: must be FIRST-LAST, two uids with 0 < FIRST ≤ LAST < 2^32", v)
+	}
+	return [2]uint32{uint32(first), uint32(last)}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,7 +29,7 @@ func TestExampleConfigLoads(t *testing.T) {
 		sc.HTTPWriteTimeout.D() != time.Minute || sc.HTTPIdleTimeout.D() != time.Minute {
 		t.Fatalf("example config's API timeouts: %+v", sc)
 	}
-	if sc := c.Scheduler; sc.HTTPMaxConns != 4096 || sc.HTTPMaxConnsPerIP != 256 {
+	if sc := c.Scheduler; sc.HTTPMaxConns != 4096 || sc.HTTPReservedConns != 1024 || sc.maxConnsPerPrefix() != 256 {
 		t.Fatalf("example config's API connection caps: %+v", sc)
 	}
 	if tr := c.Trainers["reference"]; len(tr.Command) != 2 || tr.Command[0] != "{python}" || tr.Launcher == nil || !tr.Launcher.Torchrun {
@@ -136,11 +137,14 @@ func TestConfigGPUsFlagValidatedAtStart(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	for name, body := range map[string]string{
-		"unknown key":   "worker:\n  slotz: 3\n",
-		"bad duration":  "worker:\n  kill_grace: soon\n",
-		"empty trainer": "trainers:\n  mine: []\n",
-		"bad residency": "routing:\n  default_residency: [OnPrem]\n",
-		"s3 output":     "jobs:\n  default_output_uri: s3://b/p\n",
+		"unknown key":           "worker:\n  slotz: 3\n",
+		"bad duration":          "worker:\n  kill_grace: soon\n",
+		"empty trainer":         "trainers:\n  mine: []\n",
+		"bad residency":         "routing:\n  default_residency: [OnPrem]\n",
+		"s3 output":             "jobs:\n  default_output_uri: s3://b/p\n",
+		"both per-prefix names": "scheduler:\n  http_max_conns_per_prefix: 8\n  http_max_conns_per_ip: 8\n",
+		"reserve over the cap":  "scheduler:\n  http_max_conns: 64\n  http_reserved_conns: 64\n",
+		"reserve over default":  "scheduler:\n  http_reserved_conns: 5000\n",
 	} {
 		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")
 		os.WriteFile(p, []byte(body), 0o644)
@@ -154,6 +158,28 @@ func TestConfigErrors(t *testing.T) {
 	os.WriteFile(p, nil, 0o644)
 	if _, err := loadConfig(p); err != nil {
 		t.Errorf("empty config: %v", err)
+	}
+}
+
+// TestConfigConnCaps: http_max_conns_per_ip, the old name, still sets the
+// per-prefix cap; the reserve and the per-prefix cap reach the API's Config.
+func TestConfigConnCaps(t *testing.T) {
+	dir := t.TempDir()
+	for body, want := range map[string][3]int{
+		"scheduler:\n  http_max_conns_per_ip: 8\n":                                                      {0, 0, 8},
+		"scheduler:\n  http_max_conns: 64\n  http_reserved_conns: 16\n  http_max_conns_per_prefix: 4\n": {64, 16, 4},
+		"scheduler:\n  http_max_conns: -1\n  http_reserved_conns: 99999\n":                              {-1, 99999, 0},
+	} {
+		p := filepath.Join(dir, "c.yaml")
+		os.WriteFile(p, []byte(body), 0o644)
+		fc, err := loadConfig(p)
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		ac := (&wiring{fc: fc}).apiConfig("127.0.0.1:0", nil, nil, nil)
+		if got := [3]int{ac.MaxConns, ac.ReservedConns, ac.MaxConnsPerPrefix}; got != want {
+			t.Errorf("%q: max, reserved, per prefix = %v, want %v", body, got, want)
+		}
 	}
 }
 
@@ -300,5 +326,77 @@ func TestTrainerLauncherConfig(t *testing.T) {
 		if (got == nil) != (tc.want == nil) || (got != nil && (got.Torchrun != tc.want.Torchrun || strings.Join(got.Argv, " ") != strings.Join(tc.want.Argv, " "))) {
 			t.Errorf("%q: launcher %+v, want %+v", tc.yaml, got, tc.want)
 		}
+	}
+}
+
+// TestConfigTeamRoots: teams.<name>.allowed_roots loads into the teams'
+// roots; an unknown key of a team, a root outside jobs.allowed_roots, a
+// relative root and an empty list are errors naming the key.
+func TestConfigTeamRoots(t *testing.T) {
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := filepath.Join(dir, "lathe.yaml")
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	c, err := loadConfig(write("jobs:\n  allowed_roots: [/data]\nteams:\n  alpha: {allowed_roots: [/data/alpha]}\n  beta:\n    allowed_roots: [/data/beta/, /data/shared]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(c.teamRoots) != "map[alpha:[/data/alpha] beta:[/data/beta /data/shared]]" {
+		t.Fatalf("teams' roots: %v", c.teamRoots)
+	}
+	for body, want := range map[string]string{
+		"teams:\n  beta: {allowed_roots: [/data/beta], allowed_rootz: [/x]}\n":            "allowed_rootz",
+		"jobs:\n  allowed_roots: [/data]\nteams:\n  beta: {allowed_roots: [/srv/beta]}\n": `teams.beta.allowed_roots[0] "/srv/beta": not under jobs.allowed_roots (/data)`,
+		"teams:\n  beta: {allowed_roots: [beta]}\n":                                       "teams.beta.allowed_roots[0]",
+		"teams:\n  beta: {}\n": "teams.beta.allowed_roots: empty",
+	} {
+		if _, err := loadConfig(write(body)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error naming %q", body, err, want)
+		}
+	}
+}
+
+// TestTrainerUIDsConfig: worker.trainer_uids is FIRST-LAST; anything else
+// is an error naming the field and the value.
+func TestTrainerUIDsConfig(t *testing.T) {
+	if r, err := uidRange("3000000000-3000000099"); err != nil || r != [2]uint32{3_000_000_000, 3_000_000_099} {
+		t.Fatalf("uidRange: %v %v", r, err)
+	}
+	if r, err := uidRange(""); err != nil || r != [2]uint32{} {
+		t.Fatalf("uidRange of nothing: %v %v; want the worker's default (zero)", r, err)
+	}
+	for _, bad := range []string{"5", "0-10", "10-5", "a-b", "1-99999999999"} {
+		if _, err := uidRange(bad); err == nil || !strings.Contains(err.Error(), "worker.trainer_uids") || !strings.Contains(err.Error(), bad) {
+			t.Errorf("uidRange(%q): %v; want an error naming worker.trainer_uids and the value", bad, err)
+		}
+	}
+}
+
+// TestWarnReadableSecrets: a config holding API tokens, or a tokens file,
+// that others may read is named at start; one of mode 0600 is not.
+func TestWarnReadableSecrets(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "lathe.yaml")
+	if err := os.WriteFile(cfg, []byte("auth:\n  tokens:\n    - {name: ops, token: "+strings.Repeat("s", 32)+", role: admin}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fc, err := loadConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	warnReadableSecrets(cfg, fc, slog.New(slog.NewTextHandler(&buf, nil)))
+	if !strings.Contains(buf.String(), "API TOKENS READABLE") || !strings.Contains(buf.String(), cfg) {
+		t.Fatalf("a 0644 config with tokens: %q; want the warning naming it", buf.String())
+	}
+	buf.Reset()
+	_ = os.Chmod(cfg, 0o600)
+	warnReadableSecrets(cfg, fc, slog.New(slog.NewTextHandler(&buf, nil)))
+	if buf.Len() != 0 {
+		t.Fatalf("a 0600 config: %q; want nothing", buf.String())
 	}
 }

@@ -17,6 +17,7 @@ func TestDemoScript(t *testing.T) {
 	requireTorch(t)
 	lathed, _ := binaries(t)
 	dir := t.TempDir()
+	reachableByTrainers(t, dir) // the demo's data dir is under it
 	cmd := exec.Command(filepath.Join(repoRoot(t), "scripts", "demo.sh"))
 	cmd.Env = append(os.Environ(), "LATHE_BIN_DIR="+filepath.Dir(lathed), "LATHE_DEMO_DIR="+dir)
 	out, err := cmd.CombinedOutput()

@@ -119,8 +119,23 @@ func startDaemon(t testing.TB, bin string, args ...string) *daemon {
 }
 
 // startDaemonEnv starts bin with extra environment entries (nil: inherit).
+// A --data-dir under the test's temp folders is made reachable by the
+// trainers' own users (reachableByTrainers).
 func startDaemonEnv(t testing.TB, env []string, bin string, args ...string) *daemon {
 	t.Helper()
+	return startDaemonAs(t, env, nil, bin, args...)
+}
+
+// startDaemonAs is startDaemonEnv run as user cred (nil: this process's).
+func startDaemonAs(t testing.TB, env []string, cred *syscall.Credential, bin string, args ...string) *daemon {
+	t.Helper()
+	for i, a := range args {
+		if a == "--data-dir" && i+1 < len(args) {
+			reachableByTrainers(t, args[i+1])
+		} else if v, ok := strings.CutPrefix(a, "--data-dir="); ok {
+			reachableByTrainers(t, v)
+		}
+	}
 	d := &daemon{logs: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
 	d.cmd = exec.Command(bin, args...)
 	d.cmd.Dir = repoRoot(t) // as a user runs it: the repo's examples are under the default allowed roots
@@ -129,7 +144,7 @@ func startDaemonEnv(t testing.TB, env []string, bin string, args ...string) *dae
 	}
 	d.cmd.Stdout = syncBuf{d.mu, d.logs}
 	d.cmd.Stderr = syncBuf{d.mu, d.logs}
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: cred}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
 	}
@@ -150,6 +165,28 @@ func startDaemonEnv(t testing.TB, env []string, bin string, args ...string) *dae
 		}
 	})
 	return d
+}
+
+// reachableByTrainers makes dir (made if missing) and the folders above it
+// up to the system's temp folder searchable by others (o+x), as an
+// operator's data dir is: a root lathed runs each trainer as a user of its
+// own, which must reach its working folder under the data dir, and
+// t.TempDir's folders are 0700.
+func reachableByTrainers(t testing.TB, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Clean(os.TempDir())
+	for p := filepath.Clean(dir); strings.HasPrefix(p, tmp+string(filepath.Separator)); p = filepath.Dir(p) {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, st.Mode().Perm()|0o001); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func (d *daemon) output() string { d.mu.Lock(); defer d.mu.Unlock(); return d.logs.String() }

@@ -36,7 +36,7 @@ func TestScheduleFailoverE2E(t *testing.T) {
 	t.Parallel()
 	const every = 2 * time.Second
 	r := newSchedE2E(t, "")
-	cfg := "scheduler:\n  leader_ttl: 2s\nschedules:\n  - {name: fail2, cron: \"@every 2s\", job: job.yaml, concurrency: allow}\n"
+	cfg := r.roots(t) + "scheduler:\n  leader_ttl: 2s\nschedules:\n  - {name: fail2, cron: \"@every 2s\", job: job.yaml, concurrency: allow}\n"
 	if err := os.WriteFile(r.cfg, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"os/exec"
@@ -50,6 +51,26 @@ var (
 	llamaErr  error
 )
 
+// readableByOthers makes dir a model store others may read (o+rX), as a
+// root lathed's trainers, each a user of its own, need it: MkdirTemp's
+// folder is 0700 and safetensors writes its files 0600.
+func readableByOthers(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.Type()&fs.ModeSymlink != 0 {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		add := fs.FileMode(0o004)
+		if d.IsDir() {
+			add = 0o005
+		}
+		return os.Chmod(p, info.Mode().Perm()|add)
+	})
+}
+
 // tinyLlama builds the tiny Llama model folder once per test binary
 // (lathe_trainer.tiny_llama: hidden 64, 2 layers, 4 heads, 2 KV heads).
 func tinyLlama(t testing.TB) string {
@@ -62,6 +83,7 @@ func tinyLlama(t testing.TB) string {
 			llamaErr = err
 			return
 		}
+
 		llamaDir = filepath.Join(dir, "tiny-llama")
 		cmd := exec.Command(py, "-m", "lathe_trainer.tiny_llama", llamaDir, "--corpus",
 			filepath.Join(root, "configs/examples/data/tiny-train.jsonl"))
@@ -69,7 +91,9 @@ func tinyLlama(t testing.TB) string {
 		cmd.Env = append(os.Environ(), "HF_HUB_OFFLINE=1")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			llamaErr = fmt.Errorf("build the tiny Llama: %v\n%s", err, out)
+			return
 		}
+		llamaErr = readableByOthers(dir)
 	})
 	if llamaErr != nil {
 		t.Fatal(llamaErr)
@@ -331,6 +355,7 @@ func TestUpHFTinyLlama(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+
 	build := exec.Command(py, "-c", `import sys, shutil, glob
 from transformers import GPT2Config, GPT2LMHeadModel
 GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=512, n_positions=128)).save_pretrained(sys.argv[2])
@@ -338,6 +363,9 @@ for f in glob.glob(sys.argv[1] + "/tokenizer*"):
     shutil.copy(f, sys.argv[2])`, model, gpt2)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build a GPT-2: %v\n%s", err, out)
+	}
+	if err := readableByOthers(gpt2); err != nil {
+		t.Fatal(err)
 	}
 	gid := submitID(t, lathe, base, hfSpec(t, "gpt2-gguf", gpt2, 0, 20, 0, "output: {formats: [safetensors, gguf]}\n"))
 	gj := waitJob(t, base, gid, 2*time.Minute, "terminal", func(j jobtype.Job) bool { return j.State.Terminal() })

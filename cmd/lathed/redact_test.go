@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lathe-ml/lathe/internal/redact/redacttest"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/waitfor"
 )
@@ -106,6 +109,51 @@ func TestStartLogRedacted(t *testing.T) {
 	}
 	if !strings.Contains(log, "redis://:xxxxx@"+rs.Addr+"/0") {
 		t.Fatalf("the log does not name the redacted URL:\n%s", log)
+	}
+}
+
+// FuzzRedisURLError: wherever a --redis-url (or redis.url) holds a
+// password, in whatever malformed URL, the error of the function that
+// parses it never shows the password, nor does the URL the log prints.
+func FuzzRedisURLError(f *testing.F) {
+	redacttest.Fuzz(f, func(t *testing.T, u string) {
+		rdb, err := newRedisClientPool(u, 0)
+		if err != nil {
+			redacttest.NoMarker(t, u, "newRedisClientPool's error", err.Error())
+		} else {
+			_ = rdb.Close()
+		}
+		redacttest.NoMarker(t, u, "redactURL", redactURL(u))
+	})
+}
+
+// TestMalformedURLsRedactedE2E runs the real binaries with URLs that do
+// not parse and hold a password: `lathed scheduler` and `lathed up` with
+// such a --redis-url (a bracket error, no "://" so go-redis quotes the
+// path, a password with '/'), and `lathe --server 'http://u:PASS@[::1:…'
+// list`. Each fails, naming the URL redacted; the password is nowhere on
+// stderr or stdout.
+func TestMalformedURLsRedactedE2E(t *testing.T) {
+	lathed, lathe := binaries(t)
+	const pass = "SECRETPASS"
+	for _, c := range []struct{ args []string }{
+		{[]string{"scheduler", "--redis-url", "redis://:" + pass + "@[::1:6379/0"}},
+		{[]string{"scheduler", "--redis-url", "redis:/:" + pass + "@127.0.0.1:6379/0"}},
+		{[]string{"up", "--redis-url", "redis://u:" + pass + "/x@127.0.0.1:6379/0", "--listen", "127.0.0.1:0"}},
+	} {
+		cmd := exec.Command(lathed, append(c.args, "--data-dir", t.TempDir())...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		if err == nil || strings.Contains(out.String()+errb.String(), pass) || !strings.Contains(errb.String(), "xxxxx@") {
+			t.Errorf("lathed %v: %v\nstdout %q\nstderr %q\nwant a failure naming the URL redacted, without the password", c.args, err, out.String(), errb.String())
+		}
+	}
+	for _, server := range []string{"http://u:" + pass + "@[::1:8080", "http://u:" + pass + "@[::1]]:8080"} {
+		out, errOut, code := runLathe(t, lathe, os.Environ(), "--server", server, "list")
+		if code != 2 || strings.Contains(out+errOut, pass) || !strings.Contains(errOut, "xxxxx@") {
+			t.Errorf("lathe --server %s list: exit %d\nstdout %q\nstderr %q\nwant exit 2 naming the URL redacted, without the password", server, code, out, errOut)
+		}
 	}
 }
 

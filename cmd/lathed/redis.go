@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -16,6 +20,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lathe-ml/lathe/internal/redact"
+
 	"github.com/lathe-ml/lathe/internal/jobstore"
 )
 
@@ -25,9 +31,11 @@ func newRedisClient(url string) (*redis.Client, error) { return newRedisClientPo
 
 // newRedisClientPool is newRedisClient with a pool of poolSize connections
 // (0: go-redis's default, 10 per CPU).
-// An error names the URL with its password redacted (redactURL).
+// An error names the URL with its password redacted (redactURL), and its
+// cause never quotes the password (redact.Parse: url.Parse quotes the
+// whole URL, go-redis a path that can hold it).
 func newRedisClientPool(url string, poolSize int) (*redis.Client, error) {
-	opt, err := redis.ParseURL(url)
+	opt, err := redact.Parse(url, redis.ParseURL)
 	if err != nil {
 		return nil, fmt.Errorf("--redis-url %q: %w", redactURL(url), err)
 	}
@@ -143,10 +151,14 @@ func startManagedRedis(ctx context.Context, dataDir string, hold *os.File, log *
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("redis dir: %w", err)
 	}
-	args := []string{"--dir", dir, "--appendonly", "yes", "--appendfsync", "everysec", "--aof-load-truncated", "no",
+	conf, pw, err := managedRedisPassword(dir)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{conf, "--dir", dir, "--appendonly", "yes", "--appendfsync", "everysec", "--aof-load-truncated", "no",
 		"--maxmemory-policy", "noeviction", "--save", "", "--daemonize", "no",
 		"--logfile", filepath.Join(dir, "redis.log")}
-	listen, url, err := managedRedisListen(dir)
+	listen, url, err := managedRedisListen(dir, pw)
 	if err != nil {
 		return nil, err
 	}
@@ -166,13 +178,64 @@ func startManagedRedis(ctx context.Context, dataDir string, hold *os.File, log *
 	return m, nil
 }
 
+// managedRedisPassword is the managed redis-server's password, made once
+// (32 random bytes, hex) and kept in dir/password, and the config file that
+// gives it to redis-server (dir/redis.conf: requirepass), both mode 0600 in
+// a folder of mode 0700: it is in no process's arguments or environment,
+// so a trainer (or any local user) that reached the socket or the port
+// could still not use it.
+func managedRedisPassword(dir string) (conf, pw string, err error) {
+	pwFile := filepath.Join(dir, "password")
+	b, err := os.ReadFile(pwFile)
+	switch {
+	case err == nil && len(strings.TrimSpace(string(b))) >= 32:
+		pw = strings.TrimSpace(string(b))
+	case err == nil || errors.Is(err, fs.ErrNotExist):
+		var raw [32]byte
+		if _, err := rand.Read(raw[:]); err != nil {
+			return "", "", fmt.Errorf("redis password: %w", err)
+		}
+		pw = hex.EncodeToString(raw[:])
+		if err := writePrivate(pwFile, pw+"\n"); err != nil {
+			return "", "", fmt.Errorf("redis password: %w", err)
+		}
+	default:
+		return "", "", fmt.Errorf("redis password: %w", err)
+	}
+	conf = filepath.Join(dir, "redis.conf")
+	if err := writePrivate(conf, "# written by lathed at each start: the managed Redis's password (see password)\nrequirepass "+pw+"\n"); err != nil {
+		return "", "", fmt.Errorf("redis config: %w", err)
+	}
+	return conf, pw, nil
+}
+
+// writePrivate writes body to path, mode 0600, through a temporary file
+// renamed over it (a link at path is replaced, not written through).
+func writePrivate(path, body string) error {
+	tmp := path + ".tmp"
+	_ = os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(body); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
 // managedRedisListen is where a managed redis-server in dir listens: the
-// redis-server arguments and the URL. A unix socket in dir, unless its path
-// is too long for one; then a free TCP port on 127.0.0.1.
-func managedRedisListen(dir string) (args []string, url string, err error) {
+// redis-server arguments and the URL (with password pw). A unix socket in
+// dir, unless its path is too long for one; then a free TCP port on
+// 127.0.0.1.
+func managedRedisListen(dir, pw string) (args []string, url string, err error) {
 	sock := filepath.Join(dir, "redis.sock")
 	if len(sock) < 100 {
-		return []string{"--port", "0", "--unixsocket", sock, "--unixsocketperm", "700"}, "unix://" + sock, nil
+		return []string{"--port", "0", "--unixsocket", sock, "--unixsocketperm", "700"}, "unix://:" + pw + "@" + sock, nil
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -180,7 +243,7 @@ func managedRedisListen(dir string) (args []string, url string, err error) {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	return []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port)}, "redis://127.0.0.1:" + strconv.Itoa(port), nil
+	return []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port)}, "redis://:" + pw + "@127.0.0.1:" + strconv.Itoa(port), nil
 }
 
 // awaitStart waits up to 10s for the redis-server just started (logging to

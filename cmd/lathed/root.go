@@ -7,10 +7,12 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -192,7 +194,8 @@ type wiring struct {
 	rdb      *redis.Client
 	store    *jobstore.Store
 	roots    pathpolicy.Roots
-	endpoint string // EC2/S3 endpoint of the aws backends
+	teams    pathpolicy.TeamRoots // teams.<name>.allowed_roots
+	endpoint string               // EC2/S3 endpoint of the aws backends
 	stops    []func(context.Context) error
 }
 
@@ -216,6 +219,7 @@ func openWiring(ctx context.Context, o *opts, stderr io.Writer, ownRedis bool) (
 		return nil, err
 	}
 	d := &wiring{o: o, log: log, fc: fc}
+	warnReadableSecrets(o.configPath, fc, log)
 	defer func() {
 		if err != nil {
 			d.close()
@@ -243,6 +247,11 @@ func openWiring(ctx context.Context, o *opts, stderr io.Writer, ownRedis bool) (
 		return nil, err
 	}
 	log.Info("file:// datasets and outputs allowed under", slog.Any("allowed_roots", []string(d.roots)))
+	d.teams = fc.teamRoots
+	for _, team := range slices.Sorted(maps.Keys(d.teams)) {
+		log.Info("team's own allowed roots (its jobs and schedule files may use only these)", slog.String("team", team),
+			slog.Any("allowed_roots", []string(d.teams[team])))
+	}
 	d.endpoint = firstNonEmpty(o.endpoint, fc.AWS.EndpointURL)
 	return d, nil
 }
@@ -323,7 +332,7 @@ func (d *wiring) close() {
 
 // startCloudWorker starts the AWS worker of backend name.
 func (d *wiring) startCloudWorker(ctx context.Context, name string) error {
-	c, err := startCloudWorker(ctx, d.rdb, d.store, d.fc, name, d.endpoint, d.dataDir, d.roots, d.log)
+	c, err := startCloudWorker(ctx, d.rdb, d.store, d.fc, name, d.endpoint, d.dataDir, d.roots, d.teams, d.log)
 	if err != nil {
 		return err
 	}
@@ -350,14 +359,19 @@ func (d *wiring) startLocalWorker(ctx context.Context) error {
 	// stops run in reverse: the worker stops before its GPUs close.
 	d.stops = append(d.stops, func(context.Context) error { return gpus.Close() })
 	site, siteTags := localSite(fc.daemon.Routing)
+	uids, err := uidRange(fc.Worker.TrainerUIDs)
+	if err != nil {
+		return err
+	}
 	w, err := worker.New(d.rdb, d.store, worker.Config{
+		OwnUsers: fc.Worker.RunAs == "" && os.Geteuid() == 0, TrainerUIDs: uids,
 		Site: site, SiteTags: siteTags,
 		Node: node, Slots: firstPositive(o.slots, fc.Worker.Slots), GPUs: gpus,
 		CheckpointRoot: fc.Worker.CheckpointRoot, MonitorInterval: fc.Worker.MonitorInterval.D(), HangTimeout: fc.Worker.HangTimeout.D(),
 		DataDir: d.dataDir, ScriptsDir: scriptsDir, Trainers: trainerCommands(fc.Trainers), TrainerPassEnv: trainerPassEnv(fc.Trainers),
 		Launchers: trainerLaunchers(fc.Trainers), HFPython: fc.Worker.HFPython, DemoPython: fc.Worker.DemoPython,
 		MaxAttempts: fc.Worker.MaxAttempts, KillGrace: fc.Worker.KillGrace.D(), HeartbeatTTL: fc.Worker.HeartbeatTTL.D(),
-		TaskCheckInterval: fc.Worker.TaskCheckInterval.D(), LeaseTTL: fc.Worker.LeaseTTL.D(), AllowedRoots: d.roots, Deny: daemonDeny(fc), RunAs: fc.Worker.RunAs,
+		TaskCheckInterval: fc.Worker.TaskCheckInterval.D(), LeaseTTL: fc.Worker.LeaseTTL.D(), AllowedRoots: d.roots, TeamRoots: d.teams, Deny: daemonDeny(fc), RunAs: fc.Worker.RunAs,
 		CgroupRoot: fc.Worker.CgroupRoot, Logger: d.log,
 	})
 	if err != nil {
@@ -400,8 +414,27 @@ func (d *wiring) startUpClouds(ctx context.Context) error {
 	return nil
 }
 
+// warnUnknownTeams logs each team of teams: that no token and no schedule
+// names: a misspelt name leaves the real team on jobs.allowed_roots.
+func warnUnknownTeams(fc *fileConfig, tokens []plane.Token, log *slog.Logger) {
+	known := map[string]bool{}
+	for _, t := range tokens {
+		known[t.Team] = true
+	}
+	for _, s := range fc.schedules {
+		known[s.Team] = true
+	}
+	for _, team := range slices.Sorted(maps.Keys(fc.teamRoots)) {
+		if !known[team] {
+			log.Warn("teams: no token and no schedule has this team; check its name (a team without an entry uses jobs.allowed_roots)",
+				slog.String("team", team))
+		}
+	}
+}
+
 // startScheduler starts the API, the placer and the other leader duties,
-// and reloads the routing config on SIGHUP.
+// and reloads the routing config, the schedules and the API tokens on
+// SIGHUP (reloader).
 func (d *wiring) startScheduler(ctx context.Context) error {
 	o, fc, log := d.o, d.fc, d.log
 	// Event follows block on XREAD: give them their own, larger pool.
@@ -414,6 +447,7 @@ func (d *wiring) startScheduler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	warnUnknownTeams(fc, tokens, log)
 	listen := firstNonEmpty(o.listen, fc.Scheduler.Listen, "127.0.0.1:8080")
 	if len(tokens) == 0 && !loopbackOnly(listen) {
 		return fmt.Errorf("--listen %s reaches beyond loopback and no API tokens are configured: refusing to run an open API there. Add auth.tokens to the config (see configs/lathe.yaml), or listen on 127.0.0.1", listen)
@@ -435,7 +469,7 @@ func (d *wiring) startScheduler(ctx context.Context) error {
 		return err
 	}
 	d.stops = append(d.stops, a.Stop)
-	go reloadOnHUP(ctx, o.configPath, s, log)
+	go reloader{path: o.configPath, sched: s, api: a, getenv: os.Getenv, log: log}.run(ctx)
 	log.Info("lathe is up", slog.String("api", "http://"+a.Addr()), slog.String("data_dir", d.dataDir),
 		slog.String("redis", redactURL(d.url)))
 	return nil
@@ -446,7 +480,7 @@ func (d *wiring) startScheduler(ctx context.Context) error {
 func (d *wiring) schedulerConfig(ctx context.Context, led *ledger.Ledger) scheduler.Config {
 	fc := d.fc
 	return scheduler.Config{
-		AllowedRoots: d.roots, DataDeny: pathpolicy.DataDeny(d.dataDir, fc.Worker.CheckpointRoot, filepath.Join(d.dataDir, "scripts"), daemonDeny(fc)),
+		AllowedRoots: d.roots, TeamRoots: d.teams, DataDeny: pathpolicy.DataDeny(d.dataDir, fc.Worker.CheckpointRoot, filepath.Join(d.dataDir, "scripts"), daemonDeny(fc)),
 		KeepFinished: fc.Jobs.KeepFinished, FinishedTTL: fc.Jobs.FinishedTTL.D(),
 		Defaults: fc.daemon.Defaults(d.dataDir), Routing: fc.daemon.Routing, Ledger: led,
 		Trainers: trainerNames(fc.Trainers), KillGrace: fc.Worker.KillGrace.D(), PlaceInterval: fc.Scheduler.PlaceInterval.D(),
@@ -470,7 +504,7 @@ func (d *wiring) apiConfig(listen string, tokens []plane.Token, led *ledger.Ledg
 		Listen: listen, Tokens: tokens, Defaults: fc.daemon.Defaults(d.dataDir), Ledger: led, FollowRedis: followRDB, Logger: d.log,
 		ReadHeaderTimeout: fc.Scheduler.HTTPReadHeaderTimeout.D(), ReadTimeout: fc.Scheduler.HTTPReadTimeout.D(),
 		WriteTimeout: fc.Scheduler.HTTPWriteTimeout.D(), IdleTimeout: fc.Scheduler.HTTPIdleTimeout.D(),
-		MaxConns: fc.Scheduler.HTTPMaxConns, MaxConnsPerIP: fc.Scheduler.HTTPMaxConnsPerIP,
+		MaxConns: fc.Scheduler.HTTPMaxConns, ReservedConns: fc.Scheduler.HTTPReservedConns, MaxConnsPerPrefix: fc.Scheduler.maxConnsPerPrefix(),
 		NoEvictionCheck: d.managed != nil && d.managed.Embedded,
 	}
 }
@@ -628,11 +662,21 @@ func openLedger(rdb redis.UniversalClient, fc *fileConfig, dataDir string, log *
 	return ledger.New(rdb, key, firstNonEmpty(fc.Redis.KeyPrefix, "lathe:"), opts...), nil
 }
 
-// reloadOnHUP re-reads the schedules and the routing sections of the
-// config file on SIGHUP and hands them to the scheduler (jobs no longer
-// feasible are held, never moved); a bad section keeps its old version.
-// Other sections, and the worker, need a restart.
-func reloadOnHUP(ctx context.Context, path string, s *scheduler.Scheduler, log *slog.Logger) {
+// reloader re-reads the config file at path on SIGHUP: the schedules,
+// the routing sections (handed to the scheduler; jobs no longer feasible
+// are held, never moved) and the API tokens (swapped at once in the
+// running API). A bad section keeps its old version and logs why. Other
+// sections, and the worker, need a restart.
+type reloader struct {
+	path   string
+	sched  *scheduler.Scheduler
+	api    *api.Server
+	getenv func(string) string
+	log    *slog.Logger
+}
+
+// run reloads on each SIGHUP until ctx ends.
+func (r reloader) run(ctx context.Context) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -642,22 +686,52 @@ func reloadOnHUP(ctx context.Context, path string, s *scheduler.Scheduler, log *
 			return
 		case <-hup:
 		}
-		if ss, err := loadSchedules(path); err != nil {
-			log.Error("SIGHUP: schedules not reloaded; the old schedules stay", slog.Any("err", err))
-		} else {
-			s.SetSchedules(ss)
-		}
-		rc, err := loadRouting(path)
-		if err != nil {
-			log.Error("SIGHUP: config not reloaded; the old routing config stays", slog.Any("err", err))
-			continue
-		}
-		if err := s.SetRouting(ctx, rc); err != nil {
-			log.Error("SIGHUP: re-checking jobs against the new routing config", slog.Any("err", err))
-			continue
-		}
-		log.Info("SIGHUP: routing config reloaded", slog.String("config_hash", rc.Hash()))
+		r.reload(ctx)
 	}
+}
+
+// reload reloads each section in turn; one that fails does not stop the
+// others.
+func (r reloader) reload(ctx context.Context) {
+	log := r.log
+	if ss, err := loadSchedules(r.path); err != nil {
+		log.Error("SIGHUP: schedules not reloaded; the old schedules stay", slog.Any("err", err))
+	} else {
+		r.sched.SetSchedules(ss)
+	}
+	r.reloadTokens()
+	rc, err := loadRouting(r.path)
+	if err != nil {
+		log.Error("SIGHUP: config not reloaded; the old routing config stays", slog.Any("err", err))
+		return
+	}
+	if err := r.sched.SetRouting(ctx, rc); err != nil {
+		log.Error("SIGHUP: re-checking jobs against the new routing config", slog.Any("err", err))
+		return
+	}
+	log.Info("SIGHUP: routing config reloaded", slog.String("config_hash", rc.Hash()))
+}
+
+// reloadTokens swaps the API's tokens for those the config names now (no
+// config file: nothing to reload). Tokens that fail to load, or none left
+// where there were some, keep the old tokens.
+func (r reloader) reloadTokens() {
+	if r.path == "" {
+		return
+	}
+	ts, err := loadAuth(r.path, r.getenv)
+	if err == nil {
+		err = r.api.SetTokens(ts)
+	}
+	if err != nil {
+		r.log.Error("SIGHUP: API tokens not reloaded; the old tokens stay", slog.Any("err", err))
+		return
+	}
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = t.Name
+	}
+	r.log.Info("SIGHUP: API tokens reloaded", slog.Int("tokens", len(ts)), slog.Any("names", names))
 }
 
 // testHoldScheduledSweep reads LATHE_TEST_HOLD_SCHEDULED_SWEEP (a Go

@@ -67,33 +67,42 @@ func TestConfigSchedules(t *testing.T) {
 	}
 }
 
-// schedRig is a Redis, a data dir with a job file and a config, and the
-// lathed and lathe binaries, for the schedule end-to-end tests. No worker
-// runs: the scheduled jobs stay queued, which is "still going".
+// schedRig is a Redis, a data dir, a folder with a job file and a config,
+// and the lathed and lathe binaries, for the schedule end-to-end tests. No
+// worker runs: the scheduled jobs stay queued, which is "still going". The
+// job and sweep files are in dir, not the data dir: lathed reads no
+// schedule file there (it is lathed's own, never data).
 type schedRig struct {
-	lathed, lathe, data, cfg string
-	rs                       *redistest.Server
+	lathed, lathe, data, dir, cfg string
+	rs                            *redistest.Server
 }
 
 func newSchedE2E(t *testing.T, schedules string) *schedRig {
 	t.Helper()
 	lathed, lathe := binaries(t)
-	r := &schedRig{lathed: lathed, lathe: lathe, data: t.TempDir(), rs: redistest.StartWith(t, redistest.Options{AOF: true})}
+	r := &schedRig{lathed: lathed, lathe: lathe, data: t.TempDir(), dir: t.TempDir(), rs: redistest.StartWith(t, redistest.Options{AOF: true})}
 	job := `{"name":"scheduled","base_model":"tiny-char","dataset":"file://` + repoRoot(t) + `/configs/examples/data/tiny-train.jsonl"}`
-	if err := os.WriteFile(filepath.Join(r.data, "job.yaml"), []byte(job), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(r.dir, "job.yaml"), []byte(job), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r.cfg = filepath.Join(r.data, "lathe.yaml")
+	r.cfg = filepath.Join(r.dir, "lathe.yaml")
 	r.writeConfig(t, schedules)
 	return r
 }
 
 func (r *schedRig) writeConfig(t *testing.T, schedules string) {
 	t.Helper()
-	body := "scheduler:\n  leader_ttl: 2s\n  place_interval: 100ms\nschedules:\n" + schedules
+	body := r.roots(t) + "scheduler:\n  leader_ttl: 2s\n  place_interval: 100ms\nschedules:\n" + schedules
 	if err := os.WriteFile(r.cfg, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// roots is the config's jobs: section: the data dir (the default
+// output), the rig's folder (the schedule files) and the repository (the
+// demo dataset).
+func (r *schedRig) roots(t *testing.T) string {
+	return "jobs:\n  allowed_roots: [" + r.data + ", " + r.dir + ", " + repoRoot(t) + "]\n"
 }
 
 // scheduler starts `lathed scheduler` on a free port and returns it and its URL.
@@ -145,7 +154,22 @@ func (r *schedRig) runs(t *testing.T, base, name string, from, to time.Time, eve
 // schedules reads lathe schedules -o json.
 func (r *schedRig) schedules(t *testing.T, base string) map[string]wire.ScheduleInfo {
 	t.Helper()
-	out, errOut, code := cli(t, r.lathe, base, "schedules", "-o", "json")
+	m, _ := r.schedulesAs(t, base, "")
+	return m
+}
+
+// schedulesAs reads lathe schedules -o json with LATHE_TOKEN=token (""
+// for this process's environment), and returns it by name with the raw
+// output.
+func (r *schedRig) schedulesAs(t *testing.T, base, token string) (map[string]wire.ScheduleInfo, string) {
+	t.Helper()
+	var out, errOut string
+	var code int
+	if token == "" {
+		out, errOut, code = cli(t, r.lathe, base, "schedules", "-o", "json")
+	} else {
+		out, errOut, code = cliAs(t, r.lathe, base, token, "schedules", "-o", "json")
+	}
 	if code != 0 {
 		t.Fatalf("lathe schedules: exit %d: %s", code, errOut)
 	}
@@ -157,7 +181,7 @@ func (r *schedRig) schedules(t *testing.T, base string) map[string]wire.Schedule
 	for _, s := range l.Schedules {
 		m[s.Name] = s
 	}
-	return m
+	return m, out
 }
 
 // TestSchedulesTwoSchedulersE2E: two `lathed scheduler` processes on one

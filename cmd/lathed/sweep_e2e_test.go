@@ -471,7 +471,7 @@ max_parallel: 4
 // (the same derived id): it ends with exactly 50 trials, none doubled.
 func TestScheduledSweepLeaderKilledMidExpansion(t *testing.T) {
 	r := newSchedE2E(t, "  - {name: nightly, cron: \"@every 1h\", sweep: sweep.yaml, concurrency: allow}\n")
-	_ = os.WriteFile(filepath.Join(r.data, "sweep.yaml"), []byte(`name: nightly-e2e
+	_ = os.WriteFile(filepath.Join(r.dir, "sweep.yaml"), []byte(`name: nightly-e2e
 job: job.yaml
 parameters:
   training.learning_rate: {log_uniform: [0.0001, 0.1]}

@@ -6,17 +6,19 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+
+	"github.com/lathe-ml/lathe/internal/redact"
 )
 
 // Path returns the local path of a file:///absolute/path URI (host empty or
 // localhost), cleaned.
 func Path(uri string) (string, error) {
-	u, err := url.Parse(uri)
+	u, err := redact.Parse(uri, url.Parse)
 	if err != nil {
-		return "", fmt.Errorf("uri %q: %w", uri, err)
+		return "", fmt.Errorf("uri %q: %w", redact.URL(uri), err)
 	}
 	if u.Scheme != "file" || (u.Host != "" && u.Host != "localhost") || !filepath.IsAbs(u.Path) {
-		return "", fmt.Errorf("uri %q: only file:///absolute/path is supported so far (s3:// comes with the AWS backend)", uri)
+		return "", fmt.Errorf("uri %q: only file:///absolute/path is supported so far (s3:// comes with the AWS backend)", redact.URL(uri))
 	}
 	return filepath.Clean(u.Path), nil
 }

@@ -24,6 +24,20 @@ var ErrNotArtifact = errors.New("not a regular file of the output folder")
 // folder (a FIFO, a device, a socket).
 var ErrNotData = errors.New("not a regular file or a folder")
 
+// DeniedError is a path refused because it is a Deny entry or lies under
+// one. It wraps ErrDenied; Entry alone (the entry and why it is denied)
+// says why without repeating the path asked for.
+type DeniedError struct {
+	Path, Resolved string // as asked for, and with links resolved
+	Entry          DenyEntry
+}
+
+func (e *DeniedError) Error() string {
+	return fmt.Sprintf("%s (resolved %s): %v (%s, %s)", e.Path, e.Resolved, ErrDenied, e.Entry.Why, e.Entry.Path)
+}
+
+func (e *DeniedError) Unwrap() error { return ErrDenied }
+
 // Deny lists absolute paths, files or folders, that no job may read as data
 // even under an allowed root. Each entry has a reason shown in the error.
 type Deny []DenyEntry
@@ -47,7 +61,7 @@ func (d Deny) checkPath(p, rp string) error {
 			re = filepath.Clean(e.Path)
 		}
 		if rp == re || strings.HasPrefix(rp, re+string(filepath.Separator)) {
-			return fmt.Errorf("%s (resolved %s): %w (%s, %s)", p, rp, ErrDenied, e.Why, e.Path)
+			return &DeniedError{Path: p, Resolved: rp, Entry: e}
 		}
 	}
 	return nil

@@ -477,7 +477,9 @@ func openOrMakeDir(dir *os.File, name string) (*os.File, error) {
 // CreateIn writes a new file name in dir (a folder from MakeDir or OpenDir)
 // from r: a temporary name made with O_EXCL|O_NOFOLLOW, synced, then
 // renamed over name within dir, so a reader never sees half a file and
-// nothing is written through a link. It returns the bytes written.
+// nothing is written through a link. The file is mode 0640 (less the
+// umask): not readable by others, such as trainers running as users of
+// their own. It returns the bytes written.
 func CreateIn(dir *os.File, name string, r io.Reader) (int64, error) {
 	if name == "" || strings.ContainsRune(name, filepath.Separator) || name == "." || name == ".." {
 		return 0, fmt.Errorf("%q: not a plain file name", name)
@@ -487,7 +489,7 @@ func CreateIn(dir *os.File, name string, r io.Reader) (int64, error) {
 		return 0, err
 	}
 	tmp := ".tmp-" + name + "-" + hex.EncodeToString(rnd[:])
-	fd, err := unix.Openat(int(dir.Fd()), tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	fd, err := unix.Openat(int(dir.Fd()), tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o640)
 	if err != nil {
 		return 0, fmt.Errorf("create %s: %w", filepath.Join(dir.Name(), tmp), err)
 	}

@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -33,19 +33,20 @@ import (
 // asynqmon mount. It reads jobs through the store and writes only through
 // the control plane (plane.Plane): every admission, cancel and retry.
 type Server struct {
-	plane     plane.Plane
-	cfg       Config
-	store     *jobstore.Store
-	follow    *jobstore.Store // store over Config.FollowRedis
-	rdb       redis.UniversalClient
-	insp      *asynq.Inspector // asynq's queue counts (the ops view)
-	log       *slog.Logger
-	reg       *prometheus.Registry // the API's own collectors (the store's figures)
-	tokenSums [][32]byte           // sha256 of each token's secret, for constant-time comparison
+	plane  plane.Plane
+	cfg    Config
+	store  *jobstore.Store
+	follow *jobstore.Store // store over Config.FollowRedis
+	rdb    redis.UniversalClient
+	insp   *asynq.Inspector // asynq's queue counts (the ops view)
+	log    *slog.Logger
+	reg    *prometheus.Registry     // the API's own collectors (the store's figures)
+	tokens atomic.Pointer[tokenSet] // the tokens in force (SetTokens swaps them)
 
 	mu      sync.Mutex
 	httpSrv *http.Server
 	ln      net.Listener
+	limiter *connLimiter // the connection limits of ln (Start)
 }
 
 // The API's handlers are grouped by what they serve, each group a view
@@ -68,10 +69,8 @@ func New(p plane.Plane, rdb redis.UniversalClient, store *jobstore.Store, cfg Co
 	if cfg.FollowRedis != nil {
 		s.follow = store.WithClient(cfg.FollowRedis)
 	}
-	for _, t := range cfg.Tokens {
-		s.tokenSums = append(s.tokenSums, sha256.Sum256([]byte(t.Secret)))
-	}
-	s.reg.MustRegister(&storeCollector{s: opsView{s}})
+	s.tokens.Store(newTokenSet(cfg.Tokens))
+	s.reg.MustRegister(&storeCollector{s: opsView{s}}, connCollector{s})
 	return s
 }
 
@@ -232,7 +231,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if fe := s.plane.Admissible(spec); len(fe) > 0 {
+	if fe := s.plane.Admissible(principalOf(r), spec); len(fe) > 0 {
 		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "job cannot run on this deployment", Code: "invalid", Fields: fe})
 		return
 	}
@@ -411,7 +410,7 @@ func (s *Server) batchJobs(p plane.Principal, key string, req wire.BatchRequest)
 			continue
 		}
 		spec.Normalize(s.cfg.Defaults)
-		for _, fe := range s.plane.Admissible(spec) {
+		for _, fe := range s.plane.Admissible(p, spec) {
 			fields = append(fields, fe.Under(prefix))
 		}
 		njs = append(njs, jobstore.NewJob{Spec: spec, IdempotencyKey: idemKey(p, key, i)})

@@ -65,7 +65,7 @@ func (s opsView) budgetScopes() (limits map[string]float64, kinds map[string]str
 	for team, l := range rs.Config.TeamBudgetsUSD {
 		limits["team:"+team] = l
 	}
-	for _, t := range s.cfg.Tokens {
+	for _, t := range s.tokenSet().tokens {
 		if t.Team != "" {
 			if _, ok := limits["team:"+t.Team]; !ok {
 				limits["team:"+t.Team] = 0

@@ -30,7 +30,7 @@ func (s *Server) guard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Open mode serves loopback only; a page whose own name resolves to
 		// 127.0.0.1 (DNS rebinding) still sends its name as Host.
-		if len(s.cfg.Tokens) == 0 && !loopbackHost(r.Host) {
+		if s.tokenSet().open() && !loopbackHost(r.Host) {
 			writeJSON(w, http.StatusMisdirectedRequest, wire.Error{Error: fmt.Sprintf("Host %q is not a loopback name: "+
 				"an API without tokens answers only to localhost, 127.0.0.1 or [::1] (configure auth.tokens to serve other names)", r.Host), Code: "misdirected"})
 			return

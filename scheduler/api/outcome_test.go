@@ -26,9 +26,9 @@ import (
 // nil interface's.
 type outcomeFake struct{ plane.Plane }
 
-func (outcomeFake) Admissible(*jobspec.Spec) []jobspec.FieldError { return nil }
-func (outcomeFake) SawRedis(error)                                {}
-func (outcomeFake) Metrics() prometheus.Gatherer                  { return prometheus.NewRegistry() }
+func (outcomeFake) Admissible(plane.Principal, *jobspec.Spec) []jobspec.FieldError { return nil }
+func (outcomeFake) SawRedis(error)                                                 {}
+func (outcomeFake) Metrics() prometheus.Gatherer                                   { return prometheus.NewRegistry() }
 func (outcomeFake) Submit(context.Context, plane.Admission) ([]jobstore.Created, error) {
 	return nil, fmt.Errorf("%w: jobstore: create: %w", plane.ErrOutcomeUnknown, context.DeadlineExceeded)
 }
@@ -61,9 +61,9 @@ func TestOutcomeUnknownAnswer(t *testing.T) {
 // for this test alone): its SubmitSweep answers a sweep as stored.
 type storedSweepFake struct{ plane.Plane }
 
-func (storedSweepFake) Admissible(*jobspec.Spec) []jobspec.FieldError { return nil }
-func (storedSweepFake) SawRedis(error)                                {}
-func (storedSweepFake) Metrics() prometheus.Gatherer                  { return prometheus.NewRegistry() }
+func (storedSweepFake) Admissible(plane.Principal, *jobspec.Spec) []jobspec.FieldError { return nil }
+func (storedSweepFake) SawRedis(error)                                                 {}
+func (storedSweepFake) Metrics() prometheus.Gatherer                                   { return prometheus.NewRegistry() }
 func (storedSweepFake) SubmitSweep(_ context.Context, req plane.SweepRequest) (*jobtype.Sweep, bool, error) {
 	return &jobtype.Sweep{ID: req.ID, Name: "s", Trials: 2, State: jobtype.SweepRunning}, false, nil
 }

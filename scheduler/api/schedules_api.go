@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobstore"
@@ -10,12 +11,15 @@ import (
 	"github.com/lathe-ml/lathe/scheduler/cron"
 )
 
-// listSchedules answers GET /api/v1/schedules: every schedule in force,
-// its next tick, its last tick's outcome and its last run's state.
+// listSchedules answers GET /api/v1/schedules: every schedule in force
+// that the token may read (a schedule is its team's, as that team's jobs
+// are: mayReadTeam), its next tick, its last tick's outcome and message,
+// and its last run's state.
 func (s opsView) listSchedules(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.rctx(r)
 	defer cancel()
-	scheds := s.plane.Schedules()
+	p := principalOf(r)
+	scheds := slices.DeleteFunc(slices.Clone(s.plane.Schedules()), func(sch cron.Schedule) bool { return !mayReadTeam(p, sch.Team) })
 	names := make([]string, len(scheds))
 	for i, sch := range scheds {
 		names[i] = sch.Name

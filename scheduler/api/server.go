@@ -40,22 +40,34 @@ type Config struct {
 	// for this long; default 60s.
 	IdleTimeout time.Duration
 	// MaxConns caps the API's open connections, follow streams included;
-	// one more is answered 503 and closed before it is read. Default 4096;
-	// negative: no cap.
+	// one more is answered 503 and closed before it is read, unless a
+	// waiting connection is closed to make room for it (connLimiter).
+	// Default 4096; negative: no cap (and no reserve).
 	MaxConns int
-	// MaxConnsPerIP caps the open connections of one client IP (429 and
-	// closed beyond it), so one host cannot take every slot. Default 256;
-	// negative: no cap.
-	MaxConnsPerIP int
+	// ReservedConns of the MaxConns slots are held only by connections
+	// that have presented a valid token (on an open API: made any request
+	// that needs one): a connection not yet authenticated (still sending
+	// its headers, or without a token) is counted in the waiting pool of
+	// MaxConns - ReservedConns. So clients without a token cannot take the
+	// token holders' connections, however many they open. Default
+	// MaxConns/4; negative: none. Must be below MaxConns.
+	ReservedConns int
+	// MaxConnsPerPrefix caps the waiting connections of one client prefix,
+	// a /24 of IPv4 (an IPv4-mapped IPv6 address counts as IPv4) or a /64
+	// of IPv6: one more is answered 429 and closed. So one host, or one
+	// network, cannot take every waiting slot. Authenticated connections
+	// do not count here. Default 256; negative: no cap.
+	MaxConnsPerPrefix int
 	// RedisTimeout bounds each request's Redis work, so the API answers 503
 	// within 2 s when Redis is away; default 1.5s.
 	RedisTimeout time.Duration
 	// Ledger records every routing decision; nil records nothing (tests
 	// that do not look at it). lathed always sets it.
 	Ledger *ledger.Ledger
-	// Tokens are the API tokens. Empty means an open API (every request is
-	// an anonymous admin): only for a scheduler on loopback, which lathed
-	// enforces. /healthz is always open.
+	// Tokens are the API tokens at start (Server.SetTokens replaces them).
+	// Empty means an open API (every request is an anonymous admin): only
+	// for a scheduler on loopback, which lathed enforces. /healthz is
+	// always open.
 	Tokens []plane.Token
 	// FollowRedis, when set, serves the blocking stream reads of event
 	// follows (SSE), so many `lathe logs -f` cannot take every connection
@@ -93,8 +105,11 @@ func (c Config) withDefaults() Config {
 	if c.MaxConns == 0 {
 		c.MaxConns = 4096 // negative stays: no cap
 	}
-	if c.MaxConnsPerIP == 0 {
-		c.MaxConnsPerIP = 256
+	if c.ReservedConns == 0 && c.MaxConns > 0 {
+		c.ReservedConns = c.MaxConns / 4
+	}
+	if c.MaxConnsPerPrefix == 0 {
+		c.MaxConnsPerPrefix = 256
 	}
 	if c.RedisTimeout <= 0 {
 		c.RedisTimeout = 1500 * time.Millisecond
@@ -126,24 +141,28 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.httpSrv != nil {
 		return errors.New("api: already started")
 	}
+	if s.cfg.MaxConns > 0 && s.cfg.ReservedConns >= s.cfg.MaxConns {
+		return fmt.Errorf("api: ReservedConns %d must be below MaxConns %d", s.cfg.ReservedConns, s.cfg.MaxConns)
+	}
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("api: listen %s: %w", s.cfg.Listen, err)
 	}
-	ln = newConnLimiter(ln, s.cfg.MaxConns, s.cfg.MaxConnsPerIP, s.log)
-	s.ln = ln
+	lim := newConnLimiter(ln, s.cfg.MaxConns, s.cfg.MaxConnsPerPrefix, s.cfg.ReservedConns, s.log)
+	s.ln, s.limiter = lim, lim
 	s.httpSrv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, ReadTimeout: s.cfg.ReadTimeout,
-		WriteTimeout: s.cfg.WriteTimeout, IdleTimeout: s.cfg.IdleTimeout}
+		WriteTimeout: s.cfg.WriteTimeout, IdleTimeout: s.cfg.IdleTimeout, ConnContext: withConn}
 	go func() {
-		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.httpSrv.Serve(lim); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("http server", slog.Any("err", err))
 		}
 	}()
-	s.log.Info("API listening", slog.String("listen", ln.Addr().String()))
-	if len(s.cfg.Tokens) == 0 {
+	s.log.Info("API listening", slog.String("listen", ln.Addr().String()), slog.Int("max_conns", s.cfg.MaxConns),
+		slog.Int("reserved_conns", s.cfg.ReservedConns), slog.Int("max_conns_per_prefix", s.cfg.MaxConnsPerPrefix))
+	if s.tokenSet().open() {
 		s.log.Warn("no API tokens configured: the API is OPEN to anyone who can reach it (allowed on loopback only)", slog.String("listen", ln.Addr().String()))
 	} else {
-		s.log.Info("API tokens loaded", slog.Int("tokens", len(s.cfg.Tokens)))
+		s.log.Info("API tokens loaded", slog.Int("tokens", len(s.tokenSet().tokens)))
 	}
 	return nil
 }

@@ -25,9 +25,10 @@ import (
 // Plane is what the API asks of the control plane.
 type Plane interface {
 	// Admissible lists why spec (parsed and normalised) cannot run on
-	// this deployment: a trainer it does not have, a path outside its
-	// allowed roots, one of lathed's own files as data.
-	Admissible(spec *jobspec.Spec) []jobspec.FieldError
+	// this deployment for p's team: a trainer it does not have, a path
+	// outside the team's allowed roots (its own, or the deployment's), one
+	// of lathed's own files as data.
+	Admissible(p Principal, spec *jobspec.Spec) []jobspec.FieldError
 	// Submit admits a's jobs, all or none (RefusedError when no backend
 	// may run one of them), and stores them with their decisions' ledger
 	// records and budget reservations in one store call.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/redact"
 	"github.com/lathe-ml/lathe/internal/trainer"
 )
 
@@ -107,11 +108,11 @@ func (u S3URI) String() string { return "s3://" + u.Bucket + "/" + u.Key }
 func ParseS3URI(s string) (S3URI, error) {
 	rest, ok := strings.CutPrefix(s, "s3://")
 	if !ok {
-		return S3URI{}, fmt.Errorf("%q is not an s3:// URI", s)
+		return S3URI{}, fmt.Errorf("%q is not an s3:// URI", redact.URL(s))
 	}
 	bucket, key, _ := strings.Cut(rest, "/")
 	if bucket == "" || key == "" {
-		return S3URI{}, fmt.Errorf("%q: want s3://BUCKET/KEY", s)
+		return S3URI{}, fmt.Errorf("%q: want s3://BUCKET/KEY", redact.URL(s))
 	}
 	return S3URI{Bucket: bucket, Key: key}, nil
 }

@@ -139,6 +139,10 @@ func configErrorCases() []configErrorCase {
 		{"checkpoint uri neither file nor s3", replace("checkpoint_uri: s3://lathe-eu-ckpt/", "checkpoint_uri: gs://lathe-eu-ckpt/"), "backends.aws-eu.checkpoint_uri", "gs://lathe-eu-ckpt/", "must be file:///absolute/path or s3://bucket/prefix"},
 		{"checkpoint file uri not absolute", replace("checkpoint_uri: file:///shared/ckpt", "checkpoint_uri: file://shared/ckpt"), "backends.local.checkpoint_uri", "file://shared/ckpt", "must be file:///absolute/path"},
 		{"checkpoint bucket not listed", replace("checkpoint_uri: s3://lathe-eu-ckpt/", "checkpoint_uri: s3://lathe-other/"), "backends.aws-eu.checkpoint_uri", "s3://lathe-other/", "not listed in datasets.buckets"},
+		// A URI with a password: neither the value nor the message (which
+		// quotes the bucket) shows it.
+		{"checkpoint uri with a password", replace("checkpoint_uri: s3://lathe-eu-ckpt/", "checkpoint_uri: s3://AKIA:s3cretpw@lathe-eu-ckpt/"), "backends.aws-eu.checkpoint_uri", "s3://AKIA:xxxxx@lathe-eu-ckpt/", `bucket "xxxxx@lathe-eu-ckpt" is not listed`},
+		{"file checkpoint uri with a password", replace("checkpoint_uri: file:///shared/ckpt", "checkpoint_uri: file://u:s3cretpw@[::1/x"), "backends.local.checkpoint_uri", "file://xxxxx@[::1/x", "must be file:///absolute/path"},
 		{"aws without checkpoint uri", replace("    checkpoint_uri: s3://lathe-eu-ckpt/\n", ""), "backends.aws-eu.checkpoint_uri", "", "is required for kind aws"},
 		{"duplicate key", replace("    region: eu-central-1\n", "    region: eu-central-1\n    region: eu-west-1\n"), "backends.aws-eu.region", "", "duplicate key"},
 		{"duplicate section", briefConfig + "redis_site: dc-frankfurt\n", "redis_site", "", "duplicate key"},

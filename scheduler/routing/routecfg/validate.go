@@ -9,6 +9,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/cost"
 	"github.com/lathe-ml/lathe/internal/fileuri"
+	"github.com/lathe-ml/lathe/internal/redact"
 )
 
 // MaxTags is the most distinct tags the sites may carry together (the tag
@@ -99,6 +100,7 @@ func (c *checker) add(field, value, msg string) {
 			value = raw
 		}
 	}
+	value, msg = redact.Field(value, msg) // a URI's password is never echoed
 	c.errs = append(c.errs, FieldError{Field: field, Value: truncate(value), Message: msg})
 }
 

@@ -1,0 +1,135 @@
+package worker
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestUIDPool: a uid held by one attempt is never given to another while
+// it is held (the lock is the kernel's, per open file), a range of two
+// holds two attempts and refuses a third naming the range, and a uid given
+// back can be taken again.
+func TestUIDPool(t *testing.T) {
+	p, err := newUIDPool(3_000_000_000, 3_000_000_001, filepath.Join(t.TempDir(), "uids"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := p.take()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.take()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.cred.UID == b.cred.UID || a.cred.GID != a.cred.UID {
+		t.Fatalf("two attempts got uids %+v and %+v; want two different uids, each its own group", a.cred, b.cred)
+	}
+	if _, err := p.take(); err == nil || !strings.Contains(err.Error(), "3000000000-3000000001") {
+		t.Fatalf("a third take of a range of two: %v; want an error naming the range", err)
+	}
+	a.release()
+	c, err := p.take()
+	if err != nil || c.cred.UID != a.cred.UID {
+		t.Fatalf("after a release: %+v %v; want uid %d again", c, err, a.cred.UID)
+	}
+	if _, err := newUIDPool(5, 4, t.TempDir()); err == nil {
+		t.Fatal("a range whose last is below its first was accepted")
+	}
+	// A range holding an existing user (root, 0, is never in one; nobody
+	// is 65534 on Debian) is refused, naming the user.
+	if _, err := newUIDPool(65000, 65535, t.TempDir()); err == nil || !strings.Contains(err.Error(), "nobody") {
+		t.Fatalf("a range holding nobody: %v; want it refused naming the user", err)
+	}
+}
+
+// TestSweepScratch: what a uid left at the top of the scratch folders is
+// removed (a link is removed, not followed); what other uids own stays.
+func TestSweepScratch(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("chown needs root")
+	}
+	scratch, target := t.TempDir(), t.TempDir()
+	old := scratchDirs
+	scratchDirs = []string{scratch}
+	t.Cleanup(func() { scratchDirs = old })
+	const uid = 3_000_000_007
+	mine := filepath.Join(scratch, "left")
+	_ = os.MkdirAll(filepath.Join(mine, "deep"), 0o755)
+	link := filepath.Join(scratch, "link")
+	kept := filepath.Join(target, "kept")
+	_ = os.WriteFile(kept, []byte("x"), 0o644)
+	_ = os.Symlink(target, link)
+	other := filepath.Join(scratch, "other")
+	_ = os.WriteFile(other, []byte("x"), 0o644)
+	for _, p := range []string{mine, filepath.Join(mine, "deep")} {
+		if err := os.Chown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Lchown(link, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+	if err := sweepScratch(uid); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{mine, link} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left behind (%v)", p, err)
+		}
+	}
+	for _, p := range []string{other, kept} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s removed: %v", p, err)
+		}
+	}
+}
+
+// TestReachable: a folder under one that others may not search is named,
+// with the way out.
+func TestReachable(t *testing.T) {
+	top := t.TempDir()
+	inner := filepath.Join(top, "data")
+	_ = os.Mkdir(inner, 0o755)
+	if err := os.Chmod(top, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	err := reachable(inner)
+	if err == nil || !strings.Contains(err.Error(), top+" is mode 0700") || !strings.Contains(err.Error(), "chmod o+x "+top) {
+		t.Fatalf("reachable: %v; want %s named as mode 0700 with chmod o+x", err, top)
+	}
+	_ = os.Chmod(top, 0o711)
+	// The test's temp folders above may be 0700 too: make them searchable
+	// as the check wants (nothing above the system's temp folder), then
+	// it passes.
+	tmp := filepath.Clean(os.TempDir())
+	for p := filepath.Dir(top); strings.HasPrefix(p, tmp+string(filepath.Separator)); p = filepath.Dir(p) {
+		if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o001 == 0 {
+			_ = os.Chmod(p, st.Mode().Perm()|0o001)
+		}
+	}
+	if err := reachable(inner); err != nil {
+		t.Fatalf("reachable after chmod: %v", err)
+	}
+}
+
+// TestOthersMayRead: a model folder with a file others may not read (as
+// safetensors writes them, 0600) is named with the way out; made
+// readable, it passes.
+func TestOthersMayRead(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "model")
+	_ = os.MkdirAll(filepath.Join(dir, "sub"), 0o755)
+	_ = os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o644)
+	weights := filepath.Join(dir, "sub", "model.safetensors")
+	_ = os.WriteFile(weights, []byte("w"), 0o600)
+	err := othersMayRead(dir)
+	if err == nil || !strings.Contains(err.Error(), weights+" is mode 0600") || !strings.Contains(err.Error(), "chmod -R o+rX "+dir) {
+		t.Fatalf("othersMayRead: %v; want %s named with chmod -R o+rX", err, weights)
+	}
+	_ = os.Chmod(weights, 0o644)
+	if err := othersMayRead(dir); err != nil {
+		t.Fatalf("othersMayRead of a readable folder: %v", err)
+	}
+}
