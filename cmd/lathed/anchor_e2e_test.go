@@ -84,7 +84,11 @@ func TestLedgerAnchorWipeEndToEnd(t *testing.T) {
 		t.Fatalf("verify before the wipe: exit %d\n%s", code, out)
 	}
 
-	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: filepath.Join(data, "redis", "redis.sock")})
+	pw, err := os.ReadFile(filepath.Join(data, "redis", "password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: filepath.Join(data, "redis", "redis.sock"), Password: strings.TrimSpace(string(pw))})
 	defer rdb.Close()
 	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
 		t.Fatal(err)

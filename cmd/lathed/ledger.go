@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -83,6 +84,22 @@ starts for the purpose).`,
 	return c
 }
 
+// runningManagedRedis is the URL of the managed Redis of the lathed up
+// running on dataDir: its socket, with the password it keeps beside it
+// (managedRedisPassword).
+func runningManagedRedis(dataDir string) (string, error) {
+	dir := filepath.Join(dataDir, "redis")
+	sock := filepath.Join(dir, "redis.sock")
+	if _, err := os.Stat(sock); err != nil {
+		return "", fmt.Errorf("its Redis has no socket at %s", sock)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "password"))
+	if err != nil {
+		return "", fmt.Errorf("its Redis's password: %v", err)
+	}
+	return "unix://:" + strings.TrimSpace(string(b)) + "@" + sock, nil
+}
+
 // reanchor is `lathed ledger reanchor`.
 func reanchor(ctx context.Context, o *opts, reason string, stdout, stderr io.Writer) error {
 	fc, err := loadConfig(o.configPath)
@@ -92,12 +109,12 @@ func reanchor(ctx context.Context, o *opts, reason string, stdout, stderr io.Wri
 	d, err := openWiring(ctx, o, stderr, firstNonEmpty(o.redisURL, fc.Redis.URL) == "")
 	if busy := (*dataDirInUseError)(nil); errors.As(err, &busy) {
 		// lathed up runs on this data dir: reach its Redis.
-		sock := filepath.Join(busy.Dir, "redis", "redis.sock")
-		if _, serr := os.Stat(sock); serr != nil {
-			return fmt.Errorf("%w; and its Redis has no socket at %s: give --redis-url", err, sock)
+		url, uerr := runningManagedRedis(busy.Dir)
+		if uerr != nil {
+			return fmt.Errorf("%w; and %v: give --redis-url", err, uerr)
 		}
 		ro := *o
-		ro.redisURL = "unix://" + sock
+		ro.redisURL = url
 		d, err = openWiring(ctx, &ro, stderr, false)
 	}
 	if err != nil {
