@@ -3,6 +3,7 @@ package worker
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -44,6 +45,38 @@ func publishArtifacts(outDir, dest *os.File, reported []trainer.TrainerEvent) ([
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
+}
+
+// artifactsReason is the reason of a job whose artifacts could not be
+// published (publishArtifacts' err): ReasonTrainerFault for what the
+// trainer wrote or reported (no artifact, a bad name, a link or a file not
+// its own, a size or digest other than reported; a retry would do the
+// same), ReasonInternal for the rest (a disk that is full, an I/O error).
+func artifactsReason(err error) string {
+	if trainer.IsFault(err) {
+		return jobtype.ReasonTrainerFault
+	}
+	return jobtype.ReasonInternal
+}
+
+// outputReason is the reason of a job whose file:// output folder
+// outputURI openOutput refused (err) when its artifacts were to be
+// published: ReasonTrainerFault when the folder, or one on its way, became a
+// link while the trainer ran (a link met in the walk, or a path that the
+// roots allow as written but not resolved); ReasonPermanent when the
+// output is not allowed as written (the config changed since the job was
+// submitted); ReasonInternal for the rest.
+func outputReason(roots pathpolicy.Roots, outputURI string, err error) string {
+	switch {
+	case errors.Is(err, pathpolicy.ErrSymlink):
+		return jobtype.ReasonTrainerFault
+	case errors.Is(err, pathpolicy.ErrOutside) || errors.Is(err, pathpolicy.ErrDenied):
+		if p, perr := fileuri.Path(outputURI); perr == nil && errors.Is(err, pathpolicy.ErrOutside) && roots.Allows(p) {
+			return jobtype.ReasonTrainerFault // allowed as written, not as resolved: a link
+		}
+		return jobtype.ReasonPermanent
+	}
+	return jobtype.ReasonInternal
 }
 
 // openOutput opens (making it) the job's file:// output folder for

@@ -579,6 +579,9 @@ func (a *cloudAttempt) ended(ctx context.Context, st agent.Status) endFunc {
 		if end := a.terminate(ctx); end != nil {
 			return nil
 		}
+		if st.Reason == jobtype.ReasonTrainerFault {
+			return a.fail(jobtype.ReasonTrainerFault, st.Error)
+		}
 		if trainer.ExitOutcome(st.ExitCode) == trainer.Permanent {
 			return a.fail(jobtype.ReasonPermanent, "trainer exited 3 (permanent): "+st.Error)
 		}

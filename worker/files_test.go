@@ -36,7 +36,8 @@ echo '{"event":"done","metrics":{}}'
 
 // TestArtifactLinkOutOfTheOutputIsRefused: a trainer whose artifact is a
 // symbolic or hard link to a file outside its output folder does not get a
-// succeeded job, and the foreign bytes are not published.
+// succeeded job (reason trainer_fault), and the foreign bytes are not
+// published.
 func TestArtifactLinkOutOfTheOutputIsRefused(t *testing.T) {
 	secretDir := t.TempDir()
 	secret := filepath.Join(secretDir, "shadow")
@@ -52,7 +53,7 @@ func TestArtifactLinkOutOfTheOutputIsRefused(t *testing.T) {
 			if j.State == jobtype.StateSucceeded {
 				t.Fatalf("succeeded with artifacts %+v", j.Artifacts)
 			}
-			if j.State != jobtype.StateFailed || !strings.Contains(j.Error, "adapter_model.safetensors") || !strings.Contains(j.Error, "not a regular file of the output folder") {
+			if j.State != jobtype.StateFailed || j.Reason != jobtype.ReasonTrainerFault || !strings.Contains(j.Error, "adapter_model.safetensors") || !strings.Contains(j.Error, "not a regular file of the output folder") {
 				t.Fatalf("got %s/%s: %q; want failed naming the artifact", j.State, j.Reason, j.Error)
 			}
 			p, _ := fileuri.Path(j.OutputURI)
@@ -386,7 +387,8 @@ echo '{"event":"done","metrics":{}}'
 // TestOutputFolderSwappedForALink: the job's output folder, checked at the
 // attempt's start, that becomes a link out of the roots while the trainer
 // runs is not written through: the artifact does not land outside, and the
-// job fails naming the output.
+// job fails naming the output, reason trainer_fault (the path as written is
+// allowed; only the link takes it out).
 func TestOutputFolderSwappedForALink(t *testing.T) {
 	models, outside := t.TempDir(), t.TempDir()
 	body := strings.NewReplacer("%OUTSIDE%", outside, "%MODELS%", models).Replace(outputSwapTrainer)
@@ -407,7 +409,7 @@ func TestOutputFolderSwappedForALink(t *testing.T) {
 	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
 		t.Fatalf("the artifact was written outside the roots: %v (job %s: %s)", entries, j.State, j.Error)
 	}
-	if j.State != jobtype.StateFailed || !strings.Contains(j.Error, "output") || !strings.Contains(j.Error, j0.ID) {
+	if j.State != jobtype.StateFailed || j.Reason != jobtype.ReasonTrainerFault || !strings.Contains(j.Error, "output") || !strings.Contains(j.Error, j0.ID) {
 		t.Fatalf("got %s/%s: %q; want failed naming the output folder", j.State, j.Reason, j.Error)
 	}
 }

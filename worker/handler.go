@@ -415,20 +415,12 @@ func (a *localAttempt) publish(r trainerRun) endFunc {
 	roots, key := w.rootsOf(job)
 	dest, err := openOutput(roots, key, w.outputDeny(), job.OutputURI)
 	if err != nil {
-		reason := jobtype.ReasonInternal
-		if errors.Is(err, pathpolicy.ErrOutside) || errors.Is(err, pathpolicy.ErrDenied) || errors.Is(err, pathpolicy.ErrSymlink) {
-			reason = jobtype.ReasonPermanent
-		}
-		return a.fail(reason, err.Error())
+		return a.fail(outputReason(w.cfg.AllowedRoots, job.OutputURI, err), err.Error())
 	}
 	defer dest.Close()
 	arts, err := publishArtifacts(a.outFD, dest, r.sink.artifacts())
 	if err != nil {
-		reason := jobtype.ReasonInternal
-		if errors.Is(err, pathpolicy.ErrNotArtifact) {
-			reason = jobtype.ReasonPermanent // the trainer's doing: a retry would do the same
-		}
-		return a.fail(reason, "artifacts: "+err.Error())
+		return a.fail(artifactsReason(err), "artifacts: "+err.Error())
 	}
 	for i := range arts {
 		arts[i].Residency, arts[i].Site = job.Spec.Residency, w.cfg.Site

@@ -96,14 +96,18 @@ func (a *app) auditVerifyCmd() *cobra.Command {
 (GET /api/v1/audit/verify): every record's MAC, the sequence without gaps,
 each record linked to the one before, and the head. --head MAC also checks
 that a head published earlier (by lathe audit export) is still one of the
-records, so a removed tail shows.
+records, so a removed tail shows. Where the scheduler keeps the ledger's
+head outside Redis too (its anchor file, ledger.anchor in its data dir), it
+also checks that Redis still holds the anchored record: after Redis was
+wiped (FLUSHALL) or put back to an older copy, the ledger in Redis ends
+before the anchor, or holds another record there, and verify fails.
 
 With --export FILE --key FILE the check runs here, offline, over an export
 written by lathe audit export, with the ledger's key file (the one named in
 lathed's config; it must be readable by its owner only).
 
-Prints "ledger intact: N records, head MAC" and exits 0, or prints every
-problem and exits 1.`,
+Prints "ledger intact: N records, head MAC" (and the anchored record) and
+exits 0, or prints every problem and exits 1.`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			return a.auditVerify(cmd.Context(), o)
@@ -165,6 +169,12 @@ func (a *app) printVerify(rep ledger.Report) error {
 		}
 	} else if len(rep.Problems) == 0 {
 		fmt.Fprintf(a.stdout, "ledger intact: %d records, head %s\n", rep.Records, orDash(rep.Head))
+		switch {
+		case rep.Anchor != nil:
+			fmt.Fprintf(a.stdout, "anchored outside Redis at record %d in %s\n", rep.Anchor.Seq, rep.AnchorPath)
+		case rep.AnchorPath != "":
+			fmt.Fprintf(a.stdout, "not anchored yet: %s is not written\n", rep.AnchorPath)
+		}
 	} else {
 		for _, p := range rep.Problems {
 			fmt.Fprintf(a.stdout, "problem: %s\n", p.What)

@@ -148,7 +148,7 @@ func startCloudWorker(ctx context.Context, rdb redis.UniversalClient, store *job
 // loadLedgerKey opens the ledger with the scheduler's key file, without
 // ever making one (a new key would break the chain): with no key file the
 // worker gets no ledger, and refuses to copy data it cannot record.
-func loadLedgerKey(rdb redis.UniversalClient, fc *fileConfig, dataDir string, log *slog.Logger) (*ledger.Ledger, error) {
+func loadLedgerKey(rdb redis.UniversalClient, fc *fileConfig, dataDir string, log *slog.Logger, opts ...ledger.Option) (*ledger.Ledger, error) {
 	keyFile := fc.Ledger.KeyFile
 	if keyFile == "" {
 		keyFile = filepath.Join(dataDir, "ledger.key")
@@ -162,5 +162,5 @@ func loadLedgerKey(rdb redis.UniversalClient, fc *fileConfig, dataDir string, lo
 	if err != nil {
 		return nil, fmt.Errorf("ledger.key_file: %w", err)
 	}
-	return ledger.New(rdb, key, firstNonEmpty(fc.Redis.KeyPrefix, "lathe:")), nil
+	return ledger.New(rdb, key, firstNonEmpty(fc.Redis.KeyPrefix, "lathe:"), opts...), nil
 }

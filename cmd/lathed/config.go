@@ -76,14 +76,17 @@ type fileConfig struct {
 
 // daemonDeny lists the daemon's secret files that no job may read as data
 // or write as output wherever they are, allowed roots or not: the config
-// file (it may hold tokens), auth.tokens_file and ledger.key_file. The
-// workers add their own data dir's files (worker.Config.Deny).
+// file (it may hold tokens), auth.tokens_file, ledger.key_file and
+// ledger.anchor_file. The workers add their own data dir's files
+// (worker.Config.Deny).
 func daemonDeny(fc *fileConfig) pathpolicy.Deny {
 	var d pathpolicy.Deny
 	for _, e := range []pathpolicy.DenyEntry{
 		{Path: fc.path, Why: "the daemon's config file"},
 		{Path: fc.Auth.TokensFile, Why: "auth.tokens_file"},
 		{Path: fc.Ledger.KeyFile, Why: "ledger.key_file"},
+		{Path: fc.Ledger.AnchorFile, Why: "ledger.anchor_file"},
+		{Path: lockOf(fc.Ledger.AnchorFile), Why: "ledger.anchor_file's lock"},
 	} {
 		if e.Path == "" {
 			continue
@@ -163,6 +166,11 @@ type ledgerSection struct {
 	// KeyFile holds the ledger's HMAC key (hex, mode 0600), outside Redis;
 	// default <data_dir>/ledger.key, made on first start.
 	KeyFile string `yaml:"key_file"`
+	// AnchorFile keeps the ledger's head outside Redis (mode 0600), so
+	// lathe audit verify fails after Redis is wiped or rolled back; default
+	// <data_dir>/ledger.anchor. The scheduler writes it; an embedded
+	// (ephemeral) Redis gets none.
+	AnchorFile string `yaml:"anchor_file"`
 }
 
 type authSection struct {
@@ -540,15 +548,27 @@ func decodeConfig(c *fileConfig, b []byte, path string) error {
 	return nil
 }
 
+// lockOf is the lock file beside an anchor file (ledger.Anchor), "" for
+// none.
+func lockOf(anchorFile string) string {
+	if anchorFile == "" {
+		return ""
+	}
+	return anchorFile + ".lock"
+}
+
 // resolvePaths makes the relative file paths of the config
-// (worker.checkpoint_root, ledger.key_file, auth.tokens_file) relative to the
-// config file's folder.
+// (worker.checkpoint_root, ledger.key_file, ledger.anchor_file,
+// auth.tokens_file) relative to the config file's folder.
 func (c *fileConfig) resolvePaths() {
 	if r := c.Worker.CheckpointRoot; r != "" && !filepath.IsAbs(r) {
 		c.Worker.CheckpointRoot = filepath.Join(filepath.Dir(c.path), r)
 	}
 	if f := c.Ledger.KeyFile; f != "" && !filepath.IsAbs(f) {
 		c.Ledger.KeyFile = filepath.Join(filepath.Dir(c.path), f)
+	}
+	if f := c.Ledger.AnchorFile; f != "" && !filepath.IsAbs(f) {
+		c.Ledger.AnchorFile = filepath.Join(filepath.Dir(c.path), f)
 	}
 	if f := c.Auth.TokensFile; f != "" && !filepath.IsAbs(f) {
 		c.Auth.TokensFile = filepath.Join(filepath.Dir(c.path), f)

@@ -1,5 +1,6 @@
 // Command lathed is Lathe's daemon: `lathed up` (scheduler and local worker
-// in one process, with its own Redis), `lathed scheduler` and `lathed worker`.
+// in one process, with its own Redis), `lathed scheduler` and `lathed worker`;
+// `lathed ledger reanchor` moves the ledger's anchor after a restore.
 package main
 
 import (

@@ -72,7 +72,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	for _, c := range []*cobra.Command{up, sched, wk} {
 		c.Flags().StringVar(&o.endpoint, "endpoint-url", "", "EC2/S3-compatible endpoint for the aws backends (path-style S3); default AWS (or AWS_ENDPOINT_URL)")
 	}
-	root.AddCommand(up, sched, wk, agentCmd(stderr, &o.logLevel))
+	root.AddCommand(up, sched, wk, agentCmd(stderr, &o.logLevel), ledgerCmd(o, stdout, stderr))
 	addVersion(root, stdout)
 	return root
 }
@@ -452,8 +452,11 @@ func (d *wiring) startScheduler(ctx context.Context) error {
 	if len(tokens) == 0 && !loopbackOnly(listen) {
 		return fmt.Errorf("--listen %s reaches beyond loopback and no API tokens are configured: refusing to run an open API there. Add auth.tokens to the config (see configs/lathe.yaml), or listen on 127.0.0.1", listen)
 	}
-	led, err := openLedger(d.rdb, fc, d.dataDir, log)
+	led, err := openLedger(d.rdb, fc, d.dataDir, log, d.anchorOptions()...)
 	if err != nil {
+		return err
+	}
+	if err := d.startAnchorKeeper(ctx, led); err != nil {
 		return err
 	}
 	s := scheduler.New(d.rdb, d.store, d.schedulerConfig(ctx, led))
@@ -640,7 +643,7 @@ func localSite(rc routecfg.Config) (string, []string) {
 
 // openLedger loads (or, the first time, makes) the ledger's HMAC key: a
 // file outside Redis, ledger.key_file or <data_dir>/ledger.key.
-func openLedger(rdb redis.UniversalClient, fc *fileConfig, dataDir string, log *slog.Logger) (*ledger.Ledger, error) {
+func openLedger(rdb redis.UniversalClient, fc *fileConfig, dataDir string, log *slog.Logger, opts ...ledger.Option) (*ledger.Ledger, error) {
 	keyFile := fc.Ledger.KeyFile
 	if keyFile == "" {
 		keyFile = filepath.Join(dataDir, "ledger.key")
@@ -656,7 +659,7 @@ func openLedger(rdb redis.UniversalClient, fc *fileConfig, dataDir string, log *
 	if err != nil {
 		return nil, fmt.Errorf("ledger.key_file: %w", err)
 	}
-	return ledger.New(rdb, key, firstNonEmpty(fc.Redis.KeyPrefix, "lathe:")), nil
+	return ledger.New(rdb, key, firstNonEmpty(fc.Redis.KeyPrefix, "lathe:"), opts...), nil
 }
 
 // reloader re-reads the config file at path on SIGHUP: the schedules,

@@ -393,7 +393,7 @@ func (d *decoder) decodeInt(path string, n *yaml.Node, v reflect.Value) bool {
 		return false
 	}
 	if outOfRange(n) {
-		d.fail(path, n, "is out of range for a number")
+		d.fail(path, n, MsgOutOfRange)
 		return false
 	}
 	var i int64
@@ -436,7 +436,7 @@ func (d *decoder) decodeFloat(path string, n *yaml.Node, v reflect.Value) bool {
 	}
 	if !ok {
 		if outOfRange(n) {
-			d.fail(path, n, "is out of range for a number")
+			d.fail(path, n, MsgOutOfRange)
 			return false
 		}
 		d.fail(path, n, "must be a number, not "+kindName(n))
@@ -646,6 +646,17 @@ func join(path, key string) string {
 func isNull(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
 }
+
+// MsgOutOfRange is the message for a number as written too large for a
+// float64, like 1e400 (OutOfRange); the sweep spec's parser says it the
+// same way.
+const MsgOutOfRange = "is out of range for a number (a 64-bit float holds at most about ±1.8e308)"
+
+// OutOfRange reports whether n is a number as written (a JSON number, or an
+// unquoted YAML scalar of the JSON number form) too large for a float64,
+// like 1e400, which yaml.v3 resolves to a string (YAML) or fails to decode
+// (JSON): it is neither "not a number" nor a string to the user.
+func OutOfRange(n *yaml.Node) bool { return outOfRange(n) }
 
 // KindName names what n is, for messages: "a list", "a mapping", "a
 // number"… (the sweep spec's parser says it the same way).

@@ -447,7 +447,7 @@ func TestParseNumberOutOfRange(t *testing.T) {
 		`{"name":"tiny","base_model":"tiny-char","dataset":"file:///d/x.jsonl","training":{"learning_rate":1e400}}`,
 	} {
 		got := fieldErrors(t, src)
-		want := []FieldError{{"training.learning_rate", "1e400", "is out of range for a number"}}
+		want := []FieldError{{"training.learning_rate", "1e400", MsgOutOfRange}}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("Parse(%q) errors\n got %+v\nwant %+v", src, got, want)
 		}
@@ -457,14 +457,14 @@ func TestParseNumberOutOfRange(t *testing.T) {
 		`{"name":"tiny","base_model":"tiny-char","dataset":"file:///d/x.jsonl","budget_usd":-1e400}`,
 	} {
 		got := fieldErrors(t, src)
-		want := []FieldError{{"budget_usd", "-1e400", "is out of range for a number"}}
+		want := []FieldError{{"budget_usd", "-1e400", MsgOutOfRange}}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("Parse(%q) errors\n got %+v\nwant %+v", src, got, want)
 		}
 	}
 	// An integer field given 1e400 is out of range too.
 	got := fieldErrors(t, minimal+"lora: {rank: 1e400}\n")
-	if want := []FieldError{{"lora.rank", "1e400", "is out of range for a number"}}; !reflect.DeepEqual(got, want) {
+	if want := []FieldError{{"lora.rank", "1e400", MsgOutOfRange}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("rank 1e400: %+v", got)
 	}
 	// A quoted one is a string, as before.

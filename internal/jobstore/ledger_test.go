@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
+	"github.com/lathe-ml/lathe/internal/waitfor"
 )
 
 // TestCreateLogged: CreateLogged and CreateManyLogged append each stored
@@ -247,4 +249,54 @@ func TestSetRouteLogged(t *testing.T) {
 			t.Errorf("job %s: last decision %d, stored route %+v", id, seq, j.Route)
 		}
 	}
+}
+
+// TestLoggedWritesTellTheAnchorKeeper: each script that appends ledger
+// records (create, set route, a sweep's chunk) tells the ledger's anchor
+// keeper, which anchors the new head without waiting for its poll.
+func TestLoggedWritesTellTheAnchorKeeper(t *testing.T) {
+	b := setup(t)
+	ctx, s := b.ctx, b.store
+	anchor := filepath.Join(t.TempDir(), "ledger.anchor")
+	led := ledger.New(s.Redis(), bytes.Repeat([]byte{7}, ledger.MinKeySize), s.Prefix(), ledger.WithAnchor(anchor))
+	k, err := ledger.NewAnchorKeeper(led, ledger.AnchorKeeperConfig{Settle: -1, Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop(ctx)
+	anchoredAtHead := func(what string) {
+		t.Helper()
+		seq, mac, err := led.Head(ctx)
+		if err != nil || seq == 0 {
+			t.Fatalf("%s: head %d, %v", what, seq, err)
+		}
+		waitfor.True(t, 10*time.Second, what+": the anchor at the head", func() bool {
+			st, _, _ := led.Anchor().Load()
+			return st.Seq == seq && st.MAC == mac
+		})
+	}
+	id := jobstore.NewID(time.Now())
+	_, _, err = s.CreateLogged(ctx, led, jobstore.NewJob{ID: id, Spec: spec("a", jobspec.PriorityNormal), OutputURI: "file:///out/{id}",
+		Route: &jobtype.RouteInfo{Backend: "local"}, Records: func(int64) []ledger.Record {
+			return []ledger.Record{{Kind: "decision", JobID: id, Body: json.RawMessage(`{}`)}}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchoredAtHead("create")
+	_, err = s.SetRouteLogged(ctx, led, jobstore.RouteUpdate{ID: id, Route: &jobtype.RouteInfo{Backend: "local", Path: "retry", Attempt: 1},
+		Records: func(int64) []ledger.Record {
+			return []ledger.Record{{Kind: "decision", JobID: id, Body: json.RawMessage(`{}`)}}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchoredAtHead("set route")
+	if _, _, err := s.CreateSweep(ctx, led, sweepOf(3, nil)); err != nil {
+		t.Fatal(err)
+	}
+	anchoredAtHead("sweep")
 }

@@ -157,6 +157,9 @@ func (s *Store) SetRouteLogged(ctx context.Context, l *ledger.Ledger, u RouteUpd
 			}
 			continue
 		}
+		if keys != nil {
+			l.Appended()
+		}
 		return s.routeSet(u, &ri, v)
 	}
 }

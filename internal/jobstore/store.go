@@ -359,6 +359,9 @@ func (s *Store) createLogged(ctx context.Context, l *ledger.Ledger, njs []NewJob
 		tail := append([]any{strconv.FormatInt(seq, 10), mac, len(sealed), len(must)}, must...)
 		tail = append(tail, ledger.EntryArgs(sealed)...)
 		out, errs, raw, err := s.createRun(ctx, jobs, l.Keys(), tail)
+		if err == nil && raw == nil {
+			l.Appended()
+		}
 		if err != nil || raw == nil {
 			return out, errs, err
 		}

@@ -178,6 +178,9 @@ func (s *Store) StoreTrials(ctx context.Context, l *ledger.Ledger, ns NewSweep, 
 			}
 			continue
 		}
+		if keys != nil {
+			l.Appended()
+		}
 		return s.storeTrialsReply(ctx, ns, res)
 	}
 }

@@ -65,11 +65,18 @@ const (
 	ReasonPermanent = "permanent" // trainer exit 3: bad data or config, no retry
 	ReasonExit      = "exit"      // trainer exited non-zero; retries exhausted
 	ReasonCancelled = "cancelled" // the user asked
-	ReasonInternal  = "internal"  // Lathe itself could not run the attempt
+	ReasonInternal  = "internal"  // Lathe itself could not run the attempt: a Lathe bug or the host's fault, never the trainer's
 	ReasonPreempted = "preempted" // stopped for an urgent job; queued again (not a failure)
 	ReasonHung      = "hung"      // GPUs idle and no progress for hang_timeout; retried
 	ReasonResidency = "residency" // the attempt would have run in a site lacking one of the job's tags: refused
 	ReasonBudget    = "budget"    // what it has cost so far reached a budget's cap: stopped with a checkpoint
+	// ReasonTrainerFault: the trainer exited 0 but broke the trainer
+	// contract: it wrote no artifact, reported an artifact name that is not
+	// a plain file name, left an artifact that is a link, a FIFO or a file
+	// with another name elsewhere, or one whose size or sha256 is not what
+	// it reported, or swapped the job's output folder for a link while it
+	// ran. Not retried: a retry would do the same.
+	ReasonTrainerFault = "trainer_fault"
 )
 
 // Progress is the latest progress line of the running attempt.

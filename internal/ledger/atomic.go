@@ -75,7 +75,7 @@ func (l *Ledger) Keys() []string { return []string{l.stream, l.head} }
 // Seq, Prev, Time and MAC (Body compacted, StreamID cleared). It fails, on
 // the first bad record, if a Body is not valid JSON or a string field is
 // not valid UTF-8. Write the result with LuaAppend's ledger_write, in the
-// same script as ledger_check(seq, mac).
+// same script as ledger_check(seq, mac), then call Appended.
 func (l *Ledger) Seal(seq int64, mac string, recs []Record) ([]Record, error) {
 	out := make([]Record, len(recs))
 	for i, r := range recs {
@@ -183,6 +183,7 @@ func (l *Ledger) AppendMany(ctx context.Context, recs []Record) ([]Record, error
 					sealed[i].StreamID, _ = ids[i].(string)
 				}
 			}
+			l.Appended()
 			return sealed, nil
 		}
 		if seq, mac, err = l.CheckReply(res); err != nil {

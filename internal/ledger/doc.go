@@ -76,4 +76,44 @@
 // Export writes the records as JSON lines, one Record per line in order, and
 // returns the head MAC; VerifyExport runs the same checks over such a file,
 // elsewhere, with the key.
+//
+// # The anchor
+//
+// The chain cannot show that Redis was wiped (FLUSHALL leaves an empty,
+// intact ledger) or put back to an older copy (an RDB or AOF from before
+// some appends is an intact, shorter ledger). WithAnchor keeps the head
+// outside Redis as well, in a file (Anchor: the seq, MAC and stream id of a
+// record, replaced atomically, mode 0600, by default ledger.anchor beside
+// the key), and Verify then also requires Redis to hold the anchored record
+// with the anchored MAC: "the ledger in Redis ends at record 40, but the
+// anchor in /var/lib/lathe/ledger.anchor says record 57 with MAC …: Redis
+// was wiped or rolled back". Redis ahead of the anchor is fine.
+//
+// The anchor is written by an AnchorKeeper, not by the appends: appends run
+// in Lua scripts in several places and processes (the scheduler's decisions,
+// the API's admissions, a sweep's chunks, an AWS worker's staging records,
+// on other hosts perhaps), and a file write per record would slow a
+// 10,000-trial sweep. Settle after an append of its own process (Appended;
+// the appends meanwhile share one write), and every Poll for other
+// processes' appends, the keeper reads the ledger in Redis: its last record
+// that Redis has held for Settle (by the stream id against Redis's TIME:
+// Redis answers a write before its AOF reaches the disk, so a crash of
+// Redis loses about the last second, which must not look like a
+// rollback). When that record is made with the key, is past the anchor,
+// and Redis still holds the anchored record at its stream id, the keeper
+// writes it to the file, never a lower record over a higher one. Once
+// Redis is behind the anchor or has lost the anchored record, the keeper
+// leaves the anchor where it is and logs an error; Verify fails until an
+// operator runs Reanchor, which verifies the chain, appends a record
+// saying where the anchor was and why it moves (KindAnchorReset), and
+// anchors that record.
+//
+// The window: the anchor lags Redis by about Settle (this process's
+// appends; 3s by default) or Settle + Poll (other processes'; 4s), plus a
+// file write. Records appended in that window and lost in a wipe or a
+// rollback are not noticed, nor is a rollback to a copy that still holds
+// the anchored record. Each keeper's anchor is its own: two schedulers on
+// two hosts keep two files, each checked by the Verify of its own process.
+// The anchor guards against someone who can write to Redis but not to the
+// anchor's folder.
 package ledger

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -55,6 +56,10 @@ type Ledger struct {
 	stream string
 	head   string
 	now    func() time.Time
+	anchor *Anchor // nil: Verify holds Redis to nothing outside it
+
+	// appended is the AnchorKeeper's notice of an append (nil: none).
+	appended atomic.Pointer[func()]
 }
 
 // Option changes a Ledger's defaults (New).
@@ -62,6 +67,26 @@ type Option func(*Ledger)
 
 // WithClock sets the clock that stamps Record.Time; the default is time.Now.
 func WithClock(now func() time.Time) Option { return func(l *Ledger) { l.now = now } }
+
+// WithAnchor keeps the ledger's head outside Redis too, in the anchor file
+// at path (Anchor): Verify then fails when Redis is behind it (wiped, or
+// rolled back to an older copy), and an AnchorKeeper moves it forward as
+// records are appended. Without it (the default) Verify checks the chain
+// alone, which a wipe passes.
+func WithAnchor(path string) Option { return func(l *Ledger) { l.anchor = NewAnchor(path) } }
+
+// Anchor is the ledger's anchor (WithAnchor), nil without one.
+func (l *Ledger) Anchor() *Anchor { return l.anchor }
+
+// Appended tells the ledger's AnchorKeeper, if it has one, that records may
+// have been appended: a script using LuaAppend calls it once Redis has
+// answered (Append and AppendMany call it themselves). It never blocks; the
+// keeper anchors the new records once they have settled (AnchorKeeperConfig).
+func (l *Ledger) Appended() {
+	if f := l.appended.Load(); f != nil {
+		(*f)()
+	}
+}
 
 // New returns the ledger kept under prefix (default "lathe:") in rdb,
 // chained with key. It panics if key is shorter than MinKeySize, which

@@ -22,6 +22,11 @@ type Report struct {
 	// Head is the head MAC: the head key's for Verify, the last record's for
 	// VerifyExport.
 	Head string
+	// Anchor is the anchor Verify held Redis to (WithAnchor), nil when the
+	// ledger has none or its file was not written yet.
+	Anchor *AnchorState `json:",omitempty"`
+	// AnchorPath is the anchor's file, when the ledger has an anchor.
+	AnchorPath string `json:",omitempty"`
 	// Problems lists what is wrong, in the order found, so the first one
 	// names the first record that is wrong. At most maxProblems are listed;
 	// a last one then says how many more there were.
@@ -57,9 +62,11 @@ const maxProblems = 100
 
 // Verify checks the ledger in Redis (doc.go, "Verifying"): each MAC under
 // the key, Seq without gaps, each Prev linking to the record before, and the
-// head naming the last record. It walks the records the head covered when it
-// began, so concurrent appends are fine. The error is for failing to read
-// Redis; what is wrong with the ledger is in the Report.
+// head naming the last record; with an anchor (WithAnchor), also that Redis
+// holds the anchored record, with its MAC, so is not behind the anchor (doc.go,
+// "The anchor"). It walks the records the head covered when it began, so
+// concurrent appends are fine. The error is for failing to read Redis;
+// what is wrong with the ledger is in the Report.
 func (l *Ledger) Verify(ctx context.Context) (Report, error) { return l.VerifyAgainst(ctx, "") }
 
 // VerifyAgainst is Verify that also requires a record with the MAC
@@ -67,11 +74,27 @@ func (l *Ledger) Verify(ctx context.Context) (Report, error) { return l.VerifyAg
 // ledger, which catches a tail removed with the head rewritten to match, or
 // the whole ledger deleted. "" skips that check.
 func (l *Ledger) VerifyAgainst(ctx context.Context, publishedHead string) (Report, error) {
+	return l.verify(ctx, publishedHead, l.anchor)
+}
+
+// verify is VerifyAgainst, held to anchor when it is not nil.
+func (l *Ledger) verify(ctx context.Context, publishedHead string, anchor *Anchor) (Report, error) {
+	// The anchor first: the keeper anchors only records Redis held, so an
+	// anchor read before the snapshot is one the snapshot covers.
+	var anc AnchorState
+	var ancOK bool
+	var ancErr error
+	if anchor != nil {
+		anc, ancOK, ancErr = anchor.Load()
+	}
 	h, headErr, lastID, err := l.snapshot(ctx)
 	if err != nil {
 		return Report{}, err
 	}
 	v := newVerifier(l.key, "stream", publishedHead)
+	if ancOK && anc.Seq > 0 {
+		v.anchor = &anc
+	}
 	if lastID != "" {
 		err = l.scan(ctx, lastID, func(m redis.XMessage) error {
 			r, err := decodeEntry(m)
@@ -95,6 +118,17 @@ func (l *Ledger) VerifyAgainst(ctx context.Context, publishedHead string) (Repor
 		v.problem(0, "", fmt.Sprintf("the head key %s is missing but the stream holds %d records: head deleted", l.head, v.rep.Records))
 	case h.exists:
 		v.checkHead(h.seq, h.mac)
+	}
+	if anchor != nil {
+		v.rep.AnchorPath = anchor.Path()
+		if ancErr != nil {
+			v.problem(0, "", strings.TrimPrefix(ancErr.Error(), "ledger: ")+": the anchor cannot be checked")
+		} else if ancOK {
+			v.rep.Anchor = &anc
+		}
+		if v.anchor != nil {
+			v.checkAnchor(anchor.Path())
+		}
 	}
 	return v.finish(), nil
 }
@@ -145,6 +179,10 @@ type verifier struct {
 	lastMAC   string
 	more      int64 // problems beyond maxProblems
 	rep       Report
+
+	anchor     *AnchorState // the record Redis must hold, nil: none
+	anchorSeen bool         // a record numbered anchor.Seq was read
+	anchorMAC  string       // its MAC
 }
 
 func newVerifier(key []byte, noun, published string) *verifier {
@@ -191,6 +229,9 @@ func (v *verifier) add(r Record, where string) {
 	if v.published != "" && r.MAC == v.published {
 		v.found = true
 	}
+	if v.anchor != nil && r.Seq == v.anchor.Seq && !v.anchorSeen {
+		v.anchorSeen, v.anchorMAC = true, r.MAC
+	}
 	if r.Seq >= want {
 		v.lastSeq, v.lastMAC = r.Seq, r.MAC
 	}
@@ -207,6 +248,21 @@ func (v *verifier) checkHead(seq int64, mac string) {
 		v.problem(seq+1, "", fmt.Sprintf("head says %d records, the stream goes on to %d: head rewound or records added past it", seq, v.lastSeq))
 	case mac != v.lastMAC:
 		v.problem(seq, "", fmt.Sprintf("head MAC %s is not record %d's MAC %s: head or record rewritten", short(mac), seq, short(v.lastMAC)))
+	}
+}
+
+// checkAnchor checks, after the walk, that the stream held the anchored
+// record (path is the anchor's file, for messages).
+func (v *verifier) checkAnchor(path string) {
+	a := v.anchor
+	switch {
+	case v.lastSeq < a.Seq:
+		v.problem(v.lastSeq+1, "", behindAnchor(v.lastSeq, path, *a))
+	case !v.anchorSeen:
+		v.problem(a.Seq, "", fmt.Sprintf("record %d, which the anchor in %s names (MAC %s), is not in Redis: deleted", a.Seq, path, short(a.MAC)))
+	case v.anchorMAC != a.MAC:
+		v.problem(a.Seq, "", fmt.Sprintf("record %d in Redis has MAC %s, but the anchor in %s says %s: Redis was wiped or rolled back and written again, or the record forged",
+			a.Seq, short(v.anchorMAC), path, short(a.MAC)))
 	}
 }
 

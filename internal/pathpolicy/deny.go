@@ -94,12 +94,14 @@ func DataDeny(dataDir, ckptRoot, scriptsDir string, extra Deny) Deny {
 }
 
 // OutputDeny is where no job's output may go: lathed's secrets and
-// bookkeeping under dataDir (ledger.key, the managed Redis, work folders,
-// pidfiles, scripts), and extra (lathed's config, tokens and ledger key
-// files wherever they are).
+// bookkeeping under dataDir (ledger.key and ledger.anchor, the managed
+// Redis, work folders, pidfiles, scripts), and extra (lathed's config,
+// tokens and ledger key and anchor files wherever they are).
 func OutputDeny(dataDir, scriptsDir string, extra Deny) Deny {
 	d := Deny{
 		{Path: filepath.Join(dataDir, "ledger.key"), Why: "the ledger key"},
+		{Path: filepath.Join(dataDir, "ledger.anchor"), Why: "the ledger anchor"},
+		{Path: filepath.Join(dataDir, "ledger.anchor.lock"), Why: "the ledger anchor's lock"},
 		{Path: filepath.Join(dataDir, "redis"), Why: "the managed Redis's files"},
 		{Path: filepath.Join(dataDir, "work"), Why: "the attempts' work folders"},
 		{Path: filepath.Join(dataDir, "pids"), Why: "the trainers' pidfiles"},

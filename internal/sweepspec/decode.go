@@ -181,7 +181,15 @@ func (d *decoder) integer(path string, n *yaml.Node) (int64, bool) {
 		if x == math.Trunc(x) && x >= math.MinInt64 && x < math.MaxInt64 {
 			return int64(x), true
 		}
-		d.fail(path, n, "must be a whole number")
+		if x == math.Trunc(x) {
+			d.fail(path, n, "must be an integer in the int64 range")
+		} else {
+			d.fail(path, n, "must be a whole number")
+		}
+		return 0, false
+	}
+	if jobspec.OutOfRange(n) {
+		d.fail(path, n, jobspec.MsgOutOfRange)
 		return 0, false
 	}
 	if ok && n.Tag == "!!int" {
@@ -204,6 +212,10 @@ func (d *decoder) number(path string, n *yaml.Node) (float64, bool) {
 			return 0, false
 		}
 		return x, true
+	}
+	if jobspec.OutOfRange(n) {
+		d.fail(path, n, jobspec.MsgOutOfRange)
+		return 0, false
 	}
 	d.fail(path, n, "must be a number, not "+jobspec.KindName(n))
 	return 0, false

@@ -186,6 +186,11 @@ func (d *decoder) values(path string, n *yaml.Node) ([]any, bool) {
 		if f, isFloat := v.(float64); isFloat && (math.IsNaN(f) || math.IsInf(f, 0)) {
 			good = false
 		}
+		if jobspec.OutOfRange(c) {
+			d.fail(item, c, jobspec.MsgOutOfRange)
+			ok = false
+			continue
+		}
 		if !good || v == nil {
 			d.fail(item, c, "must be a string, a finite number or a boolean, not "+jobspec.KindName(c))
 			ok = false

@@ -253,3 +253,36 @@ func TestParseReportsEachNonGridSpace(t *testing.T) {
 		}
 	}
 }
+
+// TestParseNumberOutOfRange: a number too large for a float64 (1e400) is
+// out of range, naming the field and the value, in YAML (where yaml.v3
+// reads it as a string) and JSON (where it fails to decode) alike: not
+// "must be a number, not a string", nor "not a number"; for every place a
+// sweep spec takes a number, and in the inline job.
+func TestParseNumberOutOfRange(t *testing.T) {
+	for _, tc := range []struct{ name, spec, field, value string }{
+		{"uniform bound", baseJob + "parameters: {lora.dropout: {uniform: [0, 1e400]}}\n", "parameters.lora.dropout.uniform[1]", "1e400"},
+		{"log_uniform bound", baseJob + "parameters: {training.learning_rate: {log_uniform: [1e-4, 1e400]}}\n", "parameters.training.learning_rate.log_uniform[1]", "1e400"},
+		{"int_uniform bound", baseJob + "parameters: {lora.rank: {int_uniform: [-1e400, 8]}}\n", "parameters.lora.rank.int_uniform[0]", "-1e400"},
+		{"grid value", baseJob + "parameters: {training.learning_rate: {grid: [0.01, 1e400]}}\n", "parameters.training.learning_rate.grid[1]", "1e400"},
+		{"choice value", baseJob + "parameters: {training.learning_rate: {choice: [1e400]}}\n", "parameters.training.learning_rate.choice[0]", "1e400"},
+		{"budget", baseJob + lrGrid + "budget_usd: 1e400\n", "budget_usd", "1e400"},
+		{"integer setting", baseJob + lrGrid + "max_parallel: 1e400\n", "max_parallel", "1e400"},
+		{"trials", baseJob + lrGrid + "search: {kind: random, trials: 1e400}\n", "search.trials", "1e400"},
+		{"inline job", "job: {name: t, base_model: m, dataset: \"s3://bucket/k\", training: {learning_rate: 1e400}}\n" + lrGrid, "job.training.learning_rate", "1e400"},
+		{"JSON bound", `{"job":{"name":"t","base_model":"m","dataset":"s3://bucket/k"},"parameters":{"lora.dropout":{"uniform":[0,1e400]}}}`, "parameters.lora.dropout.uniform[1]", "1e400"},
+		{"JSON budget", `{"job":{"name":"t","base_model":"m","dataset":"s3://bucket/k"},"parameters":{"lora.rank":{"grid":[4]}},"budget_gpu_hours":1e400}`, "budget_gpu_hours", "1e400"},
+		{"JSON inline job", `{"job":{"name":"t","base_model":"m","dataset":"s3://bucket/k","training":{"learning_rate":1e400}},"parameters":{"lora.rank":{"grid":[4]}}}`, "job.training.learning_rate", "1e400"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.spec), Options{})
+			wantField(t, err, tc.field, jobspec.MsgOutOfRange, tc.value)
+		})
+	}
+	// A whole number past int64 is out of the int64 range, not "not whole".
+	_, err := Parse([]byte(baseJob+lrGrid+"max_parallel: 99999999999999999999\n"), Options{})
+	wantField(t, err, "max_parallel", "must be an integer in the int64 range", "99999999999999999999")
+	// Quoted, it is a string, as before.
+	_, err = Parse([]byte(baseJob+lrGrid+"budget_usd: \"1e400\"\n"), Options{})
+	wantField(t, err, "budget_usd", "must be a number, not a string", "1e400")
+}

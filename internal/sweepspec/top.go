@@ -233,7 +233,9 @@ func (d *decoder) generic(path string, n *yaml.Node) any {
 		}
 		return l
 	}
-	if (n.Tag == "!!int" || n.Tag == "!!float") && isJSONNumber(n.Value) {
+	if (n.Tag == "!!int" || n.Tag == "!!float") && isJSONNumber(n.Value) || jobspec.OutOfRange(n) {
+		// 1e400 unquoted stays a number, which the job spec's parser
+		// calls out of range, not a string.
 		return json.Number(n.Value)
 	}
 	v, ok := scalarValue(n)

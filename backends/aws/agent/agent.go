@@ -19,6 +19,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/internal/trainer"
 )
@@ -461,6 +462,9 @@ func (a *agent) result(bg context.Context, job *Job, p prepared, res trainer.Res
 		arts, err := uploadArtifacts(bg, a.st, a.uri, p.outFD, sink.artifacts)
 		if err != nil {
 			st.State, st.Error = StateFailed, "artifacts: "+err.Error()
+			if trainer.IsFault(err) {
+				st.Reason = jobtype.ReasonTrainerFault
+			}
 			a.events.note("attempt failed: " + st.Error)
 			return st
 		}

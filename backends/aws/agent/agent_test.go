@@ -24,6 +24,7 @@ import (
 
 	"github.com/lathe-ml/lathe/backends/aws/imdsfake"
 	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/mototest"
 	"github.com/lathe-ml/lathe/internal/waitfor"
 )
@@ -524,7 +525,8 @@ func TestAgentStoppedIsPreempted(t *testing.T) {
 }
 
 // TestArtifactChecksumMismatch: an artifact whose sha256 differs from the
-// trainer's report fails the attempt and is not counted as uploaded.
+// trainer's report fails the attempt (reason trainer_fault, which the
+// worker fails the job with, not retried) and is not counted as uploaded.
 func TestArtifactChecksumMismatch(t *testing.T) {
 	b := setup(t)
 	job := b.job("job-sha", 1, 600, []string{"/bin/sh", writeStandIn(t)})
@@ -534,8 +536,8 @@ func TestArtifactChecksumMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if got.State != StateFailed || got.ExitCode != 0 || !strings.Contains(got.Error, "trainer reported sha256") {
-		t.Fatalf("status %+v, want failed on the checksum", got)
+	if got.State != StateFailed || got.ExitCode != 0 || !strings.Contains(got.Error, "trainer reported sha256") || got.Reason != jobtype.ReasonTrainerFault {
+		t.Fatalf("status %+v, want failed on the checksum, reason trainer_fault", got)
 	}
 	b.status(t, "job-sha", 1, got)
 	if keys := b.list(t, prefix+"/job-sha/1/"+ArtifactsFolder); len(keys) != 0 {

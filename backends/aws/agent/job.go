@@ -175,6 +175,11 @@ type Status struct {
 	ExitCode int `json:"exit_code"`
 	// Error says why the attempt did not succeed; empty on success.
 	Error string `json:"error,omitempty"`
+	// Reason, when set, is the failure's jobtype reason as the agent knows
+	// it: jobtype.ReasonTrainerFault for artifacts the trainer got wrong
+	// (trainer.IsFault). Empty otherwise (and from agents before it), when
+	// the worker judges by ExitCode.
+	Reason string `json:"reason,omitempty"`
 	// FinishedAt is when the agent wrote the status (UTC, RFC 3339).
 	FinishedAt time.Time `json:"finished_at"`
 	// Artifacts lists what was uploaded under artifacts/ (succeeded only).
