@@ -18,6 +18,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/simplot"
 	"github.com/lathe-ml/lathe/internal/trace"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 	"github.com/lathe-ml/lathe/scheduler/sim"
 )
 
@@ -88,7 +89,37 @@ type simReport struct {
 	BreakEven map[string]float64 `json:"break_even_owned_gpus,omitempty"`
 	// BreakEvenExtrapolated: past the largest pool run (sim.BreakEven).
 	BreakEvenExtrapolated map[string]bool `json:"break_even_extrapolated,omitempty"`
-	Elapsed               string          `json:"elapsed"`
+	// Warnings are what makes the figures less than an answer: a config
+	// with no cloud backend or no prices (said before the run too), jobs
+	// refused, an all-cloud run that could not do the same work.
+	Warnings []string `json:"warnings,omitempty"`
+	Elapsed  string   `json:"elapsed"`
+}
+
+// configWarnings says, before a run, what in cfg makes its figures less
+// than an answer to "own or rent?": no cloud backend (nothing can be
+// rented: jobs the owned pool cannot take wait for it, and renting
+// everything is no alternative), or no price on any backend (every cost
+// is $0).
+func configWarnings(cfg routecfg.Config) []string {
+	var out []string
+	cloud, priced := false, sim.OwnedUSDPerGPUHour(cfg) > 0
+	for _, b := range cfg.Backends {
+		if b.Kind == routecfg.KindLocal {
+			continue
+		}
+		cloud = true
+		for _, t := range b.InstanceTypes {
+			priced = priced || t.OnDemandUSDPerHour > 0 || t.SpotUSDPerHour > 0
+		}
+	}
+	if !cloud {
+		out = append(out, "the config has no cloud backend: nothing can be rented, jobs the owned pool cannot take wait for it, and renting everything is no alternative")
+	}
+	if !priced {
+		out = append(out, "no backend of the config has a price (price: {usd_per_gpu_hour: …} on the local backend, instance prices on a cloud one): every cost is $0")
+	}
+	return out
 }
 
 func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
@@ -111,6 +142,10 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	if err != nil {
 		return err
 	}
+	warnings := configWarnings(cfg)
+	for _, w := range warnings {
+		fmt.Fprintf(a.stderr, "lathe simulate: WARNING: %s\n", w)
+	}
 	setup := sim.Setup{Config: cfg, NodeGPUs: f.nodeGPUs, GPUName: f.gpuModel,
 		GPUMemoryMB: uint64(f.gpuMemGB * 1024), MaxWait: f.maxWait, CloudStartup: f.cloudStartup}
 	runs, allCloudRun := simRuns(jobs, in, f)
@@ -122,8 +157,9 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 		MaxWait: f.maxWait.String(), Seed: f.seed, OwnedUSD: sim.OwnedUSDPerGPUHour(cfg), Draws: drawn}
 	rep.Runs = append(rep.Runs, sums...)
 	groups, labels, allCloud := groupRuns(sums, allCloudRun)
+	rep.Warnings = append(warnings, refusedWarnings(sums)...)
 	if len(in.sizes) > 1 {
-		rep.compare(groups, labels, allCloud)
+		rep.compare(groups, labels, allCloud, allCloudRefused(sums, allCloudRun))
 	}
 	rep.Elapsed = time.Since(start).Round(time.Millisecond).String()
 	if f.plot != "" {
@@ -274,8 +310,12 @@ func groupRuns(sums []sim.Summary, allCloudRun bool) (groups map[string][]sim.Su
 }
 
 // compare fills in, for each label of a sweep of pool sizes, the all-cloud
-// cost, the cost-optimal pool and the break-even.
-func (rep *simReport) compare(groups map[string][]sim.Summary, labels []string, allCloud float64) {
+// cost, the cost-optimal pool and the break-even. Renting everything is
+// always a candidate (0 owned GPUs), unless the all-cloud run refused
+// jobs that a pool run ran (allCloudRefused above a run's refused: it did
+// less work, so its cost is no alternative); a run that refused more jobs
+// than another of the candidates is none either.
+func (rep *simReport) compare(groups map[string][]sim.Summary, labels []string, allCloud float64, allCloudRefused int) {
 	rep.AllCloud = map[string]float64{}
 	for _, l := range labels {
 		rep.AllCloud[l] = allCloud
@@ -283,9 +323,55 @@ func (rep *simReport) compare(groups map[string][]sim.Summary, labels []string, 
 	rep.Optimum, rep.BreakEven, rep.BreakEvenExtrapolated = map[string]int{}, map[string]float64{}, map[string]bool{}
 	for _, l := range labels {
 		g := groups[l]
-		rep.Optimum[l] = g[sim.Optimum(g)].Owned
+		best := optimum(g)
+		rep.Optimum[l] = g[best].Owned
+		if allCloudRefused <= g[best].Refused && allCloud < g[best].TotalCostUSD {
+			rep.Optimum[l] = 0 // renting everything is cheaper than any pool run
+		}
 		rep.BreakEven[l], rep.BreakEvenExtrapolated[l] = sim.BreakEven(g, rep.AllCloud[l])
 	}
+}
+
+// optimum is the index of the cheapest run of g among those that refused
+// the fewest jobs (a run that left more work out is not cheaper for it).
+func optimum(g []sim.Summary) int {
+	least := -1
+	for _, s := range g {
+		if least < 0 || s.Refused < least {
+			least = s.Refused
+		}
+	}
+	best := -1
+	for i, s := range g {
+		if s.Refused == least && (best < 0 || s.TotalCostUSD < g[best].TotalCostUSD) {
+			best = i
+		}
+	}
+	return best
+}
+
+// allCloudRefused is how many jobs the all-cloud run refused (the first
+// run when allCloudRun, else a run with 0 owned GPUs; 0 when none).
+func allCloudRefused(sums []sim.Summary, allCloudRun bool) int {
+	for i, s := range sums {
+		if (allCloudRun && i == 0) || s.Owned == 0 {
+			return s.Refused
+		}
+	}
+	return 0
+}
+
+// refusedWarnings says how many jobs each run refused, when any did: they
+// are in no cost and no wait of that run.
+func refusedWarnings(sums []sim.Summary) []string {
+	var out []string
+	for _, s := range sums {
+		if s.Refused > 0 {
+			label := fmt.Sprintf("%d owned, %s", s.Owned, s.Estimates)
+			out = append(out, fmt.Sprintf("%s: %d jobs refused (no backend of the config may run them) are in none of its costs or waits", label, s.Refused))
+		}
+	}
+	return out
 }
 
 // parseOwned reads N or FROM..TO/STEP.
@@ -366,6 +452,12 @@ func writeSimTable(w io.Writer, rep simReport, labels []string, groups map[strin
 		writePriorityWaits(w, rep.Runs)
 	}
 	writeViolations(w, rep.Runs)
+	if len(rep.Warnings) > 0 {
+		fmt.Fprintln(w)
+		for _, warn := range rep.Warnings {
+			fmt.Fprintf(w, "WARNING: %s\n", warn)
+		}
+	}
 	if len(rep.Optimum) > 0 {
 		fmt.Fprintln(w)
 		for _, l := range labels {
@@ -441,9 +533,18 @@ func writeOptimum(w io.Writer, rep simReport, l string, g []sim.Summary) {
 			be = fmt.Sprintf("break-even at about %.0f owned GPUs, extrapolated past the largest pool run: at least that many", x)
 		}
 	}
-	best := g[sim.Optimum(g)]
-	fmt.Fprintf(w, "Cost-optimal pool (%s): %d GPUs, %s (all-cloud %s; %s)\n", l, best.Owned,
-		dollars(best.TotalCostUSD), dollars(rep.AllCloud[l]), be)
+	best := g[optimum(g)]
+	refused := ""
+	if best.Refused > 0 {
+		refused = fmt.Sprintf("; over the jobs not refused: %d refused left out", best.Refused)
+	}
+	if rep.Optimum[l] == 0 && best.Owned != 0 {
+		fmt.Fprintf(w, "Cost-optimal pool (%s): 0 GPUs, rent everything: all-cloud %s, below every pool run (the cheapest, %d GPUs, %s; %s%s)\n", l,
+			dollars(rep.AllCloud[l]), best.Owned, dollars(best.TotalCostUSD), be, refused)
+		return
+	}
+	fmt.Fprintf(w, "Cost-optimal pool (%s): %d GPUs, %s (all-cloud %s; %s%s)\n", l, best.Owned,
+		dollars(best.TotalCostUSD), dollars(rep.AllCloud[l]), be, refused)
 }
 
 func counts(m map[string]int) string {
