@@ -584,10 +584,20 @@ func writePlot(path string, rep simReport, groups map[string][]sim.Summary, labe
 		}
 		return out
 	}
+	points := pts(main)
+	if rep.Optimum[main] == 0 && points[0].Owned != 0 {
+		// Renting everything is the optimum: its run is a point too.
+		for _, s := range rep.Runs {
+			if s.Owned == 0 {
+				points = append([]simplot.Point{{Owned: 0, CostUSD: s.TotalCostUSD, P95WaitS: s.Wait.P95S, MeanWaitS: s.Wait.MeanS}}, points...)
+				break
+			}
+		}
+	}
 	in := simplot.Input{
 		Title: fmt.Sprintf("%s: owned $%.2f/GPU-h, max_wait %s, estimates %s%s", rep.Trace, rep.OwnedUSD, rep.MaxWait, main,
 			map[bool]string{true: "; break-even extrapolated"}[rep.BreakEvenExtrapolated[main]]),
-		Points: pts(main), AllCloudCostUSD: rep.AllCloud[main], BreakEvenOwned: rep.BreakEven[main], OptimalOwned: rep.Optimum[main],
+		Points: points, AllCloudCostUSD: rep.AllCloud[main], BreakEvenOwned: rep.BreakEven[main], OptimalOwned: rep.Optimum[main],
 	}
 	if _, ok := groups["reference"]; ok && main != "reference" {
 		in.Reference = pts("reference")

@@ -195,9 +195,13 @@ func TestSimulateHonestReports(t *testing.T) {
 	if rep.Optimum["learned"] != 0 {
 		t.Errorf("cloud at half the owned price, --owned 8..16/8: optimum %v; want 0 (rent everything)", rep.Optimum)
 	}
-	_, r := run("--config", cfg, "--owned", "8..16/8", "--price-ratio", "0.5")
+	plot := filepath.Join(t.TempDir(), "rent.svg")
+	_, r := run("--config", cfg, "--owned", "8..16/8", "--price-ratio", "0.5", "--plot", plot)
 	if !strings.Contains(r.stdout, "Cost-optimal pool (learned): 0 GPUs, rent everything") {
 		t.Errorf("table:\n%s\nwant the optimum to be renting everything", r.stdout)
+	}
+	if b, err := os.ReadFile(plot); err != nil || !strings.Contains(string(b), "optimum 0 GPUs") {
+		t.Errorf("plot with renting everything the optimum: %v; want it drawn and ringed", err)
 	}
 
 	// Half the jobs may run only in "us", where the config has no site.
