@@ -28,7 +28,7 @@ type simFlags struct {
 	maxWait, cloudStartup                                                      time.Duration
 	priceRatio, gpuMemGB                                                       float64
 	seed                                                                       uint64
-	nodeGPUs                                                                   int
+	nodeGPUs, bootstrap                                                        int
 	reference                                                                  bool
 }
 
@@ -48,7 +48,8 @@ plus cloud instance hours at theirs), cost per job GPU-hour, the share rented, o
 utilisation, waits (mean, p50, p95, p99; per priority), jobs refused and residency
 violations (the simulator checks every start against the job's tags itself: must be 0).
 With a range of --owned (32..256/32) it also runs all-cloud (0 owned) and names the
-cost-optimal pool and the break-even; --plot writes an SVG of cost and waits against owned GPUs.
+cost-optimal pool and the break-even; --plot writes an SVG of cost and waits against owned GPUs;
+--bootstrap N resamples the trace N times by week and gives the optimum with its uncertainty.
 See docs/simulate.md.`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
@@ -70,6 +71,7 @@ See docs/simulate.md.`,
 	fl.IntVar(&f.nodeGPUs, "node-gpus", 0, "GPUs per owned node (a job never spans nodes); 0: one node of all owned GPUs")
 	fl.StringVar(&f.gpuModel, "gpu-model", "NVIDIA H100 80GB HBM3", "the owned GPUs' model, as NVML names it")
 	fl.Float64Var(&f.gpuMemGB, "gpu-memory-gb", 80, "the owned GPUs' memory")
+	fl.IntVar(&f.bootstrap, "bootstrap", 0, "with a range of --owned: resample the trace this many times by week and report where the optimum falls in 90% of them (0: none)")
 	fl.DurationVar(&f.cloudStartup, "cloud-startup", 0, "a cloud job starts this long after it is sent (instance start-up; the policy assumes 0)")
 	return cmd
 }
@@ -89,6 +91,10 @@ type simReport struct {
 	BreakEven map[string]float64 `json:"break_even_owned_gpus,omitempty"`
 	// BreakEvenExtrapolated: past the largest pool run (sim.BreakEven).
 	BreakEvenExtrapolated map[string]bool `json:"break_even_extrapolated,omitempty"`
+	// OptimumInterval is, per estimates label, where the cost-optimal
+	// pool fell in 90% of Bootstrap resamples of the trace by week.
+	OptimumInterval map[string][2]int `json:"cost_optimal_owned_gpus_90pct,omitempty"`
+	Bootstrap       int               `json:"bootstrap_resamples,omitempty"`
 	// Warnings are what makes the figures less than an answer: a config
 	// with no cloud backend or no prices (said before the run too), jobs
 	// refused, an all-cloud run that could not do the same work.
@@ -160,6 +166,11 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	rep.Warnings = append(warnings, refusedWarnings(sums)...)
 	if len(in.sizes) > 1 {
 		rep.compare(groups, labels, allCloud, allCloudRefused(sums, allCloudRun))
+		if f.bootstrap > 0 {
+			if err := rep.bootstrap(cmd.Context(), setup, jobs, in, f, labels); err != nil {
+				return err
+			}
+		}
 	}
 	rep.Elapsed = time.Since(start).Round(time.Millisecond).String()
 	if f.plot != "" {
@@ -242,6 +253,9 @@ func checkSimRanges(f simFlags) error {
 	}
 	if f.cloudStartup < 0 {
 		return usageErrorf("--cloud-startup %s: want 0 or more", f.cloudStartup)
+	}
+	if f.bootstrap < 0 || f.bootstrap > 1000 {
+		return usageErrorf("--bootstrap %d: want 0 (none) to 1000 resamples", f.bootstrap)
 	}
 	return nil
 }
@@ -330,6 +344,52 @@ func (rep *simReport) compare(groups map[string][]sim.Summary, labels []string, 
 		}
 		rep.BreakEven[l], rep.BreakEvenExtrapolated[l] = sim.BreakEven(g, rep.AllCloud[l])
 	}
+}
+
+// bootstrap fills OptimumInterval for the first label that is not the
+// reference: the trace resampled f.bootstrap times by week
+// (sim.ResampleWeeks), each resample swept over the same pool sizes and
+// all-cloud under that label's estimates, its optimum taken as compare
+// takes it.
+func (rep *simReport) bootstrap(ctx context.Context, setup sim.Setup, jobs []sim.Job, in simInputs, f simFlags, labels []string) error {
+	var est sim.Estimator
+	label := ""
+	for _, e := range in.ests {
+		if slices.Contains(labels, e.String()) {
+			est, label = e, e.String()
+			break
+		}
+	}
+	if label == "" {
+		return nil
+	}
+	var runs []sim.Run
+	for b := range f.bootstrap {
+		rj := sim.ResampleWeeks(jobs, f.seed, b)
+		runs = append(runs, sim.Run{Owned: 0, Estimates: "all-cloud", Jobs: rj})
+		ej := sim.WithEstimates(rj, est, f.seed)
+		for _, n := range in.sizes {
+			runs = append(runs, sim.Run{Owned: n, Estimates: label, Jobs: ej})
+		}
+	}
+	sums, err := runSims(ctx, setup, runs)
+	if err != nil {
+		return err
+	}
+	per := len(in.sizes) + 1
+	optima := make([]int, 0, f.bootstrap)
+	for b := range f.bootstrap {
+		ac, g := sums[b*per], sums[b*per+1:(b+1)*per]
+		best := optimum(g)
+		opt := g[best].Owned
+		if ac.Refused <= g[best].Refused && ac.TotalCostUSD < g[best].TotalCostUSD {
+			opt = 0
+		}
+		optima = append(optima, opt)
+	}
+	lo, hi := sim.OptimumInterval(optima, 0.9)
+	rep.OptimumInterval, rep.Bootstrap = map[string][2]int{label: {lo, hi}}, f.bootstrap
+	return nil
 }
 
 // optimum is the index of the cheapest run of g among those that refused
@@ -534,6 +594,9 @@ func writeOptimum(w io.Writer, rep simReport, l string, g []sim.Summary) {
 		}
 	}
 	best := g[optimum(g)]
+	if iv, ok := rep.OptimumInterval[l]; ok {
+		be += fmt.Sprintf("; the optimum %d–%d GPUs in 90%% of %d resamples of the trace by week", iv[0], iv[1], rep.Bootstrap)
+	}
 	refused := ""
 	if best.Refused > 0 {
 		refused = fmt.Sprintf("; over the jobs not refused: %d refused left out", best.Refused)
@@ -598,6 +661,9 @@ func writePlot(path string, rep simReport, groups map[string][]sim.Summary, labe
 		Title: fmt.Sprintf("%s: owned $%.2f/GPU-h, max_wait %s, estimates %s%s", rep.Trace, rep.OwnedUSD, rep.MaxWait, main,
 			map[bool]string{true: "; break-even extrapolated"}[rep.BreakEvenExtrapolated[main]]),
 		Points: points, AllCloudCostUSD: rep.AllCloud[main], BreakEvenOwned: rep.BreakEven[main], OptimalOwned: rep.Optimum[main],
+	}
+	if iv, ok := rep.OptimumInterval[main]; ok {
+		in.OptimalRange, in.OptimalRangeLabel = iv, fmt.Sprintf("optimum in 90%% of %d resamples", rep.Bootstrap)
 	}
 	if _, ok := groups["reference"]; ok && main != "reference" {
 		in.Reference = pts("reference")

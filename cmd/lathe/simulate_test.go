@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -241,5 +242,48 @@ func TestSimulateHonestReports(t *testing.T) {
 			!slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, want) }) {
 			t.Errorf("a config with no cloud and no price: stderr %q, warnings %v; want %q in both", r.stderr, rep.Warnings, want)
 		}
+	}
+}
+
+// TestSimulateBootstrap: --bootstrap N resamples the trace by week and
+// gives where the optimum fell in 90% of them, in the table, in -o json
+// and on the plot; a count out of range is a usage error naming the flag.
+func TestSimulateBootstrap(t *testing.T) {
+	_, cfg := simFiles(t)
+	// Three weeks of jobs, so that resamples differ.
+	var b strings.Builder
+	b.WriteString("submit_s,duration_s,gpus,user\n")
+	for i := range 60 {
+		fmt.Fprintf(&b, "%d,%d,%d,x\n", i*30000, 3600+(i%7)*1800, 1<<(i%4))
+	}
+	tr := writeFile(t, t.TempDir(), "weeks.csv", b.String())
+	r := lathe(t, "", "simulate", "--trace", tr, "--config", cfg, "--owned", "0..16/8", "--bootstrap", "8", "-o", "json")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var rep struct {
+		Optimum   map[string]int    `json:"cost_optimal_owned_gpus"`
+		Interval  map[string][2]int `json:"cost_optimal_owned_gpus_90pct"`
+		Resamples int               `json:"bootstrap_resamples"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	iv, ok := rep.Interval["learned"]
+	if !ok || rep.Resamples != 8 || iv[0] > iv[1] || iv[1] > 16 {
+		t.Fatalf("bootstrap in json: %+v; want an interval within the range for learned, 8 resamples", rep)
+	}
+	plot := filepath.Join(t.TempDir(), "b.svg")
+	r = lathe(t, "", "simulate", "--trace", tr, "--config", cfg, "--owned", "0..16/8", "--bootstrap", "8", "--plot", plot)
+	want := fmt.Sprintf("the optimum %d–%d GPUs in 90%% of 8 resamples of the trace by week", iv[0], iv[1])
+	if r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Errorf("table (exit %d):\n%s\nwant %q", r.code, r.stdout, want)
+	}
+	if svg, err := os.ReadFile(plot); err != nil || !strings.Contains(string(svg), "resamples") {
+		t.Errorf("plot: %v; want the range drawn with its legend", err)
+	}
+	r = lathe(t, "", "simulate", "--trace", tr, "--config", cfg, "--owned", "0..16/8", "--bootstrap", "-1")
+	if r.code == 0 || !strings.Contains(r.stderr, "--bootstrap") {
+		t.Errorf("--bootstrap -1: exit %d, %q; want a usage error naming it", r.code, r.stderr)
 	}
 }
