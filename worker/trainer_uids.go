@@ -132,17 +132,27 @@ func sweepScratch(uid uint32) error {
 // double fork outlives the process group) and must not meet the next
 // attempt given the uid.
 func killUID(uid uint32) {
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
-		return
-	}
-	for _, e := range procs {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid <= 1 {
-			continue
+	// A process that forks as fast as it can may make a child between a
+	// pass's read of /proc and its kill: passes go on until one finds
+	// none (a bounded number: each kill ends a process for good).
+	for range 100 {
+		procs, err := os.ReadDir("/proc")
+		if err != nil {
+			return
 		}
-		if procUIDs(pid, uid) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+		found := false
+		for _, e := range procs {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid <= 1 {
+				continue
+			}
+			if procUIDs(pid, uid) {
+				found = true
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if !found {
+			return
 		}
 	}
 }

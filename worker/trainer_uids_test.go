@@ -2,9 +2,15 @@ package worker
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/waitfor"
 )
 
 // TestUIDPool: a uid held by one attempt is never given to another while
@@ -132,4 +138,55 @@ func TestOthersMayRead(t *testing.T) {
 	if err := othersMayRead(dir); err != nil {
 		t.Fatalf("othersMayRead of a readable folder: %v", err)
 	}
+}
+
+// TestKillUID: every process running as a pool uid is killed, a child it
+// forked after the first pass included; a process of another uid is not.
+func TestKillUID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("running a process as another uid needs root")
+	}
+	const uid, other = 3_000_000_011, 3_000_000_012
+	start := func(u uint32, script string) *exec.Cmd {
+		c := exec.Command("/bin/sh", "-c", script)
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u, Gid: u, Groups: []uint32{}}}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+		return c
+	}
+	// A forker: a loop that keeps starting children.
+	forker := start(uid, "while :; do sleep 30 & done")
+	bystander := start(other, "sleep 30")
+	waitfor.True(t, 10*time.Second, "the forker's children running", func() bool { return countUID(uid) > 1 })
+	killUID(uid)
+	if n := countUID(uid); n != 0 {
+		t.Fatalf("%d processes of uid %d left", n, uid)
+	}
+	_ = forker.Wait()
+	if countUID(other) == 0 {
+		t.Fatal("the process of another uid was killed")
+	}
+	_ = bystander.Process.Kill()
+}
+
+// countUID counts the live processes whose real or effective uid is uid
+// (a zombie, killed and not yet reaped, is not live).
+func countUID(uid uint32) int {
+	procs, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range procs {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !procUIDs(pid, uid) {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
+			if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); len(f) > 0 && f[0] == "Z" {
+				continue
+			}
+		}
+		n++
+	}
+	return n
 }
