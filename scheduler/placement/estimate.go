@@ -125,9 +125,16 @@ func (s *gpuSim) set(ranks []int, end int64) {
 	for _, r := range ranks {
 		s.rel[r], s.moved[r] = end, true
 	}
-	rest := s.order[:0] // the unmoved ranks, still in order (filtered in place)
-	for _, r := range s.order {
-		if !s.moved[r] {
+	rest, found := s.order[:0], 0 // the unmoved ranks, still in order (filtered in place)
+	for x, r := range s.order {
+		if found == len(ranks) {
+			// The rest is unmoved (a job takes the first GPUs in order).
+			rest = append(rest, s.order[x:]...)
+			break
+		}
+		if s.moved[r] {
+			found++
+		} else {
 			rest = append(rest, r)
 		}
 	}

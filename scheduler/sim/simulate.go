@@ -372,6 +372,24 @@ func (sm *simulation) spec(sj *simJob) jobspec.Spec {
 	if in.GPUModel != "" {
 		sp.Resources.GPUModels = []string{in.GPUModel}
 	}
+	est := sm.estimate(sj)
+	// The policy's estimate is both the routing runtime (expected_runtime)
+	// and placement's bound (max_runtime): a simulated job is never
+	// stopped at it, it runs its true duration.
+	sp.ExpectedRuntime, sp.MaxRuntime = est, est
+	return sp
+}
+
+// refresh sets the run time estimate of sj's spec as of now, the only
+// part of its spec that changes after it arrived (spec).
+func (sm *simulation) refresh(sj *simJob) {
+	est := sm.estimate(sj)
+	sj.job.Spec.ExpectedRuntime, sj.job.Spec.MaxRuntime = est, est
+}
+
+// estimate is what the policy is told of the job's run time now (spec).
+func (sm *simulation) estimate(sj *simJob) jobspec.Duration {
+	in := sj.in
 	elapsed := time.Duration(0)
 	if sj.started && !sj.done {
 		elapsed = sm.now - sj.runStart + sj.ran
@@ -387,12 +405,7 @@ func (sm *simulation) spec(sj *simJob) jobspec.Spec {
 		// for it).
 		est = 2 * elapsed
 	}
-	est = max(est-sj.ran, time.Second)
-	// The policy's estimate is both the routing runtime (expected_runtime)
-	// and placement's bound (max_runtime): a simulated job is never
-	// stopped at it, it runs its true duration.
-	sp.ExpectedRuntime, sp.MaxRuntime = jobspec.Duration(est), jobspec.Duration(est)
-	return sp
+	return jobspec.Duration(max(est-sj.ran, time.Second))
 }
 
 // outputFor is where the job's output goes: file:// when the file site
@@ -499,13 +512,12 @@ func (sm *simulation) round() {
 		Routing: sm.routingInput(), Pressure: sm.press, Pending: make([]string, 0, len(sm.pending))}
 	for _, i := range sm.pending {
 		sj := &sm.jobs[i]
-		sj.job.Spec = sm.spec(sj)
+		sm.refresh(sj)
 		in.Pending = append(in.Pending, sj.in.ID)
 	}
 	for ni := range sm.nodes {
 		for id := range sm.nodes[ni].Reservations {
-			sj := &sm.jobs[sm.where[id]]
-			sj.job.Spec = sm.spec(sj)
+			sm.refresh(&sm.jobs[sm.where[id]])
 		}
 	}
 	plan := policy.DecideRound(in, sm.rs, policy.RoundOptions{DefaultMaxRuntime: 24 * time.Hour})
