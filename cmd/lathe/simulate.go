@@ -18,6 +18,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/simplot"
 	"github.com/lathe-ml/lathe/internal/trace"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 	"github.com/lathe-ml/lathe/scheduler/sim"
 )
 
@@ -27,7 +28,7 @@ type simFlags struct {
 	maxWait, cloudStartup                                                      time.Duration
 	priceRatio, gpuMemGB                                                       float64
 	seed                                                                       uint64
-	nodeGPUs                                                                   int
+	nodeGPUs, bootstrap                                                        int
 	reference                                                                  bool
 }
 
@@ -47,7 +48,8 @@ plus cloud instance hours at theirs), cost per job GPU-hour, the share rented, o
 utilisation, waits (mean, p50, p95, p99; per priority), jobs refused and residency
 violations (the simulator checks every start against the job's tags itself: must be 0).
 With a range of --owned (32..256/32) it also runs all-cloud (0 owned) and names the
-cost-optimal pool and the break-even; --plot writes an SVG of cost and waits against owned GPUs.
+cost-optimal pool and the break-even; --plot writes an SVG of cost and waits against owned GPUs;
+--bootstrap N resamples the trace N times by week and gives the optimum with its uncertainty.
 See docs/simulate.md.`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
@@ -69,6 +71,7 @@ See docs/simulate.md.`,
 	fl.IntVar(&f.nodeGPUs, "node-gpus", 0, "GPUs per owned node (a job never spans nodes); 0: one node of all owned GPUs")
 	fl.StringVar(&f.gpuModel, "gpu-model", "NVIDIA H100 80GB HBM3", "the owned GPUs' model, as NVML names it")
 	fl.Float64Var(&f.gpuMemGB, "gpu-memory-gb", 80, "the owned GPUs' memory")
+	fl.IntVar(&f.bootstrap, "bootstrap", 0, "with a range of --owned: resample the trace this many times by week and report where the optimum falls in 90% of them (0: none)")
 	fl.DurationVar(&f.cloudStartup, "cloud-startup", 0, "a cloud job starts this long after it is sent (instance start-up; the policy assumes 0)")
 	return cmd
 }
@@ -88,7 +91,41 @@ type simReport struct {
 	BreakEven map[string]float64 `json:"break_even_owned_gpus,omitempty"`
 	// BreakEvenExtrapolated: past the largest pool run (sim.BreakEven).
 	BreakEvenExtrapolated map[string]bool `json:"break_even_extrapolated,omitempty"`
-	Elapsed               string          `json:"elapsed"`
+	// OptimumInterval is, per estimates label, where the cost-optimal
+	// pool fell in 90% of Bootstrap resamples of the trace by week.
+	OptimumInterval map[string][2]int `json:"cost_optimal_owned_gpus_90pct,omitempty"`
+	Bootstrap       int               `json:"bootstrap_resamples,omitempty"`
+	// Warnings are what makes the figures less than an answer: a config
+	// with no cloud backend or no prices (said before the run too), jobs
+	// refused, an all-cloud run that could not do the same work.
+	Warnings []string `json:"warnings,omitempty"`
+	Elapsed  string   `json:"elapsed"`
+}
+
+// configWarnings says, before a run, what in cfg makes its figures less
+// than an answer to "own or rent?": no cloud backend (nothing can be
+// rented: jobs the owned pool cannot take wait for it, and renting
+// everything is no alternative), or no price on any backend (every cost
+// is $0).
+func configWarnings(cfg routecfg.Config) []string {
+	var out []string
+	cloud, priced := false, sim.OwnedUSDPerGPUHour(cfg) > 0
+	for _, b := range cfg.Backends {
+		if b.Kind == routecfg.KindLocal {
+			continue
+		}
+		cloud = true
+		for _, t := range b.InstanceTypes {
+			priced = priced || t.OnDemandUSDPerHour > 0 || t.SpotUSDPerHour > 0
+		}
+	}
+	if !cloud {
+		out = append(out, "the config has no cloud backend: nothing can be rented, jobs the owned pool cannot take wait for it, and renting everything is no alternative")
+	}
+	if !priced {
+		out = append(out, "no backend of the config has a price (price: {usd_per_gpu_hour: …} on the local backend, instance prices on a cloud one): every cost is $0")
+	}
+	return out
 }
 
 func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
@@ -111,6 +148,10 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	if err != nil {
 		return err
 	}
+	warnings := configWarnings(cfg)
+	for _, w := range warnings {
+		fmt.Fprintf(a.stderr, "lathe simulate: WARNING: %s\n", w)
+	}
 	setup := sim.Setup{Config: cfg, NodeGPUs: f.nodeGPUs, GPUName: f.gpuModel,
 		GPUMemoryMB: uint64(f.gpuMemGB * 1024), MaxWait: f.maxWait, CloudStartup: f.cloudStartup}
 	runs, allCloudRun := simRuns(jobs, in, f)
@@ -122,8 +163,14 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 		MaxWait: f.maxWait.String(), Seed: f.seed, OwnedUSD: sim.OwnedUSDPerGPUHour(cfg), Draws: drawn}
 	rep.Runs = append(rep.Runs, sums...)
 	groups, labels, allCloud := groupRuns(sums, allCloudRun)
+	rep.Warnings = append(warnings, refusedWarnings(sums)...)
 	if len(in.sizes) > 1 {
-		rep.compare(groups, labels, allCloud)
+		rep.compare(groups, labels, allCloud, allCloudRefused(sums, allCloudRun))
+		if f.bootstrap > 0 {
+			if err := rep.bootstrap(cmd.Context(), setup, jobs, in, f, labels); err != nil {
+				return err
+			}
+		}
 	}
 	rep.Elapsed = time.Since(start).Round(time.Millisecond).String()
 	if f.plot != "" {
@@ -207,6 +254,9 @@ func checkSimRanges(f simFlags) error {
 	if f.cloudStartup < 0 {
 		return usageErrorf("--cloud-startup %s: want 0 or more", f.cloudStartup)
 	}
+	if f.bootstrap < 0 || f.bootstrap > 1000 {
+		return usageErrorf("--bootstrap %d: want 0 (none) to 1000 resamples", f.bootstrap)
+	}
 	return nil
 }
 
@@ -274,8 +324,12 @@ func groupRuns(sums []sim.Summary, allCloudRun bool) (groups map[string][]sim.Su
 }
 
 // compare fills in, for each label of a sweep of pool sizes, the all-cloud
-// cost, the cost-optimal pool and the break-even.
-func (rep *simReport) compare(groups map[string][]sim.Summary, labels []string, allCloud float64) {
+// cost, the cost-optimal pool and the break-even. Renting everything is
+// always a candidate (0 owned GPUs), unless the all-cloud run refused
+// jobs that a pool run ran (allCloudRefused above a run's refused: it did
+// less work, so its cost is no alternative); a run that refused more jobs
+// than another of the candidates is none either.
+func (rep *simReport) compare(groups map[string][]sim.Summary, labels []string, allCloud float64, allCloudRefused int) {
 	rep.AllCloud = map[string]float64{}
 	for _, l := range labels {
 		rep.AllCloud[l] = allCloud
@@ -283,9 +337,101 @@ func (rep *simReport) compare(groups map[string][]sim.Summary, labels []string, 
 	rep.Optimum, rep.BreakEven, rep.BreakEvenExtrapolated = map[string]int{}, map[string]float64{}, map[string]bool{}
 	for _, l := range labels {
 		g := groups[l]
-		rep.Optimum[l] = g[sim.Optimum(g)].Owned
+		best := optimum(g)
+		rep.Optimum[l] = g[best].Owned
+		if allCloudRefused <= g[best].Refused && allCloud < g[best].TotalCostUSD {
+			rep.Optimum[l] = 0 // renting everything is cheaper than any pool run
+		}
 		rep.BreakEven[l], rep.BreakEvenExtrapolated[l] = sim.BreakEven(g, rep.AllCloud[l])
 	}
+}
+
+// bootstrap fills OptimumInterval for the first label that is not the
+// reference: the trace resampled f.bootstrap times by week
+// (sim.ResampleWeeks), each resample swept over the same pool sizes and
+// all-cloud under that label's estimates, its optimum taken as compare
+// takes it.
+func (rep *simReport) bootstrap(ctx context.Context, setup sim.Setup, jobs []sim.Job, in simInputs, f simFlags, labels []string) error {
+	var est sim.Estimator
+	label := ""
+	for _, e := range in.ests {
+		if slices.Contains(labels, e.String()) {
+			est, label = e, e.String()
+			break
+		}
+	}
+	if label == "" {
+		return nil
+	}
+	var runs []sim.Run
+	for b := range f.bootstrap {
+		rj := sim.ResampleWeeks(jobs, f.seed, b)
+		runs = append(runs, sim.Run{Owned: 0, Estimates: "all-cloud", Jobs: rj})
+		ej := sim.WithEstimates(rj, est, f.seed)
+		for _, n := range in.sizes {
+			runs = append(runs, sim.Run{Owned: n, Estimates: label, Jobs: ej})
+		}
+	}
+	sums, err := runSims(ctx, setup, runs)
+	if err != nil {
+		return err
+	}
+	per := len(in.sizes) + 1
+	optima := make([]int, 0, f.bootstrap)
+	for b := range f.bootstrap {
+		ac, g := sums[b*per], sums[b*per+1:(b+1)*per]
+		best := optimum(g)
+		opt := g[best].Owned
+		if ac.Refused <= g[best].Refused && ac.TotalCostUSD < g[best].TotalCostUSD {
+			opt = 0
+		}
+		optima = append(optima, opt)
+	}
+	lo, hi := sim.OptimumInterval(optima, 0.9)
+	rep.OptimumInterval, rep.Bootstrap = map[string][2]int{label: {lo, hi}}, f.bootstrap
+	return nil
+}
+
+// optimum is the index of the cheapest run of g among those that refused
+// the fewest jobs (a run that left more work out is not cheaper for it).
+func optimum(g []sim.Summary) int {
+	least := -1
+	for _, s := range g {
+		if least < 0 || s.Refused < least {
+			least = s.Refused
+		}
+	}
+	best := -1
+	for i, s := range g {
+		if s.Refused == least && (best < 0 || s.TotalCostUSD < g[best].TotalCostUSD) {
+			best = i
+		}
+	}
+	return best
+}
+
+// allCloudRefused is how many jobs the all-cloud run refused (the first
+// run when allCloudRun, else a run with 0 owned GPUs; 0 when none).
+func allCloudRefused(sums []sim.Summary, allCloudRun bool) int {
+	for i, s := range sums {
+		if (allCloudRun && i == 0) || s.Owned == 0 {
+			return s.Refused
+		}
+	}
+	return 0
+}
+
+// refusedWarnings says how many jobs each run refused, when any did: they
+// are in no cost and no wait of that run.
+func refusedWarnings(sums []sim.Summary) []string {
+	var out []string
+	for _, s := range sums {
+		if s.Refused > 0 {
+			label := fmt.Sprintf("%d owned, %s", s.Owned, s.Estimates)
+			out = append(out, fmt.Sprintf("%s: %d jobs refused (no backend of the config may run them) are in none of its costs or waits", label, s.Refused))
+		}
+	}
+	return out
 }
 
 // parseOwned reads N or FROM..TO/STEP.
@@ -366,6 +512,12 @@ func writeSimTable(w io.Writer, rep simReport, labels []string, groups map[strin
 		writePriorityWaits(w, rep.Runs)
 	}
 	writeViolations(w, rep.Runs)
+	if len(rep.Warnings) > 0 {
+		fmt.Fprintln(w)
+		for _, warn := range rep.Warnings {
+			fmt.Fprintf(w, "WARNING: %s\n", warn)
+		}
+	}
 	if len(rep.Optimum) > 0 {
 		fmt.Fprintln(w)
 		for _, l := range labels {
@@ -441,9 +593,21 @@ func writeOptimum(w io.Writer, rep simReport, l string, g []sim.Summary) {
 			be = fmt.Sprintf("break-even at about %.0f owned GPUs, extrapolated past the largest pool run: at least that many", x)
 		}
 	}
-	best := g[sim.Optimum(g)]
-	fmt.Fprintf(w, "Cost-optimal pool (%s): %d GPUs, %s (all-cloud %s; %s)\n", l, best.Owned,
-		dollars(best.TotalCostUSD), dollars(rep.AllCloud[l]), be)
+	best := g[optimum(g)]
+	if iv, ok := rep.OptimumInterval[l]; ok {
+		be += fmt.Sprintf("; the optimum %d–%d GPUs in 90%% of %d resamples of the trace by week", iv[0], iv[1], rep.Bootstrap)
+	}
+	refused := ""
+	if best.Refused > 0 {
+		refused = fmt.Sprintf("; over the jobs not refused: %d refused left out", best.Refused)
+	}
+	if rep.Optimum[l] == 0 && best.Owned != 0 {
+		fmt.Fprintf(w, "Cost-optimal pool (%s): 0 GPUs, rent everything: all-cloud %s, below every pool run (the cheapest, %d GPUs, %s; %s%s)\n", l,
+			dollars(rep.AllCloud[l]), best.Owned, dollars(best.TotalCostUSD), be, refused)
+		return
+	}
+	fmt.Fprintf(w, "Cost-optimal pool (%s): %d GPUs, %s (all-cloud %s; %s%s)\n", l, best.Owned,
+		dollars(best.TotalCostUSD), dollars(rep.AllCloud[l]), be, refused)
 }
 
 func counts(m map[string]int) string {
@@ -483,10 +647,23 @@ func writePlot(path string, rep simReport, groups map[string][]sim.Summary, labe
 		}
 		return out
 	}
+	points := pts(main)
+	if rep.Optimum[main] == 0 && points[0].Owned != 0 {
+		// Renting everything is the optimum: its run is a point too.
+		for _, s := range rep.Runs {
+			if s.Owned == 0 {
+				points = append([]simplot.Point{{Owned: 0, CostUSD: s.TotalCostUSD, P95WaitS: s.Wait.P95S, MeanWaitS: s.Wait.MeanS}}, points...)
+				break
+			}
+		}
+	}
 	in := simplot.Input{
 		Title: fmt.Sprintf("%s: owned $%.2f/GPU-h, max_wait %s, estimates %s%s", rep.Trace, rep.OwnedUSD, rep.MaxWait, main,
 			map[bool]string{true: "; break-even extrapolated"}[rep.BreakEvenExtrapolated[main]]),
-		Points: pts(main), AllCloudCostUSD: rep.AllCloud[main], BreakEvenOwned: rep.BreakEven[main], OptimalOwned: rep.Optimum[main],
+		Points: points, AllCloudCostUSD: rep.AllCloud[main], BreakEvenOwned: rep.BreakEven[main], OptimalOwned: rep.Optimum[main],
+	}
+	if iv, ok := rep.OptimumInterval[main]; ok {
+		in.OptimalRange, in.OptimalRangeLabel = iv, fmt.Sprintf("optimum in 90%% of %d resamples", rep.Bootstrap)
 	}
 	if _, ok := groups["reference"]; ok && main != "reference" {
 		in.Reference = pts("reference")

@@ -50,6 +50,12 @@ type Input struct {
 	// draws nothing. It must ascend by Owned like Points; its sizes need not
 	// match Points, and the x axis covers both.
 	Reference []Point
+	// OptimalRange, when OptimalRangeLabel is set, is where the optimum
+	// falls under resampling (say, 90% of bootstrap resamples of the
+	// trace), first ≤ second: a shaded band in the cost panel, labelled
+	// OptimalRangeLabel in the legend.
+	OptimalRange      [2]int
+	OptimalRangeLabel string
 }
 
 // The chart is 8×7 inches: legends sit in a strip right of the panels.
@@ -74,6 +80,7 @@ var (
 	colorMean      = color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff} // green
 	colorAllCloud  = color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff} // orange
 	colorBreakEven = color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff} // purple
+	colorBand      = color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0x30} // translucent green
 	colorOptimum   = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff} // red
 	colorReference = color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff} // grey
 	colorGrid      = color.RGBA{R: 0xdd, G: 0xdd, B: 0xdd, A: 0xff}
@@ -206,6 +213,11 @@ func costPanel(in Input) (*plot.Plot, plot.Legend, error) {
 		legend.Add("no break-even in range")
 	}
 
+	if in.OptimalRangeLabel != "" {
+		b := &band{lo: float64(in.OptimalRange[0]), hi: float64(in.OptimalRange[1]), fill: colorBand}
+		p.Add(b)
+		legend.Add(fmt.Sprintf("%s: %d–%d GPUs", in.OptimalRangeLabel, in.OptimalRange[0], in.OptimalRange[1]), b)
+	}
 	p.Add(optimum(in))
 
 	p.Y.Min = math.Min(p.Y.Min, in.AllCloudCostUSD)
@@ -370,6 +382,29 @@ func (r *rule) Plot(c draw.Canvas, p *plot.Plot) {
 	c.StrokeLine2(r.style, c.Min.X, y, c.Max.X, y)
 }
 
+// band shades the x range [lo, hi] across a panel (at least a few points
+// wide, so that a range of one pool size shows).
+type band struct {
+	lo, hi float64
+	fill   color.Color
+}
+
+// Plot implements plot.Plotter.
+func (b *band) Plot(c draw.Canvas, p *plot.Plot) {
+	trX, _ := p.Transforms(&c)
+	x0, x1 := trX(b.lo), trX(b.hi)
+	if x1-x0 < 4 {
+		mid := (x0 + x1) / 2
+		x0, x1 = mid-2, mid+2
+	}
+	c.FillPolygon(b.fill, []vg.Point{{X: x0, Y: c.Min.Y}, {X: x1, Y: c.Min.Y}, {X: x1, Y: c.Max.Y}, {X: x0, Y: c.Max.Y}})
+}
+
+// Thumbnail implements plot.Thumbnailer.
+func (b *band) Thumbnail(c *draw.Canvas) {
+	c.FillPolygon(b.fill, []vg.Point{c.Min, {X: c.Max.X, Y: c.Min.Y}, c.Max, {X: c.Min.X, Y: c.Max.Y}})
+}
+
 // Thumbnail implements plot.Thumbnailer. It is a horizontal stroke whichever
 // way the rule runs: a legend entry is too short to show a vertical one.
 func (r *rule) Thumbnail(c *draw.Canvas) {
@@ -446,6 +481,9 @@ func xRange(in Input) (lo, hi float64) {
 	}
 	if in.BreakEvenOwned > 0 {
 		lo, hi = math.Min(lo, in.BreakEvenOwned), math.Max(hi, in.BreakEvenOwned)
+	}
+	if in.OptimalRangeLabel != "" {
+		lo, hi = math.Min(lo, float64(in.OptimalRange[0])), math.Max(hi, float64(in.OptimalRange[1]))
 	}
 	return lo, hi
 }

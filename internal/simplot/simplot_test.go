@@ -175,6 +175,20 @@ func TestSVGOnePoint(t *testing.T) {
 	}
 }
 
+// TestSVGOptimalRange: the optimum's range under resampling is a band
+// with its own legend entry; without one there is none.
+func TestSVGOptimalRange(t *testing.T) {
+	in := sweep()
+	in.OptimalRange, in.OptimalRangeLabel = [2]int{96, 160}, "optimum in 90% of 20 resamples"
+	if texts := svgText(t, render(t, in)); !hasText(texts, "optimum in 90% of 20 resamples: 96–160 GPUs") {
+		t.Errorf("no legend for the range; texts: %q", texts)
+	}
+	in.OptimalRange, in.OptimalRangeLabel = [2]int{}, ""
+	if texts := svgText(t, render(t, in)); hasText(texts, "resamples") {
+		t.Errorf("a legend for a range not given; texts: %q", texts)
+	}
+}
+
 func TestSVGIsDeterministic(t *testing.T) {
 	in := sweep()
 	in.Reference = in.Points
@@ -201,6 +215,7 @@ func TestSVGRejectsBadInput(t *testing.T) {
 		{"NaN break-even", func(in *Input) { in.BreakEvenOwned = math.NaN() }, "BreakEvenOwned", "NaN"},
 		{"negative break-even", func(in *Input) { in.BreakEvenOwned = -3 }, "BreakEvenOwned", "-3"},
 		{"optimum not a point", func(in *Input) { in.OptimalOwned = 100 }, "OptimalOwned", "100"},
+		{"range upside down", func(in *Input) { in.OptimalRange = [2]int{160, 96} }, "OptimalRange", "160–96"},
 		{"reference not ascending", func(in *Input) {
 			in.Reference = []Point{{Owned: 64}, {Owned: 32}}
 		}, "Reference[1].Owned", "32"},

@@ -46,6 +46,9 @@ func validate(in Input) error {
 			Problem: "not among Points (" + strings.Join(sizes, ", ") + ")",
 		}
 	}
+	if r := in.OptimalRange; r[0] < 0 || r[1] < r[0] {
+		return &InputError{Field: "OptimalRange", Value: fmt.Sprintf("%d–%d", r[0], r[1]), Problem: "want 0 ≤ first ≤ second"}
+	}
 	return checkPoints("Reference", in.Reference)
 }
 

@@ -168,7 +168,9 @@ func ReroutePath(j *jobtype.Job, rs *RouteState, now time.Time) string {
 		// Decided under another routing config: a reload that did not
 		// reach it (cut short) or a restart with a changed config.
 		return "config reload"
-	case j.Held == "" && j.Route.Kind == routecfg.KindLocal && j.Spec.MaxWait > 0 && now.Sub(j.Route.DecidedAt) > j.Spec.MaxWait.D():
+	case j.Held == "" && j.Route.Kind == routecfg.KindLocal && j.Spec.MaxWait > 0 && now.Sub(j.Route.DecidedAt) >= j.Spec.MaxWait.D():
+		// Once it has waited max_wait (not a moment past it: the
+		// simulator decides at exactly that instant).
 		return "spill-over"
 	}
 	return ""

@@ -477,7 +477,7 @@ func (sm *simulation) setRoute(i int, rp policy.Reroute) {
 		}
 	}
 	if rp.Route != nil && rp.Route.Kind == routecfg.KindLocal && sm.setup.MaxWait > 0 {
-		sm.push(simEvent{at: sm.now + sm.setup.MaxWait + time.Millisecond, kind: 2, job: i})
+		sm.push(simEvent{at: sm.now + sm.setup.MaxWait, kind: 2, job: i}) // re-decided once it has waited max_wait
 	}
 }
 
