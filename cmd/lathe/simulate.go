@@ -155,7 +155,7 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	setup := sim.Setup{Config: cfg, NodeGPUs: f.nodeGPUs, GPUName: f.gpuModel,
 		GPUMemoryMB: uint64(f.gpuMemGB * 1024), MaxWait: f.maxWait, CloudStartup: f.cloudStartup}
 	runs, allCloudRun := simRuns(jobs, in, f)
-	sums, err := runSims(cmd.Context(), setup, runs)
+	sums, err := runSims(cmd.Context(), setup, runs, simProgress(a.stderr, start, len(runs)))
 	if err != nil {
 		return err
 	}
@@ -184,10 +184,28 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	return writeSimTable(a.stdout, rep, labels, groups, f)
 }
 
-// runSims runs the simulations. Its error is a failure when ctx ended
-// (Ctrl-C), else a usage error.
-func runSims(ctx context.Context, setup sim.Setup, runs []sim.Run) ([]sim.Summary, error) {
-	sums, err := sim.RunAll(ctx, setup, runs)
+// simProgressAfter is how long `lathe simulate` runs before it writes
+// a progress line per run ended (simProgress); a variable for the tests.
+var simProgressAfter = 2 * time.Second
+
+// simProgress writes a line to w as each of total runs ends, once
+// simProgressAfter has passed since start, so that a long sweep shows
+// it is alive and how far it got.
+func simProgress(w io.Writer, start time.Time, total int) func(int, sim.Summary) {
+	n := 0
+	return func(_ int, s sim.Summary) {
+		n++
+		if el := time.Since(start); el >= simProgressAfter {
+			fmt.Fprintf(w, "lathe simulate: %d of %d runs done (last: %d owned GPUs, %s) after %s\n",
+				n, total, s.Owned, s.Estimates, el.Round(100*time.Millisecond))
+		}
+	}
+}
+
+// runSims runs the simulations, calling done (when not nil) as each ends.
+// Its error is a failure when ctx ended (Ctrl-C), else a usage error.
+func runSims(ctx context.Context, setup sim.Setup, runs []sim.Run, done func(int, sim.Summary)) ([]sim.Summary, error) {
+	sums, err := sim.RunAllNotify(ctx, setup, runs, done)
 	if err != nil {
 		if errors.Is(err, ctx.Err()) && ctx.Err() != nil {
 			return nil, failedErrorf("%w", err)
@@ -372,7 +390,7 @@ func (rep *simReport) bootstrap(ctx context.Context, setup sim.Setup, jobs []sim
 			runs = append(runs, sim.Run{Owned: n, Estimates: label, Jobs: ej})
 		}
 	}
-	sums, err := runSims(ctx, setup, runs)
+	sums, err := runSims(ctx, setup, runs, nil)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseOwned(t *testing.T) {
@@ -285,5 +286,22 @@ func TestSimulateBootstrap(t *testing.T) {
 	r = lathe(t, "", "simulate", "--trace", tr, "--config", cfg, "--owned", "0..16/8", "--bootstrap", "-1")
 	if r.code == 0 || !strings.Contains(r.stderr, "--bootstrap") {
 		t.Errorf("--bootstrap -1: exit %d, %q; want a usage error naming it", r.code, r.stderr)
+	}
+}
+
+// TestSimulateProgress: past simProgressAfter (here 0), a sweep writes a
+// line to stderr per run ended, and nothing of it to stdout.
+func TestSimulateProgress(t *testing.T) {
+	defer func(d time.Duration) { simProgressAfter = d }(simProgressAfter)
+	simProgressAfter = 0
+	tr, cfg := simFiles(t)
+	r := lathe(t, "", "simulate", "--trace", tr, "--config", cfg, "--owned", "0..16/8", "-o", "json")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	// Three pool sizes and the all-cloud run, or the sizes alone.
+	n := strings.Count(r.stderr, "runs done")
+	if n < 3 || !strings.Contains(r.stderr, fmt.Sprintf("%d of %d runs done", n, n)) || strings.Contains(r.stdout, "runs done") {
+		t.Fatalf("stderr %q: want a progress line per run, the last %d of %d", r.stderr, n, n)
 	}
 }

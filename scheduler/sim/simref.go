@@ -33,7 +33,7 @@ func Reference(setup Setup, jobs []Job) (Result, error) {
 	for i := range sm.jobs {
 		sj := &sm.jobs[i]
 		tags := sm.effective(sj.in)
-		sj.job.OutputURI = sm.outputFor(sj)
+		sj.job.OutputURI = sj.output
 		price, backend := sm.cheapestCloud(sj.in.GPUs, tags)
 		localOK := carriesAll(localTags, tags) && sj.in.GPUs <= owned
 		rent := func() {

@@ -131,6 +131,14 @@ type Run struct {
 // RunAll runs each of runs over setup (Owned replaced by the run's)
 // on up to GOMAXPROCS goroutines and summarizes them, in runs' order.
 func RunAll(ctx context.Context, setup Setup, runs []Run) ([]Summary, error) {
+	return RunAllNotify(ctx, setup, runs, nil)
+}
+
+// RunAllNotify is RunAll that calls done, when not nil, as each run
+// ends well, with its index in runs and its Summary: one call at a time,
+// in the order the runs end (a sweep's progress).
+func RunAllNotify(ctx context.Context, setup Setup, runs []Run, done func(i int, s Summary)) ([]Summary, error) {
+	var mu sync.Mutex
 	out := make([]Summary, len(runs))
 	errs := make([]error, len(runs))
 	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
@@ -155,6 +163,11 @@ func RunAll(ctx context.Context, setup Setup, runs []Run) ([]Summary, error) {
 				return
 			}
 			out[i] = Summarize(res, r.Jobs, r.Owned, r.Estimates)
+			if done != nil {
+				mu.Lock()
+				defer mu.Unlock()
+				done(i, out[i])
+			}
 		}()
 	}
 	wg.Wait()

@@ -106,6 +106,8 @@ type simJob struct {
 	insType  string        // the chosen cloud instance type
 	runStart time.Duration // when its current run started
 	done     bool
+	queued   bool   // in sm.pending
+	output   string // its output URI (outputFor), fixed by its tags
 }
 
 type simEvent struct {
@@ -164,7 +166,8 @@ type simulation struct {
 	now     time.Duration
 	pending []int // queued jobs, in queue order
 	nodes   []poolstate.NodeStatus
-	where   map[string]int // job id → index
+	where   map[string]int          // job id → index
+	byID    map[string]*jobtype.Job // every job that arrived: a round's Jobs
 	press   poolstate.PoolPressure
 	learn   learner
 	price   float64
@@ -181,7 +184,7 @@ func newSim(setup Setup, jobs []Job) (*simulation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: config: %w", errSim, err)
 	}
-	sm := &simulation{setup: setup, rs: policy.NewRouteState(cfg), where: map[string]int{},
+	sm := &simulation{setup: setup, rs: policy.NewRouteState(cfg), where: map[string]int{}, byID: map[string]*jobtype.Job{},
 		tags: map[string][]string{}, buckets: map[string]string{}}
 	if err := sm.splitBackends(cfg); err != nil {
 		return nil, err
@@ -259,6 +262,7 @@ func (sm *simulation) addJobs(jobs []Job) error {
 		sm.where[in.ID] = i
 		horizon = max(horizon, in.Submit+in.Duration)
 		sm.jobs[i] = simJob{in: in, out: Outcome{ID: in.ID}}
+		sm.jobs[i].output = sm.outputFor(&sm.jobs[i])
 		sm.push(simEvent{at: in.Submit, kind: 1, job: i})
 	}
 	if len(jobs) > 0 {
@@ -335,7 +339,7 @@ func (sm *simulation) instant() (need bool) {
 			sm.arrive(e.job)
 			need = true
 		case 2:
-			need = need || (!sj.started && !sj.out.Refused && slices.Contains(sm.pending, e.job))
+			need = need || (!sj.started && !sj.out.Refused && sj.queued)
 		}
 	}
 	return need
@@ -364,10 +368,28 @@ func (sm *simulation) spec(sj *simJob) jobspec.Spec {
 	in := sj.in
 	sp := jobspec.Spec{Name: in.ID, Resources: jobspec.Resources{GPUs: in.GPUs}, Residency: in.Residency,
 		Priority: cmp.Or(in.Priority, jobspec.PriorityNormal), MaxWait: jobspec.Duration(sm.setup.MaxWait),
-		Output: jobspec.Output{URI: sm.outputFor(sj)}}
+		Output: jobspec.Output{URI: sj.output}}
 	if in.GPUModel != "" {
 		sp.Resources.GPUModels = []string{in.GPUModel}
 	}
+	est := sm.estimate(sj)
+	// The policy's estimate is both the routing runtime (expected_runtime)
+	// and placement's bound (max_runtime): a simulated job is never
+	// stopped at it, it runs its true duration.
+	sp.ExpectedRuntime, sp.MaxRuntime = est, est
+	return sp
+}
+
+// refresh sets the run time estimate of sj's spec as of now, the only
+// part of its spec that changes after it arrived (spec).
+func (sm *simulation) refresh(sj *simJob) {
+	est := sm.estimate(sj)
+	sj.job.Spec.ExpectedRuntime, sj.job.Spec.MaxRuntime = est, est
+}
+
+// estimate is what the policy is told of the job's run time now (spec).
+func (sm *simulation) estimate(sj *simJob) jobspec.Duration {
+	in := sj.in
 	elapsed := time.Duration(0)
 	if sj.started && !sj.done {
 		elapsed = sm.now - sj.runStart + sj.ran
@@ -383,12 +405,7 @@ func (sm *simulation) spec(sj *simJob) jobspec.Spec {
 		// for it).
 		est = 2 * elapsed
 	}
-	est = max(est-sj.ran, time.Second)
-	// The policy's estimate is both the routing runtime (expected_runtime)
-	// and placement's bound (max_runtime): a simulated job is never
-	// stopped at it, it runs its true duration.
-	sp.ExpectedRuntime, sp.MaxRuntime = jobspec.Duration(est), jobspec.Duration(est)
-	return sp
+	return jobspec.Duration(max(est-sj.ran, time.Second))
 }
 
 // outputFor is where the job's output goes: file:// when the file site
@@ -434,6 +451,7 @@ func (sm *simulation) arrive(i int) {
 		CreatedAt: sm.at(), UpdatedAt: sm.at()}
 	sj.job.Spec = sm.spec(sj)
 	sj.job.OutputURI = sj.job.Spec.Output.URI
+	sm.byID[sj.in.ID] = &sj.job
 	snap := policy.Snapshot(sm.rs, policy.Assumptions{}, sm.routingInput())
 	rp := policy.DecideRoute(&sj.job, "submit", sm.rs, snap, sm.at())
 	sm.res.Decisions++
@@ -475,6 +493,7 @@ func (sm *simulation) enqueue(i int) {
 		return cmp.Or(cmp.Compare(pa, pi), cmp.Compare(sa, si), cmp.Compare(ia, ii))
 	})
 	sm.pending = slices.Insert(sm.pending, at, i)
+	sm.jobs[i].queued = true
 }
 
 func (sm *simulation) routingInput() policy.RoutingInput {
@@ -485,19 +504,20 @@ func (sm *simulation) routingInput() policy.RoutingInput {
 func (sm *simulation) round() {
 	sm.res.Rounds++
 	sm.stale = false
-	in := &policy.RoundInput{Now: sm.at(), Nodes: sm.nodes, Jobs: make(map[string]*jobtype.Job, len(sm.pending)+64),
-		Routing: sm.routingInput(), Pressure: sm.press}
+	// Jobs holds every job that arrived, not only the pending ones and
+	// those holding GPUs: a round looks up no other, and the map is built
+	// once, not once a round (a backlog of thousands, rounds by the
+	// thousand). The specs the round reads are refreshed.
+	in := &policy.RoundInput{Now: sm.at(), Nodes: sm.nodes, Jobs: sm.byID,
+		Routing: sm.routingInput(), Pressure: sm.press, Pending: make([]string, 0, len(sm.pending))}
 	for _, i := range sm.pending {
 		sj := &sm.jobs[i]
-		sj.job.Spec = sm.spec(sj)
+		sm.refresh(sj)
 		in.Pending = append(in.Pending, sj.in.ID)
-		in.Jobs[sj.in.ID] = &sj.job
 	}
 	for ni := range sm.nodes {
 		for id := range sm.nodes[ni].Reservations {
-			sj := &sm.jobs[sm.where[id]]
-			sj.job.Spec = sm.spec(sj)
-			in.Jobs[id] = &sj.job
+			sm.refresh(&sm.jobs[sm.where[id]])
 		}
 	}
 	plan := policy.DecideRound(in, sm.rs, policy.RoundOptions{DefaultMaxRuntime: 24 * time.Hour})
@@ -524,6 +544,9 @@ func (sm *simulation) round() {
 	}
 	if len(started) > 0 {
 		sm.pending = slices.DeleteFunc(sm.pending, func(i int) bool { return started[i] })
+		for i := range started {
+			sm.jobs[i].queued = false
+		}
 	}
 }
 

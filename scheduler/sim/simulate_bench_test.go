@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -13,6 +14,14 @@ import (
 // simTrace reads the shared trace and configs/simulate.yaml for the
 // simulation tests and benchmarks; they fail, never skip, without them.
 func simTrace(tb testing.TB) ([]Job, Setup) {
+	tb.Helper()
+	tj, cfg := simTraceRaw(tb)
+	jobs, _ := JobsFromTrace(tj, Draws{Seed: 1})
+	return jobs, Setup{Config: cfg, GPUName: "NVIDIA H100 80GB HBM3", GPUMemoryMB: 80 * 1024, MaxWait: 2 * time.Hour}
+}
+
+// simTraceRaw is the shared trace as read and configs/simulate.yaml.
+func simTraceRaw(tb testing.TB) ([]trace.Job, routecfg.Config) {
 	tb.Helper()
 	f, err := os.Open("../../configs/traces/msft-itp-cluster02.csv")
 	if err != nil {
@@ -31,8 +40,7 @@ func simTrace(tb testing.TB) ([]Job, Setup) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	jobs, _ := JobsFromTrace(tj, Draws{Seed: 1})
-	return jobs, Setup{Config: cfg, GPUName: "NVIDIA H100 80GB HBM3", GPUMemoryMB: 80 * 1024, MaxWait: 2 * time.Hour}
+	return tj, cfg
 }
 
 // BenchmarkSimulateTrace replays the 5,778 jobs of the trace once per
@@ -65,4 +73,41 @@ func BenchmarkReferenceTrace(b *testing.B) {
 
 func itoa(n int) string {
 	return string(rune('0'+n/100%10)) + string(rune('0'+n/10%10)) + string(rune('0'+n%10))
+}
+
+// noCloud is setup with its config cut to the local backend: nothing to
+// spill to, so the queue grows with the trace (issue #25).
+func noCloud(tb testing.TB, setup Setup) Setup {
+	tb.Helper()
+	cfg := setup.Config
+	cfg.Backends = nil
+	for _, b := range setup.Config.Backends {
+		if b.Kind == routecfg.KindLocal {
+			cfg.Backends = append(cfg.Backends, b)
+		}
+	}
+	c, err := routecfg.Compile(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	setup.Config = c
+	return setup
+}
+
+// BenchmarkSimulateNoCloudBacklog replays the trace cut to its first n
+// jobs at 32 owned GPUs with no cloud backend: the backlog grows with n,
+// and the time per run should grow near linearly with it (issue #25).
+func BenchmarkSimulateNoCloudBacklog(b *testing.B) {
+	jobs, setup := simTrace(b)
+	setup = noCloud(b, setup)
+	setup.Owned = 32
+	for _, n := range []int{800, 1600, 3200} {
+		b.Run("jobs="+strconv.Itoa(n), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := Simulate(context.Background(), setup, jobs[:n]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
