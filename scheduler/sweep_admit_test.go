@@ -97,9 +97,15 @@ func TestSweepAdmittedInBackground(t *testing.T) {
 		t.Fatalf("the same key again: %+v %v %v", sw2, existed, err)
 	}
 	done := r.sweepSettled(t, sw.ID)
-	if done.State != jobtype.SweepRunning || done.Stored != 450 || done.ReservedUSD <= 0 {
+	if done.State != jobtype.SweepRunning || done.Stored != 450 {
 		t.Fatalf("after the admission: %+v", done)
 	}
+	// The last chunk's script makes the sweep running; the filler admits
+	// its first trials (reserving them) in the next call.
+	waitfor.True(t, time.Minute, "the first trials admitted with their reservations", func() bool {
+		sw, err := r.store.GetSweep(r.ctx, sw.ID)
+		return err == nil && sw.ReservedUSD > 0
+	})
 	r.checkWhole(t, sp, sw.ID, 450)
 	if n, _ := r.rdb.ZCard(r.ctx, "lathe:pending").Result(); n != 3 {
 		t.Fatalf("%d trials pending, want max_parallel 3", n)
