@@ -108,6 +108,7 @@ type simJob struct {
 	done     bool
 	queued   bool   // in sm.pending
 	output   string // its output URI (outputFor), fixed by its tags
+	spill    bool   // some cloud backend could take it (spillable)
 }
 
 type simEvent struct {
@@ -177,6 +178,14 @@ type simulation struct {
 	buckets map[string]string   // bucket → site
 	prof    profile             // Reference's owned GPUs in use
 	stale   bool                // the pool changed since the last round
+	// What mayStart reads: no job could spill to a cloud (inert), the
+	// pending jobs by GPU count and the urgent ones among them, the owned
+	// GPUs held, and a preempted job waits to be re-decided.
+	inert      bool
+	pendGPUs   map[int]int
+	pendUrgent int
+	usedGPUs   int
+	redecide   bool
 }
 
 func newSim(setup Setup, jobs []Job) (*simulation, error) {
@@ -206,6 +215,7 @@ func newSim(setup Setup, jobs []Job) (*simulation, error) {
 	if err := sm.addJobs(jobs); err != nil {
 		return nil, err
 	}
+	sm.setInert()
 	sm.res.ConfigDefaultResidency = cfg.DefaultResidency
 	return sm, nil
 }
@@ -307,7 +317,7 @@ func (sm *simulation) run(ctx context.Context) error {
 			}
 		}
 		sm.now = sm.events[0].at
-		if sm.instant() || (sm.stale && len(sm.pending) > 0) {
+		if (sm.instant() || (sm.stale && len(sm.pending) > 0)) && sm.mayStart() {
 			sm.round()
 		}
 	}
@@ -333,7 +343,7 @@ func (sm *simulation) instant() (need bool) {
 				sm.stale = true
 			}
 		case 1:
-			if sm.stale {
+			if sm.stale && sm.mayStart() {
 				sm.round()
 			}
 			sm.arrive(e.job)
@@ -450,6 +460,11 @@ func (sm *simulation) arrive(i int) {
 	sj.job = jobtype.Job{ID: sj.in.ID, Name: sj.in.ID, State: jobtype.StateQueued, Attempt: 1,
 		CreatedAt: sm.at(), UpdatedAt: sm.at()}
 	sj.job.Spec = sm.spec(sj)
+	if !sj.spill {
+		// Nowhere to spill to: a spill-over could only send it back to
+		// the owned pool (simskip.go).
+		sj.job.Spec.MaxWait = 0
+	}
 	sj.job.OutputURI = sj.job.Spec.Output.URI
 	sm.byID[sj.in.ID] = &sj.job
 	snap := policy.Snapshot(sm.rs, policy.Assumptions{}, sm.routingInput())
@@ -476,7 +491,7 @@ func (sm *simulation) setRoute(i int, rp policy.Reroute) {
 			sj.insType = c.InstanceType
 		}
 	}
-	if rp.Route != nil && rp.Route.Kind == routecfg.KindLocal && sm.setup.MaxWait > 0 {
+	if rp.Route != nil && rp.Route.Kind == routecfg.KindLocal && sj.job.Spec.MaxWait > 0 {
 		sm.push(simEvent{at: sm.now + sm.setup.MaxWait, kind: 2, job: i}) // re-decided once it has waited max_wait
 	}
 }
@@ -494,6 +509,7 @@ func (sm *simulation) enqueue(i int) {
 	})
 	sm.pending = slices.Insert(sm.pending, at, i)
 	sm.jobs[i].queued = true
+	sm.queued(i, false)
 }
 
 func (sm *simulation) routingInput() policy.RoutingInput {
@@ -503,7 +519,7 @@ func (sm *simulation) routingInput() policy.RoutingInput {
 // round runs one placement round (policy.DecideRound) and applies its plan.
 func (sm *simulation) round() {
 	sm.res.Rounds++
-	sm.stale = false
+	sm.stale, sm.redecide = false, false
 	// Jobs holds every job that arrived, not only the pending ones and
 	// those holding GPUs: a round looks up no other, and the map is built
 	// once, not once a round (a backlog of thousands, rounds by the
@@ -546,6 +562,7 @@ func (sm *simulation) round() {
 		sm.pending = slices.DeleteFunc(sm.pending, func(i int) bool { return started[i] })
 		for i := range started {
 			sm.jobs[i].queued = false
+			sm.queued(i, true)
 		}
 	}
 }
@@ -563,6 +580,7 @@ func (sm *simulation) startLocal(i int, node string, gpus []int) {
 	sj := &sm.jobs[i]
 	n := sm.node(node)
 	n.Reservations[sj.in.ID] = poolstate.Reservation{Attempt: sj.job.Attempt, GPUs: gpus}
+	sm.usedGPUs += len(gpus)
 	sm.checkResidency(sj, sm.local)
 	sm.begin(i, sm.local, 0)
 }
@@ -613,7 +631,10 @@ func (sm *simulation) finish(i int) {
 
 func (sm *simulation) release(id string) {
 	for ni := range sm.nodes {
-		delete(sm.nodes[ni].Reservations, id)
+		if r, ok := sm.nodes[ni].Reservations[id]; ok {
+			sm.usedGPUs -= len(r.GPUs)
+			delete(sm.nodes[ni].Reservations, id)
+		}
 	}
 }
 
@@ -635,6 +656,7 @@ func (sm *simulation) preempt(i int) {
 	sj.job.Attempt++ // the pending end event is void
 	sj.job.Route.Attempt = sj.job.Attempt
 	sj.out.Preemptions++
+	sm.redecide = true
 	sm.enqueue(i)
 }
 

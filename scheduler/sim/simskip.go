@@ -1,0 +1,88 @@
+package sim
+
+import "github.com/lathe-ml/lathe/internal/jobspec"
+
+// What a simulation may leave out because it cannot change a decision
+// (issue #25: with no cloud backend a backlog grows without bound, and a
+// round over it, or a wake of each of its jobs every max_wait, costs the
+// whole backlog each time).
+//
+// A job no cloud backend could take (spillable) has nowhere to spill to:
+// a spill-over re-decision can only send it back to the owned pool. It is
+// given to the policy with no max_wait, so it is neither woken nor
+// re-decided while it waits; the backend it runs on is the same.
+//
+// When no job of the trace could go to a cloud backend (inert), the pool's
+// pressure changes no routing decision (routing chooses between the owned
+// pool and a cloud), and a round that cannot start a job on the owned pool
+// decides nothing: it is skipped (mayStart).
+
+// spillable reports whether some cloud backend could take job in: its
+// site carries every tag of the job and it has an instance type of the
+// job's GPU count or more. It is generous (other checks may refuse the
+// job there): a job it calls spillable is simulated as before.
+func (sm *simulation) spillable(in *Job) bool {
+	tags := sm.effective(in)
+	for _, b := range sm.clouds {
+		if !carriesAll(sm.tags[b.Site], tags) {
+			continue
+		}
+		for _, t := range b.InstanceTypes {
+			if t.GPUs >= in.GPUs {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// queued counts job i into the pending tallies as it joins the queue
+// (leave: as it leaves).
+func (sm *simulation) queued(i int, leave bool) {
+	d := 1
+	if leave {
+		d = -1
+	}
+	sj := &sm.jobs[i]
+	if sm.pendGPUs == nil {
+		sm.pendGPUs = map[int]int{}
+	}
+	if sm.pendGPUs[sj.in.GPUs] += d; sm.pendGPUs[sj.in.GPUs] == 0 {
+		delete(sm.pendGPUs, sj.in.GPUs)
+	}
+	if sj.job.Spec.Priority == jobspec.PriorityUrgent {
+		sm.pendUrgent += d
+	}
+}
+
+// mayStart reports whether a round now could do anything in an inert
+// simulation: a job waits that asks for no more GPUs than are free (or
+// for none), an urgent job waits (it may preempt), or a preempted job
+// waits to be re-decided. Otherwise placement can start nothing (a job's
+// GPUs are on one node, all free GPUs together are too few for any), and
+// no job is re-decided: no job has a max_wait, and the pressure the round
+// would publish changes no routing decision. A simulation with a job that
+// could spill to the cloud always runs the round.
+func (sm *simulation) mayStart() bool {
+	if !sm.inert || sm.pendUrgent > 0 || sm.redecide {
+		return true
+	}
+	free := sm.setup.Owned - sm.usedGPUs
+	for k := range sm.pendGPUs {
+		if k <= free {
+			return true
+		}
+	}
+	return false
+}
+
+// setInert marks each job spillable or not, and the simulation inert when
+// none is.
+func (sm *simulation) setInert() {
+	sm.inert = true
+	for i := range sm.jobs {
+		if sm.jobs[i].spill = sm.spillable(sm.jobs[i].in); sm.jobs[i].spill {
+			sm.inert = false
+		}
+	}
+}
