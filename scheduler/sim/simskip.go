@@ -86,3 +86,62 @@ func (sm *simulation) setInert() {
 		}
 	}
 }
+
+// placeClass is what placement decides a waiting GPU job by when no job
+// may preempt: its GPU count, its model and its run time estimate.
+type placeClass struct {
+	gpus  int
+	model string
+	est   int64
+}
+
+// roundPending appends the ids of the pending jobs a round must see to
+// out, in queue order, their run time estimates refreshed (refresh). A
+// round sees every pending job, except in an inert simulation with no job
+// that may preempt (no urgent job waiting, no preempted job to re-decide)
+// where it sees only those that could change what placement decides (the
+// rest would wait, and what they would add to the pool's pressure and
+// joins changes no routing decision, mayStart):
+//
+//   - F GPUs are free in all: a job of k ≤ F GPUs may start. Jobs of one
+//     class (k, model, estimate) are decided alike: once one cannot
+//     start, no later one can (GPUs are only taken in a round, and the
+//     head's reservation limits them alike), and at most F/k of them
+//     start. The first F/k+1 of each class are seen, held jobs aside
+//     (they wait for their routing, and start nothing).
+//   - A job of more than F GPUs cannot start; the first of them (of each
+//     count and model) may be the head, the first job that cannot start,
+//     whose reservation limits the jobs after it.
+//   - A job of no GPUs is always seen.
+func (sm *simulation) roundPending(out []string) []string {
+	bounded := sm.inert && sm.pendUrgent == 0 && !sm.redecide
+	free := sm.setup.Owned - sm.usedGPUs
+	if bounded {
+		clear(sm.classSeen)
+		if sm.classSeen == nil {
+			sm.classSeen = map[placeClass]int{}
+		}
+	}
+	for _, i := range sm.pending {
+		sj := &sm.jobs[i]
+		sm.refresh(sj)
+		if bounded && sj.in.GPUs > 0 {
+			if sj.job.Held != "" {
+				continue
+			}
+			c := placeClass{gpus: sj.in.GPUs, model: sj.in.GPUModel, est: int64(sj.job.Spec.MaxRuntime)}
+			limit := 1 // more GPUs than are free: the first may be the head
+			if c.gpus <= free {
+				limit = free/c.gpus + 1
+			} else {
+				c.est = 0
+			}
+			if sm.classSeen[c] >= limit {
+				continue
+			}
+			sm.classSeen[c]++
+		}
+		out = append(out, sj.in.ID)
+	}
+	return out
+}

@@ -186,6 +186,7 @@ type simulation struct {
 	pendUrgent int
 	usedGPUs   int
 	redecide   bool
+	classSeen  map[placeClass]int // roundPending's tally
 }
 
 func newSim(setup Setup, jobs []Job) (*simulation, error) {
@@ -526,11 +527,7 @@ func (sm *simulation) round() {
 	// thousand). The specs the round reads are refreshed.
 	in := &policy.RoundInput{Now: sm.at(), Nodes: sm.nodes, Jobs: sm.byID,
 		Routing: sm.routingInput(), Pressure: sm.press, Pending: make([]string, 0, len(sm.pending))}
-	for _, i := range sm.pending {
-		sj := &sm.jobs[i]
-		sm.refresh(sj)
-		in.Pending = append(in.Pending, sj.in.ID)
-	}
+	in.Pending = sm.roundPending(in.Pending)
 	for ni := range sm.nodes {
 		for id := range sm.nodes[ni].Reservations {
 			sm.refresh(&sm.jobs[sm.where[id]])
