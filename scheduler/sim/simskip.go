@@ -78,20 +78,33 @@ func (sm *simulation) mayStart() bool {
 
 // setInert marks each job spillable or not, and the simulation inert when
 // none is.
+// It numbers each job's shape (GPU count and model) for roundPending.
 func (sm *simulation) setInert() {
 	sm.inert = true
+	type shape struct {
+		gpus  int
+		model string
+	}
+	shapes := map[shape]int{}
 	for i := range sm.jobs {
-		if sm.jobs[i].spill = sm.spillable(sm.jobs[i].in); sm.jobs[i].spill {
+		sj := &sm.jobs[i]
+		if sj.spill = sm.spillable(sj.in); sj.spill {
 			sm.inert = false
 		}
+		sh := shape{sj.in.GPUs, sj.in.GPUModel}
+		if _, ok := shapes[sh]; !ok {
+			shapes[sh] = len(shapes) + 1 // 0: none (placeClass{})
+		}
+		sj.shape = shapes[sh]
 	}
+	sm.shapes = len(shapes)
 }
 
 // placeClass is what placement decides a waiting GPU job by when no job
-// may preempt: its GPU count, its model and its run time estimate.
+// may preempt: its shape (GPU count and model, numbered by setInert) and
+// its run time estimate.
 type placeClass struct {
-	gpus  int
-	model string
+	shape int
 	est   int64
 }
 
@@ -113,35 +126,87 @@ type placeClass struct {
 //     count and model) may be the head, the first job that cannot start,
 //     whose reservation limits the jobs after it.
 //   - A job of no GPUs is always seen.
+//
+// It still reads every pending job, but only to tally it: what a round
+// costs over a long backlog is this loop, not placement's replay of it.
 func (sm *simulation) roundPending(out []string) []string {
-	bounded := sm.inert && sm.pendUrgent == 0 && !sm.redecide
-	free := sm.setup.Owned - sm.usedGPUs
-	if bounded {
-		clear(sm.classSeen)
-		if sm.classSeen == nil {
-			sm.classSeen = map[placeClass]int{}
+	if !sm.inert || sm.pendUrgent > 0 || sm.redecide {
+		for _, i := range sm.pending {
+			sj := &sm.jobs[i]
+			sm.refresh(sj)
+			out = append(out, sj.in.ID)
 		}
+		return out
 	}
+	free := sm.setup.Owned - sm.usedGPUs
+	sm.tally.reset(sm.shapes)
 	for _, i := range sm.pending {
 		sj := &sm.jobs[i]
-		sm.refresh(sj)
-		if bounded && sj.in.GPUs > 0 {
-			if sj.job.Held != "" {
+		k := sj.in.GPUs
+		switch {
+		case k == 0:
+			sm.refresh(sj)
+		case sj.job.Held != "":
+			continue
+		case k > free:
+			// More GPUs than are free: only the first may be the head.
+			if !sm.tally.add(placeClass{shape: sj.shape}, 1) {
 				continue
 			}
-			c := placeClass{gpus: sj.in.GPUs, model: sj.in.GPUModel, est: int64(sj.job.Spec.MaxRuntime)}
-			limit := 1 // more GPUs than are free: the first may be the head
-			if c.gpus <= free {
-				limit = free/c.gpus + 1
-			} else {
-				c.est = 0
-			}
-			if sm.classSeen[c] >= limit {
+			sm.refresh(sj)
+		default:
+			sm.refresh(sj)
+			if !sm.tally.add(placeClass{shape: sj.shape, est: int64(sj.job.Spec.MaxRuntime)}, free/k+1) {
 				continue
 			}
-			sm.classSeen[c]++
 		}
 		out = append(out, sj.in.ID)
 	}
 	return out
+}
+
+// classTally counts the jobs of each placeClass a round has seen. Most
+// jobs of a shape share one estimate (the learned mean of their GPU
+// count): the first estimate of each shape is counted in a slice, the
+// others in a map.
+type classTally struct {
+	first []struct {
+		est int64
+		n   int
+	}
+	rest map[placeClass]int
+}
+
+// reset empties the tally for shapes numbered 1 to n.
+func (t *classTally) reset(n int) {
+	if len(t.first) != n+1 {
+		t.first = make([]struct {
+			est int64
+			n   int
+		}, n+1)
+	}
+	clear(t.first)
+	clear(t.rest)
+}
+
+// add counts one more job of class c and reports whether it is among the
+// first limit of c.
+func (t *classTally) add(c placeClass, limit int) bool {
+	f := &t.first[c.shape]
+	if f.n == 0 || f.est == c.est {
+		if f.n >= limit {
+			return false
+		}
+		f.est = c.est
+		f.n++
+		return true
+	}
+	if t.rest == nil {
+		t.rest = map[placeClass]int{}
+	}
+	if t.rest[c] >= limit {
+		return false
+	}
+	t.rest[c]++
+	return true
 }

@@ -109,6 +109,7 @@ type simJob struct {
 	queued   bool   // in sm.pending
 	output   string // its output URI (outputFor), fixed by its tags
 	spill    bool   // some cloud backend could take it (spillable)
+	shape    int    // its GPU count and model, numbered (setInert)
 }
 
 type simEvent struct {
@@ -186,7 +187,8 @@ type simulation struct {
 	pendUrgent int
 	usedGPUs   int
 	redecide   bool
-	classSeen  map[placeClass]int // roundPending's tally
+	shapes     int        // job shapes numbered (setInert)
+	tally      classTally // roundPending's
 }
 
 func newSim(setup Setup, jobs []Job) (*simulation, error) {
@@ -500,17 +502,31 @@ func (sm *simulation) setRoute(i int, rp policy.Reroute) {
 // enqueue puts job i in the pending set in queue order: priority, then
 // submit time.
 func (sm *simulation) enqueue(i int) {
+	at, _ := sm.queuePos(i)
+	sm.pending = slices.Insert(sm.pending, at, i)
+	sm.jobs[i].queued = true
+	sm.queued(i, false)
+}
+
+// dequeue takes job i out of the pending set.
+func (sm *simulation) dequeue(i int) {
+	if at, found := sm.queuePos(i); found {
+		sm.pending = slices.Delete(sm.pending, at, at+1)
+	}
+	sm.jobs[i].queued = false
+	sm.queued(i, true)
+}
+
+// queuePos is where job i is, or goes, in the pending set.
+func (sm *simulation) queuePos(i int) (int, bool) {
 	key := func(k int) (int, time.Duration, int) {
 		return sm.jobs[k].job.Spec.Priority.Rank(), sm.jobs[k].in.Submit, k
 	}
 	pi, si, ii := key(i)
-	at, _ := slices.BinarySearchFunc(sm.pending, i, func(a, _ int) int {
+	return slices.BinarySearchFunc(sm.pending, i, func(a, _ int) int {
 		pa, sa, ia := key(a)
 		return cmp.Or(cmp.Compare(pa, pi), cmp.Compare(sa, si), cmp.Compare(ia, ii))
 	})
-	sm.pending = slices.Insert(sm.pending, at, i)
-	sm.jobs[i].queued = true
-	sm.queued(i, false)
 }
 
 func (sm *simulation) routingInput() policy.RoutingInput {
@@ -539,27 +555,23 @@ func (sm *simulation) round() {
 		sm.res.Decisions++
 		sm.setRoute(sm.where[rp.Job.ID], rp)
 	}
-	started := map[int]bool{}
+	var started []int
 	for _, cd := range plan.Cloud {
 		i := sm.where[cd.Job.ID]
 		sm.startCloud(i, cd.Backend)
-		started[i] = true
+		started = append(started, i)
 	}
 	for _, a := range plan.Place.Assign {
 		i := sm.where[a.JobID]
 		sm.startLocal(i, a.Node, a.GPUs)
-		started[i] = true
+		started = append(started, i)
+	}
+	for _, i := range started {
+		sm.dequeue(i)
 	}
 	for _, pr := range plan.Place.Preempt {
 		for _, v := range pr.Victims {
 			sm.preempt(sm.where[v])
-		}
-	}
-	if len(started) > 0 {
-		sm.pending = slices.DeleteFunc(sm.pending, func(i int) bool { return started[i] })
-		for i := range started {
-			sm.jobs[i].queued = false
-			sm.queued(i, true)
 		}
 	}
 }
