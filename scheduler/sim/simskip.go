@@ -64,7 +64,7 @@ func (sm *simulation) queued(i int, leave bool) {
 // would publish changes no routing decision. A simulation with a job that
 // could spill to the cloud always runs the round.
 func (sm *simulation) mayStart() bool {
-	if !sm.inert || sm.pendUrgent > 0 || sm.redecide {
+	if !sm.inert || sm.setup.exhaustive || sm.pendUrgent > 0 || sm.redecide {
 		return true
 	}
 	free := sm.setup.Owned - sm.usedGPUs
@@ -130,7 +130,7 @@ type placeClass struct {
 // It still reads every pending job, but only to tally it: what a round
 // costs over a long backlog is this loop, not placement's replay of it.
 func (sm *simulation) roundPending(out []string) []string {
-	if !sm.inert || sm.pendUrgent > 0 || sm.redecide {
+	if !sm.inert || sm.setup.exhaustive || sm.pendUrgent > 0 || sm.redecide {
 		for _, i := range sm.pending {
 			sj := &sm.jobs[i]
 			sm.refresh(sj)

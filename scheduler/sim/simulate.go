@@ -54,6 +54,10 @@ type Setup struct {
 	// CloudStartup delays a cloud job's start after its dispatch (instance
 	// start-up); 0: the policy's assumption, none.
 	CloudStartup time.Duration
+	// exhaustive (tests) runs every round and shows it every pending job,
+	// as if no job could spill: what simskip.go leaves out must change no
+	// decision.
+	exhaustive bool
 }
 
 // Outcome is what became of one job.
@@ -85,11 +89,14 @@ type Result struct {
 	CloudCostUSD       float64
 	OwnedBusyGPUHours  float64
 	// Makespan runs from the first submit to the last end of this run.
-	Makespan               time.Duration
-	CloudGPUHours          float64
-	Violations             []string // residency violations the simulator found (must be none)
-	Rounds                 int      // placement rounds run
-	Decisions              int      // routing decisions made (submit and reroutes)
+	Makespan      time.Duration
+	CloudGPUHours float64
+	Violations    []string // residency violations the simulator found (must be none)
+	Rounds        int      // placement rounds run
+	// RoundJobs is the pending jobs the rounds gave the policy to decide,
+	// summed over rounds: what a run's placement costs grows with it.
+	RoundJobs              int
+	Decisions              int // routing decisions made (submit and reroutes)
 	ConfigDefaultResidency []string
 }
 
@@ -544,6 +551,7 @@ func (sm *simulation) round() {
 	in := &policy.RoundInput{Now: sm.at(), Nodes: sm.nodes, Jobs: sm.byID,
 		Routing: sm.routingInput(), Pressure: sm.press, Pending: make([]string, 0, len(sm.pending))}
 	in.Pending = sm.roundPending(in.Pending)
+	sm.res.RoundJobs += len(in.Pending)
 	for ni := range sm.nodes {
 		for id := range sm.nodes[ni].Reservations {
 			sm.refresh(&sm.jobs[sm.where[id]])
