@@ -96,7 +96,7 @@ func noCloud(tb testing.TB, setup Setup) Setup {
 
 // BenchmarkSimulateNoCloudBacklog replays the trace cut to its first n
 // jobs at 32 owned GPUs with no cloud backend: the backlog grows with n,
-// and the time per run should grow near linearly with it (issue #25).
+// and the time per run should grow near n log n with it (issue #25).
 func BenchmarkSimulateNoCloudBacklog(b *testing.B) {
 	jobs, setup := simTrace(b)
 	setup = noCloud(b, setup)
@@ -108,6 +108,31 @@ func BenchmarkSimulateNoCloudBacklog(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkSimulateNoCloudClusters replays the whole of each shared
+// cluster's trace with no cloud backend at 16 owned GPUs, where the
+// backlog grows most (cluster08: 13,047 jobs), and reports the rounds and
+// the pending jobs shown to them per run (issue #25; scripts/bench/simspeed.sh
+// times every pool size, with and without the cloud).
+func BenchmarkSimulateNoCloudClusters(b *testing.B) {
+	_, setup := simTrace(b)
+	setup = noCloud(b, setup)
+	setup.Owned = 16
+	for _, nn := range []string{"01", "02", "03", "08"} {
+		jobs := clusterJobs(b, nn, Draws{Seed: 1})
+		b.Run("cluster"+nn, func(b *testing.B) {
+			var res Result
+			for b.Loop() {
+				var err error
+				if res, err = Simulate(context.Background(), setup, jobs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(res.Rounds), "rounds/op")
+			b.ReportMetric(float64(res.RoundJobs), "roundjobs/op")
 		})
 	}
 }
