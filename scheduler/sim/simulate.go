@@ -49,7 +49,8 @@ type Setup struct {
 	// GPUName and GPUMemoryMB describe the owned GPUs.
 	GPUName     string
 	GPUMemoryMB uint64
-	// MaxWait is every job's max_wait.
+	// MaxWait is every job's max_wait, but for a job no cloud backend
+	// could take: none (it has nowhere to spill to, simskip.go).
 	MaxWait time.Duration
 	// CloudStartup delays a cloud job's start after its dispatch (instance
 	// start-up); 0: the policy's assumption, none.
@@ -543,7 +544,7 @@ func (sm *simulation) routingInput() policy.RoutingInput {
 // round runs one placement round (policy.DecideRound) and applies its plan.
 func (sm *simulation) round() {
 	sm.res.Rounds++
-	sm.stale, sm.redecide = false, false
+	sm.stale = false
 	// Jobs holds every job that arrived, not only the pending ones and
 	// those holding GPUs: a round looks up no other, and the map is built
 	// once, not once a round (a backlog of thousands, rounds by the
@@ -552,6 +553,7 @@ func (sm *simulation) round() {
 		Routing: sm.routingInput(), Pressure: sm.press, Pending: make([]string, 0, len(sm.pending))}
 	in.Pending = sm.roundPending(in.Pending)
 	sm.res.RoundJobs += len(in.Pending)
+	sm.redecide = false // this round shows every pending job: it re-decides those that need it
 	for ni := range sm.nodes {
 		for id := range sm.nodes[ni].Reservations {
 			sm.refresh(&sm.jobs[sm.where[id]])
