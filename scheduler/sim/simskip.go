@@ -36,13 +36,9 @@ func (sm *simulation) spillable(in *Job) bool {
 	return false
 }
 
-// queued counts job i into the pending tallies as it joins the queue
-// (leave: as it leaves).
-func (sm *simulation) queued(i int, leave bool) {
-	d := 1
-	if leave {
-		d = -1
-	}
+// countPending counts job i into the pending tallies (d = 1) as it joins
+// the queue, or out of them (d = -1) as it leaves.
+func (sm *simulation) countPending(i, d int) {
 	sj := &sm.jobs[i]
 	if sm.pendGPUs == nil {
 		sm.pendGPUs = map[int]int{}
@@ -77,8 +73,8 @@ func (sm *simulation) mayStart() bool {
 }
 
 // setInert marks each job spillable or not, and the simulation inert when
-// none is.
-// It numbers each job's shape (GPU count and model) for roundPending.
+// none is; it numbers each job's shape (GPU count and model) for
+// roundPending.
 func (sm *simulation) setInert() {
 	sm.inert = true
 	type shape struct {
@@ -100,9 +96,10 @@ func (sm *simulation) setInert() {
 	sm.shapes = len(shapes)
 }
 
-// placeClass is what placement decides a waiting GPU job by when no job
-// may preempt: its shape (GPU count and model, numbered by setInert) and
-// its run time estimate.
+// placeClass is what placement decides a simulated waiting GPU job by
+// when no job may preempt: its shape (GPU count and model, numbered by
+// setInert) and its run time estimate (its spec sets no GPU memory, and
+// a GPU job takes no CPU slot).
 type placeClass struct {
 	shape int
 	est   int64

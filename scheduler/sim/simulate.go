@@ -513,7 +513,7 @@ func (sm *simulation) enqueue(i int) {
 	at, _ := sm.queuePos(i)
 	sm.pending = slices.Insert(sm.pending, at, i)
 	sm.jobs[i].queued = true
-	sm.queued(i, false)
+	sm.countPending(i, 1)
 }
 
 // dequeue takes job i out of the pending set.
@@ -522,7 +522,7 @@ func (sm *simulation) dequeue(i int) {
 		sm.pending = slices.Delete(sm.pending, at, at+1)
 	}
 	sm.jobs[i].queued = false
-	sm.queued(i, true)
+	sm.countPending(i, -1)
 }
 
 // queuePos is where job i is, or goes, in the pending set.
