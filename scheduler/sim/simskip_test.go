@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lathe-ml/lathe/internal/trace"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // clusterJobs reads configs/traces/msft-itp-clusterNN.csv (the trace and
@@ -125,5 +126,47 @@ func TestSimulateNoCloudWork(t *testing.T) {
 				n, res.RoundJobs, float64(res.RoundJobs)/float64(prev))
 		}
 		prev = res.RoundJobs
+	}
+}
+
+// TestNoCloudConfig checks testdata/simulate-nocloud.yaml, which
+// scripts/bench/simspeed.sh runs the clusters with: it is valid, its one
+// backend is the owned pool of configs/simulate.yaml (same site, same
+// price), and no job of the shared trace could spill (the simulation is
+// inert), where with configs/simulate.yaml every job could (so what
+// simskip.go leaves out changes none of its runs).
+func TestNoCloudConfig(t *testing.T) {
+	b, err := os.ReadFile("testdata/simulate-nocloud.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := routecfg.ParseConfig(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, setup := simTrace(t)
+	if len(cfg.Backends) != 1 || cfg.Backends[0].Kind != routecfg.KindLocal {
+		t.Fatalf("backends %+v: want only the owned pool", cfg.Backends)
+	}
+	if got, want := OwnedUSDPerGPUHour(cfg), OwnedUSDPerGPUHour(setup.Config); got != want {
+		t.Errorf("owned GPU-hour $%v; configs/simulate.yaml's $%v", got, want)
+	}
+	setup.Owned = 32
+	withCloud, err := newSim(setup, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup.Config = cfg
+	sm, err := newSim(setup, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sm.inert || withCloud.inert {
+		t.Errorf("inert: %v with no cloud, %v with configs/simulate.yaml; want true, false", sm.inert, withCloud.inert)
+	}
+	for i := range withCloud.jobs {
+		if !withCloud.jobs[i].spill {
+			t.Fatalf("job %s could not spill with configs/simulate.yaml (its largest instance type has 64 GPUs)", withCloud.jobs[i].in.ID)
+		}
 	}
 }

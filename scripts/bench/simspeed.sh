@@ -56,7 +56,6 @@ awk -v cap="$cap" '
   END {
     for (i = 1; i <= n; i++) {
       k = order[i]; line = k
-      for (b in bin) {}
       if ((k SUBSEP "old") in lo) {
         line = line sprintf("  old %s-%s", f(lo[k SUBSEP "old"]), f(hi[k SUBSEP "old"]))
         rl = 1e18; rh = 0
