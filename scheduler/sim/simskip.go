@@ -1,6 +1,9 @@
 package sim
 
-import "github.com/lathe-ml/lathe/internal/jobspec"
+import (
+	"github.com/lathe-ml/lathe/internal/jobspec"
+	"github.com/lathe-ml/lathe/scheduler/policy"
+)
 
 // What a simulation may leave out because it cannot change a decision
 // (issue #25: with no cloud backend a backlog grows without bound, and a
@@ -96,33 +99,28 @@ func (sm *simulation) setInert() {
 	sm.shapes = len(shapes)
 }
 
-// placeClass is what placement decides a simulated waiting GPU job by
-// when no job may preempt: its shape (GPU count and model, numbered by
-// setInert) and its run time estimate (its spec sets no GPU memory, and
-// a GPU job takes no CPU slot).
-type placeClass struct {
-	shape int
-	est   int64
-}
-
 // roundPending appends the ids of the pending jobs a round must see to
 // out, in queue order, their run time estimates refreshed (refresh). A
 // round sees every pending job, except in an inert simulation with no job
 // that may preempt (no urgent job waiting, no preempted job to re-decide)
 // where it sees only those that could change what placement decides (the
 // rest would wait, and what they would add to the pool's pressure and
-// joins changes no routing decision, mayStart):
+// joins changes no routing decision, mayStart). With F GPUs free in all:
 //
-//   - F GPUs are free in all: a job of k ≤ F GPUs may start. Jobs of one
-//     class (k, model, estimate) are decided alike: once one cannot
-//     start, no later one can (GPUs are only taken in a round, and the
-//     head's reservation limits them alike), and at most F/k of them
-//     start. The first F/k+1 of each class are seen, held jobs aside
-//     (they wait for their routing, and start nothing).
-//   - A job of more than F GPUs cannot start; the first of them (of each
-//     count and model) may be the head, the first job that cannot start,
-//     whose reservation limits the jobs after it.
-//   - A job of no GPUs is always seen.
+//   - A job of k ≤ F GPUs may start. Placement decides a simulated GPU job
+//     by its shape (GPU count and model: its spec sets no GPU memory, and
+//     a GPU job takes no CPU slot) and its estimate, and a longer estimate
+//     never helps (backfill past the head's reservation needs a job to end
+//     before it). So once a job cannot start, no later job of its shape
+//     with an estimate as long or longer can (GPUs are only taken in a
+//     round); and at most F/k jobs of the shape start. A job with F/k+1
+//     earlier jobs of its shape whose estimates are no longer than its own
+//     cannot start (one of them did not): it is not shown. Held jobs are
+//     set aside (they wait for their routing, and start nothing).
+//   - A job of more than F GPUs cannot start; the first of each shape may
+//     be the head, the first job that cannot start, whose reservation
+//     limits the jobs after it. The others are not shown.
+//   - A job of no GPUs is always shown.
 //
 // It still reads every pending job, but only to tally it: what a round
 // costs over a long backlog is this loop, not placement's replay of it.
@@ -136,7 +134,12 @@ func (sm *simulation) roundPending(out []string) []string {
 		return out
 	}
 	free := sm.setup.Owned - sm.usedGPUs
-	sm.tally.reset(sm.shapes)
+	if len(sm.shortest) != sm.shapes+1 {
+		sm.shortest = make([]shortest, sm.shapes+1)
+	}
+	for s := range sm.shortest {
+		sm.shortest[s].reset()
+	}
 	for _, i := range sm.pending {
 		sj := &sm.jobs[i]
 		k := sj.in.GPUs
@@ -147,13 +150,14 @@ func (sm *simulation) roundPending(out []string) []string {
 			continue
 		case k > free:
 			// More GPUs than are free: only the first may be the head.
-			if !sm.tally.add(placeClass{shape: sj.shape}, 1) {
+			if sh := &sm.shortest[sj.shape]; !sh.add(0, 1) {
 				continue
 			}
 			sm.refresh(sj)
 		default:
 			sm.refresh(sj)
-			if !sm.tally.add(placeClass{shape: sj.shape, est: int64(sj.job.Spec.MaxRuntime)}, free/k+1) {
+			est := int64(policy.Estimate(&sj.job, simMaxRuntime))
+			if !sm.shortest[sj.shape].add(est, free/k+1) {
 				continue
 			}
 		}
@@ -162,48 +166,48 @@ func (sm *simulation) roundPending(out []string) []string {
 	return out
 }
 
-// classTally counts the jobs of each placeClass a round has seen. Most
-// jobs of a shape share one estimate (the learned mean of their GPU
-// count): the first estimate of each shape is counted in a slice, the
-// others in a map.
-type classTally struct {
-	first []struct {
-		est int64
-		n   int
-	}
-	rest map[placeClass]int
-}
+// shortest holds the shortest estimates of the jobs of one shape a round
+// has been shown, at most limit of them: a max-heap.
+type shortest struct{ h []int64 }
 
-// reset empties the tally for shapes numbered 1 to n.
-func (t *classTally) reset(n int) {
-	if len(t.first) != n+1 {
-		t.first = make([]struct {
-			est int64
-			n   int
-		}, n+1)
-	}
-	clear(t.first)
-	clear(t.rest)
-}
+func (s *shortest) reset() { s.h = s.h[:0] }
 
-// add counts one more job of class c and reports whether it is among the
-// first limit of c.
-func (t *classTally) add(c placeClass, limit int) bool {
-	f := &t.first[c.shape]
-	if f.n == 0 || f.est == c.est {
-		if f.n >= limit {
+// add reports whether a job of estimate est, after the jobs added so far,
+// may start: fewer than limit of them have an estimate no longer than
+// est. It keeps est among the shortest when it may.
+func (s *shortest) add(est int64, limit int) bool {
+	h := s.h
+	if len(h) >= limit {
+		if h[0] <= est {
 			return false
 		}
-		f.est = c.est
-		f.n++
+		// est replaces the longest kept: sift it down from the root.
+		h[0] = est
+		for i := 0; ; {
+			c := 2*i + 1
+			if c >= len(h) {
+				break
+			}
+			if c+1 < len(h) && h[c+1] > h[c] {
+				c++
+			}
+			if h[i] >= h[c] {
+				break
+			}
+			h[i], h[c] = h[c], h[i]
+			i = c
+		}
 		return true
 	}
-	if t.rest == nil {
-		t.rest = map[placeClass]int{}
+	h = append(h, est)
+	for i := len(h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if h[p] >= h[i] {
+			break
+		}
+		h[p], h[i] = h[i], h[p]
+		i = p
 	}
-	if t.rest[c] >= limit {
-		return false
-	}
-	t.rest[c]++
+	s.h = h
 	return true
 }

@@ -196,7 +196,7 @@ type simulation struct {
 	usedGPUs   int
 	redecide   bool
 	shapes     int        // job shapes numbered (setInert)
-	tally      classTally // roundPending's
+	shortest   []shortest // roundPending's, by shape
 }
 
 func newSim(setup Setup, jobs []Job) (*simulation, error) {
@@ -292,6 +292,10 @@ func (sm *simulation) addJobs(jobs []Job) error {
 	sm.res.Horizon = horizon
 	return nil
 }
+
+// simMaxRuntime is the deployment's default max_runtime in a round, for
+// a job that sets none (every simulated job sets one: its estimate).
+const simMaxRuntime = 24 * time.Hour
 
 // simCPUSlots is each simulated node's CPU slots: enough for any trace.
 const simCPUSlots = 1 << 20
@@ -559,7 +563,7 @@ func (sm *simulation) round() {
 			sm.refresh(&sm.jobs[sm.where[id]])
 		}
 	}
-	plan := policy.DecideRound(in, sm.rs, policy.RoundOptions{DefaultMaxRuntime: 24 * time.Hour})
+	plan := policy.DecideRound(in, sm.rs, policy.RoundOptions{DefaultMaxRuntime: simMaxRuntime})
 	sm.press = plan.Pressure
 	for _, rp := range plan.Reroutes {
 		sm.res.Decisions++
