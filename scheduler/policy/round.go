@@ -150,7 +150,7 @@ func placementJob(j *jobtype.Job, defaultMaxRuntime time.Duration) placement.Job
 	return placement.Job{ID: j.ID, Priority: PlacementPriority(j.Spec.Priority),
 		Request: placement.Request{GPUs: j.Spec.Resources.GPUs, MinMemoryMB: uint64(j.Spec.Resources.GPUMemoryGB * 1024),
 			Models: j.Spec.Resources.GPUModels, CPUSlots: 1},
-		Estimate: Estimate(j, defaultMaxRuntime)}
+		Estimate: Estimate(j, defaultMaxRuntime), Expected: j.Spec.ExpectedRuntime.D()}
 }
 
 // ReroutePath is why queued job j must be decided again before it is
@@ -228,6 +228,9 @@ func PlacementNodes(in *RoundInput, def time.Duration) []placement.Node {
 			if j := in.Jobs[id]; j != nil {
 				run.Priority = PlacementPriority(j.Spec.Priority)
 				run.EndsAt = StartOf(j).Add(Estimate(j, def))
+				if d := j.Spec.ExpectedRuntime.D(); d > 0 {
+					run.ExpectedEnd = StartOf(j).Add(d)
+				}
 				run.Preemptible = j.Spec.Priority == jobspec.PriorityBatch && j.State == jobtype.StateRunning
 				run.Stopping = j.PreemptRequested != ""
 			}

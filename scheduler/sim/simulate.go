@@ -396,9 +396,9 @@ func (sm *simulation) estimate(sj *simJob) jobspec.Duration {
 	}
 	est := in.Hint
 	if est <= 0 && !sj.started {
-		est = sm.learn.mean(in.GPUs)
+		est = sm.learn.queued(in.GPUs)
 	} else if est <= 0 {
-		est = sm.learn.estimate(in.GPUs, elapsed)
+		est = sm.learn.running(in.GPUs, elapsed)
 	} else if elapsed >= est {
 		// It outlived its hint: expect as much again, not its end now (a
 		// pool of overrun jobs would look free, and every job would wait
@@ -695,27 +695,44 @@ func (sm *simulation) result() Result {
 }
 
 // learner learns run times from the jobs that ended so far, by GPU count
-// (all jobs, while none of that count has ended): a queued job is expected
-// to run their mean (what the queue ahead of a new job adds up to is a sum
-// of run times, and the mean of a heavy-tailed distribution is well above
-// its median); a running job the median of those that ran longer than it
-// has (when it is likely to end: a job that has run 10 hours is not
-// expected to end at the median of 2). docs/simulate.md "Estimates".
+// (all jobs, while none of that count has ended). docs/simulate.md
+// "Estimates".
+//
+//   - A queued job is expected to run their median. (It was the mean, the
+//     right figure for a sum of run times; but a new job's wait is not the
+//     sum of the queue ahead of it over the pool's GPUs, it is when the
+//     GPUs it needs free up in the placement replay, and the mean of these
+//     heavy-tailed distributions, pulled up by a few jobs of days, made
+//     every queue look long: the policy over-rented on clusters 03 and
+//     08.)
+//   - A running job is expected to end at the lowerRunning quantile of the
+//     run times of those that ran longer than it has (a job 10 hours in is
+//     not expected to end at the median of 2). A low quantile, not the
+//     median: a new job starts when the first of the GPUs it needs free up,
+//     the earliest of many uncertain ends, and the earliest of n ends comes
+//     well before the earliest of their medians (for n independent ends,
+//     at about the 1/(n+1) quantile of each). The median made a pool of
+//     many running jobs look hours from free, and the policy rented jobs
+//     that would have started within max_wait.
+//
+// Both choices were made on all four shared clusters (01, 02, 03, 08) at
+// once; docs/simulate.md has the figures of each candidate.
 type learner struct {
-	by     map[int][]time.Duration // GPU count → sorted durations
-	all    []time.Duration
-	sum    map[int]time.Duration // GPU count → sum of durations
-	sumAll time.Duration
+	by  map[int][]time.Duration // GPU count → sorted durations
+	all []time.Duration
 }
 
-const learnDefault = time.Hour
+const (
+	learnDefault = time.Hour
+	// lowerRunning is the quantile of a running job's remaining run time
+	// that the policy is told (learner).
+	lowerRunning = 0.3
+)
 
 func (l *learner) add(gpus int, d time.Duration) {
 	if l.by == nil {
-		l.by, l.sum = map[int][]time.Duration{}, map[int]time.Duration{}
+		l.by = map[int][]time.Duration{}
 	}
-	l.sum[gpus] += d
-	l.sumAll += d
 	ins := func(s []time.Duration) []time.Duration {
 		at, _ := slices.BinarySearch(s, d)
 		return slices.Insert(s, at, d)
@@ -724,33 +741,37 @@ func (l *learner) add(gpus int, d time.Duration) {
 	l.all = ins(l.all)
 }
 
-// mean is the mean run time of finished jobs of gpus GPUs (all, while
-// there are none).
-func (l *learner) mean(gpus int) time.Duration {
-	if n := len(l.by[gpus]); n > 0 {
-		return l.sum[gpus] / time.Duration(n)
+// of is the sorted run times learned for jobs of gpus GPUs: theirs, else
+// all jobs', else none.
+func (l *learner) of(gpus int) []time.Duration {
+	if s := l.by[gpus]; len(s) > 0 {
+		return s
 	}
-	if n := len(l.all); n > 0 {
-		return l.sumAll / time.Duration(n)
-	}
-	return learnDefault
+	return l.all
 }
 
-// estimate is the median run time of finished jobs of gpus GPUs that ran
-// longer than elapsed.
-func (l *learner) estimate(gpus int, elapsed time.Duration) time.Duration {
-	s := l.by[gpus]
+// queued is the median run time of finished jobs of gpus GPUs.
+func (l *learner) queued(gpus int) time.Duration {
+	s := l.of(gpus)
 	if len(s) == 0 {
-		s = l.all
+		return learnDefault
 	}
+	return s[len(s)/2]
+}
+
+// running is the lowerRunning quantile of the run times of finished jobs
+// of gpus GPUs that ran longer than elapsed; 2 × elapsed once it outlived
+// them all (as much again: it is not expected to end now).
+func (l *learner) running(gpus int, elapsed time.Duration) time.Duration {
+	s := l.of(gpus)
 	if len(s) == 0 {
 		return max(learnDefault, 2*elapsed)
 	}
 	at, _ := slices.BinarySearch(s, elapsed+1)
 	if at >= len(s) {
-		return 2 * elapsed // it outlived every job seen: expect as much again
+		return 2 * elapsed
 	}
-	return s[at+(len(s)-at)/2]
+	return s[at+int(lowerRunning*float64(len(s)-at))]
 }
 
 // Quantile returns the q-quantile (0..1) of xs, sorted in place; 0 for none.
