@@ -325,14 +325,22 @@ func choiceLine(ex *explanation, spec *jobspec.Spec) string {
 	case d.Refused:
 		return "refused: no backend may run this job as written"
 	case d.Waiting:
-		wait := "unknown"
+		wait, cloud := "unknown", false
 		for _, c := range d.Candidates {
 			if c.Backend == d.Backend {
 				wait = fmtWaitS(c.EstWaitS)
 			}
+			cloud = cloud || c.Feasible && c.Kind != routecfg.KindLocal
 		}
-		return fmt.Sprintf("waits for %s (site %s): estimated wait %s exceeds max_wait %s, and no cloud backend takes it now",
-			d.Backend, d.Site, wait, shortDur(spec.MaxWait.D()))
+		why := "no cloud backend takes it now"
+		switch {
+		case cloud && d.Trade != "":
+			why = "waiting costs less than the cloud, time valued (see trade)"
+		case cloud:
+			why = "it starts there sooner than on a cloud backend (their startup)"
+		}
+		return fmt.Sprintf("waits for %s (site %s): estimated wait %s exceeds max_wait %s, and %s",
+			d.Backend, d.Site, wait, shortDur(spec.MaxWait.D()), why)
 	default:
 		return fmt.Sprintf("→ %s (site %s)", d.Backend, d.Site)
 	}

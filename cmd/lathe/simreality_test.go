@@ -96,3 +96,24 @@ func readConfig(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// TestRouteExplainStartup: lathe route --explain with a backend's startup
+// longer than the local wait: the job waits for local, and the choice
+// line says why (it starts there sooner), not that no cloud takes it.
+func TestRouteExplainStartup(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "lathe.yaml", strings.Replace(routeConfig, "    spot: false\n", "    spot: false\n    startup: 4h\n", 1))
+	spec := writeFile(t, dir, "job.yaml", routeSpec("residency: [eu]"))
+	r := lathe(t, closedURL(t), "route", "--explain", spec, "--config", cfg, "--assume-wait", "local=3h")
+	if r.code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	for _, want := range []string{
+		"waits for local (site dc-frankfurt): estimated wait 3h exceeds max_wait 1h, and it starts there sooner than on a cloud backend (their startup)",
+		"but it starts there sooner (3h0m0s more) than on any feasible cloud backend (the cheapest, aws-eu, takes 4h0m0s to start: its startup)",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
