@@ -196,7 +196,7 @@ func checkWhatIfBackends(cfg routecfg.Config, path string, wi apiclient.WhatIf) 
 		case !ok:
 			return usageErrorf("--assume-wait %s=%s: %s has no backend %q (backends: %s)", b, wi.Wait[b], path, b, backendNames(cfg))
 		case be.Kind != routecfg.KindLocal:
-			return usageErrorf("--assume-wait %s=%s: %s is a %s backend; only a local backend has a queue to wait in (a cloud wait counts as 0)", b, wi.Wait[b], b, be.Kind)
+			return usageErrorf("--assume-wait %s=%s: %s is a %s backend; only a local backend has a queue to wait in (a cloud backend's wait is its startup from the config)", b, wi.Wait[b], b, be.Kind)
 		}
 	}
 	for _, b := range slices.Sorted(maps.Keys(wi.Spent)) {
