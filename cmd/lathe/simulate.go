@@ -50,6 +50,9 @@ violations (the simulator checks every start against the job's tags itself: must
 With a range of --owned (32..256/32) it also runs all-cloud (0 owned) and names the
 cost-optimal pool and the break-even; --plot writes an SVG of cost and waits against owned GPUs;
 --bootstrap N resamples the trace N times by week and gives the optimum with its uncertainty.
+--cloud-startup D makes every cloud backend take D to start a job (routing counts it as the
+backend's wait); --spot-interruptions RATE interrupts spot instances RATE times per
+instance-hour, losing the work since the last checkpoint (--checkpoint-every D).
 See docs/simulate.md.`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
