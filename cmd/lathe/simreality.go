@@ -3,9 +3,37 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
+	"github.com/lathe-ml/lathe/scheduler/sim"
 )
+
+// checkSpotFlags refuses --spot-interruptions on a config with no spot
+// backend, and a rate at which jobs would hardly ever keep any progress
+// over a start-up and a checkpoint interval.
+func checkSpotFlags(cfg routecfg.Config, f simFlags) error {
+	if f.spotRate <= 0 {
+		return nil
+	}
+	if len(sim.SpotBackends(cfg)) == 0 {
+		return usageErrorf("--spot-interruptions %v: no cloud backend of --config %s buys spot (spot: prefer or only), so nothing would be interrupted; configs/simulate-spot.yaml is configs/simulate.yaml buying spot", f.spotRate, f.config)
+	}
+	if f.cloudStartup > 0 {
+		cfg.Backends = slices.Clone(cfg.Backends) // the caller's stay as they are
+		for i := range cfg.Backends {
+			if cfg.Backends[i].Kind != routecfg.KindLocal {
+				cfg.Backends[i].Startup = f.cloudStartup
+			}
+		}
+	}
+	if err := sim.SpotProgress(cfg, f.spotRate, f.checkpointEvery); err != nil {
+		return usageErrorf("--spot-interruptions %v with --checkpoint-every %s and --cloud-startup %s: %w", f.spotRate, f.checkpointEvery, f.cloudStartup, err)
+	}
+	return nil
+}
 
 // reality records in rep the what-ifs of instance start-up and spot
 // interruptions that f gives.

@@ -18,9 +18,9 @@ func TestSimulateSpotAndStartup(t *testing.T) {
 		"    checkpoint_uri: s3://ckpt/\n", "    checkpoint_uri: s3://ckpt/\n    spot: only\n",
 		"on_demand_usd_per_hour: 4}", "on_demand_usd_per_hour: 4, spot_usd_per_hour: 4}",
 		"on_demand_usd_per_hour: 32}", "on_demand_usd_per_hour: 32, spot_usd_per_hour: 32}").Replace(readConfig(t, cfg)))
-	// No owned GPUs: every job rents; at 20 interruptions an instance-hour
+	// No owned GPUs: every job rents; at 10 interruptions an instance-hour
 	// the 1-hour jobs are interrupted, and lose up to 10 minutes each time.
-	args := []string{"simulate", "--trace", tr, "--config", spotCfg, "--owned", "0", "--spot-interruptions", "20", "--checkpoint-every", "10m"}
+	args := []string{"simulate", "--trace", tr, "--config", spotCfg, "--owned", "0", "--spot-interruptions", "10", "--checkpoint-every", "10m"}
 	r := lathe(t, "", append(args, "-o", "json")...)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
@@ -40,11 +40,11 @@ func TestSimulateSpotAndStartup(t *testing.T) {
 		t.Fatalf("%v\n%s", err, r.stdout)
 	}
 	run := rep.Runs[0]
-	if rep.Rate != 20 || rep.Ck != "10m0s" || run.Interruptions == 0 || run.Lost <= 0 || run.LostUSD <= 0 || len(run.Violations) != 0 || run.Stuck != 0 {
+	if rep.Rate != 10 || rep.Ck != "10m0s" || run.Interruptions == 0 || run.Lost <= 0 || run.LostUSD <= 0 || len(run.Violations) != 0 || run.Stuck != 0 {
 		t.Fatalf("report %+v; want interruptions and lost GPU-hours, no violation, none stuck", rep)
 	}
 	r = lathe(t, "", args...)
-	for _, want := range []string{"What-if: spot interruptions 20 per instance-hour, checkpoints every 10m0s", "Spot interruptions (work lost since the last checkpoint", "0 owned, learned: "} {
+	for _, want := range []string{"What-if: spot interruptions 10 per instance-hour, checkpoints every 10m0s", "Spot interruptions (work lost since the last checkpoint", "0 owned, learned: "} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("table lacks %q:\n%s", want, r.stdout)
 		}
@@ -75,7 +75,9 @@ func TestSimulateSpotAndStartup(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--spot-interruptions", "-1"}, "--spot-interruptions -1: want a rate per instance-hour from 0 to 100"},
+		{[]string{"--spot-interruptions", "-1"}, "--spot-interruptions -1: want a rate per instance-hour from 0 to 10"},
+		{[]string{"--spot-interruptions", "11"}, "--spot-interruptions 11: want a rate per instance-hour from 0 to 10"},
+		{[]string{"--config", spotCfg, "--spot-interruptions", "6", "--checkpoint-every", "1h"}, "--spot-interruptions 6 with --checkpoint-every 1h0m0s and --cloud-startup 0s: over backend cloud's start-up 0s and a checkpoint interval of 1h0m0s, 6 interruptions are expected"},
 		{[]string{"--spot-interruptions", "0.05"}, "--spot-interruptions 0.05: no cloud backend of --config " + cfg + " buys spot"},
 		{[]string{"--checkpoint-every", "-5m"}, "--checkpoint-every -5m0s"},
 		{[]string{"--cloud-startup", "-1m"}, "--cloud-startup -1m0s: want 0 to 24h0m0s"},

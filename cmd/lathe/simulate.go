@@ -158,8 +158,8 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	if err != nil {
 		return err
 	}
-	if f.spotRate > 0 && len(sim.SpotBackends(cfg)) == 0 {
-		return usageErrorf("--spot-interruptions %v: no cloud backend of --config %s buys spot (spot: prefer or only), so nothing would be interrupted; configs/simulate-spot.yaml is configs/simulate.yaml buying spot", f.spotRate, f.config)
+	if err := checkSpotFlags(cfg, f); err != nil {
+		return err
 	}
 	warnings := configWarnings(cfg)
 	for _, w := range warnings {

@@ -36,7 +36,13 @@ type spotRun struct {
 
 // MaxSpotInterruptions is the highest rate of spot interruptions per
 // instance-hour a simulation takes.
-const MaxSpotInterruptions = 100.0
+const MaxSpotInterruptions = 10.0
+
+// maxInterruptionsPerStretch bounds the interruptions expected while a
+// job cannot keep any progress (a start-up, then the run up to its first
+// checkpoint): e^5, about 150 attempts for each. Past it a simulation would
+// run on for millions of attempts.
+const maxInterruptionsPerStretch = 5.0
 
 // withStartup is cfg with every cloud backend's startup set to d; cfg
 // itself when d is 0. cfg is not modified.
@@ -79,6 +85,25 @@ func (sm *simulation) checkSpot() error {
 		return fmt.Errorf("%w: checkpoint interval %s: want 0 (on the notice) or more", errSim, su.CheckpointEvery)
 	case su.CloudStartup < 0:
 		return fmt.Errorf("%w: cloud start-up %s: want 0 or more", errSim, su.CloudStartup)
+	}
+	if err := SpotProgress(sm.rs.Config, su.SpotInterruptions, su.CheckpointEvery); err != nil {
+		return fmt.Errorf("%w: spot interruptions %v per instance-hour: %w", errSim, su.SpotInterruptions, err)
+	}
+	return nil
+}
+
+// SpotProgress says whether jobs on cfg's spot backends could make
+// progress at rate interruptions per instance-hour with a checkpoint every
+// every (0: on the notice): an error naming the backend when more than
+// maxInterruptionsPerStretch are expected over its startup and one
+// checkpoint interval, the stretch in which a job keeps nothing.
+func SpotProgress(cfg routecfg.Config, rate float64, every time.Duration) error {
+	for _, b := range cfg.Backends {
+		stretch := b.Startup + every
+		if n := rate * stretch.Hours(); b.Kind != routecfg.KindLocal && b.Spot && n > maxInterruptionsPerStretch {
+			return fmt.Errorf("over backend %s's start-up %s and a checkpoint interval of %s, %.3g interruptions are expected before a job keeps any progress; want at most %v (jobs would hardly ever end)",
+				b.Name, b.Startup, every, n, maxInterruptionsPerStretch)
+		}
 	}
 	return nil
 }

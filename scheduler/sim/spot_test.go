@@ -219,7 +219,11 @@ func TestSpotBadInput(t *testing.T) {
 		mod  func(*Setup)
 		want string
 	}{
-		{"negative rate", func(s *Setup) { *s = spotSetup(t, 8); s.SpotInterruptions = -1 }, "spot interruptions -1 per instance-hour: want 0 to 100"},
+		{"negative rate", func(s *Setup) { *s = spotSetup(t, 8); s.SpotInterruptions = -1 }, "spot interruptions -1 per instance-hour: want 0 to 10"},
+		{"no progress kept", func(s *Setup) {
+			*s = spotSetup(t, 8)
+			s.SpotInterruptions, s.CloudStartup, s.CheckpointEvery = 4, time.Hour, 30*time.Minute
+		}, "spot interruptions 4 per instance-hour: over backend aws-eu's start-up 1h0m0s and a checkpoint interval of 30m0s, 6 interruptions are expected"},
 		{"NaN rate", func(s *Setup) { *s = spotSetup(t, 8); s.SpotInterruptions = math.NaN() }, "spot interruptions NaN"},
 		{"no spot backend", func(s *Setup) { *s = plain; s.SpotInterruptions = 0.05 }, "no cloud backend of the config buys spot"},
 		{"negative checkpoint interval", func(s *Setup) { *s = spotSetup(t, 8); s.CheckpointEvery = -time.Minute }, "checkpoint interval -1m0s"},
