@@ -137,8 +137,9 @@ type Decision struct {
 	Refused bool `json:"refused"`
 	// Waiting: the chosen backend is local and its estimated wait is beyond
 	// max_wait (or unknown): no cloud backend could take the job (Reasons
-	// say why, budgets included), or, with ValuePerHourUSD, waiting came out
-	// cheaper (Trade). The job stays queued for the local pool and may spill
+	// say why, budgets included), every one that could takes longer to
+	// start (its startup) than the local pool, or, with ValuePerHourUSD,
+	// waiting came out cheaper (Trade). The job stays queued for the local pool and may spill
 	// over later, through Decide again.
 	Waiting bool `json:"waiting"`
 	// Residency is the effective tags.

@@ -51,9 +51,23 @@ type Setup struct {
 	GPUMemoryMB uint64
 	// MaxWait is every job's max_wait.
 	MaxWait time.Duration
-	// CloudStartup delays a cloud job's start after its dispatch (instance
-	// start-up); 0: the policy's assumption, none.
+	// CloudStartup, when above 0, is every cloud backend's startup: routing
+	// counts it as the backend's wait, and a cloud job starts this long
+	// after its dispatch (and pays for it). 0: each backend's startup in
+	// Config (none when it gives none).
 	CloudStartup time.Duration
+	// SpotInterruptions is the rate of spot interruptions per instance-hour
+	// on the cloud backends that buy spot (spot: prefer or only); 0: none.
+	// An interrupted job pays for what its instance ran, loses the work
+	// since its last checkpoint (CheckpointEvery) and goes back to the
+	// queue as the live store's CloudPreempted puts it (spot.go).
+	SpotInterruptions float64
+	// CheckpointEvery is how much run time passes between a job's
+	// checkpoints; 0: the trainer checkpoints on the interruption notice
+	// (SIGTERM), and no work is lost.
+	CheckpointEvery time.Duration
+	// Seed draws the interruptions.
+	Seed uint64
 }
 
 // Outcome is what became of one job.
@@ -91,6 +105,9 @@ type Result struct {
 	Rounds                 int      // placement rounds run
 	Decisions              int      // routing decisions made (submit and reroutes)
 	ConfigDefaultResidency []string
+
+	// Interruptions are the spot interruptions, in the order they came.
+	Interruptions []Interruption
 }
 
 // errSim wraps a simulation's setup errors.
@@ -108,6 +125,7 @@ type simJob struct {
 	done     bool
 	queued   bool   // in sm.pending
 	output   string // its output URI (outputFor), fixed by its tags
+	spot     spotRun
 }
 
 type simEvent struct {
@@ -180,7 +198,7 @@ type simulation struct {
 }
 
 func newSim(setup Setup, jobs []Job) (*simulation, error) {
-	cfg, err := routecfg.Compile(setup.Config)
+	cfg, err := routecfg.Compile(withStartup(setup.Config, setup.CloudStartup))
 	if err != nil {
 		return nil, fmt.Errorf("%w: config: %w", errSim, err)
 	}
@@ -197,6 +215,9 @@ func newSim(setup Setup, jobs []Job) (*simulation, error) {
 		sm.buckets[bk] = site
 	}
 	if err := checkSetup(setup); err != nil {
+		return nil, err
+	}
+	if err := sm.checkSpot(); err != nil {
 		return nil, err
 	}
 	sm.nodes = simNodes(setup)
@@ -569,7 +590,7 @@ func (sm *simulation) startLocal(i int, node string, gpus []int) {
 
 func (sm *simulation) startCloud(i int, b routecfg.Backend) {
 	sm.checkResidency(&sm.jobs[i], b)
-	sm.begin(i, b, sm.setup.CloudStartup)
+	sm.launch(i, b)
 }
 
 // begin starts job i's attempt on b after delay.
@@ -588,10 +609,13 @@ func (sm *simulation) begin(i int, b routecfg.Backend, delay time.Duration) {
 	sj.job.Backend = b.Name
 	left := sj.in.Duration - sj.ran
 	sj.runStart = start
-	sm.push(simEvent{at: start + left, kind: 0, job: i, seq: int64(sj.job.Attempt)})
+	sm.push(simEvent{at: sm.spotEnd(i, b, start+left), kind: 0, job: i, seq: int64(sj.job.Attempt)})
 }
 
 func (sm *simulation) finish(i int) {
+	if sm.interrupt(i) {
+		return
+	}
 	sj := &sm.jobs[i]
 	sj.done = true
 	sj.out.End = sm.now
@@ -599,7 +623,7 @@ func (sm *simulation) finish(i int) {
 	ranHere := sm.now - sj.runStart
 	if sj.out.Cloud {
 		sm.res.CloudGPUHours += ranHere.Hours() * float64(sj.in.GPUs)
-		cost := ranHere.Hours() * sm.instancePrice(sj.out.Backend, sj.insType)
+		cost := sm.billed(sj).Hours() * sm.instancePrice(sj.out.Backend, sj.insType)
 		sj.out.CostUSD += cost
 		sm.res.CloudCostUSD += cost
 	} else {
