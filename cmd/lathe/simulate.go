@@ -26,7 +26,7 @@ import (
 type simFlags struct {
 	trace, config, owned, residencyMix, priorityMix, estimates, plot, gpuModel string
 	maxWait, cloudStartup, checkpointEvery                                     time.Duration
-	priceRatio, gpuMemGB, spotRate                                             float64
+	priceRatio, gpuMemGB, spotRate, arrivals                                   float64
 	seed                                                                       uint64
 	nodeGPUs, bootstrap                                                        int
 	reference                                                                  bool
@@ -74,6 +74,7 @@ See docs/simulate.md.`,
 	fl.IntVar(&f.nodeGPUs, "node-gpus", 0, "GPUs per owned node (a job never spans nodes); 0: one node of all owned GPUs")
 	fl.StringVar(&f.gpuModel, "gpu-model", "NVIDIA H100 80GB HBM3", "the owned GPUs' model, as NVML names it")
 	fl.Float64Var(&f.gpuMemGB, "gpu-memory-gb", 80, "the owned GPUs' memory")
+	fl.Float64Var(&f.arrivals, "arrivals", 1, "arrivals ×X: every submit time divided by X (1.5: the same jobs, 1.5× as often; durations unchanged)")
 	fl.IntVar(&f.bootstrap, "bootstrap", 0, "with a range of --owned: resample the trace this many times by week and report where the optimum falls in 90% of them (0: none)")
 	fl.DurationVar(&f.cloudStartup, "cloud-startup", 0, "every cloud backend's startup: routing counts it as the backend's wait, and a cloud job starts (and is billed) this long after it is sent; 0: each backend's startup in --config")
 	fl.Float64Var(&f.spotRate, "spot-interruptions", 0, "spot interruptions per instance-hour on the cloud backends that buy spot (spot: prefer or only); drawn with --seed; 0: none")
@@ -158,6 +159,7 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	if err != nil {
 		return err
 	}
+	jobs = sim.ScaleArrivals(jobs, f.arrivals)
 	if err := checkSpotFlags(cfg, f); err != nil {
 		return err
 	}
@@ -292,6 +294,9 @@ func checkSimRanges(f simFlags) error {
 	}
 	if f.checkpointEvery < 0 {
 		return usageErrorf("--checkpoint-every %s: want 0 (on the interruption notice) or more", f.checkpointEvery)
+	}
+	if !(f.arrivals >= 0.01) || f.arrivals > 100 {
+		return usageErrorf("--arrivals %v: want a factor from 0.01 to 100 (1: the trace's own rate)", f.arrivals)
 	}
 	if f.bootstrap < 0 || f.bootstrap > 1000 {
 		return usageErrorf("--bootstrap %d: want 0 (none) to 1000 resamples", f.bootstrap)

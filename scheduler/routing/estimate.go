@@ -383,6 +383,8 @@ func (e *eval) waitLocalEstimate(pool *Pool, st *candState) {
 	switch {
 	case pool.AssumeWait != nil:
 		st.waitS = max(0, min(pool.AssumeWait.Seconds(), maxEstimate.Seconds()))
+	case e.job.StartIn != nil:
+		st.waitS = max(0, min(e.job.StartIn.Seconds(), maxEstimate.Seconds()))
 	case e.job.GPUs <= 0:
 		st.waitS = 0
 	case e.joinWait(pool, st):

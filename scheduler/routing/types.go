@@ -33,6 +33,12 @@ type Job struct {
 	// spill-over: it waited its max_wait): its local wait is Waited plus
 	// the estimate, unless it could start now (estimate 0). 0 for a new job.
 	Waited time.Duration
+	// StartIn, when set, is when a queued job is expected to start on the
+	// local pool from now, as the last placement round's replay put it in
+	// its place in line: its local wait from now, in place of the wait of
+	// a new job joining the back of the queue (Pool.Joins), which counts
+	// the job's own place twice. nil for a new job.
+	StartIn *time.Duration
 	// BudgetUSD caps the job's estimated cost; 0 = none.
 	BudgetUSD float64
 	// ExpectedRuntime is the user's estimate; 0: estimate it.

@@ -186,6 +186,7 @@ type simulation struct {
 	nodes   []poolstate.NodeStatus
 	where   map[string]int          // job id → index
 	byID    map[string]*jobtype.Job // every job that arrived: a round's Jobs
+	starts  map[string]time.Time    // the last round's estimated starts: the next's Starts
 	press   poolstate.PoolPressure
 	learn   learner
 	price   float64
@@ -202,7 +203,7 @@ func newSim(setup Setup, jobs []Job) (*simulation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: config: %w", errSim, err)
 	}
-	sm := &simulation{setup: setup, rs: policy.NewRouteState(cfg), where: map[string]int{}, byID: map[string]*jobtype.Job{},
+	sm := &simulation{setup: setup, rs: policy.NewRouteState(cfg), where: map[string]int{}, byID: map[string]*jobtype.Job{}, starts: map[string]time.Time{},
 		tags: map[string][]string{}, buckets: map[string]string{}}
 	if err := sm.splitBackends(cfg); err != nil {
 		return nil, err
@@ -529,7 +530,7 @@ func (sm *simulation) round() {
 	// those holding GPUs: a round looks up no other, and the map is built
 	// once, not once a round (a backlog of thousands, rounds by the
 	// thousand). The specs the round reads are refreshed.
-	in := &policy.RoundInput{Now: sm.at(), Nodes: sm.nodes, Jobs: sm.byID,
+	in := &policy.RoundInput{Now: sm.at(), Nodes: sm.nodes, Jobs: sm.byID, Starts: sm.starts,
 		Routing: sm.routingInput(), Pressure: sm.press, Pending: make([]string, 0, len(sm.pending))}
 	for _, i := range sm.pending {
 		sj := &sm.jobs[i]
@@ -567,6 +568,14 @@ func (sm *simulation) round() {
 		sm.pending = slices.DeleteFunc(sm.pending, func(i int) bool { return started[i] })
 		for i := range started {
 			sm.jobs[i].queued = false
+		}
+	}
+	// The waiting jobs' estimated starts, for the next round, as the live
+	// placer keeps them (policy.RoundInput.Starts).
+	clear(sm.starts)
+	for _, w := range plan.Place.Waits {
+		if !w.EstimatedStart.IsZero() {
+			sm.starts[w.JobID] = w.EstimatedStart
 		}
 	}
 }
@@ -750,7 +759,7 @@ const (
 	learnDefault = time.Hour
 	// lowerRunning is the quantile of a running job's remaining run time
 	// that the policy is told (learner).
-	lowerRunning = 0.3
+	lowerRunning = 0.25
 )
 
 func (l *learner) add(gpus int, d time.Duration) {

@@ -44,15 +44,12 @@ func TestSimulateAgainstReference(t *testing.T) {
 			t.Fatalf("run order: %s", sums[i+1].Estimates)
 		}
 		// The issue asks this of learned estimates; hint:1.0 and oracle
-		// are held to it too. Learned's mean wait is not, here: with the
-		// estimates chosen on all four shared clusters it is 1.24× at 64
-		// GPUs and 1.55× at 128 (docs/simulate.md); TestSimulateFourClusters
-		// holds the bounds each cluster meets.
+		// are held to it too.
 		for _, l := range sums[i+1 : i+4] {
 			if r := l.TotalCostUSD / ref.TotalCostUSD; r > 1.05 {
 				t.Errorf("%d owned, %s: total cost %.3f× the reference's; want ≤ 1.05", l.Owned, l.Estimates, r)
 			}
-			if r := l.Wait.MeanS / ref.Wait.MeanS; r > 1.5 && l.Estimates != "learned" {
+			if r := l.Wait.MeanS / ref.Wait.MeanS; r > 1.5 {
 				t.Errorf("%d owned, %s: mean wait %.2f× the reference's; want ≤ 1.5", l.Owned, l.Estimates, r)
 			}
 			if l.Wait.P95S > 2*3600 {
@@ -63,8 +60,8 @@ func TestSimulateAgainstReference(t *testing.T) {
 }
 
 // TestSimulateSweepOptimum is the second: over 32..256/32 the policy's
-// cost-optimal pool is the reference's, in 128–160, neither end of the
-// range, and owning beats renting everything.
+// cost-optimal pool is within one step of the reference's, in 128–160,
+// neither end of the range, and owning beats renting everything.
 func TestSimulateSweepOptimum(t *testing.T) {
 	jobs, setup := simTrace(t)
 	var runs []Run
@@ -90,8 +87,10 @@ func TestSimulateSweepOptimum(t *testing.T) {
 	if !(be > 256) || !extra {
 		t.Errorf("break-even %.1f (extrapolated %v); want past 256, extrapolated", be, extra)
 	}
-	if po != ro {
-		t.Errorf("the policy's optimum is %d GPUs, the reference's %d", po, ro)
+	// Within one step of the sweep (issue #25's bound; on a 16-GPU sweep
+	// both are at 144, TestSimulateFourClusters).
+	if po < ro-32 || po > ro+32 {
+		t.Errorf("the policy's optimum is %d GPUs, the reference's %d: more than one step apart", po, ro)
 	}
 	if po < 128 || po > 160 {
 		t.Errorf("optimum %d GPUs; want 128–160 for this trace at these prices", po)
@@ -221,9 +220,9 @@ func TestSimulateSmall(t *testing.T) {
 	if got := l.queued(8); got != 3*time.Hour {
 		t.Errorf("queued 8-GPU job with none ended: %s; want all jobs' median 3h", got)
 	}
-	// Running: the 0.3 quantile of those that ran longer than it has.
+	// Running: the 0.25 quantile of those that ran longer than it has.
 	if got := l.running(1, 0); got != 2*time.Hour {
-		t.Errorf("running, 0 elapsed: %s; want 2h (the 0.3 quantile of 1h…10h)", got)
+		t.Errorf("running, 0 elapsed: %s; want 2h (the 0.25 quantile of 1h…10h)", got)
 	}
 	if got := l.running(1, 150*time.Minute); got != 3*time.Hour {
 		t.Errorf("running, 2h30m elapsed: %s; want 3h (of 3h, 4h, 10h)", got)
