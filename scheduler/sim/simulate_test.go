@@ -232,6 +232,19 @@ func TestSimulateSmall(t *testing.T) {
 	}
 }
 
+// TestScaleArrivals: the same jobs, submits divided by the factor, run
+// times and the input untouched.
+func TestScaleArrivals(t *testing.T) {
+	jobs := []Job{{ID: "a", Submit: 0, Duration: time.Hour}, {ID: "b", Submit: 3 * time.Hour, Duration: 2 * time.Hour}}
+	got := ScaleArrivals(jobs, 1.5)
+	if got[0].Submit != 0 || got[1].Submit != 2*time.Hour || got[1].Duration != 2*time.Hour || jobs[1].Submit != 3*time.Hour {
+		t.Fatalf("scaled %+v (input now %+v); want b at 2h, its 2h run kept, the input as it was", got, jobs)
+	}
+	if same := ScaleArrivals(jobs, 1); &same[0] != &jobs[0] {
+		t.Error("factor 1 copied the jobs")
+	}
+}
+
 // TestSimulateBadInput: errors name the field and the value.
 func TestSimulateBadInput(t *testing.T) {
 	_, setup := simTrace(t)
