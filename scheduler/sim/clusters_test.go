@@ -1,3 +1,11 @@
+//go:build !race
+
+// The four-cluster replays are one goroutine's CPU work a run, about 7×
+// slower under the race detector (20 minutes, not 2); scripts/test.sh
+// runs this file without -race, after the race run of everything else,
+// which covers RunAll's goroutines (TestSimulateAgainstReference and
+// others).
+
 package sim
 
 import (
