@@ -139,13 +139,7 @@ func (r *rerouter) earlySpill(j *jobtype.Job, start time.Time) *jobtype.Job {
 	if rp.Held != "" || rp.Route == nil || rp.Route.Kind == routecfg.KindLocal || rp.Decision.Waiting {
 		return nil
 	}
-	r.plan.Reroutes = append(r.plan.Reroutes, rp)
-	if rp.Reserve && j.BudgetReservedUSD == 0 {
-		addReserved(&r.rsnap, j.Team, rp.Decision)
-	}
-	jc := *j
-	jc.Route, jc.Held = rp.Route, rp.Held
-	return &jc
+	return r.record(j, rp)
 }
 
 // rerouter makes a round's routing decisions: plan gathers them (and the
@@ -166,7 +160,12 @@ func (r *rerouter) reroute(j *jobtype.Job, path string, start time.Time) *jobtyp
 		r.plan.OffWaits = append(r.plan.OffWaits, OffWait{j.ID, "routing", "waiting for its routing decision (" + path + ")"})
 		return nil
 	}
-	rp := decideRoute(j, path, r.rs, r.rsnap, r.now, start)
+	return r.record(j, decideRoute(j, path, r.rs, r.rsnap, r.now, start))
+}
+
+// record adds decision rp about job j to the plan and returns the job as
+// it will be once the route is stored.
+func (r *rerouter) record(j *jobtype.Job, rp Reroute) *jobtype.Job {
 	r.plan.Reroutes = append(r.plan.Reroutes, rp)
 	if rp.Reserve && j.BudgetReservedUSD == 0 {
 		// What the next decision's read would have seen of it (a job
