@@ -74,6 +74,24 @@ func (r *reaper) run(ctx context.Context) {
 		return
 	}
 	now := time.Now()
+	expired := r.expired(leases, now)
+	if len(expired) == 0 {
+		r.holdSince = time.Time{}
+		return
+	}
+	reap := expired
+	if errAt := r.lastRedisError(); !errAt.IsZero() {
+		if reap, err = r.holdOff(ctx, expired, errAt, now); err != nil {
+			r.sawRedis(err)
+			return
+		}
+	}
+	r.reapLeases(ctx, reap)
+}
+
+// expired is the leases of leases that ended more than the grace before
+// now, but for cloud attempts'.
+func (r *reaper) expired(leases []jobstore.Lease, now time.Time) []jobstore.Lease {
 	var expired []jobstore.Lease
 	for _, l := range leases {
 		// A cloud attempt's lease says which AWS worker watches it; when it
@@ -87,42 +105,48 @@ func (r *reaper) run(ctx context.Context) {
 			expired = append(expired, l)
 		}
 	}
-	if len(expired) == 0 {
+	return expired
+}
+
+// holdOff is the leases of expired to reap now that this scheduler saw a
+// Redis error at errAt: a lease that may have lapsed in that blip (it
+// ended within LeaseTTL of the error, or after it) and whose node the
+// heartbeats do not show dead is held off, for up to MassExpiryWait since
+// the reaper first held one; then it is reaped with the rest.
+func (r *reaper) holdOff(ctx context.Context, expired []jobstore.Lease, errAt, now time.Time) ([]jobstore.Lease, error) {
+	nodes, err := r.store.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var reap, held []jobstore.Lease
+	for _, l := range expired {
+		if errAt.After(l.Until.Add(-r.leaseTTL)) && !nodeDeadSince(nodes, l.Node, errAt) {
+			held = append(held, l)
+		} else {
+			reap = append(reap, l)
+		}
+	}
+	switch {
+	case len(held) == 0:
 		r.holdSince = time.Time{}
-		return
+	case r.holdSince.IsZero() || now.Sub(r.holdSince) < r.massExpiryWait:
+		if r.holdSince.IsZero() {
+			r.holdSince = now
+		}
+		r.log.Warn("reaper: leases expired while this scheduler could not reach Redis (a blip, not dead workers?); waiting instead of reaping them",
+			slog.Int("held", len(held)), slog.Time("redis_error_at", errAt), slog.Duration("waited", now.Sub(r.holdSince)),
+			slog.Duration("at_most", r.massExpiryWait))
+	default: // held long enough: reap them, and the next blip waits afresh
+		reap = append(reap, held...)
+		r.holdSince = time.Time{}
 	}
-	reap := expired
-	if errAt := r.lastRedisError(); !errAt.IsZero() {
-		nodes, err := r.store.Nodes(ctx)
-		if err != nil {
-			r.sawRedis(err)
-			return
-		}
-		reap = nil
-		var held []jobstore.Lease
-		for _, l := range expired {
-			if errAt.After(l.Until.Add(-r.leaseTTL)) && !nodeDeadSince(nodes, l.Node, errAt) {
-				held = append(held, l)
-			} else {
-				reap = append(reap, l)
-			}
-		}
-		switch {
-		case len(held) == 0:
-			r.holdSince = time.Time{}
-		case r.holdSince.IsZero() || now.Sub(r.holdSince) < r.massExpiryWait:
-			if r.holdSince.IsZero() {
-				r.holdSince = now
-			}
-			r.log.Warn("reaper: leases expired while this scheduler could not reach Redis (a blip, not dead workers?); waiting instead of reaping them",
-				slog.Int("held", len(held)), slog.Time("redis_error_at", errAt), slog.Duration("waited", now.Sub(r.holdSince)),
-				slog.Duration("at_most", r.massExpiryWait))
-		default: // held long enough: reap them, and the next blip waits afresh
-			reap = append(reap, held...)
-			r.holdSince = time.Time{}
-		}
-	}
-	for _, l := range reap {
+	return reap, nil
+}
+
+// reapLeases requeues the attempt of each of leases as a new attempt;
+// it stops at a fenced write (this scheduler lost the lease).
+func (r *reaper) reapLeases(ctx context.Context, leases []jobstore.Lease) {
+	for _, l := range leases {
 		err := r.store.Reap(ctx, l.ID, l.Attempt, r.grace, r.fence())
 		switch {
 		case err == nil:
