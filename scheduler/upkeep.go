@@ -239,34 +239,48 @@ func (d *repairer) run(ctx context.Context) {
 			continue
 		}
 		if !live[j.Node] && !jobtype.IsCloudNode(j.Node) {
-			// Its node died before claiming it (heartbeat expired): no one
-			// will take the task; the attempt goes back to the queue and is
-			// placed again. A worker that comes back finds its claim stale.
-			d.log.Warn("repair: dispatched to a node that is gone; requeueing", slog.String("job_id", j.ID),
-				slog.Int("attempt", j.Attempt), slog.String("node", j.Node))
-			if err := d.store.Requeue(ctx, j.ID, j.Attempt, "node lost", "node "+j.Node+" stopped heartbeating before the attempt started"); err != nil {
-				d.log.Warn("repair: requeue", slog.String("job_id", j.ID), slog.Any("err", err))
-			}
+			d.requeueLost(ctx, j)
 			continue
 		}
-		q, tid := jobtype.NodeQueue(j.Node), jobtype.TaskID(j.ID, j.Attempt)
-		info, err := d.tasks.GetTaskInfo(q, tid)
-		switch {
-		case err == nil && (info.State == asynq.TaskStatePending || info.State == asynq.TaskStateActive || info.State == asynq.TaskStateScheduled):
-			continue
-		case err == nil:
-			// Archived or completed while the job is still dispatched: the
-			// handler never claimed it. Remove and enqueue again.
-			_ = d.tasks.DeleteTask(q, tid)
-		case !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound):
-			continue
-		}
-		if cur, err := d.store.Get(ctx, j.ID); err != nil || cur.State != jobtype.StateDispatched || cur.Attempt != j.Attempt {
-			continue
-		}
-		d.log.Warn("repair: dispatched attempt had no task; enqueueing again", slog.String("job_id", j.ID), slog.Int("attempt", j.Attempt))
-		d.queue.enqueue(ctx, j.ID, j.Attempt, j.Node, j.Spec.MaxRuntime.D())
+		d.enqueueMissing(ctx, j)
 	}
+}
+
+// requeueLost puts dispatched attempt j back in the queue: its node died
+// before claiming it (heartbeat expired), so no one will take the task;
+// the attempt is placed again. A worker that comes back finds its claim
+// stale.
+func (d *repairer) requeueLost(ctx context.Context, j *jobtype.Job) {
+	d.log.Warn("repair: dispatched to a node that is gone; requeueing", slog.String("job_id", j.ID),
+		slog.Int("attempt", j.Attempt), slog.String("node", j.Node))
+	if err := d.store.Requeue(ctx, j.ID, j.Attempt, "node lost", "node "+j.Node+" stopped heartbeating before the attempt started"); err != nil {
+		d.log.Warn("repair: requeue", slog.String("job_id", j.ID), slog.Any("err", err))
+	}
+}
+
+// enqueueMissing enqueues dispatched attempt j's task again when its node's
+// queue does not hold it (pending, active or scheduled) and the store
+// still has j dispatched at that attempt; a task archived or completed
+// unclaimed is deleted first. An error asking asynq leaves it for the
+// next pass.
+func (d *repairer) enqueueMissing(ctx context.Context, j *jobtype.Job) {
+	q, tid := jobtype.NodeQueue(j.Node), jobtype.TaskID(j.ID, j.Attempt)
+	info, err := d.tasks.GetTaskInfo(q, tid)
+	switch {
+	case err == nil && (info.State == asynq.TaskStatePending || info.State == asynq.TaskStateActive || info.State == asynq.TaskStateScheduled):
+		return
+	case err == nil:
+		// Archived or completed while the job is still dispatched: the
+		// handler never claimed it. Remove and enqueue again.
+		_ = d.tasks.DeleteTask(q, tid)
+	case !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound):
+		return
+	}
+	if cur, err := d.store.Get(ctx, j.ID); err != nil || cur.State != jobtype.StateDispatched || cur.Attempt != j.Attempt {
+		return
+	}
+	d.log.Warn("repair: dispatched attempt had no task; enqueueing again", slog.String("job_id", j.ID), slog.Int("attempt", j.Attempt))
+	d.queue.enqueue(ctx, j.ID, j.Attempt, j.Node, j.Spec.MaxRuntime.D())
 }
 
 // pruneEvery is how often the leader applies the retention of finished jobs.
