@@ -340,25 +340,9 @@ func (d *sweeper) guard(ctx context.Context, id string) (bool, error) {
 	if err != nil || (sw.BudgetUSD <= 0 && sw.BudgetGPUHours <= 0) {
 		return false, err
 	}
-	// A running trial holds its sweep reservation until settled: the
-	// active set is all that can be running (not every trial of a sweep
-	// of 10,000 each pass).
-	sets, err := d.store.SweepSetsOf(ctx, id)
+	usd, gpuh, err := d.spent(ctx, sw)
 	if err != nil {
 		return false, err
-	}
-	active, err := d.store.GetMany(ctx, sets.ActiveIDs)
-	if err != nil {
-		return false, err
-	}
-	cfg, now := d.routing().Config, time.Now()
-	usd, gpuh := sw.SpentUSD, sw.SpentGPUHours
-	for _, j := range active {
-		if j != nil && j.Trial != nil && j.State == jobtype.StateRunning {
-			u, g := policy.JobUsageAt(cfg, j, now)
-			usd += max(u-j.Trial.SettledUSD, 0)
-			gpuh += max(g-j.Trial.SettledGPUHours, 0)
-		}
 	}
 	over := ""
 	switch {
@@ -369,22 +353,59 @@ func (d *sweeper) guard(ctx context.Context, id string) (bool, error) {
 	default:
 		return false, nil
 	}
+	if err := d.stopTrials(ctx, id, over); err != nil {
+		return true, err
+	}
+	d.log.Warn("sweep cap reached: trials stopped", slog.String("sweep_id", id), slog.String("why", over))
+	return true, nil
+}
+
+// spent is what sweep sw has cost so far, in dollars and GPU-hours: its
+// settled spend plus what its running trials have cost beyond what was
+// settled of them, accrued to now at the prices in force.
+func (d *sweeper) spent(ctx context.Context, sw *jobtype.Sweep) (usd, gpuh float64, err error) {
+	// A running trial holds its sweep reservation until settled: the
+	// active set is all that can be running (not every trial of a sweep
+	// of 10,000 each pass).
+	sets, err := d.store.SweepSetsOf(ctx, sw.ID)
+	if err != nil {
+		return 0, 0, err
+	}
+	active, err := d.store.GetMany(ctx, sets.ActiveIDs)
+	if err != nil {
+		return 0, 0, err
+	}
+	cfg, now := d.routing().Config, time.Now()
+	usd, gpuh = sw.SpentUSD, sw.SpentGPUHours
+	for _, j := range active {
+		if j != nil && j.Trial != nil && j.State == jobtype.StateRunning {
+			u, g := policy.JobUsageAt(cfg, j, now)
+			usd += max(u-j.Trial.SettledUSD, 0)
+			gpuh += max(g-j.Trial.SettledGPUHours, 0)
+		}
+	}
+	return usd, gpuh, nil
+}
+
+// stopTrials stops every trial of sweep id not ended nor asked to stop
+// already, reason budget with message why; a dispatched or running one is
+// told at once (stopTrial).
+func (d *sweeper) stopTrials(ctx context.Context, id, why string) error {
 	jobs, err := d.store.SweepTrials(ctx, id, 0, 0)
 	if err != nil {
-		return true, err
+		return err
 	}
 	for _, j := range jobs {
 		if j == nil || j.Trial == nil || j.State.Terminal() || j.Trial.StopRequested != "" {
 			continue
 		}
-		st, err := d.store.Stop(ctx, j.ID, jobtype.ReasonBudget, over)
+		st, err := d.store.Stop(ctx, j.ID, jobtype.ReasonBudget, why)
 		if err != nil && !errors.Is(err, jobstore.ErrConflict) {
-			return true, err
+			return err
 		}
 		if st == jobtype.StateDispatched || st == jobtype.StateRunning {
 			d.stopTrial(ctx, j, st)
 		}
 	}
-	d.log.Warn("sweep cap reached: trials stopped", slog.String("sweep_id", id), slog.String("why", over))
-	return true, nil
+	return nil
 }
