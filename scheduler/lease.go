@@ -67,7 +67,7 @@ func (l *lease) release() {
 }
 
 // sawRedis notes err, when it is one, as a Redis error this scheduler saw
-// itself: the reaper holds off leases that expired around it (reaper.run).
+// itself: the reaper holds off leases that expired around it (reaper.holdOff).
 func (l *lease) sawRedis(err error) {
 	if err != nil && !errors.Is(err, redis.Nil) {
 		l.redisErrAt.Store(time.Now().UnixMilli())

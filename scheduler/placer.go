@@ -37,6 +37,9 @@ type placer struct {
 	lastFP    string    // fingerprint of the last round's inputs
 	lastRound time.Time // when the last full round ran
 	hadWaits  bool      // the last round wrote waiting jobs
+	// starts are the estimated starts of the jobs the last round left
+	// waiting (policy.RoundInput.Starts); this leader's own, lost with it.
+	starts map[string]time.Time
 	// jobs are the records the last round read, decoded: a round reads
 	// every record again but decodes only those whose stored fields
 	// changed (jobstore.GetManyCached). Read-only to the round; nil
@@ -84,6 +87,13 @@ func (p *placer) round(ctx context.Context) {
 	}
 	plan := policy.DecideRound(in, p.router.Routing(), policy.RoundOptions{DefaultMaxRuntime: p.maxRuntime})
 	p.apply(ctx, in, plan, fp)
+	starts := make(map[string]time.Time, len(plan.Place.Waits))
+	for _, w := range plan.Place.Waits {
+		if !w.EstimatedStart.IsZero() {
+			starts[w.JobID] = w.EstimatedStart
+		}
+	}
+	p.starts = starts
 	p.observeRound(time.Since(start).Seconds())
 }
 
@@ -113,7 +123,7 @@ func (p *placer) read(ctx context.Context) (in *policy.RoundInput, fp string, ok
 	if fp == p.lastFP && time.Since(p.lastRound) < placeRefresh {
 		return nil, "", false
 	}
-	in = &policy.RoundInput{Now: now, Nodes: nodes, BudgetEpoch: epoch}
+	in = &policy.RoundInput{Now: now, Nodes: nodes, BudgetEpoch: epoch, Starts: p.starts}
 	if err := p.readJobs(ctx, in); err != nil {
 		p.log.Warn("placer: snapshot", slog.Any("err", err))
 		return nil, "", false

@@ -130,6 +130,10 @@ func (r *reconciler) pass(ctx context.Context) {
 	}
 }
 
+// reconcileBackend is one pass over cloud backend: list its managed
+// instances, read the jobs they run (liveAttempts), terminate those that
+// run no live attempt (terminateOrphans), and end the cancelled attempts
+// whose worker is down (endCancelledCloudAttempts).
 func (r *reconciler) reconcileBackend(ctx context.Context, backend string, api CloudInstances) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -141,12 +145,28 @@ func (r *reconciler) reconcileBackend(ctx context.Context, backend string, api C
 		log.Warn("list managed instances failed; terminating nothing this pass", slog.Any("err", err))
 		return
 	}
-	live := map[string]int{}
-	jobs := map[string]*jobtype.Job{}
+	var mine []cloud.Instance // another backend's (same cluster) are its own pass's
 	for _, in := range insts {
-		if in.Backend != backend {
-			continue // another backend's (same cluster): its own pass
+		if in.Backend == backend {
+			mine = append(mine, in)
 		}
+	}
+	jobs, live, err := r.liveAttempts(ctx, backend, mine)
+	if err != nil {
+		r.counters.failures.Add(1)
+		log.Warn("read the store failed; terminating nothing this pass", slog.Any("err", err))
+		return
+	}
+	terminated := r.terminateOrphans(ctx, log, api, cloud.Orphans(mine, live, time.Now(), r.grace), jobs)
+	r.endCancelledCloudAttempts(ctx, log, backend, api, mine, terminated)
+}
+
+// liveAttempts reads the job each of backend's instances insts runs (by
+// its tags): jobs by id (a job not found is left out) and, of those, the
+// attempt of each whose attempt is live on backend (liveCloudAttempt).
+func (r *reconciler) liveAttempts(ctx context.Context, backend string, insts []cloud.Instance) (jobs map[string]*jobtype.Job, live map[string]int, err error) {
+	jobs, live = map[string]*jobtype.Job{}, map[string]int{}
+	for _, in := range insts {
 		id, _, ok := in.JobAttempt()
 		if !ok || jobs[id] != nil {
 			continue
@@ -156,23 +176,22 @@ func (r *reconciler) reconcileBackend(ctx context.Context, backend string, api C
 		case errors.Is(err, jobstore.ErrNotFound):
 			continue // no job: not live
 		case err != nil:
-			r.counters.failures.Add(1)
-			log.Warn("read the store failed; terminating nothing this pass", slog.Any("err", err))
-			return
+			return nil, nil, err
 		}
 		jobs[id] = j
 		if liveCloudAttempt(j, backend) {
 			live[id] = j.Attempt
 		}
 	}
-	var mine []cloud.Instance
-	for _, in := range insts {
-		if in.Backend == backend {
-			mine = append(mine, in)
-		}
-	}
+	return jobs, live, nil
+}
+
+// terminateOrphans terminates each of orphans (instances that run no
+// live attempt; jobs holds the jobs read for them, to log why) and
+// reports which it terminated, by instance id.
+func (r *reconciler) terminateOrphans(ctx context.Context, log *slog.Logger, api CloudInstances, orphans []cloud.Instance, jobs map[string]*jobtype.Job) map[string]bool {
 	terminated := map[string]bool{}
-	for _, in := range cloud.Orphans(mine, live, time.Now(), r.grace) {
+	for _, in := range orphans {
 		id, attempt, _ := in.JobAttempt()
 		why := "no job " + id
 		if j := jobs[id]; j != nil {
@@ -189,7 +208,7 @@ func (r *reconciler) reconcileBackend(ctx context.Context, backend string, api C
 			slog.Duration("age", time.Since(in.LaunchTime).Round(time.Second)), slog.Int64("terminated_total", n))
 		terminated[in.ID] = true
 	}
-	r.endCancelledCloudAttempts(ctx, log, backend, api, mine, terminated)
+	return terminated
 }
 
 // liveCloudAttempt: the job's current attempt runs on backend and may go

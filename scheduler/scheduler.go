@@ -76,7 +76,7 @@ type Config struct {
 	ReapGrace time.Duration
 	// MassExpiryWait: when an attempt's lease expired while this scheduler
 	// itself could not reach Redis (a Redis blip, not a dead worker: see
-	// reaper.run), the reaper holds off this long before it reaps it anyway.
+	// reaper.holdOff), the reaper holds off this long before it reaps it anyway.
 	// Default 2m.
 	MassExpiryWait time.Duration
 	// LeaseTTL is the workers' attempt lease (worker.lease_ttl), the window

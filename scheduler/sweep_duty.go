@@ -68,27 +68,18 @@ func (d *sweeper) run(ctx context.Context) {
 	}
 }
 
-// drive is one pass over one running sweep.
+// drive is one pass over one running sweep: a cancelled one is finished
+// (finishCancelled), an admitting one whose filler is gone is resumed, a
+// running one is advanced (advance).
 func (d *sweeper) drive(ctx context.Context, id string) error {
 	sw, err := d.store.GetSweep(ctx, id)
 	if err != nil {
 		return err
 	}
-	if sw.State == jobtype.SweepCancelled {
-		// A cancel cut short (its request timed out, its scheduler died)
-		// left trials not ended: the duty finishes it (cancelling again
-		// is a no-op for those ended). Then its trials end as their
-		// cancels land: settle them, then let it go.
-		if _, err := d.store.CancelSweep(ctx, id); err != nil && !errors.Is(err, jobstore.ErrConflict) {
-			return err
-		}
-		if err := d.settle(ctx, sw); err != nil {
-			return err
-		}
-		_, err := d.store.FinishSweep(ctx, id)
-		return err
-	}
-	if sw.State == jobtype.SweepAdmitting {
+	switch sw.State {
+	case jobtype.SweepCancelled:
+		return d.finishCancelled(ctx, sw)
+	case jobtype.SweepAdmitting:
 		// Stored in chunks by the request's filler; one that died (its
 		// scheduler stopped, Redis failed under it) is resumed here once
 		// its lease lapses.
@@ -96,39 +87,69 @@ func (d *sweeper) drive(ctx context.Context, id string) error {
 			return err
 		}
 		return nil
+	case jobtype.SweepRunning:
+		return d.advance(ctx, sw)
 	}
-	if sw.State != jobtype.SweepRunning {
-		return nil
-	}
-	sp, err := sweepspec.Parse(sw.Spec, sweepspec.Options{})
-	if err != nil {
-		return fmt.Errorf("sweep %s: its stored spec: %w", id, err)
+	return nil
+}
+
+// finishCancelled finishes cancelled sweep sw. A cancel cut short (its
+// request timed out, its scheduler died) left trials not ended: the duty
+// finishes it (cancelling again is a no-op for those ended). Then its
+// trials end as their cancels land: settle them, then let it go.
+func (d *sweeper) finishCancelled(ctx context.Context, sw *jobtype.Sweep) error {
+	if _, err := d.store.CancelSweep(ctx, sw.ID); err != nil && !errors.Is(err, jobstore.ErrConflict) {
+		return err
 	}
 	if err := d.settle(ctx, sw); err != nil {
 		return err
 	}
-	if capped, err := d.guard(ctx, id); err != nil || capped {
+	_, err := d.store.FinishSweep(ctx, sw.ID)
+	return err
+}
+
+// advance is one pass over running sweep sw: settle its ended trials,
+// stop them all when a budget caps it (guard), apply its search's
+// decisions (search), admit its waiting trials, and end it when nothing
+// more will run (conclude).
+func (d *sweeper) advance(ctx context.Context, sw *jobtype.Sweep) error {
+	sp, err := sweepspec.Parse(sw.Spec, sweepspec.Options{})
+	if err != nil {
+		return fmt.Errorf("sweep %s: its stored spec: %w", sw.ID, err)
+	}
+	if err := d.settle(ctx, sw); err != nil {
+		return err
+	}
+	if capped, err := d.guard(ctx, sw.ID); err != nil || capped {
 		if err != nil {
 			return err
 		}
 		// Capped: nothing more is admitted or promoted; the sweep is done
 		// once its stopped trials have ended and settled (else it stayed
 		// running, capped again on every pass).
-		_, err := d.store.FinishSweep(ctx, id)
+		_, err := d.store.FinishSweep(ctx, sw.ID)
 		return err
 	}
 	blocked, err := d.search(ctx, sw, sp)
 	if err != nil {
 		return err
 	}
-	adm, err := d.store.AdmitTrials(ctx, id)
+	adm, err := d.store.AdmitTrials(ctx, sw.ID)
 	if err != nil {
 		return err
 	}
 	if len(adm.IDs) > 0 {
 		d.wake()
 	}
-	sets, err := d.store.SweepSetsOf(ctx, id)
+	return d.conclude(ctx, sw, adm, blocked)
+}
+
+// conclude ends running sweep sw after a pass that admitted adm, blocked
+// saying why its search's promotion did not fit the sweep's budget (""
+// when none was refused): its waiting trials are stopped when nothing
+// will ever run them, and the sweep is finished when no trial is left.
+func (d *sweeper) conclude(ctx context.Context, sw *jobtype.Sweep, adm jobstore.Admitted, blocked string) error {
+	sets, err := d.store.SweepSetsOf(ctx, sw.ID)
 	if err != nil {
 		return err
 	}
@@ -144,9 +165,9 @@ func (d *sweeper) drive(ctx context.Context, id string) error {
 		return d.stopWaiting(ctx, sw, why)
 	}
 	if sets.Active == 0 && sets.Paused == 0 && sets.Waiting == 0 {
-		if done, err := d.store.FinishSweep(ctx, id); err != nil || done {
+		if done, err := d.store.FinishSweep(ctx, sw.ID); err != nil || done {
 			if done {
-				d.log.Info("sweep done", slog.String("sweep_id", id))
+				d.log.Info("sweep done", slog.String("sweep_id", sw.ID))
 			}
 			return err
 		}
@@ -319,25 +340,9 @@ func (d *sweeper) guard(ctx context.Context, id string) (bool, error) {
 	if err != nil || (sw.BudgetUSD <= 0 && sw.BudgetGPUHours <= 0) {
 		return false, err
 	}
-	// A running trial holds its sweep reservation until settled: the
-	// active set is all that can be running (not every trial of a sweep
-	// of 10,000 each pass).
-	sets, err := d.store.SweepSetsOf(ctx, id)
+	usd, gpuh, err := d.spent(ctx, sw)
 	if err != nil {
 		return false, err
-	}
-	active, err := d.store.GetMany(ctx, sets.ActiveIDs)
-	if err != nil {
-		return false, err
-	}
-	cfg, now := d.routing().Config, time.Now()
-	usd, gpuh := sw.SpentUSD, sw.SpentGPUHours
-	for _, j := range active {
-		if j != nil && j.Trial != nil && j.State == jobtype.StateRunning {
-			u, g := policy.JobUsageAt(cfg, j, now)
-			usd += max(u-j.Trial.SettledUSD, 0)
-			gpuh += max(g-j.Trial.SettledGPUHours, 0)
-		}
 	}
 	over := ""
 	switch {
@@ -348,22 +353,59 @@ func (d *sweeper) guard(ctx context.Context, id string) (bool, error) {
 	default:
 		return false, nil
 	}
+	if err := d.stopTrials(ctx, id, over); err != nil {
+		return true, err
+	}
+	d.log.Warn("sweep cap reached: trials stopped", slog.String("sweep_id", id), slog.String("why", over))
+	return true, nil
+}
+
+// spent is what sweep sw has cost so far, in dollars and GPU-hours: its
+// settled spend plus what its running trials have cost beyond what was
+// settled of them, accrued to now at the prices in force.
+func (d *sweeper) spent(ctx context.Context, sw *jobtype.Sweep) (usd, gpuh float64, err error) {
+	// A running trial holds its sweep reservation until settled: the
+	// active set is all that can be running (not every trial of a sweep
+	// of 10,000 each pass).
+	sets, err := d.store.SweepSetsOf(ctx, sw.ID)
+	if err != nil {
+		return 0, 0, err
+	}
+	active, err := d.store.GetMany(ctx, sets.ActiveIDs)
+	if err != nil {
+		return 0, 0, err
+	}
+	cfg, now := d.routing().Config, time.Now()
+	usd, gpuh = sw.SpentUSD, sw.SpentGPUHours
+	for _, j := range active {
+		if j != nil && j.Trial != nil && j.State == jobtype.StateRunning {
+			u, g := policy.JobUsageAt(cfg, j, now)
+			usd += max(u-j.Trial.SettledUSD, 0)
+			gpuh += max(g-j.Trial.SettledGPUHours, 0)
+		}
+	}
+	return usd, gpuh, nil
+}
+
+// stopTrials stops every trial of sweep id not ended nor asked to stop
+// already, reason budget with message why; a dispatched or running one is
+// told at once (stopTrial).
+func (d *sweeper) stopTrials(ctx context.Context, id, why string) error {
 	jobs, err := d.store.SweepTrials(ctx, id, 0, 0)
 	if err != nil {
-		return true, err
+		return err
 	}
 	for _, j := range jobs {
 		if j == nil || j.Trial == nil || j.State.Terminal() || j.Trial.StopRequested != "" {
 			continue
 		}
-		st, err := d.store.Stop(ctx, j.ID, jobtype.ReasonBudget, over)
+		st, err := d.store.Stop(ctx, j.ID, jobtype.ReasonBudget, why)
 		if err != nil && !errors.Is(err, jobstore.ErrConflict) {
-			return true, err
+			return err
 		}
 		if st == jobtype.StateDispatched || st == jobtype.StateRunning {
 			d.stopTrial(ctx, j, st)
 		}
 	}
-	d.log.Warn("sweep cap reached: trials stopped", slog.String("sweep_id", id), slog.String("why", over))
-	return true, nil
+	return nil
 }

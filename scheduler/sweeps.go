@@ -236,23 +236,46 @@ func (ad *admission) admitSweep(ctx context.Context, req plane.SweepRequest) (*j
 	if err != nil {
 		return nil, false, err
 	}
-	if hold := ad.cfg.TestHoldScheduledSweep; hold > 0 && req.Schedule != "" {
-		// A test hook (lathed: LATHE_TEST_HOLD_SCHEDULED_SWEEP): the sweep
-		// is expanded, nothing of it is stored, and the test kills this
-		// leader now.
-		ad.log.Warn("test hook: holding a planned scheduled sweep before storing it", slog.String("sweep_id", req.ID), slog.Duration("hold", hold))
-		select {
-		case <-ctx.Done():
-			return nil, false, ctx.Err()
-		case <-time.After(hold):
-		}
+	if err := ad.testHold(ctx, req); err != nil {
+		return nil, false, err
 	}
 	sw, existed, err := ad.store.StoreTrials(ctx, ad.cfg.Ledger, f.chunk(first), f.owner)
 	if err != nil || existed {
 		return sw, existed, unknownOutcome(err)
 	}
+	ad.fillInline(ctx, f, sw)
+	if sw, err = ad.store.GetSweep(context.WithoutCancel(ctx), req.ID); err != nil {
+		return nil, false, unknownOutcome(err)
+	}
+	return sw, false, nil
+}
+
+// testHold is a test hook (lathed: LATHE_TEST_HOLD_SCHEDULED_SWEEP): a
+// scheduled sweep is expanded, nothing of it is stored, and admitSweep
+// waits Config.TestHoldScheduledSweep (or until ctx ends: its error) for
+// the test to kill this leader. Without the hook it returns at once.
+func (ad *admission) testHold(ctx context.Context, req plane.SweepRequest) error {
+	hold := ad.cfg.TestHoldScheduledSweep
+	if hold <= 0 || req.Schedule == "" {
+		return nil
+	}
+	ad.log.Warn("test hook: holding a planned scheduled sweep before storing it", slog.String("sweep_id", req.ID), slog.Duration("hold", hold))
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(hold):
+		return nil
+	}
+}
+
+// fillInline goes on storing sweep sw's trials (f, its first chunk
+// stored) within the request: for up to SweepInlineFill when it has at
+// most checkInline trials, else not at all; what is left is stored in the
+// background (fillRest). A sweep whose filling failed stays admitting,
+// and a scheduler resumes it once its filler's lease lapses.
+func (ad *admission) fillInline(ctx context.Context, f *sweepFill, sw *jobtype.Sweep) {
 	inline := ad.cfg.SweepInlineFill
-	if exp.Len() > checkInline {
+	if f.exp.Len() > checkInline {
 		inline = 0 // answered at once, its first chunk stored: the rest behind
 	}
 	done, err := ad.fill(ctx, f, sw.Stored, time.Now().Add(inline))
@@ -264,10 +287,6 @@ func (ad *admission) admitSweep(ctx context.Context, req plane.SweepRequest) (*j
 	case !done:
 		ad.fillRest(f)
 	}
-	if sw, err = ad.store.GetSweep(context.WithoutCancel(ctx), req.ID); err != nil {
-		return nil, false, unknownOutcome(err)
-	}
-	return sw, false, nil
 }
 
 // sweepFill is a sweep being stored: its request, its trials (drawn, built

@@ -74,6 +74,24 @@ func (r *reaper) run(ctx context.Context) {
 		return
 	}
 	now := time.Now()
+	expired := r.expired(leases, now)
+	if len(expired) == 0 {
+		r.holdSince = time.Time{}
+		return
+	}
+	reap := expired
+	if errAt := r.lastRedisError(); !errAt.IsZero() {
+		if reap, err = r.holdOff(ctx, expired, errAt, now); err != nil {
+			r.sawRedis(err)
+			return
+		}
+	}
+	r.reapLeases(ctx, reap)
+}
+
+// expired is the leases of leases that ended more than the grace before
+// now, but for cloud attempts'.
+func (r *reaper) expired(leases []jobstore.Lease, now time.Time) []jobstore.Lease {
 	var expired []jobstore.Lease
 	for _, l := range leases {
 		// A cloud attempt's lease says which AWS worker watches it; when it
@@ -87,42 +105,48 @@ func (r *reaper) run(ctx context.Context) {
 			expired = append(expired, l)
 		}
 	}
-	if len(expired) == 0 {
+	return expired
+}
+
+// holdOff is the leases of expired to reap now that this scheduler saw a
+// Redis error at errAt: a lease that may have lapsed in that blip (it
+// ended within LeaseTTL of the error, or after it) and whose node the
+// heartbeats do not show dead is held off, for up to MassExpiryWait since
+// the reaper first held one; then it is reaped with the rest.
+func (r *reaper) holdOff(ctx context.Context, expired []jobstore.Lease, errAt, now time.Time) ([]jobstore.Lease, error) {
+	nodes, err := r.store.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var reap, held []jobstore.Lease
+	for _, l := range expired {
+		if errAt.After(l.Until.Add(-r.leaseTTL)) && !nodeDeadSince(nodes, l.Node, errAt) {
+			held = append(held, l)
+		} else {
+			reap = append(reap, l)
+		}
+	}
+	switch {
+	case len(held) == 0:
 		r.holdSince = time.Time{}
-		return
+	case r.holdSince.IsZero() || now.Sub(r.holdSince) < r.massExpiryWait:
+		if r.holdSince.IsZero() {
+			r.holdSince = now
+		}
+		r.log.Warn("reaper: leases expired while this scheduler could not reach Redis (a blip, not dead workers?); waiting instead of reaping them",
+			slog.Int("held", len(held)), slog.Time("redis_error_at", errAt), slog.Duration("waited", now.Sub(r.holdSince)),
+			slog.Duration("at_most", r.massExpiryWait))
+	default: // held long enough: reap them, and the next blip waits afresh
+		reap = append(reap, held...)
+		r.holdSince = time.Time{}
 	}
-	reap := expired
-	if errAt := r.lastRedisError(); !errAt.IsZero() {
-		nodes, err := r.store.Nodes(ctx)
-		if err != nil {
-			r.sawRedis(err)
-			return
-		}
-		reap = nil
-		var held []jobstore.Lease
-		for _, l := range expired {
-			if errAt.After(l.Until.Add(-r.leaseTTL)) && !nodeDeadSince(nodes, l.Node, errAt) {
-				held = append(held, l)
-			} else {
-				reap = append(reap, l)
-			}
-		}
-		switch {
-		case len(held) == 0:
-			r.holdSince = time.Time{}
-		case r.holdSince.IsZero() || now.Sub(r.holdSince) < r.massExpiryWait:
-			if r.holdSince.IsZero() {
-				r.holdSince = now
-			}
-			r.log.Warn("reaper: leases expired while this scheduler could not reach Redis (a blip, not dead workers?); waiting instead of reaping them",
-				slog.Int("held", len(held)), slog.Time("redis_error_at", errAt), slog.Duration("waited", now.Sub(r.holdSince)),
-				slog.Duration("at_most", r.massExpiryWait))
-		default: // held long enough: reap them, and the next blip waits afresh
-			reap = append(reap, held...)
-			r.holdSince = time.Time{}
-		}
-	}
-	for _, l := range reap {
+	return reap, nil
+}
+
+// reapLeases requeues the attempt of each of leases as a new attempt;
+// it stops at a fenced write (this scheduler lost the lease).
+func (r *reaper) reapLeases(ctx context.Context, leases []jobstore.Lease) {
+	for _, l := range leases {
 		err := r.store.Reap(ctx, l.ID, l.Attempt, r.grace, r.fence())
 		switch {
 		case err == nil:
@@ -215,34 +239,48 @@ func (d *repairer) run(ctx context.Context) {
 			continue
 		}
 		if !live[j.Node] && !jobtype.IsCloudNode(j.Node) {
-			// Its node died before claiming it (heartbeat expired): no one
-			// will take the task; the attempt goes back to the queue and is
-			// placed again. A worker that comes back finds its claim stale.
-			d.log.Warn("repair: dispatched to a node that is gone; requeueing", slog.String("job_id", j.ID),
-				slog.Int("attempt", j.Attempt), slog.String("node", j.Node))
-			if err := d.store.Requeue(ctx, j.ID, j.Attempt, "node lost", "node "+j.Node+" stopped heartbeating before the attempt started"); err != nil {
-				d.log.Warn("repair: requeue", slog.String("job_id", j.ID), slog.Any("err", err))
-			}
+			d.requeueLost(ctx, j)
 			continue
 		}
-		q, tid := jobtype.NodeQueue(j.Node), jobtype.TaskID(j.ID, j.Attempt)
-		info, err := d.tasks.GetTaskInfo(q, tid)
-		switch {
-		case err == nil && (info.State == asynq.TaskStatePending || info.State == asynq.TaskStateActive || info.State == asynq.TaskStateScheduled):
-			continue
-		case err == nil:
-			// Archived or completed while the job is still dispatched: the
-			// handler never claimed it. Remove and enqueue again.
-			_ = d.tasks.DeleteTask(q, tid)
-		case !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound):
-			continue
-		}
-		if cur, err := d.store.Get(ctx, j.ID); err != nil || cur.State != jobtype.StateDispatched || cur.Attempt != j.Attempt {
-			continue
-		}
-		d.log.Warn("repair: dispatched attempt had no task; enqueueing again", slog.String("job_id", j.ID), slog.Int("attempt", j.Attempt))
-		d.queue.enqueue(ctx, j.ID, j.Attempt, j.Node, j.Spec.MaxRuntime.D())
+		d.enqueueMissing(ctx, j)
 	}
+}
+
+// requeueLost puts dispatched attempt j back in the queue: its node died
+// before claiming it (heartbeat expired), so no one will take the task;
+// the attempt is placed again. A worker that comes back finds its claim
+// stale.
+func (d *repairer) requeueLost(ctx context.Context, j *jobtype.Job) {
+	d.log.Warn("repair: dispatched to a node that is gone; requeueing", slog.String("job_id", j.ID),
+		slog.Int("attempt", j.Attempt), slog.String("node", j.Node))
+	if err := d.store.Requeue(ctx, j.ID, j.Attempt, "node lost", "node "+j.Node+" stopped heartbeating before the attempt started"); err != nil {
+		d.log.Warn("repair: requeue", slog.String("job_id", j.ID), slog.Any("err", err))
+	}
+}
+
+// enqueueMissing enqueues dispatched attempt j's task again when its node's
+// queue does not hold it (pending, active or scheduled) and the store
+// still has j dispatched at that attempt; a task archived or completed
+// unclaimed is deleted first. An error asking asynq leaves it for the
+// next pass.
+func (d *repairer) enqueueMissing(ctx context.Context, j *jobtype.Job) {
+	q, tid := jobtype.NodeQueue(j.Node), jobtype.TaskID(j.ID, j.Attempt)
+	info, err := d.tasks.GetTaskInfo(q, tid)
+	switch {
+	case err == nil && (info.State == asynq.TaskStatePending || info.State == asynq.TaskStateActive || info.State == asynq.TaskStateScheduled):
+		return
+	case err == nil:
+		// Archived or completed while the job is still dispatched: the
+		// handler never claimed it. Remove and enqueue again.
+		_ = d.tasks.DeleteTask(q, tid)
+	case !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound):
+		return
+	}
+	if cur, err := d.store.Get(ctx, j.ID); err != nil || cur.State != jobtype.StateDispatched || cur.Attempt != j.Attempt {
+		return
+	}
+	d.log.Warn("repair: dispatched attempt had no task; enqueueing again", slog.String("job_id", j.ID), slog.Int("attempt", j.Attempt))
+	d.queue.enqueue(ctx, j.ID, j.Attempt, j.Node, j.Spec.MaxRuntime.D())
 }
 
 // pruneEvery is how often the leader applies the retention of finished jobs.

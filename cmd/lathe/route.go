@@ -196,7 +196,7 @@ func checkWhatIfBackends(cfg routecfg.Config, path string, wi apiclient.WhatIf) 
 		case !ok:
 			return usageErrorf("--assume-wait %s=%s: %s has no backend %q (backends: %s)", b, wi.Wait[b], path, b, backendNames(cfg))
 		case be.Kind != routecfg.KindLocal:
-			return usageErrorf("--assume-wait %s=%s: %s is a %s backend; only a local backend has a queue to wait in (a cloud wait counts as 0)", b, wi.Wait[b], b, be.Kind)
+			return usageErrorf("--assume-wait %s=%s: %s is a %s backend; only a local backend has a queue to wait in (a cloud backend's wait is its startup from the config)", b, wi.Wait[b], b, be.Kind)
 		}
 	}
 	for _, b := range slices.Sorted(maps.Keys(wi.Spent)) {
@@ -325,14 +325,22 @@ func choiceLine(ex *explanation, spec *jobspec.Spec) string {
 	case d.Refused:
 		return "refused: no backend may run this job as written"
 	case d.Waiting:
-		wait := "unknown"
+		wait, cloud := "unknown", false
 		for _, c := range d.Candidates {
 			if c.Backend == d.Backend {
 				wait = fmtWaitS(c.EstWaitS)
 			}
+			cloud = cloud || c.Feasible && c.Kind != routecfg.KindLocal
 		}
-		return fmt.Sprintf("waits for %s (site %s): estimated wait %s exceeds max_wait %s, and no cloud backend takes it now",
-			d.Backend, d.Site, wait, shortDur(spec.MaxWait.D()))
+		why := "no cloud backend takes it now"
+		switch {
+		case cloud && d.Trade != "":
+			why = "waiting costs less than the cloud, time valued (see trade)"
+		case cloud:
+			why = "it starts there sooner than on a cloud backend (their startup)"
+		}
+		return fmt.Sprintf("waits for %s (site %s): estimated wait %s exceeds max_wait %s, and %s",
+			d.Backend, d.Site, wait, shortDur(spec.MaxWait.D()), why)
 	default:
 		return fmt.Sprintf("→ %s (site %s)", d.Backend, d.Site)
 	}

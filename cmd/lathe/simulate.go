@@ -25,8 +25,8 @@ import (
 // simFlags are lathe simulate's flags.
 type simFlags struct {
 	trace, config, owned, residencyMix, priorityMix, estimates, plot, gpuModel string
-	maxWait, cloudStartup                                                      time.Duration
-	priceRatio, gpuMemGB                                                       float64
+	maxWait, cloudStartup, checkpointEvery                                     time.Duration
+	priceRatio, gpuMemGB, spotRate, arrivals                                   float64
 	seed                                                                       uint64
 	nodeGPUs, bootstrap                                                        int
 	reference                                                                  bool
@@ -50,6 +50,9 @@ violations (the simulator checks every start against the job's tags itself: must
 With a range of --owned (32..256/32) it also runs all-cloud (0 owned) and names the
 cost-optimal pool and the break-even; --plot writes an SVG of cost and waits against owned GPUs;
 --bootstrap N resamples the trace N times by week and gives the optimum with its uncertainty.
+--cloud-startup D makes every cloud backend take D to start a job (routing counts it as the
+backend's wait); --spot-interruptions RATE interrupts spot instances RATE times per
+instance-hour, losing the work since the last checkpoint (--checkpoint-every D).
 See docs/simulate.md.`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
@@ -71,8 +74,11 @@ See docs/simulate.md.`,
 	fl.IntVar(&f.nodeGPUs, "node-gpus", 0, "GPUs per owned node (a job never spans nodes); 0: one node of all owned GPUs")
 	fl.StringVar(&f.gpuModel, "gpu-model", "NVIDIA H100 80GB HBM3", "the owned GPUs' model, as NVML names it")
 	fl.Float64Var(&f.gpuMemGB, "gpu-memory-gb", 80, "the owned GPUs' memory")
+	fl.Float64Var(&f.arrivals, "arrivals", 1, "arrivals ×X: every submit time divided by X (1.5: the same jobs, 1.5× as often; durations unchanged)")
 	fl.IntVar(&f.bootstrap, "bootstrap", 0, "with a range of --owned: resample the trace this many times by week and report where the optimum falls in 90% of them (0: none)")
-	fl.DurationVar(&f.cloudStartup, "cloud-startup", 0, "a cloud job starts this long after it is sent (instance start-up; the policy assumes 0)")
+	fl.DurationVar(&f.cloudStartup, "cloud-startup", 0, "every cloud backend's startup: routing counts it as the backend's wait, and a cloud job starts (and is billed) this long after it is sent; 0: each backend's startup in --config")
+	fl.Float64Var(&f.spotRate, "spot-interruptions", 0, "spot interruptions per instance-hour on the cloud backends that buy spot (spot: prefer or only); drawn with --seed; 0: none")
+	fl.DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "with --spot-interruptions: a job checkpoints every this much run time, and an interruption loses the work since; 0: the trainer checkpoints on the interruption notice, losing none")
 	return cmd
 }
 
@@ -95,6 +101,11 @@ type simReport struct {
 	// pool fell in 90% of Bootstrap resamples of the trace by week.
 	OptimumInterval map[string][2]int `json:"cost_optimal_owned_gpus_90pct,omitempty"`
 	Bootstrap       int               `json:"bootstrap_resamples,omitempty"`
+	// CloudStartup, SpotInterruptions and CheckpointEvery are the
+	// what-ifs of start-up and spot interruptions, when given.
+	CloudStartup      string  `json:"cloud_startup,omitempty"`
+	SpotInterruptions float64 `json:"spot_interruptions_per_instance_hour,omitempty"`
+	CheckpointEvery   string  `json:"checkpoint_every,omitempty"`
 	// Warnings are what makes the figures less than an answer: a config
 	// with no cloud backend or no prices (said before the run too), jobs
 	// refused, an all-cloud run that could not do the same work.
@@ -148,12 +159,17 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	if err != nil {
 		return err
 	}
+	jobs = sim.ScaleArrivals(jobs, f.arrivals)
+	if err := checkSpotFlags(cfg, f); err != nil {
+		return err
+	}
 	warnings := configWarnings(cfg)
 	for _, w := range warnings {
 		fmt.Fprintf(a.stderr, "lathe simulate: WARNING: %s\n", w)
 	}
 	setup := sim.Setup{Config: cfg, NodeGPUs: f.nodeGPUs, GPUName: f.gpuModel,
-		GPUMemoryMB: uint64(f.gpuMemGB * 1024), MaxWait: f.maxWait, CloudStartup: f.cloudStartup}
+		GPUMemoryMB: uint64(f.gpuMemGB * 1024), MaxWait: f.maxWait, CloudStartup: f.cloudStartup,
+		SpotInterruptions: f.spotRate, CheckpointEvery: f.checkpointEvery, Seed: f.seed}
 	runs, allCloudRun := simRuns(jobs, in, f)
 	sums, err := runSims(cmd.Context(), setup, runs, simProgress(a.stderr, start, len(runs)))
 	if err != nil {
@@ -161,6 +177,7 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	}
 	rep := simReport{Trace: filepath.Base(f.trace), Config: filepath.Base(f.config), Jobs: len(jobs),
 		MaxWait: f.maxWait.String(), Seed: f.seed, OwnedUSD: sim.OwnedUSDPerGPUHour(cfg), Draws: drawn}
+	rep.reality(f)
 	rep.Runs = append(rep.Runs, sums...)
 	groups, labels, allCloud := groupRuns(sums, allCloudRun)
 	rep.Warnings = append(warnings, refusedWarnings(sums)...)
@@ -269,8 +286,17 @@ func checkSimRanges(f simFlags) error {
 	if !(f.gpuMemGB > 0) || f.gpuMemGB > 1e6 {
 		return usageErrorf("--gpu-memory-gb %v: want a number above 0", f.gpuMemGB)
 	}
-	if f.cloudStartup < 0 {
-		return usageErrorf("--cloud-startup %s: want 0 or more", f.cloudStartup)
+	if f.cloudStartup < 0 || f.cloudStartup > routecfg.MaxStartup {
+		return usageErrorf("--cloud-startup %s: want 0 to %s", f.cloudStartup, routecfg.MaxStartup)
+	}
+	if !(f.spotRate >= 0) || f.spotRate > sim.MaxSpotInterruptions {
+		return usageErrorf("--spot-interruptions %v: want a rate per instance-hour from 0 to %v", f.spotRate, sim.MaxSpotInterruptions)
+	}
+	if f.checkpointEvery < 0 {
+		return usageErrorf("--checkpoint-every %s: want 0 (on the interruption notice) or more", f.checkpointEvery)
+	}
+	if !(f.arrivals >= 0.01) || f.arrivals > 100 {
+		return usageErrorf("--arrivals %v: want a factor from 0.01 to 100 (1: the trace's own rate)", f.arrivals)
 	}
 	if f.bootstrap < 0 || f.bootstrap > 1000 {
 		return usageErrorf("--bootstrap %d: want 0 (none) to 1000 resamples", f.bootstrap)
@@ -530,6 +556,7 @@ func writeSimTable(w io.Writer, rep simReport, labels []string, groups map[strin
 		writePriorityWaits(w, rep.Runs)
 	}
 	writeViolations(w, rep.Runs)
+	writeInterruptions(w, rep)
 	if len(rep.Warnings) > 0 {
 		fmt.Fprintln(w)
 		for _, warn := range rep.Warnings {
@@ -553,6 +580,9 @@ func writeSimTable(w io.Writer, rep simReport, labels []string, groups map[strin
 func writeSimHeader(w io.Writer, rep simReport) {
 	fmt.Fprintf(w, "Trace %s: %d jobs; config %s; owned GPUs at $%.2f per GPU-hour, every hour; max_wait %s; seed %d\n",
 		termSafe(rep.Trace), rep.Jobs, termSafe(rep.Config), rep.OwnedUSD, rep.MaxWait, rep.Seed)
+	if line := rep.realityLine(); line != "" {
+		fmt.Fprintln(w, line)
+	}
 	fmt.Fprintf(w, "Drawn: residency %s; priority %s\n", counts(rep.Draws.Residency), counts(rep.Draws.Priority))
 	if len(rep.Draws.FromTrace) > 0 {
 		fmt.Fprintf(w, "From the trace: %s\n", counts(rep.Draws.FromTrace))

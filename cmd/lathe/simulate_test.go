@@ -149,6 +149,8 @@ func TestSimulateCLIUsage(t *testing.T) {
 		{[]string{"simulate", "--trace", filepath.Join(t.TempDir(), "none.csv"), "--config", cfg}, "--trace"},
 		{[]string{"simulate", "--trace", tr, "--config", tr}, "--config"},
 		{[]string{"simulate", "--trace", tr, "--config", cfg, "--max-wait", "-1h"}, "--max-wait"},
+		{[]string{"simulate", "--trace", tr, "--config", cfg, "--arrivals", "0"}, "--arrivals 0"},
+		{[]string{"simulate", "--trace", tr, "--config", cfg, "--arrivals", "NaN"}, "--arrivals NaN"},
 	} {
 		r := lathe(t, "", c.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {

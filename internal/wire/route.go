@@ -48,7 +48,8 @@ type Candidate struct {
 	// the details).
 	Reason string `json:"reason"`
 	// EstWaitS is the estimated wait in seconds; -1: unknown (a local pool
-	// with no healthy GPUs).
+	// with no healthy GPUs). A cloud backend's is its startup (0 when the
+	// config gives none).
 	EstWaitS    float64 `json:"est_wait_s"`
 	EstCostUSD  float64 `json:"est_cost_usd"`
 	EstRuntimeS float64 `json:"est_runtime_s"`

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,12 +51,14 @@ type Server struct {
 // The API's handlers are grouped by what they serve, each group a view
 // of the one Server: the ops view (overview, queues, GPUs, nodes,
 // budgets, schedules, decisions, the dashboard, /metrics, asynqmon), the
-// sweeps, and the audit (explain, the ledger). The jobs' own handlers are
-// Server's.
+// job submissions (one job, a batch), the sweeps, and the audit (explain,
+// the ledger). The handlers of a stored job (get, list, cancel, retry)
+// are Server's.
 type (
-	opsView  struct{ *Server }
-	sweepAPI struct{ *Server }
-	auditAPI struct{ *Server }
+	opsView   struct{ *Server }
+	submitAPI struct{ *Server }
+	sweepAPI  struct{ *Server }
+	auditAPI  struct{ *Server }
 )
 
 // New is the API of control plane p over store (on rdb); Start serves it
@@ -75,10 +76,10 @@ func New(p plane.Plane, rdb redis.UniversalClient, store *jobstore.Store, cfg Co
 }
 
 func (s *Server) routes() http.Handler {
-	ops, sweeps, aud := opsView{s}, sweepAPI{s}, auditAPI{s}
+	ops, subs, sweeps, aud := opsView{s}, submitAPI{s}, sweepAPI{s}, auditAPI{s}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /api/v1/jobs", s.withAuth(plane.RoleSubmitter, s.submit))
-	mux.HandleFunc("POST /api/v1/jobs/batch", s.withAuth(plane.RoleSubmitter, s.submitBatch))
+	mux.HandleFunc("POST /api/v1/jobs", s.withAuth(plane.RoleSubmitter, subs.submit))
+	mux.HandleFunc("POST /api/v1/jobs/batch", s.withAuth(plane.RoleSubmitter, subs.submitBatch))
 	mux.HandleFunc("POST /api/v1/route", s.withAuth(plane.RoleViewer, aud.explain))
 	mux.HandleFunc("GET /api/v1/audit", s.withAuth(plane.RoleAdmin, aud.audit))
 	mux.HandleFunc("GET /api/v1/audit/verify", s.withAuth(plane.RoleAdmin, aud.auditVerify))
@@ -226,80 +227,6 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) (
 	return body, true
 }
 
-func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
-	spec, ok := s.readSpec(w, r)
-	if !ok {
-		return
-	}
-	if fe := s.plane.Admissible(principalOf(r), spec); len(fe) > 0 {
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "job cannot run on this deployment", Code: "invalid", Fields: fe})
-		return
-	}
-	key, ok := idemHeader(w, r)
-	if !ok {
-		return
-	}
-	dry, ok := boolParam(w, r, "dry_run") // dry_run=1 must not store a job
-	if !ok {
-		return
-	}
-	ctx, cancel := s.rctx(r)
-	defer cancel()
-	p := principalOf(r)
-	a := plane.Admission{Who: p, Jobs: []jobstore.NewJob{{Spec: spec, IdempotencyKey: idemKey(p, key, -1)}}}
-	if dry {
-		planned, err := s.plane.Plan(ctx, a)
-		if err != nil {
-			s.admitError(w, r, err, key, false)
-			return
-		}
-		writeJSON(w, http.StatusOK, wire.DryRun{DryRun: true, Spec: spec, Route: planned[0].Route})
-		return
-	}
-	created, err := s.plane.Submit(ctx, a)
-	if err != nil {
-		s.admitError(w, r, err, key, false)
-		return
-	}
-	job, existed := created[0].Job, created[0].Existed
-	status := http.StatusCreated
-	if existed {
-		status = http.StatusOK
-	}
-	s.log.Info("job accepted", slog.String("job_id", job.ID), slog.String("name", job.Name), slog.Bool("existing", existed))
-	writeJSON(w, status, job)
-}
-
-// idemHeader reads the request's Idempotency-Key ("" none); one over 200
-// bytes is answered 400.
-func idemHeader(w http.ResponseWriter, r *http.Request) (string, bool) {
-	key := r.Header.Get("Idempotency-Key")
-	if len(key) > 200 {
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "Idempotency-Key longer than 200 bytes", Code: "invalid"})
-		return "", false
-	}
-	return key, true
-}
-
-// admitError answers an admission's error: 422 with the refusal (a
-// one-job refusal with its decision), 409 for an idempotency conflict,
-// else as fail does.
-func (s *Server) admitError(w http.ResponseWriter, r *http.Request, err error, key string, batch bool) {
-	var re *plane.RefusedError
-	switch {
-	case errors.As(err, &re) && re.Decision != nil:
-		writeJSON(w, http.StatusUnprocessableEntity, refusal(*re.Decision))
-	case errors.As(err, &re):
-		writeJSON(w, http.StatusUnprocessableEntity, wire.BatchRefusal{Error: "no backend may run some " + re.What + "; nothing was stored",
-			Code: wire.CodeRefused, Reasons: re.Reasons})
-	case idemConflict(w, err, key, batch):
-	case errors.Is(err, plane.ErrOutcomeUnknown):
-		s.outcomeUnknown(w, err)
-	default:
-		s.fail(w, r, err)
-	}
-}
-
 // outcomeUnknown answers 503 outcome_unknown: the write that stores an
 // admission got no answer from Redis, so it may have been stored; a retry
 // with the same Idempotency-Key gets the outcome (the CLI sends a key and
@@ -308,162 +235,6 @@ func (s *Server) outcomeUnknown(w http.ResponseWriter, err error) {
 	s.plane.SawRedis(err)
 	writeJSON(w, http.StatusServiceUnavailable, wire.Error{Code: "outcome_unknown",
 		Error: "Redis did not answer the write (" + rootCause(err) + "): it may or may not have been stored; send it again with the same Idempotency-Key to get the outcome"})
-}
-
-// submitBatch stores up to jobstore.MaxCreateBatch jobs in one request and
-// one Redis script call, all or nothing: one bad spec (its errors named
-// "jobs[i].field") and nothing is stored. An Idempotency-Key applies to each
-// job as item i of batch KEY (idemKey), so the same request sent again
-// returns the same jobs, and one with another spec under the key is a 409.
-func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request) {
-	req, ok := s.readBatch(w, r)
-	if !ok {
-		return
-	}
-	key, ok := idemHeader(w, r)
-	if !ok {
-		return
-	}
-	p := principalOf(r)
-	njs, fields := s.batchJobs(p, key, req)
-	if len(fields) > 0 {
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid job specs in batch; nothing was stored", Code: "invalid", Fields: fields})
-		return
-	}
-	dry, ok := boolParam(w, r, "dry_run")
-	if !ok {
-		return
-	}
-	if dry {
-		specs := make([]*jobspec.Spec, len(njs))
-		for i := range njs {
-			specs[i] = njs[i].Spec
-		}
-		writeJSON(w, http.StatusOK, wire.BatchDryRun{DryRun: true, Specs: specs})
-		return
-	}
-	ctx, cancel := s.rctx(r)
-	defer cancel()
-	created, err := s.plane.Submit(ctx, plane.Admission{Who: p, Jobs: njs, Batch: true})
-	if err != nil {
-		s.admitError(w, r, err, key, true)
-		return
-	}
-	resp := batchResponse(created)
-	status := http.StatusCreated
-	if resp.Existing == len(created) {
-		status = http.StatusOK
-	}
-	s.log.Info("batch accepted", slog.Int("jobs", len(created)), slog.Int("existing", resp.Existing),
-		slog.String("first_job_id", created[0].Job.ID))
-	writeJSON(w, status, resp)
-}
-
-// readBatch reads the body of a batch submit (at most 16 times a single
-// submit's limit) as a wire.BatchRequest of 1 to jobstore.MaxCreateBatch
-// specs; otherwise it answers (413, or 400) and returns false.
-func (s *Server) readBatch(w http.ResponseWriter, r *http.Request) (wire.BatchRequest, bool) {
-	limit := s.cfg.MaxBodyBytes * 16
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, wire.Error{Error: fmt.Sprintf("body over %d bytes", limit), Code: "too_large"})
-			return wire.BatchRequest{}, false
-		}
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "read body: " + err.Error(), Code: "invalid"})
-		return wire.BatchRequest{}, false
-	}
-	var req wire.BatchRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: `body must be {"jobs": [spec, …]}: ` + err.Error(), Code: "invalid"})
-		return wire.BatchRequest{}, false
-	}
-	if len(req.Jobs) == 0 || len(req.Jobs) > jobstore.MaxCreateBatch {
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "invalid batch", Code: "invalid",
-			Fields: []jobspec.FieldError{{Field: "jobs", Value: strconv.Itoa(len(req.Jobs)), Message: fmt.Sprintf("must hold 1 to %d job specs", jobstore.MaxCreateBatch)}}})
-		return wire.BatchRequest{}, false
-	}
-	return req, true
-}
-
-// batchJobs parses and normalises every spec of req into the job to store
-// (item i under the Idempotency-Key key); every bad field of every spec is
-// returned, named "jobs[i].field".
-func (s *Server) batchJobs(p plane.Principal, key string, req wire.BatchRequest) ([]jobstore.NewJob, []jobspec.FieldError) {
-	var fields []jobspec.FieldError
-	njs := make([]jobstore.NewJob, 0, len(req.Jobs))
-	for i, raw := range req.Jobs {
-		prefix := fmt.Sprintf("jobs[%d]", i)
-		spec, err := jobspec.Parse(raw)
-		if err != nil {
-			var ve *jobspec.ValidationError
-			if !errors.As(err, &ve) {
-				fields = append(fields, jobspec.FieldError{Field: prefix, Message: err.Error()})
-				continue
-			}
-			for _, fe := range ve.Errors {
-				fields = append(fields, fe.Under(prefix))
-			}
-			continue
-		}
-		spec.Normalize(s.cfg.Defaults)
-		for _, fe := range s.plane.Admissible(p, spec) {
-			fields = append(fields, fe.Under(prefix))
-		}
-		njs = append(njs, jobstore.NewJob{Spec: spec, IdempotencyKey: idemKey(p, key, i)})
-	}
-	return njs, fields
-}
-
-// batchResponse is the answer of a stored batch, in the request's order.
-func batchResponse(created []jobstore.Created) wire.BatchResponse {
-	resp := wire.BatchResponse{Jobs: make([]*jobtype.Job, len(created))}
-	for i, c := range created {
-		resp.Jobs[i] = c.Job
-		if c.Existed {
-			resp.Existing++
-		}
-	}
-	return resp
-}
-
-// idemKey is the store's key for a request's Idempotency-Key (key; "" for
-// none): scoped to the token (token names hold no ':' or '/'), and to a
-// single submit (TEAM/TOKEN:KEY) or to job item of a batch
-// (TEAM/TOKEN/batch:KEY#i); teams and token names hold no ':' or '/',
-// so that a single submit's "K#0" is never job 0 of batch "K". The store
-// also keeps a fingerprint of the spec and the team with it.
-func idemKey(p plane.Principal, key string, item int) string {
-	switch {
-	case key == "":
-		return ""
-	case item < 0:
-		return idemScope(p) + key
-	default:
-		return p.Team + "/" + p.Name + "/batch:" + key + "#" + strconv.Itoa(item)
-	}
-}
-
-// idemConflict answers 409 idempotency_conflict when err says the key was
-// used for another spec (or by another team), naming the key; it reports
-// whether it answered.
-func idemConflict(w http.ResponseWriter, err error, key string, batch bool) bool {
-	var ce *jobstore.IdempotencyConflictError
-	if !errors.As(err, &ce) {
-		return false
-	}
-	msg := fmt.Sprintf("Idempotency-Key %q was used before with another job spec (it names job %s): send that spec again to get the job, or use a new key for a new job; nothing was stored", key, ce.JobID)
-	switch {
-	case batch && ce.JobID == "":
-		msg = fmt.Sprintf("Idempotency-Key %q: jobs[%d] differs from another job of the batch with the same key; nothing was stored", key, ce.Index)
-	case batch:
-		msg = fmt.Sprintf("Idempotency-Key %q was used before with another batch: jobs[%d] differs from job %s; send that batch again to get its jobs, or use a new key; nothing was stored", key, ce.Index, ce.JobID)
-	}
-	writeJSON(w, http.StatusConflict, wire.Error{Error: msg, Code: "idempotency_conflict"})
-	return true
 }
 
 // get answers one job; a queued job carries its place in line from the
@@ -582,38 +353,12 @@ func nodeInfo(n jobstore.NodeStatus) wire.NodeInfo {
 	return ni
 }
 
+// list answers a page of the jobs the caller may read, newest first
+// (listQuery: a state, a sweep's trials, a page size and cursor, each
+// job's loss series).
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	st := jobtype.State(q.Get("state"))
-	if st != "" && !st.Valid() {
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad state", Code: "invalid",
-			Fields: []jobspec.FieldError{{Field: "state", Value: string(st), Message: "not a job state"}}})
-		return
-	}
-	limit := 50
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad limit", Code: "invalid",
-				Fields: []jobspec.FieldError{{Field: "limit", Value: v, Message: "must be 1–1000"}}})
-			return
-		}
-		limit = n
-	}
-	cursor := q.Get("cursor")
-	if cursor != "" && !jobstore.ValidID(cursor) {
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad cursor", Code: "invalid",
-			Fields: []jobspec.FieldError{{Field: "cursor", Value: cursor, Message: "not a job id"}}})
-		return
-	}
-	withLoss, ok := boolParam(w, r, "loss_series")
+	lq, ok := readListQuery(w, r)
 	if !ok {
-		return
-	}
-	sweepID := q.Get("sweep")
-	if sweepID != "" && !jobstore.ValidSweepID(sweepID) {
-		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad sweep", Code: "invalid",
-			Fields: []jobspec.FieldError{{Field: "sweep", Value: sweepID, Message: "not a sweep id"}}})
 		return
 	}
 	ctx, cancel := s.rctx(r)
@@ -621,10 +366,10 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	var jobs []*jobtype.Job
 	var next string
 	var err error
-	if sweepID != "" {
-		jobs, next, err = sweepAPI{s}.listSweepTrials(ctx, principalOf(r), sweepID, cursor, st, limit)
+	if lq.sweepID != "" {
+		jobs, next, err = sweepAPI{s}.listSweepTrials(ctx, principalOf(r), lq.sweepID, lq.cursor, lq.state, lq.limit)
 	} else {
-		jobs, next, err = s.listFor(ctx, principalOf(r), st, cursor, limit)
+		jobs, next, err = s.listFor(ctx, principalOf(r), lq.state, lq.cursor, lq.limit)
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -632,13 +377,61 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	}
 	s.addWaits(ctx, jobs)
 	out := wire.JobList{Jobs: jobs, NextCursor: next}
-	if withLoss {
+	if lq.withLoss {
 		if out.LossSeries, err = s.listLossSeries(ctx, jobs); err != nil {
 			s.fail(w, r, err)
 			return
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// listQuery is what GET /api/v1/jobs asks for: jobs in state ("" any), the
+// trials of sweep sweepID ("" every job), limit of them after cursor ("" the
+// newest), with their loss series when withLoss.
+type listQuery struct {
+	state    jobtype.State
+	limit    int
+	cursor   string
+	withLoss bool
+	sweepID  string
+}
+
+// readListQuery reads a list request's query (limit 50 when not given); a
+// bad parameter is answered 400 naming it, and readListQuery returns false.
+func readListQuery(w http.ResponseWriter, r *http.Request) (listQuery, bool) {
+	q := r.URL.Query()
+	lq := listQuery{state: jobtype.State(q.Get("state")), limit: 50, cursor: q.Get("cursor"), sweepID: q.Get("sweep")}
+	if lq.state != "" && !lq.state.Valid() {
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad state", Code: "invalid",
+			Fields: []jobspec.FieldError{{Field: "state", Value: string(lq.state), Message: "not a job state"}}})
+		return listQuery{}, false
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad limit", Code: "invalid",
+				Fields: []jobspec.FieldError{{Field: "limit", Value: v, Message: "must be 1–1000"}}})
+			return listQuery{}, false
+		}
+		lq.limit = n
+	}
+	if lq.cursor != "" && !jobstore.ValidID(lq.cursor) {
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad cursor", Code: "invalid",
+			Fields: []jobspec.FieldError{{Field: "cursor", Value: lq.cursor, Message: "not a job id"}}})
+		return listQuery{}, false
+	}
+	withLoss, ok := boolParam(w, r, "loss_series")
+	if !ok {
+		return listQuery{}, false
+	}
+	lq.withLoss = withLoss
+	if lq.sweepID != "" && !jobstore.ValidSweepID(lq.sweepID) {
+		writeJSON(w, http.StatusBadRequest, wire.Error{Error: "bad sweep", Code: "invalid",
+			Fields: []jobspec.FieldError{{Field: "sweep", Value: lq.sweepID, Message: "not a sweep id"}}})
+		return listQuery{}, false
+	}
+	return lq, true
 }
 
 // addWaits sets the wait of each queued job of jobs the last placement

@@ -21,7 +21,8 @@ type gpuState struct {
 	healthy bool
 	holder  string // job id; "" when free
 	free    bool   // healthy, not held, not assigned this round
-	release int64  // when it is expected free, ns after Now; never if unhealthy
+	release int64  // when it is sure to be free (the holder's bound), ns after Now; never if unhealthy
+	expRel  int64  // when it is expected free, for the estimate replay (Job.Expected)
 }
 
 // nodeState is one node during a round.
@@ -114,6 +115,12 @@ func (ns *nodeState) indexGPUs(gpus []GPU, now time.Time) {
 				st.release = 0
 			default:
 				st.release = after(now, ns.running[ri].EndsAt)
+			}
+		}
+		st.expRel = st.release
+		if ri, ok := ns.runIdx[g.JobID]; ok && g.Healthy && g.JobID != "" && !ns.running[ri].Stopping {
+			if e := ns.running[ri].ExpectedEnd; !e.IsZero() {
+				st.expRel = min(after(now, e), st.release)
 			}
 		}
 		ns.gpus[gi] = st

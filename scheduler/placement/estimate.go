@@ -97,7 +97,7 @@ func (p *planner) newGPUSims() []gpuSim {
 		n := &p.nodes[ni]
 		s := gpuSim{rel: make([]int64, len(n.gpus)), order: make([]int, len(n.gpus))}
 		for r := range n.gpus {
-			s.rel[r], s.order[r] = n.gpus[r].release, r
+			s.rel[r], s.order[r] = n.gpus[r].expRel, r
 		}
 		// From scratch: O(n log n), not the insertion sort's n² (a node of
 		// 256 GPUs in a simulation).
@@ -179,9 +179,17 @@ func (s *gpuSim) kth(sh *shape, ni, k int) int64 {
 // replayGPU places waiting job i in the replay and returns its start.
 func (p *planner) replayGPU(gs []gpuSim, i int, sh *shape, k int, j *Job) int64 {
 	if h := &p.gpuHead; h.set && h.job == i {
+		// It starts on its reservation: when the GPUs reserved are
+		// expected free (no later than the shadow time, which counts
+		// bounds).
 		s := &gs[h.node]
-		s.set(h.ranks, endOf(h.at, j.Estimate))
-		return h.at
+		at := int64(0)
+		for _, r := range h.ranks {
+			at = max(at, s.rel[r])
+		}
+		at = min(at, h.at)
+		s.set(h.ranks, endOf(at, j.expected()))
+		return at
 	}
 	at, best := never, -1
 	for ni := range gs {
@@ -205,7 +213,7 @@ func (p *planner) replayGPU(gs []gpuSim, i int, sh *shape, k int, j *Job) int64 
 			s.taken = append(s.taken, r)
 		}
 	}
-	s.set(s.taken, endOf(at, j.Estimate))
+	s.set(s.taken, endOf(at, j.expected()))
 	return at
 }
 

@@ -139,6 +139,7 @@ func (p *planner) assignGPUs(i int, sh *shape, ni, k int, end int64, restricted 
 	for _, r := range ranks {
 		g := &node.gpus[r]
 		g.free, g.release, g.holder = false, end, p.pending[i].ID
+		g.expRel = min(endOf(0, p.pending[i].expected()), end)
 	}
 	node.freeGPUs -= k
 	p.gen++

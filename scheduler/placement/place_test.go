@@ -443,3 +443,37 @@ func TestJoins(t *testing.T) {
 		t.Errorf("no nodes: joins %+v; want none", p.Joins)
 	}
 }
+
+// TestExpectedVersusBound: estimates (EstimatedStart, Joins) replay jobs at
+// their expected run times, while backfill keeps to the bounds: r1 holds
+// GPU 0 with a bound of 10h but is expected to end in 1h; the head h (2
+// GPUs) is expected to start in 1h, not 10h; b (1 GPU, bound 5h, expected
+// 30m) backfills on GPU 1 because its bound ends before the head's shadow
+// time (10h, from bounds). Without the expectations every estimate is the
+// bounds' (the control).
+func TestExpectedVersusBound(t *testing.T) {
+	for _, expected := range []bool{true, false} {
+		node := run(h100Node("a", 2), "r1", PriorityNormal, 10*time.Hour, false, 0)
+		h, b := job("h", PriorityNormal, 2, 4*time.Hour), job("b", PriorityNormal, 1, 5*time.Hour)
+		if expected {
+			node.Running[0].ExpectedEnd = t0.Add(time.Hour)
+			h.Expected, b.Expected = 2*time.Hour, 30*time.Minute
+		}
+		plan := Place(Snapshot{Now: t0, Nodes: []Node{node}, Pending: []Job{h, b}})
+		if len(plan.Assign) != 1 || plan.Assign[0].JobID != "b" {
+			t.Fatalf("expected %v: assigned %+v; want b backfilled", expected, plan.Assign)
+		}
+		wantStart, wantJoin := 10*time.Hour, 14*time.Hour // bounds: r1 to 10h, then h 4h
+		if expected {
+			wantStart, wantJoin = time.Hour, 3*time.Hour // r1 to 1h, then h 2h
+		}
+		if len(plan.Waits) != 1 || plan.Waits[0].EstimatedStart.Sub(t0) != wantStart {
+			t.Errorf("expected %v: waits %+v; want h estimated to start in %s", expected, plan.Waits, wantStart)
+		}
+		for _, jn := range plan.Joins {
+			if jn.Priority == PriorityNormal && jn.GPUs == 2 && jn.At.Sub(t0) != wantJoin {
+				t.Errorf("expected %v: a new 2-GPU job joins at %s; want %s", expected, jn.At.Sub(t0), wantJoin)
+			}
+		}
+	}
+}

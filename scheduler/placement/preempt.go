@@ -141,7 +141,7 @@ func (p *planner) stopFor(i int, sh *shape, k int, best *victimSet) {
 	// still held.
 	for r := range node.gpus {
 		if stop[node.gpus[r].holder] {
-			node.gpus[r].release = 0
+			node.gpus[r].release, node.gpus[r].expRel = 0, 0
 		}
 	}
 	p.plan.Preempt = append(p.plan.Preempt, Preemption{ForJobID: p.pending[i].ID, Node: node.name, Victims: ids, GPUs: gpus})

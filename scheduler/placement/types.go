@@ -38,6 +38,20 @@ type Job struct {
 	// is treated as running forever (it never backfills ahead of the head,
 	// and GPUs it is given are never expected to free up).
 	Estimate time.Duration `json:"estimate"`
+	// Expected is its expected run time for the estimates alone (the
+	// replay that gives EstimatedStart and Joins), where Estimate is an
+	// upper bound (max_runtime) that keeps a backfilled job off the
+	// head's reservation: a start estimated from bounds is as late as
+	// every job running to its limit. 0: Estimate.
+	Expected time.Duration `json:"expected,omitempty"`
+}
+
+// expected is j's run time for the estimate replay.
+func (j *Job) expected() time.Duration {
+	if j.Expected > 0 {
+		return j.Expected
+	}
+	return j.Estimate
 }
 
 // GPU is one GPU of a node, as its worker last reported it.
@@ -77,6 +91,9 @@ type Running struct {
 	// EndsAt is when it is expected to end (start + estimate). A job past
 	// it is expected to end at Snapshot.Now.
 	EndsAt time.Time `json:"ends_at"`
+	// ExpectedEnd is when it is expected to end for the estimates alone
+	// (Job.Expected); zero: EndsAt.
+	ExpectedEnd time.Time `json:"expected_end,omitzero"`
 	// Preemptible is true when it may be stopped (SIGTERM, checkpoint,
 	// back to queued) to make room for an urgent job. Only batch jobs are
 	// ever chosen, whatever this says.

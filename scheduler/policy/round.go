@@ -25,6 +25,11 @@ type RoundInput struct {
 	// job held in another epoch is decided again, as money was freed (or
 	// a month began) since it was held.
 	BudgetEpoch string
+	// Starts are the estimated starts of the jobs the last round left
+	// waiting on the local pool (placement.Wait.EstimatedStart), by id;
+	// nil: none known (a new leader). A spill-over counts a job's own
+	// start, and a job whose start is past its max_wait spills over early.
+	Starts map[string]time.Time
 }
 
 // RoundOptions are the settings a round's decision depends on.
@@ -85,9 +90,11 @@ func DecideRound(in *RoundInput, rs *RouteState, opts RoundOptions) RoundPlan {
 			path = "budget"
 		}
 		if path != "" {
-			if j = r.reroute(j, path); j == nil {
+			if j = r.reroute(j, path, in.Starts[id]); j == nil {
 				continue
 			}
+		} else if jc := r.earlySpill(j, in.Starts[id]); jc != nil {
+			j = jc
 		}
 		if j.Held != "" {
 			r.plan.OffWaits = append(r.plan.OffWaits, OffWait{j.ID, "held", "held: " + j.Held})
@@ -112,6 +119,29 @@ func DecideRound(in *RoundInput, rs *RouteState, opts RoundOptions) RoundPlan {
 	return plan
 }
 
+// earlySpill re-decides local job j, waiting, when the last placement
+// round estimated its start past its max_wait (from when it joined the
+// queue): it would spill over then, after waiting max_wait for nothing.
+// When routing now sends it to a cloud backend it bursts now (a
+// spill-over, recorded as one); when it would stay local (no cloud
+// backend may take it, none starts it sooner, a budget) nothing is
+// recorded and it waits on, to be decided again at its max_wait as
+// before. It returns the job as rerouted, or nil.
+func (r *rerouter) earlySpill(j *jobtype.Job, start time.Time) *jobtype.Job {
+	if j.Held != "" || j.Route == nil || j.Route.Kind != routecfg.KindLocal || j.Spec.MaxWait <= 0 ||
+		!r.rs.hasCloud() || len(r.plan.Reroutes) >= MaxRedecisions {
+		return nil
+	}
+	if start.IsZero() || !start.After(QueuedSince(j).Add(j.Spec.MaxWait.D())) {
+		return nil
+	}
+	rp := decideRoute(j, "spill-over", r.rs, r.rsnap, r.now, start)
+	if rp.Held != "" || rp.Route == nil || rp.Route.Kind == routecfg.KindLocal || rp.Decision.Waiting {
+		return nil
+	}
+	return r.record(j, rp)
+}
+
 // rerouter makes a round's routing decisions: plan gathers them (and the
 // jobs left waiting for one), rsnap is the routing snapshot as each next
 // decision would read it.
@@ -125,12 +155,17 @@ type rerouter struct {
 // reroute decides queued job j again (path: why, ReroutePath) and returns
 // the job as it will be once the route is stored, a copy; nil when the
 // round has made MaxRedecisions already and j waits for the next.
-func (r *rerouter) reroute(j *jobtype.Job, path string) *jobtype.Job {
+func (r *rerouter) reroute(j *jobtype.Job, path string, start time.Time) *jobtype.Job {
 	if len(r.plan.Reroutes) >= MaxRedecisions {
 		r.plan.OffWaits = append(r.plan.OffWaits, OffWait{j.ID, "routing", "waiting for its routing decision (" + path + ")"})
 		return nil
 	}
-	rp := DecideRoute(j, path, r.rs, r.rsnap, r.now)
+	return r.record(j, decideRoute(j, path, r.rs, r.rsnap, r.now, start))
+}
+
+// record adds decision rp about job j to the plan and returns the job as
+// it will be once the route is stored.
+func (r *rerouter) record(j *jobtype.Job, rp Reroute) *jobtype.Job {
 	r.plan.Reroutes = append(r.plan.Reroutes, rp)
 	if rp.Reserve && j.BudgetReservedUSD == 0 {
 		// What the next decision's read would have seen of it (a job
@@ -150,7 +185,7 @@ func placementJob(j *jobtype.Job, defaultMaxRuntime time.Duration) placement.Job
 	return placement.Job{ID: j.ID, Priority: PlacementPriority(j.Spec.Priority),
 		Request: placement.Request{GPUs: j.Spec.Resources.GPUs, MinMemoryMB: uint64(j.Spec.Resources.GPUMemoryGB * 1024),
 			Models: j.Spec.Resources.GPUModels, CPUSlots: 1},
-		Estimate: Estimate(j, defaultMaxRuntime)}
+		Estimate: Estimate(j, defaultMaxRuntime), Expected: j.Spec.ExpectedRuntime.D()}
 }
 
 // ReroutePath is why queued job j must be decided again before it is
@@ -228,6 +263,9 @@ func PlacementNodes(in *RoundInput, def time.Duration) []placement.Node {
 			if j := in.Jobs[id]; j != nil {
 				run.Priority = PlacementPriority(j.Spec.Priority)
 				run.EndsAt = StartOf(j).Add(Estimate(j, def))
+				if d := j.Spec.ExpectedRuntime.D(); d > 0 {
+					run.ExpectedEnd = StartOf(j).Add(d)
+				}
 				run.Preemptible = j.Spec.Priority == jobspec.PriorityBatch && j.State == jobtype.StateRunning
 				run.Stopping = j.PreemptRequested != ""
 			}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -175,4 +176,70 @@ datasets:
 				Output: jobspec.Output{URI: "s3://lathe-eu-ckpt/out"}}}
 	}
 	return rs, now, job
+}
+
+// TestEarlySpillOver: a local job the last round expected to start past
+// its max_wait is decided again now (a spill-over, recorded as one) and
+// bursts to the cloud, rather than waiting its max_wait first; one
+// expected within its max_wait, or with no start known, is left alone;
+// and with no cloud backend nothing is decided at all (no record).
+func TestEarlySpillOver(t *testing.T) {
+	raw, err := os.ReadFile("../../configs/simulate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := routecfg.ParseConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	queued := now.Add(-10 * time.Minute)
+	job := func(id string, rs *RouteState) *jobtype.Job {
+		return &jobtype.Job{ID: id, State: jobtype.StateQueued, Attempt: 1, CreatedAt: queued, UpdatedAt: queued,
+			Route: &jobtype.RouteInfo{Backend: "owned", Kind: routecfg.KindLocal, Attempt: 1, ConfigHash: rs.Hash, DecidedAt: queued},
+			Spec: jobspec.Spec{Name: id, Resources: jobspec.Resources{GPUs: 1}, Residency: []string{"eu"},
+				MaxWait: jobspec.Duration(2 * time.Hour), ExpectedRuntime: jobspec.Duration(time.Hour), MaxRuntime: jobspec.Duration(time.Hour),
+				Output: jobspec.Output{URI: "s3://sim-eu-ckpt/out"}}}
+	}
+	gpus := []jobtype.GPU{{Index: 0, UUID: "G0", Name: "NVIDIA H100", MemoryTotalMB: 81920, Healthy: true}}
+	nodes := []poolstate.NodeStatus{{Node: poolstate.Node{Name: "n1", Backend: "local", Slots: 1, GPUs: gpus},
+		Reservations: map[string]poolstate.Reservation{"run": {GPUs: []int{0}}}, Reserved: 1}}
+	for _, b := range rc.Backends {
+		if b.Kind != routecfg.KindLocal { // its AWS worker is live
+			nodes = append(nodes, poolstate.NodeStatus{Node: poolstate.Node{Name: jobtype.CloudNode(b.Name), Backend: b.Kind}})
+		}
+	}
+	round := func(rs *RouteState) RoundPlan {
+		jobs := map[string]*jobtype.Job{"late": job("late", rs), "soon": job("soon", rs), "unknown": job("unknown", rs)}
+		started := now.Add(-time.Hour)
+		jobs["run"] = job("run", rs)
+		jobs["run"].State, jobs["run"].StartedAt = jobtype.StateRunning, &started
+		in := &RoundInput{Now: now, Nodes: nodes, Pending: []string{"late", "soon", "unknown"}, Jobs: jobs,
+			Routing: RoutingInput{Now: now, Nodes: nodes, Spends: map[string]poolstate.Spend{}},
+			// late: 3h from now, past its deadline (queued + 2h); soon: within it.
+			Starts: map[string]time.Time{"late": now.Add(3 * time.Hour), "soon": now.Add(time.Hour)}}
+		return DecideRound(in, rs, RoundOptions{DefaultMaxRuntime: 24 * time.Hour})
+	}
+	plan := round(NewRouteState(rc))
+	if len(plan.Reroutes) != 1 {
+		t.Fatalf("reroutes %+v; want late's alone", plan.Reroutes)
+	}
+	rp := plan.Reroutes[0]
+	if rp.Job.ID != "late" || rp.Path != "spill-over" || rp.Route == nil || rp.Route.Kind == routecfg.KindLocal || rp.RoutingJob.StartIn == nil {
+		t.Fatalf("late's reroute %+v (route %+v); want a spill-over to the cloud that counts its own start", rp, rp.Route)
+	}
+	if len(plan.Cloud) != 1 || plan.Cloud[0].Job.ID != "late" {
+		t.Errorf("cloud dispatches %+v; want late", plan.Cloud)
+	}
+	// No cloud backend: nothing to burst to, no decision recorded.
+	var local routecfg.Config = rc
+	local.Backends = nil
+	for _, b := range rc.Backends {
+		if b.Kind == routecfg.KindLocal {
+			local.Backends = append(local.Backends, b)
+		}
+	}
+	if plan := round(NewRouteState(local)); len(plan.Reroutes) != 0 {
+		t.Errorf("no cloud backend: reroutes %+v; want none", plan.Reroutes)
+	}
 }

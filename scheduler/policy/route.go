@@ -23,6 +23,16 @@ func NewRouteState(cfg routecfg.Config) *RouteState {
 	return &RouteState{Config: cfg, Hash: cfg.Hash()}
 }
 
+// hasCloud says whether the config has a backend a job could burst to.
+func (rs *RouteState) hasCloud() bool {
+	for _, b := range rs.Config.Backends {
+		if b.Kind != routecfg.KindLocal {
+			return true
+		}
+	}
+	return false
+}
+
 // Assumptions are what-ifs for an explain: a local pool's wait, a
 // backend's spend this month.
 type Assumptions struct {
@@ -163,11 +173,22 @@ type Reroute struct {
 // route (or gets the refusal's when it has none), held with the reasons,
 // marked as decided for this attempt under rs.
 func DecideRoute(j *jobtype.Job, path string, rs *RouteState, snap routing.Snapshot, now time.Time) Reroute {
+	return decideRoute(j, path, rs, snap, now, time.Time{})
+}
+
+// decideRoute is DecideRoute where a spill-over's local wait from now
+// runs to start, the job's own estimated start from the last placement
+// round (zero: unknown, a new job's join is used).
+func decideRoute(j *jobtype.Job, path string, rs *RouteState, snap routing.Snapshot, now, start time.Time) Reroute {
 	rj := routing.JobFromSpec(&j.Spec, j.ID, j.Team, j.OutputURI)
 	if path == "spill-over" {
-		// It waited its max_wait already: that counts, or a job whose
-		// estimate stays under max_wait would wait max_wait again and again.
+		// It waited already: that counts, or a job whose estimate stays
+		// under max_wait would wait max_wait again and again.
 		rj.Waited = now.Sub(QueuedSince(j))
+		if !start.IsZero() {
+			d := max(start.Sub(now), 0)
+			rj.StartIn = &d
+		}
 	}
 	d := routing.Decide(rj, snap)
 	rp := Reroute{Job: j, Path: path, RoutingJob: rj, Snapshot: snap, Decision: d}

@@ -115,6 +115,7 @@ func (e *eval) assess(c *Candidate, b *routecfg.BackendInfo, st *candState, perB
 		c.EstWaitS = waitOut(st.waitS)
 	case st.ti >= 0:
 		c.InstanceType, c.Spot = b.Types[st.ti].Name, b.Spot
+		c.EstWaitS = st.waitS // the backend's startup
 	}
 }
 
@@ -130,7 +131,7 @@ func (e *eval) chosen(d *Decision, b *routecfg.BackendInfo, st *candState) {
 	d.Waiting = b.Local && job.MaxWait > 0 && !(st.waitS <= job.MaxWait.Seconds())
 	d.Reasons = append(d.Reasons, e.runtimeReason(b, st), e.costReason(b, st))
 	if !b.Local {
-		d.Reasons = append(d.Reasons, "cloud wait counts as 0: capacity is bought; instance provisioning time is not modelled")
+		d.Reasons = append(d.Reasons, cloudWaitReason(b))
 	}
 	e.staging(d, b)
 }
@@ -173,13 +174,10 @@ func (e *eval) choose(d *Decision, states []candState) int {
 			d.Reasons = append(d.Reasons, "local: estimated wait "+fmtWait(w)+" on "+d.Candidates[within].Backend+" is within max_wait "+j.MaxWait.String())
 		}
 		return within
+	case cloud >= 0 && leastWait >= 0:
+		return e.burstOrWait(d, states, cloud, leastWait)
 	case cloud >= 0:
-		if leastWait >= 0 {
-			d.Reasons = append(d.Reasons, "burst: local wait "+fmtWait(states[leastWait].waitS)+" on "+d.Candidates[leastWait].Backend+
-				" exceeds max_wait "+j.MaxWait.String()+"; the cheapest feasible cloud backend is "+d.Candidates[cloud].Backend)
-		} else {
-			d.Reasons = append(d.Reasons, "cloud: no local backend is feasible; the cheapest feasible cloud backend is "+d.Candidates[cloud].Backend)
-		}
+		d.Reasons = append(d.Reasons, "cloud: no local backend is feasible; the cheapest feasible cloud backend is "+d.Candidates[cloud].Backend)
 		return cloud
 	case leastWait >= 0:
 		d.Reasons = append(d.Reasons, "waiting: local wait "+fmtWait(states[leastWait].waitS)+" on "+d.Candidates[leastWait].Backend+
@@ -188,6 +186,47 @@ func (e *eval) choose(d *Decision, states []candState) int {
 		return leastWait
 	}
 	return -1
+}
+
+// burstOrWait chooses for a job whose least local wait (leastWait) is
+// beyond max_wait while a cloud backend could take it (cloud, the
+// cheapest): it bursts to the cheapest cloud backend that would start it
+// sooner than the local pool would (its startup shorter than the local wait
+// from now), else it waits for the local pool, which starts it first.
+func (e *eval) burstOrWait(d *Decision, states []candState, cloud, leastWait int) int {
+	j := &e.job
+	local := &states[leastWait]
+	sooner := -1
+	for i := range d.Candidates {
+		c, st := &d.Candidates[i], &states[i]
+		if !c.Feasible || c.Kind == routecfg.KindLocal || !(st.waitS < local.waitNowS) {
+			continue
+		}
+		if sooner < 0 || rankCost(st) < rankCost(&states[sooner]) {
+			sooner = i
+		}
+	}
+	lw := "local wait " + fmtWait(local.waitS) + " on " + d.Candidates[leastWait].Backend + " exceeds max_wait " + j.MaxWait.String()
+	switch {
+	case sooner >= 0 && sooner == cloud && states[cloud].waitS == 0:
+		d.Reasons = append(d.Reasons, "burst: "+lw+"; the cheapest feasible cloud backend is "+d.Candidates[cloud].Backend)
+		return cloud
+	case sooner >= 0:
+		d.Reasons = append(d.Reasons, "burst: "+lw+"; the cheapest feasible cloud backend that starts the job sooner ("+
+			fmtWait(states[sooner].waitS)+" start-up, against "+fmtWait(local.waitNowS)+" more local wait) is "+d.Candidates[sooner].Backend)
+		return sooner
+	}
+	d.Reasons = append(d.Reasons, "waiting: "+lw+", but it starts there sooner ("+fmtWait(local.waitNowS)+
+		" more) than on any feasible cloud backend (the cheapest, "+d.Candidates[cloud].Backend+", takes "+fmtWait(states[cloud].waitS)+" to start: its startup)")
+	return leastWait
+}
+
+// cloudWaitReason says what cloud backend b's wait is: its startup, or 0.
+func cloudWaitReason(b *routecfg.BackendInfo) string {
+	if b.Startup > 0 {
+		return "cloud wait " + b.Startup.String() + ": backend " + b.Name + "'s startup (instance launch to trainer start); data staging time is not modelled"
+	}
+	return "cloud wait counts as 0: capacity is bought; backend " + b.Name + " gives no startup (instance launch time), and data staging time is not modelled"
 }
 
 // shortlist returns the feasible candidates choose weighs, -1 for none:

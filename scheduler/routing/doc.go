@@ -39,7 +39,8 @@
 //	Candidates (every backend: feasible, or its Reason)
 //	   │ choose      value of time, when the job gives one; else
 //	   │             local within max_wait ─► cheapest such local
-//	   │             else a feasible cloud ─► cheapest cloud ("burst")
+//	   │             else a feasible cloud ─► cheapest cloud that starts the
+//	   │                                      job sooner than local ("burst")
 //	   │             else a feasible local ─► least wait, Waiting
 //	   │             else                  ─► Refused, every rejection
 //	   ▼
@@ -97,14 +98,19 @@
 // GPU-hours ahead at the job's priority or higher over the pool's healthy
 // GPUs, unknown (EstWaitS −1) with none; 0 for a job with no GPUs; plus
 // Job.Waited (a spill-over) unless the estimate is 0. A cloud backend's
-// wait is 0.
+// wait is its startup (routecfg.Backend.Startup: instance launch to trainer
+// start), 0 when the config gives none.
 //
 // 5. Pressure. Among the feasible candidates: a local one whose wait is
 // within max_wait (or any, when max_wait is 0: such a job never bursts for
-// queue pressure) → the cheapest of those. Else a feasible cloud backend →
-// the cheapest ("burst: local wait 3h0m0s … exceeds max_wait 1h0m0s"). Else
-// the feasible local with the least wait, Waiting, and the Reasons name why
-// each cloud backend could not take the job. No feasible candidate: Refused,
+// queue pressure) → the cheapest of those. Else a feasible cloud backend
+// whose startup is shorter than the least local wait from now (Job.Waited
+// aside) → the cheapest such ("burst: local wait 3h0m0s … exceeds max_wait
+// 1h0m0s"); when every feasible cloud backend takes longer to start than the
+// local pool takes to start the job, the local one, Waiting ("waiting: …
+// but it starts there sooner"). No feasible cloud backend: the feasible
+// local with the least wait, Waiting, and the Reasons name why each cloud
+// backend could not take the job. No feasible candidate: Refused,
 // and the Reasons give every backend's rejection, one line per distinct
 // reason ("aws-0, aws-3: compute site lacks …").
 //
@@ -130,7 +136,10 @@
 //
 // # Not modelled
 //
-//   - Instance provisioning time and spot interruptions: a cloud wait is 0.
+//   - Data staging time (a cloud wait is the backend's startup alone) and
+//     spot interruptions (a spot backend is priced at its spot prices; the
+//     risk of losing work is not weighed). lathe simulate models both
+//     (docs/simulate.md).
 //   - CPU slots: a job with no GPUs always fits a local pool and waits 0.
 //   - Where on the pool the job lands: placement (scheduler/placement)
 //     decides that; routing only asks whether some node could hold it.

@@ -38,7 +38,8 @@ type candState struct {
 	rate      float64 // learned seconds per step, when rtSrc == rtLearned
 	rateModel string
 	cost      float64
-	waitS     float64
+	waitS     float64 // local: Job.Waited plus waitNowS; cloud: the backend's startup
+	waitNowS  float64 // local: the wait from now on (Job.Waited aside)
 }
 
 // prepare works out fit and estimates of job on backend b, once: the
@@ -56,6 +57,8 @@ func (e *eval) prepare(b *routecfg.BackendInfo, st *candState) {
 		e.waitLocal(&pool, st)
 	} else {
 		e.fitCloud(b, st)
+		st.waitS = min(b.Startup.Seconds(), maxEstimate.Seconds())
+		st.waitNowS = st.waitS
 	}
 }
 
@@ -369,6 +372,7 @@ func lowerASCII(c byte) byte {
 // with no healthy GPUs.
 func (e *eval) waitLocal(pool *Pool, st *candState) {
 	e.waitLocalEstimate(pool, st)
+	st.waitNowS = st.waitS
 	if w := e.job.Waited.Seconds(); w > 0 && st.waitS > 0 {
 		st.waitS = min(st.waitS+w, maxEstimate.Seconds())
 	}
@@ -379,6 +383,8 @@ func (e *eval) waitLocalEstimate(pool *Pool, st *candState) {
 	switch {
 	case pool.AssumeWait != nil:
 		st.waitS = max(0, min(pool.AssumeWait.Seconds(), maxEstimate.Seconds()))
+	case e.job.StartIn != nil:
+		st.waitS = max(0, min(e.job.StartIn.Seconds(), maxEstimate.Seconds()))
 	case e.job.GPUs <= 0:
 		st.waitS = 0
 	case e.joinWait(pool, st):

@@ -33,6 +33,12 @@ type Job struct {
 	// spill-over: it waited its max_wait): its local wait is Waited plus
 	// the estimate, unless it could start now (estimate 0). 0 for a new job.
 	Waited time.Duration
+	// StartIn, when set, is when a queued job is expected to start on the
+	// local pool from now, as the last placement round's replay put it in
+	// its place in line: its local wait from now, in place of the wait of
+	// a new job joining the back of the queue (Pool.Joins), which counts
+	// the job's own place twice. nil for a new job.
+	StartIn *time.Duration
 	// BudgetUSD caps the job's estimated cost; 0 = none.
 	BudgetUSD float64
 	// ExpectedRuntime is the user's estimate; 0: estimate it.
@@ -137,8 +143,9 @@ type Decision struct {
 	Refused bool `json:"refused"`
 	// Waiting: the chosen backend is local and its estimated wait is beyond
 	// max_wait (or unknown): no cloud backend could take the job (Reasons
-	// say why, budgets included), or, with ValuePerHourUSD, waiting came out
-	// cheaper (Trade). The job stays queued for the local pool and may spill
+	// say why, budgets included), every one that could takes longer to
+	// start (its startup) than the local pool, or, with ValuePerHourUSD,
+	// waiting came out cheaper (Trade). The job stays queued for the local pool and may spill
 	// over later, through Decide again.
 	Waiting bool `json:"waiting"`
 	// Residency is the effective tags.

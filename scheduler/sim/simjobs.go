@@ -138,6 +138,20 @@ func JobsFromTrace(tj []trace.Job, d Draws) ([]Job, DrawReport) {
 	return out, rep
 }
 
+// ScaleArrivals returns jobs arriving factor times as often: every submit
+// time divided by factor (run times unchanged); jobs itself when factor is
+// 1 or not above 0.
+func ScaleArrivals(jobs []Job, factor float64) []Job {
+	if factor == 1 || !(factor > 0) {
+		return jobs
+	}
+	out := slices.Clone(jobs)
+	for i := range out {
+		out[i].Submit = time.Duration(float64(out[i].Submit) / factor)
+	}
+	return out
+}
+
 func pick(mix []MixShare, u float64) string {
 	for _, m := range mix {
 		if u < m.Share {

@@ -46,6 +46,12 @@ type Summary struct {
 	ByPriority       map[string]WaitStats `json:"wait_by_priority"`
 	CloudJobs        int                  `json:"cloud_jobs"`
 	Preemptions      int                  `json:"preemptions"`
+	// Interruptions is how many spot interruptions the cloud jobs had;
+	// LostGPUHours the work they lost (run since the last checkpoint),
+	// LostCostUSD what the instances cost while doing it (in CloudCostUSD).
+	Interruptions int     `json:"spot_interruptions,omitempty"`
+	LostGPUHours  float64 `json:"lost_gpu_hours,omitempty"`
+	LostCostUSD   float64 `json:"lost_cost_usd,omitempty"`
 	// Violations are residency violations the simulator found: none, or a
 	// bug to report.
 	Violations []string `json:"residency_violations"`
@@ -59,6 +65,7 @@ func Summarize(res Result, jobs []Job, owned int, estimates string) Summary {
 		CloudCostUSD: res.CloudCostUSD, TotalCostUSD: res.OwnedCostUSD + res.CloudCostUSD,
 		HorizonH: res.Horizon.Hours(), Violations: res.Violations, Rounds: res.Rounds, Decisions: res.Decisions,
 		ByPriority: map[string]WaitStats{}}
+	s.Interruptions, s.LostGPUHours, s.LostCostUSD = interruptionTotals(res.Interruptions)
 	if s.Violations == nil {
 		s.Violations = []string{}
 	}

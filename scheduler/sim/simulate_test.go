@@ -60,8 +60,8 @@ func TestSimulateAgainstReference(t *testing.T) {
 }
 
 // TestSimulateSweepOptimum is the second: over 32..256/32 the policy's
-// cost-optimal pool is the reference's, in 128–160, neither end of the
-// range, and owning beats renting everything.
+// cost-optimal pool is within one step of the reference's, in 128–160,
+// neither end of the range, and owning beats renting everything.
 func TestSimulateSweepOptimum(t *testing.T) {
 	jobs, setup := simTrace(t)
 	var runs []Run
@@ -87,8 +87,10 @@ func TestSimulateSweepOptimum(t *testing.T) {
 	if !(be > 256) || !extra {
 		t.Errorf("break-even %.1f (extrapolated %v); want past 256, extrapolated", be, extra)
 	}
-	if po != ro {
-		t.Errorf("the policy's optimum is %d GPUs, the reference's %d", po, ro)
+	// Within one step of the sweep (issue #25's bound; on a 16-GPU sweep
+	// both are at 144, TestSimulateFourClusters).
+	if po < ro-32 || po > ro+32 {
+		t.Errorf("the policy's optimum is %d GPUs, the reference's %d: more than one step apart", po, ro)
 	}
 	if po < 128 || po > 160 {
 		t.Errorf("optimum %d GPUs; want 128–160 for this trace at these prices", po)
@@ -206,23 +208,40 @@ func TestSimulateSmall(t *testing.T) {
 		t.Errorf("cloud cost %v; jobs sum to %v", res.CloudCostUSD, cloud)
 	}
 	var l learner
-	if got := l.estimate(1, 0); got != learnDefault {
-		t.Errorf("empty learner: %s", got)
+	if got, got2 := l.queued(1), l.running(1, 0); got != learnDefault || got2 != learnDefault {
+		t.Errorf("empty learner: %s %s", got, got2)
 	}
-	for _, d := range []time.Duration{time.Hour, 2 * time.Hour, 10 * time.Hour} {
+	for _, d := range []time.Duration{time.Hour, 2 * time.Hour, 3 * time.Hour, 4 * time.Hour, 10 * time.Hour} {
 		l.add(1, d)
 	}
-	if got := l.estimate(1, 0); got != 2*time.Hour {
-		t.Errorf("median %s; want 2h", got)
+	if got := l.queued(1); got != 3*time.Hour {
+		t.Errorf("queued: %s; want the median 3h", got)
 	}
-	if got := l.estimate(1, 3*time.Hour); got != 10*time.Hour {
-		t.Errorf("given 3h elapsed: %s; want 10h", got)
+	if got := l.queued(8); got != 3*time.Hour {
+		t.Errorf("queued 8-GPU job with none ended: %s; want all jobs' median 3h", got)
 	}
-	if got := l.mean(1); got != 13*time.Hour/3 {
-		t.Errorf("mean %s; want 4h20m", got)
+	// Running: the 0.25 quantile of those that ran longer than it has.
+	if got := l.running(1, 0); got != 2*time.Hour {
+		t.Errorf("running, 0 elapsed: %s; want 2h (the 0.25 quantile of 1h…10h)", got)
 	}
-	if got := l.mean(8); got != 13*time.Hour/3 {
-		t.Errorf("mean of 8-GPU jobs with none ended: %s; want all jobs' 4h20m", got)
+	if got := l.running(1, 150*time.Minute); got != 3*time.Hour {
+		t.Errorf("running, 2h30m elapsed: %s; want 3h (of 3h, 4h, 10h)", got)
+	}
+	if got := l.running(1, 12*time.Hour); got != 24*time.Hour {
+		t.Errorf("running past every job seen: %s; want as much again, 24h", got)
+	}
+}
+
+// TestScaleArrivals: the same jobs, submits divided by the factor, run
+// times and the input untouched.
+func TestScaleArrivals(t *testing.T) {
+	jobs := []Job{{ID: "a", Submit: 0, Duration: time.Hour}, {ID: "b", Submit: 3 * time.Hour, Duration: 2 * time.Hour}}
+	got := ScaleArrivals(jobs, 1.5)
+	if got[0].Submit != 0 || got[1].Submit != 2*time.Hour || got[1].Duration != 2*time.Hour || jobs[1].Submit != 3*time.Hour {
+		t.Fatalf("scaled %+v (input now %+v); want b at 2h, its 2h run kept, the input as it was", got, jobs)
+	}
+	if same := ScaleArrivals(jobs, 1); &same[0] != &jobs[0] {
+		t.Error("factor 1 copied the jobs")
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"strings"
+	"time"
 )
 
 // TagSet is a set of tags as a bitmask over the config's tag index
@@ -63,7 +64,8 @@ type BackendInfo struct {
 	Priced   bool
 	Budget   float64
 	Spot     bool
-	Types    []TypeInfo // by hourly price, then config order
+	Startup  time.Duration // aws: from dispatch to the trainer's start
+	Types    []TypeInfo    // by hourly price, then config order
 }
 
 // TypeInfo is an instance type of a BackendInfo.
@@ -168,7 +170,7 @@ func (x *Index) backendInfo(b Backend) BackendInfo {
 		Name: b.Name, Kind: b.Kind, Local: b.Kind == KindLocal,
 		Site: x.SiteIdx[b.Site], CkptURI: b.CheckpointURI,
 		USD: b.USDPerGPUHour(), Priced: b.Priced(),
-		Budget: b.BudgetUSDPerMonth, Spot: b.Spot,
+		Budget: b.BudgetUSDPerMonth, Spot: b.Spot, Startup: b.Startup,
 	}
 	bi.CkptSite = bi.Site
 	if bucket, ok := S3Bucket(b.CheckpointURI); ok {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/lathe-ml/lathe/internal/cost"
 )
@@ -37,6 +38,8 @@ const (
 	DefaultMaxInstances = 8
 	// DefaultAgentPath is agent_path when the config gives none.
 	DefaultAgentPath = "/usr/local/bin/lathed"
+	// MaxStartup is the longest startup an aws backend may give.
+	MaxStartup = 24 * time.Hour
 )
 
 // Implicit names, used when the config file has no sites: one site
@@ -135,6 +138,13 @@ type Backend struct {
 	SpotPolicy string `json:"spot_policy,omitempty"`
 	// InstanceTypes of an aws backend, in config order; never empty there.
 	InstanceTypes []InstanceType `json:"instance_types,omitempty"`
+	// Startup of an aws backend is how long one of its jobs takes from
+	// dispatch to its trainer starting: the instance's launch and boot
+	// (data staging is not counted yet). Routing counts it as the backend's
+	// wait, against the local pool's wait and max_wait, and in the value of
+	// time; 0 (the default): the job is taken to start at once. At most
+	// MaxStartup.
+	Startup time.Duration `json:"startup,omitempty"`
 
 	// The launch settings of an aws backend, read by the AWS worker (lathed
 	// worker --backend aws). Routing needs none of them, so each is optional

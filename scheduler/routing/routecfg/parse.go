@@ -8,10 +8,12 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/lathe-ml/lathe/internal/cost"
+	"github.com/lathe-ml/lathe/internal/jobspec"
 )
 
 // ParseConfig reads the routing sections of lathed's config file — sites,
@@ -223,6 +225,8 @@ func (d *decoder) backend(name, path string, n *yaml.Node) Backend {
 			b.MaxInstances, _ = d.int(p, v)
 		case "agent_path":
 			b.AgentPath, _ = d.str(p, v)
+		case "startup":
+			b.Startup, _ = d.duration(p, v)
 		case "price":
 			b.Price = d.price(p, v)
 		case "instance_types":
@@ -447,6 +451,20 @@ func (d *decoder) int(path string, n *yaml.Node) (int, bool) {
 		return 0, false
 	}
 	return int(v), true
+}
+
+// duration decodes a duration written like 90s, 5m or 1h30m (a bare
+// number has no unit and is refused).
+func (d *decoder) duration(path string, n *yaml.Node) (time.Duration, bool) {
+	if !d.scalar(path, n, "a duration") {
+		return 0, false
+	}
+	v, err := jobspec.ParseDuration(n.Value)
+	if n.Tag != "!!str" || err != nil || n.Value == "" {
+		d.fail(path, n, "must be a duration like 90s, 5m or 1h30m")
+		return 0, false
+	}
+	return v, true
 }
 
 func (d *decoder) bool(path string, n *yaml.Node) (bool, bool) {

@@ -353,6 +353,7 @@ func validateLocal(c *checker, p string, b Backend) {
 	awsOnly("work_uri", b.WorkURI != "")
 	awsOnly("max_instances", b.MaxInstances != 0)
 	awsOnly("agent_path", b.AgentPath != "")
+	awsOnly("startup", b.Startup != 0)
 	if b.Price != nil {
 		validatePrice(c, p+".price", *b.Price)
 	}
@@ -473,6 +474,9 @@ func validateLaunch(c *checker, cfg *Config, p string, b Backend) {
 	}
 	if c.present(p+".agent_path", b.AgentPath != "") && !validAgentPath(b.AgentPath) {
 		c.add(p+".agent_path", b.AgentPath, "must be the absolute path of lathed on the AMI: '/' then only A-Z, a-z, 0-9, '/', '.', '_' and '-' (it goes into the instance's user-data script)")
+	}
+	if b.Startup < 0 || b.Startup > MaxStartup {
+		c.add(p+".startup", b.Startup.String(), "must be a duration from 0 to "+MaxStartup.String()+": how long a job takes from dispatch to its trainer starting on a new instance")
 	}
 }
 
