@@ -69,7 +69,7 @@ func Reference(setup Setup, jobs []Job) (Result, error) {
 // cheapestCloud is the cheapest $/hour of an instance type with at least
 // gpus GPUs on a cloud backend whose site and checkpoints carry tags, and
 // that backend; +Inf when there is none.
-func (sm *simulation) cheapestCloud(gpus int, tags []string) (float64, routecfg.Backend) {
+func (sm *deployment) cheapestCloud(gpus int, tags []string) (float64, routecfg.Backend) {
 	best, at := math.Inf(1), routecfg.Backend{}
 	for _, b := range sm.clouds {
 		if !carriesAll(sm.tags[b.Site], tags) {

@@ -24,7 +24,7 @@ import (
 // site carries every tag of the job and it has an instance type of the
 // job's GPU count or more. It is generous (other checks may refuse the
 // job there): a job it calls spillable is simulated as before.
-func (sm *simulation) spillable(in *Job) bool {
+func (sm *deployment) spillable(in *Job) bool {
 	tags := sm.effective(in)
 	for _, b := range sm.clouds {
 		if !carriesAll(sm.tags[b.Site], tags) {

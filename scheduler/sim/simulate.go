@@ -184,11 +184,20 @@ func Simulate(ctx context.Context, setup Setup, jobs []Job) (Result, error) {
 	return sm.result(), nil
 }
 
-type simulation struct {
-	setup   Setup
+// deployment is the config as the simulator reads it: the owned pool's
+// backend, the cloud backends, the sites' tags and the buckets' sites;
+// where a job may go and what it pays there.
+type deployment struct {
 	rs      *policy.RouteState
 	local   routecfg.Backend
 	clouds  []routecfg.Backend
+	tags    map[string][]string // site → tags
+	buckets map[string]string   // bucket → site
+}
+
+type simulation struct {
+	deployment
+	setup   Setup
 	jobs    []simJob
 	events  eventHeap
 	now     time.Duration
@@ -202,10 +211,8 @@ type simulation struct {
 	price   float64
 	res     Result
 	seq     int64
-	tags    map[string][]string // site → tags
-	buckets map[string]string   // bucket → site
-	prof    profile             // Reference's owned GPUs in use
-	stale   bool                // the pool changed since the last round
+	prof    profile // Reference's owned GPUs in use
+	stale   bool    // the pool changed since the last round
 	// What mayStart reads: no job could spill to a cloud (inert), the
 	// pending jobs by GPU count and the urgent ones among them, the owned
 	// GPUs held, and a preempted job waits to be re-decided.
@@ -223,8 +230,8 @@ func newSim(setup Setup, jobs []Job) (*simulation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: config: %w", errSim, err)
 	}
-	sm := &simulation{setup: setup, rs: policy.NewRouteState(cfg), where: map[string]int{}, byID: map[string]*jobtype.Job{}, starts: map[string]time.Time{},
-		tags: map[string][]string{}, buckets: map[string]string{}}
+	sm := &simulation{setup: setup, where: map[string]int{}, byID: map[string]*jobtype.Job{}, starts: map[string]time.Time{},
+		deployment: deployment{rs: policy.NewRouteState(cfg), tags: map[string][]string{}, buckets: map[string]string{}}}
 	if err := sm.splitBackends(cfg); err != nil {
 		return nil, err
 	}
@@ -238,7 +245,7 @@ func newSim(setup Setup, jobs []Job) (*simulation, error) {
 	if err := checkSetup(setup); err != nil {
 		return nil, err
 	}
-	if err := sm.checkSpot(); err != nil {
+	if err := checkSpot(setup, cfg); err != nil {
 		return nil, err
 	}
 	sm.nodes = simNodes(setup)
@@ -256,7 +263,7 @@ func newSim(setup Setup, jobs []Job) (*simulation, error) {
 // splitBackends takes the config's first local backend as the owned pool's
 // and its cloud backends as the clouds; a config without a local backend
 // is an error.
-func (sm *simulation) splitBackends(cfg routecfg.Config) error {
+func (sm *deployment) splitBackends(cfg routecfg.Config) error {
 	found := false
 	for _, b := range cfg.Backends {
 		switch {
@@ -358,7 +365,7 @@ func (sm *simulation) run(ctx context.Context) error {
 			sm.round()
 		}
 	}
-	sm.markStuck()
+	markStuck(sm.jobs)
 	return nil
 }
 
@@ -394,9 +401,9 @@ func (sm *simulation) instant() (need bool) {
 
 // markStuck marks the jobs that neither finished nor were refused when the
 // events ran out: stuck, with why they never started.
-func (sm *simulation) markStuck() {
-	for i := range sm.jobs {
-		if sj := &sm.jobs[i]; !sj.done && !sj.out.Refused {
+func markStuck(jobs []simJob) {
+	for i := range jobs {
+		if sj := &jobs[i]; !sj.done && !sj.out.Refused {
 			sj.out.Stuck = true
 			if sj.out.Reason == "" {
 				sj.out.Reason = "never started"
@@ -458,7 +465,7 @@ func (sm *simulation) estimate(sj *simJob) jobspec.Duration {
 // outputFor is where the job's output goes: file:// when the file site
 // carries its tags, else the first bucket (by name) whose site does, else
 // file:// (and routing refuses it).
-func (sm *simulation) outputFor(sj *simJob) string {
+func (sm *deployment) outputFor(sj *simJob) string {
 	tags := sm.effective(sj.in)
 	if fs := sm.rs.Config.Datasets.FileSite; fs != "" && carriesAll(sm.tags[fs], tags) {
 		return "file:///lathe-sim/out"
@@ -476,7 +483,8 @@ func (sm *simulation) outputFor(sj *simJob) string {
 	return "file:///lathe-sim/out"
 }
 
-func (sm *simulation) effective(in *Job) []string {
+// effective is job in's residency: its own, else the config's default.
+func (sm *deployment) effective(in *Job) []string {
 	if len(in.Residency) > 0 {
 		return in.Residency
 	}
@@ -620,10 +628,11 @@ func (sm *simulation) round() {
 	}
 }
 
-func (sm *simulation) node(name string) *poolstate.NodeStatus {
-	for ni := range sm.nodes {
-		if sm.nodes[ni].Name == name {
-			return &sm.nodes[ni]
+// nodeNamed is the node of nodes called name; nil when none is.
+func nodeNamed(nodes []poolstate.NodeStatus, name string) *poolstate.NodeStatus {
+	for ni := range nodes {
+		if nodes[ni].Name == name {
+			return &nodes[ni]
 		}
 	}
 	return nil
@@ -631,7 +640,7 @@ func (sm *simulation) node(name string) *poolstate.NodeStatus {
 
 func (sm *simulation) startLocal(i int, node string, gpus []int) {
 	sj := &sm.jobs[i]
-	n := sm.node(node)
+	n := nodeNamed(sm.nodes, node)
 	n.Reservations[sj.in.ID] = poolstate.Reservation{Attempt: sj.job.Attempt, GPUs: gpus}
 	sm.usedGPUs += len(gpus)
 	sm.checkResidency(sj, sm.local)
@@ -673,7 +682,7 @@ func (sm *simulation) finish(i int) {
 	ranHere := sm.now - sj.runStart
 	if sj.out.Cloud {
 		sm.res.CloudGPUHours += ranHere.Hours() * float64(sj.in.GPUs)
-		cost := sm.billed(sj).Hours() * sm.instancePrice(sj.out.Backend, sj.insType)
+		cost := sj.billed(sm.now).Hours() * sm.instancePrice(sj.out.Backend, sj.insType)
 		sj.out.CostUSD += cost
 		sm.res.CloudCostUSD += cost
 	} else {
@@ -716,7 +725,8 @@ func (sm *simulation) preempt(i int) {
 	sm.enqueue(i)
 }
 
-func (sm *simulation) instancePrice(backend, typ string) float64 {
+// instancePrice is the hourly price of cloud backend's instance type typ.
+func (sm *deployment) instancePrice(backend, typ string) float64 {
 	for _, b := range sm.clouds {
 		if b.Name != backend {
 			continue

@@ -74,19 +74,19 @@ func SpotBackends(cfg routecfg.Config) []string {
 
 // checkSpot refuses spot interruptions out of range, or where no cloud
 // backend buys spot, and a negative checkpoint interval or start-up.
-func (sm *simulation) checkSpot() error {
-	su := &sm.setup
+func checkSpot(setup Setup, cfg routecfg.Config) error {
+	su := &setup
 	switch r := su.SpotInterruptions; {
 	case !(r >= 0) || r > MaxSpotInterruptions:
 		return fmt.Errorf("%w: spot interruptions %v per instance-hour: want 0 to %v", errSim, r, MaxSpotInterruptions)
-	case r > 0 && len(SpotBackends(sm.rs.Config)) == 0:
+	case r > 0 && len(SpotBackends(cfg)) == 0:
 		return fmt.Errorf("%w: spot interruptions %v per instance-hour: no cloud backend of the config buys spot (spot: prefer or only), so none would be interrupted", errSim, r)
 	case su.CheckpointEvery < 0:
 		return fmt.Errorf("%w: checkpoint interval %s: want 0 (on the notice) or more", errSim, su.CheckpointEvery)
 	case su.CloudStartup < 0:
 		return fmt.Errorf("%w: cloud start-up %s: want 0 or more", errSim, su.CloudStartup)
 	}
-	if err := SpotProgress(sm.rs.Config, su.SpotInterruptions, su.CheckpointEvery); err != nil {
+	if err := SpotProgress(cfg, su.SpotInterruptions, su.CheckpointEvery); err != nil {
 		return fmt.Errorf("%w: spot interruptions %v per instance-hour: %w", errSim, su.SpotInterruptions, err)
 	}
 	return nil
@@ -117,10 +117,10 @@ func (sm *simulation) launch(i int, b routecfg.Backend) {
 	sm.begin(i, b, b.Startup)
 }
 
-// billed is how long job i's cloud instance has run by now: from its
+// billed is how long sj's cloud instance has run by now: from its
 // launch, start-up included.
-func (sm *simulation) billed(sj *simJob) time.Duration {
-	return sm.now - sj.spot.launched
+func (sj *simJob) billed(now time.Duration) time.Duration {
+	return now - sj.spot.launched
 }
 
 // spotEnd is when job i's attempt on b, launched now, ends: end, or an
@@ -165,7 +165,7 @@ func (sm *simulation) interrupt(i int) bool {
 	}
 	lost := progress - saved
 	price := sm.instancePrice(sj.out.Backend, sj.insType)
-	cost := sm.billed(sj).Hours() * price
+	cost := sj.billed(sm.now).Hours() * price
 	sj.out.CostUSD += cost
 	sm.res.CloudCostUSD += cost
 	sm.res.CloudGPUHours += (ranHere - lost).Hours() * float64(sj.in.GPUs)
