@@ -11,29 +11,9 @@ package sim
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
-
-	"github.com/lathe-ml/lathe/internal/trace"
 )
-
-// clusterTrace is shared cluster c of configs/traces and the setup of
-// configs/simulate.yaml with max_wait 2h.
-func clusterTrace(tb testing.TB, c string) ([]trace.Job, Setup) {
-	tb.Helper()
-	_, setup := simTrace(tb)
-	f, err := os.Open("../../configs/traces/msft-itp-cluster" + c + ".csv")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	tj, err := trace.Read(f)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return tj, setup
-}
 
 // clusterGoal is what TestSimulateFourClusters expects of one cluster
 // under one workload: the reference's optimum (the sweep runs 64 GPUs
@@ -101,7 +81,7 @@ func TestSimulateFourClusters(t *testing.T) {
 }
 
 func checkCluster(t *testing.T, g clusterGoal, arrivals float64, mix string) {
-	tj, setup := clusterTrace(t, g.cluster)
+	_, setup := simTrace(t)
 	d := Draws{Seed: 1}
 	if mix != "" {
 		var err error
@@ -109,8 +89,7 @@ func checkCluster(t *testing.T, g clusterGoal, arrivals float64, mix string) {
 			t.Fatal(err)
 		}
 	}
-	jobs, _ := JobsFromTrace(tj, d)
-	jobs = ScaleArrivals(jobs, arrivals)
+	jobs := ScaleArrivals(clusterJobs(t, g.cluster, d), arrivals)
 	runs := []Run{{Owned: 0, Estimates: "all-cloud", Jobs: jobs}}
 	from, to := max(g.refOpt-64, 16), g.refOpt+64
 	n := (to-from)/16 + 1
