@@ -129,12 +129,16 @@ func DecideRound(in *RoundInput, rs *RouteState, opts RoundOptions) RoundPlan {
 // before. It returns the job as rerouted, or nil.
 func (r *rerouter) earlySpill(j *jobtype.Job, start time.Time) *jobtype.Job {
 	if j.Held != "" || j.Route == nil || j.Route.Kind != routecfg.KindLocal || j.Spec.MaxWait <= 0 ||
-		!r.rs.hasCloud() || len(r.plan.Reroutes) >= MaxRedecisions {
+		!r.rs.hasCloud() || len(r.plan.Reroutes) >= MaxRedecisions || r.earlyTries >= MaxRedecisions {
 		return nil
 	}
 	if start.IsZero() || !start.After(QueuedSince(j).Add(j.Spec.MaxWait.D())) {
 		return nil
 	}
+	// A decision that keeps the job local is not recorded, but costs as
+	// much as one: at most MaxRedecisions tries a round (an [onprem] job
+	// past its max_wait is tried every round).
+	r.earlyTries++
 	rp := decideRoute(j, "spill-over", r.rs, r.rsnap, r.now, start)
 	if rp.Held != "" || rp.Route == nil || rp.Route.Kind == routecfg.KindLocal || rp.Decision.Waiting {
 		return nil
@@ -146,10 +150,11 @@ func (r *rerouter) earlySpill(j *jobtype.Job, start time.Time) *jobtype.Job {
 // jobs left waiting for one), rsnap is the routing snapshot as each next
 // decision would read it.
 type rerouter struct {
-	rs    *RouteState
-	rsnap routing.Snapshot
-	now   time.Time
-	plan  RoundPlan
+	rs         *RouteState
+	rsnap      routing.Snapshot
+	now        time.Time
+	plan       RoundPlan
+	earlyTries int // early spill-overs tried this round
 }
 
 // reroute decides queued job j again (path: why, ReroutePath) and returns
