@@ -74,7 +74,7 @@ const MaxRedecisions = 200
 // pool (placement.Place), and the pool's pressure is counted for the
 // next routing decisions.
 func DecideRound(in *RoundInput, rs *RouteState, opts RoundOptions) RoundPlan {
-	r := rerouter{rs: rs, rsnap: Snapshot(rs, Assumptions{}, in.Routing), now: in.Now}
+	r := rerouter{rs: rs, rsnap: Snapshot(rs, Assumptions{}, in.Routing), now: in.Now, cloud: rs.hasCloud()}
 	snap := placement.Snapshot{Now: in.Now}
 	live := map[string]bool{}
 	for _, n := range in.Nodes {
@@ -129,7 +129,7 @@ func DecideRound(in *RoundInput, rs *RouteState, opts RoundOptions) RoundPlan {
 // before. It returns the job as rerouted, or nil.
 func (r *rerouter) earlySpill(j *jobtype.Job, start time.Time) *jobtype.Job {
 	if j.Held != "" || j.Route == nil || j.Route.Kind != routecfg.KindLocal || j.Spec.MaxWait <= 0 ||
-		!r.rs.hasCloud() || len(r.plan.Reroutes) >= MaxRedecisions || r.earlyTries >= MaxRedecisions {
+		!r.cloud || len(r.plan.Reroutes) >= MaxRedecisions || r.earlyTries >= MaxRedecisions {
 		return nil
 	}
 	if start.IsZero() || !start.After(QueuedSince(j).Add(j.Spec.MaxWait.D())) {
@@ -154,7 +154,8 @@ type rerouter struct {
 	rsnap      routing.Snapshot
 	now        time.Time
 	plan       RoundPlan
-	earlyTries int // early spill-overs tried this round
+	earlyTries int  // early spill-overs tried this round
+	cloud      bool // the config has a cloud backend to spill to
 }
 
 // reroute decides queued job j again (path: why, ReroutePath) and returns
