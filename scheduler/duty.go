@@ -125,6 +125,7 @@ func (l *leaderLoop) loop(ctx context.Context) {
 		} else {
 			l.term = ""
 		}
+		gap := wakeGapAfter(time.Since(passAt))
 		select {
 		case <-ctx.Done():
 			return
@@ -132,7 +133,7 @@ func (l *leaderLoop) loop(ctx context.Context) {
 		case <-tickDue:
 		case <-l.wake:
 			l.placer.forceRound() // a submit, retry or cancel: always a full round
-			if !l.settle(ctx, passAt) {
+			if !l.settle(ctx, passAt, gap) {
 				return
 			}
 		}
@@ -147,11 +148,24 @@ func (l *leaderLoop) loop(ctx context.Context) {
 // a quiet spell is served at once.
 const wakeGap = 50 * time.Millisecond
 
-// settle waits, after a wake, until wakeGap has passed since the pass
-// that started at passAt, taking in the wakes that come meanwhile; false
-// when ctx ended.
-func (l *leaderLoop) settle(ctx context.Context, passAt time.Time) bool {
-	wait := wakeGap - time.Since(passAt)
+// wakeShare is the most of a core that passes asked for by wakes may
+// take: after a pass of d, the next such pass starts no sooner than
+// wakeShare × d later. A round reads every pending job, so with thousands
+// queued it takes tens of milliseconds, and wakeGap alone let a burst of
+// submits spend most of a core on rounds (docs/benchmarks.md).
+const wakeShare = 4
+
+// wakeGapAfter is the least time from the start of a pass that took d to
+// the start of the next pass a wake asks for.
+func wakeGapAfter(d time.Duration) time.Duration {
+	return max(wakeGap, wakeShare*d)
+}
+
+// settle waits, after a wake, until gap has passed since the pass that
+// started at passAt, taking in the wakes that come meanwhile; false when
+// ctx ended.
+func (l *leaderLoop) settle(ctx context.Context, passAt time.Time, gap time.Duration) bool {
+	wait := gap - time.Since(passAt)
 	if wait <= 0 {
 		return true
 	}

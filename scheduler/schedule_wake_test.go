@@ -67,3 +67,20 @@ func tickFloorMs(t time.Time, every time.Duration) time.Time {
 	d := every.Milliseconds()
 	return time.UnixMilli(t.UnixMilli() / d * d).UTC()
 }
+
+// TestWakeGapAfter: passes that wakes ask for come no closer than wakeGap,
+// and after a long pass no closer than wakeShare times its length, so that
+// rounds over a long queue take at most 1/wakeShare of a core however fast
+// submits come.
+func TestWakeGapAfter(t *testing.T) {
+	for _, c := range []struct{ pass, want time.Duration }{
+		{0, wakeGap},
+		{wakeGap / wakeShare, wakeGap},
+		{30 * time.Millisecond, wakeShare * 30 * time.Millisecond},
+		{time.Second, wakeShare * time.Second},
+	} {
+		if got := wakeGapAfter(c.pass); got != c.want {
+			t.Errorf("after a pass of %v: %v, want %v", c.pass, got, c.want)
+		}
+	}
+}

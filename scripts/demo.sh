@@ -30,7 +30,8 @@ else
   bin=$dir/bin
   say "building lathed and lathe into $bin"
   . "$root/scripts/cgoflags.sh" # quiets go-nvml's cgo deprecation warnings
-  go build -o "$bin/" ./cmd/lathed ./cmd/lathe
+  go build -o "$bin/" ./cmd/lathed
+  CGO_ENABLED=0 go build -o "$bin/" ./cmd/lathe ./cmd/lathe-full # the CLI: its front and the whole client
 fi
 
 listen=${LATHE_DEMO_LISTEN:-}

@@ -36,7 +36,8 @@ var (
 	buildErr  error
 )
 
-// binaries builds lathed and lathe once per test run.
+// binaries builds lathed and lathe (the CLI's front and lathe-full beside
+// it, as they are installed) once per test run.
 func binaries(t testing.TB) (lathed, lathe string) {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -44,7 +45,7 @@ func binaries(t testing.TB) (lathed, lathe string) {
 		if buildErr != nil {
 			return
 		}
-		for _, p := range []string{"lathed", "lathe"} {
+		for _, p := range []string{"lathed", "lathe", "lathe-full"} {
 			args := []string{"build", "-o", filepath.Join(binDir, p)}
 			if os.Getenv("LATHE_E2E_RACE") == "1" {
 				// Binaries with the race detector: a daemon that reports a
@@ -53,6 +54,12 @@ func binaries(t testing.TB) (lathed, lathe string) {
 			}
 			build := exec.Command("go", append(args, "github.com/lathe-ml/lathe/cmd/"+p)...)
 			build.Env = quietCgoEnv()
+			if p != "lathed" && os.Getenv("LATHE_E2E_RACE") != "1" {
+				// The CLI is built without cgo, as docs/running.md builds it:
+				// a static binary, spared the dynamic loader's start-up (the
+				// race detector needs cgo).
+				build.Env = append(build.Env, "CGO_ENABLED=0")
+			}
 			out, err := build.CombinedOutput()
 			if err != nil {
 				buildErr = fmt.Errorf("go build %s: %v\n%s", p, err, out)

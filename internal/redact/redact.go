@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Mask replaces what is hidden.
@@ -20,8 +21,11 @@ const Mask = "xxxxx"
 // (password, pass, pwd, token, secret, key, signature, credential, auth,
 // sig, in any case and inside longer names: access_token, X-Amz-Signature,
 // api_key), up to the value's end (&, ; or #). Group 1 is the name and its
-// '=', group 2 the value.
-var secretQuery = regexp.MustCompile(`(?i)([?&;](?:sig|[^=&#;?]*(?:pass|pwd|token|secret|key|signature|credential|auth)[^=&#;?]*)=)([^&#;]*)`)
+// '=', group 2 the value. Compiled on first use: the CLI's front links
+// this package and would pay for it at every start.
+var secretQuery = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?i)([?&;](?:sig|[^=&#;?]*(?:pass|pwd|token|secret|key|signature|credential|auth)[^=&#;?]*)=)([^&#;]*)`)
+})
 
 // URL is u fit to print:
 //   - a URL that parses with one '@', its userinfo's: the password is
@@ -36,7 +40,7 @@ var secretQuery = regexp.MustCompile(`(?i)([?&;](?:sig|[^=&#;?]*(?:pass|pwd|toke
 //
 // Text without an '@' or such a parameter is returned as it is.
 func URL(u string) string {
-	return secretQuery.ReplaceAllString(userinfo(u), "${1}"+Mask)
+	return secretQuery().ReplaceAllString(userinfo(u), "${1}"+Mask)
 }
 
 // userinfo is u with its userinfo's password, or all that precedes its
@@ -119,7 +123,7 @@ func secrets(u string) []string {
 			}
 		}
 	}
-	for _, m := range secretQuery.FindAllStringSubmatch(u, -1) {
+	for _, m := range secretQuery().FindAllStringSubmatch(u, -1) {
 		out = append(out, m[2])
 	}
 	out = slices.DeleteFunc(out, func(s string) bool { return s == "" })

@@ -19,7 +19,7 @@ var examples = filepath.Join("..", "..", "configs", "examples")
 
 // readExample is a ReadJob as the CLI's: it reads a job file relative to
 // configs/examples and makes its relative data paths file:// URIs, as
-// `lathe submit` does (cmd/lathe/specpath.go).
+// `lathe submit` does (cmd/lathe-full/specpath.go).
 func readExample(t *testing.T) func(string) ([]byte, error) {
 	dir, err := filepath.Abs(examples)
 	if err != nil {

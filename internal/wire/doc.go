@@ -1,6 +1,6 @@
 // Package wire holds the request and answer bodies of Lathe's HTTP API
 // (docs/api.md): the scheduler encodes them, the API client
-// (internal/apiclient) and the CLI (cmd/lathe) decode them, so the three
+// (internal/apiclient) and the CLI (cmd/lathe-full) decode them, so the three
 // cannot drift apart.
 //
 // The JSON of every type is the API's, field for field: names, order and

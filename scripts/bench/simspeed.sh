@@ -19,7 +19,7 @@ sizes=${SIZES:-16 32 64 128 256 512}
 cap=${CAP:-60}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-go build -o "$tmp/new" ./cmd/lathe
+go build -o "$tmp/new" ./cmd/lathe-full
 bins=new
 if [ -n "${OLD:-}" ]; then cp "$OLD" "$tmp/old"; bins="old new"; fi
 echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD) runs=$runs cap=${cap}s $(nproc) cores, $(uptime | sed 's/.*load average/load average/')"

@@ -11,7 +11,8 @@
 #   - the same N jobs as `lathe submit` of 100 spec files a call (one batch
 #     request each: how a script that has its specs at hand submits);
 #   - CALLS `lathe --help` and CALLS `sbatch --version`, and CALLS `/bin/true`
-#     (the shell's fork+exec floor).
+#     (the shell's fork+exec floor); with lathe-full beside lathe, CALLS
+#     `lathe version` (handed to lathe-full) and CALLS `lathe-full version`.
 # ROUNDS rounds, the order swapped every round; the table gives each
 # figure's median over the rounds and the ratio of the medians.
 #   scripts/bench/submit_vs_sbatch.sh [N] [ROUNDS]     (default 300 submits, 3 rounds)
@@ -60,9 +61,13 @@ wait_for() {
 mkdir -p "$work/bin"
 if [[ -n ${LATHE_BIN_DIR:-} ]]; then
   cp "$LATHE_BIN_DIR/lathe" "$LATHE_BIN_DIR/lathed" "$work/bin/"
+  # lathe-full beside lathe, when this build has one (the CLI's front hands
+  # it every command but --help and a plain submit)
+  [[ -e $LATHE_BIN_DIR/lathe-full ]] && cp "$LATHE_BIN_DIR/lathe-full" "$work/bin/"
 else
   . scripts/cgoflags.sh # quiets go-nvml's cgo deprecation warnings
-  go build -o "$work/bin/" ./cmd/lathe ./cmd/lathed
+  go build -o "$work/bin/" ./cmd/lathed
+  CGO_ENABLED=0 go build -o "$work/bin/" ./cmd/lathe ./cmd/lathe-full # the CLI as it ships: static
 fi
 lathe=$work/bin/lathe
 mkdir -p "$work/spec/data"
@@ -180,6 +185,10 @@ per_call() { # CMD...: ms per call over CALLS calls
   permil "$calls" $(($(ns) - t0))
 }
 names=(sbatch lathe lathe_batch help version true)
+# With the CLI's front (lathe hands lathe-full what it does not do itself):
+# what a handed-over command costs, `lathe version` against `lathe-full version`.
+full=$work/bin/lathe-full
+[[ -e $full ]] && names+=(handover fullver)
 [[ -n ${LATHE_BEFORE:-} ]] && names+=(lathe_before help_before)
 declare -A fig
 measure() { # NAME
@@ -191,6 +200,8 @@ measure() { # NAME
     help) per_call "$lathe" --help ;;
     help_before) per_call "$LATHE_BEFORE" --help ;;
     version) per_call sbatch --version ;;
+    handover) per_call "$lathe" version ;;
+    fullver) per_call "$full" version ;;
     true) per_call /bin/true ;;
   esac
 }
@@ -242,6 +253,9 @@ printf '| %-34s | %-30s | %-22s | %s\n' "sbatch --version, ms" "$(med version) (
 printf '| %-34s | %-30s | %-22s | %s\n' "lathe --help, ms" "$(med help) (${fig[help]% })" "$(ratio "$(med help)" "$(med version)") of sbatch's" "<= 2 ms"
 [[ -n ${LATHE_BEFORE:-} ]] &&
   printf '| %-34s | %-30s | %-22s | %s\n' "lathe --help, LATHE_BEFORE, ms" "$(med help_before) (${fig[help_before]% })" "$(ratio "$(med help_before)" "$(med version)") of sbatch's" ""
+[[ -e $full ]] &&
+  printf '| %-34s | %-30s | %-22s | %s\n' "lathe version (handed over), ms" "$(med handover) (${fig[handover]% })" "$(ratio "$(med handover)" "$(med fullver)") of lathe-full's" "" &&
+  printf '| %-34s | %-30s | %-22s | %s\n' "lathe-full version, ms" "$(med fullver) (${fig[fullver]% })" "baseline" ""
 printf '| %-34s | %-30s | %-22s | %s\n' "/bin/true (fork+exec floor), ms" "$(med true) (${fig[true]% })" "" ""
 echo
 echo "lathe: $("$lathe" queues | grep -m1 'queued:' | tr -s ' ')"

@@ -38,7 +38,8 @@ freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0
 ns() { date +%s%N; }
 
 . scripts/cgoflags.sh # quiets go-nvml's cgo deprecation warnings
-go build -o "$work/" ./cmd/lathe ./cmd/lathed
+go build -o "$work/" ./cmd/lathed
+CGO_ENABLED=0 go build -o "$work/" ./cmd/lathe ./cmd/lathe-full
 cat >"$work/lathe.yaml" <<YAML
 trainers:
   sleeper: [/bin/sh, -c, 'exec sleep 3600']

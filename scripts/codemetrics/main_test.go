@@ -35,7 +35,7 @@ func TestLayerViolationsAreFound(t *testing.T) {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		src := "package " + filepath.Base(filepath.Dir(p)) + "\nimport _ \"" + module + imp + "\"\n"
+		src := "package " + strings.ReplaceAll(filepath.Base(filepath.Dir(p)), "-", "") + "\nimport _ \"" + module + imp + "\"\n"
 		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -45,6 +45,10 @@ func TestLayerViolationsAreFound(t *testing.T) {
 	write("worker/w.go", "internal/x")
 	write("internal/x/x_test.go", "cmd/lathe") // tests may
 	write("cmd/lathe/main.go", "scheduler")
+	write("cmd/lathe/x.go", "internal/apiclient")
+	write("cmd/lathe/y.go", "internal/jobspec")
+	write("cmd/lathe-full/main.go", "scheduler")
+	write("cmd/lathe-full/s.go", "scheduler/sim")
 	write("cmd/lathed/main.go", "scheduler")
 	write("scheduler/policy/p.go", "scheduler")
 	write("scheduler/policy/q.go", "internal/jobstore")
@@ -60,6 +64,8 @@ func TestLayerViolationsAreFound(t *testing.T) {
 	}
 	want := []string{
 		"cmd/lathe/main.go imports scheduler ",
+		"cmd/lathe/x.go imports internal/apiclient ",
+		"cmd/lathe-full/main.go imports scheduler ",
 		"internal/x/x.go imports scheduler ",
 		"scheduler/api/a.go imports scheduler ",
 		"scheduler/placement/p.go imports scheduler/routing ",
@@ -135,14 +141,31 @@ func TestDaemonLinks(t *testing.T) {
 	}
 }
 
-// TestCLILinksNoDaemonLibraries holds cmd/lathe to linking the client, never
-// the daemon's queue, web UI or metrics exporter (docs/architecture.md).
+// TestCLILinksNoDaemonLibraries holds the CLI (cmd/lathe-full and its front
+// cmd/lathe) to linking the client, never the daemon's queue, web UI or
+// metrics exporter (docs/architecture.md), and the front to linking none of
+// what makes lathe-full slow to start.
 func TestCLILinksNoDaemonLibraries(t *testing.T) {
-	deps, err := listDeps("../..", "./cmd/lathe")
-	if err != nil {
-		t.Fatal(err)
+	for _, cli := range []string{"./cmd/lathe-full", "./cmd/lathe"} {
+		deps, err := listDeps("../..", cli)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if linked := daemonLinks(deps); len(linked) > 0 {
+			t.Errorf("%s links %q", cli, linked)
+		}
+		if heavy := frontLinks(deps); cli == "./cmd/lathe" && len(heavy) > 0 {
+			t.Errorf("%s links %q", cli, heavy)
+		}
 	}
-	if linked := daemonLinks(deps); len(linked) > 0 {
-		t.Errorf("cmd/lathe links %q", linked)
+}
+
+// TestFrontLinks: frontLinks finds what it names and nothing else.
+func TestFrontLinks(t *testing.T) {
+	deps := []string{"net", "net/http", "net/http/httptrace", "crypto/tls", "crypto/rand", "github.com/spf13/cobra", "github.com/spf13/pflag"}
+	got := frontLinks(deps)
+	want := []string{"net/http", "net/http/httptrace", "crypto/tls", "github.com/spf13/cobra"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("frontLinks = %q, want %q", got, want)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // Daemon is what lathed's config file says about where a job goes: the
 // routing config, and the job defaults a spec is normalised with before it
 // is decided on. lathed (cmd/lathed/config.go) and the CLI's offline
-// `lathe route --explain --config` (cmd/lathe/route.go) both read it with
+// `lathe route --explain --config` (cmd/lathe-full/route.go) both read it with
 // ReadDaemon, so that they decide on the same config and the same spec
 // (docs/routing.md).
 type Daemon struct {

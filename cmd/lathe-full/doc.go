@@ -1,6 +1,10 @@
-// Command lathe is the command-line client of a Lathe scheduler: it submits
-// LoRA fine-tuning jobs, watches them, cancels them and fetches their
-// adapters, through the scheduler's HTTP API only (docs/api.md).
+// Command lathe-full is the command-line client of a Lathe scheduler, every
+// command of it: it submits LoRA fine-tuning jobs, watches them, cancels
+// them and fetches their adapters, through the scheduler's HTTP API only
+// (docs/api.md). Users run it as lathe, its front (cmd/lathe), installed
+// beside it: the front answers --help and a plain submit itself, which it
+// starts fast enough to do at sbatch's pace, and runs lathe-full in its place
+// for everything else. It names itself lathe in what it prints.
 //
 // Usage:
 //
