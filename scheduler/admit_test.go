@@ -263,8 +263,9 @@ func TestHeldJobDecidedWhenMoneyFrees(t *testing.T) {
 // budget holds one sweep's reservation only: the key is claimed before
 // anything is decided, so the second request waits for the first's
 // outcome instead of being decided against the budget the first took.
-// Ten teams, a pair of requests each, all at once; then a job's key and a
-// batch's keys the same way.
+// Ten teams, a pair of requests each, all at once; then the key sent
+// again once the first sweep's money is spent (the same sweep, not a
+// refusal); then a job's key and a batch's keys the same way.
 func TestSweepKeyFirst(t *testing.T) {
 	budgets := "budgets: {teams: {tj: 0.10, tb: 0.20, "
 	for i := range 10 {
@@ -311,7 +312,17 @@ func TestSweepKeyFirst(t *testing.T) {
 		}
 	}
 	// A retry after the first was stored, when the budget it took is
-	// full: the same sweep, not a refusal.
+	// spent (its trial ended and settled at the team's whole $0.10: a
+	// new sweep would be refused, TestSweepWaitsForReservedMoney): the
+	// same sweep, not a refusal. (Fails when the key is looked up after
+	// routing.)
+	tid := jobstore.TrialID(got["t0"][0], 0)
+	if _, err := r.store.Cancel(r.ctx, tid); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.store.Settle(r.ctx, tid, 0.10); err != nil {
+		t.Fatal(err)
+	}
 	req := plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()), Idem: "t0/alice:nightly",
 		Who: plane.Principal{Name: "alice", Role: plane.RoleSubmitter, Team: "t0"}}
 	sw, existed, err := r.s.SubmitSweep(r.ctx, req)

@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -189,4 +191,47 @@ func countUID(uid uint32) int {
 		n++
 	}
 	return n
+}
+
+// TestTrainerUserWarnedAtStart: who trainers run as is said at every
+// start. worker.run_as: root, written out, is accepted from a root lathed
+// only and logs TRAINERS RUN AS ROOT as an error (issue #24: "run_as: root
+// must be written out, and it earns a loud warning at every start"); so
+// does a root lathed given neither run_as nor users of their own. A lathed
+// that is not root, with no run_as, warns that trainers run as its own
+// user.
+func TestTrainerUserWarnedAtStart(t *testing.T) {
+	old := geteuid
+	t.Cleanup(func() { geteuid = old })
+	for _, tc := range []struct {
+		name  string
+		euid  int
+		runAs string
+		level slog.Level
+		want  string
+	}{
+		{"run_as root", 0, "root", slog.LevelError, "TRAINERS RUN AS ROOT"},
+		{"root lathed, no users of their own", 0, "", slog.LevelError, "TRAINERS RUN AS ROOT"},
+		{"lathed not root", 1000, "", slog.LevelWarn, "trainers run as lathed's own user"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			geteuid = func() int { return tc.euid }
+			c := Config{RunAs: tc.runAs}
+			if err := c.checkTrainers(); err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			w := &Worker{cfg: c, log: slog.New(slog.NewTextHandler(&buf, nil))}
+			w.warnTrainerUser()
+			if out := buf.String(); !strings.Contains(out, "level="+tc.level.String()) || !strings.Contains(out, tc.want) {
+				t.Fatalf("logged %q; want %s %q", out, tc.level, tc.want)
+			}
+		})
+	}
+	// run_as: root from a lathed that is not root is refused.
+	geteuid = func() int { return 1000 }
+	c := Config{RunAs: "root"}
+	if err := c.checkTrainers(); err == nil || !strings.Contains(err.Error(), "not root") {
+		t.Fatalf("run_as: root from uid 1000: %v, want a refusal", err)
+	}
 }

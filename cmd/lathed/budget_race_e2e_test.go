@@ -639,3 +639,72 @@ func TestSweepCapOnActualSpendE2E(t *testing.T) {
 	}
 	checkCostsToTheCent(t, r, raceOutcome{jobs: jobs, team: row}, []string{id})
 }
+
+// TestSweepKeySentTwiceAtOnceE2E: the real binaries, `lathed up` with its
+// own redis-server, team ml's budget ($3) holding one trial's reservation
+// ($2) at most. Four idempotency keys, each sent by two `lathe sweep
+// submit --idempotency-key K` at once (eight CLIs racing): both sends of a
+// key answer the same sweep id. Then, once a trial has run ($1 a second
+// for 3 s) and the team's money is spent, so that a sweep with a fresh key
+// is refused: a third send of each key answers its sweep again (the key is
+// looked up before anything is routed), and the store holds one sweep per
+// key. (Issue 23's report: one of two such sends got the sweep, the other
+// a 422 budget refusal.)
+func TestSweepKeySentTwiceAtOnceE2E(t *testing.T) {
+	r := newBudgetRig(t, 3, map[string]string{"nap": "3"})
+	r.job(t, "nap", "nap", "2s")
+	spec := r.sweep(t, "keyed", filepath.Join(r.dir, "nap.yaml"), 1, "")
+	keys := []string{"nightly-1", "nightly-2", "nightly-3", "nightly-4"}
+	send := func(key string) (string, error) {
+		stdout, stderr, code := runLathe(t, r.lathe, append(os.Environ(), "LATHE_SERVER="+r.base, "LATHE_TOKEN="+raceToken),
+			"sweep", "submit", spec, "--idempotency-key", key, "-o", "json")
+		if code != 0 {
+			return "", fmt.Errorf("exit %d: %s", code, strings.TrimSpace(stderr))
+		}
+		var st wire.SweepStatus
+		if err := json.Unmarshal([]byte(stdout), &st); err != nil || st.Sweep == nil {
+			return "", fmt.Errorf("-o json: %v\n%s", err, stdout)
+		}
+		return st.Sweep.ID, nil
+	}
+	ids := make([][2]string, len(keys))
+	errs := make([][2]error, len(keys))
+	var wg sync.WaitGroup
+	for k := range keys {
+		for s := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ids[k][s], errs[k][s] = send(keys[k])
+			}()
+		}
+	}
+	wg.Wait()
+	for k, key := range keys {
+		if errs[k][0] != nil || errs[k][1] != nil || ids[k][0] == "" || ids[k][0] != ids[k][1] {
+			t.Errorf("key %s sent twice at once: %q (%v) and %q (%v); want one sweep both times", key, ids[k][0], errs[k][0], ids[k][1], errs[k][1])
+		}
+	}
+	// The team's money spent: less than a trial's $2 left, none reserved.
+	waitfor.Value(t, 60*time.Second, "team ml's money spent", func() wire.BudgetRow {
+		row, _ := r.team()
+		return row
+	}, func(row wire.BudgetRow) bool { return row.SpentUSD > r.limit-2 && row.ReservedUSD < 1e-6 })
+	if id, err := send("nightly-fresh"); err == nil || !strings.Contains(err.Error(), "budget") {
+		t.Fatalf("a sweep with a fresh key once the money is spent: %q, %v; want a budget refusal", id, err)
+	}
+	for k, key := range keys {
+		if id, err := send(key); err != nil || id != ids[k][0] {
+			t.Errorf("key %s sent a third time: %q (%v); want sweep %s", key, id, err, ids[k][0])
+		}
+	}
+	var l wire.SweepList
+	r.mustGet(t, "/api/v1/sweeps", &l)
+	if len(l.Sweeps) != len(keys) {
+		var got []string
+		for _, sw := range l.Sweeps {
+			got = append(got, sw.ID)
+		}
+		t.Errorf("the store holds %d sweeps %v; want %d, one per key", len(l.Sweeps), got, len(keys))
+	}
+}

@@ -243,3 +243,56 @@ func TestEarlySpillOver(t *testing.T) {
 		t.Errorf("no cloud backend: reroutes %+v; want none", plan.Reroutes)
 	}
 }
+
+// TestDecideRoundRedecidesBudgetHeldJobs: a job held because its budget
+// reservation was refused is decided again (path "budget") by the first
+// round after money was freed: its held epoch (the month and how many
+// settlements freed money in it, jobstore.BudgetEpoch) differs from the
+// round's, after a settlement (a job that ended or was cancelled) or when
+// the month rolls over. While the epoch stands it stays held and is not
+// decided again. A routing config reload decides it again too (path
+// "config reload").
+func TestDecideRoundRedecidesBudgetHeldJobs(t *testing.T) {
+	rc, err := routecfg.ParseConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := NewRouteState(rc)
+	local := ""
+	for _, b := range rc.Backends {
+		if b.Kind == routecfg.KindLocal {
+			local = b.Name
+		}
+	}
+	december := time.Date(2026, 12, 31, 23, 59, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name, epoch, hash, path string
+		now                     time.Time
+	}{
+		{"no money freed", "2026-12:7", rs.Hash, "", december},
+		{"a settlement", "2026-12:8", rs.Hash, "budget", december},
+		{"the month rolled over", "2027-01:0", rs.Hash, "budget", december.Add(2 * time.Minute)},
+		{"a config reload", "2026-12:7", "an-older-config", "config reload", december},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := &jobtype.Job{ID: "h", State: jobtype.StateQueued, Attempt: 1, Team: "ml", UpdatedAt: december,
+				Held:      "budget reservation refused: $2.00 would pass team:ml's 2026-12 budget ($1.00 of $40.00 left)",
+				HeldEpoch: "2026-12:7",
+				Route:     &jobtype.RouteInfo{Backend: local, Kind: routecfg.KindLocal, Attempt: 1, ConfigHash: tc.hash, DecidedAt: december, Waiting: true},
+				Spec: jobspec.Spec{Name: "h", BaseModel: "tiny-char", Trainer: "reference", Resources: jobspec.Resources{GPUs: 1},
+					MaxRuntime: jobspec.Duration(time.Hour)}}
+			in := &RoundInput{Now: tc.now, BudgetEpoch: tc.epoch, Pending: []string{"h"}, Jobs: map[string]*jobtype.Job{"h": j},
+				Routing: RoutingInput{Now: tc.now, Spends: map[string]poolstate.Spend{}, StepTimes: map[string]float64{}}}
+			plan := DecideRound(in, rs, RoundOptions{DefaultMaxRuntime: 24 * time.Hour})
+			if tc.path == "" {
+				if len(plan.Reroutes) != 0 || len(plan.OffWaits) != 1 || plan.OffWaits[0].Code != "held" {
+					t.Fatalf("reroutes %+v, waits %+v: want the job left held, not decided again", plan.Reroutes, plan.OffWaits)
+				}
+				return
+			}
+			if len(plan.Reroutes) != 1 || plan.Reroutes[0].Path != tc.path || plan.Reroutes[0].Job.ID != "h" {
+				t.Fatalf("reroutes %+v: want the held job decided again on path %q", plan.Reroutes, tc.path)
+			}
+		})
+	}
+}
