@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lathe-ml/lathe/internal/jobtype"
 )
 
 // The endings tally: every job that ends (succeeded, failed, cancelled,
@@ -148,3 +150,55 @@ func (s *Store) EndStats(ctx context.Context) (EndStats, error) {
 	}
 	return out, nil
 }
+
+// Accruing is, of the jobs holding a budget reservation (the priced
+// ones), those whose cost is not all settled yet and may be more than
+// nothing: running, ended but not settled yet (the leader settles within
+// seconds), or waiting again after an attempt that ran (preempted,
+// requeued). /metrics adds their cost so far to the settled totals, so
+// lathe_cost_dollars_total moves while jobs run and does not fall when
+// one ends and is settled. Two pipelines (state and run time, then the
+// chosen records whole) after the open set's SMEMBERS.
+func (s *Store) Accruing(ctx context.Context) ([]*jobtype.Job, error) {
+	ids, err := s.OpenReservations(ctx)
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	cmds, err := s.hmgetMany(ctx, ids, accruingArgs, "accruing jobs")
+	if err != nil {
+		return nil, err
+	}
+	var pick []string
+	for i, c := range cmds {
+		v := c.Val()
+		if len(v) != 3 {
+			continue
+		}
+		st, _ := v[0].(string)
+		ranS, _ := v[1].(string)
+		cloudS, _ := v[2].(string)
+		ran, _ := strconv.ParseInt(ranS, 10, 64)
+		cloud, _ := strconv.ParseFloat(cloudS, 64)
+		state := jobtype.State(st)
+		if state == jobtype.StateRunning || state.Terminal() || ran > 0 || cloud > 0 {
+			pick = append(pick, ids[i])
+		}
+	}
+	if len(pick) == 0 {
+		return nil, nil
+	}
+	jobs, err := s.GetMany(ctx, pick)
+	if err != nil {
+		return nil, err
+	}
+	out := jobs[:0]
+	for _, j := range jobs {
+		if j != nil {
+			out = append(out, j)
+		}
+	}
+	return out, nil
+}
+
+// accruingArgs reads what Accruing picks by.
+var accruingArgs = hmgetArgs([]string{"state", "run_ms", "cloud_cost_usd"})
