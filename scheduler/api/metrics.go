@@ -12,9 +12,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/scheduler/policy"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // activeScan caps how many jobs of each live state (queued, dispatched,
@@ -286,6 +288,9 @@ func (c *storeCollector) readLive(ctx context.Context, counts map[jobtype.State]
 			backend = j.RouteBackend
 		}
 		prio := string(j.Priority)
+		if prio == "" {
+			prio = string(jobspec.PriorityNormal) // a spec that names none
+		}
 		live[liveKey{string(j.State), backend, prio}]++
 		if j.State == jobtype.StateQueued {
 			if t, ok := oldest[prio]; !ok || j.CreatedAt.Before(t) {
@@ -297,11 +302,32 @@ func (c *storeCollector) readLive(ctx context.Context, counts map[jobtype.State]
 			price[in.Backend] += in.USDPerHour
 		}
 	}
+	// Gauges are present at 0 when idle (a panel shows 0, not "No data"):
+	// every live state × configured backend × priority, every priority's
+	// oldest wait, every cloud backend's instances and price.
+	prios := []string{string(jobspec.PriorityUrgent), string(jobspec.PriorityNormal), string(jobspec.PriorityBatch)}
+	for _, b := range c.s.plane.Routing().Config.Backends {
+		for _, st := range liveStates {
+			for _, p := range prios {
+				live[liveKey{string(st), b.Name, p}] += 0
+			}
+		}
+		if b.Kind != routecfg.KindLocal {
+			for _, m := range []string{"spot", "on-demand"} {
+				insts[instKey{b.Name, m}] += 0
+			}
+			price[b.Name] += 0
+		}
+	}
 	for k, n := range live {
 		emit(descLiveJobs, prometheus.GaugeValue, float64(n), k.state, k.backend, k.priority)
 	}
-	for prio, t := range oldest {
-		emit(descOldestWait, prometheus.GaugeValue, max(0, now.Sub(t).Seconds()), prio)
+	for _, p := range prios {
+		wait := 0.0
+		if t, ok := oldest[p]; ok {
+			wait = max(0, now.Sub(t).Seconds())
+		}
+		emit(descOldestWait, prometheus.GaugeValue, wait, p)
 	}
 	for k, n := range insts {
 		emit(descInstances, prometheus.GaugeValue, float64(n), k.backend, k.market)
