@@ -41,10 +41,12 @@ backends:
 // trial), 2 are cancelled (one queued, one running, with lathe cancel), 2
 // are stopped (a trial its sweep stopped, reason median, while running; a
 // job stopped for its team's budget while queued, as the settler stops
-// it), and 2 keep running (one GPU job, one CPU job). Then /metrics
+// it), 2 keep running (one GPU job, one CPU job) and one waits past its
+// max_wait. Then /metrics
 // counts each ending once by state, reason, backend and priority; the
 // duration histogram holds every ending, its sum the run time the store
 // recorded; the routing decisions count every submit and every trial;
+// the queued job is past its max_wait;
 // lathe_node_slots_reserved and lathe queues say 1 of 2 CPU slots is held
 // (the GPU jobs hold GPUs, not slots); and the cost is what the store's
 // run times say at the price (0 unpriced), before and after the budget
@@ -110,7 +112,7 @@ func metricsScenario(t *testing.T, config string, price float64) {
 	s1, s2, f1 := sub(gpuSpec), sub(gpuSpec), sub(gpuSpec)
 	c1, cq, bs := sub(gpuSpec), sub(gpuSpec), sub(gpuSpec)
 	r1, cpu1, cpu2 := sub(gpuSpec), sub(cpuSpec), sub(cpuSpec)
-	_ = sub(gpuSpec) // stays queued
+	_ = sub(gpuSpec + "max_wait: 100ms\n") // stays queued, past its max_wait by the scrape
 	ids := []string{s1, s2, f1, c1, cq, bs, r1, cpu1, cpu2}
 	ids = append(ids, trials...)
 
@@ -234,6 +236,12 @@ func metricsScenario(t *testing.T, config string, price float64) {
 	}
 	if int(dec) != submits+len(trials) {
 		t.Errorf("lathe_routing_decisions_total sums to %v, want %d submits + %d trials", dec, submits, len(trials))
+	}
+	if v := gaugeOf(t, ms, "lathe_queue_past_max_wait_jobs", "priority", "normal"); v != 1 {
+		t.Errorf("lathe_queue_past_max_wait_jobs{priority=normal} = %v, want 1", v)
+	}
+	if v := gaugeOf(t, ms, "lathe_queue_past_max_wait_jobs", "priority", "urgent"); v != 0 {
+		t.Errorf("lathe_queue_past_max_wait_jobs{priority=urgent} = %v, want 0 (present at 0)", v)
 	}
 	// One CPU job holds one of the 2 CPU slots; the GPU jobs hold GPUs.
 	if v := gaugeOf(t, ms, "lathe_node_slots_reserved", "node", "n1"); v != 1 {

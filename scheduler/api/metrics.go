@@ -53,7 +53,8 @@ var (
 	descJobs       = desc("lathe_jobs", "Jobs in the store by state (the state indexes; GET /api/v1/queues by_state).", "state")
 	descLiveJobs   = desc("lathe_jobs_live", "Jobs in a live state (queued, dispatched, provisioning, running, paused) by backend (the routed one while queued) and priority.", "state", "backend", "priority")
 	descPending    = desc("lathe_queue_pending_jobs", "Jobs in the pending set, waiting for placement (GET /api/v1/queues pending).")
-	descOldestWait = desc("lathe_queue_oldest_wait_seconds", "Age (now - created_at) of the oldest queued job, by priority.", "priority")
+	descOldestWait = desc("lathe_queue_oldest_wait_seconds", "Age (now - created_at) of the oldest queued job, by priority (0 when none is queued).", "priority")
+	descPastWait   = desc("lathe_queue_past_max_wait_jobs", "Queued jobs waiting longer (now - created_at) than their spec's max_wait, by priority.", "priority")
 	descSlots      = desc("lathe_node_slots", "A live node's CPU slots: how many CPU-only jobs (gpus: 0) it runs at once (GET /api/v1/queues queues[].slots).", "node")
 	descReserved   = desc("lathe_node_slots_reserved", "A live node's CPU slots held by a CPU-only job (GPU jobs hold GPUs, not slots; GET /api/v1/queues queues[].reserved).", "node")
 	descHBAge      = desc("lathe_node_heartbeat_age_seconds", "Seconds since a live node's last heartbeat; a node whose heartbeat expired leaves the scrape (alert on both: configs/prometheus/alerts.yml).", "node")
@@ -90,7 +91,7 @@ type storeCollector struct{ s opsView }
 // Describe sends every description the collector may emit.
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLeader, descStoreUp, descScrape, descJobs, descLiveJobs, descPending,
-		descOldestWait, descSlots, descReserved, descHBAge, descAsynq, descAsynqLat, descAsynqDone, descGPUUtil, descGPUUsed, descGPUTotal, descGPUTemp,
+		descOldestWait, descPastWait, descSlots, descReserved, descHBAge, descAsynq, descAsynqLat, descAsynqDone, descGPUUtil, descGPUUsed, descGPUTotal, descGPUTemp,
 		descGPUPower, descGPUECC, descGPUHealthy, descGPUHeld, descGPUXID, descGPUSim, descInstances, descPrice, descLimit,
 		descSpent, descReservedD, descSweeps, descFinished, descDuration, descCost, descRecPasses, descRecActions} {
 		ch <- d
@@ -257,7 +258,7 @@ type instKey struct{ backend, market string }
 // readLive reads the jobs of every live state (up to activeScan each, in
 // one pipeline after the id reads) and emits their breakdown, the oldest
 // waits and the cloud instances. What it needs of each job is its tally
-// (jobstore.GetTallies: ten small fields, no JSON decoded).
+// (jobstore.GetTallies: eleven small fields, no JSON decoded).
 func (c *storeCollector) readLive(ctx context.Context, counts map[jobtype.State]int64, emit emitter) error {
 	var ids []string
 	for _, st := range liveStates {
@@ -277,6 +278,7 @@ func (c *storeCollector) readLive(ctx context.Context, counts map[jobtype.State]
 	now := time.Now()
 	live := map[liveKey]int{}
 	oldest := map[string]time.Time{}
+	past := map[string]int{}
 	insts := map[instKey]int{}
 	price := map[string]float64{}
 	for _, j := range jobs {
@@ -295,6 +297,9 @@ func (c *storeCollector) readLive(ctx context.Context, counts map[jobtype.State]
 		if j.State == jobtype.StateQueued {
 			if t, ok := oldest[prio]; !ok || j.CreatedAt.Before(t) {
 				oldest[prio] = j.CreatedAt
+			}
+			if j.MaxWait > 0 && now.Sub(j.CreatedAt) > j.MaxWait {
+				past[prio]++
 			}
 		}
 		if in := j.Instance; in != nil && in.TerminatedAt == nil {
@@ -328,6 +333,7 @@ func (c *storeCollector) readLive(ctx context.Context, counts map[jobtype.State]
 			wait = max(0, now.Sub(t).Seconds())
 		}
 		emit(descOldestWait, prometheus.GaugeValue, wait, p)
+		emit(descPastWait, prometheus.GaugeValue, float64(past[p]), p)
 	}
 	for k, n := range insts {
 		emit(descInstances, prometheus.GaugeValue, float64(n), k.backend, k.market)
