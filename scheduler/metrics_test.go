@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
@@ -521,8 +522,9 @@ func TestMetricsStoreDown(t *testing.T) {
 
 // TestPrometheusConfig: configs/prometheus/prometheus.yml passes promtool
 // check config (its credentials file pointed at a file that exists: the
-// compose file writes the real one when Prometheus starts), and it scrapes
-// the compose scheduler's /metrics.
+// compose file writes the real one when Prometheus starts; its rule file
+// alerts.yml beside it), loads the alert rules, and it scrapes the compose
+// scheduler's /metrics.
 func TestPrometheusConfig(t *testing.T) {
 	raw, err := os.ReadFile("../configs/prometheus/prometheus.yml")
 	if err != nil {
@@ -534,7 +536,17 @@ func TestPrometheusConfig(t *testing.T) {
 			t.Fatalf("configs/prometheus/prometheus.yml lacks %q", want)
 		}
 	}
+	if !strings.Contains(text, "rule_files:\n  - alerts.yml") {
+		t.Fatal("configs/prometheus/prometheus.yml does not load alerts.yml")
+	}
 	dir := t.TempDir()
+	rules, err := os.ReadFile("../configs/prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/alerts.yml", rules, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	token := dir + "/lathe-token"
 	if err := os.WriteFile(token, []byte("a-token-of-sixteen-chars"), 0o600); err != nil {
 		t.Fatal(err)
@@ -545,6 +557,148 @@ func TestPrometheusConfig(t *testing.T) {
 	}
 	if out, err := exec.Command("/usr/bin/promtool", "check", "config", cfg).CombinedOutput(); err != nil {
 		t.Fatalf("promtool check config: %v\n%s", err, out)
+	}
+}
+
+// TestPrometheusScrapesWithViewerToken: the shipped Prometheus scrapes with
+// a viewer token, never the admin one: the compose file writes
+// LATHE_METRICS_TOKEN to the credentials file prometheus.yml names, and the
+// compose daemon config makes that variable's token a viewer's. A viewer
+// token reads /metrics (TestMetricsAuth).
+func TestPrometheusScrapesWithViewerToken(t *testing.T) {
+	compose, err := os.ReadFile("../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dc struct {
+		Services map[string]struct {
+			Command     []string          `yaml:"command"`
+			Environment map[string]string `yaml:"environment"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(compose, &dc); err != nil {
+		t.Fatal(err)
+	}
+	prom := dc.Services["prometheus"]
+	cmd := strings.Join(prom.Command, " ")
+	if !strings.Contains(cmd, `"$$LATHE_METRICS_TOKEN" > /tmp/lathe-token`) || strings.Contains(cmd, "ADMIN") {
+		t.Errorf("docker-compose.yml: Prometheus' start must write LATHE_METRICS_TOKEN (and only it) to /tmp/lathe-token: %q", cmd)
+	}
+	if _, ok := prom.Environment["LATHE_ADMIN_TOKEN"]; ok {
+		t.Error("docker-compose.yml: Prometheus is given LATHE_ADMIN_TOKEN")
+	}
+	if _, ok := dc.Services["scheduler"].Environment["LATHE_METRICS_TOKEN"]; !ok {
+		t.Error("docker-compose.yml: the scheduler is not given LATHE_METRICS_TOKEN (its viewer token)")
+	}
+	raw, err := os.ReadFile("../configs/compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Auth struct {
+			Tokens []struct {
+				Name     string `yaml:"name"`
+				TokenEnv string `yaml:"token_env"`
+				Role     string `yaml:"role"`
+			} `yaml:"tokens"`
+		} `yaml:"auth"`
+	}
+	if err := yaml.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, tk := range cfg.Auth.Tokens {
+		if tk.TokenEnv == "LATHE_METRICS_TOKEN" {
+			found = true
+			if tk.Role != string(plane.RoleViewer) {
+				t.Errorf("configs/compose.yaml: the token of LATHE_METRICS_TOKEN (%s) has role %q, want viewer", tk.Name, tk.Role)
+			}
+		}
+	}
+	if !found {
+		t.Error("configs/compose.yaml: no token reads LATHE_METRICS_TOKEN")
+	}
+}
+
+// TestAlertRules: configs/prometheus/alerts.yml passes promtool check rules
+// and its unit tests (alerts_test.yml, promtool test rules: each case
+// feeds series and expects the alerts that fire, and those that must not);
+// every alert has a case in which it fires; and every metric a rule reads
+// is one /metrics exports. promtool is the real one (Debian prometheus,
+// installed by scripts/setup.sh --test): missing, the test fails.
+func TestAlertRules(t *testing.T) {
+	const promtool = "/usr/bin/promtool"
+	if _, err := os.Stat(promtool); err != nil {
+		t.Fatalf("%s is missing (Debian prometheus; scripts/setup.sh --test installs it): %v", promtool, err)
+	}
+	if out, err := exec.Command(promtool, "check", "rules", "../configs/prometheus/alerts.yml").CombinedOutput(); err != nil {
+		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+	cmd := exec.Command(promtool, "test", "rules", "alerts_test.yml")
+	cmd.Dir = "../configs/prometheus"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert  string `yaml:"alert"`
+				Record string `yaml:"record"`
+				Expr   string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	var tests struct {
+		Tests []struct {
+			AlertRuleTest []struct {
+				Alertname string `yaml:"alertname"`
+				ExpAlerts []any  `yaml:"exp_alerts"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	for path, out := range map[string]any{"../configs/prometheus/alerts.yml": &rules, "../configs/prometheus/alerts_test.yml": &tests} {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+	}
+	fires := map[string]bool{}
+	for _, tc := range tests.Tests {
+		for _, at := range tc.AlertRuleTest {
+			if len(at.ExpAlerts) > 0 {
+				fires[at.Alertname] = true
+			}
+		}
+	}
+	b := setup(t, scheduler.Config{})
+	populateForMetrics(t, b)
+	_, _, types := scrapeMetrics(t, b, "")
+	var alerts []string
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				alerts = append(alerts, r.Alert)
+				if !fires[r.Alert] {
+					t.Errorf("alert %s: no case of alerts_test.yml in which it fires", r.Alert)
+				}
+			}
+			for _, name := range dashMetricRE.FindAllString(r.Expr, -1) {
+				if _, ok := types[name]; !ok {
+					t.Errorf("rule %s%s reads %s, which /metrics does not export", r.Alert, r.Record, name)
+				}
+			}
+		}
+	}
+	// The alerts the ops view must have (issue 26).
+	for _, must := range []string{"LatheStoreDown", "LatheNoLeader", "LatheJobPastMaxWait", "LatheNodeHeartbeatLost",
+		"LatheGPUUnhealthy", "LatheGPUXIDError", "LatheBudgetAt80Percent", "LatheBudgetExhausted", "LatheJobFailureRateHigh"} {
+		if !slices.Contains(alerts, must) {
+			t.Errorf("configs/prometheus/alerts.yml has no alert %s", must)
+		}
 	}
 }
 
