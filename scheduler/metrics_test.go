@@ -450,8 +450,8 @@ func TestGrafanaDashboardMetricsExported(t *testing.T) {
 }
 
 // TestMetricsLeaderObserves: a started scheduler that leads says so, its
-// placer observes its rounds, and its settler observes the run time of a
-// job whose budget reservation it settles.
+// placer observes its rounds, and a job it placed that ends (failed) is in
+// the run time histogram (counted by the store's script that ended it).
 func TestMetricsLeaderObserves(t *testing.T) {
 	b := setup(t, scheduler.Config{})
 	r := apitest.Start(t, b.rdb, b.store, scheduler.Config{Logger: quiet, PlaceInterval: 50 * time.Millisecond, Defaults: jobspec.Defaults{OutputURI: "file://" + t.TempDir()}}, api.Config{})
@@ -471,7 +471,7 @@ func TestMetricsLeaderObserves(t *testing.T) {
 	}
 
 	// The job is placed on a node, runs and ends with a reservation open:
-	// the settler settles it and observes its run time.
+	// its ending is counted, with its run time.
 	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n9", Incarnation: "i9", Backend: "local", Slots: 1},
 		jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)

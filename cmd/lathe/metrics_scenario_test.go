@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -253,6 +254,12 @@ func metricsScenario(t *testing.T, config string, price float64) {
 	qr := lathe(t, d.url, "queues")
 	if qr.code != exitOK || !hasRow(qr.stdout, "node:n1", "2", "1") {
 		t.Errorf("lathe queues does not print node:n1 with SLOTS 2 RESERVED 1:\n%s%s", qr.stdout, qr.stderr)
+	}
+	// lathe queues counts the ended jobs by state as the counters do.
+	for st, n := range byState {
+		if !hasRow(qr.stdout, st+":", strconv.Itoa(n)) {
+			t.Errorf("lathe queues does not print %s: %d:\n%s", st, n, qr.stdout)
+		}
 	}
 
 	// The cost: settled plus accruing, what the store's run times say.
