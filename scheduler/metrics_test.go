@@ -494,6 +494,41 @@ func TestMetricsLeaderObserves(t *testing.T) {
 	})
 }
 
+// TestMetricsGaugesAtZero: an idle scheduler over an empty store exports
+// its gauges at 0, not absent (Grafana shows 0, not "No data"): the live
+// jobs of every live state, backend and priority, every priority's oldest
+// wait and jobs past max_wait, and the run time histogram of every backend
+// and ended state.
+func TestMetricsGaugesAtZero(t *testing.T) {
+	b := setup(t, scheduler.Config{})
+	_, ss, _ := scrapeMetrics(t, b, "")
+	backends := b.s.Routing().Config.Backends
+	if len(backends) == 0 {
+		t.Fatal("the implicit routing config has no backend")
+	}
+	for _, be := range backends {
+		for _, st := range []string{"queued", "dispatched", "running"} {
+			for _, p := range []string{"urgent", "normal", "batch"} {
+				if v := metricValue(t, ss, "lathe_jobs_live", map[string]string{"state": st, "backend": be.Name, "priority": p}); v != 0 {
+					t.Errorf("lathe_jobs_live{%s,%s,%s} = %v on an empty store", st, be.Name, p, v)
+				}
+			}
+		}
+		for _, st := range []string{"succeeded", "failed", "cancelled", "stopped"} {
+			if v := metricValue(t, ss, "lathe_job_duration_seconds_count", map[string]string{"backend": be.Name, "state": st}); v != 0 {
+				t.Errorf("lathe_job_duration_seconds_count{%s,%s} = %v on an empty store", be.Name, st, v)
+			}
+		}
+	}
+	for _, p := range []string{"urgent", "normal", "batch"} {
+		for _, name := range []string{"lathe_queue_oldest_wait_seconds", "lathe_queue_past_max_wait_jobs"} {
+			if v := metricValue(t, ss, name, map[string]string{"priority": p}); v != 0 {
+				t.Errorf("%s{priority=%s} = %v on an empty store", name, p, v)
+			}
+		}
+	}
+}
+
 // TestMetricsStoreDown: with Redis gone a scrape still answers, with
 // lathe_store_up 0 and none of the store's metrics (a gap, not zeros).
 func TestMetricsStoreDown(t *testing.T) {
