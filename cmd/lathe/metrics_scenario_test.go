@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
@@ -18,6 +19,10 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/wire"
+	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
+	"github.com/lathe-ml/lathe/scheduler/apitest"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // pricedConfig prices the local pool at $3,600 a GPU-hour (a dollar a
@@ -43,7 +48,8 @@ backends:
 // are stopped (a trial its sweep stopped, reason median, while running; a
 // job stopped for its team's budget while queued, as the settler stops
 // it), 2 keep running (one GPU job, one CPU job) and one waits past its
-// max_wait. Then /metrics
+// max_wait. Then /metrics (of this scheduler and of a second one started
+// after the endings)
 // counts each ending once by state, reason, backend and priority; the
 // duration histogram holds every ending, its sum the run time the store
 // recorded; the routing decisions count every submit and every trial;
@@ -214,6 +220,28 @@ func metricsScenario(t *testing.T, config string, price float64) {
 		if want[k] != n {
 			t.Errorf("lathe_jobs_finished_total{state=%q,reason=%q,priority=%q} = %d, the scenario ended %d so", k.state, k.reason, k.priority, n, want[k])
 		}
+	}
+	// A second scheduler, started after every ending (another replica, or
+	// this one restarted), exports the same counts: they are the store's,
+	// not a process's.
+	rc, err := routecfg.ParseConfig([]byte(config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := apitest.Serve(t, d.redis.Client(), d.store, scheduler.Config{Routing: rc, Logger: slog.New(slog.DiscardHandler)}, api.Config{})
+	otherTotal, wantTotal := 0, 0
+	for _, m := range scrapeFamilies(t, other.URL)["lathe_jobs_finished_total"].GetMetric() {
+		l := labelMap(m)
+		otherTotal += int(m.GetCounter().GetValue())
+		if k := (ending{l["state"], l["reason"], l["priority"]}); int(m.GetCounter().GetValue()) != want[k] {
+			t.Errorf("a second scheduler: lathe_jobs_finished_total%v = %v, want %d", l, m.GetCounter().GetValue(), want[k])
+		}
+	}
+	for _, n := range want {
+		wantTotal += n
+	}
+	if otherTotal != wantTotal {
+		t.Errorf("a second scheduler counts %d endings, the scenario ended %d", otherTotal, wantTotal)
 	}
 	// The duration histogram holds every ending, by state; its sum is the
 	// run time the store recorded.
