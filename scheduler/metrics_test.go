@@ -32,6 +32,7 @@ import (
 	"github.com/lathe-ml/lathe/scheduler/api"
 	"github.com/lathe-ml/lathe/scheduler/apitest"
 	"github.com/lathe-ml/lathe/scheduler/plane"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // The tests below scrape GET /metrics of a scheduler over a real
@@ -526,6 +527,70 @@ func TestMetricsGaugesAtZero(t *testing.T) {
 				t.Errorf("%s{priority=%s} = %v on an empty store", name, p, v)
 			}
 		}
+	}
+}
+
+// TestMetricsCostSettledOnce: on a priced local pool ($3,600 a GPU-hour)
+// with the leader's duties running (apitest.Start: placer and settler), a
+// 1-GPU job's cost accrues in lathe_cost_dollars_total while it runs;
+// once it ended and the settler settled it, the total is the one settled
+// figure (the job's cost_usd, the month's spend of backend:local), counted
+// once, and it stays so.
+func TestMetricsCostSettledOnce(t *testing.T) {
+	b := setup(t, scheduler.Config{})
+	rc, err := routecfg.ParseConfig([]byte("sites:\n  dc: [onprem]\nredis_site: dc\nbackends:\n  local:\n    kind: local\n    site: dc\n    price: {usd_per_gpu_hour: 3600}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := apitest.Start(t, b.rdb, b.store, scheduler.Config{Logger: quiet, Routing: rc, PlaceInterval: 50 * time.Millisecond,
+		Defaults: jobspec.Defaults{OutputURI: "file://" + t.TempDir()}}, api.Config{})
+	lb := b
+	lb.url = r.URL
+	waitfor.True(t, 20*time.Second, "leadership", r.S.IsLeader)
+	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n9", Incarnation: "i9", Backend: "local", Slots: 1, GPUs: []jobtype.GPU{
+		{Index: 0, UUID: "GPU-9", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMB: 81559, Healthy: true}}},
+		jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
+		t.Fatal(err)
+	}
+	code, body := do(t, "POST", lb.url+"/api/v1/jobs", `{"name":"paid","base_model":"tiny-char","dataset":"file:///data/train.jsonl","resources":{"gpus":1}}`, nil)
+	if code != 201 {
+		t.Fatalf("submit: %d %s", code, body)
+	}
+	id := jobOf(t, body).ID
+	j := waitfor.Value(t, 20*time.Second, "the job placed on n9", storedJob(b.ctx, b.store, id),
+		func(j *jobtype.Job) bool { return j != nil && j.State == jobtype.StateDispatched })
+	if j.BudgetReservedUSD <= 0 {
+		t.Fatalf("the job holds no budget reservation on a priced pool: %+v", j.Route)
+	}
+	if out, err := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: id, Attempt: j.Attempt, Node: "n9", Incarnation: "i9", Lease: time.Minute}); out != jobstore.Claimed {
+		t.Fatalf("claim: %v %v", out, err)
+	}
+	cost := func() float64 {
+		_, ss, _ := scrapeMetrics(t, lb, "")
+		return metricSum(ss, "lathe_cost_dollars_total", nil)
+	}
+	time.Sleep(100 * time.Millisecond)
+	c1 := cost()
+	time.Sleep(100 * time.Millisecond)
+	c2 := cost()
+	if !(c1 > 0.05 && c2 > c1) {
+		t.Fatalf("a running job's cost does not accrue: $%.4f then $%.4f", c1, c2)
+	}
+	if err := b.store.Finish(b.ctx, id, j.Attempt, jobstore.Ending{State: jobtype.StateSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	settled := waitfor.Value(t, 20*time.Second, "the job settled", storedJob(b.ctx, b.store, id),
+		func(j *jobtype.Job) bool { return j != nil && j.State.Terminal() && j.BudgetReservedUSD == 0 && j.CostUSD > 0 })
+	_, ss, _ := scrapeMetrics(t, lb, "")
+	got := metricValue(t, ss, "lathe_cost_dollars_total", map[string]string{"backend": "local"})
+	spent := metricValue(t, ss, "lathe_budget_spent_dollars", map[string]string{"scope": "backend:local"})
+	if math.Abs(got-settled.CostUSD) > 1e-5 || math.Abs(spent-settled.CostUSD) > 1e-5 || got < c2 {
+		t.Fatalf("settled: lathe_cost_dollars_total $%.6f, spent $%.6f, the job's cost_usd $%.6f (it read $%.6f running)", got, spent, settled.CostUSD, c2)
+	}
+	time.Sleep(2 * time.Second) // a settler pass or so: nothing is settled twice
+	_, ss, _ = scrapeMetrics(t, lb, "")
+	if again := metricValue(t, ss, "lathe_cost_dollars_total", map[string]string{"backend": "local"}); again != got {
+		t.Fatalf("lathe_cost_dollars_total moved from $%.6f to $%.6f with no job running", got, again)
 	}
 }
 
