@@ -580,7 +580,9 @@ func TestMetricsCostSettledOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	settled := waitfor.Value(t, 20*time.Second, "the job settled", storedJob(b.ctx, b.store, id),
-		func(j *jobtype.Job) bool { return j != nil && j.State.Terminal() && j.BudgetReservedUSD == 0 && j.CostUSD > 0 })
+		func(j *jobtype.Job) bool {
+			return j != nil && j.State.Terminal() && j.BudgetReservedUSD == 0 && j.CostUSD > 0
+		})
 	_, ss, _ := scrapeMetrics(t, lb, "")
 	got := metricValue(t, ss, "lathe_cost_dollars_total", map[string]string{"backend": "local"})
 	spent := metricValue(t, ss, "lathe_budget_spent_dollars", map[string]string{"scope": "backend:local"})
