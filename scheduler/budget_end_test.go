@@ -162,7 +162,7 @@ func TestTeamGuardCountsJobsJustEnded(t *testing.T) {
 	}
 	run(b, 1, 0)
 	var stopped []string
-	d := newSettler(settlerParams{Store: store, Log: r.cfg.Logger, Routing: r.s.Routing, Ended: func(*jobtype.Job) {},
+	d := newSettler(settlerParams{Store: store, Log: r.cfg.Logger, Routing: r.s.Routing,
 		Stop: func(_ context.Context, j *jobtype.Job, _ jobtype.State) { stopped = append(stopped, j.ID) }})
 	d.run(ctx)
 	j, err := store.Get(ctx, b)

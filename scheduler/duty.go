@@ -57,7 +57,7 @@ func newLeaderLoop(s *Scheduler) *leaderLoop {
 		Wake: s.Wake})
 	rep := newRepairer(repairerParams{Store: s.store, Log: s.log, Tasks: s.insp, Queue: q, RepairAfter: cfg.RepairAfter})
 	pr := newPruner(prunerParams{Store: s.store, Log: s.log, KeepFinished: cfg.KeepFinished, FinishedTTL: cfg.FinishedTTL})
-	st := newSettler(settlerParams{Store: s.store, Log: s.log, Routing: s.Routing, Ended: s.metrics.observeEnded,
+	st := newSettler(settlerParams{Store: s.store, Log: s.log, Routing: s.Routing,
 		Stop: func(ctx context.Context, j *jobtype.Job, st jobtype.State) { s.cancelFastPath(ctx, j, st) }})
 	sw := newSweeper(sweeperParams{Store: s.store, Log: s.log, Routing: s.Routing,
 		StopTrial: func(ctx context.Context, j *jobtype.Job, st jobtype.State) { s.cancelFastPath(ctx, j, st) },

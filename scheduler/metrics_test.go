@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
@@ -31,6 +32,7 @@ import (
 	"github.com/lathe-ml/lathe/scheduler/api"
 	"github.com/lathe-ml/lathe/scheduler/apitest"
 	"github.com/lathe-ml/lathe/scheduler/plane"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // The tests below scrape GET /metrics of a scheduler over a real
@@ -449,8 +451,8 @@ func TestGrafanaDashboardMetricsExported(t *testing.T) {
 }
 
 // TestMetricsLeaderObserves: a started scheduler that leads says so, its
-// placer observes its rounds, and its settler observes the run time of a
-// job whose budget reservation it settles.
+// placer observes its rounds, and a job it placed that ends (failed) is in
+// the run time histogram (counted by the store's script that ended it).
 func TestMetricsLeaderObserves(t *testing.T) {
 	b := setup(t, scheduler.Config{})
 	r := apitest.Start(t, b.rdb, b.store, scheduler.Config{Logger: quiet, PlaceInterval: 50 * time.Millisecond, Defaults: jobspec.Defaults{OutputURI: "file://" + t.TempDir()}}, api.Config{})
@@ -470,7 +472,7 @@ func TestMetricsLeaderObserves(t *testing.T) {
 	}
 
 	// The job is placed on a node, runs and ends with a reservation open:
-	// the settler settles it and observes its run time.
+	// its ending is counted, with its run time.
 	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n9", Incarnation: "i9", Backend: "local", Slots: 1},
 		jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
 		t.Fatal(err)
@@ -491,6 +493,107 @@ func TestMetricsLeaderObserves(t *testing.T) {
 		_, ss, _ := scrapeMetrics(t, lb, "")
 		return metricValue(t, ss, "lathe_job_duration_seconds_count", lv) == 1
 	})
+}
+
+// TestMetricsGaugesAtZero: an idle scheduler over an empty store exports
+// its gauges at 0, not absent (Grafana shows 0, not "No data"): the live
+// jobs of every live state, backend and priority, every priority's oldest
+// wait and jobs past max_wait, and the run time histogram of every backend
+// and ended state.
+func TestMetricsGaugesAtZero(t *testing.T) {
+	b := setup(t, scheduler.Config{})
+	_, ss, _ := scrapeMetrics(t, b, "")
+	backends := b.s.Routing().Config.Backends
+	if len(backends) == 0 {
+		t.Fatal("the implicit routing config has no backend")
+	}
+	for _, be := range backends {
+		for _, st := range []string{"queued", "dispatched", "running"} {
+			for _, p := range []string{"urgent", "normal", "batch"} {
+				if v := metricValue(t, ss, "lathe_jobs_live", map[string]string{"state": st, "backend": be.Name, "priority": p}); v != 0 {
+					t.Errorf("lathe_jobs_live{%s,%s,%s} = %v on an empty store", st, be.Name, p, v)
+				}
+			}
+		}
+		for _, st := range []string{"succeeded", "failed", "cancelled", "stopped"} {
+			if v := metricValue(t, ss, "lathe_job_duration_seconds_count", map[string]string{"backend": be.Name, "state": st}); v != 0 {
+				t.Errorf("lathe_job_duration_seconds_count{%s,%s} = %v on an empty store", be.Name, st, v)
+			}
+		}
+	}
+	for _, p := range []string{"urgent", "normal", "batch"} {
+		for _, name := range []string{"lathe_queue_oldest_wait_seconds", "lathe_queue_past_max_wait_jobs"} {
+			if v := metricValue(t, ss, name, map[string]string{"priority": p}); v != 0 {
+				t.Errorf("%s{priority=%s} = %v on an empty store", name, p, v)
+			}
+		}
+	}
+}
+
+// TestMetricsCostSettledOnce: on a priced local pool ($3,600 a GPU-hour)
+// with the leader's duties running (apitest.Start: placer and settler), a
+// 1-GPU job's cost accrues in lathe_cost_dollars_total while it runs;
+// once it ended and the settler settled it, the total is the one settled
+// figure (the job's cost_usd, the month's spend of backend:local), counted
+// once, and it stays so.
+func TestMetricsCostSettledOnce(t *testing.T) {
+	b := setup(t, scheduler.Config{})
+	rc, err := routecfg.ParseConfig([]byte("sites:\n  dc: [onprem]\nredis_site: dc\nbackends:\n  local:\n    kind: local\n    site: dc\n    price: {usd_per_gpu_hour: 3600}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := apitest.Start(t, b.rdb, b.store, scheduler.Config{Logger: quiet, Routing: rc, PlaceInterval: 50 * time.Millisecond,
+		Defaults: jobspec.Defaults{OutputURI: "file://" + t.TempDir()}}, api.Config{})
+	lb := b
+	lb.url = r.URL
+	waitfor.True(t, 20*time.Second, "leadership", r.S.IsLeader)
+	if err := b.store.Heartbeat(b.ctx, jobstore.Node{Name: "n9", Incarnation: "i9", Backend: "local", Slots: 1, GPUs: []jobtype.GPU{
+		{Index: 0, UUID: "GPU-9", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMB: 81559, Healthy: true}}},
+		jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
+		t.Fatal(err)
+	}
+	code, body := do(t, "POST", lb.url+"/api/v1/jobs", `{"name":"paid","base_model":"tiny-char","dataset":"file:///data/train.jsonl","resources":{"gpus":1}}`, nil)
+	if code != 201 {
+		t.Fatalf("submit: %d %s", code, body)
+	}
+	id := jobOf(t, body).ID
+	j := waitfor.Value(t, 20*time.Second, "the job placed on n9", storedJob(b.ctx, b.store, id),
+		func(j *jobtype.Job) bool { return j != nil && j.State == jobtype.StateDispatched })
+	if j.BudgetReservedUSD <= 0 {
+		t.Fatalf("the job holds no budget reservation on a priced pool: %+v", j.Route)
+	}
+	if out, err := b.store.Claim(b.ctx, jobstore.ClaimParams{ID: id, Attempt: j.Attempt, Node: "n9", Incarnation: "i9", Lease: time.Minute}); out != jobstore.Claimed {
+		t.Fatalf("claim: %v %v", out, err)
+	}
+	cost := func() float64 {
+		_, ss, _ := scrapeMetrics(t, lb, "")
+		return metricSum(ss, "lathe_cost_dollars_total", nil)
+	}
+	time.Sleep(100 * time.Millisecond)
+	c1 := cost()
+	time.Sleep(100 * time.Millisecond)
+	c2 := cost()
+	if !(c1 > 0.05 && c2 > c1) {
+		t.Fatalf("a running job's cost does not accrue: $%.4f then $%.4f", c1, c2)
+	}
+	if err := b.store.Finish(b.ctx, id, j.Attempt, jobstore.Ending{State: jobtype.StateSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	settled := waitfor.Value(t, 20*time.Second, "the job settled", storedJob(b.ctx, b.store, id),
+		func(j *jobtype.Job) bool {
+			return j != nil && j.State.Terminal() && j.BudgetReservedUSD == 0 && j.CostUSD > 0
+		})
+	_, ss, _ := scrapeMetrics(t, lb, "")
+	got := metricValue(t, ss, "lathe_cost_dollars_total", map[string]string{"backend": "local"})
+	spent := metricValue(t, ss, "lathe_budget_spent_dollars", map[string]string{"scope": "backend:local"})
+	if math.Abs(got-settled.CostUSD) > 1e-5 || math.Abs(spent-settled.CostUSD) > 1e-5 || got < c2 {
+		t.Fatalf("settled: lathe_cost_dollars_total $%.6f, spent $%.6f, the job's cost_usd $%.6f (it read $%.6f running)", got, spent, settled.CostUSD, c2)
+	}
+	time.Sleep(2 * time.Second) // a settler pass or so: nothing is settled twice
+	_, ss, _ = scrapeMetrics(t, lb, "")
+	if again := metricValue(t, ss, "lathe_cost_dollars_total", map[string]string{"backend": "local"}); again != got {
+		t.Fatalf("lathe_cost_dollars_total moved from $%.6f to $%.6f with no job running", got, again)
+	}
 }
 
 // TestMetricsStoreDown: with Redis gone a scrape still answers, with
@@ -521,8 +624,9 @@ func TestMetricsStoreDown(t *testing.T) {
 
 // TestPrometheusConfig: configs/prometheus/prometheus.yml passes promtool
 // check config (its credentials file pointed at a file that exists: the
-// compose file writes the real one when Prometheus starts), and it scrapes
-// the compose scheduler's /metrics.
+// compose file writes the real one when Prometheus starts; its rule file
+// alerts.yml beside it), loads the alert rules, and it scrapes the compose
+// scheduler's /metrics.
 func TestPrometheusConfig(t *testing.T) {
 	raw, err := os.ReadFile("../configs/prometheus/prometheus.yml")
 	if err != nil {
@@ -534,7 +638,17 @@ func TestPrometheusConfig(t *testing.T) {
 			t.Fatalf("configs/prometheus/prometheus.yml lacks %q", want)
 		}
 	}
+	if !strings.Contains(text, "rule_files:\n  - alerts.yml") {
+		t.Fatal("configs/prometheus/prometheus.yml does not load alerts.yml")
+	}
 	dir := t.TempDir()
+	rules, err := os.ReadFile("../configs/prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/alerts.yml", rules, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	token := dir + "/lathe-token"
 	if err := os.WriteFile(token, []byte("a-token-of-sixteen-chars"), 0o600); err != nil {
 		t.Fatal(err)
@@ -545,6 +659,148 @@ func TestPrometheusConfig(t *testing.T) {
 	}
 	if out, err := exec.Command("/usr/bin/promtool", "check", "config", cfg).CombinedOutput(); err != nil {
 		t.Fatalf("promtool check config: %v\n%s", err, out)
+	}
+}
+
+// TestPrometheusScrapesWithViewerToken: the shipped Prometheus scrapes with
+// a viewer token, never the admin one: the compose file writes
+// LATHE_METRICS_TOKEN to the credentials file prometheus.yml names, and the
+// compose daemon config makes that variable's token a viewer's. A viewer
+// token reads /metrics (TestMetricsAuth).
+func TestPrometheusScrapesWithViewerToken(t *testing.T) {
+	compose, err := os.ReadFile("../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dc struct {
+		Services map[string]struct {
+			Command     []string          `yaml:"command"`
+			Environment map[string]string `yaml:"environment"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(compose, &dc); err != nil {
+		t.Fatal(err)
+	}
+	prom := dc.Services["prometheus"]
+	cmd := strings.Join(prom.Command, " ")
+	if !strings.Contains(cmd, `"$$LATHE_METRICS_TOKEN" > /tmp/lathe-token`) || strings.Contains(cmd, "ADMIN") {
+		t.Errorf("docker-compose.yml: Prometheus' start must write LATHE_METRICS_TOKEN (and only it) to /tmp/lathe-token: %q", cmd)
+	}
+	if _, ok := prom.Environment["LATHE_ADMIN_TOKEN"]; ok {
+		t.Error("docker-compose.yml: Prometheus is given LATHE_ADMIN_TOKEN")
+	}
+	if _, ok := dc.Services["scheduler"].Environment["LATHE_METRICS_TOKEN"]; !ok {
+		t.Error("docker-compose.yml: the scheduler is not given LATHE_METRICS_TOKEN (its viewer token)")
+	}
+	raw, err := os.ReadFile("../configs/compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Auth struct {
+			Tokens []struct {
+				Name     string `yaml:"name"`
+				TokenEnv string `yaml:"token_env"`
+				Role     string `yaml:"role"`
+			} `yaml:"tokens"`
+		} `yaml:"auth"`
+	}
+	if err := yaml.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, tk := range cfg.Auth.Tokens {
+		if tk.TokenEnv == "LATHE_METRICS_TOKEN" {
+			found = true
+			if tk.Role != string(plane.RoleViewer) {
+				t.Errorf("configs/compose.yaml: the token of LATHE_METRICS_TOKEN (%s) has role %q, want viewer", tk.Name, tk.Role)
+			}
+		}
+	}
+	if !found {
+		t.Error("configs/compose.yaml: no token reads LATHE_METRICS_TOKEN")
+	}
+}
+
+// TestAlertRules: configs/prometheus/alerts.yml passes promtool check rules
+// and its unit tests (alerts_test.yml, promtool test rules: each case
+// feeds series and expects the alerts that fire, and those that must not);
+// every alert has a case in which it fires; and every metric a rule reads
+// is one /metrics exports. promtool is the real one (Debian prometheus,
+// installed by scripts/setup.sh --test): missing, the test fails.
+func TestAlertRules(t *testing.T) {
+	const promtool = "/usr/bin/promtool"
+	if _, err := os.Stat(promtool); err != nil {
+		t.Fatalf("%s is missing (Debian prometheus; scripts/setup.sh --test installs it): %v", promtool, err)
+	}
+	if out, err := exec.Command(promtool, "check", "rules", "../configs/prometheus/alerts.yml").CombinedOutput(); err != nil {
+		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+	cmd := exec.Command(promtool, "test", "rules", "alerts_test.yml")
+	cmd.Dir = "../configs/prometheus"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert  string `yaml:"alert"`
+				Record string `yaml:"record"`
+				Expr   string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	var tests struct {
+		Tests []struct {
+			AlertRuleTest []struct {
+				Alertname string `yaml:"alertname"`
+				ExpAlerts []any  `yaml:"exp_alerts"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	for path, out := range map[string]any{"../configs/prometheus/alerts.yml": &rules, "../configs/prometheus/alerts_test.yml": &tests} {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+	}
+	fires := map[string]bool{}
+	for _, tc := range tests.Tests {
+		for _, at := range tc.AlertRuleTest {
+			if len(at.ExpAlerts) > 0 {
+				fires[at.Alertname] = true
+			}
+		}
+	}
+	b := setup(t, scheduler.Config{})
+	populateForMetrics(t, b)
+	_, _, types := scrapeMetrics(t, b, "")
+	var alerts []string
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				alerts = append(alerts, r.Alert)
+				if !fires[r.Alert] {
+					t.Errorf("alert %s: no case of alerts_test.yml in which it fires", r.Alert)
+				}
+			}
+			for _, name := range dashMetricRE.FindAllString(r.Expr, -1) {
+				if _, ok := types[name]; !ok {
+					t.Errorf("rule %s%s reads %s, which /metrics does not export", r.Alert, r.Record, name)
+				}
+			}
+		}
+	}
+	// The alerts the ops view must have (issue 26).
+	for _, must := range []string{"LatheStoreDown", "LatheNoLeader", "LatheJobPastMaxWait", "LatheNodeHeartbeatLost",
+		"LatheGPUUnhealthy", "LatheGPUXIDError", "LatheBudgetAt80Percent", "LatheBudgetExhausted", "LatheJobFailureRateHigh"} {
+		if !slices.Contains(alerts, must) {
+			t.Errorf("configs/prometheus/alerts.yml has no alert %s", must)
+		}
 	}
 }
 

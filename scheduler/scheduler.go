@@ -27,7 +27,6 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
-	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
 	"github.com/lathe-ml/lathe/scheduler/cron"
@@ -337,14 +336,14 @@ func (s *Scheduler) CheckEviction(ctx context.Context) error {
 func (s *Scheduler) SawRedis(err error) { s.lease.sawRedis(err) }
 
 // metrics is the control plane's Prometheus side (docs/metrics.md): its
-// own registry (never the global one) and the instruments the placer, the
-// routing paths and the settler observe. The API serves it at GET
+// own registry (never the global one) and the instruments the placer and the
+// routing paths observe (the endings and their run times are counted in
+// the store: scheduler/api/metrics.go). The API serves it at GET
 // /metrics with its own collector of the store's figures.
 type metrics struct {
 	reg            *prometheus.Registry
 	placeRound     prometheus.Histogram
 	routeDecisions *prometheus.CounterVec
-	jobDuration    *prometheus.HistogramVec
 }
 
 // newMetrics builds s's registry and instruments; New calls it once.
@@ -359,19 +358,7 @@ func newMetrics(s *Scheduler) *metrics {
 		Name: "lathe_routing_decisions_total",
 		Help: "Routing decisions this scheduler made, by chosen backend (\"\" when refused), path (submit, placement, retry, preemption, spill-over, config reload) and outcome (routed, waiting, refused).",
 	}, []string{"backend", "path", "outcome"})
-	m.jobDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "lathe_job_duration_seconds",
-		Help:    "Run time (started to finished) of ended jobs whose budget reservation the leader's settler settled, by backend and final state.",
-		Buckets: prometheus.ExponentialBuckets(10, 3, 10), // 10 s … ~55 h
-	}, []string{"backend", "state"})
-	// Every configured backend's series exist from the start (at 0), so a
-	// rate() over them is defined before the first job ends.
-	for _, b := range s.Routing().Config.Backends {
-		for _, st := range []jobtype.State{jobtype.StateSucceeded, jobtype.StateFailed, jobtype.StateCancelled, jobtype.StateStopped} {
-			m.jobDuration.WithLabelValues(b.Name, string(st))
-		}
-	}
-	m.reg.MustRegister(m.placeRound, m.routeDecisions, m.jobDuration)
+	m.reg.MustRegister(m.placeRound, m.routeDecisions)
 	return m
 }
 
@@ -385,13 +372,4 @@ func (m *metrics) observeDecision(path, backend string, refused, waiting bool) {
 		outcome = "waiting"
 	}
 	m.routeDecisions.WithLabelValues(backend, path, outcome).Inc()
-}
-
-// observeEnded records an ended job's run time (nothing for a job that
-// never started).
-func (m *metrics) observeEnded(j *jobtype.Job) {
-	if j.StartedAt == nil || j.FinishedAt == nil || !j.State.Terminal() {
-		return
-	}
-	m.jobDuration.WithLabelValues(j.Backend, string(j.State)).Observe(j.FinishedAt.Sub(*j.StartedAt).Seconds())
 }

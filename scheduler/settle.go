@@ -21,7 +21,6 @@ type settler struct {
 	store   *jobstore.Store
 	log     *slog.Logger
 	routing func() *policy.RouteState
-	ended   func(*jobtype.Job)
 	stop    func(ctx context.Context, j *jobtype.Job, st jobtype.State)
 
 	// queued and looked are the queued count and the time of the last
@@ -40,13 +39,12 @@ type settlerParams struct {
 	Store   *jobstore.Store
 	Log     *slog.Logger
 	Routing func() *policy.RouteState // the routing config in force (its prices)
-	Ended   func(*jobtype.Job)        // a settled job, for the metrics
 	// Stop tells a running job asked to stop (the cancel fast path).
 	Stop func(ctx context.Context, j *jobtype.Job, st jobtype.State)
 }
 
 func newSettler(p settlerParams) *settler {
-	return &settler{store: p.Store, log: p.Log, routing: p.Routing, ended: p.Ended, stop: p.Stop}
+	return &settler{store: p.Store, log: p.Log, routing: p.Routing, stop: p.Stop}
 }
 
 // run settles the budget reservation of every job that ended: its
@@ -117,7 +115,6 @@ func (d *settler) settleEnded(ctx context.Context, ended []string) bool {
 			continue
 		}
 		settled = true
-		d.ended(j)
 		d.log.Debug("budget settled", slog.String("job_id", j.ID), slog.Float64("usd", actual))
 	}
 	return settled

@@ -7,7 +7,8 @@
 #   scripts/setup.sh --hf     also the Hugging Face path's virtualenv (see below)
 #   scripts/setup.sh --test   everything of --hf, and what the tests need: docker-compose (the compose
 #                             file is checked), promtool (Debian prometheus: /metrics
-#                             is checked with promtool check metrics), chromium and chromium-driver
+#                             is checked with promtool check metrics, the alert rules
+#                             with promtool test rules), chromium and chromium-driver
 #                             (the dashboard's headless-Chromium test drives them through chromedriver),
 #                             moto_server (an AWS emulator: preinstalled here; pip install "moto[server]"),
 #                             and llama-cpp-python in the virtualenv (the GGUF tests load the

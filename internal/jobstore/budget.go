@@ -113,6 +113,7 @@ return {1, ''}
 `)
 
 var settleScript = redis.NewScript(`
+local COSTTOTAL = '` + costTotalKey + `'
 local P, id, actual = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local jk = P .. 'job:' .. id
 local v = redis.call('HMGET', jk, 'budget_reserved_usd', 'budget_month', 'budget_scopes')
@@ -127,6 +128,14 @@ for scope in string.gmatch(v[3] or '', '%S+') do
   local k = P .. 'budget:' .. scope .. ':' .. v[2]
   redis.call('HINCRBYFLOAT', k, 'reserved', -r)
   if delta > 0 then redis.call('HINCRBYFLOAT', k, 'spent', delta) end
+end
+-- The same delta, once, to the all-time total by backend and team
+-- (lathe_cost_dollars_total; endstats.go).
+if delta > 0 then
+  local o = redis.call('HMGET', jk, 'backend', 'route_backend', 'team')
+  local backend = o[1] or ''
+  if backend == '' then backend = o[2] or '' end
+  redis.call('HINCRBYFLOAT', P .. COSTTOTAL, cjson.encode({backend, o[3] or ''}), delta)
 end
 -- Money freed in the month: jobs held waiting for it are decided again.
 redis.call('INCR', P .. 'budget:epoch:' .. v[2])

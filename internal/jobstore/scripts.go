@@ -64,8 +64,10 @@ local NOT_FOUND, CONFLICT, DONE, EXISTING, NODE_FULL, CLAIM_CANCELLED, FENCED, P
 local RECHECK, FROM = %q, %q
 local EVALS_MAX, LOSS_MAX = %d, %d
 local FLAG_RELEASE, FLAG_REQUEUE, FLAG_CLEARCANCEL = %q, %q, %q
+local ENDSTATS, DURATION_MS = %q, {%s}
 `, codeNotFound, codeConflict, codeDone, codeExisting, codeNodeFull, codeClaimCancelled, codeFenced, codePreemptAsked, codeIdemConflict, codeOverBudget,
-	createRecheck, fromPlaceholder, evalsMaxLen, LossSeriesMax, flagRelease, flagRequeue, flagClearCancel)
+	createRecheck, fromPlaceholder, evalsMaxLen, LossSeriesMax, flagRelease, flagRequeue, flagClearCancel,
+	endStatsKey, durationBucketsMS())
 
 // luaCommon is prepended to every job script but create: the codes and
 // the helpers the scripts share.
@@ -75,10 +77,34 @@ local function jobkey(id) return P .. 'job:' .. id end
 local function evkey(id) return P .. 'job:' .. id .. ':events' end
 local function statekey(s) return P .. 'state:' .. s end
 local function terminal(s) return s == 'succeeded' or s == 'failed' or s == 'cancelled' or s == 'stopped' end
+-- ENDED holds the jobs this call moved into an ended state; countend
+-- counts each in the endings tally (endstats.go) when its state event is
+-- appended, after the script has written its reason.
+local ENDED = {}
+local function countend(id)
+  ENDED[id] = nil
+  local v = redis.call('HMGET', jobkey(id), 'state', 'reason', 'backend', 'route_backend', 'priority', 'run_ms')
+  if not terminal(v[1] or '') then return end
+  local backend = v[3] or ''
+  if backend == '' then backend = v[4] or '' end
+  local prio = v[5] or ''
+  if prio == '' then prio = 'normal' end
+  local k = P .. ENDSTATS
+  redis.call('HINCRBY', k, cjson.encode({'n', v[1], v[2] or '', backend, prio}), 1)
+  local ran = tonumber(v[6] or '0') or 0
+  local bucket = 'inf'
+  for i, le in ipairs(DURATION_MS) do
+    if ran <= le then bucket = tostring(i); break end
+  end
+  redis.call('HINCRBY', k, cjson.encode({'d', backend, v[1], bucket}), 1)
+  redis.call('HINCRBY', k, cjson.encode({'s', backend, v[1]}), ran)
+end
 local function addevent(id, maxlen, typ, attempt, now, data)
   redis.call('XADD', evkey(id), 'MAXLEN', '~', maxlen, '*', 'type', typ, 'attempt', attempt, 'time', now, 'data', data)
+  if typ == 'state' and ENDED[id] then countend(id) end
 end
 local function setstate(id, from, to, now)
+  if terminal(to) and not terminal(from) then ENDED[id] = true end
   if from == 'running' and to ~= 'running' then
     -- The attempt's run time, counted once, as it leaves running: what
     -- its cost is computed from (policy.JobUsage).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
@@ -30,11 +31,12 @@ const (
 	tallyPriority     = "priority"
 	tallyRouteKind    = "route_kind"
 	tallyRouteBackend = "route_backend"
+	tallyMaxWait      = "max_wait_ms"
 )
 
 // tallyFields are the fields GetTallies reads, in the order tallyOf takes them.
 var tallyFields = []string{"state", "name", "team", "backend", "created_at", "gate", "instance",
-	tallyPriority, tallyRouteKind, tallyRouteBackend}
+	tallyPriority, tallyRouteKind, tallyRouteBackend, tallyMaxWait}
 
 // tallyArgs is an HMGET of tallyFields, its key (args[1]) to be set.
 var tallyArgs = hmgetArgs(tallyFields)
@@ -59,12 +61,15 @@ type Tally struct {
 	Gate string
 	// Instance is the job's cloud instance (nil for none).
 	Instance *jobtype.Instance
+	// MaxWait is the spec's max_wait (0: none, or a record stored before
+	// the field was).
+	MaxWait time.Duration
 }
 
 // TallyOf is the tally of a job read whole or brief.
 func TallyOf(j *jobtype.Job) Tally {
 	t := Tally{ID: j.ID, State: j.State, Name: j.Name, Team: j.Team, Backend: j.Backend, Priority: j.Spec.Priority,
-		CreatedAt: j.CreatedAt, Instance: j.Instance}
+		CreatedAt: j.CreatedAt, Instance: j.Instance, MaxWait: j.Spec.MaxWait.D()}
 	if j.Route != nil {
 		t.RouteKind, t.RouteBackend = j.Route.Kind, j.Route.Backend
 	}
@@ -77,14 +82,14 @@ func TallyOf(j *jobtype.Job) Tally {
 // tallyFieldsOf are the tally's own fields of a record with spec and route
 // (route nil: none), for the writers that store the spec or the route.
 func tallyFieldsOf(spec *jobspec.Spec, route *jobtype.RouteInfo) []any {
-	out := []any{tallyPriority, string(spec.Priority)}
+	out := []any{tallyPriority, string(spec.Priority), tallyMaxWait, spec.MaxWait.D().Milliseconds()}
 	if route != nil {
 		out = append(out, tallyRouteKind, route.Kind, tallyRouteBackend, route.Backend)
 	}
 	return out
 }
 
-// GetTallies is each job's tally, in one pipeline of an HMGET of ten small
+// GetTallies is each job's tally, in one pipeline of an HMGET of eleven small
 // fields a job, in the order of ids; a job that is gone is left out. A
 // record written before the tally's own fields existed is read brief
 // (GetManyBrief: one more round trip, only when there is one).
@@ -135,6 +140,9 @@ func tallyOf(id string, vals []any) (t *Tally, ok bool, err error) {
 	}
 	t = &Tally{ID: id, State: jobtype.State(str(0)), Name: str(1), Team: str(2), Backend: str(3), CreatedAt: msTime(str(4)),
 		Gate: str(5), Priority: jobspec.Priority(str(7)), RouteKind: str(8), RouteBackend: str(9)}
+	if ms, err := strconv.ParseInt(str(10), 10, 64); err == nil {
+		t.MaxWait = time.Duration(ms) * time.Millisecond
+	}
 	if raw := str(6); raw != "" {
 		t.Instance = &jobtype.Instance{}
 		if err := json.Unmarshal([]byte(raw), t.Instance); err != nil {

@@ -60,7 +60,8 @@ type QueueStats struct {
 }
 
 // QueueInfo is one backend queue: for a local node's queue (node:<name>),
-// the node's slots and how many are reserved, and asynq's task counts.
+// the node's CPU slots and how many of them CPU-only jobs hold (a GPU job
+// holds GPUs, not a slot: Reserved ≤ Slots), and asynq's task counts.
 type QueueInfo struct {
 	Name      string `json:"name"`
 	Node      string `json:"node,omitempty"`

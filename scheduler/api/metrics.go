@@ -5,14 +5,18 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/scheduler/policy"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // activeScan caps how many jobs of each live state (queued, dispatched,
@@ -49,13 +53,14 @@ var (
 	descJobs       = desc("lathe_jobs", "Jobs in the store by state (the state indexes; GET /api/v1/queues by_state).", "state")
 	descLiveJobs   = desc("lathe_jobs_live", "Jobs in a live state (queued, dispatched, provisioning, running, paused) by backend (the routed one while queued) and priority.", "state", "backend", "priority")
 	descPending    = desc("lathe_queue_pending_jobs", "Jobs in the pending set, waiting for placement (GET /api/v1/queues pending).")
-	descOldestWait = desc("lathe_queue_oldest_wait_seconds", "Age (now - created_at) of the oldest queued job, by priority.", "priority")
-	descSlots      = desc("lathe_node_slots", "A live node's job slots (GET /api/v1/queues queues[].slots).", "node")
-	descReserved   = desc("lathe_node_slots_reserved", "A live node's reserved slots (GET /api/v1/queues queues[].reserved).", "node")
+	descOldestWait = desc("lathe_queue_oldest_wait_seconds", "Age (now - created_at) of the oldest queued job, by priority (0 when none is queued).", "priority")
+	descPastWait   = desc("lathe_queue_past_max_wait_jobs", "Queued jobs waiting longer (now - created_at) than their spec's max_wait, by priority.", "priority")
+	descSlots      = desc("lathe_node_slots", "A live node's CPU slots: how many CPU-only jobs (gpus: 0) it runs at once (GET /api/v1/queues queues[].slots).", "node")
+	descReserved   = desc("lathe_node_slots_reserved", "A live node's CPU slots held by a CPU-only job (GPU jobs hold GPUs, not slots; GET /api/v1/queues queues[].reserved).", "node")
+	descHBAge      = desc("lathe_node_heartbeat_age_seconds", "Seconds since a live node's last heartbeat; a node whose heartbeat expired leaves the scrape (alert on both: configs/prometheus/alerts.yml).", "node")
 	descAsynq      = desc("lathe_asynq_queue_size", "Tasks in a node's asynq queue by asynq task state (asynq Inspector GetQueueInfo; GET /api/v1/queues queues[]).", "queue", "state")
 	descAsynqLat   = desc("lathe_asynq_queue_latency_seconds", "Age of the oldest pending task of a node's asynq queue (asynq QueueInfo.Latency; asynq x/metrics' asynq_queue_latency_seconds).", "queue")
 	descAsynqDone  = desc("lathe_asynq_tasks_processed_total", "Tasks asynq processed from a node's queue since the queue was created (QueueInfo.ProcessedTotal; asynq_tasks_processed_total).", "queue")
-	descAsynqFail  = desc("lathe_asynq_tasks_failed_total", "Tasks of a node's queue whose handler returned an error, since the queue was created (QueueInfo.FailedTotal; asynq_tasks_failed_total).", "queue")
 	descGPUUtil    = desc("lathe_gpu_utilization_ratio", "GPU utilisation, 0-1, from the node's last heartbeat (NVML; DCGM_FI_DEV_GPU_UTIL / 100).", "node", "gpu", "model")
 	descGPUUsed    = desc("lathe_gpu_memory_used_bytes", "GPU framebuffer memory used, from the node's last heartbeat (NVML; DCGM_FI_DEV_FB_USED, which is in MiB).", "node", "gpu", "model")
 	descGPUTotal   = desc("lathe_gpu_memory_total_bytes", "GPU framebuffer memory total (NVML; DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE, in MiB there).", "node", "gpu", "model")
@@ -64,6 +69,7 @@ var (
 	descGPUECC     = desc("lathe_gpu_ecc_uncorrected_errors_total", "Uncorrected ECC errors the node reports for the GPU (NVML; DCGM_FI_DEV_ECC_DBE_VOL_TOTAL).", "node", "gpu", "model")
 	descGPUHealthy = desc("lathe_gpu_healthy", "1 when the GPU takes new work, 0 when the worker marked it unhealthy (XID, ECC, lost; DCGM's health watches).", "node", "gpu", "model")
 	descGPUHeld    = desc("lathe_gpu_allocated", "1 when a job holds the GPU, else 0.", "node", "gpu", "model")
+	descGPUXID     = desc("lathe_gpu_xid_error", "1 when the worker marked the GPU unhealthy for an XID critical error (the mark holds until the worker restarts), else 0.", "node", "gpu", "model")
 	descGPUSim     = desc("lathe_gpu_simulated", "1 for a simulated GPU (go-nvml mock, --gpus simulated:...), 0 for real hardware.", "node", "gpu", "model")
 	descInstances  = desc("lathe_cloud_instances", "Cloud instances of live jobs not yet seen terminated, by backend and market.", "backend", "market")
 	descPrice      = desc("lathe_cloud_price_dollars_per_hour", "Summed configured price of those instances, by backend.", "backend")
@@ -71,6 +77,9 @@ var (
 	descSpent      = desc("lathe_budget_spent_dollars", "Settled spend of a scope this month (GET /api/v1/budgets spent_usd).", "scope", "kind")
 	descReservedD  = desc("lathe_budget_reserved_dollars", "Open reservations against a scope this month (GET /api/v1/budgets reserved_usd).", "scope", "kind")
 	descSweeps     = desc("lathe_sweeps_running", "Sweeps in the store's running set.")
+	descFinished   = desc("lathe_jobs_finished_total", "Job endings since the store was created, by final state, reason, backend and priority: counted once by the store's script that wrote the ending (the same on every scheduler; deduplicate with max by (...)).", "state", "reason", "backend", "priority")
+	descDuration   = desc("lathe_job_duration_seconds", "Run time of ended jobs (their attempts' time running, summed; 0 for a job that never ran), by backend and final state: every ending, counted by the store's script that wrote it.", "backend", "state")
+	descCost       = desc("lathe_cost_dollars_total", "What jobs have cost since the store was created, by backend and team: the settled cost (the settle script's figure) plus the cost so far of jobs not settled yet (running ones accrue GPU-seconds x price).", "backend", "team")
 	descRecPasses  = desc("lathe_reconciler_passes_total", "Reconciler passes this scheduler ran (as leader).")
 	descRecActions = desc("lathe_reconciler_actions_total", "Reconciler actions this scheduler took: terminated (orphaned instances), cancelled (attempts ended, worker gone), failed (backend passes that could not list or read).", "action")
 )
@@ -82,9 +91,9 @@ type storeCollector struct{ s opsView }
 // Describe sends every description the collector may emit.
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLeader, descStoreUp, descScrape, descJobs, descLiveJobs, descPending,
-		descOldestWait, descSlots, descReserved, descAsynq, descAsynqLat, descAsynqDone, descAsynqFail, descGPUUtil, descGPUUsed, descGPUTotal, descGPUTemp,
-		descGPUPower, descGPUECC, descGPUHealthy, descGPUHeld, descGPUSim, descInstances, descPrice, descLimit,
-		descSpent, descReservedD, descSweeps, descRecPasses, descRecActions} {
+		descOldestWait, descPastWait, descSlots, descReserved, descHBAge, descAsynq, descAsynqLat, descAsynqDone, descGPUUtil, descGPUUsed, descGPUTotal, descGPUTemp,
+		descGPUPower, descGPUECC, descGPUHealthy, descGPUHeld, descGPUXID, descGPUSim, descInstances, descPrice, descLimit,
+		descSpent, descReservedD, descSweeps, descFinished, descDuration, descCost, descRecPasses, descRecActions} {
 		ch <- d
 	}
 }
@@ -117,7 +126,8 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		buf = append(buf, m)
 	}
-	if err := c.read(ctx, emit); err != nil {
+	put := func(m prometheus.Metric) { buf = append(buf, m) }
+	if err := c.read(ctx, emit, put); err != nil {
 		s.log.Warn("metrics: store read", slog.Any("err", err))
 		gauge(descStoreUp, 0)
 		gauge(descScrape, time.Since(start).Seconds())
@@ -134,7 +144,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 type emitter func(d *prometheus.Desc, t prometheus.ValueType, v float64, lv ...string)
 
 // read reads the store once for a scrape and emits what it read.
-func (c *storeCollector) read(ctx context.Context, emit emitter) error {
+func (c *storeCollector) read(ctx context.Context, emit emitter, put func(prometheus.Metric)) error {
 	s := c.s
 	counts, err := s.store.CountByState(ctx)
 	if err != nil {
@@ -173,6 +183,69 @@ func (c *storeCollector) read(ctx context.Context, emit emitter) error {
 		return err
 	}
 	emit(descSweeps, prometheus.GaugeValue, float64(len(sweeps)))
+	return c.readEndings(ctx, emit, put)
+}
+
+// endedStates are the final states, each with a duration series from the
+// first scrape.
+var endedStates = []jobtype.State{jobtype.StateSucceeded, jobtype.StateFailed, jobtype.StateCancelled, jobtype.StateStopped}
+
+// readEndings emits the store's endings tally (lathe_jobs_finished_total,
+// lathe_job_duration_seconds) and the cost totals: settled, plus what the
+// jobs not settled yet have cost so far (jobstore.Accruing, priced by the
+// routing config in force the way the settler prices them).
+func (c *storeCollector) readEndings(ctx context.Context, emit emitter, put func(prometheus.Metric)) error {
+	st, err := c.s.store.EndStats(ctx)
+	if err != nil {
+		return err
+	}
+	for k, n := range st.Finished {
+		emit(descFinished, prometheus.CounterValue, float64(n), k.State, k.Reason, k.Backend, k.Priority)
+	}
+	// Every configured backend's duration series exist at 0 from the start.
+	cfg := c.s.plane.Routing().Config
+	durs := st.Durations
+	for _, b := range cfg.Backends {
+		for _, es := range endedStates {
+			k := jobstore.DurationKey{Backend: b.Name, State: string(es)}
+			if _, ok := durs[k]; !ok {
+				durs[k] = jobstore.DurationCounts{Buckets: make([]uint64, len(jobstore.DurationBuckets))}
+			}
+		}
+	}
+	for k, d := range durs {
+		buckets := make(map[float64]uint64, len(jobstore.DurationBuckets))
+		var cum uint64
+		for i, le := range jobstore.DurationBuckets {
+			cum += d.Buckets[i]
+			buckets[le] = cum
+		}
+		m, err := prometheus.NewConstHistogram(descDuration, d.Count(), d.Sum.Seconds(), buckets, k.Backend, k.State)
+		if err != nil {
+			c.s.log.Warn("metrics: series dropped", slog.String("metric", "lathe_job_duration_seconds"), slog.Any("labels", k), slog.Any("err", err))
+			continue
+		}
+		put(m)
+	}
+	jobs, err := c.s.store.Accruing(ctx)
+	if err != nil {
+		return err
+	}
+	cost := st.CostUSD
+	now := time.Now()
+	for _, j := range jobs {
+		usd, _ := policy.JobUsageAt(cfg, j, now)
+		if d := usd - j.SettledCostUSD; d > 0 {
+			backend := j.Backend
+			if backend == "" && j.Route != nil {
+				backend = j.Route.Backend
+			}
+			cost[jobstore.CostKey{Backend: backend, Team: j.Team}] += d
+		}
+	}
+	for k, usd := range cost {
+		emit(descCost, prometheus.CounterValue, usd, k.Backend, k.Team)
+	}
 	return nil
 }
 
@@ -185,7 +258,7 @@ type instKey struct{ backend, market string }
 // readLive reads the jobs of every live state (up to activeScan each, in
 // one pipeline after the id reads) and emits their breakdown, the oldest
 // waits and the cloud instances. What it needs of each job is its tally
-// (jobstore.GetTallies: ten small fields, no JSON decoded).
+// (jobstore.GetTallies: eleven small fields, no JSON decoded).
 func (c *storeCollector) readLive(ctx context.Context, counts map[jobtype.State]int64, emit emitter) error {
 	var ids []string
 	for _, st := range liveStates {
@@ -205,6 +278,7 @@ func (c *storeCollector) readLive(ctx context.Context, counts map[jobtype.State]
 	now := time.Now()
 	live := map[liveKey]int{}
 	oldest := map[string]time.Time{}
+	past := map[string]int{}
 	insts := map[instKey]int{}
 	price := map[string]float64{}
 	for _, j := range jobs {
@@ -216,10 +290,16 @@ func (c *storeCollector) readLive(ctx context.Context, counts map[jobtype.State]
 			backend = j.RouteBackend
 		}
 		prio := string(j.Priority)
+		if prio == "" {
+			prio = string(jobspec.PriorityNormal) // a spec that names none
+		}
 		live[liveKey{string(j.State), backend, prio}]++
 		if j.State == jobtype.StateQueued {
 			if t, ok := oldest[prio]; !ok || j.CreatedAt.Before(t) {
 				oldest[prio] = j.CreatedAt
+			}
+			if j.MaxWait > 0 && now.Sub(j.CreatedAt) > j.MaxWait {
+				past[prio]++
 			}
 		}
 		if in := j.Instance; in != nil && in.TerminatedAt == nil {
@@ -227,11 +307,33 @@ func (c *storeCollector) readLive(ctx context.Context, counts map[jobtype.State]
 			price[in.Backend] += in.USDPerHour
 		}
 	}
+	// Gauges are present at 0 when idle (a panel shows 0, not "No data"):
+	// every live state × configured backend × priority, every priority's
+	// oldest wait, every cloud backend's instances and price.
+	prios := []string{string(jobspec.PriorityUrgent), string(jobspec.PriorityNormal), string(jobspec.PriorityBatch)}
+	for _, b := range c.s.plane.Routing().Config.Backends {
+		for _, st := range liveStates {
+			for _, p := range prios {
+				live[liveKey{string(st), b.Name, p}] += 0
+			}
+		}
+		if b.Kind != routecfg.KindLocal {
+			for _, m := range []string{"spot", "on-demand"} {
+				insts[instKey{b.Name, m}] += 0
+			}
+			price[b.Name] += 0
+		}
+	}
 	for k, n := range live {
 		emit(descLiveJobs, prometheus.GaugeValue, float64(n), k.state, k.backend, k.priority)
 	}
-	for prio, t := range oldest {
-		emit(descOldestWait, prometheus.GaugeValue, max(0, now.Sub(t).Seconds()), prio)
+	for _, p := range prios {
+		wait := 0.0
+		if t, ok := oldest[p]; ok {
+			wait = max(0, now.Sub(t).Seconds())
+		}
+		emit(descOldestWait, prometheus.GaugeValue, wait, p)
+		emit(descPastWait, prometheus.GaugeValue, float64(past[p]), p)
 	}
 	for k, n := range insts {
 		emit(descInstances, prometheus.GaugeValue, float64(n), k.backend, k.market)
@@ -252,9 +354,11 @@ func (c *storeCollector) readNodes(nodes []jobstore.NodeStatus, emit emitter) er
 	if err != nil {
 		return err
 	}
+	now := time.Now()
 	for i, n := range nodes {
 		emit(descSlots, prometheus.GaugeValue, float64(n.Slots), n.Name)
-		emit(descReserved, prometheus.GaugeValue, float64(n.Reserved), n.Name)
+		emit(descReserved, prometheus.GaugeValue, float64(n.CPUReserved), n.Name)
+		emit(descHBAge, prometheus.GaugeValue, max(0, now.Sub(n.SeenAt).Seconds()), n.Name)
 		q := names[i]
 		var qi asynq.QueueInfo
 		if infos[i] != nil {
@@ -266,7 +370,6 @@ func (c *storeCollector) readNodes(nodes []jobstore.NodeStatus, emit emitter) er
 		}
 		emit(descAsynqLat, prometheus.GaugeValue, qi.Latency.Seconds(), q)
 		emit(descAsynqDone, prometheus.CounterValue, float64(qi.ProcessedTotal), q)
-		emit(descAsynqFail, prometheus.CounterValue, float64(qi.FailedTotal), q)
 	}
 	for _, g := range gpuRows(nodes) {
 		lv := []string{g.Node, strconv.Itoa(g.Index), g.Name}
@@ -279,6 +382,7 @@ func (c *storeCollector) readNodes(nodes []jobstore.NodeStatus, emit emitter) er
 		emit(descGPUECC, prometheus.CounterValue, float64(g.ECCUncorrected), lv...)
 		emit(descGPUHealthy, prometheus.GaugeValue, b2f(g.Healthy), lv...)
 		emit(descGPUHeld, prometheus.GaugeValue, b2f(g.JobID != ""), lv...)
+		emit(descGPUXID, prometheus.GaugeValue, b2f(!g.Healthy && strings.HasPrefix(strings.ToLower(g.Unhealthy), "xid")), lv...)
 		emit(descGPUSim, prometheus.GaugeValue, b2f(g.Simulated), lv...)
 	}
 	return nil

@@ -203,7 +203,7 @@ func (s opsView) queueInfos(ctx context.Context, nodes []jobstore.NodeStatus) ([
 	}
 	qs := []wire.QueueInfo{}
 	for i, n := range nodes {
-		q := wire.QueueInfo{Name: names[i], Node: n.Name, Slots: n.Slots, Reserved: n.Reserved}
+		q := wire.QueueInfo{Name: names[i], Node: n.Name, Slots: n.Slots, Reserved: n.CPUReserved}
 		if c := counts[i]; c != nil {
 			q.Pending, q.Active, q.Archived, q.Completed = c.Pending, c.Active, c.Archived, c.Completed
 		}
