@@ -148,12 +148,14 @@ func (l *leaderLoop) loop(ctx context.Context) {
 // a quiet spell is served at once.
 const wakeGap = 50 * time.Millisecond
 
-// wakeShare is the most of a core that passes asked for by wakes may
-// take: after a pass of d, the next such pass starts no sooner than
-// wakeShare × d later. A round reads every pending job, so with thousands
-// queued it takes tens of milliseconds, and wakeGap alone let a burst of
-// submits spend most of a core on rounds (docs/benchmarks.md).
-const wakeShare = 4
+// wakeShare bounds the share of a core that passes asked for by wakes may
+// take, to 1/wakeShare: after a pass of d, the next such pass starts no
+// sooner than wakeShare × d later. A round reads every pending job, so
+// with thousands queued it takes tens of milliseconds, and wakeGap alone
+// let a burst of submits spend most of a core on rounds, the core the
+// submits needed (docs/benchmarks.md). What it costs: a job submitted
+// behind 2,000 others (a pass of ~25 ms) is placed up to 200 ms later.
+const wakeShare = 8
 
 // wakeGapAfter is the least time from the start of a pass that took d to
 // the start of the next pass a wake asks for.
