@@ -229,3 +229,43 @@ func TestMonitoringAdminDeleteIsRepaired(t *testing.T) {
 type stateError struct{ s asynq.TaskState }
 
 func (e *stateError) Error() string { return "task is " + e.s.String() }
+
+// TestMonitoringQueueNamesWithColons: asynq queue names hold ':'
+// (node:<name>), and asynqmon's per-queue reads take the whole path
+// segment as the name. GET /monitoring/api/queues/node:n1 answers the
+// queue; GET …/node:n1:pause (the POST action opened with GET) is a 405
+// naming POST, and an unknown queue a 404, where asynqmon alone answered
+// both with a 500. The queue's task list still answers.
+func TestMonitoringQueueNamesWithColons(t *testing.T) {
+	b := setup(t, scheduler.Config{}, api.Config{Tokens: monTokens})
+	monTask(t, b)
+	q := b.url + "/monitoring/api/queues/"
+	code, body := do(t, "GET", q+monQueue, "", bearer(monViewer))
+	var info struct {
+		Current struct {
+			Queue string `json:"queue"`
+			Size  int    `json:"size"`
+		} `json:"current"`
+	}
+	if code != 200 || json.Unmarshal(body, &info) != nil || info.Current.Queue != monQueue || info.Current.Size != 1 {
+		t.Fatalf("GET %s: %d %.300s, want 200 with the queue and its one task", monQueue, code, body)
+	}
+	for _, c := range []struct {
+		path string
+		want int
+	}{
+		{monQueue + ":pause", 405}, {monQueue + ":resume", 405}, {"node:gone", 404},
+		{"node:gone:pause", 404}, {"node:gone/pending_tasks", 404},
+	} {
+		code, body := do(t, "GET", q+c.path, "", bearer(monViewer))
+		if code != c.want || !strings.Contains(string(body), `"error"`) {
+			t.Errorf("GET %s: %d %.200s, want %d with a JSON error", c.path, code, body, c.want)
+		}
+	}
+	if code, body := do(t, "GET", q+monQueue+"/pending_tasks", "", bearer(monViewer)); code != 200 || !strings.Contains(string(body), "j-x:1") {
+		t.Fatalf("GET %s/pending_tasks: %d %.300s, want 200 listing j-x:1", monQueue, code, body)
+	}
+	if queuePaused(t, b) {
+		t.Fatal("a GET of :pause paused the queue")
+	}
+}

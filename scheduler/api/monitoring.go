@@ -4,8 +4,11 @@ import (
 	"encoding/base64"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 
+	"github.com/hibiken/asynq"
 	"github.com/hibiken/asynqmon"
 	"github.com/redis/go-redis/v9"
 
@@ -63,6 +66,7 @@ func (s opsView) monitoring() http.Handler {
 		}
 		full.ServeHTTP(w, r)
 	}
+	insp := asynq.NewInspectorFromRedisClient(s.rdb) // shares the client; never closed
 	read, write := s.withAuth(plane.RoleViewer, serve), s.withAuth(plane.RoleAdmin, serve)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r = basicAsBearer(r)
@@ -74,11 +78,51 @@ func (s opsView) monitoring() http.Handler {
 			return
 		}
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			if queueMissing(w, r, insp) {
+				return
+			}
 			read(w, r)
 			return
 		}
 		write(w, r)
 	})
+}
+
+// monitoringQueues is the prefix of asynqmon's per-queue API.
+const monitoringQueues = monitoringRoot + "/api/queues/"
+
+// queueMissing answers a read of asynqmon's per-queue API
+// (/monitoring/api/queues/{qname}[/…]) whose queue asynq does not know,
+// and reports whether it did. asynqmon answers those with a 500 (its
+// handler turns every Inspector error into one, queue not found
+// included), which reads as a broken server. Here a name that is a known
+// queue followed by ":pause" or ":resume" (the POST actions, opened with
+// GET) gets 405 with Allow: POST; any other unknown name 404. Queue names
+// hold ':' (node:<name>, cloud:<backend>), so the name is the whole path
+// segment, never split at a colon.
+func queueMissing(w http.ResponseWriter, r *http.Request, insp *asynq.Inspector) bool {
+	rest, ok := strings.CutPrefix(r.URL.Path, monitoringQueues)
+	if !ok || rest == "" {
+		return false
+	}
+	qname, _, _ := strings.Cut(rest, "/")
+	queues, err := insp.Queues()
+	if err != nil {
+		return false // asynqmon answers with its own error
+	}
+	known := func(q string) bool { return slices.Contains(queues, q) }
+	if known(qname) {
+		return false
+	}
+	for _, action := range []string{":pause", ":resume"} {
+		if q, ok := strings.CutSuffix(qname, action); ok && known(q) {
+			w.Header().Set("Allow", http.MethodPost)
+			writeJSON(w, http.StatusMethodNotAllowed, wire.Error{Error: "asynq queue " + q + ": " + action[1:] + " takes POST (an admin's token)", Code: "method_not_allowed"})
+			return true
+		}
+	}
+	writeJSON(w, http.StatusNotFound, wire.Error{Error: "asynq knows no queue " + strconv.Quote(qname) + " (a queue exists once a task was put on it)", Code: "not_found"})
+	return true
 }
 
 // basicAsBearer returns r with an HTTP Basic password moved into a bearer
