@@ -95,7 +95,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/v1/queues", s.withAuth(plane.RoleViewer, ops.queues))
 	mux.HandleFunc("GET /api/v1/gpus", s.withAuth(plane.RoleViewer, ops.listGPUs))
 	mux.HandleFunc("GET /api/v1/nodes", s.withAuth(plane.RoleViewer, ops.listNodes))
-	mux.HandleFunc("GET /api/v1/budgets", s.withAuth(plane.RoleViewer, ops.budgets))
+	mux.HandleFunc("GET /api/v1/budgets", s.readAPI(ops.budgets))
 	mux.HandleFunc("GET /api/v1/overview", s.readAPI(ops.overview))
 	mux.HandleFunc("POST /api/v1/sweeps", s.withAuth(plane.RoleSubmitter, sweeps.submitSweep))
 	mux.HandleFunc("GET /api/v1/sweeps", s.readAPI(sweeps.listSweeps))
