@@ -209,7 +209,7 @@ function jobRows(list, ov) {
     const p = j.progress || {};
     const wait = j.wait || null;
     return {
-      id: j.id, name: j.name, state: r ? r.state : j.state, backend: (r && r.backend) || j.backend || '',
+      id: j.id, name: j.name, state: r ? r.state : j.state, backend: (r && r.backend) || j.backend || (j.route && j.route.backend) || '',
       node: (r && r.node) || j.node || '', gpus: (r ? r.gpus : j.gpus) || [],
       step: r ? r.step : p.step, total: r ? r.total_steps : p.total_steps, loss: r ? r.loss : p.loss,
       cost: r ? r.cost_usd : (j.cost_usd || 0), wait: j.state === 'queued' ? wait : null, error: j.error || '',
@@ -475,7 +475,8 @@ function eventSummary(e) {
     case 'progress': return 'step ' + d.step + (d.total_steps ? '/' + d.total_steps : '') + (typeof d.loss === 'number' ? ' · loss ' + fmtNum(d.loss) : '') +
       (d.learning_rate ? ' · lr ' + fmtNum(d.learning_rate) : '') + (d.samples_per_s ? ' · ' + fmtNum(d.samples_per_s) + ' samples/s' : '');
     case 'eval': return 'step ' + d.step + (typeof d.eval_loss === 'number' ? ' · eval loss ' + fmtNum(d.eval_loss) : '');
-    default: return Object.entries(d).map(([k, v]) => k.replace(/_/g, ' ') + ': ' + fmtVal(v)).join(' · ');
+    // The trainer's own "event" key repeats the type.
+    default: return Object.entries(d).filter(([k]) => k !== 'event').map(([k, v]) => k.replace(/_/g, ' ') + ': ' + fmtVal(v)).join(' · ');
   }
 }
 
