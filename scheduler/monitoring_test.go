@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -267,5 +268,35 @@ func TestMonitoringQueueNamesWithColons(t *testing.T) {
 	}
 	if queuePaused(t, b) {
 		t.Fatal("a GET of :pause paused the queue")
+	}
+}
+
+// TestMonitoringWholeTaskIDs: asynqmon's UI script, as /monitoring serves
+// it, shows a task id whole: its helper that cut an id at the first '-'
+// (every Lathe task id, j-…:N, showed as "j") answers the id itself, and
+// nothing else of the script changed. It fails when an asynqmon upgrade
+// moves the helper (monitoring.go's uuidPrefixJS).
+func TestMonitoringWholeTaskIDs(t *testing.T) {
+	b := setup(t, scheduler.Config{}, api.Config{Tokens: monTokens})
+	code, page := do(t, "GET", b.url+"/monitoring/", "", bearer(monViewer))
+	m := regexp.MustCompile(`/monitoring/static/js/main\.[0-9a-f]+\.chunk\.js`).Find(page)
+	if code != 200 || m == nil {
+		t.Fatalf("asynqmon's page: %d, script %q", code, m)
+	}
+	code, js := do(t, "GET", b.url+string(m), "", bearer(monViewer))
+	cut := `{var t=e.indexOf("-");return-1===t?e:e.substr(0,t)}`
+	if code != 200 || strings.Contains(string(js), cut) {
+		t.Fatalf("GET %s: %d; the id-cutting helper is still there: %v", m, code, strings.Contains(string(js), cut))
+	}
+	if !strings.Contains(string(js), `{return e}function `) {
+		t.Fatalf("GET %s: no whole-id helper in the script", m)
+	}
+	// The rest of the script is asynqmon's, byte for byte.
+	orig := strings.Replace(string(js), `{return e}`, cut, 1)
+	if len(orig) != len(js)-len(`{return e}`)+len(cut) || !strings.Contains(orig, "Copy full ID to clipboard") {
+		t.Fatalf("GET %s: the script changed beyond the helper", m)
+	}
+	if code, _ := do(t, "GET", b.url+string(m), "", nil); code != 401 {
+		t.Fatalf("the script without a token: %d, want 401", code)
 	}
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/base64"
 	"log/slog"
 	"net/http"
@@ -81,6 +82,10 @@ func (s opsView) monitoring() http.Handler {
 			if queueMissing(w, r, insp) {
 				return
 			}
+			if isAsynqmonMainJS(r.URL.Path) {
+				read(wholeTaskIDs(w, s.log), r)
+				return
+			}
 			read(w, r)
 			return
 		}
@@ -145,4 +150,70 @@ func basicAsBearer(r *http.Request) *http.Request {
 	r2 := r.Clone(r.Context())
 	r2.Header.Set("Authorization", "Bearer "+secret)
 	return r2
+}
+
+// asynqmon's UI shows a task id cut at its first '-' (its uuidPrefix
+// helper: asynq's own ids are UUIDs), which turns every Lathe task id,
+// <job>:<attempt> with a job id "j-…", into "j". wholeTaskIDs serves the
+// UI's script (asynqmon's build, main.<hash>.chunk.js) with that helper
+// answering the whole id. uuidPrefixJS is the helper's body in asynqmon
+// v0.7.2's build; a later build without it is served as it is (ids cut
+// again, logged), and TestMonitoringWholeTaskIDs fails so the pattern is
+// updated.
+var (
+	uuidPrefixJS = []byte(`{var t=e.indexOf("-");return-1===t?e:e.substr(0,t)}`)
+	wholeIDJS    = []byte(`{return e}`)
+)
+
+// isAsynqmonMainJS reports whether path is asynqmon's UI script.
+func isAsynqmonMainJS(path string) bool {
+	name, ok := strings.CutPrefix(path, monitoringRoot+"/static/js/main.")
+	return ok && strings.HasSuffix(name, ".chunk.js") && !strings.Contains(name, "/")
+}
+
+// wholeTaskIDs returns w as a ResponseWriter that rewrites asynqmon's UI
+// script on its way out (taskIDWriter).
+func wholeTaskIDs(w http.ResponseWriter, log *slog.Logger) http.ResponseWriter {
+	return &taskIDWriter{w: w, log: log, h: http.Header{}}
+}
+
+// taskIDWriter holds the header of asynqmon's answer for its UI script
+// until the body comes, and writes the body with uuidPrefixJS replaced by
+// wholeIDJS and no Content-Length (the length changes). asynqmon writes a
+// static file in one Write, so the helper is never split across two.
+type taskIDWriter struct {
+	w    http.ResponseWriter
+	log  *slog.Logger
+	h    http.Header
+	code int
+}
+
+func (t *taskIDWriter) Header() http.Header { return t.h }
+
+func (t *taskIDWriter) WriteHeader(code int) { t.code = code }
+
+func (t *taskIDWriter) Write(b []byte) (int, error) {
+	n := len(b)
+	if t.code == 0 || t.code == http.StatusOK {
+		if bytes.Contains(b, uuidPrefixJS) {
+			b = bytes.Replace(b, uuidPrefixJS, wholeIDJS, 1)
+		} else {
+			t.log.Warn("monitoring: asynqmon's UI script has no uuidPrefix helper to replace; task ids show cut at their first '-'")
+		}
+	}
+	if t.h != nil {
+		for k, v := range t.h {
+			if k != "Content-Length" {
+				t.w.Header()[k] = v
+			}
+		}
+		t.h = nil
+		if t.code != 0 {
+			t.w.WriteHeader(t.code)
+		}
+	}
+	if _, err := t.w.Write(b); err != nil {
+		return 0, err
+	}
+	return n, nil
 }
