@@ -292,6 +292,7 @@ type pruner struct {
 	log          *slog.Logger
 	keepFinished int
 	finishedTTL  time.Duration
+	pruned       func(n int)
 }
 
 // prunerParams is what a pruner is built from.
@@ -300,10 +301,11 @@ type prunerParams struct {
 	Log          *slog.Logger
 	KeepFinished int           // Config.KeepFinished (negative: no cap)
 	FinishedTTL  time.Duration // Config.FinishedTTL (negative: no age limit)
+	Pruned       func(n int)   // told how many finished jobs each pass deleted (the history's throughput); nil: none
 }
 
 func newPruner(p prunerParams) *pruner {
-	return &pruner{store: p.Store, log: p.Log, keepFinished: p.KeepFinished, finishedTTL: p.FinishedTTL}
+	return &pruner{store: p.Store, log: p.Log, keepFinished: p.KeepFinished, finishedTTL: p.FinishedTTL, pruned: p.Pruned}
 }
 
 // run applies the retention of finished jobs (KeepFinished,
@@ -326,6 +328,9 @@ func (d *pruner) run(ctx context.Context) {
 	n, err := d.store.PruneFinished(ctx, keep, before, 1000)
 	if err != nil {
 		d.log.Warn("retention: prune finished jobs", slog.Any("err", err))
+	}
+	if n > 0 && d.pruned != nil {
+		d.pruned(n)
 	}
 	if n > 0 {
 		d.log.Info("retention: deleted finished jobs", slog.Int("deleted", n), slog.Int("keep_finished", d.keepFinished))

@@ -97,6 +97,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/v1/nodes", s.withAuth(plane.RoleViewer, ops.listNodes))
 	mux.HandleFunc("GET /api/v1/budgets", s.readAPI(ops.budgets))
 	mux.HandleFunc("GET /api/v1/overview", s.readAPI(ops.overview))
+	mux.HandleFunc("GET /api/v1/history", s.readAPI(ops.history))
 	mux.HandleFunc("POST /api/v1/sweeps", s.withAuth(plane.RoleSubmitter, sweeps.submitSweep))
 	mux.HandleFunc("GET /api/v1/sweeps", s.readAPI(sweeps.listSweeps))
 	mux.HandleFunc("GET /api/v1/sweeps/{id}", s.readAPI(sweeps.getSweep))
