@@ -65,13 +65,13 @@ func TestDashboardServesPage(t *testing.T) {
 	// text or attributes).
 	_, _, page := get(t, b.url+"/", nil)
 	_, _, script := get(t, b.url+"/ui/app.js", nil)
-	for _, id := range []string{`id="job-table"`, `id="loss-chart"`, `id="decision-table"`, `id="decisions-note"`, `id="gpu-util-chart"`, `id="gpu-mem-chart"`, `id="budget-table"`,
+	for _, id := range []string{`id="job-table"`, `id="loss-chart"`, `id="decision-table"`, `id="decisions-note"`, `id="gpu-util-chart"`, `id="gpu-mem-chart"`, `id="budget-table"`, `id="hist-queue"`, `id="hist-wait"`, `id="hist-throughput"`, `id="hist-gpu"`,
 		`<script src="/ui/vendor/uPlot.iife.min.js"></script>`, `href="/ui/vendor/uPlot.min.css"`} {
 		if !strings.Contains(page, id) {
 			t.Errorf("the page has no %s", id)
 		}
 	}
-	for _, use := range []string{"/api/v1/decisions?limit=", "loss_series=true", "'/gpu'", "r.loss_series", "'/api/v1/budgets'", "new uPlot("} {
+	for _, use := range []string{"/api/v1/decisions?limit=", "loss_series=true", "'/gpu'", "r.loss_series", "'/api/v1/budgets'", "'/api/v1/history'", "new uPlot("} {
 		if !strings.Contains(script, use) {
 			t.Errorf("app.js does not read %s", use)
 		}

@@ -89,24 +89,31 @@ func (h *historian) sample(ctx context.Context, now time.Time) (jobtype.HistoryS
 	if err != nil {
 		return s, err
 	}
+	s.GPUs, s.GPUsBusy, s.GPUUtilPct = gpuUse(nodes)
+	return s, nil
+}
+
+// gpuUse counts the nodes' GPUs, those a job holds (a reservation, or the
+// job the heartbeat names), and their mean utilisation (%).
+func gpuUse(nodes []jobstore.NodeStatus) (gpus, busy int, utilPct float64) {
 	util := 0
 	for _, n := range nodes {
-		busy := map[int]bool{}
+		held := map[int]bool{}
 		for _, r := range n.Reservations {
 			for _, g := range r.GPUs {
-				busy[g] = true
+				held[g] = true
 			}
 		}
 		for _, g := range n.GPUs {
-			s.GPUs++
+			gpus++
 			util += g.UtilizationPct
-			if busy[g.Index] || g.JobID != "" {
-				s.GPUsBusy++
+			if held[g.Index] || g.JobID != "" {
+				busy++
 			}
 		}
 	}
-	if s.GPUs > 0 {
-		s.GPUUtilPct = float64(util) / float64(s.GPUs)
+	if gpus > 0 {
+		utilPct = float64(util) / float64(gpus)
 	}
-	return s, nil
+	return gpus, busy, utilPct
 }

@@ -411,6 +411,7 @@ func TestDashboardChromium(t *testing.T) {
 	// line; a sweep's trials show whole ids and each a reason, those its
 	// max_parallel holds back included.
 	checkTilesSlotsBudgets(t, b, base)
+	checkHistoryPanel(t, b, base)
 	checkFoldedError(t, b, ids["failed"], fail.Error)
 	sweepID, trials := submitGatedSweep(t, lathe, base, dir, good)
 	checkTrialRows(t, b, base, sweepID, trials)

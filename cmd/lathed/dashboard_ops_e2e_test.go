@@ -372,3 +372,34 @@ func getJSONFromString(t *testing.T, s string, v any) {
 		t.Fatalf("decode %.300s: %v", s, err)
 	}
 }
+
+// checkHistoryPanel waits until each of the overview's four history charts
+// (queue depth, oldest wait, throughput, GPU use) has as many points as
+// GET /api/v1/history has samples (the leader took its first when it
+// became the leader; the page reads the history every 30 s), with tick
+// labels on its y axis.
+func checkHistoryPanel(t *testing.T, b *browser, base string) {
+	t.Helper()
+	waitfor.Value(t, 70*time.Second, "the history charts with the API's samples", func() pageAndAPI {
+		var page struct {
+			Points []string `json:"points"`
+			YTicks []int    `json:"yTicks"`
+		}
+		if err := b.exec(`const ids = ['#hist-queue', '#hist-wait', '#hist-throughput', '#hist-gpu'];
+			return {points: ids.map((id) => document.querySelector(id).dataset.points || ''),
+			  yTicks: ids.map((id) => (document.querySelector(id).dataset.yTicks || '').split('|').filter((x) => x !== '').length)};`, &page); err != nil {
+			t.Fatalf("read the history panel: %v", err)
+		}
+		var h wire.History
+		getJSON(t, base, "/api/v1/history", &h)
+		n := strconv.Itoa(len(h.Points))
+		ok := len(h.Points) > 0
+		for i, p := range page.Points {
+			ok = ok && p == n && page.YTicks[i] >= 2
+		}
+		if ok {
+			return pageAndAPI{}
+		}
+		return pageAndAPI{page: fmt.Sprintf("%+v", page), api: fmt.Sprintf("%d samples (want each chart with as many points, >= 2 y ticks)", len(h.Points))}
+	}, func(x pageAndAPI) bool { return x == pageAndAPI{} })
+}

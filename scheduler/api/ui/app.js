@@ -304,6 +304,50 @@ function renderDecisions(ans) {
     el('td', { class: 'reason', title: (d.reasons || []).join('\n') }, fold(shortReasons(d.reasons || []), 'decision:' + d.time + ':' + (d.job_id || ''))))));
 }
 
+// renderHistory draws GET /api/v1/history, the leader's samples of the
+// pool (every minute by default, the last 6 hours): queue depth (queued,
+// and pending: those the placer tries), the oldest wait, throughput (jobs
+// ended per minute: each sample's count over the minutes since the one
+// before) and GPU use (the share of GPUs holding a job, their mean
+// utilisation).
+function renderHistory(h) {
+  const pts = (h && h.points) || [];
+  const xs = pts.map((p) => Date.parse(p.at) / 1000);
+  const hhmm = (v) => new Date(v * 1000).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+  const note = $('#history-note');
+  note.textContent = pts.length === 0 ? 'no samples yet (the leader takes one a minute)'
+    : pts.length + (pts.length === 1 ? ' sample' : ' samples') + ' since ' + hhmm(xs[0]) + ', every team\'s jobs';
+  // At least an hour wide, so one sample does not make the axis a point;
+  // counts and waits tick at whole steps.
+  const base = { time: true, xLabel: 'time', fx: hhmm, xSpan: 3600 };
+  const whole = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000];
+  const waits = [1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800];
+  const count = (v) => String(Math.round(v));
+  drawChart($('#hist-queue'), Object.assign({ key: 'queue', yLabel: 'jobs', fy: count, yMin: 0, yIncrs: whole,
+    series: [{ label: 'queued', value: count }, { label: 'pending', value: count }] }, base),
+  [xs, pts.map((p) => p.queued), pts.map((p) => p.pending)]);
+  drawChart($('#hist-wait'), Object.assign({ key: 'wait', yLabel: 'oldest wait', fy: duration, yMin: 0, yIncrs: waits,
+    series: [{ label: 'oldest wait', value: duration }] }, base),
+  [xs, pts.map((p) => p.oldest_wait_s)]);
+  const perMin = pts.map((p, i) => (i === 0 ? null : p.ended / Math.max(1 / 60, (xs[i] - xs[i - 1]) / 60)));
+  drawChart($('#hist-throughput'), Object.assign({ key: 'throughput', yLabel: 'jobs / min', fy: fmtNum, yMin: 0,
+    series: [{ label: 'ended / min', value: fmtNum }] }, base),
+  [xs, perMin]);
+  const pct = (v) => Math.round(v) + '%';
+  drawChart($('#hist-gpu'), Object.assign({ key: 'gpu', yLabel: '%', fy: pct, yMin: 0, yMax: 100,
+    series: [{ label: 'GPUs busy', value: pct }, { label: 'mean utilisation', value: pct }] }, base),
+  [xs, pts.map((p) => (p.gpus ? 100 * p.gpus_busy / p.gpus : 0)), pts.map((p) => p.gpu_util_pct)]);
+}
+
+// pollHistory reads the history every HISTORY_EVERY polls (30 s; a new
+// sample comes once a minute): undefined between reads.
+const HISTORY_EVERY = 15;
+let historyTick = 0;
+function pollHistory() {
+  if (historyTick++ % HISTORY_EVERY !== 0) return Promise.resolve(undefined);
+  return api('/api/v1/history');
+}
+
 // pollDecisions reads the routing panel's decisions every DECISIONS_EVERY
 // polls (10 s): null when the scheduler keeps no ledger (501).
 const DECISIONS_EVERY = 5;
@@ -316,8 +360,8 @@ async function pollDecisions() {
 }
 
 async function pollOverview() {
-  const [ov, list, sweeps, [decisions, budgets]] = await Promise.all([api('/api/v1/overview?waiting_limit=0'), api('/api/v1/jobs?limit=200&loss_series=true'),
-    api('/api/v1/sweeps?limit=10'), pollDecisions()]);
+  const [ov, list, sweeps, [decisions, budgets], history] = await Promise.all([api('/api/v1/overview?waiting_limit=0'),
+    api('/api/v1/jobs?limit=200&loss_series=true'), api('/api/v1/sweeps?limit=10'), pollDecisions(), pollHistory()]);
   const details = new Map();
   await Promise.all((sweeps.sweeps || []).slice(0, 10).map(async (sw) => {
     try { details.set(sw.id, await api('/api/v1/sweeps/' + encodeURIComponent(sw.id))); } catch (e) { /* shown without best */ }
@@ -330,6 +374,7 @@ async function pollOverview() {
   renderSweeps(sweeps, details);
   if (decisions !== undefined) renderDecisions(decisions);
   if (budgets !== undefined) renderBudgets(budgets);
+  if (history !== undefined) renderHistory(history);
   document.body.dataset.overviewAt = ov.at;
 }
 
@@ -361,6 +406,7 @@ function setupOverview() {
 const CHART_FONT_PX = 12;
 const CHART_FONT = CHART_FONT_PX + 'px system-ui, sans-serif';
 const CHART_HEIGHT = 240;
+const SMALL_CHART_HEIGHT = 180;
 const PALETTE = ['#4fb3ff', '#f0c05a', '#5fd38d', '#ff6b6b', '#c792ea', '#89ddff', '#f78c6c', '#d8dee6'];
 const charts = new Map(); // box id -> {u, key}
 
@@ -374,8 +420,8 @@ function fmtNum(v) {
 
 // axis is a uPlot axis with the page's colours and font; values formats
 // each tick and records the labels drawn in the box's data-{x,y}-ticks.
-function axis(box, which, label, format) {
-  return {
+function axis(box, which, label, format, incrs) {
+  const a = {
     label: label, stroke: '#8a96a3', font: CHART_FONT, labelFont: CHART_FONT, labelSize: 18, size: which === 'y' ? 56 : 40,
     grid: { stroke: '#2a3440', width: 1 }, ticks: { stroke: '#2a3440', width: 1, size: 5 },
     values: (u, splits) => {
@@ -384,12 +430,16 @@ function axis(box, which, label, format) {
       return v;
     },
   };
+  if (incrs) a.incrs = incrs;
+  return a;
 }
 
 // drawChart draws data ([xs, ys1, ys2, …], uPlot's aligned columns) into
 // the box: a new uPlot when the series change (spec.key), else new data.
 // spec: {key, time (x is seconds since the epoch), xLabel, yLabel, fx, fy
-// (tick formats), series: [{label, value (legend format)}], yMin, yMax}.
+// (tick formats), series: [{label, value (legend format)}], yMin, yMax,
+// xSpan (the x axis spans at least this much, ending at the last x),
+// yIncrs (the y ticks' allowed steps, e.g. whole numbers for counts)}.
 // data-points is the number of x values; "no points yet" when none.
 function drawChart(box, spec, data) {
   const n = data[0].length;
@@ -400,13 +450,15 @@ function drawChart(box, spec, data) {
     box.replaceChildren(el('div', { class: 'empty chart-empty' }, 'no points yet'));
     return;
   }
-  if (c && c.key === spec.key) { c.u.setData(data); return; }
+  const span = (u) => { if (spec.xSpan) u.setScale('x', { min: Math.min(data[0][0], data[0][n - 1] - spec.xSpan), max: data[0][n - 1] }); };
+  if (c && c.key === spec.key) { c.u.setData(data); span(c.u); return; }
   if (c) c.u.destroy();
   box.replaceChildren();
+  const height = box.classList.contains('small') ? SMALL_CHART_HEIGHT : CHART_HEIGHT;
   const opts = {
-    width: Math.max(200, box.clientWidth), height: CHART_HEIGHT,
+    width: Math.max(200, box.clientWidth), height: height,
     scales: { x: { time: !!spec.time }, y: { range: (u, lo, hi) => yRange(lo, hi, spec) } },
-    axes: [axis(box, 'x', spec.xLabel, spec.fx), axis(box, 'y', spec.yLabel, spec.fy)],
+    axes: [axis(box, 'x', spec.xLabel, spec.fx), axis(box, 'y', spec.yLabel, spec.fy, spec.yIncrs)],
     series: [{ label: spec.xLabel, value: (u, v) => (v === null ? '–' : spec.fx(v)) }].concat(spec.series.map((s, i) => ({
       label: s.label, stroke: PALETTE[i % PALETTE.length], width: 2, points: { show: n < 60 },
       value: (u, v) => (v === null || v === undefined ? '–' : s.value(v)),
@@ -415,16 +467,19 @@ function drawChart(box, spec, data) {
     legend: { live: true },
   };
   const u = new uPlot(opts, data, box);
+  span(u);
   charts.set(box.id, { u: u, key: spec.key });
   new ResizeObserver(() => {
     const cur = charts.get(box.id);
-    if (cur && cur.u === u && Math.abs(u.width - box.clientWidth) > 2) u.setSize({ width: Math.max(200, box.clientWidth), height: CHART_HEIGHT });
+    if (cur && cur.u === u && Math.abs(u.width - box.clientWidth) > 2) u.setSize({ width: Math.max(200, box.clientWidth), height: height });
   }).observe(box);
 }
 
 // yRange is a chart's y scale: from spec.yMin (else a little under the
 // lowest value) to spec.yMax (else a little over the highest).
 function yRange(lo, hi, spec) {
+  if (lo === null || hi === null) { lo = 0; hi = 1; } // no value yet (e.g. a rate of one sample)
+  if (spec.yIncrs && spec.yMin !== undefined && hi < spec.yMin + spec.yIncrs[0]) hi = spec.yMin + spec.yIncrs[0];
   const pad = hi > lo ? (hi - lo) * 0.05 : Math.max(Math.abs(hi) * 0.05, 0.5);
   return [spec.yMin !== undefined ? spec.yMin : lo - pad, spec.yMax !== undefined ? spec.yMax : hi + pad];
 }
