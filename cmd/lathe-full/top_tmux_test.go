@@ -68,14 +68,14 @@ func TestTopFitsTmux80x24(t *testing.T) {
 		out, err := exec.Command(tmux, append([]string{"-S", sock}, args...)...).CombinedOutput()
 		return string(out), err
 	}
+	// sh writes the CLI's exit status to a file when it ends (tmux's own
+	// pane_dead_status is not always filled in when the pane closes).
+	statusFile := filepath.Join(t.TempDir(), "status")
 	if out, err := tm("new-session", "-d", "-x", "80", "-y", "24", "-e", asLatheEnv+"=1", "-e", "LATHE_SERVER="+d.url,
-		"-e", "TERM=xterm-256color", exe, "top"); err != nil {
+		"-e", "TERM=xterm-256color", "sh", "-c", `"$0" top; echo $? > "$1.tmp" && mv "$1.tmp" "$1"; sleep 60`, exe, statusFile); err != nil {
 		t.Fatalf("tmux new-session: %v\n%s", err, out)
 	}
 	t.Cleanup(func() { _, _ = tm("kill-server") })
-	if out, err := tm("set-option", "-g", "remain-on-exit", "on"); err != nil {
-		t.Fatalf("tmux set-option: %v\n%s", err, out)
-	}
 	var screen string
 	if !waitfor.Poll(20*time.Second, func() bool {
 		out, err := tm("capture-pane", "-p")
@@ -105,11 +105,14 @@ func TestTopFitsTmux80x24(t *testing.T) {
 	if out, err := tm("send-keys", "q"); err != nil {
 		t.Fatalf("tmux send-keys: %v\n%s", err, out)
 	}
-	if !waitfor.Poll(10*time.Second, func() bool {
-		out, err := tm("display-message", "-p", "#{pane_dead} #{pane_dead_status}")
-		return err == nil && strings.TrimSpace(out) == "1 "+strconv.Itoa(exitOK)
-	}) {
-		out, _ := tm("display-message", "-p", "#{pane_dead} #{pane_dead_status}")
-		t.Fatalf("q did not end lathe top with exit 0 (pane dead, status: %q)", out)
+	var status string
+	waitfor.True(t, 10*time.Second, "lathe top to exit after q", func() bool {
+		b, err := os.ReadFile(statusFile)
+		status = strings.TrimSpace(string(b))
+		return err == nil
+	})
+	if status != strconv.Itoa(exitOK) {
+		pane, _ := tm("capture-pane", "-p", "-S", "-100")
+		t.Fatalf("q ended lathe top with exit status %s, want %d; the pane:\n%s", status, exitOK, pane)
 	}
 }
