@@ -450,6 +450,8 @@ func TestDashboardChromium(t *testing.T) {
 
 	// A queued job's page: its backend and estimated start.
 	checkQueuedJobPage(t, b, base, ids["queued"])
+	// asynqmon shows the running attempt's task id whole.
+	checkAsynqmonTaskID(t, b, base, jobtype.TaskID(ids["running"], run.Attempt))
 
 	// The overview at 420 px: nothing wider than the window.
 	b.resize(t, 420, 1000)

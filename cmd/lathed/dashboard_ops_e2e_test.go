@@ -403,3 +403,20 @@ func checkHistoryPanel(t *testing.T, b *browser, base string) {
 		return pageAndAPI{page: fmt.Sprintf("%+v", page), api: fmt.Sprintf("%d samples (want each chart with as many points, >= 2 y ticks)", len(h.Points))}
 	}, func(x pageAndAPI) bool { return x == pageAndAPI{} })
 }
+
+// checkAsynqmonTaskID opens asynqmon's page of node sim1's active tasks
+// and waits until it shows the running job's task id whole (asynqmon's UI
+// cut it at the first '-', to "j").
+func checkAsynqmonTaskID(t *testing.T, b *browser, base, taskID string) {
+	t.Helper()
+	b.navigate(t, base+"/monitoring/queues/node:sim1?status=active")
+	var text string
+	if !waitfor.Poll(30*time.Second, func() bool {
+		if err := b.exec(`return document.body ? document.body.innerText : '';`, &text); err != nil {
+			t.Fatalf("read asynqmon's page: %v", err)
+		}
+		return strings.Contains(text, taskID)
+	}) {
+		t.Fatalf("asynqmon's active tasks of node:sim1 never showed task %s whole; the page reads:\n%.2000s", taskID, text)
+	}
+}
