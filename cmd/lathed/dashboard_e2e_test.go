@@ -279,9 +279,15 @@ func checkJobsTable(t *testing.T, b *browser, base string, ids map[string]string
 // succeeded and a failed one. The queue, jobs and GPU panels show what the
 // API answers, a job submitted later appears without a reload, and the
 // succeeded job's page draws its loss curve with one point per progress
-// event. Screenshots go to t.TempDir() and, with
-// LATHE_DASHBOARD_SCREENSHOT=path.png, to path.png (the overview) and
-// path-job.png (the job page): docs/dashboard.png comes from such a run.
+// event. Issue #26's checks (dashboard_ops_e2e_test.go): GPU tiles with
+// their jobs, CPU slots, budgets and history panels as the API answers,
+// folded errors, a gated sweep's trials with whole ids and reasons, the
+// job page's chart text >= 11 px on screen at 1600 and 420 px with ticks
+// and values on hover, events as words, a queued job's backend and
+// estimated start, asynqmon's task ids whole. Screenshots go to
+// t.TempDir() and, with LATHE_DASHBOARD_SCREENSHOT=path.png, to path.png
+// (the overview), path-job.png (the job page), path-420.png and
+// path-job-420.png: docs/dashboard*.png come from such a run.
 func TestDashboardChromium(t *testing.T) {
 	requireTorch(t)
 	requireChromium(t)
