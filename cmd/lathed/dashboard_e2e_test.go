@@ -472,6 +472,9 @@ func TestDashboardChromium(t *testing.T) {
 	checkTrialRows(t, b, base, sweepID, trials)
 	checkNoSideScroll(t, b, 420)
 	b.screenshot(t, shotPaths(t, "dashboard-420.png", "-420")...)
+
+	// Credentials in the page's address: the page says why it shows nothing.
+	checkCredentialsInURL(t, b, base)
 }
 
 // shotPaths is where a screenshot goes: t.TempDir(), and next to

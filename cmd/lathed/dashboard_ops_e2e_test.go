@@ -420,3 +420,30 @@ func checkAsynqmonTaskID(t *testing.T, b *browser, base, taskID string) {
 		t.Fatalf("asynqmon's active tasks of node:sim1 never showed task %s whole; the page reads:\n%.2000s", taskID, text)
 	}
 }
+
+// checkCredentialsInURL opens the page at an address carrying
+// user:password@ and waits until its status line says why it shows
+// nothing (the browser refuses the page's fetches from such an address;
+// docs/dashboard.md).
+func checkCredentialsInURL(t *testing.T, b *browser, base string) {
+	t.Helper()
+	b.navigate(t, strings.Replace(base, "http://", "http://viewer:some-token@", 1)+"/")
+	var status string
+	if !waitfor.Poll(20*time.Second, func() bool {
+		if err := b.exec(`const s = document.querySelector('#status'); return s ? s.textContent : '';`, &status); err != nil {
+			t.Fatalf("read the status line: %v", err)
+		}
+		return strings.HasPrefix(status, "error: this address carries credentials") && strings.Contains(status, "open "+base+"/ and give the token")
+	}) {
+		t.Fatalf("at an address with credentials the status line reads %q; want it to say why and the address to open", status)
+	}
+	// The page's own fetch from that address fails, as the docs say.
+	var fetchErr string
+	if err := b.execAsync(`const done = arguments[arguments.length - 1];
+		fetch('/api/v1/overview').then(() => done('no error')).catch((e) => done(String(e)));`, &fetchErr); err != nil {
+		t.Fatalf("fetch from the page: %v", err)
+	}
+	if !strings.Contains(fetchErr, "TypeError") || !strings.Contains(fetchErr, "credentials") {
+		t.Errorf("a fetch from an address with credentials: %q; want the TypeError the docs name", fetchErr)
+	}
+}

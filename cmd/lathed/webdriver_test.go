@@ -198,6 +198,16 @@ func (b *browser) exec(script string, out any, args ...any) error {
 	return b.call(http.MethodPost, b.session("/execute/sync"), map[string]any{"script": script, "args": args}, out)
 }
 
+// execAsync runs script asynchronously (WebDriver's Execute Async Script:
+// it ends by calling its last argument with the result) and decodes that
+// result into out.
+func (b *browser) execAsync(script string, out any, args ...any) error {
+	if args == nil {
+		args = []any{}
+	}
+	return b.call(http.MethodPost, b.session("/execute/async"), map[string]any{"script": script, "args": args}, out)
+}
+
 // text finds the first element matching the CSS selector and returns its
 // rendered text (WebDriver's Get Element Text).
 func (b *browser) text(css string) (string, error) {

@@ -35,8 +35,23 @@ function svg(tag, attrs) {
   return e;
 }
 
+// CREDENTIALS_IN_URL is what the status line says when the page was
+// opened at an address carrying user:password@: the browser then refuses
+// every fetch the page makes (the Fetch standard: a relative URL takes the
+// page's credentials along), and hides them from location, so the refusal
+// is the only sign.
+const CREDENTIALS_IN_URL = 'this address carries credentials (user:password@), so the browser refuses the page\'s requests: open ';
+
 async function api(path) {
-  const resp = await fetch(path, { credentials: 'same-origin', headers: { Accept: 'application/json' } });
+  let resp;
+  try {
+    resp = await fetch(path, { credentials: 'same-origin', headers: { Accept: 'application/json' } });
+  } catch (e) {
+    if (e instanceof TypeError && /credentials/.test(e.message)) {
+      throw new Error(CREDENTIALS_IN_URL + location.origin + location.pathname + ' and give the token when asked (' + e.message + ')');
+    }
+    throw e;
+  }
   if (!resp.ok) {
     let msg = resp.status + ' ' + resp.statusText;
     try { const body = await resp.json(); if (body.error) msg += ': ' + body.error; } catch (e) { /* not JSON */ }
