@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler"
+	"github.com/lathe-ml/lathe/scheduler/api"
 )
 
 // TestBudgetsAPI: GET /api/v1/budgets lists each backend with its spend and
@@ -52,5 +54,36 @@ func TestBudgetsAPI(t *testing.T) {
 	_, body = do(t, "GET", b.url+"/api/v1/budgets?month="+month, "", nil)
 	if json.Unmarshal(body, &got) != nil || got.Scopes[0].SpentUSD != 2 {
 		t.Fatalf("after a second settlement of the whole cost 2: %s", body)
+	}
+}
+
+// TestBudgetsTeamSeesItsOwn: a token limited to its team reads its own
+// team's budget row and the backends' rows, never another team's; an
+// all-teams token reads every row. The dashboard's budgets panel reads
+// this with the token as a Basic password (a GET: readAPI).
+func TestBudgetsTeamSeesItsOwn(t *testing.T) {
+	b := setup(t, scheduler.Config{}, api.Config{Tokens: monTokens})
+	scopes := func(auth map[string]string) []string {
+		t.Helper()
+		code, body := do(t, "GET", b.url+"/api/v1/budgets", "", auth)
+		var got wire.Budgets
+		if code != 200 || json.Unmarshal(body, &got) != nil {
+			t.Fatalf("budgets: %d %s", code, body)
+		}
+		var s []string
+		for _, r := range got.Scopes {
+			s = append(s, r.Scope)
+		}
+		return s
+	}
+	basic := map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("x:"+monViewer))}
+	if got, want := strings.Join(scopes(basic), ","), "backend:local,team:a"; got != want {
+		t.Errorf("team a's viewer (Basic) reads %s, want %s", got, want)
+	}
+	if got, want := strings.Join(scopes(bearer(monSubmitter)), ","), "backend:local,team:a,team:ops"; got != want {
+		t.Errorf("an all-teams submitter reads %s, want %s", got, want)
+	}
+	if got, want := strings.Join(scopes(bearer(monAdmin)), ","), "backend:local,team:a,team:ops"; got != want {
+		t.Errorf("the admin reads %s, want %s", got, want)
 	}
 }

@@ -1,8 +1,11 @@
 package scheduler_test
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
@@ -62,12 +65,13 @@ func TestDashboardServesPage(t *testing.T) {
 	// text or attributes).
 	_, _, page := get(t, b.url+"/", nil)
 	_, _, script := get(t, b.url+"/ui/app.js", nil)
-	for _, id := range []string{`id="job-table"`, `id="loss-chart"`, `id="decision-table"`, `id="decisions-note"`, `id="gpu-util-chart"`, `id="gpu-mem-chart"`} {
+	for _, id := range []string{`id="job-table"`, `id="loss-chart"`, `id="decision-table"`, `id="decisions-note"`, `id="gpu-util-chart"`, `id="gpu-mem-chart"`, `id="budget-table"`, `id="hist-queue"`, `id="hist-wait"`, `id="hist-throughput"`, `id="hist-gpu"`,
+		`<script src="/ui/vendor/uPlot.iife.min.js"></script>`, `href="/ui/vendor/uPlot.min.css"`} {
 		if !strings.Contains(page, id) {
 			t.Errorf("the page has no %s", id)
 		}
 	}
-	for _, use := range []string{"/api/v1/decisions?limit=", "loss_series=true", "'/gpu'", "r.loss_series"} {
+	for _, use := range []string{"/api/v1/decisions?limit=", "loss_series=true", "'/gpu'", "r.loss_series", "'/api/v1/budgets'", "'/api/v1/history'", "new uPlot("} {
 		if !strings.Contains(script, use) {
 			t.Errorf("app.js does not read %s", use)
 		}
@@ -84,6 +88,45 @@ func TestDashboardServesPage(t *testing.T) {
 	}
 	if code, _, _ := get(t, b.url+"/monitoring/", nil); code != 200 {
 		t.Fatalf("/monitoring/ next to the dashboard: %d", code)
+	}
+}
+
+// TestDashboardVendoredUPlot: the chart library is uPlot as npm ships it
+// (the sha256 in ui/vendor/README.md, the files served as the page's
+// other assets), naming no URL but its own in its licence comment, and
+// parsing no string as HTML or code, so the page's strict CSP holds.
+func TestDashboardVendoredUPlot(t *testing.T) {
+	b := setup(t, scheduler.Config{})
+	readme, err := os.ReadFile("api/ui/vendor/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, ct := range map[string]string{"uPlot.iife.min.js": "text/javascript", "uPlot.min.css": "text/css"} {
+		code, h, body := get(t, b.url+"/ui/vendor/"+name, nil)
+		if code != 200 || !strings.HasPrefix(h.Get("Content-Type"), ct) || h.Get("Cache-Control") != "no-cache" ||
+			!strings.Contains(h.Get("Content-Security-Policy"), "default-src 'self'") {
+			t.Fatalf("GET /ui/vendor/%s: %d, Content-Type %q, Cache-Control %q, CSP %q", name, code, h.Get("Content-Type"), h.Get("Cache-Control"), h.Get("Content-Security-Policy"))
+		}
+		sum := sha256.Sum256([]byte(body))
+		if line := hex.EncodeToString(sum[:]) + "  " + name; !strings.Contains(string(readme), line) {
+			t.Errorf("served %s has sha256 %x, not the one in ui/vendor/README.md", name, sum)
+		}
+		rest := body
+		if name == "uPlot.iife.min.js" {
+			first, after, _ := strings.Cut(body, "\n")
+			if first != "/*! https://github.com/leeoniya/uPlot (v1.6.32) */" {
+				t.Errorf("uPlot's first line is %q, want its licence comment", first)
+			}
+			rest = after
+		}
+		if strings.Contains(rest, "http://") || strings.Contains(rest, "https://") || strings.Contains(rest, "//cdn") {
+			t.Errorf("/ui/vendor/%s names a URL outside its licence comment", name)
+		}
+		for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"} {
+			if strings.Contains(body, bad) {
+				t.Errorf("/ui/vendor/%s uses %s", name, bad)
+			}
+		}
 	}
 }
 

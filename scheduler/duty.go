@@ -10,7 +10,7 @@ import (
 )
 
 // duty is one of the leader's periodic jobs (placer, reaper, repair,
-// pruner, settle, sweeps, schedules, reconciler), each in its own file
+// pruner, settle, sweeps, schedules, reconciler, history), each in its own file
 // with its own state, built from what it uses (its params struct).
 type duty struct {
 	name   string
@@ -56,7 +56,8 @@ func newLeaderLoop(s *Scheduler) *leaderLoop {
 		LeaseTTL: cfg.LeaseTTL, Fence: s.lease.fence, Fenced: fenced, SawRedis: s.SawRedis, LastRedisError: s.lease.lastRedisError,
 		Wake: s.Wake})
 	rep := newRepairer(repairerParams{Store: s.store, Log: s.log, Tasks: s.insp, Queue: q, RepairAfter: cfg.RepairAfter})
-	pr := newPruner(prunerParams{Store: s.store, Log: s.log, KeepFinished: cfg.KeepFinished, FinishedTTL: cfg.FinishedTTL})
+	hist := newHistorian(historianParams{Store: s.store, Log: s.log, Keep: cfg.HistoryKeep})
+	pr := newPruner(prunerParams{Store: s.store, Log: s.log, KeepFinished: cfg.KeepFinished, FinishedTTL: cfg.FinishedTTL, Pruned: hist.prunedJobs})
 	st := newSettler(settlerParams{Store: s.store, Log: s.log, Routing: s.Routing,
 		Stop: func(ctx context.Context, j *jobtype.Job, st jobtype.State) { s.cancelFastPath(ctx, j, st) }})
 	sw := newSweeper(sweeperParams{Store: s.store, Log: s.log, Routing: s.Routing,
@@ -76,6 +77,7 @@ func newLeaderLoop(s *Scheduler) *leaderLoop {
 			{name: "sweeps", every: sweepEvery, run: sw.run},
 			{name: "schedules", every: scheduleEvery, run: sch.run},
 			{name: "reconciler", every: cfg.ReconcileEvery, onLead: true, run: rec.run},
+			{name: "history", every: cfg.HistoryEvery, onLead: true, run: hist.run},
 		}}
 }
 

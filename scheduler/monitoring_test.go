@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -229,3 +230,73 @@ func TestMonitoringAdminDeleteIsRepaired(t *testing.T) {
 type stateError struct{ s asynq.TaskState }
 
 func (e *stateError) Error() string { return "task is " + e.s.String() }
+
+// TestMonitoringQueueNamesWithColons: asynq queue names hold ':'
+// (node:<name>), and asynqmon's per-queue reads take the whole path
+// segment as the name. GET /monitoring/api/queues/node:n1 answers the
+// queue; GET …/node:n1:pause (the POST action opened with GET) is a 405
+// naming POST, and an unknown queue a 404, where asynqmon alone answered
+// both with a 500. The queue's task list still answers.
+func TestMonitoringQueueNamesWithColons(t *testing.T) {
+	b := setup(t, scheduler.Config{}, api.Config{Tokens: monTokens})
+	monTask(t, b)
+	q := b.url + "/monitoring/api/queues/"
+	code, body := do(t, "GET", q+monQueue, "", bearer(monViewer))
+	var info struct {
+		Current struct {
+			Queue string `json:"queue"`
+			Size  int    `json:"size"`
+		} `json:"current"`
+	}
+	if code != 200 || json.Unmarshal(body, &info) != nil || info.Current.Queue != monQueue || info.Current.Size != 1 {
+		t.Fatalf("GET %s: %d %.300s, want 200 with the queue and its one task", monQueue, code, body)
+	}
+	for _, c := range []struct {
+		path string
+		want int
+	}{
+		{monQueue + ":pause", 405}, {monQueue + ":resume", 405}, {"node:gone", 404},
+		{"node:gone:pause", 404}, {"node:gone/pending_tasks", 404},
+	} {
+		code, body := do(t, "GET", q+c.path, "", bearer(monViewer))
+		if code != c.want || !strings.Contains(string(body), `"error"`) {
+			t.Errorf("GET %s: %d %.200s, want %d with a JSON error", c.path, code, body, c.want)
+		}
+	}
+	if code, body := do(t, "GET", q+monQueue+"/pending_tasks", "", bearer(monViewer)); code != 200 || !strings.Contains(string(body), "j-x:1") {
+		t.Fatalf("GET %s/pending_tasks: %d %.300s, want 200 listing j-x:1", monQueue, code, body)
+	}
+	if queuePaused(t, b) {
+		t.Fatal("a GET of :pause paused the queue")
+	}
+}
+
+// TestMonitoringWholeTaskIDs: asynqmon's UI script, as /monitoring serves
+// it, shows a task id whole: its helper that cut an id at the first '-'
+// (every Lathe task id, j-…:N, showed as "j") answers the id itself, and
+// nothing else of the script changed. It fails when an asynqmon upgrade
+// moves the helper (monitoring.go's uuidPrefixJS).
+func TestMonitoringWholeTaskIDs(t *testing.T) {
+	b := setup(t, scheduler.Config{}, api.Config{Tokens: monTokens})
+	code, page := do(t, "GET", b.url+"/monitoring/", "", bearer(monViewer))
+	m := regexp.MustCompile(`/monitoring/static/js/main\.[0-9a-f]+\.chunk\.js`).Find(page)
+	if code != 200 || m == nil {
+		t.Fatalf("asynqmon's page: %d, script %q", code, m)
+	}
+	code, js := do(t, "GET", b.url+string(m), "", bearer(monViewer))
+	cut := `{var t=e.indexOf("-");return-1===t?e:e.substr(0,t)}`
+	if code != 200 || strings.Contains(string(js), cut) {
+		t.Fatalf("GET %s: %d; the id-cutting helper is still there: %v", m, code, strings.Contains(string(js), cut))
+	}
+	if !strings.Contains(string(js), `{return e}function `) {
+		t.Fatalf("GET %s: no whole-id helper in the script", m)
+	}
+	// The rest of the script is asynqmon's, byte for byte.
+	orig := strings.Replace(string(js), `{return e}`, cut, 1)
+	if len(orig) != len(js)-len(`{return e}`)+len(cut) || !strings.Contains(orig, "Copy full ID to clipboard") {
+		t.Fatalf("GET %s: the script changed beyond the helper", m)
+	}
+	if code, _ := do(t, "GET", b.url+string(m), "", nil); code != 401 {
+		t.Fatalf("the script without a token: %d, want 401", code)
+	}
+}

@@ -95,6 +95,13 @@ type Config struct {
 	// (record and events; artifacts on disk stay). Default 10000; negative
 	// means no cap.
 	KeepFinished int
+	// HistoryEvery is how often the leader samples the pool into the
+	// history the dashboard charts (queue depth, waits, throughput, GPU
+	// use); default 1m. HistoryKeep is how many samples are kept (a capped
+	// Redis list, about 150 bytes a sample); default 360, 6 hours at the
+	// default interval.
+	HistoryEvery time.Duration
+	HistoryKeep  int
 	// FinishedTTL deletes finished jobs created longer ago than this;
 	// default 30 days; negative means no age limit.
 	FinishedTTL time.Duration
@@ -170,6 +177,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.KeepFinished == 0 {
 		c.KeepFinished = 10000
+	}
+	if c.HistoryEvery <= 0 {
+		c.HistoryEvery = time.Minute
+	}
+	if c.HistoryKeep <= 0 {
+		c.HistoryKeep = 360
 	}
 	if c.FinishedTTL == 0 {
 		c.FinishedTTL = 30 * 24 * time.Hour

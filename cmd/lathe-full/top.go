@@ -78,12 +78,18 @@ type topModel struct {
 
 	ov  *wire.Overview
 	err error
+	// width and height are the terminal's cells (0 until the first
+	// tea.WindowSizeMsg): View fits its text into them.
+	width, height int
 }
 
 // overviewMsg carries one read of the overview.
 type overviewMsg struct {
 	ov  *wire.Overview
 	err error
+	// width and height are the terminal's cells (0 until the first
+	// tea.WindowSizeMsg): View fits its text into them.
+	width, height int
 }
 
 // tickMsg says it is time to read the overview again.
@@ -121,31 +127,96 @@ func (m topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, tea.Tick(m.interval, func(time.Time) tea.Msg { return tickMsg{} })
 	case tickMsg:
 		return m, m.read
+	case tea.WindowSizeMsg:
+		m.width, m.height = msg.Width, msg.Height
 	}
 	return m, nil
 }
 
-// View draws the last overview, the last read's error, and the keys.
+// View draws the last overview, the last read's error, and the keys,
+// fitted to the terminal (fitScreen) once its size is known.
 func (m topModel) View() string {
 	var b strings.Builder
 	switch {
 	case m.ov != nil:
-		b.WriteString(renderOverview(m.ov, m.now(), m.styles))
+		st := m.styles
+		st.width = m.width
+		b.WriteString(renderOverview(m.ov, m.now(), st))
 	case m.err == nil:
 		b.WriteString("reading the overview…\n")
 	}
+	var foot []string
 	if m.err != nil {
-		b.WriteString(m.styles.err.Render("error: "+termSafe(m.err.Error())) + "\n")
+		foot = append(foot, m.styles.err.Render("error: "+termSafe(m.err.Error())))
 	}
-	b.WriteString(m.styles.dim.Render(fmt.Sprintf("refreshes every %s · q quits", m.interval)) + "\n")
-	return b.String()
+	foot = append(foot, m.styles.dim.Render(fmt.Sprintf("refreshes every %s · q quits", m.interval)))
+	return fitScreen(b.String(), foot, m.width, m.height, m.styles)
+}
+
+// keptLines is how many lines at the top of the view fitScreen never
+// drops: the title, a blank line and the queue summary (QUEUES, the
+// states, the priorities, the oldest wait), up to the second blank line.
+func keptLines(lines []string) int {
+	blanks := 0
+	for i, l := range lines {
+		if l == "" {
+			if blanks++; blanks == 2 {
+				return i
+			}
+		}
+	}
+	return len(lines)
+}
+
+// fitScreen fits body and the footer lines into width×height cells: each
+// line cut at width (ANSI-aware), and, when the lines outnumber the rows,
+// the body's last lines dropped for one line saying how many, so that the
+// title, the queue summary (keptLines) and the footer stay on
+// screen. bubbletea's own renderer keeps a view's last rows instead, which
+// lost the title and the queues at 80×24. A zero width or height leaves
+// that side as it is.
+//
+// The answer ends without a newline after its last line.
+func fitScreen(body string, foot []string, width, height int, st topStyles) string {
+	lines := strings.Split(strings.TrimRight(body, "\n"), "\n")
+	if height > 0 && len(lines)+len(foot) > height {
+		room := min(max(height-len(foot)-1, keptLines(lines)), len(lines))
+		cut := len(lines) - room
+		lines = append(lines[:room:room], st.dim.Render(fmt.Sprintf("… %d more lines (a taller terminal shows them)", cut)))
+	}
+	lines = append(lines, foot...)
+	if height > 0 && len(lines) > height {
+		lines = lines[:height]
+	}
+	if width > 0 {
+		cut := lipgloss.NewStyle().MaxWidth(width)
+		for i, l := range lines {
+			if lipgloss.Width(l) > width {
+				lines[i] = cut.Render(l)
+			}
+		}
+	}
+	// No newline after the last line: bubbletea counts the empty line
+	// after one as a row of its own and would scroll the title away.
+	return strings.Join(lines, "\n")
 }
 
 // topStyles are the styles of the view's parts: lipgloss styles on a
 // terminal, none for plain output.
 type topStyles struct {
 	title, section, dim, err lipgloss.Style
+	// width is the terminal's width in cells, 0 when unknown (plain
+	// output): under topNarrow the tables drop their widest columns.
+	width int
 }
+
+// topNarrow is the width under which the tables leave out the progress
+// bar, the GPU model and the backend columns, so that an 80-column
+// terminal shows each row's numbers.
+const topNarrow = 120
+
+// narrow reports whether the view is drawn for a terminal under topNarrow.
+func (st topStyles) narrow() bool { return st.width > 0 && st.width < topNarrow }
 
 func ttyStyles() topStyles {
 	return topStyles{
@@ -189,7 +260,10 @@ func renderQueues(b *strings.Builder, q wire.OverviewQueues, st topStyles) {
 			parts = append(parts, fmt.Sprintf("%s %d", s, n))
 		}
 	}
-	fmt.Fprintf(b, "  pending %d · %s\n", q.Pending, strings.Join(parts, " · "))
+	parts = append([]string{fmt.Sprintf("pending %d", q.Pending)}, parts...)
+	for _, l := range wrapJoin(parts, " · ", st.width-2) {
+		b.WriteString("  " + l + "\n")
+	}
 	fmt.Fprintf(b, "  queued by priority: urgent %d · normal %d · batch %d\n",
 		q.ByPriority["urgent"], q.ByPriority["normal"], q.ByPriority["batch"])
 	oldest := "-"
@@ -199,6 +273,24 @@ func renderQueues(b *strings.Builder, q wire.OverviewQueues, st topStyles) {
 	fmt.Fprintf(b, "  oldest wait %s · burst to the cloud %d\n\n", oldest, q.Burst)
 }
 
+// wrapJoin joins parts with sep into lines of at most width cells (one
+// line when width is 0 or less), never splitting a part.
+func wrapJoin(parts []string, sep string, width int) []string {
+	var lines []string
+	cur := ""
+	for _, p := range parts {
+		switch {
+		case cur == "":
+			cur = p
+		case width > 0 && lipgloss.Width(cur+sep+p) > width:
+			lines, cur = append(lines, cur), p
+		default:
+			cur += sep + p
+		}
+	}
+	return append(lines, cur)
+}
+
 func renderRunning(b *strings.Builder, rs []wire.RunningJob, now time.Time, st topStyles) {
 	b.WriteString(st.section.Render(fmt.Sprintf("RUNNING (%d)", len(rs))) + "\n")
 	if len(rs) == 0 {
@@ -206,12 +298,21 @@ func renderRunning(b *strings.Builder, rs []wire.RunningJob, now time.Time, st t
 		return
 	}
 	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  JOB\tNAME\tSTATE\tBACKEND\tNODE\tGPUS\tPROGRESS\tLOSS\tCOST\tAGE")
+	if st.narrow() {
+		fmt.Fprintln(tw, "  JOB\tNAME\tSTATE\tNODE\tGPUS\tSTEP\tLOSS\tCOST\tAGE")
+	} else {
+		fmt.Fprintln(tw, "  JOB\tNAME\tSTATE\tBACKEND\tNODE\tGPUS\tPROGRESS\tLOSS\tCOST\tAGE")
+	}
 	for _, r := range rs {
 		p := jobtype.Progress{Step: r.Step, TotalSteps: r.TotalSteps, Loss: r.Loss}
 		age := "-"
 		if r.StartedAt != nil {
 			age = fmtAge(now.Sub(*r.StartedAt))
+		}
+		if st.narrow() {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t$%.2f\t%s\n", termSafe(r.ID), termSafe(r.Name), termSafe(string(r.State)),
+				orDash(termSafe(r.Node)), fmtGPUList(r.GPUs), fmtStep(p), fmtLoss(p), r.CostUSD, age)
+			continue
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s %s\t%s\t$%.2f\t%s\n", termSafe(r.ID), termSafe(r.Name), termSafe(string(r.State)),
 			orDash(termSafe(r.Backend)), orDash(termSafe(r.Node)), fmtGPUList(r.GPUs), progressBar(r.Step, r.TotalSteps, 20), fmtStep(p),
@@ -250,7 +351,11 @@ func renderGPUs(b *strings.Builder, nodes []wire.NodeGPUs, st topStyles) {
 		return
 	}
 	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  NODE\tGPU\tNAME\tUTIL\tMEMORY\tHEALTH\tJOB")
+	if st.narrow() {
+		fmt.Fprintln(tw, "  NODE\tGPU\tUTIL\tMEMORY\tHEALTH\tJOB")
+	} else {
+		fmt.Fprintln(tw, "  NODE\tGPU\tNAME\tUTIL\tMEMORY\tHEALTH\tJOB")
+	}
 	for _, n := range nodes {
 		name := termSafe(n.Name)
 		if n.Simulated {
@@ -270,6 +375,10 @@ func renderGPUs(b *strings.Builder, nodes []wire.NodeGPUs, st topStyles) {
 				job = "(another team's)"
 			case job == "":
 				job = "-"
+			}
+			if st.narrow() {
+				fmt.Fprintf(tw, "  %s\t%d\t%d%%\t%d/%d MB\t%s\t%s\n", name, g.Index, g.UtilizationPct, g.MemoryUsedMB, g.MemoryTotalMB, health, job)
+				continue
 			}
 			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d%%\t%d/%d MB\t%s\t%s\n", name, g.Index, orDash(termSafe(g.Name)), g.UtilizationPct,
 				g.MemoryUsedMB, g.MemoryTotalMB, health, job)
@@ -306,7 +415,11 @@ func renderWaiting(b *strings.Builder, ws []wire.WaitingJob, total int, now time
 		return
 	}
 	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  #\tJOB\tNAME\tPRIORITY\tBACKEND\tWAITED\tEST. START\tREASON")
+	if st.narrow() {
+		fmt.Fprintln(tw, "  #\tJOB\tNAME\tPRIO\tWAITED\tSTART\tREASON")
+	} else {
+		fmt.Fprintln(tw, "  #\tJOB\tNAME\tPRIORITY\tBACKEND\tWAITED\tEST. START\tREASON")
+	}
 	for _, w := range ws[:min(len(ws), topWaitingRows)] {
 		pos, start, reason := "-", "-", "not placed by a round yet"
 		if w.Wait != nil {
@@ -314,6 +427,11 @@ func renderWaiting(b *strings.Builder, ws []wire.WaitingJob, total int, now time
 			if w.Wait.EstimatedStart != nil {
 				start = "in " + fmtAge(w.Wait.EstimatedStart.Sub(now))
 			}
+		}
+		if st.narrow() {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", pos, termSafe(w.ID), termSafe(w.Name), termSafe(w.Priority),
+				fmtAge(now.Sub(w.CreatedAt)), start, reason)
+			continue
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", pos, termSafe(w.ID), termSafe(w.Name), termSafe(w.Priority),
 			orDash(termSafe(w.Backend)), fmtAge(now.Sub(w.CreatedAt)), start, reason)

@@ -70,31 +70,9 @@ func readAnswer(r *bufio.Reader) (int, []byte, error) {
 	if !strings.HasPrefix(proto, "HTTP/1.") || err != nil || status < 100 || status > 999 {
 		return 0, nil, errAnswer
 	}
-	length, chunked := int64(-1), false
-	for {
-		line, err := readLine(r)
-		if err != nil {
-			return 0, nil, err
-		}
-		if line == "" {
-			break
-		}
-		name, value, ok := strings.Cut(line, ":")
-		if !ok {
-			return 0, nil, errAnswer
-		}
-		value = strings.TrimSpace(value)
-		switch strings.ToLower(name) {
-		case "content-length":
-			if length, err = strconv.ParseInt(value, 10, 64); err != nil || length < 0 {
-				return 0, nil, errAnswer
-			}
-		case "transfer-encoding":
-			chunked = strings.EqualFold(value, "chunked")
-			if !chunked {
-				return 0, nil, errAnswer
-			}
-		}
+	length, chunked, err := readHeader(r)
+	if err != nil {
+		return 0, nil, err
 	}
 	if status < 200 {
 		return 0, nil, errAnswer // 1xx: the front sends no Expect; not an answer it reads
@@ -118,6 +96,36 @@ func readAnswer(r *bufio.Reader) (int, []byte, error) {
 		return 0, nil, err
 	}
 	return status, body, nil
+}
+
+// readHeader reads an answer's header lines, up to the blank line, for
+// how its body is delimited: length (-1: none given) or chunked.
+func readHeader(r *bufio.Reader) (length int64, chunked bool, err error) {
+	length = -1
+	for {
+		line, err := readLine(r)
+		if err != nil {
+			return 0, false, err
+		}
+		if line == "" {
+			return length, chunked, nil
+		}
+		name, value, ok := strings.Cut(line, ":")
+		if !ok {
+			return 0, false, errAnswer
+		}
+		value = strings.TrimSpace(value)
+		switch strings.ToLower(name) {
+		case "content-length":
+			if length, err = strconv.ParseInt(value, 10, 64); err != nil || length < 0 {
+				return 0, false, errAnswer
+			}
+		case "transfer-encoding":
+			if chunked = strings.EqualFold(value, "chunked"); !chunked {
+				return 0, false, errAnswer
+			}
+		}
+	}
 }
 
 // readChunked reads a chunked body and its trailer.

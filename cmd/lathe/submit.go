@@ -62,23 +62,8 @@ func parseSubmit(args []string, envServer string) (s *submit, ok bool) {
 			i++
 			val = args[i]
 		}
-		switch name {
-		case "--server":
-			s.server = val
-		case "-o", "--output":
-			switch val {
-			case "table":
-				s.json = false
-			case "json":
-				s.json = true
-			default:
-				return nil, false
-			}
-		case "--idempotency-key":
-			if val == "" {
-				return nil, false
-			}
-			s.key = val
+		if !s.set(name, val) {
+			return nil, false
 		}
 	}
 	if len(pos) != 2 || pos[0] != "submit" || pos[1] == "-" {
@@ -86,6 +71,26 @@ func parseSubmit(args []string, envServer string) (s *submit, ok bool) {
 	}
 	s.file = pos[1]
 	return s, true
+}
+
+// set takes flag name's value val; false for a value the front does not
+// take (lathe-full says what is wrong with it).
+func (s *submit) set(name, val string) bool {
+	switch name {
+	case "--server":
+		s.server = val
+	case "-o", "--output":
+		if val != "table" && val != "json" {
+			return false
+		}
+		s.json = val == "json"
+	case "--idempotency-key":
+		if val == "" {
+			return false
+		}
+		s.key = val
+	}
+	return true
 }
 
 // run submits the spec and prints the job as lathe-full does. handled is

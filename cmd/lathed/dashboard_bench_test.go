@@ -49,6 +49,8 @@ var dashboardEndpoints = []struct{ name, path string }{
 	{"GET /api/v1/jobs/{id}/events (first)", "/api/v1/jobs/{running}/events"},
 	{"GET /api/v1/jobs/{id}/events?after=", "/api/v1/jobs/{running}/events?after={last}"},
 	{"GET /api/v1/jobs/{id} (succeeded)", "/api/v1/jobs/{finished}"},
+	{"GET /api/v1/budgets", "/api/v1/budgets"},
+	{"GET /api/v1/history", "/api/v1/history"},
 	{"GET /metrics", "/metrics"},
 }
 

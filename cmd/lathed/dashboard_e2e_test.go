@@ -279,9 +279,15 @@ func checkJobsTable(t *testing.T, b *browser, base string, ids map[string]string
 // succeeded and a failed one. The queue, jobs and GPU panels show what the
 // API answers, a job submitted later appears without a reload, and the
 // succeeded job's page draws its loss curve with one point per progress
-// event. Screenshots go to t.TempDir() and, with
-// LATHE_DASHBOARD_SCREENSHOT=path.png, to path.png (the overview) and
-// path-job.png (the job page): docs/dashboard.png comes from such a run.
+// event. Issue #26's checks (dashboard_ops_e2e_test.go): GPU tiles with
+// their jobs, CPU slots, budgets and history panels as the API answers,
+// folded errors, a gated sweep's trials with whole ids and reasons, the
+// job page's chart text >= 11 px on screen at 1600 and 420 px with ticks
+// and values on hover, events as words, a queued job's backend and
+// estimated start, asynqmon's task ids whole. Screenshots go to
+// t.TempDir() and, with LATHE_DASHBOARD_SCREENSHOT=path.png, to path.png
+// (the overview), path-job.png (the job page), path-420.png and
+// path-job-420.png: docs/dashboard*.png come from such a run.
 func TestDashboardChromium(t *testing.T) {
 	requireTorch(t)
 	requireChromium(t)
@@ -405,10 +411,23 @@ func TestDashboardChromium(t *testing.T) {
 	checkQueuePanel(t, b, base)
 	checkJobsTable(t, b, base, ids)
 	checkRoutingAndSparklines(t, b, base, ids["succeeded"])
+
+	// Issue #26: each GPU tile shows its job, the node its CPU slots, the
+	// budgets panel the API's rows; the failed row's error is folded to a
+	// line; a sweep's trials show whole ids and each a reason, those its
+	// max_parallel holds back included.
+	checkTilesSlotsBudgets(t, b, base)
+	checkHistoryPanel(t, b, base)
+	checkFoldedError(t, b, ids["failed"], fail.Error)
+	sweepID, trials := submitGatedSweep(t, lathe, base, dir, good)
+	checkTrialRows(t, b, base, sweepID, trials)
+	checkNoSideScroll(t, b, browserWidth)
 	b.screenshot(t, shotPaths(t, "dashboard.png", "")...)
 
 	// The succeeded job's page: its loss curve has one point per progress
-	// event with a loss, from the first step to the last.
+	// event with a loss, from the first step to the last, its text at
+	// least minChartTextPx on screen, at 1600 and at 420 px; its events
+	// rows of words.
 	var steps []int
 	for _, e := range events(t, base, ids["succeeded"]) {
 		var pd struct {
@@ -422,32 +441,40 @@ func TestDashboardChromium(t *testing.T) {
 	if len(steps) < 2 {
 		t.Fatalf("job small-ok has %d progress events with a loss; want several", len(steps))
 	}
+	b.resize(t, browserWidth, 1000)
 	b.navigate(t, base+"/jobs/"+ids["succeeded"])
-	type chart struct {
-		Points  string   `json:"points"`
-		Path    string   `json:"path"`
-		Labels  []string `json:"labels"`
-		State   string   `json:"state"`
-		Visible bool     `json:"visible"`
+	checkLossChart(t, b, steps)
+	if s, err := b.text("#job-facts [data-fact=state] .v"); err != nil || s != "succeeded" {
+		t.Errorf("job page's state: %q (%v), want succeeded", s, err)
 	}
-	wantLabels := []string{"step " + strconv.Itoa(slices.Min(steps)), "step " + strconv.Itoa(slices.Max(steps))}
-	c := waitfor.Value(t, 30*time.Second, fmt.Sprintf("the loss chart with %d points", len(steps)), func() chart {
-		var c chart
-		if err := b.exec(`const s = document.querySelector('svg#loss-chart'); const p = s.querySelector('path.series.loss');
-			const f = document.querySelector('#job-facts [data-fact=state] .v');
-			return {points: s.dataset.points || '', path: p ? p.getAttribute('d') : '', visible: s.getBoundingClientRect().height > 0,
-			  labels: [...s.querySelectorAll('text')].map((x) => x.textContent).filter((x) => x.startsWith('step ')), state: f ? f.textContent : ''};`, &c); err != nil {
-			t.Fatalf("read the loss chart: %v", err)
-		}
-		return c
-	}, func(c chart) bool { return c.Points == strconv.Itoa(len(steps)) })
-	if n := strings.Count(c.Path, "M") + strings.Count(c.Path, "L"); n != len(steps) || !strings.HasPrefix(c.Path, "M") {
-		t.Errorf("the loss curve's path %q has %d points; want %d (one per progress event)", c.Path, n, len(steps))
-	}
-	if !slices.Equal(c.Labels, wantLabels) || !c.Visible || c.State != "succeeded" {
-		t.Errorf("job page: chart labels %v visible %v, state %q; want labels %v, visible, state succeeded", c.Labels, c.Visible, c.State, wantLabels)
-	}
+	checkEventRows(t, b)
 	b.screenshot(t, shotPaths(t, "dashboard-job.png", "-job")...)
+	b.resize(t, 420, 1000)
+	checkLossChart(t, b, steps)
+	checkEventRows(t, b)
+	b.screenshot(t, shotPaths(t, "dashboard-job-420.png", "-job-420")...)
+
+	// A queued job's page: its backend and estimated start.
+	checkQueuedJobPage(t, b, base, ids["queued"])
+	// asynqmon shows the running attempt's task id whole.
+	checkAsynqmonTaskID(t, b, base, jobtype.TaskID(ids["running"], run.Attempt))
+
+	// The overview at 420 px: nothing wider than the window.
+	b.resize(t, 420, 1000)
+	b.navigate(t, base+"/")
+	waitfor.Value(t, 30*time.Second, "the page's first poll at 420 px", func() string {
+		s, err := b.text("#status")
+		if err != nil {
+			t.Fatalf("read #status: %v", err)
+		}
+		return s
+	}, func(s string) bool { return strings.HasPrefix(s, "updated ") })
+	checkTrialRows(t, b, base, sweepID, trials)
+	checkNoSideScroll(t, b, 420)
+	b.screenshot(t, shotPaths(t, "dashboard-420.png", "-420")...)
+
+	// Credentials in the page's address: the page says why it shows nothing.
+	checkCredentialsInURL(t, b, base)
 }
 
 // shotPaths is where a screenshot goes: t.TempDir(), and next to

@@ -33,13 +33,19 @@ const (
 
 // chromiumArgs are the flags the browser runs with (issue #14): headless,
 // no sandbox (the tests may run as root), no GPU, no background traffic.
-var chromiumArgs = []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--window-size=1400,1000"}
+var chromiumArgs = []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--window-size=1600,1000"}
+
+// browserWidth is the window's width at start (chromiumArgs); resize
+// changes it.
+const browserWidth = 1600
 
 // browser is one WebDriver session of headless Chromium.
 type browser struct {
 	base string // chromedriver's address, http://127.0.0.1:PORT
 	sid  string // the session id
 	hc   *http.Client
+	// width is the window's width: screenshots keep it.
+	width int
 }
 
 // requireChromium fails the test when chromium or chromedriver is missing.
@@ -79,7 +85,7 @@ func startBrowser(t *testing.T) *browser {
 			mu.Unlock()
 		}
 	})
-	b := &browser{base: "http://127.0.0.1:" + strconv.Itoa(port), hc: &http.Client{Timeout: 60 * time.Second}}
+	b := &browser{base: "http://127.0.0.1:" + strconv.Itoa(port), hc: &http.Client{Timeout: 60 * time.Second}, width: browserWidth}
 	waitfor.NoError(t, 30*time.Second, "chromedriver ready at "+b.base, func() error {
 		select {
 		case <-done:
@@ -192,6 +198,16 @@ func (b *browser) exec(script string, out any, args ...any) error {
 	return b.call(http.MethodPost, b.session("/execute/sync"), map[string]any{"script": script, "args": args}, out)
 }
 
+// execAsync runs script asynchronously (WebDriver's Execute Async Script:
+// it ends by calling its last argument with the result) and decodes that
+// result into out.
+func (b *browser) execAsync(script string, out any, args ...any) error {
+	if args == nil {
+		args = []any{}
+	}
+	return b.call(http.MethodPost, b.session("/execute/async"), map[string]any{"script": script, "args": args}, out)
+}
+
 // text finds the first element matching the CSS selector and returns its
 // rendered text (WebDriver's Get Element Text).
 func (b *browser) text(css string) (string, error) {
@@ -210,12 +226,31 @@ func (b *browser) text(css string) (string, error) {
 	return s, nil
 }
 
-// screenshot grows the window to the page's full height (so the whole page
-// is in the picture), takes a PNG and writes it to each path.
+// resize sets the window's outer size to width×height and waits until
+// the page's viewport is width wide (headless Chromium has no window
+// frame, so its outer and inner widths agree).
+func (b *browser) resize(t *testing.T, width, height int) {
+	t.Helper()
+	if err := b.call(http.MethodPost, b.session("/window/rect"), map[string]int{"width": width, "height": height}, nil); err != nil {
+		t.Fatalf("resize the window to %dx%d: %v", width, height, err)
+	}
+	b.width = width
+	waitfor.Value(t, 10*time.Second, fmt.Sprintf("the page's viewport %d px wide", width), func() int {
+		var w int
+		if err := b.exec(`return document.documentElement.clientWidth + (window.innerWidth - document.documentElement.clientWidth);`, &w); err != nil {
+			t.Fatalf("read the viewport's width: %v", err)
+		}
+		return w
+	}, func(w int) bool { return w == width })
+}
+
+// screenshot grows the window to the page's full height at its width (so
+// the whole page is in the picture), takes a PNG and writes it to each
+// path.
 func (b *browser) screenshot(t *testing.T, paths ...string) {
 	t.Helper()
 	var size struct{ W, H, Chrome int }
-	if err := b.exec(`return {W: 1400, H: document.documentElement.scrollHeight, Chrome: window.outerHeight - window.innerHeight};`, &size); err != nil {
+	if err := b.exec(`return {W: arguments[0], H: document.documentElement.scrollHeight, Chrome: window.outerHeight - window.innerHeight};`, &size, b.width); err != nil {
 		t.Fatalf("page height: %v", err)
 	}
 	if err := b.call(http.MethodPost, b.session("/window/rect"), map[string]int{"width": size.W, "height": size.H + size.Chrome}, nil); err != nil {

@@ -3,18 +3,23 @@ package api
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/wire"
+	"github.com/lathe-ml/lathe/scheduler/plane"
 )
 
 // budgets answers GET /api/v1/budgets[?month=YYYY-MM]: for each backend of
 // the config and each team (with a budget, or holding a token), the month's
 // limit, what was spent (settled jobs: local GPU-hours × price, cloud
 // instance time × price) and what is reserved by jobs not settled yet.
+// A token limited to its team gets its own team's row and the backends'
+// (aggregates, as /queues), never another team's row (teamRows).
 func (s opsView) budgets(w http.ResponseWriter, r *http.Request) {
 	month := r.URL.Query().Get("month")
 	if month == "" {
@@ -31,7 +36,19 @@ func (s opsView) budgets(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, wire.Budgets{Month: month, Scopes: rows})
+	writeJSON(w, http.StatusOK, wire.Budgets{Month: month, Scopes: teamRows(rows, principalOf(r))})
+}
+
+// teamRows is rows as p may read them: every row for an all-teams token,
+// else the backends' rows and p's team's row only.
+func teamRows(rows []wire.BudgetRow, p plane.Principal) []wire.BudgetRow {
+	if allTeams(p) {
+		return rows
+	}
+	return slices.DeleteFunc(rows, func(b wire.BudgetRow) bool {
+		team, ok := strings.CutPrefix(b.Scope, "team:")
+		return ok && team != p.Team
+	})
 }
 
 // budgetRows is month's row of every backend of the config and every team

@@ -307,23 +307,7 @@ func (c *storeCollector) readLive(ctx context.Context, counts map[jobtype.State]
 			price[in.Backend] += in.USDPerHour
 		}
 	}
-	// Gauges are present at 0 when idle (a panel shows 0, not "No data"):
-	// every live state × configured backend × priority, every priority's
-	// oldest wait, every cloud backend's instances and price.
-	prios := []string{string(jobspec.PriorityUrgent), string(jobspec.PriorityNormal), string(jobspec.PriorityBatch)}
-	for _, b := range c.s.plane.Routing().Config.Backends {
-		for _, st := range liveStates {
-			for _, p := range prios {
-				live[liveKey{string(st), b.Name, p}] += 0
-			}
-		}
-		if b.Kind != routecfg.KindLocal {
-			for _, m := range []string{"spot", "on-demand"} {
-				insts[instKey{b.Name, m}] += 0
-			}
-			price[b.Name] += 0
-		}
-	}
+	prios := c.atZero(live, insts, price)
 	for k, n := range live {
 		emit(descLiveJobs, prometheus.GaugeValue, float64(n), k.state, k.backend, k.priority)
 	}
@@ -342,6 +326,28 @@ func (c *storeCollector) readLive(ctx context.Context, counts map[jobtype.State]
 		emit(descPrice, prometheus.GaugeValue, p, b)
 	}
 	return nil
+}
+
+// atZero adds the series readLive emits at 0 when idle (a panel shows 0,
+// not "No data"): every live state × configured backend × priority, every
+// cloud backend's instances and price; and returns the priorities, whose
+// oldest waits are emitted for each.
+func (c *storeCollector) atZero(live map[liveKey]int, insts map[instKey]int, price map[string]float64) []string {
+	prios := []string{string(jobspec.PriorityUrgent), string(jobspec.PriorityNormal), string(jobspec.PriorityBatch)}
+	for _, b := range c.s.plane.Routing().Config.Backends {
+		for _, st := range liveStates {
+			for _, p := range prios {
+				live[liveKey{string(st), b.Name, p}] += 0
+			}
+		}
+		if b.Kind != routecfg.KindLocal {
+			for _, m := range []string{"spot", "on-demand"} {
+				insts[instKey{b.Name, m}] += 0
+			}
+			price[b.Name] += 0
+		}
+	}
+	return prios
 }
 
 // readNodes emits every live node's slots, asynq queue and GPUs.

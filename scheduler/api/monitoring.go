@@ -1,11 +1,15 @@
 package api
 
 import (
+	"bytes"
 	"encoding/base64"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 
+	"github.com/hibiken/asynq"
 	"github.com/hibiken/asynqmon"
 	"github.com/redis/go-redis/v9"
 
@@ -63,6 +67,7 @@ func (s opsView) monitoring() http.Handler {
 		}
 		full.ServeHTTP(w, r)
 	}
+	insp := asynq.NewInspectorFromRedisClient(s.rdb) // shares the client; never closed
 	read, write := s.withAuth(plane.RoleViewer, serve), s.withAuth(plane.RoleAdmin, serve)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r = basicAsBearer(r)
@@ -74,11 +79,55 @@ func (s opsView) monitoring() http.Handler {
 			return
 		}
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			if queueMissing(w, r, insp) {
+				return
+			}
+			if isAsynqmonMainJS(r.URL.Path) {
+				read(wholeTaskIDs(w, s.log), r)
+				return
+			}
 			read(w, r)
 			return
 		}
 		write(w, r)
 	})
+}
+
+// monitoringQueues is the prefix of asynqmon's per-queue API.
+const monitoringQueues = monitoringRoot + "/api/queues/"
+
+// queueMissing answers a read of asynqmon's per-queue API
+// (/monitoring/api/queues/{qname}[/…]) whose queue asynq does not know,
+// and reports whether it did. asynqmon answers those with a 500 (its
+// handler turns every Inspector error into one, queue not found
+// included), which reads as a broken server. Here a name that is a known
+// queue followed by ":pause" or ":resume" (the POST actions, opened with
+// GET) gets 405 with Allow: POST; any other unknown name 404. Queue names
+// hold ':' (node:<name>, cloud:<backend>), so the name is the whole path
+// segment, never split at a colon.
+func queueMissing(w http.ResponseWriter, r *http.Request, insp *asynq.Inspector) bool {
+	rest, ok := strings.CutPrefix(r.URL.Path, monitoringQueues)
+	if !ok || rest == "" {
+		return false
+	}
+	qname, _, _ := strings.Cut(rest, "/")
+	queues, err := insp.Queues()
+	if err != nil {
+		return false // asynqmon answers with its own error
+	}
+	known := func(q string) bool { return slices.Contains(queues, q) }
+	if known(qname) {
+		return false
+	}
+	for _, action := range []string{":pause", ":resume"} {
+		if q, ok := strings.CutSuffix(qname, action); ok && known(q) {
+			w.Header().Set("Allow", http.MethodPost)
+			writeJSON(w, http.StatusMethodNotAllowed, wire.Error{Error: "asynq queue " + q + ": " + action[1:] + " takes POST (an admin's token)", Code: "method_not_allowed"})
+			return true
+		}
+	}
+	writeJSON(w, http.StatusNotFound, wire.Error{Error: "asynq knows no queue " + strconv.Quote(qname) + " (a queue exists once a task was put on it)", Code: "not_found"})
+	return true
 }
 
 // basicAsBearer returns r with an HTTP Basic password moved into a bearer
@@ -101,4 +150,70 @@ func basicAsBearer(r *http.Request) *http.Request {
 	r2 := r.Clone(r.Context())
 	r2.Header.Set("Authorization", "Bearer "+secret)
 	return r2
+}
+
+// asynqmon's UI shows a task id cut at its first '-' (its uuidPrefix
+// helper: asynq's own ids are UUIDs), which turns every Lathe task id,
+// <job>:<attempt> with a job id "j-…", into "j". wholeTaskIDs serves the
+// UI's script (asynqmon's build, main.<hash>.chunk.js) with that helper
+// answering the whole id. uuidPrefixJS is the helper's body in asynqmon
+// v0.7.2's build; a later build without it is served as it is (ids cut
+// again, logged), and TestMonitoringWholeTaskIDs fails so the pattern is
+// updated.
+var (
+	uuidPrefixJS = []byte(`{var t=e.indexOf("-");return-1===t?e:e.substr(0,t)}`)
+	wholeIDJS    = []byte(`{return e}`)
+)
+
+// isAsynqmonMainJS reports whether path is asynqmon's UI script.
+func isAsynqmonMainJS(path string) bool {
+	name, ok := strings.CutPrefix(path, monitoringRoot+"/static/js/main.")
+	return ok && strings.HasSuffix(name, ".chunk.js") && !strings.Contains(name, "/")
+}
+
+// wholeTaskIDs returns w as a ResponseWriter that rewrites asynqmon's UI
+// script on its way out (taskIDWriter).
+func wholeTaskIDs(w http.ResponseWriter, log *slog.Logger) http.ResponseWriter {
+	return &taskIDWriter{w: w, log: log, h: http.Header{}}
+}
+
+// taskIDWriter holds the header of asynqmon's answer for its UI script
+// until the body comes, and writes the body with uuidPrefixJS replaced by
+// wholeIDJS and no Content-Length (the length changes). asynqmon writes a
+// static file in one Write, so the helper is never split across two.
+type taskIDWriter struct {
+	w    http.ResponseWriter
+	log  *slog.Logger
+	h    http.Header
+	code int
+}
+
+func (t *taskIDWriter) Header() http.Header { return t.h }
+
+func (t *taskIDWriter) WriteHeader(code int) { t.code = code }
+
+func (t *taskIDWriter) Write(b []byte) (int, error) {
+	n := len(b)
+	if t.code == 0 || t.code == http.StatusOK {
+		if bytes.Contains(b, uuidPrefixJS) {
+			b = bytes.Replace(b, uuidPrefixJS, wholeIDJS, 1)
+		} else {
+			t.log.Warn("monitoring: asynqmon's UI script has no uuidPrefix helper to replace; task ids show cut at their first '-'")
+		}
+	}
+	if t.h != nil {
+		for k, v := range t.h {
+			if k != "Content-Length" {
+				t.w.Header()[k] = v
+			}
+		}
+		t.h = nil
+		if t.code != 0 {
+			t.w.WriteHeader(t.code)
+		}
+	}
+	if _, err := t.w.Write(b); err != nil {
+		return 0, err
+	}
+	return n, nil
 }
