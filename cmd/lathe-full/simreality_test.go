@@ -112,7 +112,7 @@ func TestRouteExplainStartup(t *testing.T) {
 	}
 	for _, want := range []string{
 		"waits for local (site dc-frankfurt): estimated wait 3h exceeds max_wait 1h, and it starts there sooner than on a cloud backend (their startup)",
-		"but it starts there sooner (3h0m0s more) than on any feasible cloud backend (the cheapest, aws-eu, takes 4h0m0s to start: its startup)",
+		"but it starts there sooner (3h0m0s more) than on any feasible cloud backend (the cheapest, aws-eu, takes 4h0m0s to start: its startup and staging)",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)

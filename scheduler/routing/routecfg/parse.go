@@ -227,6 +227,8 @@ func (d *decoder) backend(name, path string, n *yaml.Node) Backend {
 			b.AgentPath, _ = d.str(p, v)
 		case "startup":
 			b.Startup, _ = d.duration(p, v)
+		case "staging_mbps":
+			b.StagingMBps, _ = d.float(p, v)
 		case "price":
 			b.Price = d.price(p, v)
 		case "instance_types":

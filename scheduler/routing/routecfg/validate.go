@@ -354,6 +354,7 @@ func validateLocal(c *checker, p string, b Backend) {
 	awsOnly("max_instances", b.MaxInstances != 0)
 	awsOnly("agent_path", b.AgentPath != "")
 	awsOnly("startup", b.Startup != 0)
+	awsOnly("staging_mbps", b.StagingMBps != 0)
 	if b.Price != nil {
 		validatePrice(c, p+".price", *b.Price)
 	}
@@ -477,6 +478,10 @@ func validateLaunch(c *checker, cfg *Config, p string, b Backend) {
 	}
 	if b.Startup < 0 || b.Startup > MaxStartup {
 		c.add(p+".startup", b.Startup.String(), "must be a duration from 0 to "+MaxStartup.String()+": how long a job takes from dispatch to its trainer starting on a new instance")
+	}
+	if r := b.StagingMBps; c.present(p+".staging_mbps", r != 0) && !(r > 0 && r <= MaxStagingMBps) {
+		c.add(p+".staging_mbps", fmtFloat(r), "must be a number of megabytes per second above 0 and at most "+
+			strconv.FormatFloat(MaxStagingMBps, 'f', -1, 64)+": how fast a dataset reaches the backend's site from another site")
 	}
 }
 
