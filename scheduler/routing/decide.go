@@ -258,8 +258,12 @@ func (e *eval) cloudWaitReason(b *routecfg.BackendInfo, st *candState) string {
 	return s.String()
 }
 
-// gbText writes bytes as gigabytes (10^9), "50.0 GB".
+// gbText writes bytes as gigabytes (10^9), "50.0 GB", or under 1 GB as
+// megabytes (10^6), "3.5 MB".
 func gbText(n int64) string {
+	if n < 1e9 {
+		return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) + " MB"
+	}
 	return strconv.FormatFloat(float64(n)/1e9, 'f', 1, 64) + " GB"
 }
 

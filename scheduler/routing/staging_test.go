@@ -71,7 +71,7 @@ func TestStagingCountsAsCloudWait(t *testing.T) {
 		job:     baseJob("eu"),
 		snap:    pressure(24),
 		backend: "aws-eu",
-		reasons: []string{"cloud wait 10m0s: startup 10m0s (backend aws-eu's instance launch to trainer start) + staging 0.0 GB at 100 MB/s (0s); " +
+		reasons: []string{"cloud wait 10m0s: startup 10m0s (backend aws-eu's instance launch to trainer start) + staging 0.0 MB at 100 MB/s (0s); " +
 			"the size of dataset file:///data/support/train.jsonl is unknown (a file:// dataset's size is learned at admission, and none was learned for this one), so its staging counts 0"},
 		check: func(t *testing.T, d Decision) {
 			if c := candidate(t, d, "aws-eu"); c.EstWaitS != 600 {

@@ -64,8 +64,8 @@ type Job struct {
 
 // DataSize is a dataset's size in bytes, when known.
 type DataSize struct {
-	Bytes int64
-	Known bool
+	Bytes int64 `json:"bytes"`
+	Known bool  `json:"known"`
 }
 
 // KnownSize is a known size of n bytes (negative counts 0).
