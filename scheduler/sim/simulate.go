@@ -152,9 +152,9 @@ type simJob struct {
 	// the dataset's URI and dataSite the site it lies in.
 	dataBytes         int64
 	dataset, dataSite string
-	spot     spotRun
-	spill    bool // some cloud backend could take it (spillable)
-	shape    int  // its GPU count and model, numbered (setInert)
+	spot              spotRun
+	spill             bool // some cloud backend could take it (spillable)
+	shape             int  // its GPU count and model, numbered (setInert)
 }
 
 type simEvent struct {
