@@ -137,26 +137,25 @@ func (ad *admission) plan(ctx context.Context, a admitting, dry bool) (planned, 
 		return planned{}, err
 	}
 	pl := planned{jobs: append([]jobstore.NewJob(nil), a.jobs...), ds: make([]routing.Decision, len(a.jobs))}
+	sizes := ad.sizer(a.p.Team)
 	var refused []int
 	for i := range pl.jobs {
 		nj := &pl.jobs[i]
-		if nj.ID == "" {
-			nj.ID = jobstore.NewID(snap.Now)
-		}
-		nj.OutputURI, nj.Submitter, nj.Team = nj.Spec.JobOutputURI(nj.ID), a.p.Name, a.p.Team
-		rj := routingJob(nj.Spec, nj.ID, a.p.Team, nj.OutputURI)
+		rj := prepare(nj, a.p, snap.Now, sizes)
 		d := routing.Decide(rj, snap)
 		pl.ds[i] = d
-		if dry {
-			nj.Route = policy.RouteInfo(d, rs, a.path, 1, 0, snap.Now)
-			continue
-		}
-		ad.metrics.observeDecision(a.path, d.Backend, d.Refused, d.Waiting)
-		if d.Refused {
-			refused = append(refused, i)
-			continue
+		if !dry {
+			ad.metrics.observeDecision(a.path, d.Backend, d.Refused, d.Waiting)
+			if d.Refused {
+				refused = append(refused, i)
+				continue
+			}
 		}
 		nj.Route = policy.RouteInfo(d, rs, a.path, 1, 0, snap.Now)
+		policy.KeepDataSizes(nj.Route, rj)
+		if dry {
+			continue // a dry run's jobs carry their route (refused or not), nothing more
+		}
 		nj.Budget = budgetFor(rs, a.p.Team, d)
 		if ad.cfg.Ledger != nil {
 			// Appended by the script that stores the job, so a decision
@@ -170,6 +169,19 @@ func (ad *admission) plan(ctx context.Context, a admitting, dry bool) (planned, 
 		return pl, ad.refuse(ctx, rs, a, pl, refused, sj)
 	}
 	return pl, nil
+}
+
+// prepare fills in new job nj's id (when it has none), output URI,
+// submitter and team for principal p at now, and returns it as routing
+// sees it, its datasets' sizes as sizes learns them.
+func prepare(nj *jobstore.NewJob, p plane.Principal, now time.Time, sizes func(string) routing.DataSize) routing.Job {
+	if nj.ID == "" {
+		nj.ID = jobstore.NewID(now)
+	}
+	nj.OutputURI, nj.Submitter, nj.Team = nj.Spec.JobOutputURI(nj.ID), p.Name, p.Team
+	rj := routingJob(nj.Spec, nj.ID, p.Team, nj.OutputURI)
+	rj.DatasetSize, rj.EvalDatasetSize = sizes(nj.Spec.Dataset), sizes(nj.Spec.EvalDataset)
+	return rj
 }
 
 // refuse records the refusals of a's jobs (indexes refused of pl) when a
@@ -192,6 +204,8 @@ func (ad *admission) refuse(ctx context.Context, rs *policy.RouteState, a admitt
 		}
 		// The record names no job: none was stored.
 		rj := routingJob(nj.Spec, "", a.p.Team, nj.OutputURI)
+		sizes := ad.sizer(a.p.Team)
+		rj.DatasetSize, rj.EvalDatasetSize = sizes(nj.Spec.Dataset), sizes(nj.Spec.EvalDataset)
 		build, err := decisionRecordsOn(rs, a.p, a.path, nj.Spec.Name, 0, rj, sj, d)
 		if err != nil {
 			return err
@@ -493,7 +507,10 @@ func (s *Scheduler) Explain(ctx context.Context, p plane.Principal, spec *jobspe
 	if err != nil {
 		return routing.Decision{}, "", err
 	}
-	return routing.Decide(routingJob(spec, "", p.Team, spec.JobOutputURI("<id>")), snap), rs.Hash, nil
+	rj := routingJob(spec, "", p.Team, spec.JobOutputURI("<id>"))
+	sizes := s.admit.sizer(p.Team)
+	rj.DatasetSize, rj.EvalDatasetSize = sizes(spec.Dataset), sizes(spec.EvalDataset)
+	return routing.Decide(rj, snap), rs.Hash, nil
 }
 
 // CancelSweep cancels sweep id and every trial of it that has not ended
@@ -583,6 +600,46 @@ func (ad *admission) admissible(team string, spec *jobspec.Spec) []jobspec.Field
 		}
 	}
 	return fe
+}
+
+// sizer returns the size of a dataset URI of team's jobs, as admission
+// learns it (dataSize), each distinct URI read once: a batch or a sweep of
+// many jobs on one dataset reads it once.
+func (ad *admission) sizer(team string) func(uri string) routing.DataSize {
+	seen := map[string]routing.DataSize{}
+	return func(uri string) routing.DataSize {
+		if s, ok := seen[uri]; ok {
+			return s
+		}
+		s := ad.dataSize(team, uri)
+		seen[uri] = s
+		return s
+	}
+}
+
+// dataSize is the size of the file:// dataset at uri for team's job, read
+// as the worker reads it (pathpolicy.Roots.Size: under the team's allowed
+// roots, or anywhere when the deployment sets none; lathed's own files
+// denied; no link followed after the path's one resolution; a folder is the
+// sum of its regular files). Unknown for s3:// or no data, and for a file
+// this scheduler cannot read (it may be on another machine of the file
+// site): routing then counts its staging 0 and says so; the submit never
+// fails for it (admissible refuses what is not allowed).
+func (ad *admission) dataSize(team, uri string) routing.DataSize {
+	p, err := fileuri.Path(uri)
+	if err != nil {
+		return routing.DataSize{}
+	}
+	roots, _ := ad.rootsFor(team)
+	if roots == nil {
+		roots = pathpolicy.Roots{"/"}
+	}
+	n, err := roots.Size(p, ad.cfg.DataDeny)
+	if err != nil {
+		ad.log.Debug("dataset size not learned: its staging counts 0", slog.String("uri", uri), slog.Any("err", err))
+		return routing.DataSize{}
+	}
+	return routing.KnownSize(n)
 }
 
 // The openings of admissible's messages: a schedule's message keeps a

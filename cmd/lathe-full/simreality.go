@@ -41,6 +41,7 @@ func (rep *simReport) reality(f simFlags) {
 	if f.cloudStartup > 0 {
 		rep.CloudStartup = f.cloudStartup.String()
 	}
+	rep.DatasetGB, rep.StagingMBps = f.datasetGB, f.stagingMBps
 	if f.spotRate > 0 {
 		rep.SpotInterruptions = f.spotRate
 		rep.CheckpointEvery = "on the notice"
@@ -56,6 +57,14 @@ func (rep *simReport) realityLine() string {
 	var parts []string
 	if rep.CloudStartup != "" {
 		parts = append(parts, "every cloud backend starts a job after "+rep.CloudStartup+" (routing counts it as the backend's wait)")
+	}
+	if rep.DatasetGB > 0 {
+		rate := "each cloud backend's staging_mbps"
+		if rep.StagingMBps > 0 {
+			rate = strconv.FormatFloat(rep.StagingMBps, 'g', -1, 64) + " MB/s"
+		}
+		parts = append(parts, "every job's dataset is "+strconv.FormatFloat(rep.DatasetGB, 'g', -1, 64)+" GB, staged into a cloud site at "+rate+
+			" after the start-up (routing counts it in the backend's wait)")
 	}
 	if rep.SpotInterruptions > 0 {
 		ck := rep.CheckpointEvery
@@ -80,4 +89,20 @@ func writeInterruptions(w io.Writer, rep simReport) {
 	for _, s := range rep.Runs {
 		fmt.Fprintf(w, "  %d owned, %s: %d interruptions, %.1f GPU-hours lost (%s)\n", s.Owned, s.Estimates, s.Interruptions, s.LostGPUHours, dollars(s.LostCostUSD))
 	}
+}
+
+// stagingWarning says when --dataset-gb is given but no cloud backend
+// times staging (no --staging-mbps, no staging_mbps in the config): the
+// datasets would move in no time.
+func stagingWarning(cfg routecfg.Config, f simFlags) string {
+	if f.datasetGB <= 0 || f.stagingMBps > 0 {
+		return ""
+	}
+	for _, b := range cfg.Backends {
+		if b.Kind != routecfg.KindLocal && b.StagingMBps > 0 {
+			return ""
+		}
+	}
+	return "--dataset-gb " + strconv.FormatFloat(f.datasetGB, 'g', -1, 64) + " but no cloud backend of --config " + f.config +
+		" gives staging_mbps, and --staging-mbps is not set: staging is not timed (it counts 0)"
 }

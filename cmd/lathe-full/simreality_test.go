@@ -112,10 +112,74 @@ func TestRouteExplainStartup(t *testing.T) {
 	}
 	for _, want := range []string{
 		"waits for local (site dc-frankfurt): estimated wait 3h exceeds max_wait 1h, and it starts there sooner than on a cloud backend (their startup)",
-		"but it starts there sooner (3h0m0s more) than on any feasible cloud backend (the cheapest, aws-eu, takes 4h0m0s to start: its startup)",
+		"but it starts there sooner (3h0m0s more) than on any feasible cloud backend (the cheapest, aws-eu, takes 4h0m0s to start: its startup and staging)",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+// TestSimulateStaging: --dataset-gb with a staging rate (--staging-mbps,
+// or the config's staging_mbps) delays a cloud start in the policy and the
+// clock: with 8 owned GPUs and max_wait 30m, two 8-GPU jobs burst when
+// nothing is staged, and none does when 100 GB take 2h47m at 10 MB/s,
+// longer than the owned wait. Without a rate it warns that staging is not
+// timed; bad values are usage errors naming the flag and the value.
+func TestSimulateStaging(t *testing.T) {
+	tr, cfg := simFiles(t)
+	rated := writeFile(t, t.TempDir(), "rated.yaml", strings.Replace(readConfig(t, cfg),
+		"    checkpoint_uri: s3://ckpt/\n", "    checkpoint_uri: s3://ckpt/\n    staging_mbps: 10\n", 1))
+	var rep struct {
+		DatasetGB   float64 `json:"dataset_gb"`
+		StagingMBps float64 `json:"staging_mbps"`
+		Warnings    []string
+		Runs        []struct {
+			CloudJobs  int      `json:"cloud_jobs"`
+			Violations []string `json:"residency_violations"`
+		}
+	}
+	for _, c := range []struct {
+		name  string
+		args  []string
+		cloud int
+	}{
+		{"no dataset", nil, 2},
+		{"100 GB at 10 MB/s from the flag", []string{"--dataset-gb", "100", "--staging-mbps", "10"}, 0},
+		{"100 GB at the config's 10 MB/s", []string{"--config", rated, "--dataset-gb", "100"}, 0},
+		{"1 GB at 10 MB/s: 100 s, still bursts", []string{"--dataset-gb", "1", "--staging-mbps", "10"}, 2},
+		{"no rate: not timed, bursts", []string{"--dataset-gb", "100"}, 2},
+	} {
+		args := append([]string{"simulate", "--trace", tr, "--config", cfg, "--owned", "8", "--max-wait", "30m", "-o", "json"}, c.args...)
+		r := lathe(t, "", args...)
+		rep.Warnings = nil
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 0 {
+			t.Fatalf("%s: %v %d\n%s%s", c.name, err, r.code, r.stdout, r.stderr)
+		}
+		if rep.Runs[0].CloudJobs != c.cloud || len(rep.Runs[0].Violations) != 0 {
+			t.Errorf("%s: %d cloud jobs, violations %v; want %d, none", c.name, rep.Runs[0].CloudJobs, rep.Runs[0].Violations, c.cloud)
+		}
+		warned := strings.Contains(strings.Join(rep.Warnings, "\n"), "staging is not timed")
+		if warned != (c.name == "no rate: not timed, bursts") {
+			t.Errorf("%s: warnings %q", c.name, rep.Warnings)
+		}
+	}
+	r := lathe(t, "", "simulate", "--trace", tr, "--config", cfg, "--owned", "8", "--dataset-gb", "50", "--staging-mbps", "100")
+	if want := "every job's dataset is 50 GB, staged into a cloud site at 100 MB/s after the start-up"; !strings.Contains(r.stdout, want) {
+		t.Errorf("table lacks %q:\n%s", want, r.stdout)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--dataset-gb", "-1"}, "--dataset-gb -1: want a size from 0 to 1000000 GB"},
+		{[]string{"--dataset-gb", "NaN"}, "--dataset-gb NaN"},
+		{[]string{"--dataset-gb", "1", "--staging-mbps", "-3"}, "--staging-mbps -3: want 0 (each backend's staging_mbps) to 1e+06 MB/s"},
+		{[]string{"--staging-mbps", "100"}, "--staging-mbps 100 without --dataset-gb"},
+	} {
+		r := lathe(t, "", append([]string{"simulate", "--trace", tr, "--config", cfg}, c.args...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d naming %q", c.args, r.code, r.stderr, exitUsage, c.want)
 		}
 	}
 }

@@ -26,7 +26,7 @@ import (
 type simFlags struct {
 	trace, config, owned, residencyMix, priorityMix, estimates, plot, gpuModel string
 	maxWait, cloudStartup, checkpointEvery                                     time.Duration
-	priceRatio, gpuMemGB, spotRate, arrivals                                   float64
+	priceRatio, gpuMemGB, spotRate, arrivals, datasetGB, stagingMBps           float64
 	seed                                                                       uint64
 	nodeGPUs, bootstrap                                                        int
 	reference                                                                  bool
@@ -51,7 +51,8 @@ With a range of --owned (32..256/32) it also runs all-cloud (0 owned) and names 
 cost-optimal pool and the break-even; --plot writes an SVG of cost and waits against owned GPUs;
 --bootstrap N resamples the trace N times by week and gives the optimum with its uncertainty.
 --cloud-startup D makes every cloud backend take D to start a job (routing counts it as the
-backend's wait); --spot-interruptions RATE interrupts spot instances RATE times per
+backend's wait); --dataset-gb X gives every job a dataset of X GB, staged into a cloud site at
+--staging-mbps (else each backend's staging_mbps) after the start-up; --spot-interruptions RATE interrupts spot instances RATE times per
 instance-hour, losing the work since the last checkpoint (--checkpoint-every D).
 See docs/simulate.md.`,
 		Args: exactArgs(),
@@ -77,6 +78,8 @@ See docs/simulate.md.`,
 	fl.Float64Var(&f.arrivals, "arrivals", 1, "arrivals ×X: every submit time divided by X (1.5: the same jobs, 1.5× as often; durations unchanged)")
 	fl.IntVar(&f.bootstrap, "bootstrap", 0, "with a range of --owned: resample the trace this many times by week and report where the optimum falls in 90% of them (0: none)")
 	fl.DurationVar(&f.cloudStartup, "cloud-startup", 0, "every cloud backend's startup: routing counts it as the backend's wait, and a cloud job starts (and is billed) this long after it is sent; 0: each backend's startup in --config")
+	fl.Float64Var(&f.datasetGB, "dataset-gb", 0, "every job's dataset size in GB (10^9 bytes): a cloud job whose dataset lies in another site starts (and is billed) its size ÷ the staging rate later, and routing counts it; 0: jobs name no dataset")
+	fl.Float64Var(&f.stagingMBps, "staging-mbps", 0, "every cloud backend's staging_mbps: how fast a dataset reaches its site, MB/s; 0: each backend's staging_mbps in --config (none: staging not timed)")
 	fl.Float64Var(&f.spotRate, "spot-interruptions", 0, "spot interruptions per instance-hour on the cloud backends that buy spot (spot: prefer or only); drawn with --seed; 0: none")
 	fl.DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "with --spot-interruptions: a job checkpoints every this much run time, and an interruption loses the work since; 0: the trainer checkpoints on the interruption notice, losing none")
 	return cmd
@@ -103,7 +106,10 @@ type simReport struct {
 	Bootstrap       int               `json:"bootstrap_resamples,omitempty"`
 	// CloudStartup, SpotInterruptions and CheckpointEvery are the
 	// what-ifs of start-up and spot interruptions, when given.
-	CloudStartup      string  `json:"cloud_startup,omitempty"`
+	CloudStartup string `json:"cloud_startup,omitempty"`
+	// DatasetGB and StagingMBps are the what-if of data staging, when given.
+	DatasetGB         float64 `json:"dataset_gb,omitempty"`
+	StagingMBps       float64 `json:"staging_mbps,omitempty"`
 	SpotInterruptions float64 `json:"spot_interruptions_per_instance_hour,omitempty"`
 	CheckpointEvery   string  `json:"checkpoint_every,omitempty"`
 	// Warnings are what makes the figures less than an answer: a config
@@ -164,11 +170,15 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 		return err
 	}
 	warnings := configWarnings(cfg)
+	if w := stagingWarning(cfg, f); w != "" {
+		warnings = append(warnings, w)
+	}
 	for _, w := range warnings {
 		fmt.Fprintf(a.stderr, "lathe simulate: WARNING: %s\n", w)
 	}
 	setup := sim.Setup{Config: cfg, NodeGPUs: f.nodeGPUs, GPUName: f.gpuModel,
 		GPUMemoryMB: uint64(f.gpuMemGB * 1024), MaxWait: f.maxWait, CloudStartup: f.cloudStartup,
+		DatasetBytes: int64(math.Round(f.datasetGB * 1e9)), StagingMBps: f.stagingMBps,
 		SpotInterruptions: f.spotRate, CheckpointEvery: f.checkpointEvery, Seed: f.seed}
 	runs, allCloudRun := simRuns(jobs, in, f)
 	sums, err := runSims(cmd.Context(), setup, runs, simProgress(a.stderr, start, len(runs)))
@@ -288,6 +298,15 @@ func checkSimRanges(f simFlags) error {
 	}
 	if f.cloudStartup < 0 || f.cloudStartup > routecfg.MaxStartup {
 		return usageErrorf("--cloud-startup %s: want 0 to %s", f.cloudStartup, routecfg.MaxStartup)
+	}
+	if !(f.datasetGB >= 0) || f.datasetGB > 1e6 {
+		return usageErrorf("--dataset-gb %v: want a size from 0 to 1000000 GB", f.datasetGB)
+	}
+	if !(f.stagingMBps >= 0) || f.stagingMBps > routecfg.MaxStagingMBps {
+		return usageErrorf("--staging-mbps %v: want 0 (each backend's staging_mbps) to %v MB/s", f.stagingMBps, routecfg.MaxStagingMBps)
+	}
+	if f.stagingMBps > 0 && f.datasetGB == 0 {
+		return usageErrorf("--staging-mbps %v without --dataset-gb: the trace's jobs name no dataset, so nothing is staged", f.stagingMBps)
 	}
 	if !(f.spotRate >= 0) || f.spotRate > sim.MaxSpotInterruptions {
 		return usageErrorf("--spot-interruptions %v: want a rate per instance-hour from 0 to %v", f.spotRate, sim.MaxSpotInterruptions)

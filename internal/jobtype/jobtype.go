@@ -323,6 +323,13 @@ type RouteInfo struct {
 	// is decided again before it is placed ("" on a route stored before
 	// this field: left as is).
 	ConfigHash string `json:"config_hash,omitempty"`
+	// DatasetBytes and EvalDatasetBytes are the sizes of the job's dataset
+	// and eval dataset as admission learned them (a file:// dataset read
+	// through the allowed roots; never the spec's word): routing times
+	// their staging into a cloud site with them, and every later decision
+	// (spill-over, retry, reload) reads them here. nil: unknown.
+	DatasetBytes     *int64 `json:"dataset_bytes,omitempty"`
+	EvalDatasetBytes *int64 `json:"eval_dataset_bytes,omitempty"`
 }
 
 // WaitInfo is a queued job's place in line (from the last placement round).

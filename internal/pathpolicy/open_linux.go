@@ -510,3 +510,85 @@ func CreateIn(dir *os.File, name string, r io.Reader) (int64, error) {
 	}
 	return n, nil
 }
+
+// MaxSizeEntries bounds the files and folders Size walks in a dataset
+// folder: past it Size gives up (ErrTooMany), so that learning a size never
+// costs an admission more than a bounded walk.
+const MaxSizeEntries = 100_000
+
+// ErrTooMany: a folder holds more than MaxSizeEntries entries.
+var ErrTooMany = errors.New("more files than pathpolicy.MaxSizeEntries")
+
+// Size is the size in bytes of the data at p, opened as Open opens it
+// (under the roots, not under deny, no link followed after the one
+// resolution): a regular file's size, or the sum of the regular files in a
+// folder, walked through descriptors without following any link. The error
+// names p and wraps Open's errors, ErrNotData (a FIFO, device or socket in
+// the folder) or ErrTooMany.
+func (rs Roots) Size(p string, deny Deny) (int64, error) {
+	f, err := rs.Open(p, deny)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	st, err := fstat(f)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", p, err)
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFREG {
+		return st.Size, nil
+	}
+	left := MaxSizeEntries
+	n, err := sizeTree(f, deny, "", &left)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", p, err)
+	}
+	return n, nil
+}
+
+// sizeTree sums the regular files under dir (opened without following
+// links), as copyTree walks it; left counts down the entries it may visit.
+func sizeTree(dir *os.File, deny Deny, rel string, left *int) (int64, error) {
+	d, err := OpenBeneathDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	entries, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil {
+		return 0, fmt.Errorf("list %s: %w", filepath.Join(rel, "."), err)
+	}
+	var total int64
+	for _, e := range entries {
+		if *left--; *left < 0 {
+			return 0, ErrTooMany
+		}
+		name := filepath.Join(rel, e.Name())
+		f, err := OpenBeneath(dir, e.Name())
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", name, err)
+		}
+		n, err := func() (int64, error) {
+			defer f.Close()
+			st, err := fstat(f)
+			if err != nil {
+				return 0, err
+			}
+			if err := deny.checkFile(st); err != nil {
+				return 0, fmt.Errorf("%s: %w", name, err)
+			}
+			switch st.Mode & unix.S_IFMT {
+			case unix.S_IFREG:
+				return st.Size, nil
+			case unix.S_IFDIR:
+				return sizeTree(f, deny, name, left)
+			}
+			return 0, fmt.Errorf("%s: %w (it is a %s)", name, ErrNotData, fileMode(st.Mode))
+		}()
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}

@@ -35,3 +35,6 @@ func (rs Roots) MakeDir(p string, deny Deny) (*os.File, error) { return nil, err
 
 // CreateIn is implemented on Linux only.
 func CreateIn(dir *os.File, name string, r io.Reader) (int64, error) { return 0, errUnsupported }
+
+// Size is implemented on Linux only.
+func (rs Roots) Size(p string, deny Deny) (int64, error) { return 0, errUnsupported }

@@ -149,6 +149,35 @@ func RouteInfo(d routing.Decision, rs *RouteState, path string, attempt, preempt
 	return ri
 }
 
+// DataSizes are the dataset sizes admission learned for a job, as its
+// route ri keeps them (unknown when ri is nil or has none).
+func DataSizes(ri *jobtype.RouteInfo) (dataset, eval routing.DataSize) {
+	if ri == nil {
+		return
+	}
+	if ri.DatasetBytes != nil {
+		dataset = routing.KnownSize(*ri.DatasetBytes)
+	}
+	if ri.EvalDatasetBytes != nil {
+		eval = routing.KnownSize(*ri.EvalDatasetBytes)
+	}
+	return dataset, eval
+}
+
+// KeepDataSizes writes rj's known dataset sizes into route ri, so that
+// every later decision about the job times staging as the first did.
+func KeepDataSizes(ri *jobtype.RouteInfo, rj routing.Job) {
+	if ri == nil {
+		return
+	}
+	if s := rj.DatasetSize; s.Known {
+		ri.DatasetBytes = &s.Bytes
+	}
+	if s := rj.EvalDatasetSize; s.Known {
+		ri.EvalDatasetBytes = &s.Bytes
+	}
+}
+
 // Reroute is a new routing decision for a queued job, not stored yet.
 type Reroute struct {
 	Job  *jobtype.Job // the job as read (not modified)
@@ -181,6 +210,7 @@ func DecideRoute(j *jobtype.Job, path string, rs *RouteState, snap routing.Snaps
 // round (zero: unknown, a new job's join is used).
 func decideRoute(j *jobtype.Job, path string, rs *RouteState, snap routing.Snapshot, now, start time.Time) Reroute {
 	rj := routing.JobFromSpec(&j.Spec, j.ID, j.Team, j.OutputURI)
+	rj.DatasetSize, rj.EvalDatasetSize = DataSizes(j.Route)
 	if path == "spill-over" {
 		// It waited already: that counts, or a job whose estimate stays
 		// under max_wait would wait max_wait again and again.
@@ -194,6 +224,7 @@ func decideRoute(j *jobtype.Job, path string, rs *RouteState, snap routing.Snaps
 	rp := Reroute{Job: j, Path: path, RoutingJob: rj, Snapshot: snap, Decision: d}
 	if !d.Refused {
 		rp.Route = RouteInfo(d, rs, path, j.Attempt, j.Preemptions, now)
+		KeepDataSizes(rp.Route, rj)
 		// A job that moves to a priced backend on a later attempt (spill-over
 		// to the cloud, a retry) reserves its estimate then; one that holds a
 		// reservation already keeps it (Reserve is a no-op).
@@ -208,6 +239,7 @@ func decideRoute(j *jobtype.Job, path string, rs *RouteState, snap routing.Snaps
 		ri = *RouteInfo(d, rs, path, j.Attempt, j.Preemptions, now)
 	}
 	ri.Attempt, ri.Preemptions, ri.ConfigHash = j.Attempt, j.Preemptions, rs.Hash
+	KeepDataSizes(&ri, rj)
 	rp.Route = &ri
 	return rp
 }

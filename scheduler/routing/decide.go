@@ -115,7 +115,7 @@ func (e *eval) assess(c *Candidate, b *routecfg.BackendInfo, st *candState, perB
 		c.EstWaitS = waitOut(st.waitS)
 	case st.ti >= 0:
 		c.InstanceType, c.Spot = b.Types[st.ti].Name, b.Spot
-		c.EstWaitS = st.waitS // the backend's startup
+		c.EstWaitS = st.waitS // the backend's startup and staging
 	}
 }
 
@@ -131,7 +131,7 @@ func (e *eval) chosen(d *Decision, b *routecfg.BackendInfo, st *candState) {
 	d.Waiting = b.Local && job.MaxWait > 0 && !(st.waitS <= job.MaxWait.Seconds())
 	d.Reasons = append(d.Reasons, e.runtimeReason(b, st), e.costReason(b, st))
 	if !b.Local {
-		d.Reasons = append(d.Reasons, cloudWaitReason(b))
+		d.Reasons = append(d.Reasons, cloudWaitReason(b, st, stagingTime(&e.job, e.dataset, e.evalSet, b), e.x.Sites[b.Site].Name))
 	}
 	e.staging(d, b)
 }
@@ -213,20 +213,58 @@ func (e *eval) burstOrWait(d *Decision, states []candState, cloud, leastWait int
 		return cloud
 	case sooner >= 0:
 		d.Reasons = append(d.Reasons, "burst: "+lw+"; the cheapest feasible cloud backend that starts the job sooner ("+
-			fmtWait(states[sooner].waitS)+" start-up, against "+fmtWait(local.waitNowS)+" more local wait) is "+d.Candidates[sooner].Backend)
+			fmtWait(states[sooner].waitS)+" start-up and staging, against "+fmtWait(local.waitNowS)+" more local wait) is "+d.Candidates[sooner].Backend)
 		return sooner
 	}
 	d.Reasons = append(d.Reasons, "waiting: "+lw+", but it starts there sooner ("+fmtWait(local.waitNowS)+
-		" more) than on any feasible cloud backend (the cheapest, "+d.Candidates[cloud].Backend+", takes "+fmtWait(states[cloud].waitS)+" to start: its startup)")
+		" more) than on any feasible cloud backend (the cheapest, "+d.Candidates[cloud].Backend+", takes "+fmtWait(states[cloud].waitS)+" to start: its startup and staging)")
 	return leastWait
 }
 
-// cloudWaitReason says what cloud backend b's wait is: its startup, or 0.
-func cloudWaitReason(b *routecfg.BackendInfo) string {
+// cloudWaitReason says what cloud backend b's wait (its state st) is made
+// of: its startup, plus the time the job's datasets take to reach its site
+// (sg: size ÷ staging_mbps), and what could not be timed; site is b's
+// site's name.
+func cloudWaitReason(b *routecfg.BackendInfo, st *candState, sg staged, site string) string {
+	var s strings.Builder
+	s.WriteString("cloud wait ")
+	s.WriteString(fmtWait(st.waitS))
+	s.WriteString(": ")
 	if b.Startup > 0 {
-		return "cloud wait " + b.Startup.String() + ": backend " + b.Name + "'s startup (instance launch to trainer start); data staging time is not modelled"
+		s.WriteString("startup " + b.Startup.String() + " (backend " + b.Name + "'s instance launch to trainer start)")
+	} else {
+		s.WriteString("startup 0 (backend " + b.Name + " gives no startup: capacity is bought)")
 	}
-	return "cloud wait counts as 0: capacity is bought; backend " + b.Name + " gives no startup (instance launch time), and data staging time is not modelled"
+	switch {
+	case sg.moves == 0:
+		s.WriteString(" + no staging (no dataset lies outside site " + site + ")")
+	case b.StageBps > 0:
+		s.WriteString(" + staging " + gbText(sg.bytes) + " at " + strconv.FormatFloat(b.StageBps/1e6, 'g', -1, 64) +
+			" MB/s (" + fmtWait(sg.seconds) + ")")
+	case sg.bytes > 0:
+		s.WriteString("; staging " + gbText(sg.bytes) + " is not timed: backend " + b.Name + " gives no staging_mbps")
+	default:
+		s.WriteString("; staging is not timed: backend " + b.Name + " gives no staging_mbps")
+	}
+	for _, l := range sg.unknown {
+		s.WriteString("; the size of " + l.what + " " + uriText(l.uri) + " is unknown (")
+		if strings.HasPrefix(l.uri, "s3://") {
+			s.WriteString("an s3:// dataset is not read at admission")
+		} else {
+			s.WriteString("a file:// dataset's size is learned at admission, and none was learned for this one")
+		}
+		s.WriteString("), so its staging counts 0")
+	}
+	return s.String()
+}
+
+// gbText writes bytes as gigabytes (10^9), "50.0 GB", or under 1 GB as
+// megabytes (10^6), "3.5 MB".
+func gbText(n int64) string {
+	if n < 1e9 {
+		return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) + " MB"
+	}
+	return strconv.FormatFloat(float64(n)/1e9, 'f', 1, 64) + " GB"
 }
 
 // shortlist returns the feasible candidates choose weighs, -1 for none:

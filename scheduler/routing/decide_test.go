@@ -119,7 +119,7 @@ func TestIssueScenarios(t *testing.T) {
 		},
 		backend: "aws-eu",
 		cands:   map[string]string{"local": "", "aws-eu": "", "aws-us": ReasonComputeSite},
-		reasons: []string{"burst: local wait 3h0m0s on local exceeds max_wait 1h0m0s", "cloud wait counts as 0", "runtime 2h0m0s: the job's expected_runtime"},
+		reasons: []string{"burst: local wait 3h0m0s on local exceeds max_wait 1h0m0s", "cloud wait 0s: startup 0 (backend aws-eu gives no startup", "runtime 2h0m0s: the job's expected_runtime"},
 		check: func(t *testing.T, d Decision) {
 			c := candidate(t, d, "aws-eu")
 			if c.InstanceType != "g6e.xlarge" || math.Abs(c.EstCostUSD-3.72) > 1e-9 || d.EstCostUSD != c.EstCostUSD {

@@ -99,12 +99,17 @@
 // GPUs, unknown (EstWaitS −1) with none; 0 for a job with no GPUs; plus
 // Job.Waited (a spill-over) unless the estimate is 0. A cloud backend's
 // wait is its startup (routecfg.Backend.Startup: instance launch to trainer
-// start), 0 when the config gives none.
+// start), 0 when the config gives none, plus the staging of the job's
+// datasets that lie in another site: their sizes (Job.DatasetSize,
+// EvalDatasetSize, learned at admission) ÷ the backend's staging_mbps; a
+// size unknown, or no staging_mbps, counts 0 and the reason says so
+// ("cloud wait 18m20s: startup 10m0s (…) + staging 50.0 GB at 100 MB/s
+// (8m20s)").
 //
 // 5. Pressure. Among the feasible candidates: a local one whose wait is
 // within max_wait (or any, when max_wait is 0: such a job never bursts for
 // queue pressure) → the cheapest of those. Else a feasible cloud backend
-// whose startup is shorter than the least local wait from now (Job.Waited
+// whose startup and staging are shorter than the least local wait from now (Job.Waited
 // aside) → the cheapest such ("burst: local wait 3h0m0s … exceeds max_wait
 // 1h0m0s"); when every feasible cloud backend takes longer to start than the
 // local pool takes to start the job, the local one, Waiting ("waiting: …
@@ -136,10 +141,10 @@
 //
 // # Not modelled
 //
-//   - Data staging time (a cloud wait is the backend's startup alone) and
-//     spot interruptions (a spot backend is priced at its spot prices; the
-//     risk of losing work is not weighed). lathe simulate models both
-//     (docs/simulate.md).
+//   - Spot interruptions (a spot backend is priced at its spot prices; the
+//     risk of losing work is not weighed). lathe simulate models them
+//     (docs/simulate.md). Staging time is one configured rate per backend,
+//     not measured from the AWS worker's copies.
 //   - CPU slots: a job with no GPUs always fits a local pool and waits 0.
 //   - Where on the pool the job lands: placement (scheduler/placement)
 //     decides that; routing only asks whether some node could hold it.

@@ -38,7 +38,8 @@ type candState struct {
 	rate      float64 // learned seconds per step, when rtSrc == rtLearned
 	rateModel string
 	cost      float64
-	waitS     float64 // local: Job.Waited plus waitNowS; cloud: the backend's startup
+	waitS     float64 // local: Job.Waited plus waitNowS; cloud: the backend's startup plus stageS
+	stageS    float64 // cloud: the time its datasets take to reach the backend's site (stagingTime)
 	waitNowS  float64 // local: the wait from now on (Job.Waited aside)
 }
 
@@ -57,7 +58,8 @@ func (e *eval) prepare(b *routecfg.BackendInfo, st *candState) {
 		e.waitLocal(&pool, st)
 	} else {
 		e.fitCloud(b, st)
-		st.waitS = min(b.Startup.Seconds(), maxEstimate.Seconds())
+		st.stageS = stagingTime(&e.job, e.dataset, e.evalSet, b).seconds
+		st.waitS = min(b.Startup.Seconds()+st.stageS, maxEstimate.Seconds())
 		st.waitNowS = st.waitS
 	}
 }
@@ -410,4 +412,41 @@ func (e *eval) waitLocalEstimate(pool *Pool, st *candState) {
 		}
 		st.waitS = min(ahead/float64(healthy)*3600, maxEstimate.Seconds())
 	}
+}
+
+// staged is what a job's datasets cost backend b in staging: the bytes of
+// known size that move into its site, the seconds they take at its
+// staging_mbps (0 when it gives none), and the datasets that move with no
+// known size (counted 0).
+type staged struct {
+	bytes   int64
+	seconds float64
+	unknown []loc
+	moves   int // datasets that move, sized or not
+}
+
+// stagingTime works out staged for backend b: each of job's datasets (at
+// dataset and evalSet) in another site than b's is staged into it (the
+// decision's staging).
+func stagingTime(job *Job, dataset, evalSet loc, b *routecfg.BackendInfo) staged {
+	var out staged
+	for i, l := range [...]*loc{&dataset, &evalSet} {
+		if l.kind != locSite || l.site == b.Site {
+			continue
+		}
+		out.moves++
+		size := job.DatasetSize
+		if i == 1 {
+			size = job.EvalDatasetSize
+		}
+		if !size.Known {
+			out.unknown = append(out.unknown, *l)
+			continue
+		}
+		out.bytes += size.Bytes
+	}
+	if b.StageBps > 0 && out.bytes > 0 {
+		out.seconds = min(float64(out.bytes)/b.StageBps, maxEstimate.Seconds())
+	}
+	return out
 }

@@ -39,7 +39,7 @@ func TestStartupCountsAsCloudWait(t *testing.T) {
 		backend: "local",
 		waiting: true,
 		cands:   map[string]string{"local": "", "aws-eu": "", "aws-us": ReasonComputeSite},
-		reasons: []string{"waiting: local wait 1h30m0s on local exceeds max_wait 1h0m0s, but it starts there sooner (1h30m0s more) than on any feasible cloud backend (the cheapest, aws-eu, takes 2h0m0s to start: its startup)"},
+		reasons: []string{"waiting: local wait 1h30m0s on local exceeds max_wait 1h0m0s, but it starts there sooner (1h30m0s more) than on any feasible cloud backend (the cheapest, aws-eu, takes 2h0m0s to start: its startup and staging)"},
 		check: func(t *testing.T, d Decision) {
 			if c := candidate(t, d, "aws-eu"); c.EstWaitS != 7200 {
 				t.Errorf("aws-eu EstWaitS %v, want 7200 (its startup)", c.EstWaitS)
@@ -53,8 +53,8 @@ func TestStartupCountsAsCloudWait(t *testing.T) {
 		backend: "aws-eu",
 		cands:   map[string]string{"local": "", "aws-eu": "", "aws-us": ReasonComputeSite},
 		reasons: []string{
-			"burst: local wait 3h0m0s on local exceeds max_wait 1h0m0s; the cheapest feasible cloud backend that starts the job sooner (10m0s start-up, against 3h0m0s more local wait) is aws-eu",
-			"cloud wait 10m0s: backend aws-eu's startup (instance launch to trainer start); data staging time is not modelled",
+			"burst: local wait 3h0m0s on local exceeds max_wait 1h0m0s; the cheapest feasible cloud backend that starts the job sooner (10m0s start-up and staging, against 3h0m0s more local wait) is aws-eu",
+			"cloud wait 10m0s: startup 10m0s (backend aws-eu's instance launch to trainer start); staging is not timed: backend aws-eu gives no staging_mbps",
 		},
 	}, {
 		name:    "no startup: the cloud wait counts as 0, as before",
@@ -62,7 +62,7 @@ func TestStartupCountsAsCloudWait(t *testing.T) {
 		job:     baseJob("eu"),
 		snap:    pressure(48),
 		backend: "aws-eu",
-		reasons: []string{"burst: local wait 3h0m0s on local exceeds max_wait 1h0m0s; the cheapest feasible cloud backend is aws-eu", "cloud wait counts as 0"},
+		reasons: []string{"burst: local wait 3h0m0s on local exceeds max_wait 1h0m0s; the cheapest feasible cloud backend is aws-eu", "cloud wait 0s: startup 0 (backend aws-eu gives no startup"},
 	}, {
 		name: "a job that may only go to the cloud goes there whatever its start-up",
 		cfg:  strings.Replace(withStartup("0s", "5h"), "redis_site: dc-frankfurt", "redis_site: aws-us-east-1", 1),

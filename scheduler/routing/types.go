@@ -51,7 +51,25 @@ type Job struct {
 	// ValuePerHourUSD is what an hour of earlier completion is worth to the
 	// job's owner; 0 = plain rules (max_wait, then price).
 	ValuePerHourUSD float64
+	// DatasetSize and EvalDatasetSize are the sizes of Dataset and
+	// EvalDataset as the scheduler learned them at admission (a file://
+	// dataset read through the allowed roots), never from the spec.
+	// Unknown (the zero value) for an s3:// dataset, a file the scheduler
+	// could not read, or a job decided without them. A dataset staged into
+	// a cloud backend's site takes its size ÷ the backend's staging_mbps,
+	// counted in the backend's wait; an unknown size counts 0, and the
+	// decision says so.
+	DatasetSize, EvalDatasetSize DataSize
 }
+
+// DataSize is a dataset's size in bytes, when known.
+type DataSize struct {
+	Bytes int64 `json:"bytes"`
+	Known bool  `json:"known"`
+}
+
+// KnownSize is a known size of n bytes (negative counts 0).
+func KnownSize(n int64) DataSize { return DataSize{Bytes: max(n, 0), Known: true} }
 
 // Pool is a local backend's state, as the leader's last placement round saw
 // it.

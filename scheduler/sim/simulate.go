@@ -15,6 +15,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/poolstate"
+	"github.com/lathe-ml/lathe/scheduler/placement"
 	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
@@ -35,6 +36,8 @@ type Job struct {
 	// Hint is what the policy is told of its run time (expected_runtime);
 	// 0: the policy learns it (Setup.Learned).
 	Hint time.Duration
+	// DatasetBytes is the size of its dataset; 0: Setup.DatasetBytes.
+	DatasetBytes int64
 }
 
 // Setup is one simulated deployment.
@@ -57,6 +60,19 @@ type Setup struct {
 	// after its dispatch (and pays for it). 0: each backend's startup in
 	// Config (none when it gives none).
 	CloudStartup time.Duration
+	// DatasetBytes, when above 0, is the size of the dataset of every job
+	// that gives none (Job.DatasetBytes); a job with a size names a
+	// dataset where it would keep its output (outputFor: the file site
+	// when it carries the job's tags, else a bucket whose site does), and
+	// routing is given its size as admission learns it live. 0 and none
+	// given: jobs name no dataset, and nothing is staged.
+	DatasetBytes int64
+	// StagingMBps, when above 0, is every cloud backend's staging_mbps:
+	// a job whose dataset lies outside the backend's site starts its size
+	// ÷ this rate later, after the start-up (and pays for it), and routing
+	// counts it in the backend's wait. 0: each backend's staging_mbps in
+	// Config (none: staging is not timed).
+	StagingMBps float64
 	// SpotInterruptions is the rate of spot interruptions per instance-hour
 	// on the cloud backends that buy spot (spot: prefer or only); 0: none.
 	// An interrupted job pays for what its instance ran, loses the work
@@ -133,9 +149,13 @@ type simJob struct {
 	done     bool
 	queued   bool   // in sm.pending
 	output   string // its output URI (outputFor), fixed by its tags
-	spot     spotRun
-	spill    bool // some cloud backend could take it (spillable)
-	shape    int  // its GPU count and model, numbered (setInert)
+	// dataBytes is its dataset's size (0: it names no dataset), dataset
+	// the dataset's URI and dataSite the site it lies in.
+	dataBytes         int64
+	dataset, dataSite string
+	spot              spotRun
+	spill             bool // some cloud backend could take it (spillable)
+	shape             int  // its GPU count and model, numbered (setInert)
 }
 
 type simEvent struct {
@@ -226,7 +246,7 @@ type simulation struct {
 }
 
 func newSim(setup Setup, jobs []Job) (*simulation, error) {
-	cfg, err := routecfg.Compile(withStartup(setup.Config, setup.CloudStartup))
+	cfg, err := routecfg.Compile(withCloud(setup.Config, setup.CloudStartup, setup.StagingMBps))
 	if err != nil {
 		return nil, fmt.Errorf("%w: config: %w", errSim, err)
 	}
@@ -303,8 +323,8 @@ func (sm *simulation) addJobs(jobs []Job) error {
 		if _, dup := sm.where[in.ID]; dup || in.ID == "" {
 			return fmt.Errorf("%w: job %d: id %q is empty or repeated", errSim, i, in.ID)
 		}
-		if in.Duration < 0 || in.Submit < 0 || in.GPUs < 0 {
-			return fmt.Errorf("%w: job %s: negative submit, duration or gpus", errSim, in.ID)
+		if in.Duration < 0 || in.Submit < 0 || in.GPUs < 0 || in.DatasetBytes < 0 {
+			return fmt.Errorf("%w: job %s: negative submit, duration, gpus or dataset size", errSim, in.ID)
 		}
 		if i > 0 && in.Submit < jobs[i-1].Submit {
 			return fmt.Errorf("%w: job %s: not sorted by submit time", errSim, in.ID)
@@ -313,6 +333,7 @@ func (sm *simulation) addJobs(jobs []Job) error {
 		horizon = max(horizon, in.Submit+in.Duration)
 		sm.jobs[i] = simJob{in: in, out: Outcome{ID: in.ID}}
 		sm.jobs[i].output = sm.outputFor(&sm.jobs[i])
+		sm.placeData(&sm.jobs[i], sm.setup.DatasetBytes)
 		sm.push(simEvent{at: in.Submit, kind: 1, job: i})
 	}
 	if len(jobs) > 0 {
@@ -422,7 +443,7 @@ func (sm *simulation) spec(sj *simJob) jobspec.Spec {
 	in := sj.in
 	sp := jobspec.Spec{Name: in.ID, Resources: jobspec.Resources{GPUs: in.GPUs}, Residency: in.Residency,
 		Priority: cmp.Or(in.Priority, jobspec.PriorityNormal), MaxWait: jobspec.Duration(sm.setup.MaxWait),
-		Output: jobspec.Output{URI: sj.output}}
+		Output: jobspec.Output{URI: sj.output}, Dataset: sj.dataset}
 	if in.GPUModel != "" {
 		sp.Resources.GPUModels = []string{in.GPUModel}
 	}
@@ -483,6 +504,21 @@ func (sm *deployment) outputFor(sj *simJob) string {
 	return "file:///lathe-sim/out"
 }
 
+// placeData gives sj its dataset when it has a size (its own, else
+// every): beside its output (outputFor), in the same site.
+func (sm *deployment) placeData(sj *simJob, every int64) {
+	sj.dataBytes = cmp.Or(sj.in.DatasetBytes, every)
+	if sj.dataBytes <= 0 {
+		sj.dataBytes = 0
+		return
+	}
+	sj.dataset = strings.TrimSuffix(sj.output, "/out") + "/data"
+	sj.dataSite = sm.rs.Config.Datasets.FileSite
+	if b, ok := routecfg.S3Bucket(sj.dataset); ok {
+		sj.dataSite = sm.buckets[b]
+	}
+}
+
 // effective is job in's residency: its own, else the config's default.
 func (sm *deployment) effective(in *Job) []string {
 	if len(in.Residency) > 0 {
@@ -511,6 +547,12 @@ func (sm *simulation) arrive(i int) {
 		sj.job.Spec.MaxWait = 0
 	}
 	sj.job.OutputURI = sj.job.Spec.Output.URI
+	if sj.dataBytes > 0 {
+		// The size admission learns live (a file:// dataset read through
+		// the allowed roots), kept on the job's route for every decision.
+		n := sj.dataBytes
+		sj.job.Route = &jobtype.RouteInfo{DatasetBytes: &n}
+	}
 	sm.byID[sj.in.ID] = &sj.job
 	snap := policy.Snapshot(sm.rs, policy.Assumptions{}, sm.routingInput())
 	rp := policy.DecideRoute(&sj.job, "submit", sm.rs, snap, sm.at())
@@ -618,12 +660,16 @@ func (sm *simulation) round() {
 			sm.preempt(sm.where[v])
 		}
 	}
-	// The waiting jobs' estimated starts, for the next round, as the live
-	// placer keeps them (policy.RoundInput.Starts).
-	clear(sm.starts)
-	for _, w := range plan.Place.Waits {
+	keepStarts(sm.starts, plan.Place.Waits)
+}
+
+// keepStarts keeps the waiting jobs' estimated starts for the next round,
+// as the live placer keeps them (policy.RoundInput.Starts).
+func keepStarts(starts map[string]time.Time, waits []placement.Wait) {
+	clear(starts)
+	for _, w := range waits {
 		if !w.EstimatedStart.IsZero() {
-			sm.starts[w.JobID] = w.EstimatedStart
+			starts[w.JobID] = w.EstimatedStart
 		}
 	}
 }
@@ -763,6 +809,9 @@ func (sm *simulation) checkResidency(sj *simJob, b routecfg.Backend) {
 		check("writes output to "+out, sm.buckets[bucket])
 	} else {
 		check("writes output to "+out, sm.rs.Config.Datasets.FileSite)
+	}
+	if sj.dataset != "" {
+		check("reads its dataset "+sj.dataset, sj.dataSite)
 	}
 }
 

@@ -44,17 +44,24 @@ const MaxSpotInterruptions = 10.0
 // run on for millions of attempts.
 const maxInterruptionsPerStretch = 5.0
 
-// withStartup is cfg with every cloud backend's startup set to d; cfg
-// itself when d is 0. cfg is not modified.
-func withStartup(cfg routecfg.Config, d time.Duration) routecfg.Config {
-	if d == 0 {
+// withCloud is cfg with every cloud backend's startup set to startup and
+// its staging_mbps to mbps, each when above 0; cfg itself when neither
+// is. cfg is not modified.
+func withCloud(cfg routecfg.Config, startup time.Duration, mbps float64) routecfg.Config {
+	if startup == 0 && mbps == 0 {
 		return cfg
 	}
 	out := cfg
 	out.Backends = slices.Clone(cfg.Backends)
 	for i := range out.Backends {
-		if out.Backends[i].Kind != routecfg.KindLocal {
-			out.Backends[i].Startup = d
+		if out.Backends[i].Kind == routecfg.KindLocal {
+			continue
+		}
+		if startup != 0 {
+			out.Backends[i].Startup = startup
+		}
+		if mbps != 0 {
+			out.Backends[i].StagingMBps = mbps
 		}
 	}
 	return out
@@ -85,6 +92,10 @@ func checkSpot(setup Setup, cfg routecfg.Config) error {
 		return fmt.Errorf("%w: checkpoint interval %s: want 0 (on the notice) or more", errSim, su.CheckpointEvery)
 	case su.CloudStartup < 0:
 		return fmt.Errorf("%w: cloud start-up %s: want 0 or more", errSim, su.CloudStartup)
+	case su.DatasetBytes < 0:
+		return fmt.Errorf("%w: dataset size %d bytes: want 0 or more", errSim, su.DatasetBytes)
+	case !(su.StagingMBps >= 0) || su.StagingMBps > routecfg.MaxStagingMBps:
+		return fmt.Errorf("%w: staging rate %v MB/s: want 0 (the config's) to %v", errSim, su.StagingMBps, routecfg.MaxStagingMBps)
 	}
 	if err := SpotProgress(cfg, su.SpotInterruptions, su.CheckpointEvery); err != nil {
 		return fmt.Errorf("%w: spot interruptions %v per instance-hour: %w", errSim, su.SpotInterruptions, err)
@@ -109,12 +120,24 @@ func SpotProgress(cfg routecfg.Config, rate float64, every time.Duration) error 
 }
 
 // launch starts job i's attempt on cloud backend b: its instance launches
-// now, and the trainer starts after the backend's startup, which the
-// routing decision counted as its wait.
+// now, and the trainer starts after the backend's startup and the
+// staging of its dataset, which the routing decision counted as its wait.
 func (sm *simulation) launch(i int, b routecfg.Backend) {
 	sj := &sm.jobs[i]
 	sj.spot = spotRun{launched: sm.now, first: !sj.started, prevStarted: sj.job.StartedAt}
-	sm.begin(i, b, b.Startup)
+	sm.begin(i, b, b.Startup+stagingDelay(&sm.jobs[i], b))
+}
+
+// stagingDelay is how long job sj's dataset takes to reach cloud backend b's
+// site: its size ÷ b's staging_mbps when it lies in another site; 0 when
+// the job names no dataset, the dataset is in b's site, or b gives no
+// staging_mbps. Each launch stages it again (a new instance, perhaps in
+// another site), as routing counts it in every decision.
+func stagingDelay(sj *simJob, b routecfg.Backend) time.Duration {
+	if sj.dataBytes <= 0 || !(b.StagingMBps > 0) || sj.dataSite == b.Site {
+		return 0
+	}
+	return time.Duration(float64(sj.dataBytes) / (b.StagingMBps * 1e6) * float64(time.Second))
 }
 
 // billed is how long sj's cloud instance has run by now: from its

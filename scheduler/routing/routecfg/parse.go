@@ -209,24 +209,9 @@ func (d *decoder) backend(name, path string, n *yaml.Node) Backend {
 			if policy, ok := d.spot(p, v); ok {
 				b.SpotPolicy, b.Spot = policy, policy != SpotNever
 			}
-		case "ami":
-			b.AMI, _ = d.str(p, v)
-		case "subnets":
-			b.Subnets, _ = d.strList(p, v)
-		case "security_groups":
-			b.SecurityGroups, _ = d.strList(p, v)
-		case "instance_profile":
-			b.InstanceProfile, _ = d.str(p, v)
-		case "key_name":
-			b.KeyName, _ = d.str(p, v)
-		case "work_uri":
-			b.WorkURI, _ = d.str(p, v)
-		case "max_instances":
-			b.MaxInstances, _ = d.int(p, v)
-		case "agent_path":
-			b.AgentPath, _ = d.str(p, v)
-		case "startup":
-			b.Startup, _ = d.duration(p, v)
+		case "ami", "subnets", "security_groups", "instance_profile", "key_name", "work_uri",
+			"max_instances", "agent_path", "startup", "staging_mbps":
+			d.launch(&b, key, p, v)
 		case "price":
 			b.Price = d.price(p, v)
 		case "instance_types":
@@ -240,6 +225,32 @@ func (d *decoder) backend(name, path string, n *yaml.Node) Backend {
 		return true
 	})
 	return b
+}
+
+// launch decodes one of an aws backend's launch settings (key) into b.
+func (d *decoder) launch(b *Backend, key, p string, v *yaml.Node) {
+	switch key {
+	case "ami":
+		b.AMI, _ = d.str(p, v)
+	case "subnets":
+		b.Subnets, _ = d.strList(p, v)
+	case "security_groups":
+		b.SecurityGroups, _ = d.strList(p, v)
+	case "instance_profile":
+		b.InstanceProfile, _ = d.str(p, v)
+	case "key_name":
+		b.KeyName, _ = d.str(p, v)
+	case "work_uri":
+		b.WorkURI, _ = d.str(p, v)
+	case "max_instances":
+		b.MaxInstances, _ = d.int(p, v)
+	case "agent_path":
+		b.AgentPath, _ = d.str(p, v)
+	case "startup":
+		b.Startup, _ = d.duration(p, v)
+	case "staging_mbps":
+		b.StagingMBps, _ = d.float(p, v)
+	}
 }
 
 func (d *decoder) price(path string, n *yaml.Node) *Price {

@@ -354,6 +354,7 @@ func validateLocal(c *checker, p string, b Backend) {
 	awsOnly("max_instances", b.MaxInstances != 0)
 	awsOnly("agent_path", b.AgentPath != "")
 	awsOnly("startup", b.Startup != 0)
+	awsOnly("staging_mbps", b.StagingMBps != 0)
 	if b.Price != nil {
 		validatePrice(c, p+".price", *b.Price)
 	}
@@ -453,21 +454,7 @@ func validateLaunch(c *checker, cfg *Config, p string, b Backend) {
 		c.add(p+".key_name", b.KeyName, "must be an EC2 key pair name: not blank, at most 255 printable ASCII characters")
 	}
 	if c.present(p+".work_uri", b.WorkURI != "") {
-		bucket, ok := S3Bucket(b.WorkURI)
-		site, listed := cfg.Datasets.Buckets[bucket]
-		_, known := cfg.Site(b.Site)
-		switch {
-		case !ok || bucket == "":
-			c.add(p+".work_uri", b.WorkURI, "must be s3://bucket or s3://bucket/prefix: where the backend's attempts live (job.json, staged datasets, events, artifacts)")
-		case !validBucket(bucket):
-			c.add(p+".work_uri", b.WorkURI, "bucket "+strconv.Quote(bucket)+" is not an S3 bucket name (3 to 63 of a-z, 0-9, '.' and '-')")
-		case !validS3Key(strings.TrimPrefix(b.WorkURI, "s3://"+bucket)):
-			c.add(p+".work_uri", b.WorkURI, "the key may hold only A-Z, a-z, 0-9, '/', '.', '_', '-', '=' and '+' (it goes into the instance's user-data script)")
-		case !listed:
-			c.add(p+".work_uri", b.WorkURI, "bucket "+strconv.Quote(bucket)+" is not listed in datasets.buckets (its site must be known)")
-		case known && site != b.Site:
-			c.add(p+".work_uri", b.WorkURI, "bucket "+strconv.Quote(bucket)+" is in site "+site+", not in the backend's site "+b.Site+": the data of a job staged there must stay in the site it computes in")
-		}
+		validateWorkURI(c, cfg, p, b)
 	}
 	if c.present(p+".max_instances", b.MaxInstances != 0) && b.MaxInstances <= 0 {
 		c.add(p+".max_instances", strconv.Itoa(b.MaxInstances), "must be a whole number > 0: how many instances of the backend may run at once")
@@ -477,6 +464,31 @@ func validateLaunch(c *checker, cfg *Config, p string, b Backend) {
 	}
 	if b.Startup < 0 || b.Startup > MaxStartup {
 		c.add(p+".startup", b.Startup.String(), "must be a duration from 0 to "+MaxStartup.String()+": how long a job takes from dispatch to its trainer starting on a new instance")
+	}
+	if r := b.StagingMBps; c.present(p+".staging_mbps", r != 0) && !(r > 0 && r <= MaxStagingMBps) {
+		c.add(p+".staging_mbps", fmtFloat(r), "must be a number of megabytes per second above 0 and at most "+
+			strconv.FormatFloat(MaxStagingMBps, 'f', -1, 64)+": how fast a dataset reaches the backend's site from another site")
+	}
+}
+
+// validateWorkURI checks an aws backend's work_uri: an s3:// bucket listed
+// in datasets.buckets, in the backend's own site, with a key the
+// instance's user-data script can hold.
+func validateWorkURI(c *checker, cfg *Config, p string, b Backend) {
+	bucket, ok := S3Bucket(b.WorkURI)
+	site, listed := cfg.Datasets.Buckets[bucket]
+	_, known := cfg.Site(b.Site)
+	switch {
+	case !ok || bucket == "":
+		c.add(p+".work_uri", b.WorkURI, "must be s3://bucket or s3://bucket/prefix: where the backend's attempts live (job.json, staged datasets, events, artifacts)")
+	case !validBucket(bucket):
+		c.add(p+".work_uri", b.WorkURI, "bucket "+strconv.Quote(bucket)+" is not an S3 bucket name (3 to 63 of a-z, 0-9, '.' and '-')")
+	case !validS3Key(strings.TrimPrefix(b.WorkURI, "s3://"+bucket)):
+		c.add(p+".work_uri", b.WorkURI, "the key may hold only A-Z, a-z, 0-9, '/', '.', '_', '-', '=' and '+' (it goes into the instance's user-data script)")
+	case !listed:
+		c.add(p+".work_uri", b.WorkURI, "bucket "+strconv.Quote(bucket)+" is not listed in datasets.buckets (its site must be known)")
+	case known && site != b.Site:
+		c.add(p+".work_uri", b.WorkURI, "bucket "+strconv.Quote(bucket)+" is in site "+site+", not in the backend's site "+b.Site+": the data of a job staged there must stay in the site it computes in")
 	}
 }
 
