@@ -58,8 +58,11 @@ func overviewSetup(t *testing.T) overviewBundle {
 	local := &jobtype.RouteInfo{Backend: "local", Site: "dc-frankfurt", Kind: routecfg.KindLocal, Attempt: 1}
 	cloud := &jobtype.RouteInfo{Backend: "aws-eu", Site: "aws-eu-central-1", Kind: routecfg.KindAWS, Attempt: 1}
 	mk := func(name, team string, prio jobspec.Priority, route *jobtype.RouteInfo) string {
-		j, _, err := s.Create(ctx, jobstore.NewJob{Spec: &jobspec.Spec{Name: name, BaseModel: "tiny-char", Dataset: "file:///d/t.jsonl",
-			Priority: prio, Trainer: "reference"}, Team: team, Route: route})
+		spec := &jobspec.Spec{Name: name, BaseModel: "tiny-char", Dataset: "file:///d/t.jsonl", Priority: prio, Trainer: "reference"}
+		if name == "run-a" {
+			spec.Resources.GPUs = 2 // it holds GPUs 0 and 1 (below): its cost accrues at 2 × the price
+		}
+		j, _, err := s.Create(ctx, jobstore.NewJob{Spec: spec, Team: team, Route: route})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +185,18 @@ func checkRunning(t *testing.T, b overviewBundle, secret string, ov wire.Overvie
 		switch r.Name {
 		case "run-a":
 			if r.Step != 40 || r.TotalSteps != 120 || r.Loss != 1.93 || fmt.Sprint(r.GPUs) != "[0 1]" || r.StartedAt == nil {
-				t.Errorf("run-a: %+v", r)
+				t.Fatalf("run-a: %+v", r)
+			}
+			// Its cost accrues while it runs: 2 GPUs × $1.10 an hour
+			// (the local backend's price) since it started, though
+			// nothing is settled yet (cost_usd 0), in the overview and in
+			// GET /api/v1/jobs/{id}.
+			var got jobtype.Job
+			b.get(t, secret, "/api/v1/jobs/"+r.ID, &got)
+			most := 2 * 1.10 * time.Since(*r.StartedAt).Hours()
+			if r.CostUSD <= 0 || r.CostUSD > most || got.CostNowUSD < r.CostUSD || got.CostNowUSD > most || got.CostUSD != 0 {
+				t.Errorf("run-a's cost so far: overview $%g, job cost_now_usd $%g cost_usd $%g; want above 0, at most $%g",
+					r.CostUSD, got.CostNowUSD, got.CostUSD, most)
 			}
 		case "cloud-b":
 			if math.Abs(r.CostUSD-1.86) > 0.05 { // an hour of a 1.86 $/h instance

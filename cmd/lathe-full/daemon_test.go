@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -143,5 +144,29 @@ func TestNotFoundMessages(t *testing.T) {
 		if r.code != exitFailed || r.stderr != "lathe: "+c.want+"\n" || r.stdout != "" {
 			t.Errorf("lathe %v: exit %d, stdout %q, stderr %q; want exit %d and %q", c.args, r.code, r.stdout, r.stderr, exitFailed, "lathe: "+c.want+"\n")
 		}
+	}
+}
+
+// TestStatusCostSoFar: against the real scheduler, a running job on a
+// priced local pool (issue.yaml's local backend: $1.10 a GPU-hour) shows
+// its cost as it accrues, before anything is settled: lathe status prints
+// it "so far", and -o json carries it as cost_now_usd.
+func TestStatusCostSoFar(t *testing.T) {
+	d := newTestDaemon(t, routeConfig, 0)
+	d.heartbeat(t, jobstore.Node{Name: "n1", Incarnation: "i-n1", Backend: "local", Slots: 2, GPUs: h100s(2)})
+	job := d.submit(t, routableSpec+"resources: {gpus: 1}\n")
+	d.start(t, job.ID, "n1", 2)
+	r := lathe(t, d.url, "status", "-o", "json", job.ID)
+	var got jobtype.Job
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.State != jobtype.StateRunning || got.StartedAt == nil {
+		t.Fatalf("status -o json: %v\n%s%s", err, r.stdout, r.stderr)
+	}
+	if most := 1.10 * time.Since(*got.StartedAt).Hours(); got.CostNowUSD <= 0 || got.CostNowUSD > most || got.CostUSD != 0 {
+		t.Errorf("cost_now_usd %g, cost_usd %g: want above 0 and at most %g (1 GPU × $1.10 an hour since it started), nothing settled",
+			got.CostNowUSD, got.CostUSD, most)
+	}
+	r = lathe(t, d.url, "status", job.ID)
+	if !regexp.MustCompile(`Cost: +\$0\.\d{4} so far`).MatchString(r.stdout) {
+		t.Errorf("lathe status shows no cost so far:\n%s%s", r.stdout, r.stderr)
 	}
 }

@@ -171,8 +171,12 @@ func placementRows(j *jobtype.Job) [][2]string {
 		}
 		rows = append(rows, [2]string{"Instance", cell})
 	}
-	if j.CostUSD > 0 {
-		rows = append(rows, [2]string{"Cost", fmt.Sprintf("$%.4f", j.CostUSD)})
+	switch cost := max(j.CostUSD, j.CostNowUSD); {
+	case cost > 0 && !j.State.Terminal():
+		// A job that runs accrues: what it has cost by the answer's time.
+		rows = append(rows, [2]string{"Cost", fmt.Sprintf("$%.4f so far", cost)})
+	case cost > 0:
+		rows = append(rows, [2]string{"Cost", fmt.Sprintf("$%.4f", cost)})
 	}
 	if j.Preemptions > 0 {
 		rows = append(rows, [2]string{"Preempted", plural(j.Preemptions, "time")})

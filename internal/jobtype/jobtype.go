@@ -169,6 +169,12 @@ type Job struct {
 	// CloudCostUSD is every cloud attempt's instance time × its price,
 	// each attempt's added once, as its instance ends.
 	CloudCostUSD float64 `json:"cloud_cost_usd,omitempty"`
+	// CostNowUSD is what the job has cost so far, as the API answers it:
+	// policy.JobUsageAt at the answer's time (the attempt running now
+	// counted to then) plus a live cloud instance's time so far. Computed
+	// when the API reads the record, never stored; 0 while nothing it ran
+	// on is priced.
+	CostNowUSD float64 `json:"cost_now_usd,omitempty"`
 	// RunS is how long the job's ended attempts ran (running → anything
 	// else), seconds; LocalRunS the part of it on the local pool. The
 	// attempt running now is not in them (policy.JobUsage adds it).

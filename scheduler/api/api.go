@@ -247,6 +247,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	job.CostNowUSD = costNow(s.plane.Routing().Config, job, time.Now())
 	if job.State == jobtype.StateQueued {
 		// The wait is a hint: without it the job is still the answer.
 		if wait, err := s.store.WaitOf(ctx, job.ID); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/wire"
 	"github.com/lathe-ml/lathe/scheduler/plane"
+	"github.com/lathe-ml/lathe/scheduler/policy"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
@@ -54,6 +55,41 @@ type overviewInput struct {
 	nodes        []jobstore.NodeStatus
 	queues       []wire.QueueInfo
 	budgets      []wire.BudgetRow
+	routing      routecfg.Config // prices, for running jobs' cost so far
+	// running holds the running jobs' whole records, by id, when a local
+	// backend is priced: what their cost so far is computed from (a brief
+	// record lacks the GPU count and the earlier attempts' run times).
+	running map[string]*jobtype.Job
+}
+
+// runningWhole reads the whole records of the running jobs of brief when
+// cfg prices a local backend (their cost accrues by the second); nil
+// otherwise. It reads as many records as jobs run, not the queue.
+func (s opsView) runningWhole(ctx context.Context, cfg routecfg.Config, brief []*jobtype.Job) (map[string]*jobtype.Job, error) {
+	priced := false
+	for _, b := range cfg.Backends {
+		priced = priced || (b.Kind == routecfg.KindLocal && b.Priced())
+	}
+	var ids []string
+	for _, j := range brief {
+		if priced && j.State == jobtype.StateRunning {
+			ids = append(ids, j.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	whole, err := s.store.GetMany(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*jobtype.Job, len(whole))
+	for _, j := range whole {
+		if j != nil {
+			out[j.ID] = j
+		}
+	}
+	return out, nil
 }
 
 // overview answers GET /api/v1/overview (wire.Overview). A token that
@@ -141,7 +177,7 @@ func allTeams(p plane.Principal) bool { return p.Role == plane.RoleAdmin || p.Al
 // waiting rows (none: the waits are not read); withQueues adds asynq's
 // queue counts per node.
 func (s opsView) readOverview(ctx context.Context, withQueues bool, waitingLimit int) (overviewInput, error) {
-	in := overviewInput{now: time.Now().UTC(), waitingLimit: waitingLimit}
+	in := overviewInput{now: time.Now().UTC(), waitingLimit: waitingLimit, routing: s.plane.Routing().Config}
 	in.month = jobstore.Month(in.now)
 	var err error
 	if in.counts, err = s.store.CountByState(ctx); err != nil {
@@ -169,6 +205,9 @@ func (s opsView) readOverview(ctx context.Context, withQueues bool, waitingLimit
 		return in, err
 	}
 	if in.jobs, err = s.store.GetManyBrief(ctx, ids); err != nil {
+		return in, err
+	}
+	if in.running, err = s.runningWhole(ctx, in.routing, in.jobs); err != nil {
 		return in, err
 	}
 	if waitingLimit > 0 {
@@ -332,7 +371,7 @@ func buildOverview(in overviewInput, p plane.Principal) wire.Overview {
 		}
 		switch j.State {
 		case jobtype.StateDispatched, jobtype.StateProvisioning, jobtype.StateRunning:
-			ov.Running = append(ov.Running, runningJob(j, in.now))
+			ov.Running = append(ov.Running, runningJob(in.routing, j, in.running[j.ID], in.now))
 		}
 	}
 	ov.Waiting, ov.WaitingTotal = waitingRows(queued, in.waits, in.waitingLimit)
@@ -407,15 +446,31 @@ func priorityOr(p jobspec.Priority) jobspec.Priority {
 	return p
 }
 
-// runningJob is j's row among the running jobs at now.
-func runningJob(j *jobtype.Job, now time.Time) wire.RunningJob {
+// runningJob is j's row among the running jobs at now, its cost so far
+// priced by cfg from its whole record (nil: what was settled, and a live
+// instance's time).
+func runningJob(cfg routecfg.Config, j, whole *jobtype.Job, now time.Time) wire.RunningJob {
+	cost := j.CostUSD + liveInstanceCost(j.Instance, now)
+	if whole != nil {
+		cost = costNow(cfg, whole, now)
+	}
 	gpus := j.GPUs
 	if gpus == nil {
 		gpus = []int{}
 	}
 	return wire.RunningJob{ID: j.ID, Name: j.Name, State: j.State, Team: j.Team, Backend: j.Backend, Node: j.Node,
 		GPUs: gpus, Step: j.Progress.Step, TotalSteps: j.Progress.TotalSteps, Loss: j.Progress.Loss,
-		CostUSD: j.CostUSD + liveInstanceCost(j.Instance, now), StartedAt: j.StartedAt}
+		CostUSD: cost, StartedAt: j.StartedAt}
+}
+
+// costNow is what j has cost by now, priced by cfg: its usage with the
+// attempt running now counted to now (policy.JobUsageAt: a local attempt's
+// GPU-seconds × price, the cloud attempts that ended), plus a live cloud
+// instance's time so far. A running job's cost accrues while it runs,
+// where its settled CostUSD stays at what was last settled.
+func costNow(cfg routecfg.Config, j *jobtype.Job, now time.Time) float64 {
+	usd, _ := policy.JobUsageAt(cfg, j, now)
+	return max(usd, j.CostUSD) + liveInstanceCost(j.Instance, now)
 }
 
 // liveInstanceCost is what a live cloud instance has cost since its

@@ -568,7 +568,7 @@ function renderJobFacts(j) {
   const backend = j.backend || (r ? r.backend + (r.site ? ' @ ' + r.site : '') + (r.waiting ? ' (waits for it)' : '') : '');
   const facts = [['state', j.state], ['backend', backend], ['node', j.node || ''], ['GPUs', (j.gpus || []).join(',')],
     ['progress', p.total_steps ? p.step + '/' + p.total_steps : String(p.step || 0)], ['loss', p.loss ? p.loss.toFixed(4) : ''],
-    ['cost', usd(j.cost_usd)], ['attempt', String(j.attempt)]];
+    ['cost', usd(Math.max(j.cost_now_usd || 0, j.cost_usd || 0))], ['attempt', String(j.attempt)]];
   if (j.budget_reserved_usd) facts.push(['reserved', usd(j.budget_reserved_usd)]);
   if (r && r.est_cost_usd) facts.push(['est. cost', usd(r.est_cost_usd)]);
   if (j.state === 'queued') {
