@@ -236,3 +236,84 @@ func TestFrontResendsWithItsKey(t *testing.T) {
 		t.Errorf("keys sent: %q, want one cli-<24 hex> key sent twice", keys)
 	}
 }
+
+// TestFrontOneRequestPerSubmit: a submit the front sent and got an answer
+// it does not print itself (a refusal, invalid fields, a 2xx that is not a
+// job) is one request: lathe-full takes the front's answer as its own and
+// prints what it prints for it, without sending the job again (a refusal
+// sent twice is recorded twice in the routing ledger). The scheduler is a
+// stand-in here (httptest, named as such), answering each POST as told.
+func TestFrontOneRequestPerSubmit(t *testing.T) {
+	_, both := frontBinaries(t)
+	spec := writeFile(t, t.TempDir(), "job.yaml", validSpec)
+	for _, c := range []struct {
+		name   string
+		status int
+		body   string
+	}{
+		{"refused", http.StatusUnprocessableEntity, `{"error":"refused","message":"no backend may run this job as written","reasons":["local: residency [us]: site dc-frankfurt lacks us"]}`},
+		{"invalid", http.StatusBadRequest, `{"error":"invalid","message":"invalid job spec","fields":[{"field":"lora.rank","value":"0","problem":"must be 1 to 256"}]}`},
+		{"not a job", http.StatusCreated, `{"hello":"world"}`},
+		{"conflict", http.StatusConflict, `{"error":"conflict","message":"idempotency key reused with another spec"}`},
+	} {
+		var (
+			mu    sync.Mutex
+			posts int
+		)
+		standIn := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			mu.Lock()
+			posts++
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(c.status)
+			io.WriteString(w, c.body)
+		}))
+		got := runFront(t, both, standIn.URL, "", "submit", spec)
+		mu.Lock()
+		frontPosts := posts
+		posts = 0
+		mu.Unlock()
+		want := lathe(t, standIn.URL, "submit", spec)
+		standIn.Close()
+		if frontPosts != 1 {
+			t.Errorf("%s: the front's submit sent %d requests, want 1", c.name, frontPosts)
+		}
+		if got != want || (got.code == 0) != (c.status == http.StatusCreated) {
+			t.Errorf("%s: front\n%+v\nlathe-full\n%+v", c.name, got, want)
+		}
+	}
+}
+
+// TestFrontAnswered: lathe-full reads only a well-formed answer from the
+// front, and gives it to one job submit.
+func TestFrontAnswered(t *testing.T) {
+	for _, env := range []string{"", "422", "abc {}", "99 {}", "1000 {}", "-1 {}"} {
+		if frontAnswered(env) != nil {
+			t.Errorf("%q: read as an answer", env)
+		}
+	}
+	hc := frontAnswered(`503 {"error":"unavailable"}`)
+	if hc == nil {
+		t.Fatal("a well-formed answer not read")
+	}
+	sent := 0
+	standIn := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sent++
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer standIn.Close()
+	for i, want := range []int{503, 201, 201} {
+		resp, err := hc.Post(standIn.URL+"/api/v1/jobs", "application/json", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("send %d: %d, want %d", i, resp.StatusCode, want)
+		}
+	}
+	if sent != 2 {
+		t.Errorf("%d sends reached the server, want 2 (the first is the front's answer)", sent)
+	}
+}

@@ -141,6 +141,11 @@ func checkServer(server string) error {
 
 // client returns an API client for --server and LATHE_TOKEN.
 func (a *app) client() *apiclient.Client {
+	if a.httpClient == nil {
+		// nil unless the front handed over an answer it got (frontAnswered);
+		// kept, so that it stands for one send however many clients ask.
+		a.httpClient = frontAnswered(a.env(frontAnswerEnv))
+	}
 	return apiclient.New(a.server, a.env("LATHE_TOKEN"), a.httpClient)
 }
 

@@ -151,3 +151,13 @@ func TestHeaderSafe(t *testing.T) {
 		}
 	}
 }
+
+// TestWithoutAnswer: an answer in the front's own environment never
+// reaches lathe-full; only one the front got does.
+func TestWithoutAnswer(t *testing.T) {
+	env := []string{"A=1", answerEnv + "=422 {}", "B=" + answerEnv + "=x"}
+	got := withoutAnswer(env)
+	if strings.Join(got, " ") != "A=1 B="+answerEnv+"=x" || len(env) != 3 {
+		t.Errorf("withoutAnswer = %q (input %q)", got, env)
+	}
+}

@@ -11,9 +11,9 @@ import (
 // fullName is the whole client's executable.
 const fullName = "lathe-full"
 
-// handOver runs lathe-full with args in this process's place. It returns
-// only when it cannot (the exit code, after saying why on stderr).
-func handOver(args []string) int {
+// handOver runs lathe-full with args and env in this process's place. It
+// returns only when it cannot (the exit code, after saying why on stderr).
+func handOver(args, env []string) int {
 	path, tried := findFull()
 	if path == "" {
 		fmt.Fprintf(os.Stderr, "error: this command is run by %s, the whole lathe client, which is not installed: looked for %s.\n"+
@@ -22,7 +22,7 @@ func handOver(args []string) int {
 		return 2
 	}
 	argv := append([]string{"lathe"}, args...)
-	err := syscall.Exec(path, argv, os.Environ())
+	err := syscall.Exec(path, argv, env)
 	fmt.Fprintf(os.Stderr, "error: run %s: %v\n", path, err)
 	return 2
 }

@@ -23,9 +23,13 @@
 // anything else happens (a flag it does not know, a spec with problems, an
 // https:// server, no answer, an answer other than 200/201) it hands the
 // command line to lathe-full, which says what is wrong in its own words.
-// When the front had already sent the job, it hands over the idempotency key
-// it sent with it (--idempotency-key), so lathe-full's resend gets the same
-// job, never a second one.
+// When the front had already sent the job, it hands over what it got of
+// the send: the answer, which lathe-full takes as its own send's
+// (LATHE_FRONT_ANSWER), so one submit is one request, however it is
+// answered (a refusal is recorded once in the routing ledger); and the
+// idempotency key it sent (--idempotency-key), so that where lathe-full
+// sends again (no answer came, or a 503) it gets the same job, never a
+// second one.
 package main
 
 import (
@@ -48,6 +52,7 @@ const defaultServer = "http://127.0.0.1:8080"
 
 func main() {
 	args := os.Args[1:]
+	env := withoutAnswer(os.Environ())
 	if isRootHelp(args) {
 		os.Stdout.WriteString(helpText(os.Getenv("LATHE_SERVER")))
 		os.Exit(0)
@@ -58,12 +63,32 @@ func main() {
 			os.Exit(code)
 		}
 		if s.sent && s.madeKey {
-			// lathe-full sends the same job again with the same key: the
-			// scheduler answers with the job the first send made, if any.
+			// lathe-full sends the same job again with the same key, if it
+			// sends it: the scheduler answers with the job the first send
+			// made, if any.
 			args = append(args, "--idempotency-key", s.key)
 		}
+		if s.answer != "" {
+			env = append(env, answerEnv+"="+s.answer)
+		}
 	}
-	os.Exit(handOver(args))
+	os.Exit(handOver(args, env))
+}
+
+// answerEnv is lathe-full's frontAnswerEnv: the answer the front got to
+// the submit it sent, which lathe-full takes as its own send's.
+const answerEnv = "LATHE_FRONT_ANSWER"
+
+// withoutAnswer is env without answerEnv: lathe-full reads only an answer
+// this front got.
+func withoutAnswer(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, answerEnv+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // isRootHelp reports whether args ask for the root command's help.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -27,6 +29,10 @@ type submit struct {
 	sent bool
 	// madeKey: key is the front's own, not the command line's.
 	madeKey bool
+	// answer is the scheduler's answer ("STATUS BODY") when the front got
+	// one it does not print itself: lathe-full takes it as the answer to
+	// its send (LATHE_FRONT_ANSWER), and sends nothing again.
+	answer string
 }
 
 // parseSubmit reads args as `lathe submit FILE` with the flags the front
@@ -116,17 +122,31 @@ func (s *submit) run(token string, stdout io.Writer) (code int, handled bool) {
 	}
 	s.sent = true
 	status, answer, err := post(u, "/api/v1/jobs", hdr, body)
-	if err != nil || (status != 200 && status != 201) {
+	if err != nil {
+		return 0, false // no answer: lathe-full sends it again, with the key
+	}
+	if status != 200 && status != 201 {
+		s.keep(status, answer)
 		return 0, false
 	}
 	if err := printJob(stdout, answer, s.json); err != nil {
 		if err == errAnswer {
+			s.keep(status, answer)
 			return 0, false
 		}
 		fmt.Fprintln(os.Stderr, "error:", err)
 		return 1, true
 	}
 	return 0, true
+}
+
+// keep keeps the answer for lathe-full (submit.answer), when the
+// environment can carry it: at most 64 KiB, no NUL. A longer one is not
+// kept, and lathe-full sends the job again, with its key.
+func (s *submit) keep(status int, body []byte) {
+	if len(body) <= 64<<10 && !bytes.Contains(body, []byte{0}) {
+		s.answer = strconv.Itoa(status) + " " + string(body)
+	}
 }
 
 // printJob writes the submitted job (the API's answer) as lathe-full's

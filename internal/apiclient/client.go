@@ -56,7 +56,7 @@ type Client struct {
 // long as the job or the file takes.
 func New(baseURL, token string, httpClient *http.Client) *Client {
 	if httpClient == nil {
-		httpClient = &http.Client{Transport: defaultTransport()}
+		httpClient = &http.Client{Transport: DefaultTransport()}
 	}
 	return &Client{
 		base:           strings.TrimRight(baseURL, "/"),
@@ -68,7 +68,9 @@ func New(baseURL, token string, httpClient *http.Client) *Client {
 	}
 }
 
-func defaultTransport() *http.Transport {
+// DefaultTransport is the transport a Client uses when given no HTTP
+// client: http.DefaultTransport's, with DialTimeout to connect.
+func DefaultTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DialContext = (&net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = DialTimeout * 5
