@@ -45,7 +45,7 @@ func newRedisClientPool(url string, poolSize int) (*redis.Client, error) {
 // or for a failover client (whose Options().Addr is a placeholder) the
 // primary it reaches now.
 func redisWhere(ctx context.Context, rdb *redis.Client) string {
-	if a := redisWhere(ctx, rdb); a != "FailoverClient" {
+	if a := rdb.Options().Addr; a != "FailoverClient" {
 		return a
 	}
 	info, err := rdb.Info(ctx, "server").Result()

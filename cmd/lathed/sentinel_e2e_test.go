@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -208,4 +211,55 @@ func TestSentinelFailoverE2E(t *testing.T) {
 		}
 	}
 	checkRun(t, lathe, base)
+}
+
+// TestSentinelSettingsChecked: through redis+sentinel:// lathed's start
+// checks read the primary the sentinels name (a real group: primary, one
+// replica, three redis-sentinel): a primary set to allkeys-lru is refused
+// though its replica keeps noeviction, and the refusal names the primary's
+// port; then aof-load-truncated yes on the primary is refused; with both
+// fixed, min_replicas=2 against one replica starts with the warning that
+// submits are answered 503 until enough replicas connect.
+func TestSentinelSettingsChecked(t *testing.T) {
+	lathed, _ := binaries(t)
+	g := redistest.StartSentinel(t, 1)
+	primary := g.Servers[0].Client()
+	ctx := context.Background()
+	_, port, _ := net.SplitHostPort(g.Servers[0].Addr)
+	run := func(query string) string {
+		out, err := exec.Command(lathed, "scheduler", "--redis-url", g.URL(query), "--listen", "127.0.0.1:0", "--data-dir", t.TempDir()).CombinedOutput()
+		if err == nil {
+			t.Fatalf("lathed scheduler started (want a refusal):\n%s", out)
+		}
+		return string(out)
+	}
+	if err := primary.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if out := run(""); !strings.Contains(out, "CONFIG SET maxmemory-policy noeviction") || !strings.Contains(out, "port "+port) {
+		t.Fatalf("an evicting Sentinel primary was not refused by name:\n%s", out)
+	}
+	if err := primary.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := primary.ConfigSet(ctx, "aof-load-truncated", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if out := run(""); !strings.Contains(out, "aof-load-truncated is yes") {
+		t.Fatalf("a Sentinel primary loading truncated AOFs was not refused:\n%s", out)
+	}
+	if err := primary.ConfigSet(ctx, "aof-load-truncated", "no").Err(); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(lathed, "scheduler", "--redis-url", g.URL("min_replicas=2"), "--listen", "127.0.0.1:0", "--data-dir", t.TempDir())
+	log := &logBuf{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitfor.True(t, 30*time.Second, "lathed scheduler up through Sentinel", func() bool { return strings.Contains(log.String(), "API listening") })
+	if !strings.Contains(log.String(), "fewer replicas connected than min_replicas") {
+		t.Fatalf("no warning for min_replicas=2 with one replica:\n%s", log.String())
+	}
 }
