@@ -15,7 +15,8 @@ import (
 // a real replica (redistest, --replicaof), a created job is on the replica
 // when Create returns (WAIT sent after the script on its connection);
 // the same after the script cache was flushed (the NOSCRIPT path a new
-// primary takes); and with the replica killed, Create fails with
+// primary takes), and for a sweep's trials (StoreTrials); and with the
+// replica killed, StoreTrials and Create fail with
 // ErrNotReplicated, which Unreachable reports (the API's "outcome
 // unknown"), while the job is on the primary: it may or may not last.
 func TestCreateWaitsForReplica(t *testing.T) {
@@ -42,7 +43,22 @@ func TestCreateWaitsForReplica(t *testing.T) {
 		}
 	}
 
+	// A sweep's chunk of trials waits the same way (with its ledger records).
+	ns := sweepOf(3, nil)
+	ns.Total = 3
+	if _, _, err := s.StoreTrials(ctx, testLedger(s), ns, "filler"); err != nil {
+		t.Fatalf("store trials: %v", err)
+	}
+	if got, err := onReplica.GetSweep(ctx, ns.Sweep.ID); err != nil || got.Stored != 3 {
+		t.Fatalf("sweep %s not on the replica when StoreTrials returned: %+v %v", ns.Sweep.ID, got, err)
+	}
+
 	replica.Kill()
+	ns2 := sweepOf(2, nil)
+	ns2.Total = 2
+	if _, _, err := s.StoreTrials(ctx, testLedger(s), ns2, "filler"); !errors.Is(err, jobstore.ErrNotReplicated) {
+		t.Fatalf("store trials with no replica: %v, want ErrNotReplicated", err)
+	}
 	j, _, err := s.Create(ctx, jobstore.NewJob{Spec: spec("lone", jobspec.PriorityNormal), IdempotencyKey: "k-lone"})
 	if !errors.Is(err, jobstore.ErrNotReplicated) || !jobstore.Unreachable(err) {
 		t.Fatalf("create with no replica: job %v, err %v; want ErrNotReplicated, unreachable", j, err)
