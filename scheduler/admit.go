@@ -377,6 +377,14 @@ func (ad *admission) claimKey(ctx context.Context, kind jobstore.IdemKind, key, 
 	for {
 		out, id, err := ad.store.ClaimIdem(ctx, kind, key, fp, token, claimTTL)
 		switch {
+		case err != nil && jobstore.Unreachable(err):
+			// The claim may have been stored with its answer lost (a
+			// primary killed after it replicated the claim): dropped
+			// now, or once Redis answers, a resend with the key is not
+			// held up until the claim lapses. Safe either way: only
+			// token's placeholder is dropped.
+			ad.releaseKey(ctx, kind, key, token, time.Now().Add(claimTTL))
+			return "", nil, err
 		case err != nil:
 			return "", nil, err
 		case out == jobstore.IdemExisting:

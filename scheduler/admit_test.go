@@ -579,3 +579,56 @@ func TestClaimReleasedWhenRedisReturns(t *testing.T) {
 	}
 	release2()
 }
+
+// lostReply is a go-redis hook that loses the answer of the first command
+// whose arguments hold match: the command runs in Redis, and the caller
+// gets io.ErrUnexpectedEOF, as when the primary dies after running it.
+type lostReply struct {
+	match string
+	done  bool
+}
+
+func (h *lostReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lostReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *lostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if h.done || err != nil || !strings.Contains(fmt.Sprint(cmd.Args()...), h.match) {
+			return err
+		}
+		h.done = true
+		cmd.SetErr(io.ErrUnexpectedEOF)
+		return io.ErrUnexpectedEOF
+	}
+}
+
+// TestClaimWithLostAnswerReleased: the claim of an idempotency key is
+// stored but its answer is lost (a stand-in hook: the script runs in the
+// real Redis, the client gets io.ErrUnexpectedEOF, as when a Sentinel
+// primary is killed after replicating it). The claim is dropped, so a
+// request sent again with the key claims it at once instead of waiting up
+// to claimTTL for it to lapse. (Fails without the release on an
+// unreachable claim: the key stays claimed.)
+func TestClaimWithLostAnswerReleased(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	const key = "team/alice:lost"
+	rdb.AddHook(&lostReply{match: "lathe:sweepidem:" + key})
+	ctx := context.Background()
+	ad := &admission{store: jobstore.New(rdb, jobstore.Config{}), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if _, _, err := ad.claimKey(ctx, jobstore.IdemSweep, key, "fp"); !jobstore.Unreachable(err) {
+		t.Fatalf("claimKey with its answer lost: %v, want an unreachable error", err)
+	}
+	if n, err := rdb.Exists(ctx, "lathe:sweepidem:"+key).Result(); err != nil || n != 0 {
+		t.Fatalf("the claim whose answer was lost is still there (%d, %v)", n, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, claimTTL/4)
+	defer cancel()
+	other, release, err := ad.claimKey(cctx, jobstore.IdemSweep, key, "fp")
+	if err != nil || other != "" || release == nil {
+		t.Fatalf("claim sent again: %q %v", other, err)
+	}
+	release()
+}

@@ -11,6 +11,8 @@
 #                             with promtool test rules), chromium and chromium-driver
 #                             (the dashboard's headless-Chromium test drives them through chromedriver),
 #                             tmux (`lathe top` is tested on an 80x24 tmux terminal),
+#                             redis-sentinel (the Sentinel failover test runs a primary, a replica
+#                             and three sentinels),
 #                             moto_server (an AWS emulator: preinstalled here; pip install "moto[server]"),
 #                             and llama-cpp-python in the virtualenv (the GGUF tests load the
 #                             exports in real llama.cpp; built from source with cmake, once)
@@ -60,6 +62,7 @@ if [ "$want_test" = 1 ]; then
   [ -x /usr/bin/chromium ] || need+=(chromium)
   [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
   command -v tmux >/dev/null 2>&1 || need+=(tmux)
+  command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)
 fi
 
 if [ ${#need[@]} -gt 0 ]; then

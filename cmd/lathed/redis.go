@@ -20,13 +20,12 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lathe-ml/lathe/internal/redact"
-
 	"github.com/lathe-ml/lathe/internal/jobstore"
 )
 
 // newRedisClient returns a client tuned to fail fast: the API must answer
-// 503 within 2 s when Redis is away, never hang.
+// 503 within 2 s when Redis is away, never hang. url is a redis://,
+// rediss://, unix:// or redis+sentinel:// URL (parseRedisURL).
 func newRedisClient(url string) (*redis.Client, error) { return newRedisClientPool(url, 0) }
 
 // newRedisClientPool is newRedisClient with a pool of poolSize connections
@@ -35,20 +34,29 @@ func newRedisClient(url string) (*redis.Client, error) { return newRedisClientPo
 // cause never quotes the password (redact.Parse: url.Parse quotes the
 // whole URL, go-redis a path that can hold it).
 func newRedisClientPool(url string, poolSize int) (*redis.Client, error) {
-	opt, err := redact.Parse(url, redis.ParseURL)
+	t, err := parseRedisURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("--redis-url %q: %w", redactURL(url), err)
 	}
-	opt.DialTimeout = time.Second
-	opt.ReadTimeout = time.Second
-	opt.WriteTimeout = time.Second
-	opt.PoolTimeout = 1500 * time.Millisecond
-	opt.MaxRetries = 1
-	opt.ContextTimeoutEnabled = true
-	if poolSize > 0 {
-		opt.PoolSize = poolSize
+	return t.client(poolSize), nil
+}
+
+// redisWhere names the Redis rdb reaches for logs and errors: its address,
+// or for a failover client (whose Options().Addr is a placeholder) the
+// primary it reaches now.
+func redisWhere(ctx context.Context, rdb *redis.Client) string {
+	if a := rdb.Options().Addr; a != "FailoverClient" {
+		return a
 	}
-	return redis.NewClient(opt), nil
+	info, err := rdb.Info(ctx, "server").Result()
+	if err == nil {
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "tcp_port:"); ok {
+				return "the Sentinel primary (port " + v + ")"
+			}
+		}
+	}
+	return "the Sentinel primary"
 }
 
 // waitRedis pings until Redis answers or wait passes.
@@ -63,9 +71,9 @@ func waitRedis(ctx context.Context, rdb *redis.Client, wait time.Duration, log *
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("redis at %s did not answer within %s: %w", rdb.Options().Addr, wait, err)
+			return fmt.Errorf("redis at %s did not answer within %s: %w", redisWhere(ctx, rdb), wait, err)
 		}
-		log.Warn("waiting for Redis", slog.String("addr", rdb.Options().Addr), slog.Any("err", err))
+		log.Warn("waiting for Redis", slog.String("addr", redisWhere(ctx, rdb)), slog.Any("err", err))
 		select {
 		case <-ctx.Done():
 		case <-time.After(delay):
@@ -81,7 +89,7 @@ func waitRedis(ctx context.Context, rdb *redis.Client, wait time.Duration, log *
 // every /healthz.
 func checkNoEviction(ctx context.Context, rdb *redis.Client) error {
 	if err := jobstore.New(rdb, jobstore.Config{}).CheckNoEviction(ctx); err != nil {
-		return fmt.Errorf("redis at %s: %w", rdb.Options().Addr, err)
+		return fmt.Errorf("redis at %s: %w", redisWhere(ctx, rdb), err)
 	}
 	return nil
 }
@@ -100,11 +108,11 @@ func checkAOFTruncation(ctx context.Context, rdb *redis.Client, log *slog.Logger
 	v, err := rdb.ConfigGet(ctx, "aof-load-truncated").Result()
 	if err != nil {
 		log.Warn("cannot read this Redis's aof-load-truncated (CONFIG GET refused); it must be no (docs/operations.md)",
-			slog.String("addr", rdb.Options().Addr), slog.Any("err", err))
+			slog.String("addr", redisWhere(ctx, rdb)), slog.Any("err", err))
 		return nil
 	}
 	if v["aof-load-truncated"] == "yes" {
-		return fmt.Errorf("redis at %s: aof-load-truncated is yes: after a crash that cuts its AOF inside a transaction, Redis would load part of it. Run it with aof-load-truncated no (redis-cli CONFIG SET aof-load-truncated no, and in redis.conf); see docs/operations.md, \"A truncated AOF\"", rdb.Options().Addr)
+		return fmt.Errorf("redis at %s: aof-load-truncated is yes: after a crash that cuts its AOF inside a transaction, Redis would load part of it. Run it with aof-load-truncated no (redis-cli CONFIG SET aof-load-truncated no, and in redis.conf); see docs/operations.md, \"A truncated AOF\"", redisWhere(ctx, rdb))
 	}
 	return nil
 }
@@ -119,7 +127,33 @@ func warnNoAOF(ctx context.Context, rdb *redis.Client, log *slog.Logger) {
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "aof_enabled:"); ok && v != "1" {
 			log.Warn("this Redis has appendonly off: a restart of it loses every job. Run it with --appendonly yes --appendfsync everysec (docs/operations.md)",
-				slog.String("addr", rdb.Options().Addr))
+				slog.String("addr", redisWhere(ctx, rdb)))
+		}
+	}
+}
+
+// warnFewReplicas logs what a submit waits for (t.minReplicas replicas'
+// acknowledgement) and warns when the primary has fewer replicas connected
+// now: until they are, every submit is answered 503, outcome unknown.
+func warnFewReplicas(ctx context.Context, rdb *redis.Client, t redisTarget, log *slog.Logger) {
+	if t.minReplicas == 0 {
+		if t.failover != nil {
+			log.Warn("min_replicas=0 through Sentinel: a submit is acknowledged before any replica has it, and a failover may lose it (docs/operations.md)")
+		}
+		return
+	}
+	log.Info("each submit waits for replicas to acknowledge its write (WAIT)", slog.Int("min_replicas", t.minReplicas),
+		slog.Duration("replica_timeout", t.replicaTimeout), slog.String("redis", t.where()))
+	info, err := rdb.Info(ctx, "replication").Result()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+			if n, err := strconv.Atoi(v); err == nil && n < t.minReplicas {
+				log.Warn("the primary has fewer replicas connected than min_replicas: every submit is answered 503 (outcome unknown) until enough are",
+					slog.Int("connected", n), slog.Int("min_replicas", t.minReplicas))
+			}
 		}
 	}
 }

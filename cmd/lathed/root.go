@@ -64,7 +64,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	pf := root.PersistentFlags()
 	pf.StringVar(&o.configPath, "config", "", "daemon config file (see configs/lathe.yaml)")
 	pf.StringVar(&o.dataDir, "data-dir", "", "data directory (work folders, checkpoints, artifacts, managed Redis); default ./lathe-data")
-	pf.StringVar(&o.redisURL, "redis-url", "", "Redis `url` (redis://host:port/db or unix:///path); lathed up runs its own when empty")
+	pf.StringVar(&o.redisURL, "redis-url", "", "Redis `url`: redis://host:port/db, unix:///path, or Sentinel redis+sentinel://[:password@]host:port,host:port/master[/db][?min_replicas=N&replica_timeout=D] (docs/operations.md); lathed up runs its own when empty")
 	pf.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	pf.DurationVar(&o.redisWait, "redis-wait", 30*time.Second, "how long to wait for Redis at start")
 
@@ -191,6 +191,7 @@ type wiring struct {
 	url      string       // Redis
 	lock     *dataDirLock // lathed up's hold on the data dir
 	managed  *managedRedis
+	target   redisTarget // url taken apart: Sentinel, min_replicas
 	rdb      *redis.Client
 	store    *jobstore.Store
 	roots    pathpolicy.Roots
@@ -242,7 +243,8 @@ func openWiring(ctx context.Context, o *opts, stderr io.Writer, ownRedis bool) (
 	if err := d.openRedis(ctx, ownRedis); err != nil {
 		return nil, err
 	}
-	d.store = jobstore.New(d.rdb, jobstore.Config{Prefix: fc.Redis.KeyPrefix, EventsMaxLen: fc.Jobs.EventsMaxLen})
+	d.store = jobstore.New(d.rdb, jobstore.Config{Prefix: fc.Redis.KeyPrefix, EventsMaxLen: fc.Jobs.EventsMaxLen,
+		MinReplicas: d.target.minReplicas, ReplicaTimeout: d.target.replicaTimeout})
 	if d.roots, err = allowedRoots(fc, d.dataDir); err != nil {
 		return nil, err
 	}
@@ -276,6 +278,7 @@ func (d *wiring) openRedis(ctx context.Context, ownRedis bool) error {
 		return err
 	}
 	d.rdb = rdb
+	d.target, _ = parseRedisURL(d.url) // newRedisClient parsed it
 	if err := waitRedis(ctx, rdb, d.o.redisWait, d.log); err != nil {
 		return err
 	}
@@ -291,6 +294,7 @@ func (d *wiring) openRedis(ctx context.Context, ownRedis bool) error {
 	if err := checkAOFTruncation(cctx, rdb, d.log); err != nil {
 		return err
 	}
+	warnFewReplicas(cctx, rdb, d.target, d.log)
 	return nil
 }
 

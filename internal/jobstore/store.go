@@ -105,6 +105,18 @@ type Config struct {
 	// FillLease is how long a sweep filler's claim on an admitting sweep
 	// lasts without a new chunk (StoreTrials); default 5 s.
 	FillLease time.Duration
+	// MinReplicas is how many replicas must acknowledge the write that
+	// stores an admission (Create*, StoreTrials: Redis WAIT, sent on the
+	// same connection right after the script) before it returns; fewer
+	// within ReplicaTimeout is an error wrapping ErrNotReplicated, which
+	// the API answers as "outcome unknown" (503). 0, the default, waits for
+	// none: with replicas, an acknowledged submit may then be lost when
+	// the primary dies before they copied it. Every other write is not
+	// waited for (docs/operations.md, "Replicas and failover").
+	MinReplicas int
+	// ReplicaTimeout bounds that wait; default 500 ms. The client's read
+	// timeout must be longer (a pipeline reads with it).
+	ReplicaTimeout time.Duration
 }
 
 // Store reads and writes jobs in Redis. It is safe for concurrent use.
@@ -129,6 +141,9 @@ func New(rdb redis.UniversalClient, cfg Config) *Store {
 	}
 	if cfg.FillLease <= 0 {
 		cfg.FillLease = 5 * time.Second
+	}
+	if cfg.ReplicaTimeout <= 0 {
+		cfg.ReplicaTimeout = replicaTimeout
 	}
 	return &Store{rdb: rdb, cfg: cfg}
 }
@@ -447,9 +462,13 @@ func (s *Store) createRun(ctx context.Context, njs []NewJob, keys []string, tail
 		return nil, nil, nil, err
 	}
 	args = append(args, tail...)
-	res, err := createScript.Run(ctx, s.rdb, keys, args...).Slice()
+	v, err := s.runReplicated(ctx, createScript, keys, args...)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("jobstore: create: %w", err)
+	}
+	res, ok := v.([]any)
+	if !ok || len(res) == 0 {
+		return nil, nil, nil, fmt.Errorf("jobstore: create: script answered %T", v)
 	}
 	if tag, ok := first(res).(string); ok && (tag == createRecheck || ledger.IsCheckReply(res)) {
 		return nil, nil, res, nil

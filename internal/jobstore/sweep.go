@@ -165,9 +165,13 @@ func (s *Store) StoreTrials(ctx context.Context, l *ledger.Ledger, ns NewSweep, 
 		if len(tail) > 0 {
 			keys = l.Keys()
 		}
-		res, err := storeTrialsScript.Run(ctx, s.rdb, keys, args...).Slice()
+		v, err := s.runReplicated(ctx, storeTrialsScript, keys, args...)
 		if err != nil {
 			return nil, false, fmt.Errorf("jobstore: store trials of sweep %s: %w", sid, err)
+		}
+		res, ok := v.([]any)
+		if !ok {
+			return nil, false, fmt.Errorf("jobstore: store trials of sweep %s: script answered %T", sid, v)
 		}
 		if ledger.IsCheckReply(res) {
 			if seq, mac, err = l.CheckReply(res); err != nil {

@@ -40,6 +40,8 @@ type Options struct {
 	LoadTruncated bool
 	// Policy is maxmemory-policy; default noeviction.
 	Policy string
+	// ReplicaOf, host:port, starts the server as a replica of that one.
+	ReplicaOf string
 }
 
 // Start launches redis-server on a free port and stops it at test cleanup.
@@ -68,6 +70,13 @@ func StartWith(tb testing.TB, o Options) *Server {
 		s.args = append(s.args, "--appendonly", "yes", "--appendfsync", "everysec", "--aof-load-truncated", truncated)
 	} else {
 		s.args = append(s.args, "--appendonly", "no")
+	}
+	if o.ReplicaOf != "" {
+		host, port, err := net.SplitHostPort(o.ReplicaOf)
+		if err != nil {
+			tb.Fatalf("redistest: ReplicaOf %q: %v", o.ReplicaOf, err)
+		}
+		s.args = append(s.args, "--replicaof", host, port)
 	}
 	s.args = append([]string{bin}, s.args...)
 	s.start()

@@ -40,28 +40,32 @@ type Seed struct {
 // secret query values.
 var Seeds = []Seed{
 	{0, "redis://", "", "127.0.0.1:6379/0"},
-	{0, "redis://", "", "[::1:6379/0"},      // a bracket error
-	{0, "redis://", "", "[::1]]:6379/0"},    // another
-	{0, "redis:/", "", "host:6379/0"},       // no "://": go-redis quotes the path
-	{0, "redis:", "", "host:6379/0"},        // opaque
-	{0, "", "", "host:6379"},                // no scheme
-	{0, "http://", "", "[::1:8080"},         // lathe --server
-	{0, "http://", "/x", "host"},            // '/' in the password: "invalid port"
-	{0, "http://", "#x", "host"},            // '#' in the password
-	{0, "http://", "?x", "host"},            // '?' in the password
-	{0, "http://", "%zz", "host"},           // a bad escape
-	{0, "http://a:b@h/#", "", "host"},       // two '@'
-	{0, "http://", "", "h/p@q"},             // an '@' after the host
-	{0, "s3://", "", "bucket/key"},          // an s3 URI
-	{0, "rediss://", "\x7f", "h:6380/1"},    // a control character
-	{0, "redis://", "", "h:6379/notadb"},    // a bad db number
-	{0, "unix://", "", "/run/redis.sock"},   // a unix socket
-	{0, "http://x:y", ":", "[fe80::1%25en"}, // a zone
-	{1, "redis://h:6379/0", "", "&db=1"},    // password=
-	{2, "https://h/x", "", "#frag"},         // pass=
-	{3, "http://[::1", "&x=1", ""},          // token=, malformed
-	{1, "redis://u:p@h", "@", "x"},          // both
-	{1, "redis://h:6379/0", "", "&db=x"},    // password= and a bad db
+	{0, "redis://", "", "[::1:6379/0"},                   // a bracket error
+	{0, "redis://", "", "[::1]]:6379/0"},                 // another
+	{0, "redis:/", "", "host:6379/0"},                    // no "://": go-redis quotes the path
+	{0, "redis:", "", "host:6379/0"},                     // opaque
+	{0, "", "", "host:6379"},                             // no scheme
+	{0, "http://", "", "[::1:8080"},                      // lathe --server
+	{0, "http://", "/x", "host"},                         // '/' in the password: "invalid port"
+	{0, "http://", "#x", "host"},                         // '#' in the password
+	{0, "http://", "?x", "host"},                         // '?' in the password
+	{0, "http://", "%zz", "host"},                        // a bad escape
+	{0, "http://a:b@h/#", "", "host"},                    // two '@'
+	{0, "http://", "", "h/p@q"},                          // an '@' after the host
+	{0, "s3://", "", "bucket/key"},                       // an s3 URI
+	{0, "rediss://", "\x7f", "h:6380/1"},                 // a control character
+	{0, "redis://", "", "h:6379/notadb"},                 // a bad db number
+	{0, "unix://", "", "/run/redis.sock"},                // a unix socket
+	{0, "http://x:y", ":", "[fe80::1%25en"},              // a zone
+	{1, "redis://h:6379/0", "", "&db=1"},                 // password=
+	{2, "https://h/x", "", "#frag"},                      // pass=
+	{3, "http://[::1", "&x=1", ""},                       // token=, malformed
+	{1, "redis://u:p@h", "@", "x"},                       // both
+	{1, "redis://h:6379/0", "", "&db=x"},                 // password= and a bad db
+	{0, "redis+sentinel://", "", "h:1,h2:2/m/x"},         // Sentinel, a bad db
+	{0, "redis+sentinel://", "/x", "h:1,:2/m"},           // Sentinel, '/' in the password, a bad host
+	{0, "redis+sentinel://u:", "%zz", "h:1/m?x=1"},       // Sentinel, a bad escape, a bad parameter
+	{1, "redis+sentinel://h:1/m?min_replicas=x", "", ""}, // Sentinel, password= and a bad min_replicas
 }
 
 // Fuzz fuzzes check with URLs holding a planted password: Seeds first,
