@@ -282,6 +282,20 @@ func copyTree(dir *os.File, dst string, deny Deny, rel string) (int64, error) {
 	if err := os.Mkdir(dst, 0o700); err != nil {
 		return 0, err
 	}
+	return eachEntry(dir, deny, rel, func(f *os.File, st *unix.Stat_t, name, base string) (int64, error) {
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			return copyTree(f, filepath.Join(dst, base), deny, name)
+		}
+		return copyRegular(f, filepath.Join(dst, base))
+	})
+}
+
+// eachEntry opens each entry of dir beneath it (no link followed), checks
+// it against deny and calls fn with its file, its stat, its path under the
+// walk's root (rel joined with base) and its name in dir, base. An entry
+// neither a regular file nor a folder is ErrNotData. It returns the sum of
+// fn's counts so far, and the first error.
+func eachEntry(dir *os.File, deny Deny, rel string, fn func(f *os.File, st *unix.Stat_t, name, base string) (int64, error)) (int64, error) {
 	d, err := OpenBeneathDir(dir)
 	if err != nil {
 		return 0, err
@@ -289,7 +303,7 @@ func copyTree(dir *os.File, dst string, deny Deny, rel string) (int64, error) {
 	entries, err := d.ReadDir(-1)
 	d.Close()
 	if err != nil {
-		return 0, fmt.Errorf("list %s: %w", dir.Name(), err)
+		return 0, fmt.Errorf("list %s: %w", filepath.Join(rel, "."), err)
 	}
 	var total int64
 	for _, e := range entries {
@@ -307,13 +321,10 @@ func copyTree(dir *os.File, dst string, deny Deny, rel string) (int64, error) {
 			if err := deny.checkFile(st); err != nil {
 				return 0, fmt.Errorf("%s: %w", name, err)
 			}
-			switch st.Mode & unix.S_IFMT {
-			case unix.S_IFREG:
-				return copyRegular(f, filepath.Join(dst, e.Name()))
-			case unix.S_IFDIR:
-				return copyTree(f, filepath.Join(dst, e.Name()), deny, name)
+			if m := st.Mode & unix.S_IFMT; m != unix.S_IFREG && m != unix.S_IFDIR {
+				return 0, fmt.Errorf("%s: %w (it is a %s)", name, ErrNotData, fileMode(st.Mode))
 			}
-			return 0, fmt.Errorf("%s: %w (it is a %s)", name, ErrNotData, fileMode(st.Mode))
+			return fn(f, st, name, e.Name())
 		}()
 		total += n
 		if err != nil {
@@ -549,46 +560,17 @@ func (rs Roots) Size(p string, deny Deny) (int64, error) {
 // sizeTree sums the regular files under dir (opened without following
 // links), as copyTree walks it; left counts down the entries it may visit.
 func sizeTree(dir *os.File, deny Deny, rel string, left *int) (int64, error) {
-	d, err := OpenBeneathDir(dir)
-	if err != nil {
-		return 0, err
-	}
-	entries, err := d.ReadDir(-1)
-	d.Close()
-	if err != nil {
-		return 0, fmt.Errorf("list %s: %w", filepath.Join(rel, "."), err)
-	}
-	var total int64
-	for _, e := range entries {
+	n, err := eachEntry(dir, deny, rel, func(f *os.File, st *unix.Stat_t, name, _ string) (int64, error) {
 		if *left--; *left < 0 {
 			return 0, ErrTooMany
 		}
-		name := filepath.Join(rel, e.Name())
-		f, err := OpenBeneath(dir, e.Name())
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", name, err)
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			return sizeTree(f, deny, name, left)
 		}
-		n, err := func() (int64, error) {
-			defer f.Close()
-			st, err := fstat(f)
-			if err != nil {
-				return 0, err
-			}
-			if err := deny.checkFile(st); err != nil {
-				return 0, fmt.Errorf("%s: %w", name, err)
-			}
-			switch st.Mode & unix.S_IFMT {
-			case unix.S_IFREG:
-				return st.Size, nil
-			case unix.S_IFDIR:
-				return sizeTree(f, deny, name, left)
-			}
-			return 0, fmt.Errorf("%s: %w (it is a %s)", name, ErrNotData, fileMode(st.Mode))
-		}()
-		if err != nil {
-			return 0, err
-		}
-		total += n
+		return st.Size, nil
+	})
+	if err != nil {
+		return 0, err
 	}
-	return total, nil
+	return n, nil
 }
