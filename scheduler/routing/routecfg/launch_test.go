@@ -419,28 +419,35 @@ func TestConfigExample(t *testing.T) {
 	}
 }
 
-// TestStartup: an aws backend's startup is parsed, indexed for routing and
-// hashed; none is 0 and leaves the config's hash as it was.
-func TestStartup(t *testing.T) {
+// withAWSKey parses briefConfig as it is (plain) and with line added to
+// its aws-eu backend (c), and returns that backend as parsed and as
+// indexed for routing.
+func withAWSKey(t *testing.T, line string) (plain, c Config, b Backend, bi BackendInfo) {
+	t.Helper()
 	plain, err := ParseConfig([]byte(briefConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := ParseConfig([]byte(strings.Replace(briefConfig, "    spot: false\n", "    spot: false\n    startup: 4m30s\n", 1)))
-	if err != nil {
+	if c, err = ParseConfig([]byte(strings.Replace(briefConfig, "    spot: false\n", "    spot: false\n    "+line+"\n", 1))); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := c.Backend("aws-eu")
+	b, _ = c.Backend("aws-eu")
 	x, err := c.Index()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var bi BackendInfo
 	for _, v := range x.Backends {
 		if v.Name == "aws-eu" {
 			bi = v
 		}
 	}
+	return plain, c, b, bi
+}
+
+// TestStartup: an aws backend's startup is parsed, indexed for routing and
+// hashed; none is 0 and leaves the config's hash as it was.
+func TestStartup(t *testing.T) {
+	plain, c, b, bi := withAWSKey(t, "startup: 4m30s")
 	if b.Startup != 270*1e9 || bi.Startup != b.Startup {
 		t.Errorf("startup %v, indexed %v; want 4m30s", b.Startup, bi.Startup)
 	}
@@ -455,25 +462,7 @@ func TestStartup(t *testing.T) {
 // TestStagingMBps: an aws backend's staging_mbps is parsed, indexed for
 // routing in bytes per second and hashed; none is 0 (not timed).
 func TestStagingMBps(t *testing.T) {
-	plain, err := ParseConfig([]byte(briefConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := ParseConfig([]byte(strings.Replace(briefConfig, "    spot: false\n", "    spot: false\n    staging_mbps: 250.5\n", 1)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := c.Backend("aws-eu")
-	x, err := c.Index()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var bi BackendInfo
-	for _, v := range x.Backends {
-		if v.Name == "aws-eu" {
-			bi = v
-		}
-	}
+	plain, c, b, bi := withAWSKey(t, "staging_mbps: 250.5")
 	if b.StagingMBps != 250.5 || bi.StageBps != 250.5e6 {
 		t.Errorf("staging_mbps %v, indexed %v B/s; want 250.5 MB/s", b.StagingMBps, bi.StageBps)
 	}
