@@ -127,7 +127,11 @@ func (l *leaderLoop) loop(ctx context.Context) {
 		} else {
 			l.term = ""
 		}
-		gap := wakeGapAfter(time.Since(passAt))
+		// Wakes make passes come sooner than the ticker's, never later:
+		// settle blocks the loop, ticks and duties with it (a sweep's cap
+		// on actual spend is checked by them), so it waits no longer than
+		// an interval.
+		gap := min(wakeGapAfter(time.Since(passAt)), l.interval)
 		select {
 		case <-ctx.Done():
 			return
