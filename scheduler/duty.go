@@ -127,11 +127,7 @@ func (l *leaderLoop) loop(ctx context.Context) {
 		} else {
 			l.term = ""
 		}
-		// Wakes make passes come sooner than the ticker's, never later:
-		// settle blocks the loop, ticks and duties with it (a sweep's cap
-		// on actual spend is checked by them), so it waits no longer than
-		// an interval.
-		gap := min(wakeGapAfter(time.Since(passAt)), l.interval)
+		gap := wakeGapAfter(time.Since(passAt))
 		select {
 		case <-ctx.Done():
 			return
@@ -139,7 +135,7 @@ func (l *leaderLoop) loop(ctx context.Context) {
 		case <-tickDue:
 		case <-l.wake:
 			l.placer.forceRound() // a submit, retry or cancel: always a full round
-			if !l.settle(ctx, passAt, gap) {
+			if !l.settle(ctx, passAt, gap, t.C, tickDue) {
 				return
 			}
 		}
@@ -171,8 +167,11 @@ func wakeGapAfter(d time.Duration) time.Duration {
 
 // settle waits, after a wake, until gap has passed since the pass that
 // started at passAt, taking in the wakes that come meanwhile; false when
-// ctx ended.
-func (l *leaderLoop) settle(ctx context.Context, passAt time.Time, gap time.Duration) bool {
+// ctx ended. A tick of the ticker (tick) or a schedule's tick that comes
+// due (due; nil: none) ends the wait at once: wakes make passes come sooner than the ticker's, never
+// later, so the duties that run on the ticker (the settle that checks a
+// sweep's cap on actual spend) keep their pace however long a pass is.
+func (l *leaderLoop) settle(ctx context.Context, passAt time.Time, gap time.Duration, tick, due <-chan time.Time) bool {
 	wait := gap - time.Since(passAt)
 	if wait <= 0 {
 		return true
@@ -183,6 +182,8 @@ func (l *leaderLoop) settle(ctx context.Context, passAt time.Time, gap time.Dura
 	case <-ctx.Done():
 		return false
 	case <-t.C:
+	case <-tick:
+	case <-due:
 	}
 	select {
 	case <-l.wake:
