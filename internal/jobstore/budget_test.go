@@ -89,7 +89,7 @@ func TestBudgets(t *testing.T) {
 // script that stores it; concurrent creates never pass a limit, and those
 // that would are stored held (route waiting, held reason naming the scope),
 // never stored routed without a reservation. A route set with a
-// reservation behaves the same.
+// reservation behaves the same, and a job held so is never dispatched.
 func TestReserveInCreate(t *testing.T) {
 	b := setup(t)
 	ctx, s := b.ctx, b.store
@@ -150,10 +150,21 @@ func TestReserveInCreate(t *testing.T) {
 	if err != nil || set.Held == "" || !set.Route.Waiting {
 		t.Fatalf("reroute over budget: %+v %v", set, err)
 	}
+	// Held, it is never dispatched: a placement round that planned it on
+	// the decision (before the reservation lost) loses the dispatch, or the
+	// job would run with no reservation and its cost reach no budget.
+	dispatch := jobstore.DispatchParams{JobID: j.ID, Attempt: 1, Node: jobtype.CloudNode("aws-eu"), Backend: "aws-eu", Capacity: 100}
+	var ce *jobstore.ConflictError
+	if err := s.Dispatch(ctx, dispatch); !errors.As(err, &ce) {
+		t.Fatalf("dispatch of a held job: %v, want a conflict", err)
+	}
 	small := &jobstore.BudgetReservation{Month: "2026-12", USD: 10, Scopes: budget.Scopes}
 	set, err = s.SetRouteLogged(ctx, nil, jobstore.RouteUpdate{ID: j.ID, Route: route, Budget: small})
 	if stored, _ := s.Get(ctx, j.ID); err != nil || set.Held != "" || stored.BudgetReservedUSD != 10 || stored.Held != "" {
 		t.Fatalf("reroute within budget: %+v %v; stored %+v", set, err, stored)
+	}
+	if err := s.Dispatch(ctx, dispatch); err != nil {
+		t.Fatalf("dispatch once reserved: %v", err)
 	}
 }
 

@@ -396,14 +396,19 @@ return reply(DONE, id)
 //	ARGV[10] GPU indices, JSON
 //	ARGV[11] leader fence ('' none)
 //
-// Returns the job reply: DONE; CONFLICT (not queued at that attempt, or a
-// cancel was asked); NODE_FULL; FENCED; NOT_FOUND.
+// Returns the job reply: DONE; CONFLICT (not queued at that attempt, a
+// cancel was asked, or it is held); NODE_FULL; FENCED; NOT_FOUND.
 var dispatchScript = redis.NewScript(luaCommon + `
 local id, want, node, cap, now, maxlen, data, backend, gpus = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 if fenced(ARGV[11] or '') then return {FENCED, 'fenced', 0, 0} end
-local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested')
+local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested', 'held')
 if not cur[1] then return {NOT_FOUND, '', 0, 0} end
 if cur[1] ~= 'queued' or tonumber(cur[2]) ~= want or cur[3] == '1' then return reply(CONFLICT, id) end
+-- A held job never runs: a round that planned it on a re-decision whose
+-- budget reservation then lost the race (reserve_or_hold stored it held)
+-- must not dispatch it, or it would run with no reservation and its cost
+-- would reach no budget.
+if cur[4] and cur[4] ~= '' then return reply(CONFLICT, id) end
 local rkey = P .. 'node:' .. node .. ':reserved'
 local asked = cjson.decode(gpus)
 local held = {}

@@ -296,3 +296,67 @@ func TestDecideRoundRedecidesBudgetHeldJobs(t *testing.T) {
 		})
 	}
 }
+
+// TestEveryChosenRouteReserves: a budget-held job decided again onto a
+// priced backend reserves its estimate whatever the path and whatever the
+// decision's wait: a waiting local route (its wait past max_wait) and a
+// config reload's re-decision reserve as a placement's does. Neither may
+// store the job with its hold lifted and no reservation: it would run with
+// its cost counted against no budget (TestBudgetRaceE2E's "costs to the
+// cent" caught one such trial).
+func TestEveryChosenRouteReserves(t *testing.T) {
+	rc, err := routecfg.ParseConfig([]byte(`
+sites: {dc: [onprem]}
+redis_site: dc
+backends:
+  local: {kind: local, site: dc, price: {usd_per_gpu_hour: 2.00}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := NewRouteState(rc)
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	gpus := []jobtype.GPU{{Index: 0, UUID: "G0", Name: "NVIDIA H100", MemoryTotalMB: 81920, Healthy: true}}
+	// The one GPU is held by a job estimated to run 10 more hours: a
+	// queued job's local wait is far past a max_wait of a minute.
+	started := now.Add(-time.Hour)
+	running := &jobtype.Job{ID: "run", State: jobtype.StateRunning, Attempt: 1, StartedAt: &started, UpdatedAt: started,
+		Spec: jobspec.Spec{Name: "run", BaseModel: "tiny-char", Trainer: "reference", Resources: jobspec.Resources{GPUs: 1},
+			MaxRuntime: jobspec.Duration(11 * time.Hour)}}
+	nodes := []poolstate.NodeStatus{{Node: poolstate.Node{Name: "n1", Backend: "local", Slots: 2, GPUs: gpus},
+		Reservations: map[string]poolstate.Reservation{"run": {GPUs: []int{0}}}, Reserved: 1}}
+	join := []poolstate.JoinWait{{GPUs: 1, WaitS: 10 * 3600}}
+	pressure := poolstate.PoolPressure{HealthyGPUs: 1, RunningGPUHours: 10, At: now, Joins: [3][]poolstate.JoinWait{join, join, join}}
+	for _, tc := range []struct {
+		name, epoch, hash, path string
+		maxWait                 time.Duration
+	}{
+		{"a settlement, the route waiting", "2026-12:8", rs.Hash, "budget", time.Minute},
+		{"a settlement", "2026-12:8", rs.Hash, "budget", 0},
+		{"a config reload, the route waiting", "2026-12:7", "an-older-config", "config reload", time.Minute},
+		{"a config reload", "2026-12:7", "an-older-config", "config reload", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := &jobtype.Job{ID: "h", State: jobtype.StateQueued, Attempt: 1, Team: "ml", UpdatedAt: now, CreatedAt: now,
+				Held:      "budget reservation refused: $2.00 would pass team:ml's 2026-12 budget ($1.00 of $40.00 left)",
+				HeldEpoch: "2026-12:7",
+				Route:     &jobtype.RouteInfo{Backend: "local", Kind: routecfg.KindLocal, Attempt: 1, ConfigHash: tc.hash, DecidedAt: now, Waiting: true},
+				Spec: jobspec.Spec{Name: "h", BaseModel: "tiny-char", Trainer: "reference", Resources: jobspec.Resources{GPUs: 1},
+					MaxRuntime: jobspec.Duration(time.Hour), MaxWait: jobspec.Duration(tc.maxWait)}}
+			in := &RoundInput{Now: now, BudgetEpoch: tc.epoch, Nodes: nodes, Pending: []string{"h"},
+				Jobs:    map[string]*jobtype.Job{"h": j, "run": running},
+				Routing: RoutingInput{Now: now, Nodes: nodes, Pressure: pressure, Spends: map[string]poolstate.Spend{}, StepTimes: map[string]float64{}}}
+			plan := DecideRound(in, rs, RoundOptions{DefaultMaxRuntime: 24 * time.Hour})
+			if len(plan.Reroutes) != 1 || plan.Reroutes[0].Path != tc.path {
+				t.Fatalf("reroutes %+v: want the held job decided again on path %q", plan.Reroutes, tc.path)
+			}
+			rp := plan.Reroutes[0]
+			if rp.Decision.Waiting != (tc.maxWait > 0) {
+				t.Fatalf("decision waiting %v, want %v (the setup is wrong): %+v", rp.Decision.Waiting, tc.maxWait > 0, rp.Decision)
+			}
+			if rp.Held != "" || rp.Decision.EstCostUSD <= 0 || !rp.Reserve {
+				t.Fatalf("held %q, estimate $%.2f, reserve %v: want the route chosen to reserve its estimate", rp.Held, rp.Decision.EstCostUSD, rp.Reserve)
+			}
+		})
+	}
+}

@@ -225,10 +225,14 @@ func decideRoute(j *jobtype.Job, path string, rs *RouteState, snap routing.Snaps
 	if !d.Refused {
 		rp.Route = RouteInfo(d, rs, path, j.Attempt, j.Preemptions, now)
 		KeepDataSizes(rp.Route, rj)
-		// A job that moves to a priced backend on a later attempt (spill-over
-		// to the cloud, a retry) reserves its estimate then; one that holds a
-		// reservation already keeps it (Reserve is a no-op).
-		rp.Reserve = !d.Waiting && path != "config reload" && d.EstCostUSD > 0 && d.Backend != ""
+		// Every route chosen reserves its estimate: a job that moves to a
+		// priced backend on a later attempt (spill-over to the cloud, a
+		// retry) reserves it then; one that holds a reservation already
+		// keeps it (Reserve is a no-op). A waiting route and a config
+		// reload's reserve too: a held job re-decided into either would
+		// otherwise be stored with no hold and no reservation, and run
+		// with its cost counted against no budget.
+		rp.Reserve = d.EstCostUSD > 0 && d.Backend != ""
 		return rp
 	}
 	rp.Held = "no backend may run it now (" + path + "): " + strings.Join(d.Reasons, "; ")
