@@ -80,6 +80,22 @@ func BenchmarkSubmitAPI(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "submits/s")
 }
 
+// BenchmarkSubmitAPISerial: POST /api/v1/jobs one at a time, as a shell
+// loop of `lathe submit` sends them: each submit's latency (its reads, its
+// create script, its HTTP) with nothing beside it.
+func BenchmarkSubmitAPISerial(b *testing.B) {
+	url := benchServer(b) + "/api/v1/jobs"
+	c := &http.Client{}
+	b.ResetTimer()
+	for range b.N {
+		if !post(b, c, url, []byte(benchSpec)) {
+			return
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "submits/s")
+}
+
 // batchSize is how many specs one BenchmarkSubmitBatchAPI request carries
 // (a nightly sweep's size).
 const batchSize = 100

@@ -128,7 +128,7 @@ func (p *placer) read(ctx context.Context) (in *policy.RoundInput, fp string, ok
 		p.log.Warn("placer: snapshot", slog.Any("err", err))
 		return nil, "", false
 	}
-	if in.Routing, err = p.router.readRouting(ctx, p.router.Routing(), in.Now, nodes); err != nil {
+	if in.Routing, err = p.router.readRouting(ctx, p.router.Routing(), in.Now, nodes, false); err != nil {
 		p.log.Warn("placer: snapshot", slog.Any("err", err))
 		return nil, "", false
 	}

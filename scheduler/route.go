@@ -65,39 +65,32 @@ func routingJob(spec *jobspec.Spec, id, team, outputURI string) routing.Job {
 // snapshotFor reads what a routing decision looks at.
 func (r *router) snapshotFor(ctx context.Context, rs *policy.RouteState, as Assumptions) (routing.Snapshot, error) {
 	now := time.Now()
-	nodes, err := r.store.Nodes(ctx)
+	in, err := r.readRouting(ctx, rs, now, nil, true)
 	if err != nil {
 		return routing.Snapshot{Now: now, Config: rs.Config}, err
-	}
-	in, err := r.readRouting(ctx, rs, now, nodes)
-	if err != nil {
-		return routing.Snapshot{Now: in.Now, Config: rs.Config}, err
 	}
 	return policy.Snapshot(rs, as, in), nil
 }
 
-// readRouting reads a routing decision's inputs at now besides the live
-// nodes, read already.
-func (r *router) readRouting(ctx context.Context, rs *policy.RouteState, now time.Time, nodes []jobstore.NodeStatus) (policy.RoutingInput, error) {
-	in := policy.RoutingInput{Now: now, Nodes: nodes}
-	var err error
-	if in.Pressure, err = r.store.PoolPressureOf(ctx, "local"); err != nil {
-		return in, err
-	}
-	var scopes []string
+// readRouting reads a routing decision's inputs at now in one pipeline
+// (jobstore.ReadRouting): with readNodes the live nodes too, else nodes
+// are those a placement round has read already.
+func (r *router) readRouting(ctx context.Context, rs *policy.RouteState, now time.Time, nodes []jobstore.NodeStatus, readNodes bool) (policy.RoutingInput, error) {
+	q := jobstore.RoutingQuery{Pool: "local", Month: jobstore.Month(now), Nodes: readNodes}
 	for _, b := range rs.Config.Backends {
-		scopes = append(scopes, "backend:"+b.Name)
+		q.Scopes = append(q.Scopes, "backend:"+b.Name)
 	}
 	for team := range rs.Config.TeamBudgetsUSD {
-		scopes = append(scopes, "team:"+team)
+		q.Scopes = append(q.Scopes, "team:"+team)
 	}
-	if in.Spends, err = r.store.Spends(ctx, jobstore.Month(now), scopes); err != nil {
-		return in, err
+	rr, err := r.store.ReadRouting(ctx, q)
+	if err != nil {
+		return policy.RoutingInput{Now: now, Nodes: nodes}, err
 	}
-	if in.StepTimes, err = r.store.StepTimes(ctx); err != nil {
-		return in, err
+	if readNodes {
+		nodes = rr.Nodes
 	}
-	return in, nil
+	return policy.RoutingInput{Now: now, Nodes: nodes, Pressure: rr.Pressure, Spends: rr.Spends, StepTimes: rr.StepTimes}, nil
 }
 
 // ledgerBody is what a decision record holds besides its header: the job

@@ -245,13 +245,24 @@ func (s *Store) OpenReservations(ctx context.Context) ([]string, error) {
 // Spends reads the month's spend of each scope.
 func (s *Store) Spends(ctx context.Context, month string, scopes []string) (map[string]Spend, error) {
 	pipe := s.rdb.Pipeline()
+	cmds := s.spendCmds(ctx, pipe, month, scopes)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("jobstore: spends: %w", err)
+	}
+	return spendsOf(scopes, cmds), nil
+}
+
+// spendCmds queues on pipe the reads of each scope's spend in month.
+func (s *Store) spendCmds(ctx context.Context, pipe redis.Pipeliner, month string, scopes []string) []*redis.SliceCmd {
 	cmds := make([]*redis.SliceCmd, len(scopes))
 	for i, sc := range scopes {
 		cmds[i] = pipe.HMGet(ctx, s.key("budget", sc, month), "spent", "reserved")
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("jobstore: spends: %w", err)
-	}
+	return cmds
+}
+
+// spendsOf decodes the replies of spendCmds, by scope.
+func spendsOf(scopes []string, cmds []*redis.SliceCmd) map[string]Spend {
 	out := make(map[string]Spend, len(scopes))
 	for i, sc := range scopes {
 		v := cmds[i].Val()
@@ -266,7 +277,7 @@ func (s *Store) Spends(ctx context.Context, month string, scopes []string) (map[
 		}
 		out[sc] = sp
 	}
-	return out, nil
+	return out
 }
 
 // WaitingForMoney lists, of the queued jobs, those not admitted that a

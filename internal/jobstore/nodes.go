@@ -108,6 +108,11 @@ func (s *Store) Nodes(ctx context.Context) ([]NodeStatus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jobstore: nodes: %w", err)
 	}
+	return s.nodesNamed(ctx, names)
+}
+
+// nodesNamed reads the nodes the nodes set names (Nodes).
+func (s *Store) nodesNamed(ctx context.Context, names []string) ([]NodeStatus, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}

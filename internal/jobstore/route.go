@@ -217,13 +217,18 @@ func (s *Store) StepTimes(ctx context.Context) (map[string]float64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jobstore: step times: %w", err)
 	}
+	return stepTimesOf(m), nil
+}
+
+// stepTimesOf decodes the seconds-per-step hash.
+func stepTimesOf(m map[string]string) map[string]float64 {
 	out := make(map[string]float64, len(m))
 	for k, v := range m {
 		if f, err := strconv.ParseFloat(v, 64); err == nil {
 			out[k] = f
 		}
 	}
-	return out, nil
+	return out
 }
 
 // PoolPressure is a local pool's queue pressure (poolstate.PoolPressure).
@@ -248,8 +253,13 @@ func (s *Store) SetPoolPressure(ctx context.Context, pool string, p PoolPressure
 
 // PoolPressureOf reads pool's last pressure (zero when none yet).
 func (s *Store) PoolPressureOf(ctx context.Context, pool string) (PoolPressure, error) {
-	var p PoolPressure
 	v, err := s.rdb.Get(ctx, s.key("pool", pool, "pressure")).Result()
+	return pressureOf(pool, v, err)
+}
+
+// pressureOf decodes pool's pressure as read (v, err of its GET).
+func pressureOf(pool, v string, err error) (PoolPressure, error) {
+	var p PoolPressure
 	if errors.Is(err, redis.Nil) {
 		return p, nil
 	}
@@ -260,4 +270,51 @@ func (s *Store) PoolPressureOf(ctx context.Context, pool string) (PoolPressure, 
 		return p, fmt.Errorf("jobstore: pool pressure %s: %w", pool, err)
 	}
 	return p, nil
+}
+
+// RoutingQuery names what ReadRouting reads.
+type RoutingQuery struct {
+	Pool   string   // the local pool whose pressure is read ("local")
+	Month  string   // the budget month (Month)
+	Scopes []string // the budget scopes whose spend is read
+	Nodes  bool     // the live nodes too (Nodes)
+}
+
+// RoutingReads is what a routing decision reads of the store.
+type RoutingReads struct {
+	Nodes     []NodeStatus // when asked (RoutingQuery.Nodes)
+	Pressure  PoolPressure
+	Spends    map[string]Spend
+	StepTimes map[string]float64
+}
+
+// ReadRouting reads a routing decision's inputs in one pipeline: the
+// pool's pressure, the scopes' spends, the learned step times and, when
+// asked, the nodes set; the live nodes' records then take a second round
+// trip (Nodes). What PoolPressureOf, Spends, StepTimes and Nodes read one
+// call each, a submit reads in two round trips instead of five.
+func (s *Store) ReadRouting(ctx context.Context, q RoutingQuery) (RoutingReads, error) {
+	var out RoutingReads
+	pipe := s.rdb.Pipeline()
+	var names *redis.StringSliceCmd
+	if q.Nodes {
+		names = pipe.SMembers(ctx, s.key("nodes"))
+	}
+	pc := pipe.Get(ctx, s.key("pool", q.Pool, "pressure"))
+	sc := s.spendCmds(ctx, pipe, q.Month, q.Scopes)
+	st := pipe.HGetAll(ctx, s.key("stats", "seconds_per_step"))
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return out, fmt.Errorf("jobstore: routing reads: %w", err)
+	}
+	var err error
+	if out.Pressure, err = pressureOf(q.Pool, pc.Val(), pc.Err()); err != nil {
+		return out, err
+	}
+	out.Spends, out.StepTimes = spendsOf(q.Scopes, sc), stepTimesOf(st.Val())
+	if names != nil {
+		if out.Nodes, err = s.nodesNamed(ctx, names.Val()); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }

@@ -3,7 +3,9 @@ package jobstore_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
@@ -37,5 +39,59 @@ func TestSetRouteNeedsTheQueuedAttempt(t *testing.T) {
 	}
 	if got, _ := s.Get(ctx, j.ID); got.Route == nil || got.Route.Backend != "local" {
 		t.Fatalf("the dispatched job's route changed: %+v", got.Route)
+	}
+}
+
+// TestReadRoutingIsTheSeparateReads: ReadRouting's one pipeline reads what
+// PoolPressureOf, Spends, StepTimes and Nodes read one call each: with
+// nothing stored (no pressure, no spend, no node), and with each stored.
+func TestReadRoutingIsTheSeparateReads(t *testing.T) {
+	b := setup(t)
+	ctx, s := b.ctx, b.store
+	q := jobstore.RoutingQuery{Pool: "local", Month: "2026-12", Scopes: []string{"backend:local", "team:ml"}, Nodes: true}
+	same := func(when string) {
+		t.Helper()
+		got, err := s.ReadRouting(ctx, q)
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		p, err1 := s.PoolPressureOf(ctx, q.Pool)
+		sp, err2 := s.Spends(ctx, q.Month, q.Scopes)
+		st, err3 := s.StepTimes(ctx)
+		nodes, err4 := s.Nodes(ctx)
+		if err := errors.Join(err1, err2, err3, err4); err != nil {
+			t.Fatal(err)
+		}
+		want := jobstore.RoutingReads{Nodes: nodes, Pressure: p, Spends: sp, StepTimes: st}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: ReadRouting %+v, the separate reads %+v", when, got, want)
+		}
+		q2 := q
+		q2.Nodes = false
+		if got, err := s.ReadRouting(ctx, q2); err != nil || got.Nodes != nil {
+			t.Fatalf("%s, without nodes: %+v %v", when, got.Nodes, err)
+		}
+	}
+	same("nothing stored")
+	if err := s.Heartbeat(ctx, jobstore.Node{Name: "n1", Incarnation: "i1", Backend: "local", Slots: 2,
+		GPUs: []jobtype.GPU{{Index: 0, UUID: "G0"}}}, jobstore.HeartbeatOptions{TTL: time.Minute, First: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetPoolPressure(ctx, "local", jobstore.PoolPressure{HealthyGPUs: 1, RunningGPUHours: 2.5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordStepTime(ctx, "tiny-char", "H100", 0.25); err != nil {
+		t.Fatal(err)
+	}
+	j, _, err := s.Create(ctx, jobstore.NewJob{Spec: spec("r", jobspec.PriorityNormal), Team: "ml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reserve(ctx, j.ID, q.Month, 3, []jobstore.BudgetScope{{Scope: "backend:local"}, {Scope: "team:ml", Limit: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	same("each stored")
+	if got, _ := s.ReadRouting(ctx, q); len(got.Nodes) != 1 || got.Pressure.HealthyGPUs != 1 || got.Spends["team:ml"].ReservedUSD != 3 || len(got.StepTimes) != 1 {
+		t.Fatalf("read %+v: want the node, the pressure, the reservation and the step time stored", got)
 	}
 }
