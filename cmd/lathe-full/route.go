@@ -412,7 +412,7 @@ func printCost(w io.Writer, ex *explanation, spec *jobspec.Spec) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "BACKEND\tSITE\tINSTANCE\tEST.RUNTIME\tGPU-HOURS\tEST.COST\tNOTE")
 	for _, c := range byCost(d.Candidates) {
-		fmt.Fprintln(tw, costRow(c, d.Backend, spec.Resources.GPUs))
+		fmt.Fprintln(tw, costRow(c, d.Backend, spec.Resources.TotalGPUs()))
 	}
 	return tw.Flush()
 }

@@ -12,7 +12,7 @@ import (
 
 // TestJobUsage: a job's cost is its cloud instances' cost plus its local
 // run time × GPUs × the local price, and its GPU-hours its whole run time
-// × GPUs; the attempt running now counts to the last update; the settled
+// × GPUs (nodes × gpus for a job that spans nodes); the attempt running now counts to the last update; the settled
 // CostUSD is never added again (settling twice cannot double it); local
 // time stays priced after the job's route moved to the cloud.
 func TestJobUsage(t *testing.T) {
@@ -53,4 +53,7 @@ datasets:
 	j.Route = &jobtype.RouteInfo{Backend: "local", Kind: "local"}
 	j.State, j.StartedAt, j.UpdatedAt = jobtype.StateRunning, &start, start.Add(30*time.Minute)
 	want(1.5+1.5*2*2.00, 2*2)
+	// A job of 3 nodes × 2 GPUs holds 6 GPUs: it costs and counts three times as much.
+	j.Spec.Resources.Nodes = 3
+	want(1.5+1.5*6*2.00, 2*6)
 }
