@@ -21,17 +21,7 @@ func TestPlaceProperties(t *testing.T) {
 	stats := map[string]int{}
 	for i := range n {
 		s := randomSnapshot(r)
-		p := Place(s)
-		ok := t.Run(fmt.Sprintf("case%d", i), func(t *testing.T) {
-			checkPlan(t, s, p)
-			if got := Place(shuffled(r, s)); !reflect.DeepEqual(got, p) {
-				t.Errorf("plan depends on listing order:\n got %+v\nwant %+v", got, p)
-			}
-		})
-		if !ok {
-			t.Logf("snapshot: %+v", s)
-			t.FailNow()
-		}
+		p := placeChecked(t, r, i, s, checkPlan)
 		stats["assigned"] += len(p.Assign)
 		stats["preempt"] += len(p.Preempt)
 		stats["reserved"] += len(p.Reserved)
@@ -494,4 +484,23 @@ func checkPlan(t *testing.T, s Snapshot, p Plan) {
 func waitReason(p Plan, id string) string {
 	w, _ := waitOf(p, id)
 	return w.Reason
+}
+
+// placeChecked places s, runs check on the plan as subtest case<i>, checks
+// that the plan does not depend on the order s lists things in, and stops
+// the test on a failure with the snapshot logged. It returns the plan.
+func placeChecked(t *testing.T, r *rand.Rand, i int, s Snapshot, check func(*testing.T, Snapshot, Plan)) Plan {
+	t.Helper()
+	p := Place(s)
+	ok := t.Run(fmt.Sprintf("case%d", i), func(t *testing.T) {
+		check(t, s, p)
+		if got := Place(shuffled(r, s)); !reflect.DeepEqual(got, p) {
+			t.Errorf("plan depends on listing order:\n got %+v\nwant %+v", got, p)
+		}
+	})
+	if !ok {
+		t.Logf("snapshot: %+v", s)
+		t.FailNow()
+	}
+	return p
 }
