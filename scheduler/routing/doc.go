@@ -68,10 +68,11 @@
 //
 // 2. GPU fit. Local: some node of the pool has at least job.GPUs healthy
 // GPUs whose model contains one of job.GPUModels (case-insensitively; none
-// given: any) and whose memory is at least job.GPUMemoryGB; a job never
-// spans nodes; a pool with no state or no GPUs fits only a job with no
-// GPUs. Cloud: the instance types with at least job.GPUs such GPUs (any type
-// for a job with no GPUs); the cheapest estimated cost wins, then the lower
+// given: any) and whose memory is at least job.GPUMemoryGB; a job of
+// job.Nodes > 1 needs that many such nodes; a pool with no state or no GPUs
+// fits only a job with no GPUs. Cloud: the instance types with at least
+// job.GPUs × job.Nodes such GPUs, one instance per attempt (any type for a
+// job with no GPUs); the cheapest estimated cost wins, then the lower
 // hourly price, then config order.
 //
 // 3. Budgets, on the estimated cost: the job's budget_usd (when set), the
