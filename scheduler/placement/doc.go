@@ -139,5 +139,7 @@
 // O(nodes) per waiting job. 10,000 pending jobs on 64 nodes × 8 GPUs take a
 // few milliseconds (BenchmarkPlace10kOn64x8). The cost grows with the
 // number of distinct shapes, each O(nodes × GPUs) once: 10,000 jobs with
-// 10,000 different memory floors take about 60 ms.
+// 10,000 different memory floors take about 60 ms. A gang costs O(nodes log
+// nodes) to place or to find waiting, and O(nodes × GPUs per node) in the
+// replay; a job of one node never takes the gang's path.
 package placement
