@@ -241,10 +241,57 @@ func checkGangHead(t *testing.T, s Snapshot, p Plan, jobs map[string]Job) {
 	if nodes != head.Request.nodes() {
 		t.Errorf("%s: reserved on %d nodes, spans %d", head.ID, nodes, head.Request.nodes())
 	}
-	if head.Priority == PriorityUrgent || len(p.Preempt) > 0 {
-		return // preemption reserves from now, on GPUs still held
+	if len(p.Preempt) > 0 {
+		checkGangPreempt(t, s, p, head)
+		return
+	}
+	if head.Priority == PriorityUrgent {
+		return // it reserves from now, on GPUs of jobs still stopping
 	}
 	if at := shadowOf(s, p.Assign, head); at.IsZero() || at.After(rv.At) {
 		t.Errorf("%s: with the plan's assignments running it starts %v, after its reservation %v: backfill delayed it", head.ID, at, rv.At)
+	}
+}
+
+// checkGangPreempt checks the plan's preemptions: all for the head, which
+// is urgent, of preemptible batch jobs on the node named, and on every
+// node the head reserves, each reserved GPU is free now, held by a victim
+// there or by a job already stopping: room on all its nodes, or none.
+func checkGangPreempt(t *testing.T, s Snapshot, p Plan, head Job) {
+	t.Helper()
+	if head.Priority != PriorityUrgent {
+		t.Errorf("%s (priority %d) preempts", head.ID, head.Priority)
+	}
+	victims := map[string]bool{}
+	for _, pr := range p.Preempt {
+		if pr.ForJobID != head.ID {
+			t.Errorf("preemption %+v is not for the head %s", pr, head.ID)
+		}
+		for _, v := range pr.Victims {
+			victims[pr.Node+"/"+v] = true
+		}
+	}
+	for _, n := range s.Nodes {
+		run := map[string]Running{}
+		for _, r := range n.Running {
+			run[r.JobID] = r
+		}
+		for v := range victims {
+			if id, ok := strings.CutPrefix(v, n.Name+"/"); ok {
+				if r := run[id]; r.Priority != PriorityBatch || !r.Preemptible || r.Stopping {
+					t.Errorf("victim %s on %s: %+v", id, n.Name, r)
+				}
+			}
+		}
+		for _, rv := range p.Reserved {
+			if rv.JobID != head.ID || rv.Node != n.Name {
+				continue
+			}
+			for _, g := range n.GPUs {
+				if slices.Contains(rv.GPUs, g.Index) && g.JobID != "" && !victims[n.Name+"/"+g.JobID] && !run[g.JobID].Stopping {
+					t.Errorf("%s reserves GPU %d on %s, held by %s, which is not stopped", head.ID, g.Index, n.Name, g.JobID)
+				}
+			}
+		}
 	}
 }
