@@ -294,6 +294,9 @@ func checkSimRanges(f simFlags) error {
 	if f.nodeGPUs < 0 || f.nodeGPUs > 4096 {
 		return usageErrorf("--node-gpus %d: want 0 (one node) to 4096", f.nodeGPUs)
 	}
+	if f.gangs && f.nodeGPUs == 0 {
+		return usageErrorf("--gangs needs --node-gpus: in one node of every owned GPU no job spans nodes")
+	}
 	if !(f.gpuMemGB > 0) || f.gpuMemGB > 1e6 {
 		return usageErrorf("--gpu-memory-gb %v: want a number above 0", f.gpuMemGB)
 	}
