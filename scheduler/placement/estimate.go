@@ -86,6 +86,7 @@ func (p *planner) joins(gs []gpuSim, prio int) []gpuSim {
 		}
 		p.plan.Joins = append(p.plan.Joins, jn)
 		if k == p.maxGPUs {
+			p.gangJoins(gs, sh, prio)
 			return gs
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // considerGang places pending job i, a gang of Request.Nodes nodes with
@@ -204,6 +205,35 @@ func (p *planner) replayGang(gs []gpuSim, sh *shape, k, n int, j *Job) int64 {
 		s.set(s.taken, endOf(at, j.expected()))
 	}
 	return at
+}
+
+// gangJoins records, for priority prio, when a new gang of 2, 4, 8, … whole
+// nodes of the largest node's GPU count (up to every node that has that
+// many, and that number) would start in the replay as it stands: when its
+// Nodes-th node is free. Nothing when fewer than two nodes have them.
+func (p *planner) gangJoins(gs []gpuSim, sh *shape, prio int) {
+	k := p.maxGPUs
+	var ts []int64
+	for ni := range gs {
+		if sh.static[ni] >= k {
+			ts = append(ts, gs[ni].kth(sh, ni, k))
+		}
+	}
+	if len(ts) < 2 {
+		return
+	}
+	slices.Sort(ts)
+	for n := 2; ; n *= 2 {
+		n = min(n, len(ts))
+		jn := Join{Priority: prio, GPUs: k, Nodes: n}
+		if at := ts[n-1]; at != never {
+			jn.At = p.now.Add(time.Duration(at))
+		}
+		p.plan.Joins = append(p.plan.Joins, jn)
+		if n == len(ts) {
+			return
+		}
+	}
 }
 
 // neverFitsGang explains why no n nodes, even empty, hold k GPUs of shape

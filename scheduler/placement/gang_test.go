@@ -2,7 +2,7 @@ package placement
 
 import (
 	"fmt"
-	"math/rand"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -132,11 +132,7 @@ func TestGangPreemptAllOrNone(t *testing.T) {
 // checks checkGangPlan on each, and that the plan does not depend on the
 // order the snapshot lists things in.
 func TestGangProperties(t *testing.T) {
-	n := 2000
-	if testing.Short() {
-		n = 200
-	}
-	r := rand.New(rand.NewSource(20261207))
+	n, r := propertyRuns(2000, 20261207)
 	stats := map[string]int{}
 	for i := range n {
 		s := randomSnapshot(r)
@@ -176,10 +172,7 @@ func TestGangProperties(t *testing.T) {
 // as jobs, do not delay the head past its reservation (backfill safety).
 func checkGangPlan(t *testing.T, s Snapshot, p Plan) {
 	t.Helper()
-	jobs := map[string]Job{}
-	for _, j := range s.Pending {
-		jobs[j.ID] = j
-	}
+	jobs := jobsByID(s)
 	gpus := map[string]GPU{}
 	for _, n := range s.Nodes {
 		for _, g := range n.GPUs {
@@ -292,6 +285,37 @@ func checkGangPreempt(t *testing.T, s Snapshot, p Plan, head Job) {
 					t.Errorf("%s reserves GPU %d on %s, held by %s, which is not stopped", head.ID, g.Index, n.Name, g.JobID)
 				}
 			}
+		}
+	}
+}
+
+// TestGangJoins: after the joins of one node come those of gangs of 2, 4,
+// … whole nodes (and every node that has them): when that many nodes are
+// free in the replay.
+func TestGangJoins(t *testing.T) {
+	plan := Place(Snapshot{Now: t0, Nodes: []Node{
+		h100Node("a", 8),
+		run(h100Node("b", 8), "r1", PriorityNormal, 2*time.Hour, false, 0, 1, 2, 3, 4, 5, 6, 7),
+		run(h100Node("c", 8), "r2", PriorityNormal, time.Hour, false, 0, 1, 2, 3),
+		h100Node("d", 4),
+	}})
+	got := map[[2]int]time.Duration{}
+	for _, jn := range plan.Joins {
+		if jn.Priority == PriorityNormal && jn.Nodes > 1 {
+			if jn.GPUs != 8 {
+				t.Errorf("gang join %+v; want whole nodes of 8", jn)
+			}
+			got[[2]int{jn.Nodes, jn.GPUs}] = jn.At.Sub(t0)
+		}
+	}
+	want := map[[2]int]time.Duration{{2, 8}: time.Hour, {3, 8}: 2 * time.Hour}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("gang joins %v; want %v (a now, c at 1h, b at 2h; d has 4)", got, want)
+	}
+	one := Place(Snapshot{Now: t0, Nodes: []Node{h100Node("a", 8), h100Node("b", 4)}})
+	for _, jn := range one.Joins {
+		if jn.Nodes > 1 {
+			t.Errorf("one node of 8: gang join %+v; want none", jn)
 		}
 	}
 }

@@ -69,10 +69,7 @@ func cloneSnapshot(s Snapshot) Snapshot {
 // Estimate; a job with no estimate holds its GPUs and slots but is not
 // listed, so they never free) and only the given pending jobs.
 func apply(s Snapshot, as []Assignment, pending ...Job) Snapshot {
-	jobs := map[string]Job{}
-	for _, j := range s.Pending {
-		jobs[j.ID] = j
-	}
+	jobs := jobsByID(s)
 	out := cloneSnapshot(s)
 	for _, a := range as {
 		j := jobs[a.JobID]
@@ -119,4 +116,13 @@ func assignOf(p Plan, id string) (Assignment, bool) {
 		}
 	}
 	return Assignment{}, false
+}
+
+// jobsByID is s's pending jobs by id.
+func jobsByID(s Snapshot) map[string]Job {
+	jobs := make(map[string]Job, len(s.Pending))
+	for _, j := range s.Pending {
+		jobs[j.ID] = j
+	}
+	return jobs
 }

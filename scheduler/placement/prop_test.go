@@ -13,11 +13,7 @@ import (
 // TestPlaceProperties checks the invariants of checkPlan, and that the plan
 // does not depend on listing order, on random snapshots from a fixed seed.
 func TestPlaceProperties(t *testing.T) {
-	n := 3000
-	if testing.Short() {
-		n = 300
-	}
-	r := rand.New(rand.NewSource(20250301))
+	n, r := propertyRuns(3000, 20250301)
 	stats := map[string]int{}
 	for i := range n {
 		s := randomSnapshot(r)
@@ -252,10 +248,7 @@ func minVictims(s Snapshot, j Job) int {
 // from outside.
 func checkPlan(t *testing.T, s Snapshot, p Plan) {
 	t.Helper()
-	jobs := map[string]Job{}
-	for _, j := range s.Pending {
-		jobs[j.ID] = j
-	}
+	jobs := jobsByID(s)
 	nodes := map[string]Node{}
 	for _, n := range s.Nodes {
 		nodes[n.Name] = n
@@ -503,4 +496,13 @@ func placeChecked(t *testing.T, r *rand.Rand, i int, s Snapshot, check func(*tes
 		t.FailNow()
 	}
 	return p
+}
+
+// propertyRuns is how many random snapshots a property test checks (a
+// tenth with -short) and its generator, from seed.
+func propertyRuns(n int, seed int64) (int, *rand.Rand) {
+	if testing.Short() {
+		n /= 10
+	}
+	return n, rand.New(rand.NewSource(seed))
 }

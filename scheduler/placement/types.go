@@ -248,18 +248,21 @@ type Plan struct {
 	// Joins estimates when a new GPU job would start if it joined the queue
 	// now, behind every waiting job of its priority or a more urgent one:
 	// for each priority, for 1, 2, 4, … GPUs up to the largest node's
-	// count (and that count), of any model and memory. Routing reads them
-	// as the local pool's wait (docs/routing.md, rule 4).
+	// count (and that count), of any model and memory, then for gangs of
+	// 2, 4, 8, … whole nodes of that count (up to every node that has
+	// it). Routing reads them as the local pool's wait (docs/routing.md,
+	// rule 4).
 	Joins []Join `json:"joins,omitempty"`
 }
 
 // Join is when a new job of GPUs GPUs (any model, any memory), joining the
 // queue now at the end of Priority, is estimated to start: by the same
-// replay that gives waiting jobs their EstimatedStart. Zero At: never
-// (no node has that many healthy GPUs, or they are held by jobs with no
-// estimate).
+// replay that gives waiting jobs their EstimatedStart. Nodes, above 1, makes
+// it a gang of that many whole nodes of GPUs each. Zero At: never (no node
+// has that many healthy GPUs, or they are held by jobs with no estimate).
 type Join struct {
 	Priority int       `json:"priority"`
 	GPUs     int       `json:"gpus"`
+	Nodes    int       `json:"nodes,omitempty"`
 	At       time.Time `json:"at,omitzero"`
 }

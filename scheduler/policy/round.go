@@ -342,7 +342,7 @@ func JoinWaits(joins []placement.Join, now time.Time) [3][]poolstate.JoinWait {
 		if !jn.At.IsZero() {
 			w = max(0, jn.At.Sub(now).Seconds())
 		}
-		out[jn.Priority] = append(out[jn.Priority], poolstate.JoinWait{GPUs: jn.GPUs, WaitS: w})
+		out[jn.Priority] = append(out[jn.Priority], poolstate.JoinWait{GPUs: jn.GPUs, Nodes: jn.Nodes, WaitS: w})
 	}
 	return out
 }

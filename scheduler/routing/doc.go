@@ -95,7 +95,8 @@
 // for 8. Wait on a local pool: Pool.AssumeWait when set (what-if); else,
 // when every GPU of the pool serves the job and it is no larger than the
 // largest of Pool.Joins, the wait of a new job of its size joining the
-// queue at its priority (the last placement round's replay); else the
+// queue at its priority (the last placement round's replay; for a job of
+// several nodes, the join of a gang of as many whole nodes or more); else the
 // GPU-hours ahead at the job's priority or higher over the pool's healthy
 // GPUs, unknown (EstWaitS −1) with none; 0 for a job with no GPUs; plus
 // Job.Waited (a spill-over) unless the estimate is 0. A cloud backend's

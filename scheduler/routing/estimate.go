@@ -341,9 +341,7 @@ func containsFold(s, sub string) bool {
 // of the pool could serve the job (the joins are for any model and memory).
 func (e *eval) joinWait(pool *Pool, st *candState) bool {
 	joins := pool.Joins[min(max(e.job.Priority, 0), 2)]
-	if len(joins) == 0 || e.job.nodeCount() > 1 {
-		// The joins are for jobs on one node; a gang's wait is estimated
-		// from the GPU-hours ahead.
+	if len(joins) == 0 {
 		return false
 	}
 	for _, n := range pool.Nodes {
@@ -353,8 +351,11 @@ func (e *eval) joinWait(pool *Pool, st *candState) bool {
 			}
 		}
 	}
+	n := e.job.nodeCount()
 	for _, jw := range joins {
-		if jw.GPUs < e.job.GPUs {
+		// A job of one node reads the joins of one node; a gang those of
+		// as many whole nodes or more.
+		if jw.GPUs < e.job.GPUs || (n == 1) != (jw.Nodes <= 1) || max(jw.Nodes, 1) < n {
 			continue
 		}
 		switch {

@@ -95,15 +95,18 @@ type Pool struct {
 	// counts work that does not block it (a half-empty pool with long jobs
 	// running). A job that names a GPU model or memory not every GPU has,
 	// or that is larger than the largest count, is estimated from
-	// GPUHoursAhead.
+	// GPUHoursAhead. After the joins of one node come those of gangs of
+	// whole nodes (Nodes > 1), ascending by Nodes.
 	Joins [3][]JoinWait
 }
 
-// JoinWait is the estimated wait of a new job of GPUs GPUs: WaitS seconds,
-// or −1 when it would never start (no node holds that many healthy GPUs,
-// or they are held by jobs with no estimate).
+// JoinWait is the estimated wait of a new job of GPUs GPUs (on each of
+// Nodes whole nodes for a gang; 0: one node): WaitS seconds, or −1 when it
+// would never start (no node holds that many healthy GPUs, or they are
+// held by jobs with no estimate).
 type JoinWait struct {
 	GPUs  int     `json:"gpus"`
+	Nodes int     `json:"nodes,omitempty"`
 	WaitS float64 `json:"wait_s"`
 }
 

@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -63,6 +65,29 @@ func TestSimulateGangs(t *testing.T) {
 	if d := res.OwnedBusyGPUHours - want; d > 1e-6*want || d < -1e-6*want {
 		t.Errorf("owned GPU-hours used %.3f; want Σ duration × GPUs = %.3f", res.OwnedBusyGPUHours, want)
 	}
+	if most := mostInUse(jobs, res); most > setup.Owned {
+		t.Errorf("%d owned GPUs in use at once; the pool has %d", most, setup.Owned)
+	}
+}
+
+// mostInUse is the most GPUs the jobs of res held at once, each from its
+// start to its end (no job was preempted).
+func mostInUse(jobs []Job, res Result) int {
+	type edge struct {
+		at   time.Duration
+		gpus int
+	}
+	var es []edge
+	for x, o := range res.Jobs {
+		es = append(es, edge{o.Start, jobs[x].GPUs}, edge{o.End, -jobs[x].GPUs})
+	}
+	slices.SortFunc(es, func(a, b edge) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.gpus, b.gpus)) })
+	most, now := 0, 0
+	for _, e := range es {
+		now += e.gpus
+		most = max(most, now)
+	}
+	return most
 }
 
 // TestSimulateGangPreemptedOnce: an urgent gang that needs both nodes of
