@@ -111,7 +111,8 @@
 // single running job that holds what it needs is estimated to start at that
 // job's EndsAt. The same replay gives the Plan's Joins: when a new job of
 // 1, 2, 4, … GPUs (any model) joining at the end of each priority would
-// start; routing reads them as the local pool's wait.
+// start, and a new gang of 2, 4, … whole nodes; routing reads them as the
+// local pool's wait.
 //
 // 6. Gangs. A gang follows rules 2 to 5 with "a node" read as "Nodes
 // distinct nodes": it goes to the tightest nodes that each fit it now; as
