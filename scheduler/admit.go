@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -580,6 +581,9 @@ func (s *Scheduler) cancelFastPath(ctx context.Context, job *jobtype.Job, st job
 // in Value): a schedule's message shows them (scheduleMessage).
 func (ad *admission) admissible(team string, spec *jobspec.Spec) []jobspec.FieldError {
 	var fe []jobspec.FieldError
+	if spec.Resources.Nodes > 1 {
+		fe = append(fe, jobspec.FieldError{Field: "resources.nodes", Value: strconv.Itoa(spec.Resources.Nodes), Message: msgMultiNode})
+	}
 	if !slices.Contains(ad.cfg.Trainers, spec.Trainer) {
 		fe = append(fe, jobspec.FieldError{Field: "trainer", Value: spec.Trainer, Message: fmt.Sprintf("%s (have %s)", msgNoTrainer, strings.Join(ad.cfg.Trainers, ", "))})
 	}
@@ -656,6 +660,10 @@ func (ad *admission) dataSize(team, uri string) routing.DataSize {
 const (
 	msgNoTrainer = "not a trainer of this deployment"
 	msgNotUnder  = "not under "
+	// msgMultiNode refuses a job that spans nodes: placement and the
+	// simulator know gangs, but no lathed worker starts one attempt on
+	// several nodes yet, and running it on one would run it wrong.
+	msgMultiNode = "multi-node jobs are not yet run by lathed workers (placement and lathe simulate know them); use nodes: 1"
 )
 
 // rootsFor is the allowed roots of team's jobs and their config key:

@@ -141,13 +141,8 @@ func TestOneAdmissionPath(t *testing.T) {
 		t.Fatalf("batch: %v %+v", err, batch)
 	}
 	p := plane.Principal{Name: "alice", Role: plane.RoleSubmitter, Team: "ml"}
-	spec, err := jobspec.Parse([]byte(admitSpec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.Normalize(s.cfg.Defaults)
-	runID := jobstore.TickID("j-", "nightly", time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC))
-	if _, existed, err := s.admit.admitRun(ctx, p, runID, spec); err != nil || existed {
+	spec, runID, existed, err := scheduledRun(t, s, p, admitSpec)
+	if err != nil || existed {
 		t.Fatalf("scheduled run: existed %v, %v", existed, err)
 	}
 	sp, err := sweepspec.Parse([]byte(`{"job":`+admitSpec+`,"parameters":{"lora.rank":{"grid":[8]}}}`), sweepspec.Options{})
@@ -631,4 +626,62 @@ func TestClaimWithLostAnswerReleased(t *testing.T) {
 		t.Fatalf("claim sent again: %q %v", other, err)
 	}
 	release()
+}
+
+// TestMultiNodeRefusedOnEveryPath: a job that spans nodes (resources.nodes
+// > 1) is refused on every admission path (a submit, a batch, a schedule's
+// run, a sweep's trials) with an error naming the field: no lathed worker
+// runs one attempt across nodes yet, and none may run it on one node.
+func TestMultiNodeRefusedOnEveryPath(t *testing.T) {
+	r := newAdmitRig(t, admitConfig)
+	ctx, rdb, store, s := r.ctx, r.rdb, r.store, r.s
+	const secret = "admit-test-secret-0123456789"
+	hs := httptest.NewServer(api.New(s, rdb, store, api.Config{Ledger: r.led, Logger: r.cfg.Logger, Defaults: r.cfg.Defaults,
+		Tokens: []plane.Token{{Name: "alice", Secret: secret, Role: plane.RoleSubmitter, Team: "ml"}}}).Handler())
+	t.Cleanup(hs.Close)
+	gang := strings.Replace(admitSpec, `"resources":{"gpus":1}`, `"resources":{"gpus":1,"nodes":2}`, 1)
+	for _, c := range []struct{ path, body string }{{"/api/v1/jobs", gang}, {"/api/v1/jobs/batch", `{"jobs":[` + gang + `]}`}} {
+		req, _ := http.NewRequest("POST", hs.URL+c.path, strings.NewReader(c.body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+secret)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusCreated || !strings.Contains(string(b), "resources.nodes") || !strings.Contains(string(b), msgMultiNode) {
+			t.Errorf("POST %s: %d %s; want a refusal naming resources.nodes", c.path, resp.StatusCode, b)
+		}
+	}
+	p := plane.Principal{Name: "alice", Role: plane.RoleSubmitter, Team: "ml"}
+	_, runID, _, err := scheduledRun(t, s, p, gang)
+	if err == nil || !strings.Contains(err.Error(), "resources.nodes") {
+		t.Errorf("scheduled run: %v; want a refusal naming resources.nodes", err)
+	}
+	sp, err := sweepspec.Parse([]byte(`{"job":`+gang+`,"parameters":{"lora.rank":{"grid":[8]}}}`), sweepspec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.admit.admitSweep(ctx, plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()), Who: p}); err == nil ||
+		!strings.Contains(err.Error(), "resources.nodes") {
+		t.Errorf("sweep: %v; want a refusal naming resources.nodes", err)
+	}
+	if _, err := store.Get(ctx, runID); err == nil {
+		t.Errorf("scheduled run %s stored", runID)
+	}
+}
+
+// scheduledRun admits body as a schedule's run would (admitRun), under a
+// tick's id; it returns the spec as parsed and normalised and the id.
+func scheduledRun(t *testing.T, s *Scheduler, p plane.Principal, body string) (*jobspec.Spec, string, bool, error) {
+	t.Helper()
+	spec, err := jobspec.Parse([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Normalize(s.cfg.Defaults)
+	runID := jobstore.TickID("j-", "nightly", time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC))
+	_, existed, err := s.admit.admitRun(context.Background(), p, runID, spec)
+	return spec, runID, existed, err
 }

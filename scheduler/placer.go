@@ -297,6 +297,12 @@ func (p *placer) dispatchCloud(ctx context.Context, cds []policy.CloudDispatch, 
 func (p *placer) dispatchLocal(ctx context.Context, in *policy.RoundInput, plan policy.RoundPlan) bool {
 	for _, a := range plan.Place.Assign {
 		j := in.Jobs[a.JobID]
+		if len(a.Gang) > 1 {
+			// Admission refuses jobs that span nodes: no worker starts one
+			// attempt on several, and none may run it on the first alone.
+			p.log.Warn("placer: not dispatching a job that spans nodes", slog.String("job_id", j.ID), slog.Int("nodes", len(a.Gang)))
+			continue
+		}
 		capacity := 0
 		for _, n := range plan.Snap.Nodes {
 			if n.Name == a.Node {

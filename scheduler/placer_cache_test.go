@@ -25,21 +25,9 @@ import (
 // records (they are shared between rounds). A real redis-server; no
 // worker (the node's heartbeat is written directly).
 func TestPlacerRoundSeesWritesBetweenRounds(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client()
-	store := jobstore.New(rdb, jobstore.Config{})
-	s := New(rdb, store, Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Defaults: jobspec.Defaults{OutputURI: "file:///tmp/lathe-test"}})
-	p := newPlacer(placerParams{Store: store, Log: s.log, Router: s.router,
-		Queue: &enqueuer{client: s.client, log: s.log, defaultMaxRuntime: s.cfg.Defaults.MaxRuntime, killGrace: s.cfg.KillGrace},
-		Fence: s.lease.fence, Fenced: func() { t.Error("fenced") }, PlaceScan: s.cfg.PlaceScan,
-		DefaultMaxRuntime: s.cfg.Defaults.MaxRuntime, ObserveRound: func(float64) {}})
+	p, store := testPlacer(t)
 	ctx := context.Background()
-	newJob := func(name string) jobstore.NewJob {
-		return jobstore.NewJob{Spec: &jobspec.Spec{Name: name, BaseModel: "tiny-char", Dataset: "file:///d.jsonl", Trainer: "reference",
-			LoRA: jobspec.LoRA{Rank: 8, Alpha: 16}, Training: jobspec.Training{Epochs: 1, LearningRate: 1e-4, BatchSize: 8},
-			MaxRuntime: jobspec.Duration(time.Hour)}, OutputURI: "file:///tmp/lathe-test/{id}"}
-	}
+	newJob := func(name string) jobstore.NewJob { return placerJob(name, jobspec.Resources{}) }
 	created, err := store.CreateMany(ctx, []jobstore.NewJob{newJob("held-later"), newJob("unchanged")})
 	if err != nil {
 		t.Fatal(err)
@@ -105,4 +93,62 @@ func TestPlacerRoundSeesWritesBetweenRounds(t *testing.T) {
 	if !reflect.DeepEqual(cached, fresh) {
 		t.Fatalf("cached records differ from the store's:\n%+v\n%+v", cached, fresh)
 	}
+}
+
+// TestPlacerNeverDispatchesAGang: a job that spans nodes, stored without
+// admission (which refuses it), is placed by the pure plan as a gang, but
+// the leader does not dispatch it: no worker runs one attempt on several
+// nodes, and dispatching its first node alone would run it on one. A job
+// of one GPU beside it is dispatched. A real redis-server; no worker.
+func TestPlacerNeverDispatchesAGang(t *testing.T) {
+	p, store := testPlacer(t)
+	ctx := context.Background()
+	newJob := func(name string, nodes int) jobstore.NewJob {
+		return placerJob(name, jobspec.Resources{GPUs: 1, Nodes: nodes})
+	}
+	for _, name := range []string{"node-0", "node-1", "node-2"} {
+		if err := store.Heartbeat(ctx, jobstore.Node{Name: name, Incarnation: "i", Backend: "local", Slots: 2,
+			GPUs: []jobtype.GPU{{Index: 0, UUID: "GPU-" + name, Name: "NVIDIA H100 80GB HBM3", Healthy: true, MemoryTotalMB: 81559}}},
+			jobstore.HeartbeatOptions{TTL: time.Hour, First: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	created, err := store.CreateMany(ctx, []jobstore.NewJob{newJob("gang", 2), newJob("one", 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gang, one := created[0].Job.ID, created[1].Job.ID
+	for range 2 { // the first round routes, the second places
+		p.forceRound()
+		p.round(ctx)
+	}
+	states, err := store.States(ctx, []string{gang, one})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if states[0] != jobtype.StateQueued || states[1] != jobtype.StateDispatched {
+		t.Fatalf("gang %s, one-GPU job %s; want queued and dispatched", states[0], states[1])
+	}
+}
+
+// testPlacer is a placer over a store on a real redis-server of its own,
+// with a scheduler's default config; no worker, no node.
+func testPlacer(t *testing.T) (*placer, *jobstore.Store) {
+	t.Helper()
+	rdb := redistest.Start(t).Client()
+	store := jobstore.New(rdb, jobstore.Config{})
+	s := New(rdb, store, Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Defaults: jobspec.Defaults{OutputURI: "file:///tmp/lathe-test"}})
+	p := newPlacer(placerParams{Store: store, Log: s.log, Router: s.router,
+		Queue: &enqueuer{client: s.client, log: s.log, defaultMaxRuntime: s.cfg.Defaults.MaxRuntime, killGrace: s.cfg.KillGrace},
+		Fence: s.lease.fence, Fenced: func() { t.Error("fenced") }, PlaceScan: s.cfg.PlaceScan,
+		DefaultMaxRuntime: s.cfg.Defaults.MaxRuntime, ObserveRound: func(float64) {}})
+	return p, store
+}
+
+// placerJob is a small valid job named name asking for res.
+func placerJob(name string, res jobspec.Resources) jobstore.NewJob {
+	return jobstore.NewJob{Spec: &jobspec.Spec{Name: name, BaseModel: "tiny-char", Dataset: "file:///d.jsonl", Trainer: "reference",
+		LoRA: jobspec.LoRA{Rank: 8, Alpha: 16}, Training: jobspec.Training{Epochs: 1, LearningRate: 1e-4, BatchSize: 8},
+		Resources: res, MaxRuntime: jobspec.Duration(time.Hour)}, OutputURI: "file:///tmp/lathe-test/{id}"}
 }

@@ -539,7 +539,7 @@ func checkedField(field string) string {
 // ruleMessage is msg when it is one of admissible's (it names the rule
 // and holds no value of the spec), else "invalid".
 func ruleMessage(msg string) string {
-	for _, p := range []string{msgNoTrainer, msgNotUnder, pathpolicy.ErrDenied.Error()} {
+	for _, p := range []string{msgNoTrainer, msgNotUnder, msgMultiNode, pathpolicy.ErrDenied.Error()} {
 		if strings.HasPrefix(msg, p) {
 			return msg
 		}

@@ -301,7 +301,7 @@ func (d *sweeper) apply(ctx context.Context, sw *jobtype.Sweep, rungs []int, a s
 		p := jobstore.PromoteParams{SweepID: sw.ID, ID: a.ID, Attempt: j.Attempt, Rung: a.Rung, StopAtStep: a.StopAtStep}
 		if j.Route != nil {
 			p.EstUSD = j.Route.EstCostUSD * share
-			p.EstGPUHours = float64(j.Spec.Resources.GPUs) * j.Route.EstRuntimeS / 3600 * share
+			p.EstGPUHours = float64(j.Spec.Resources.TotalGPUs()) * j.Route.EstRuntimeS / 3600 * share
 		}
 		err = d.store.Promote(ctx, p)
 		switch {

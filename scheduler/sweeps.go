@@ -87,12 +87,15 @@ func (ad *admission) buildTrials(team string, exp *sweepspec.Expansion, from, to
 	// trainer and paths in this range (each check resolves the paths on
 	// disk; the worker checks them again when it opens them). The team is
 	// the same for every trial, so it needs no place in the key.
-	type looked struct{ trainer, dataset, eval, output string }
+	type looked struct {
+		trainer, dataset, eval, output string
+		nodes                          int
+	}
 	memo := map[looked][]jobspec.FieldError{}
 	for i := range trials {
 		sp := trials[i].Spec
 		sp.Normalize(ad.cfg.Defaults)
-		at := looked{sp.Trainer, sp.Dataset, sp.EvalDataset, sp.Output.URI}
+		at := looked{sp.Trainer, sp.Dataset, sp.EvalDataset, sp.Output.URI, sp.Resources.Nodes}
 		fes, ok := memo[at]
 		if !ok {
 			fes = ad.admissible(team, sp)
@@ -135,7 +138,7 @@ func (ad *admission) planTrials(ctx context.Context, req plane.SweepRequest, tri
 	for i, t := range trials {
 		d := pl.ds[i]
 		out[i] = jobstore.NewTrial{Job: pl.jobs[i], Index: t.Index, Params: t.Params, StopAtStep: stopAt,
-			EstUSD: d.EstCostUSD * frac, EstGPUHours: float64(t.Spec.Resources.GPUs) * d.EstRuntime.Hours() * frac}
+			EstUSD: d.EstCostUSD * frac, EstGPUHours: float64(t.Spec.Resources.TotalGPUs()) * d.EstRuntime.Hours() * frac}
 	}
 	return out, pl.ds, nil
 }

@@ -232,7 +232,7 @@ func (a *cloudAttempt) launch(ctx context.Context) (end endFunc, ok bool) {
 	if end, ok := a.writeJob(ctx, a.agentJob(dataset, evalDataset, maxRuntime)); !ok {
 		return end, false
 	}
-	req := cloud.LaunchRequest{JobID: a.job.ID, Attempt: a.n, GPUs: a.job.Spec.Resources.GPUs,
+	req := cloud.LaunchRequest{JobID: a.job.ID, Attempt: a.n, GPUs: a.job.Spec.Resources.TotalGPUs(),
 		GPUMemoryGB: a.job.Spec.Resources.GPUMemoryGB, GPUModels: a.job.Spec.Resources.GPUModels,
 		UserData: UserData(a.c.b.AgentPath, a.c.b.Region, a.jobURI)}
 	for {

@@ -178,6 +178,11 @@ func (a *localAttempt) prepare() endFunc {
 		return a.fail(jobtype.ReasonResidency, fmt.Sprintf("node %s is in site %s (tags %s), which lacks residency tag(s) %s of the job: refused before anything ran",
 			w.cfg.Node, w.cfg.Site, strings.Join(w.cfg.SiteTags, ","), strings.Join(missing, ",")))
 	}
+	if n := job.Spec.Resources.Nodes; n > 1 {
+		// Admission refuses these; a record made by hand must not run a
+		// gang's work on one node.
+		return a.fail(jobtype.ReasonPermanent, fmt.Sprintf("resources.nodes %d: a lathed worker does not run a job across nodes yet: refused before anything ran", n))
+	}
 	var err error
 	if a.argv, err = w.trainerArgv(job); err != nil {
 		return a.fail(jobtype.ReasonPermanent, err.Error())

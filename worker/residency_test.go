@@ -45,3 +45,27 @@ func TestRefusesJobOutsideItsResidency(t *testing.T) {
 		t.Fatalf("an [onprem] job: %s (%s), artifacts %+v", j.State, j.Error, j.Artifacts)
 	}
 }
+
+// TestRefusesJobThatSpansNodes: a task put on this node's queue by hand for
+// a job of resources.nodes 2 (admission refuses these) fails permanently
+// before its trainer starts: a worker never runs a gang's work on one node.
+func TestRefusesJobThatSpansNodes(t *testing.T) {
+	b := setup(t, map[string]string{"reference": okTrainer})
+	spec := &jobspec.Spec{Name: "g", BaseModel: "tiny-char", Dataset: "file:///d.jsonl", Trainer: "reference",
+		Priority: jobspec.PriorityNormal, Residency: []string{"onprem"}, Resources: jobspec.Resources{GPUs: 1, Nodes: 2}}
+	j, _, err := b.store.Create(b.ctx, jobstore.NewJob{Spec: spec, OutputURI: fileuri.FromPath(filepath.Join(b.dir, "out")) + "/{id}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.dispatch(t, j.ID, 1)
+	j = b.wait(t, j.ID, func(j *jobtype.Job) bool { return j.State.Terminal() })
+	if j.State != jobtype.StateFailed || j.Reason != jobtype.ReasonPermanent || !strings.Contains(j.Error, "resources.nodes 2") {
+		t.Fatalf("a job of 2 nodes: %s (%s: %s)", j.State, j.Reason, j.Error)
+	}
+	evs, _ := b.store.Events(b.ctx, j.ID, "", 1000)
+	for _, e := range evs {
+		if e.Type == "started" {
+			t.Fatal("the trainer of a refused job started")
+		}
+	}
+}

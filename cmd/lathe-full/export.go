@@ -251,7 +251,7 @@ func exportRow(j *jobtype.Job, gpuName func(node string, index int) string) (row
 	}
 	row = trace.Job{
 		DurationS: seconds(j.FinishedAt.Sub(*j.StartedAt)),
-		GPUs:      j.Spec.Resources.GPUs,
+		GPUs:      j.Spec.Resources.TotalGPUs(),
 		Residency: slices.Clone(j.Spec.Residency),
 		Priority:  string(j.Spec.Priority),
 		Backend:   j.Backend,

@@ -270,9 +270,10 @@ func (a *app) readDaemon(path string) (routecfg.Daemon, error) {
 	return routecfg.Daemon{}, usageErrorf("--config %s: %w", path, err)
 }
 
-// assumedPool is a local pool of one synthetic node whose GPUs match the
+// assumedPool is a local pool of synthetic nodes whose GPUs match the
 // job's request exactly (the first of gpu_models, or "any"; gpu_memory_gb,
-// or 80 GB; as many as it asks for): offline, the real inventory is unknown.
+// or 80 GB; as many as it asks for on each of its resources.nodes nodes):
+// offline, the real inventory is unknown.
 func assumedPool(spec *jobspec.Spec) routing.Pool {
 	r := spec.Resources
 	if r.GPUs <= 0 {
@@ -286,8 +287,15 @@ func assumedPool(spec *jobspec.Spec) routing.Pool {
 	if mem <= 0 {
 		mem = 80
 	}
-	return routing.Pool{HealthyGPUs: r.GPUs, Nodes: []routing.PoolNode{{Name: "assumed",
-		GPUs: []routing.PoolGPU{{Model: model, MemoryGB: mem, Healthy: r.GPUs}}}}}
+	pool := routing.Pool{HealthyGPUs: r.TotalGPUs()}
+	for n := range r.NodeCount() {
+		name := "assumed"
+		if n > 0 {
+			name += "-" + strconv.Itoa(n)
+		}
+		pool.Nodes = append(pool.Nodes, routing.PoolNode{Name: name, GPUs: []routing.PoolGPU{{Model: model, MemoryGB: mem, Healthy: r.GPUs}}})
+	}
+	return pool
 }
 
 // offlineDefaults are the job defaults lathed would normalise a spec with,
@@ -412,7 +420,7 @@ func printCost(w io.Writer, ex *explanation, spec *jobspec.Spec) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "BACKEND\tSITE\tINSTANCE\tEST.RUNTIME\tGPU-HOURS\tEST.COST\tNOTE")
 	for _, c := range byCost(d.Candidates) {
-		fmt.Fprintln(tw, costRow(c, d.Backend, spec.Resources.GPUs))
+		fmt.Fprintln(tw, costRow(c, d.Backend, spec.Resources.TotalGPUs()))
 	}
 	return tw.Flush()
 }

@@ -476,3 +476,39 @@ func TestSubmitRefused(t *testing.T) {
 		t.Errorf("a refusal stored jobs %v (%v)", ids, err)
 	}
 }
+
+// TestCostGang: offline, `lathe cost` of a job of 2 nodes × 4 GPUs assumes
+// two local nodes that fit it and counts 8 GPUs' hours there; a cloud
+// backend takes it on one instance of 8 GPUs, and none takes 2 nodes × 8
+// when its largest type has 8 (one instance per attempt).
+func TestCostGang(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "lathe.yaml", routeConfig)
+	spec := writeFile(t, dir, "job.yaml", strings.Replace(routeSpec("residency: [eu]"), "resources: {gpus: 1}", "resources: {gpus: 4, nodes: 2}", 1))
+	r := lathe(t, closedURL(t), "cost", spec, "--config", cfg)
+	if r.code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	if !strings.HasPrefix(r.stdout, "→ local (site dc-frankfurt): est. runtime 2h, 16.00 GPU-hours") {
+		t.Errorf("stdout:\n%s", r.stdout)
+	}
+	rows := func(out string) map[string]string {
+		m := map[string]string{}
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) > 0 {
+				m[f[0]] = l
+			}
+		}
+		return m
+	}
+	row := rows(r.stdout)
+	if !strings.Contains(row["local"], "16.00") || !strings.Contains(row["local"], "chosen") ||
+		!strings.Contains(row["aws-eu"], "p5.48xlarge") || strings.Contains(row["aws-eu"], "infeasible") {
+		t.Errorf("rows:\n%s\n%s; want local chosen at 16.00 GPU-hours, aws-eu feasible on p5.48xlarge", row["local"], row["aws-eu"])
+	}
+	spec = writeFile(t, dir, "job.yaml", strings.Replace(routeSpec("residency: [eu]"), "resources: {gpus: 1}", "resources: {gpus: 8, nodes: 2}", 1))
+	r = lathe(t, closedURL(t), "cost", spec, "--config", cfg)
+	if row = rows(r.stdout); !strings.Contains(row["aws-eu"], "16 GPUs on one instance") || !strings.Contains(row["local"], "chosen") {
+		t.Errorf("2 nodes × 8 (exit %d):\n%s", r.code, r.stdout)
+	}
+}

@@ -29,7 +29,7 @@ type simFlags struct {
 	priceRatio, gpuMemGB, spotRate, arrivals, datasetGB, stagingMBps           float64
 	seed                                                                       uint64
 	nodeGPUs, bootstrap                                                        int
-	reference                                                                  bool
+	reference, gangs                                                           bool
 }
 
 func (a *app) simulateCmd() *cobra.Command {
@@ -72,7 +72,8 @@ See docs/simulate.md.`,
 	fl.StringVar(&f.estimates, "estimates", "learned", "how the policy estimates run times: learned, hint:SIGMA, oracle; several, comma-separated, run side by side")
 	fl.BoolVar(&f.reference, "reference", false, "also run the clairvoyant reference (conservative backfill that knows every duration)")
 	fl.StringVar(&f.plot, "plot", "", "write an SVG plot of cost and waits against owned GPUs here (with a range of --owned)")
-	fl.IntVar(&f.nodeGPUs, "node-gpus", 0, "GPUs per owned node (a job never spans nodes); 0: one node of all owned GPUs")
+	fl.IntVar(&f.nodeGPUs, "node-gpus", 0, "GPUs per owned node; 0: one node of all owned GPUs")
+	fl.BoolVar(&f.gangs, "gangs", false, "with --node-gpus: run a job of more GPUs than a node as a gang of whole nodes, placed all or nothing (lathed's workers do not run these yet); without it such a job never fits the owned pool")
 	fl.StringVar(&f.gpuModel, "gpu-model", "NVIDIA H100 80GB HBM3", "the owned GPUs' model, as NVML names it")
 	fl.Float64Var(&f.gpuMemGB, "gpu-memory-gb", 80, "the owned GPUs' memory")
 	fl.Float64Var(&f.arrivals, "arrivals", 1, "arrivals ×X: every submit time divided by X (1.5: the same jobs, 1.5× as often; durations unchanged)")
@@ -176,7 +177,7 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	for _, w := range warnings {
 		fmt.Fprintf(a.stderr, "lathe simulate: WARNING: %s\n", w)
 	}
-	setup := sim.Setup{Config: cfg, NodeGPUs: f.nodeGPUs, GPUName: f.gpuModel,
+	setup := sim.Setup{Config: cfg, NodeGPUs: f.nodeGPUs, Gangs: f.gangs, GPUName: f.gpuModel,
 		GPUMemoryMB: uint64(f.gpuMemGB * 1024), MaxWait: f.maxWait, CloudStartup: f.cloudStartup,
 		DatasetBytes: int64(math.Round(f.datasetGB * 1e9)), StagingMBps: f.stagingMBps,
 		SpotInterruptions: f.spotRate, CheckpointEvery: f.checkpointEvery, Seed: f.seed}
@@ -292,6 +293,9 @@ func checkSimRanges(f simFlags) error {
 	}
 	if f.nodeGPUs < 0 || f.nodeGPUs > 4096 {
 		return usageErrorf("--node-gpus %d: want 0 (one node) to 4096", f.nodeGPUs)
+	}
+	if f.gangs && f.nodeGPUs == 0 {
+		return usageErrorf("--gangs needs --node-gpus: in one node of every owned GPU no job spans nodes")
 	}
 	if !(f.gpuMemGB > 0) || f.gpuMemGB > 1e6 {
 		return usageErrorf("--gpu-memory-gb %v: want a number above 0", f.gpuMemGB)

@@ -151,6 +151,7 @@ func TestSimulateCLIUsage(t *testing.T) {
 		{[]string{"simulate", "--trace", tr, "--config", cfg, "--max-wait", "-1h"}, "--max-wait"},
 		{[]string{"simulate", "--trace", tr, "--config", cfg, "--arrivals", "0"}, "--arrivals 0"},
 		{[]string{"simulate", "--trace", tr, "--config", cfg, "--arrivals", "NaN"}, "--arrivals NaN"},
+		{[]string{"simulate", "--trace", tr, "--config", cfg, "--gangs"}, "--gangs needs --node-gpus"},
 	} {
 		r := lathe(t, "", c.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {

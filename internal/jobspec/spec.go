@@ -79,8 +79,13 @@ type Training struct {
 
 // Resources is the hardware a job asks for.
 type Resources struct {
-	// GPUs is how many GPUs the job needs, 0–64; 0 means a CPU-only job.
+	// GPUs is how many GPUs the job needs on each of its nodes, 0–64; 0
+	// means a CPU-only job.
 	GPUs int `json:"gpus"`
+	// Nodes is how many nodes the job spans, each with GPUs GPUs (a gang:
+	// all start together or none does); 0 or 1 means one node, up to
+	// 64. See NodeCount and TotalGPUs.
+	Nodes int `json:"nodes,omitempty"`
 	// GPUMemoryGB is the memory each GPU must have, in GB; 0 means any.
 	GPUMemoryGB float64 `json:"gpu_memory_gb,omitempty"`
 	// GPUModels lists acceptable GPU models ("A100", "H100"); empty means any.
@@ -120,3 +125,11 @@ func (p Priority) Rank() int {
 		return 1
 	}
 }
+
+// NodeCount is how many nodes the job spans: Nodes, or 1 when it is not
+// set (0).
+func (r *Resources) NodeCount() int { return max(r.Nodes, 1) }
+
+// TotalGPUs is every GPU the job holds while it runs: GPUs on each of its
+// NodeCount nodes. Cost, GPU-hours and budgets count this, never GPUs alone.
+func (r *Resources) TotalGPUs() int { return r.GPUs * r.NodeCount() }

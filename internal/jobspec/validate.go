@@ -43,6 +43,7 @@ const (
 	maxRank         = 1024
 	maxBatchSize    = 65536
 	maxGPUs         = 64
+	maxNodes        = 64
 	maxGPUModelLen  = 100
 	maxS3KeyLen     = 1024
 )
@@ -237,6 +238,12 @@ func (c *checker) training(t *Training) {
 func (c *checker) resources(r *Resources) {
 	if r.GPUs < 0 || r.GPUs > maxGPUs {
 		c.add("resources.gpus", itoa(r.GPUs), fmt.Sprintf("must be between 0 and %d", maxGPUs))
+	}
+	switch {
+	case r.Nodes < 0 || r.Nodes > maxNodes:
+		c.add("resources.nodes", itoa(r.Nodes), fmt.Sprintf("must be between 1 and %d", maxNodes))
+	case r.Nodes > 1 && r.GPUs < 1:
+		c.add("resources.nodes", itoa(r.Nodes), "needs resources.gpus of at least 1: a job that spans nodes runs GPUs on each")
 	}
 	c.float("resources.gpu_memory_gb", r.GPUMemoryGB, func(f float64) string {
 		if f < 0 {

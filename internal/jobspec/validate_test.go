@@ -150,6 +150,12 @@ func TestValidateRules(t *testing.T) {
 		{"gpus 64", func(s *Spec) { s.Resources.GPUs = 64 }, "", "", ""},
 		{"gpus 65", func(s *Spec) { s.Resources.GPUs = 65 }, "resources.gpus", "65", "between 0 and 64"},
 		{"gpus negative", func(s *Spec) { s.Resources.GPUs = -1 }, "resources.gpus", "-1", "between 0 and 64"},
+		{"nodes unset", func(s *Spec) { s.Resources.Nodes = 0 }, "", "", ""},
+		{"nodes 64", func(s *Spec) { s.Resources.GPUs, s.Resources.Nodes = 8, 64 }, "", "", ""},
+		{"nodes 65", func(s *Spec) { s.Resources.GPUs, s.Resources.Nodes = 8, 65 }, "resources.nodes", "65", "between 1 and 64"},
+		{"nodes negative", func(s *Spec) { s.Resources.Nodes = -1 }, "resources.nodes", "-1", "between 1 and 64"},
+		{"nodes without gpus", func(s *Spec) { s.Resources.GPUs, s.Resources.Nodes = 0, 2 }, "resources.nodes", "2", "resources.gpus of at least 1"},
+		{"one node without gpus", func(s *Spec) { s.Resources.GPUs, s.Resources.Nodes = 0, 1 }, "", "", ""},
 		{"gpu_memory_gb 0", func(s *Spec) { s.Resources.GPUMemoryGB = 0 }, "", "", ""},
 		{"gpu_memory_gb negative", func(s *Spec) { s.Resources.GPUMemoryGB = -1 }, "resources.gpu_memory_gb", "-1", "negative"},
 		{"gpu_memory_gb NaN", func(s *Spec) { s.Resources.GPUMemoryGB = math.NaN() }, "resources.gpu_memory_gb", "NaN", "finite"},
@@ -262,5 +268,30 @@ func TestFieldErrorString(t *testing.T) {
 	ve := &ValidationError{Errors: []FieldError{e, {Message: "bad"}}}
 	if got, want := ve.Error(), `invalid job spec: lora.rank: must be between 1 and 1024 (got "-4"); bad`; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
+	}
+}
+
+// TestResourcesNodes reads resources.nodes from YAML and counts a gang's
+// GPUs as nodes × gpus: what cost and GPU-hours are figured from.
+func TestResourcesNodes(t *testing.T) {
+	spec := strings.Replace(designExample, "resources: {gpus: 1,", "resources: {gpus: 4, nodes: 3,", 1)
+	s, err := Parse([]byte(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Resources.Nodes != 3 || s.Resources.NodeCount() != 3 || s.Resources.TotalGPUs() != 12 {
+		t.Fatalf("nodes %d, count %d, total %d; want 3, 3, 12", s.Resources.Nodes, s.Resources.NodeCount(), s.Resources.TotalGPUs())
+	}
+	back, err := Parse(s.JSON())
+	if err != nil || back.Resources.Nodes != 3 {
+		t.Fatalf("JSON round trip: %v, nodes %d", err, back.Resources.Nodes)
+	}
+	one := Resources{GPUs: 2}
+	if one.NodeCount() != 1 || one.TotalGPUs() != 2 {
+		t.Fatalf("unset nodes: count %d, total %d; want 1, 2", one.NodeCount(), one.TotalGPUs())
+	}
+	if _, err := Parse([]byte(strings.Replace(designExample, "resources: {gpus: 1,", "resources: {gpus: 0, nodes: 2,", 1))); err == nil ||
+		!strings.Contains(err.Error(), "resources.nodes") {
+		t.Fatalf("nodes 2 with gpus 0: err %v, want one naming resources.nodes", err)
 	}
 }

@@ -93,9 +93,11 @@ type PoolPressure struct {
 	Joins [3][]JoinWait `json:"joins,omitzero"`
 }
 
-// JoinWait is the wait of a new job of GPUs GPUs, in seconds (−1: never).
+// JoinWait is the wait of a new job of GPUs GPUs (on each of Nodes whole
+// nodes for a gang; 0: one node), in seconds (−1: never).
 type JoinWait struct {
 	GPUs  int     `json:"gpus"`
+	Nodes int     `json:"nodes,omitempty"`
 	WaitS float64 `json:"wait_s"`
 }
 

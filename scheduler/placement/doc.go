@@ -39,8 +39,11 @@
 // (GPU.JobID is empty) and not assigned earlier in the same round, its free
 // memory (MemoryTotalMB − ForeignUsedMB) is at least MinMemoryMB, and its
 // name contains one of Models, case-insensitively (no Models: any). A job
-// fits a node when the node has Request.GPUs such GPUs; a job never spans
-// nodes. A CPU-only job fits a node with CPUSlots − CPUSlotsUsed ≥
+// fits a node when the node has Request.GPUs such GPUs. A gang
+// (Request.Nodes > 1) fits when that many distinct nodes each have
+// Request.GPUs such GPUs at once, and is placed all or nothing: one
+// Assignment naming every node (Assignment.Gang), never part of it. A
+// CPU-only job fits a node with CPUSlots − CPUSlotsUsed ≥
 // Request.CPUSlots (at least 1) and takes no GPU; GPU jobs take no CPU slots.
 //
 // 2. Best fit. Among the nodes a job fits now, it goes to the one with the
@@ -108,9 +111,22 @@
 // single running job that holds what it needs is estimated to start at that
 // job's EndsAt. The same replay gives the Plan's Joins: when a new job of
 // 1, 2, 4, … GPUs (any model) joining at the end of each priority would
-// start; routing reads them as the local pool's wait.
+// start, and a new gang of 2, 4, … whole nodes; routing reads them as the
+// local pool's wait.
 //
-// 6. Determinism. The same Snapshot gives the same Plan, whatever order it
+// 6. Gangs. A gang follows rules 2 to 5 with "a node" read as "Nodes
+// distinct nodes": it goes to the tightest nodes that each fit it now; as
+// the head, its shadow time is when the Nodes-th node has its GPUs, and its
+// reservation covers its GPUs on every one of those nodes (a Reservation
+// per node), so a later job that would run past the shadow time uses no
+// reserved GPU on any of them. An urgent gang head takes each node's
+// cheapest way to make room (rule 4) on the Nodes cheapest nodes, or stops
+// nothing when fewer nodes can make room (a Preemption per node with
+// victims). In the estimate replay it starts when Nodes nodes have its
+// GPUs. A running gang is a Running entry on each of its nodes; rule 4
+// counts only the GPUs it holds on the node it is weighed on.
+//
+// 7. Determinism. The same Snapshot gives the same Plan, whatever order it
 // lists nodes, GPUs and running jobs in (node names and GPU indices being
 // unique): every choice is settled by an explicit order, and no map is
 // iterated.
@@ -124,5 +140,7 @@
 // O(nodes) per waiting job. 10,000 pending jobs on 64 nodes × 8 GPUs take a
 // few milliseconds (BenchmarkPlace10kOn64x8). The cost grows with the
 // number of distinct shapes, each O(nodes × GPUs) once: 10,000 jobs with
-// 10,000 different memory floors take about 60 ms.
+// 10,000 different memory floors take about 60 ms. A gang costs O(nodes log
+// nodes) to place or to find waiting, and O(nodes × GPUs per node) in the
+// replay; a job of one node never takes the gang's path.
 package placement

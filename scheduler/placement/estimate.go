@@ -86,6 +86,7 @@ func (p *planner) joins(gs []gpuSim, prio int) []gpuSim {
 		}
 		p.plan.Joins = append(p.plan.Joins, jn)
 		if k == p.maxGPUs {
+			p.gangJoins(gs, sh, prio)
 			return gs
 		}
 	}
@@ -179,17 +180,23 @@ func (s *gpuSim) kth(sh *shape, ni, k int) int64 {
 // replayGPU places waiting job i in the replay and returns its start.
 func (p *planner) replayGPU(gs []gpuSim, i int, sh *shape, k int, j *Job) int64 {
 	if h := &p.gpuHead; h.set && h.job == i {
-		// It starts on its reservation: when the GPUs reserved are
-		// expected free (no later than the shadow time, which counts
-		// bounds).
-		s := &gs[h.node]
+		// It starts on its reservation: when the GPUs reserved, on every
+		// node of a gang, are expected free (no later than the shadow
+		// time, which counts bounds).
 		at := int64(0)
-		for _, r := range h.ranks {
-			at = max(at, s.rel[r])
+		for x, ni := range h.nodes {
+			for _, r := range h.ranks[x] {
+				at = max(at, gs[ni].rel[r])
+			}
 		}
 		at = min(at, h.at)
-		s.set(h.ranks, endOf(at, j.expected()))
+		for x, ni := range h.nodes {
+			gs[ni].set(h.ranks[x], endOf(at, j.expected()))
+		}
 		return at
+	}
+	if n := j.Request.nodes(); n > 1 {
+		return p.replayGang(gs, sh, k, n, j)
 	}
 	at, best := never, -1
 	for ni := range gs {

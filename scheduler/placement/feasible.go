@@ -94,12 +94,13 @@ func (p *planner) refresh(sh *shape) {
 	h := &p.gpuHead
 	for ni := range p.nodes {
 		a, all := 0, 0
+		kept := h.keptOn(ni)
 		for r := range p.nodes[ni].gpus {
 			if !sh.match[ni][r] || !p.nodes[ni].gpus[r].free {
 				continue
 			}
 			all++
-			if !(h.set && h.node == ni && h.gpus[r]) {
+			if kept == nil || !kept[r] {
 				a++
 			}
 		}

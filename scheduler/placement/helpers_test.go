@@ -69,28 +69,31 @@ func cloneSnapshot(s Snapshot) Snapshot {
 // Estimate; a job with no estimate holds its GPUs and slots but is not
 // listed, so they never free) and only the given pending jobs.
 func apply(s Snapshot, as []Assignment, pending ...Job) Snapshot {
-	jobs := map[string]Job{}
-	for _, j := range s.Pending {
-		jobs[j.ID] = j
-	}
+	jobs := jobsByID(s)
 	out := cloneSnapshot(s)
 	for _, a := range as {
 		j := jobs[a.JobID]
-		for ni := range out.Nodes {
-			nd := &out.Nodes[ni]
-			if nd.Name != a.Node {
-				continue
-			}
-			for g := range nd.GPUs {
-				if slices.Contains(a.GPUs, nd.GPUs[g].Index) {
-					nd.GPUs[g].JobID = a.JobID
+		members := a.Gang
+		if members == nil {
+			members = []Member{{Node: a.Node, GPUs: a.GPUs}}
+		}
+		for _, m := range members {
+			for ni := range out.Nodes {
+				nd := &out.Nodes[ni]
+				if nd.Name != m.Node {
+					continue
 				}
+				for g := range nd.GPUs {
+					if slices.Contains(m.GPUs, nd.GPUs[g].Index) {
+						nd.GPUs[g].JobID = a.JobID
+					}
+				}
+				nd.CPUSlotsUsed += a.CPUSlots
+				if j.Estimate <= 0 {
+					continue // held with no expected end: listed nowhere
+				}
+				nd.Running = append(nd.Running, Running{JobID: a.JobID, Priority: j.Priority, GPUs: m.GPUs, CPUSlots: a.CPUSlots, EndsAt: s.Now.Add(j.Estimate)})
 			}
-			nd.CPUSlotsUsed += a.CPUSlots
-			if j.Estimate <= 0 {
-				continue // held with no expected end: listed nowhere
-			}
-			nd.Running = append(nd.Running, Running{JobID: a.JobID, Priority: j.Priority, GPUs: a.GPUs, CPUSlots: a.CPUSlots, EndsAt: s.Now.Add(j.Estimate)})
 		}
 	}
 	out.Pending = pending
@@ -113,4 +116,13 @@ func assignOf(p Plan, id string) (Assignment, bool) {
 		}
 	}
 	return Assignment{}, false
+}
+
+// jobsByID is s's pending jobs by id.
+func jobsByID(s Snapshot) map[string]Job {
+	jobs := make(map[string]Job, len(s.Pending))
+	for _, j := range s.Pending {
+		jobs[j.ID] = j
+	}
+	return jobs
 }

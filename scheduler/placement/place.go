@@ -31,6 +31,8 @@ func Place(s Snapshot) Plan {
 			p.wait(i, WaitNeverFits, "needs a negative number of GPUs", nil)
 		case r.GPUs == 0:
 			p.considerCPU(i)
+		case r.Nodes > 1:
+			p.considerGang(i)
 		default:
 			p.considerGPU(i)
 		}
@@ -72,15 +74,25 @@ type outcome struct {
 	start  int64  // estimated start, ns after now; never: unknown
 }
 
-// gpuHead is the first GPU job that could not start, and what it holds.
+// gpuHead is the first GPU job that could not start, and what it holds:
+// GPUs on one node, or on each node of a gang.
 type gpuHead struct {
 	set    bool
-	job    int // pending index
-	node   int
-	gpus   []bool // rank → kept for the head, on node
-	ranks  []int
-	at     int64  // shadow time
-	behind string // reason for the jobs it blocks
+	job    int      // pending index
+	nodes  []int    // the nodes it keeps GPUs on
+	ranks  [][]int  // per entry of nodes: the ranks kept there
+	kept   [][]bool // node → rank → kept for the head; nil on nodes it keeps nothing on
+	at     int64    // shadow time
+	behind string   // reason for the jobs it blocks
+}
+
+// keptOn is the head's kept ranks on node ni (rank → kept); nil when it
+// keeps none there or there is no head.
+func (h *gpuHead) keptOn(ni int) []bool {
+	if !h.set {
+		return nil
+	}
+	return h.kept[ni]
 }
 
 // considerGPU places pending job i, which needs GPUs, or records why it waits.
@@ -101,7 +113,9 @@ func (p *planner) considerGPU(i int) {
 		usable = sh.maxAvail
 	}
 	if usable >= k {
-		p.assignGPUs(i, sh, p.bestNodeGPU(sh, k, restricted), k, end, restricted)
+		ni := p.bestNodeGPU(sh, k, restricted)
+		ranks := p.takeGPUs(i, sh, ni, k, end, restricted)
+		p.plan.Assign = append(p.plan.Assign, Assignment{JobID: j.ID, Node: p.nodes[ni].name, GPUs: p.gpuIndices(ni, ranks)})
 		return
 	}
 	if h.set {
@@ -123,17 +137,22 @@ func (p *planner) considerGPU(i int) {
 		p.wait(i, WaitNoRoom, p.noRoomGPU(sh, k)+"; start unknown: the GPUs it needs are held by jobs with no estimate", sh)
 		return
 	}
-	p.setGPUHead(i, ni, ranks, at)
+	p.setGPUHead(i, []int{ni}, [][]int{ranks}, at)
 	p.wait(i, WaitNoRoom, p.noRoomGPU(sh, k)+"; first in line for GPUs "+fmtInts(p.gpuIndices(ni, ranks))+" on "+p.nodes[ni].name, sh)
 }
 
-// assignGPUs starts job i on node ni now, on k GPUs that leave the head's
-// reservation alone when restricted.
-func (p *planner) assignGPUs(i int, sh *shape, ni, k int, end int64, restricted bool) {
-	node, h := &p.nodes[ni], &p.gpuHead
+// takeGPUs gives job i k GPUs of shape sh on node ni now, ones that leave
+// the head's reservation alone when restricted, marks it placed and
+// returns their ranks. The caller records the Assignment.
+func (p *planner) takeGPUs(i int, sh *shape, ni, k int, end int64, restricted bool) []int {
+	node := &p.nodes[ni]
+	var kept []bool
+	if restricted {
+		kept = p.gpuHead.keptOn(ni)
+	}
 	cand := make([]bool, len(node.gpus))
 	for r := range node.gpus {
-		cand[r] = sh.match[ni][r] && node.gpus[r].free && !(restricted && h.node == ni && h.gpus[r])
+		cand[r] = sh.match[ni][r] && node.gpus[r].free && (kept == nil || !kept[r])
 	}
 	ranks := pickGPUs(cand, k)
 	for _, r := range ranks {
@@ -144,7 +163,7 @@ func (p *planner) assignGPUs(i int, sh *shape, ni, k int, end int64, restricted 
 	node.freeGPUs -= k
 	p.gen++
 	p.out[i].placed = true
-	p.plan.Assign = append(p.plan.Assign, Assignment{JobID: p.pending[i].ID, Node: node.name, GPUs: p.gpuIndices(ni, ranks)})
+	return ranks
 }
 
 // shadow returns the head's shadow time: the earliest time at which some
@@ -157,24 +176,10 @@ func (p *planner) shadow(sh *shape, k int) (at int64, node int, ranks []int) {
 	bestReady := 0
 	var times []int64
 	for ni := range p.nodes {
-		if sh.static[ni] < k {
+		var t int64
+		var ready int
+		if t, ready, times = p.readyOn(sh, ni, k, times); t == never {
 			continue
-		}
-		times = times[:0]
-		for r, g := range p.nodes[ni].gpus {
-			if sh.match[ni][r] {
-				times = append(times, g.release)
-			}
-		}
-		t := kthSmallest(times, k)
-		if t == never {
-			continue
-		}
-		ready := 0
-		for _, x := range times {
-			if x <= t {
-				ready++
-			}
 		}
 		if t < at || (t == at && ready < bestReady) {
 			at, node, bestReady = t, ni, ready
@@ -191,20 +196,49 @@ func (p *planner) shadow(sh *shape, k int) (at int64, node int, ranks []int) {
 	return at, node, pickGPUs(cand, k)
 }
 
-// setGPUHead records job i as the head, holding ranks on node ni from at.
-func (p *planner) setGPUHead(i, ni int, ranks []int, at int64) {
+// readyOn returns when node ni has k GPUs of shape sh free, assuming every
+// job ends at its estimate (never when it never has), and how many such
+// GPUs are free by then. times is scratch space, returned for reuse.
+func (p *planner) readyOn(sh *shape, ni, k int, times []int64) (t int64, ready int, _ []int64) {
+	if sh.static[ni] < k {
+		return never, 0, times
+	}
+	times = times[:0]
+	for r, g := range p.nodes[ni].gpus {
+		if sh.match[ni][r] {
+			times = append(times, g.release)
+		}
+	}
+	t = kthSmallest(times, k)
+	if t == never {
+		return never, 0, times
+	}
+	for _, x := range times {
+		if x <= t {
+			ready++
+		}
+	}
+	return t, ready, times
+}
+
+// setGPUHead records job i as the head, holding ranks[x] on node
+// nodes[x] from at: one node, or every node of a gang.
+func (p *planner) setGPUHead(i int, nodes []int, ranks [][]int, at int64) {
 	h := &p.gpuHead
-	h.set, h.job, h.node, h.ranks, h.at = true, i, ni, ranks, at
-	h.gpus = make([]bool, len(p.nodes[ni].gpus))
-	for _, r := range ranks {
-		h.gpus[r] = true
+	h.set, h.job, h.nodes, h.ranks, h.at = true, i, nodes, ranks, at
+	h.kept = make([][]bool, len(p.nodes))
+	for x, ni := range nodes {
+		h.kept[ni] = make([]bool, len(p.nodes[ni].gpus))
+		for _, r := range ranks[x] {
+			h.kept[ni][r] = true
+		}
+		p.plan.Reserved = append(p.plan.Reserved, Reservation{
+			JobID: p.pending[i].ID, Node: p.nodes[ni].name, GPUs: p.gpuIndices(ni, ranks[x]),
+			At: p.now.Add(time.Duration(at)),
+		})
 	}
 	h.behind = string(WaitBehind) + ": job " + p.pending[i].ID + " (backfill would delay it)"
 	p.gen++
-	p.plan.Reserved = append(p.plan.Reserved, Reservation{
-		JobID: p.pending[i].ID, Node: p.nodes[ni].name, GPUs: p.gpuIndices(ni, ranks),
-		At: p.now.Add(time.Duration(at)),
-	})
 }
 
 // wait records that job i waits. est is the shape to estimate its start

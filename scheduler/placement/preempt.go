@@ -43,7 +43,7 @@ func (p *planner) preempt(i int, sh *shape, k int) bool {
 	if best == nil {
 		return false
 	}
-	p.stopFor(i, sh, k, best)
+	p.stopFor(i, sh, k, []*victimSet{best})
 	return true
 }
 
@@ -52,6 +52,19 @@ func (p *planner) preempt(i int, sh *shape, k int) bool {
 // prio, or nil when no node can make room.
 func (p *planner) cheapestRoom(sh *shape, k, prio int) *victimSet {
 	var best *victimSet
+	for _, set := range p.rooms(sh, k, prio) {
+		if best == nil || set.better(best) {
+			best = set
+		}
+	}
+	return best
+}
+
+// rooms returns, for each node that can make room for k GPUs of shape sh
+// by stopping jobs of lower priority than prio, its cheapest way (roomOn),
+// in node order.
+func (p *planner) rooms(sh *shape, k, prio int) []*victimSet {
+	var out []*victimSet
 	for ni := range p.nodes {
 		if sh.static[ni] < k {
 			continue
@@ -61,11 +74,9 @@ func (p *planner) cheapestRoom(sh *shape, k, prio int) *victimSet {
 			continue
 		}
 		set.node = ni
-		if best == nil || set.better(best) {
-			best = &set
-		}
+		out = append(out, &set)
 	}
-	return best
+	return out
 }
 
 // roomOn returns the cheapest victims on node ni that free, with the
@@ -107,14 +118,46 @@ func (p *planner) roomOn(ni int, sh *shape, k, prio int) (set victimSet, ok bool
 	return chooseVictims(vs, k-ready)
 }
 
-// stopFor carries out best for urgent head i (k GPUs of shape sh): it
-// reserves the head's GPUs, free ones or the victims', records the
-// Preemption (none when jobs already stopping make room) and the wait.
-func (p *planner) stopFor(i int, sh *shape, k int, best *victimSet) {
-	ni, node := best.node, &p.nodes[best.node]
-	stop := make(map[string]bool, len(best.victims)) // lookups only
-	ids := make([]string, 0, len(best.victims))
-	for _, v := range best.victims {
+// stopFor carries out sets (one per node: one, or a gang's) for urgent
+// head i (k GPUs of shape sh on each node): it reserves the head's GPUs,
+// free ones or the victims', records a Preemption per node with victims
+// (none when jobs already stopping make room) and the wait.
+func (p *planner) stopFor(i int, sh *shape, k int, sets []*victimSet) {
+	nodes, ranks := make([]int, len(sets)), make([][]int, len(sets))
+	var pre []Preemption
+	var all, where []string
+	for x, set := range sets {
+		ids, rs := p.stopOn(sh, k, set)
+		nodes[x], ranks[x] = set.node, rs
+		if len(ids) > 0 {
+			name := p.nodes[set.node].name
+			pre = append(pre, Preemption{ForJobID: p.pending[i].ID, Node: name, Victims: ids, GPUs: p.gpuIndices(set.node, rs)})
+			all = append(all, ids...)
+			where = append(where, name+" for GPUs "+fmtInts(p.gpuIndices(set.node, rs)))
+		}
+	}
+	p.setGPUHead(i, nodes, ranks, 0)
+	if len(pre) == 0 {
+		names := make([]string, len(nodes))
+		for x, ni := range nodes {
+			names[x] = p.nodes[ni].name
+		}
+		p.wait(i, WaitPreempting, string(WaitPreempting)+": waiting for preempted jobs to stop on "+strings.Join(names, ", "), sh)
+		return
+	}
+	p.plan.Preempt = append(p.plan.Preempt, pre...)
+	p.wait(i, WaitPreempting, string(WaitPreempting)+": stopping batch jobs "+strings.Join(all, ", ")+" on "+strings.Join(where, "; "), sh)
+}
+
+// stopOn works out set on its node for a head of k GPUs of shape sh: the
+// victims' ids, sorted, and the ranks the head takes there (free ones,
+// the victims' or those of jobs already stopping). Every GPU of a victim
+// frees up once it stops: expected now, for the estimates of the jobs
+// behind; none is given out this round, as they are still held.
+func (p *planner) stopOn(sh *shape, k int, set *victimSet) (ids []string, ranks []int) {
+	ni, node := set.node, &p.nodes[set.node]
+	stop := make(map[string]bool, len(set.victims)) // lookups only
+	for _, v := range set.victims {
 		id := node.running[v.ri].JobID
 		stop[id] = true
 		ids = append(ids, id)
@@ -129,23 +172,13 @@ func (p *planner) stopFor(i int, sh *shape, k int, best *victimSet) {
 		ri, ok := node.runIdx[g.holder]
 		cand[r] = g.free || stop[g.holder] || (ok && node.running[ri].Stopping)
 	}
-	ranks := pickGPUs(cand, k)
-	p.setGPUHead(i, ni, ranks, 0)
-	gpus := p.gpuIndices(ni, ranks)
-	if len(ids) == 0 {
-		p.wait(i, WaitPreempting, string(WaitPreempting)+": waiting for preempted jobs to stop on "+node.name, sh)
-		return
-	}
-	// Every GPU of a victim frees up once it stops: expected now, for the
-	// estimates of the jobs behind. None is given out this round: they are
-	// still held.
+	ranks = pickGPUs(cand, k)
 	for r := range node.gpus {
 		if stop[node.gpus[r].holder] {
 			node.gpus[r].release, node.gpus[r].expRel = 0, 0
 		}
 	}
-	p.plan.Preempt = append(p.plan.Preempt, Preemption{ForJobID: p.pending[i].ID, Node: node.name, Victims: ids, GPUs: gpus})
-	p.wait(i, WaitPreempting, string(WaitPreempting)+": stopping batch jobs "+strings.Join(ids, ", ")+" on "+node.name+" for GPUs "+fmtInts(gpus), sh)
+	return ids, ranks
 }
 
 // maxEnumerate bounds the victim subsets examined on one node; past it the

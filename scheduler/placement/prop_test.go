@@ -13,25 +13,11 @@ import (
 // TestPlaceProperties checks the invariants of checkPlan, and that the plan
 // does not depend on listing order, on random snapshots from a fixed seed.
 func TestPlaceProperties(t *testing.T) {
-	n := 3000
-	if testing.Short() {
-		n = 300
-	}
-	r := rand.New(rand.NewSource(20250301))
+	n, r := propertyRuns(3000, 20250301)
 	stats := map[string]int{}
 	for i := range n {
 		s := randomSnapshot(r)
-		p := Place(s)
-		ok := t.Run(fmt.Sprintf("case%d", i), func(t *testing.T) {
-			checkPlan(t, s, p)
-			if got := Place(shuffled(r, s)); !reflect.DeepEqual(got, p) {
-				t.Errorf("plan depends on listing order:\n got %+v\nwant %+v", got, p)
-			}
-		})
-		if !ok {
-			t.Logf("snapshot: %+v", s)
-			t.FailNow()
-		}
+		p := placeChecked(t, r, i, s, checkPlan)
 		stats["assigned"] += len(p.Assign)
 		stats["preempt"] += len(p.Preempt)
 		stats["reserved"] += len(p.Reserved)
@@ -262,10 +248,7 @@ func minVictims(s Snapshot, j Job) int {
 // from outside.
 func checkPlan(t *testing.T, s Snapshot, p Plan) {
 	t.Helper()
-	jobs := map[string]Job{}
-	for _, j := range s.Pending {
-		jobs[j.ID] = j
-	}
+	jobs := jobsByID(s)
 	nodes := map[string]Node{}
 	for _, n := range s.Nodes {
 		nodes[n.Name] = n
@@ -494,4 +477,32 @@ func checkPlan(t *testing.T, s Snapshot, p Plan) {
 func waitReason(p Plan, id string) string {
 	w, _ := waitOf(p, id)
 	return w.Reason
+}
+
+// placeChecked places s, runs check on the plan as subtest case<i>, checks
+// that the plan does not depend on the order s lists things in, and stops
+// the test on a failure with the snapshot logged. It returns the plan.
+func placeChecked(t *testing.T, r *rand.Rand, i int, s Snapshot, check func(*testing.T, Snapshot, Plan)) Plan {
+	t.Helper()
+	p := Place(s)
+	ok := t.Run(fmt.Sprintf("case%d", i), func(t *testing.T) {
+		check(t, s, p)
+		if got := Place(shuffled(r, s)); !reflect.DeepEqual(got, p) {
+			t.Errorf("plan depends on listing order:\n got %+v\nwant %+v", got, p)
+		}
+	})
+	if !ok {
+		t.Logf("snapshot: %+v", s)
+		t.FailNow()
+	}
+	return p
+}
+
+// propertyRuns is how many random snapshots a property test checks (a
+// tenth with -short) and its generator, from seed.
+func propertyRuns(n int, seed int64) (int, *rand.Rand) {
+	if testing.Short() {
+		n /= 10
+	}
+	return n, rand.New(rand.NewSource(seed))
 }

@@ -9,11 +9,18 @@ const (
 	PriorityBatch  = 2
 )
 
-// Request is what one job needs from one node. A job never spans nodes.
+// Request is what one job needs: GPUs on one node, or on each of Nodes
+// nodes (a gang).
 type Request struct {
-	// GPUs is how many GPUs the job needs, all on one node. Zero makes it a
-	// CPU-only job, which takes CPUSlots and no GPU; below zero never fits.
+	// GPUs is how many GPUs the job needs on each of its nodes. Zero makes
+	// it a CPU-only job, which takes CPUSlots and no GPU; below zero never
+	// fits.
 	GPUs int `json:"gpus"`
+	// Nodes is how many distinct nodes the job spans, GPUs on each: a gang,
+	// placed all or nothing (it starts only when that many nodes each have
+	// GPUs feasible GPUs free at once). 0 or 1: one node. Ignored for a
+	// CPU-only job.
+	Nodes int `json:"nodes,omitempty"`
 	// MinMemoryMB is the free memory (MemoryTotalMB − ForeignUsedMB) each
 	// GPU must have. Zero: any.
 	MinMemoryMB uint64 `json:"min_memory_mb,omitempty"`
@@ -45,6 +52,9 @@ type Job struct {
 	// every job running to its limit. 0: Estimate.
 	Expected time.Duration `json:"expected,omitempty"`
 }
+
+// nodes is how many nodes r spans: Nodes, at least 1.
+func (r *Request) nodes() int { return max(r.Nodes, 1) }
 
 // expected is j's run time for the estimate replay.
 func (j *Job) expected() time.Duration {
@@ -141,6 +151,17 @@ type Assignment struct {
 	GPUs []int `json:"gpus,omitempty"`
 	// CPUSlots is how many CPU slots a CPU-only job takes; 0 for a GPU job.
 	CPUSlots int `json:"cpu_slots,omitempty"`
+	// Gang, for a job of several nodes (Request.Nodes > 1), is every node
+	// it starts on with its GPUs, one per node, rank 0 first: Node and
+	// GPUs repeat Gang[0]. The caller reserves all of them or none. Nil
+	// for a job of one node.
+	Gang []Member `json:"gang,omitempty"`
+}
+
+// Member is one node of a gang's Assignment and the GPUs it gets there.
+type Member struct {
+	Node string `json:"node"`
+	GPUs []int  `json:"gpus"`
 }
 
 // WaitCode groups the reasons a job waits. Every Wait.Reason starts with its
@@ -181,7 +202,8 @@ type Wait struct {
 
 // Preemption asks the caller to stop Victims (SIGTERM, checkpoint, back to
 // queued) on Node so that ForJobID can start there on GPUs. The caller should
-// mark the victims Running.Stopping in later snapshots until they let go.
+// mark the victims Running.Stopping in later snapshots until they let go. A
+// gang's head gets one Preemption per node it stops jobs on.
 type Preemption struct {
 	// ForJobID is the urgent job the room is made for.
 	ForJobID string `json:"for_job_id"`
@@ -217,26 +239,30 @@ type Plan struct {
 	Assign []Assignment `json:"assign,omitempty"`
 	// Waits are the jobs that wait, with positions and reasons.
 	Waits []Wait `json:"waits,omitempty"`
-	// Preempt holds at most one preemption.
+	// Preempt holds the preemptions of at most one head: one, or one per
+	// node for a gang.
 	Preempt []Preemption `json:"preempt,omitempty"`
-	// Reserved holds at most two reservations: the GPU head's and the
-	// CPU-only head's.
+	// Reserved holds the GPU head's reservation (one per node for a gang)
+	// and the CPU-only head's.
 	Reserved []Reservation `json:"reserved,omitempty"`
 	// Joins estimates when a new GPU job would start if it joined the queue
 	// now, behind every waiting job of its priority or a more urgent one:
 	// for each priority, for 1, 2, 4, … GPUs up to the largest node's
-	// count (and that count), of any model and memory. Routing reads them
-	// as the local pool's wait (docs/routing.md, rule 4).
+	// count (and that count), of any model and memory, then for gangs of
+	// 2, 4, 8, … whole nodes of that count (up to every node that has
+	// it). Routing reads them as the local pool's wait (docs/routing.md,
+	// rule 4).
 	Joins []Join `json:"joins,omitempty"`
 }
 
 // Join is when a new job of GPUs GPUs (any model, any memory), joining the
 // queue now at the end of Priority, is estimated to start: by the same
-// replay that gives waiting jobs their EstimatedStart. Zero At: never
-// (no node has that many healthy GPUs, or they are held by jobs with no
-// estimate).
+// replay that gives waiting jobs their EstimatedStart. Nodes, above 1, makes
+// it a gang of that many whole nodes of GPUs each. Zero At: never (no node
+// has that many healthy GPUs, or they are held by jobs with no estimate).
 type Join struct {
 	Priority int       `json:"priority"`
 	GPUs     int       `json:"gpus"`
+	Nodes    int       `json:"nodes,omitempty"`
 	At       time.Time `json:"at,omitzero"`
 }

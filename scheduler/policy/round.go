@@ -189,7 +189,7 @@ func (r *rerouter) record(j *jobtype.Job, rp Reroute) *jobtype.Job {
 // request, one CPU slot and its runtime estimate.
 func placementJob(j *jobtype.Job, defaultMaxRuntime time.Duration) placement.Job {
 	return placement.Job{ID: j.ID, Priority: PlacementPriority(j.Spec.Priority),
-		Request: placement.Request{GPUs: j.Spec.Resources.GPUs, MinMemoryMB: uint64(j.Spec.Resources.GPUMemoryGB * 1024),
+		Request: placement.Request{GPUs: j.Spec.Resources.GPUs, Nodes: j.Spec.Resources.Nodes, MinMemoryMB: uint64(j.Spec.Resources.GPUMemoryGB * 1024),
 			Models: j.Spec.Resources.GPUModels, CPUSlots: 1},
 		Estimate: Estimate(j, defaultMaxRuntime), Expected: j.Spec.ExpectedRuntime.D()}
 }
@@ -318,7 +318,7 @@ func PoolPressure(snap placement.Snapshot, in *RoundInput, def time.Duration) po
 	}
 	for _, pj := range snap.Pending {
 		if j := in.Jobs[pj.ID]; j != nil && pj.Priority >= 0 && pj.Priority < 3 {
-			p.PendingGPUHours[pj.Priority] += RuntimeEstimate(j, sps, def).Hours() * float64(pj.Request.GPUs)
+			p.PendingGPUHours[pj.Priority] += RuntimeEstimate(j, sps, def).Hours() * float64(pj.Request.GPUs*max(pj.Request.Nodes, 1))
 		}
 	}
 	p.HealthyGPUs = healthy
@@ -342,7 +342,7 @@ func JoinWaits(joins []placement.Join, now time.Time) [3][]poolstate.JoinWait {
 		if !jn.At.IsZero() {
 			w = max(0, jn.At.Sub(now).Seconds())
 		}
-		out[jn.Priority] = append(out[jn.Priority], poolstate.JoinWait{GPUs: jn.GPUs, WaitS: w})
+		out[jn.Priority] = append(out[jn.Priority], poolstate.JoinWait{GPUs: jn.GPUs, Nodes: jn.Nodes, WaitS: w})
 	}
 	return out
 }

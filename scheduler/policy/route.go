@@ -129,7 +129,7 @@ func LocalPool(nodes []poolstate.NodeStatus, pr poolstate.PoolPressure, now time
 			if w > 0 {
 				w = max(0, w-age)
 			}
-			pool.Joins[p] = append(pool.Joins[p], routing.JoinWait{GPUs: jw.GPUs, WaitS: w})
+			pool.Joins[p] = append(pool.Joins[p], routing.JoinWait{GPUs: jw.GPUs, Nodes: jw.Nodes, WaitS: w})
 		}
 	}
 	return pool

@@ -10,7 +10,8 @@ import (
 // JobUsage is a job's cost and GPU-hours so far, the one function every
 // figure of money comes from (budget settling, sweep spend, the
 // leaderboard): what its cloud attempts' instances cost, plus the time its
-// attempts ran on the local pool × its GPUs × the local backend's price.
+// attempts ran on the local pool × its GPUs (nodes × gpus:
+// Resources.TotalGPUs) × the local backend's price.
 // Ended attempts count from the run time the store added as each left
 // running (RunS, LocalRunS); the attempt running now counts to the job's
 // last update. It never reads CostUSD, which is this function's figure as
@@ -32,7 +33,7 @@ func JobUsageAt(cfg routecfg.Config, j *jobtype.Job, now time.Time) (usd, gpuHou
 			}
 		}
 	}
-	gpus := float64(j.Spec.Resources.GPUs)
+	gpus := float64(j.Spec.Resources.TotalGPUs())
 	return j.CloudCostUSD + localS/3600*gpus*localPrice(cfg, j), runS / 3600 * gpus
 }
 

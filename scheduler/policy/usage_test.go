@@ -2,17 +2,21 @@ package policy
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/poolstate"
+	"github.com/lathe-ml/lathe/scheduler/placement"
+	"github.com/lathe-ml/lathe/scheduler/routing"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // TestJobUsage: a job's cost is its cloud instances' cost plus its local
 // run time × GPUs × the local price, and its GPU-hours its whole run time
-// × GPUs; the attempt running now counts to the last update; the settled
+// × GPUs (nodes × gpus for a job that spans nodes); the attempt running now counts to the last update; the settled
 // CostUSD is never added again (settling twice cannot double it); local
 // time stays priced after the job's route moved to the cloud.
 func TestJobUsage(t *testing.T) {
@@ -53,4 +57,21 @@ datasets:
 	j.Route = &jobtype.RouteInfo{Backend: "local", Kind: "local"}
 	j.State, j.StartedAt, j.UpdatedAt = jobtype.StateRunning, &start, start.Add(30*time.Minute)
 	want(1.5+1.5*2*2.00, 2*2)
+	// A job of 3 nodes × 2 GPUs holds 6 GPUs: it costs and counts three times as much.
+	j.Spec.Resources.Nodes = 3
+	want(1.5+1.5*6*2.00, 2*6)
+}
+
+// TestGangJoinsReachRouting: a gang's join (placement.Join.Nodes) keeps its
+// node count on its way to routing: through the pool's pressure
+// (JoinWaits) and the local pool routing reads (LocalPool).
+func TestGangJoinsReachRouting(t *testing.T) {
+	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	joins := []placement.Join{{Priority: 1, GPUs: 8, At: now.Add(time.Minute)}, {Priority: 1, GPUs: 8, Nodes: 2, At: now.Add(time.Hour)}}
+	pr := poolstate.PoolPressure{At: now, Joins: JoinWaits(joins, now)}
+	got := LocalPool(nil, pr, now).Joins[1]
+	want := []routing.JoinWait{{GPUs: 8, WaitS: 60}, {GPUs: 8, Nodes: 2, WaitS: 3600}}
+	if !slices.Equal(got, want) {
+		t.Errorf("joins %+v; want %+v", got, want)
+	}
 }

@@ -126,7 +126,7 @@ func (e *eval) chosen(d *Decision, b *routecfg.BackendInfo, st *candState) {
 	job := &e.job
 	d.Backend, d.Site = b.Name, e.x.Sites[b.Site].Name
 	d.EstRuntime = st.runtime
-	d.EstGPUHours = cost.GPUHours(st.runtime, job.GPUs)
+	d.EstGPUHours = cost.GPUHours(st.runtime, job.totalGPUs())
 	d.EstCostUSD = st.cost
 	d.Waiting = b.Local && job.MaxWait > 0 && !(st.waitS <= job.MaxWait.Seconds())
 	d.Reasons = append(d.Reasons, e.runtimeReason(b, st), e.costReason(b, st))
@@ -457,7 +457,7 @@ func (e *eval) costReason(b *routecfg.BackendInfo, st *candState) string {
 		if !b.Priced {
 			return "cost " + usd(0) + ": local backend " + b.Name + " is unpriced (no price in the config)"
 		}
-		return "cost " + costText(st) + ": " + strconv.FormatFloat(cost.GPUHours(st.runtime, e.job.GPUs), 'f', 2, 64) +
+		return "cost " + costText(st) + ": " + strconv.FormatFloat(cost.GPUHours(st.runtime, e.job.totalGPUs()), 'f', 2, 64) +
 			" GPU-hours × " + usd(b.USD) + "/GPU-hour on " + b.Name
 	}
 	t := &b.Types[st.ti]

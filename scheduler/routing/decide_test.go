@@ -696,3 +696,50 @@ func TestCloudTrainer(t *testing.T) {
 		cands: map[string]string{"local": "", "aws-eu": ReasonCloudTrainer},
 	}})
 }
+
+// TestGangFit: a job of Nodes nodes × GPUs fits the local pool only when
+// that many nodes each have the GPUs, and a cloud backend only when one
+// instance type holds all of them (it launches one instance per attempt);
+// cost and GPU-hours count nodes × GPUs.
+func TestGangFit(t *testing.T) {
+	gang := func(nodes, gpus int) Job {
+		j := baseJob("eu")
+		j.GPUs, j.Nodes = gpus, nodes
+		return j
+	}
+	runCases(t, []decideCase{{
+		name: "two nodes of 8 on a pool of two 8-GPU nodes", job: gang(2, 8), backend: "local",
+		cands:   map[string]string{"local": "", "aws-eu": ReasonNoGPUFit},
+		reasons: []string{"32.00 GPU-hours × $1.10/GPU-hour"},
+		check: func(t *testing.T, d Decision) {
+			want := ReasonNoGPUFit + ": needs 2 nodes of 8 GPUs, 16 GPUs on one instance (a cloud backend launches one instance per attempt); the largest matching instance type has 8"
+			if r := candidate(t, d, "aws-eu").Reason; r != want {
+				t.Errorf("aws-eu: %q; want %q", r, want)
+			}
+			if d.EstGPUHours != 32 || math.Abs(d.EstCostUSD-32*1.10) > 1e-9 {
+				t.Errorf("2 nodes × 8 GPUs × 2 h: %.2f GPU-hours, $%.2f; want 32, $35.20", d.EstGPUHours, d.EstCostUSD)
+			}
+		},
+	}, {
+		name: "three nodes of 8 on a pool of two", job: gang(3, 8), backend: "",
+		cands:   map[string]string{"local": ReasonNoGPUFit, "aws-eu": ReasonNoGPUFit},
+		reasons: []string{"local: " + ReasonNoGPUFit + ": needs 3 nodes of 8 GPUs; only 2 of the pool's nodes have that many such healthy GPUs"},
+	}, {
+		name: "a node short of GPUs does not count", job: gang(2, 8),
+		snap: func(s *Snapshot) {
+			s.Pools["local"] = Pool{HealthyGPUs: 15, Nodes: []PoolNode{{Name: "a", GPUs: []PoolGPU{{Model: "H100", MemoryGB: 80, Healthy: 8}}},
+				{Name: "b", GPUs: []PoolGPU{{Model: "H100", MemoryGB: 80, Healthy: 7}}}}}
+		},
+		backend: "", cands: map[string]string{"local": ReasonNoGPUFit},
+		reasons: []string{"only 1 of the pool's nodes"},
+	}, {
+		name: "two nodes of 4 fit one 8-GPU instance", job: gang(2, 4),
+		snap:    func(s *Snapshot) { p := s.Pools["local"]; p.AssumeWait = dur(5 * time.Hour); s.Pools["local"] = p },
+		backend: "aws-eu", cands: map[string]string{"local": "", "aws-eu": ""},
+		check: func(t *testing.T, d Decision) {
+			if d.EstGPUHours != 16 {
+				t.Errorf("2 nodes × 4 GPUs × 2 h: %.2f GPU-hours; want 16", d.EstGPUHours)
+			}
+		},
+	}})
+}

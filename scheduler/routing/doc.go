@@ -68,10 +68,11 @@
 //
 // 2. GPU fit. Local: some node of the pool has at least job.GPUs healthy
 // GPUs whose model contains one of job.GPUModels (case-insensitively; none
-// given: any) and whose memory is at least job.GPUMemoryGB; a job never
-// spans nodes; a pool with no state or no GPUs fits only a job with no
-// GPUs. Cloud: the instance types with at least job.GPUs such GPUs (any type
-// for a job with no GPUs); the cheapest estimated cost wins, then the lower
+// given: any) and whose memory is at least job.GPUMemoryGB; a job of
+// job.Nodes > 1 needs that many such nodes; a pool with no state or no GPUs
+// fits only a job with no GPUs. Cloud: the instance types with at least
+// job.GPUs × job.Nodes such GPUs, one instance per attempt (any type for a
+// job with no GPUs); the cheapest estimated cost wins, then the lower
 // hourly price, then config order.
 //
 // 3. Budgets, on the estimated cost: the job's budget_usd (when set), the
@@ -94,7 +95,8 @@
 // for 8. Wait on a local pool: Pool.AssumeWait when set (what-if); else,
 // when every GPU of the pool serves the job and it is no larger than the
 // largest of Pool.Joins, the wait of a new job of its size joining the
-// queue at its priority (the last placement round's replay); else the
+// queue at its priority (the last placement round's replay; for a job of
+// several nodes, the join of a gang of as many whole nodes or more); else the
 // GPU-hours ahead at the job's priority or higher over the pool's healthy
 // GPUs, unknown (EstWaitS −1) with none; 0 for a job with no GPUs; plus
 // Job.Waited (a spill-over) unless the estimate is 0. A cloud backend's

@@ -33,6 +33,7 @@ type candState struct {
 	rtSrc     uint8 // rtExpected, rtLearned, rtMax or rtUnknown
 	ti        int   // aws: index in BackendInfo.Types of the chosen type; -1: none
 	most      int   // the most matching GPUs on one node / in one type (for reasons)
+	fitNodes  int   // local: nodes with the job's GPUs, counted up to its node count (for reasons)
 
 	runtime   time.Duration
 	rate      float64 // learned seconds per step, when rtSrc == rtLearned
@@ -113,10 +114,10 @@ type matchMemo struct {
 	ok    bool
 }
 
-// fitLocal: some node has ≥ GPUs healthy matching GPUs; a job with no GPUs
-// always fits (CPU slots are not modelled here).
+// fitLocal: Nodes nodes (at least one) each have ≥ GPUs healthy matching
+// GPUs; a job with no GPUs always fits (CPU slots are not modelled here).
 func (e *eval) fitLocal(b *routecfg.BackendInfo, pool *Pool, st *candState) {
-	want := e.job.GPUs
+	want, nodes := e.job.GPUs, e.job.nodeCount()
 	if want <= 0 {
 		st.fits = true
 		e.runtimeFor(st, "cpu", true)
@@ -132,10 +133,12 @@ func (e *eval) fitLocal(b *routecfg.BackendInfo, pool *Pool, st *candState) {
 		}
 		st.most = max(st.most, have)
 		if have >= want {
-			break // fits; most only explains a misfit
+			if st.fitNodes++; st.fitNodes == nodes {
+				break // fits; most and fitNodes only explain a misfit
+			}
 		}
 	}
-	st.fits = st.most >= want
+	st.fits = st.fitNodes >= nodes
 	// Runtime: the slowest learned rate among the models that could take
 	// the job (placement may choose any of them).
 	first := true
@@ -169,14 +172,17 @@ func (e *eval) costLocal(b *routecfg.BackendInfo, st *candState) {
 	case !b.Priced || b.USD == 0 || e.job.GPUs <= 0:
 		st.costKnown = true // nothing to pay, whatever the runtime
 	case st.rtSrc != rtUnknown:
-		st.cost, st.costKnown = cost.GPUHours(st.runtime, e.job.GPUs)*b.USD, true
+		st.cost, st.costKnown = cost.GPUHours(st.runtime, e.job.totalGPUs())*b.USD, true
 	}
 }
 
 // fitCloud chooses the instance type with the lowest estimated cost among
 // those with ≥ GPUs GPUs of a matching model and memory (any type for a job
-// with no GPUs); ties go to the lower hourly price, then config order.
+// with no GPUs); ties go to the lower hourly price, then config order. A
+// cloud backend launches one instance per attempt: a job of several nodes
+// needs one type with all of them (GPUs × Nodes), or it does not fit.
 func (e *eval) fitCloud(b *routecfg.BackendInfo, st *candState) {
+	want := e.job.totalGPUs()
 	var best candState
 	found := false
 	for i := range b.Types {
@@ -187,7 +193,7 @@ func (e *eval) fitCloud(b *routecfg.BackendInfo, st *candState) {
 		if t.GPUs > st.most {
 			st.most = t.GPUs
 		}
-		if t.GPUs < e.job.GPUs {
+		if t.GPUs < want {
 			continue
 		}
 		var c candState
@@ -345,8 +351,11 @@ func (e *eval) joinWait(pool *Pool, st *candState) bool {
 			}
 		}
 	}
+	n := e.job.nodeCount()
 	for _, jw := range joins {
-		if jw.GPUs < e.job.GPUs {
+		// A job of one node reads the joins of one node; a gang those of
+		// as many whole nodes or more.
+		if jw.GPUs < e.job.GPUs || (n == 1) != (jw.Nodes <= 1) || max(jw.Nodes, 1) < n {
 			continue
 		}
 		switch {

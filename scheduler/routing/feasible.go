@@ -412,7 +412,7 @@ func checkGPUFit(e *eval, b *routecfg.BackendInfo, st *candState) string {
 		}
 	}
 	m := &e.lastMisfit
-	if m.r != "" && m.kind == kind && m.most == st.most {
+	if m.r != "" && m.kind == kind && m.most == st.most && m.nodes == st.fitNodes {
 		return m.r // the same words as the last misfit: one string for both
 	}
 	need := e.describeNeed()
@@ -420,22 +420,27 @@ func checkGPUFit(e *eval, b *routecfg.BackendInfo, st *candState) string {
 	switch {
 	case kind == misfitNoPool:
 		r = ReasonNoGPUFit + ": needs " + need + "; the pool has no GPUs (no state for it)"
+	case kind == misfitLocal && st.most >= e.job.GPUs:
+		r = ReasonNoGPUFit + ": needs " + need + "; only " + strconv.Itoa(st.fitNodes) + " of the pool's nodes have that many such healthy GPUs"
 	case kind == misfitLocal:
 		r = ReasonNoGPUFit + ": needs " + need + "; the most such healthy GPUs on one node is " + strconv.Itoa(st.most)
 	case st.most == 0:
 		r = ReasonNoGPUFit + ": needs " + need + "; no instance type has such GPUs"
+	case e.job.nodeCount() > 1:
+		r = ReasonNoGPUFit + ": needs " + need + ", " + strconv.Itoa(e.job.totalGPUs()) + " GPUs on one instance (a cloud backend launches one instance per attempt); the largest matching instance type has " + strconv.Itoa(st.most)
 	default:
 		r = ReasonNoGPUFit + ": needs " + need + "; the largest matching instance type has " + strconv.Itoa(st.most)
 	}
-	*m = misfit{kind: kind, most: st.most, r: r}
+	*m = misfit{kind: kind, most: st.most, nodes: st.fitNodes, r: r}
 	return r
 }
 
 // misfit is the last GPU misfit reason, reused while the next is the same.
 type misfit struct {
-	kind int
-	most int
-	r    string
+	kind  int
+	most  int
+	nodes int
+	r     string
 }
 
 const (
@@ -453,6 +458,11 @@ func (e *eval) describeNeed() string {
 }
 
 func (j *Job) describeNeed() string {
+	if j.nodeCount() > 1 {
+		one := *j
+		one.Nodes = 1
+		return strconv.Itoa(j.Nodes) + " nodes of " + one.describeNeed()
+	}
 	n := strconv.Itoa(j.GPUs)
 	if len(j.GPUModels) == 0 && j.GPUMemoryGB <= 0 {
 		if j.GPUs == 1 {

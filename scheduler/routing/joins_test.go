@@ -64,3 +64,37 @@ func TestJoinWaits(t *testing.T) {
 		t.Errorf("spill-over that could start now: %s wait %v; want local, 0", d.Backend, candidate(t, d, "local").EstWaitS)
 	}
 }
+
+// TestGangJoinWaits: a job of several nodes reads the joins of gangs of as
+// many whole nodes or more, a job of one node never does, and a gang with
+// no such join falls back on GPU-hours over GPUs.
+func TestGangJoinWaits(t *testing.T) {
+	joins := func(s *Snapshot) {
+		p := s.Pools["local"]
+		p.GPUHoursAhead = [3]float64{0, 1000, 1000} // fluid: hours deep
+		p.Joins[1] = []JoinWait{{GPUs: 8, WaitS: 60}, {GPUs: 8, Nodes: 2, WaitS: 1200}}
+		s.Pools["local"] = p
+	}
+	waitOf := func(gpus, nodes int) float64 {
+		t.Helper()
+		s := baseSnapshot(t, issueConfig)
+		joins(&s)
+		j := baseJob("eu")
+		j.GPUs, j.Nodes = gpus, nodes
+		return candidate(t, Decide(j, s), "local").EstWaitS
+	}
+	if w := waitOf(8, 0); w != 60 {
+		t.Errorf("8 GPUs on one node: wait %v; want the one-node join's 60", w)
+	}
+	if w := waitOf(4, 2); w != 1200 {
+		t.Errorf("2 nodes × 4: wait %v; want the 2-node join's 1200", w)
+	}
+	if w := waitOf(8, 2); w != 1200 {
+		t.Errorf("2 nodes × 8: wait %v; want the 2-node join's 1200", w)
+	}
+	// Three nodes: no join that large; the pool has two nodes, so it does
+	// not fit at all (no wait to read).
+	if w := waitOf(8, 3); w == 1200 || w == 60 {
+		t.Errorf("3 nodes: wait %v read from a smaller join", w)
+	}
+}

@@ -12,7 +12,7 @@ func JobFromSpec(spec *jobspec.Spec, id, team, outputURI string) Job {
 		outputURI = spec.Output.URI
 	}
 	return Job{ID: id, Team: team, Residency: spec.Residency, Dataset: spec.Dataset, EvalDataset: spec.EvalDataset,
-		Output: outputURI, GPUs: spec.Resources.GPUs, GPUMemoryGB: spec.Resources.GPUMemoryGB, GPUModels: spec.Resources.GPUModels,
+		Output: outputURI, GPUs: spec.Resources.GPUs, Nodes: spec.Resources.Nodes, GPUMemoryGB: spec.Resources.GPUMemoryGB, GPUModels: spec.Resources.GPUModels,
 		Priority: spec.Priority.Rank(), MaxWait: spec.MaxWait.D(), BudgetUSD: spec.BudgetUSD,
 		ExpectedRuntime: spec.ExpectedRuntime.D(), MaxSteps: spec.Training.MaxSteps, BaseModel: spec.BaseModel,
 		MaxRuntime: spec.MaxRuntime.D(), ValuePerHourUSD: spec.ValuePerHourUSD, Trainer: spec.Trainer}

@@ -18,8 +18,13 @@ type Job struct {
 	// empty Dataset or EvalDataset touches nothing; an empty Output is the
 	// daemon's default output folder, which is file://.
 	Dataset, EvalDataset, Output string
-	GPUs                         int
-	GPUMemoryGB                  float64
+	// GPUs is what the job needs on each of its Nodes nodes (0 or 1: one
+	// node). On the local pool that many nodes must each hold GPUs; a
+	// cloud backend launches one instance per attempt, so there the job
+	// needs one instance type of GPUs × Nodes (totalGPUs).
+	GPUs        int
+	Nodes       int
+	GPUMemoryGB float64
 	// GPUModels are case-insensitive substrings of GPU model names ("H100"
 	// matches "NVIDIA H100 80GB HBM3"); any of them will do; none: any model.
 	GPUModels []string
@@ -90,15 +95,18 @@ type Pool struct {
 	// counts work that does not block it (a half-empty pool with long jobs
 	// running). A job that names a GPU model or memory not every GPU has,
 	// or that is larger than the largest count, is estimated from
-	// GPUHoursAhead.
+	// GPUHoursAhead. After the joins of one node come those of gangs of
+	// whole nodes (Nodes > 1), ascending by Nodes.
 	Joins [3][]JoinWait
 }
 
-// JoinWait is the estimated wait of a new job of GPUs GPUs: WaitS seconds,
-// or −1 when it would never start (no node holds that many healthy GPUs,
-// or they are held by jobs with no estimate).
+// JoinWait is the estimated wait of a new job of GPUs GPUs (on each of
+// Nodes whole nodes for a gang; 0: one node): WaitS seconds, or −1 when it
+// would never start (no node holds that many healthy GPUs, or they are
+// held by jobs with no estimate).
 type JoinWait struct {
 	GPUs  int     `json:"gpus"`
+	Nodes int     `json:"nodes,omitempty"`
 	WaitS float64 `json:"wait_s"`
 }
 
@@ -187,3 +195,9 @@ func (d Decision) Wire() wire.Decision {
 		Residency: d.Residency, Reasons: d.Reasons, Candidates: d.Candidates, Staging: d.Staging,
 		EstRuntime: d.EstRuntime, EstGPUHours: d.EstGPUHours, EstCostUSD: d.EstCostUSD, Trade: d.Trade}
 }
+
+// nodeCount is how many nodes j spans: Nodes, at least 1.
+func (j *Job) nodeCount() int { return max(j.Nodes, 1) }
+
+// totalGPUs is every GPU j holds while it runs: GPUs on each of its nodes.
+func (j *Job) totalGPUs() int { return j.GPUs * j.nodeCount() }

@@ -57,8 +57,9 @@ func (sm *simulation) countPending(i, d int) {
 // mayStart reports whether a round now could do anything in an inert
 // simulation: a job waits that asks for no more GPUs than are free (or
 // for none), an urgent job waits (it may preempt), or a preempted job
-// waits to be re-decided. Otherwise placement can start nothing (a job's
-// GPUs are on one node, all free GPUs together are too few for any), and
+// waits to be re-decided. Otherwise placement can start nothing (a job
+// takes at least its GPUs, on one node or as a gang of whole nodes, and all
+// free GPUs together are too few for any), and
 // no job is re-decided: no job has a max_wait, and the pressure the round
 // would publish changes no routing decision. A simulation with a job that
 // could spill to the cloud always runs the round.

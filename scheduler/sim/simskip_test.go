@@ -46,16 +46,18 @@ func TestSimulateSkipsNoDecision(t *testing.T) {
 		jobs            int
 		owned, nodeGPUs int
 		est             string
-		mixed           bool
+		mixed, gangs    bool
 	}{
-		{"02-16-learned", "02", 1200, 16, 0, "learned", false},
-		{"02-48-learned", "02", 1200, 48, 0, "learned", false},
-		{"02-32x8-learned", "02", 1200, 32, 8, "learned", false},
-		{"02-32-hint", "02", 1200, 32, 0, "hint:1", false},
-		{"02-32-oracle", "02", 1200, 32, 0, "oracle", false},
-		{"02-32-learned-mixed", "02", 1200, 32, 0, "learned", true},
-		{"03-24-learned", "03", 1200, 24, 0, "learned", false},
-		{"08-16x8-learned", "08", 1500, 16, 8, "learned", false},
+		{"02-16-learned", "02", 1200, 16, 0, "learned", false, false},
+		{"02-48-learned", "02", 1200, 48, 0, "learned", false, false},
+		{"02-32x8-learned", "02", 1200, 32, 8, "learned", false, false},
+		{"02-32-hint", "02", 1200, 32, 0, "hint:1", false, false},
+		{"02-32-oracle", "02", 1200, 32, 0, "oracle", false, false},
+		{"02-32-learned-mixed", "02", 1200, 32, 0, "learned", true, false},
+		{"03-24-learned", "03", 1200, 24, 0, "learned", false, false},
+		{"08-16x8-learned", "08", 1500, 16, 8, "learned", false, false},
+		{"02-64x8-learned-gangs", "02", 1200, 64, 8, "learned", false, true},
+		{"02-64x8-learned-mixed-gangs", "02", 1200, 64, 8, "learned", true, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -69,7 +71,7 @@ func TestSimulateSkipsNoDecision(t *testing.T) {
 			}
 			jobs := WithEstimates(clusterJobs(t, c.cluster, d)[:c.jobs], e, 1)
 			s := setup
-			s.Owned, s.NodeGPUs = c.owned, c.nodeGPUs
+			s.Owned, s.NodeGPUs, s.Gangs = c.owned, c.nodeGPUs, c.gangs
 			got, err := Simulate(context.Background(), s, jobs)
 			if err != nil {
 				t.Fatal(err)

@@ -49,6 +49,12 @@ type Setup struct {
 	// (0: one node of Owned GPUs, a pool in which any job fits that fits
 	// the pool, as the trace's cluster gang-scheduled multi-node jobs).
 	Owned, NodeGPUs int
+	// Gangs, with NodeGPUs above 0, runs a job of more GPUs than a node
+	// as a gang of whole nodes (resources.nodes ⌈GPUs ÷ NodeGPUs⌉ of
+	// NodeGPUs each), placed all or nothing across nodes, as placement
+	// places gangs. false: such a job never fits the owned pool, as
+	// lathed's workers, which run no job across nodes, would have it.
+	Gangs bool
 	// GPUName and GPUMemoryMB describe the owned GPUs.
 	GPUName     string
 	GPUMemoryMB uint64
@@ -156,6 +162,7 @@ type simJob struct {
 	spot              spotRun
 	spill             bool // some cloud backend could take it (spillable)
 	shape             int  // its GPU count and model, numbered (setInert)
+	held              int  // owned GPUs it holds on all its nodes while it runs there
 }
 
 type simEvent struct {
@@ -441,7 +448,7 @@ func (sm *simulation) at() time.Time { return simEpoch.Add(sm.now) }
 // spec is the job's spec as the policy sees it now.
 func (sm *simulation) spec(sj *simJob) jobspec.Spec {
 	in := sj.in
-	sp := jobspec.Spec{Name: in.ID, Resources: jobspec.Resources{GPUs: in.GPUs}, Residency: in.Residency,
+	sp := jobspec.Spec{Name: in.ID, Resources: sm.resources(in), Residency: in.Residency,
 		Priority: cmp.Or(in.Priority, jobspec.PriorityNormal), MaxWait: jobspec.Duration(sm.setup.MaxWait),
 		Output: jobspec.Output{URI: sj.output}, Dataset: sj.dataset}
 	if in.GPUModel != "" {
@@ -453,6 +460,15 @@ func (sm *simulation) spec(sj *simJob) jobspec.Spec {
 	// stopped at it, it runs its true duration.
 	sp.ExpectedRuntime, sp.MaxRuntime = est, est
 	return sp
+}
+
+// resources is what job in asks for: its GPUs, or with Setup.Gangs, as a
+// gang of whole nodes when it has more GPUs than a node.
+func (sm *simulation) resources(in *Job) jobspec.Resources {
+	if g := sm.setup.NodeGPUs; sm.setup.Gangs && g > 0 && in.GPUs > g {
+		return jobspec.Resources{GPUs: g, Nodes: (in.GPUs + g - 1) / g}
+	}
+	return jobspec.Resources{GPUs: in.GPUs}
 }
 
 // refresh sets the run time estimate of sj's spec as of now, the only
@@ -649,7 +665,11 @@ func (sm *simulation) round() {
 	}
 	for _, a := range plan.Place.Assign {
 		i := sm.where[a.JobID]
-		sm.startLocal(i, a.Node, a.GPUs)
+		members := a.Gang
+		if members == nil {
+			members = []placement.Member{{Node: a.Node, GPUs: a.GPUs}}
+		}
+		sm.startLocal(i, members)
 		started = append(started, i)
 	}
 	for _, i := range started {
@@ -684,11 +704,17 @@ func nodeNamed(nodes []poolstate.NodeStatus, name string) *poolstate.NodeStatus 
 	return nil
 }
 
-func (sm *simulation) startLocal(i int, node string, gpus []int) {
+// startLocal starts job i on the owned pool, on its GPUs on each node of
+// members (one, or a gang's).
+func (sm *simulation) startLocal(i int, members []placement.Member) {
 	sj := &sm.jobs[i]
-	n := nodeNamed(sm.nodes, node)
-	n.Reservations[sj.in.ID] = poolstate.Reservation{Attempt: sj.job.Attempt, GPUs: gpus}
-	sm.usedGPUs += len(gpus)
+	sj.held = 0
+	for _, m := range members {
+		n := nodeNamed(sm.nodes, m.Node)
+		n.Reservations[sj.in.ID] = poolstate.Reservation{Attempt: sj.job.Attempt, GPUs: m.GPUs}
+		sj.held += len(m.GPUs)
+	}
+	sm.usedGPUs += sj.held
 	sm.checkResidency(sj, sm.local)
 	sm.begin(i, sm.local, 0)
 }
@@ -732,7 +758,7 @@ func (sm *simulation) finish(i int) {
 		sj.out.CostUSD += cost
 		sm.res.CloudCostUSD += cost
 	} else {
-		sm.res.OwnedBusyGPUHours += ranHere.Hours() * float64(sj.in.GPUs)
+		sm.res.OwnedBusyGPUHours += ranHere.Hours() * float64(sj.held)
 		sm.release(sj.in.ID)
 	}
 	if sj.in.Hint <= 0 {
@@ -754,11 +780,11 @@ func (sm *simulation) release(id string) {
 // (the simulation assumes no lost work).
 func (sm *simulation) preempt(i int) {
 	sj := &sm.jobs[i]
-	if sj.done || !sj.started || sj.out.Cloud {
-		return
+	if sj.done || !sj.started || sj.out.Cloud || sj.job.State != jobtype.StateRunning {
+		return // not running on owned GPUs (or stopped already: a gang is a victim on each of its nodes)
 	}
 	ranHere := sm.now - sj.runStart
-	sm.res.OwnedBusyGPUHours += ranHere.Hours() * float64(sj.in.GPUs)
+	sm.res.OwnedBusyGPUHours += ranHere.Hours() * float64(sj.held)
 	sj.ran += ranHere
 	sm.release(sj.in.ID)
 	sj.job.State = jobtype.StateQueued
