@@ -1,0 +1,82 @@
+package routing
+
+import (
+	"strings"
+	"testing"
+)
+
+// slurmSites has two Slurm pools in sites of different tags.
+const slurmSites = `
+sites:
+  hpc-eu: [onprem, eu]
+  hpc-us: [onprem, us]
+  ops: [onprem, eu, us]
+redis_site: ops
+backends:
+  slurm-eu: {kind: slurm, site: hpc-eu, partition: gpu, work_dir: /shared/w, price: {usd_per_gpu_hour: 1.5}}
+  slurm-us: {kind: slurm, site: hpc-us, partition: gpu, work_dir: /shared/w}
+datasets:
+  file_site: ops
+`
+
+// TestSlurmResidency: a job goes only to a slurm backend whose site
+// carries every tag of the job; one whose tags no slurm site carries is
+// refused, never sent there.
+func TestSlurmResidency(t *testing.T) {
+	c := mustParse(t, slurmSites)
+	for _, tc := range []struct {
+		tags []string
+		want string // "" : refused
+	}{
+		{[]string{"eu"}, "slurm-eu"},
+		{[]string{"us"}, "slurm-us"},
+		{[]string{"eu", "us"}, ""},
+		{[]string{"cloud"}, ""},
+	} {
+		d := Decide(baseJob(tc.tags...), Snapshot{Config: c})
+		if tc.want == "" {
+			if !d.Refused {
+				t.Errorf("%v: routed to %s, want refused", tc.tags, d.Backend)
+			}
+			for _, cand := range d.Candidates {
+				if cand.Feasible || !strings.HasPrefix(cand.Reason, ReasonComputeSite) {
+					t.Errorf("%v: candidate %+v", tc.tags, cand)
+				}
+			}
+			continue
+		}
+		if d.Refused || d.Backend != tc.want {
+			t.Errorf("%v: decision %s refused=%v, want %s", tc.tags, d.Backend, d.Refused, tc.want)
+		}
+		for _, cand := range d.Candidates {
+			if cand.Backend != tc.want && (cand.Feasible || !strings.HasPrefix(cand.Reason, ReasonComputeSite)) {
+				t.Errorf("%v: other candidate %+v", tc.tags, cand)
+			}
+		}
+	}
+}
+
+// TestSlurmFitAndCost: a slurm backend takes a job of up to gpus_per_node
+// GPUs at its price per GPU-hour, runs named trainers, and refuses s3://
+// data and GPU models (not built yet).
+func TestSlurmFitAndCost(t *testing.T) {
+	c := mustParse(t, slurmSites)
+	j := baseJob("eu")
+	j.GPUs, j.Trainer = 2, "my-script"
+	d := Decide(j, Snapshot{Config: c})
+	cand := candidate(t, d, "slurm-eu")
+	if d.Backend != "slurm-eu" || cand.InstanceType != "gpu:2" {
+		t.Fatalf("decision %+v", d)
+	}
+	if want := 2 * 2 * 1.5; cand.EstCostUSD != want { // 2 h × 2 GPUs × $1.5
+		t.Errorf("cost %v, want %v", cand.EstCostUSD, want)
+	}
+	j.GPUs = 9
+	if d := Decide(j, Snapshot{Config: c}); !d.Refused || !strings.HasPrefix(candidate(t, d, "slurm-eu").Reason, ReasonNoGPUFit) {
+		t.Errorf("9 GPUs: %+v", d)
+	}
+	j.GPUs, j.Dataset = 1, "s3://bucket/x"
+	if d := Decide(j, Snapshot{Config: c}); !d.Refused {
+		t.Errorf("s3 data: %+v", d)
+	}
+}
