@@ -1,0 +1,269 @@
+// Package slurm drives a Slurm cluster through its command-line tools:
+// sbatch --parsable to submit, squeue --json to watch (every state the
+// controller still holds), scancel to cancel. It is the only package that
+// runs Slurm's commands; the slurm worker (worker.Slurm) uses it through
+// a small interface of its own. The Go Slurm client libraries are not on
+// the module proxy, so this speaks to the CLIs; their JSON is openapi
+// v0.0.38 (Slurm 22.05), of which it reads only the fields it needs.
+package slurm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrNotFound is returned for a job the controller does not know (never
+// submitted, or ended longer ago than its MinJobAge).
+var ErrNotFound = errors.New("slurm: job not known to the controller")
+
+// Job states, as squeue writes job_state.
+const (
+	StatePending     = "PENDING"
+	StateRunning     = "RUNNING"
+	StateCompleting  = "COMPLETING"
+	StateCompleted   = "COMPLETED"
+	StateFailed      = "FAILED"
+	StateCancelled   = "CANCELLED"
+	StateTimeout     = "TIMEOUT"
+	StateNodeFail    = "NODE_FAIL"
+	StatePreempted   = "PREEMPTED"
+	StateOutOfMemory = "OUT_OF_MEMORY"
+	StateBootFail    = "BOOT_FAIL"
+	StateDeadline    = "DEADLINE"
+	StateRequeued    = "REQUEUED"
+	StateSuspended   = "SUSPENDED"
+)
+
+// Ended reports whether state is one a job does not leave (requeued jobs
+// leave REQUEUED and PREEMPTED ones may be requeued: those are ended for
+// the attempt, as Slurm runs them again only under a new start).
+func Ended(state string) bool {
+	switch state {
+	case StateCompleted, StateFailed, StateCancelled, StateTimeout, StateNodeFail, StatePreempted,
+		StateOutOfMemory, StateBootFail, StateDeadline:
+		return true
+	}
+	return false
+}
+
+// Config says how to run Slurm's commands.
+type Config struct {
+	// Conf is the slurm.conf the commands use (SLURM_CONF); empty: theirs
+	// (SLURM_CONF of this process, or /etc/slurm/slurm.conf).
+	Conf string
+	// Timeout bounds one command; default 30s.
+	Timeout time.Duration
+}
+
+// CLI runs Slurm's commands.
+type CLI struct{ cfg Config }
+
+// New returns a CLI for cfg.
+func New(cfg Config) *CLI {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	return &CLI{cfg: cfg}
+}
+
+// SubmitRequest is one batch job.
+type SubmitRequest struct {
+	// Name is the job name (sbatch --job-name); it carries the Lathe job id
+	// and attempt, so a job submitted before a crash can be found by it.
+	Name      string
+	Partition string
+	// Account; empty: the user's default.
+	Account string
+	// GPUs asked of one node (--gres=gpu:N); 0: none.
+	GPUs int
+	// Script is the path of the batch script.
+	Script string
+	// Dir is the job's working directory (--chdir); Output its stdout and
+	// stderr (--output).
+	Dir, Output string
+	// TimeLimit (--time, whole minutes rounded up); 0: the partition's.
+	TimeLimit time.Duration
+}
+
+// Args is the sbatch command line of r (without the command name).
+func (r SubmitRequest) Args() []string {
+	args := []string{"--parsable", "--job-name=" + r.Name, "--partition=" + r.Partition,
+		"--nodes=1", "--ntasks=1", "--chdir=" + r.Dir, "--output=" + r.Output}
+	if r.Account != "" {
+		args = append(args, "--account="+r.Account)
+	}
+	if r.GPUs > 0 {
+		args = append(args, "--gres=gpu:"+strconv.Itoa(r.GPUs))
+	}
+	if r.TimeLimit > 0 {
+		args = append(args, "--time="+strconv.FormatInt(int64((r.TimeLimit+time.Minute-1)/time.Minute), 10))
+	}
+	return append(args, r.Script)
+}
+
+// Submit submits r and returns its job id.
+func (c *CLI) Submit(ctx context.Context, r SubmitRequest) (string, error) {
+	out, err := c.run(ctx, "sbatch", r.Args()...)
+	if err != nil {
+		return "", err
+	}
+	id, _, _ := strings.Cut(strings.TrimSpace(string(out)), ";")
+	if _, err := strconv.Atoi(id); err != nil {
+		return "", fmt.Errorf("slurm: sbatch --parsable printed %q, not a job id", out)
+	}
+	return id, nil
+}
+
+// Job is what the controller says of one job.
+type Job struct {
+	ID          string
+	Name        string
+	State       string
+	Reason      string // state_reason
+	ExitCode    int
+	Partition   string
+	Account     string
+	TRESPerNode string
+	Nodes       string
+	Restarts    int
+	StartTime   time.Time // zero until it started
+	EndTime     time.Time // zero until it ended
+}
+
+// squeueJob is a job of squeue --json (openapi v0.0.38).
+type squeueJob struct {
+	JobID       int64  `json:"job_id"`
+	Name        string `json:"name"`
+	JobState    string `json:"job_state"`
+	StateReason string `json:"state_reason"`
+	ExitCode    int    `json:"exit_code"`
+	Partition   string `json:"partition"`
+	Account     string `json:"account"`
+	TRESPerNode string `json:"tres_per_node"`
+	Nodes       string `json:"nodes"`
+	RestartCnt  int    `json:"restart_cnt"`
+	StartTime   int64  `json:"start_time"`
+	EndTime     int64  `json:"end_time"`
+}
+
+func (j squeueJob) job() Job {
+	out := Job{ID: strconv.FormatInt(j.JobID, 10), Name: j.Name, State: j.JobState, Reason: j.StateReason, ExitCode: j.ExitCode,
+		Partition: j.Partition, Account: j.Account, TRESPerNode: j.TRESPerNode, Nodes: j.Nodes, Restarts: j.RestartCnt}
+	if j.StartTime > 0 && j.JobState != StatePending {
+		out.StartTime = time.Unix(j.StartTime, 0).UTC()
+	}
+	if j.EndTime > 0 && Ended(j.JobState) {
+		out.EndTime = time.Unix(j.EndTime, 0).UTC()
+	}
+	return out
+}
+
+// Job returns job id in any state the controller still holds; ErrNotFound
+// when it holds none.
+func (c *CLI) Job(ctx context.Context, id string) (Job, error) {
+	if _, err := strconv.Atoi(id); err != nil {
+		return Job{}, fmt.Errorf("slurm: job id %q is not a number", id)
+	}
+	jobs, err := c.squeue(ctx, "--states=all", "--jobs="+id)
+	if errors.Is(err, errInvalidJob) {
+		return Job{}, ErrNotFound
+	}
+	if err != nil {
+		return Job{}, err
+	}
+	for _, j := range jobs {
+		if j.ID == id {
+			return j, nil
+		}
+	}
+	return Job{}, ErrNotFound
+}
+
+// FindByName returns the jobs called name, in any state the controller
+// still holds.
+func (c *CLI) FindByName(ctx context.Context, name string) ([]Job, error) {
+	jobs, err := c.squeue(ctx, "--states=all", "--name="+name)
+	return filter(jobs, func(j Job) bool { return j.Name == name }), err
+}
+
+// Pending returns the jobs that wait in partition (PENDING). (squeue
+// 22.05 ignores --states with --json: the filter is applied here.)
+func (c *CLI) Pending(ctx context.Context, partition string) ([]Job, error) {
+	jobs, err := c.squeue(ctx, "--partition="+partition)
+	return filter(jobs, func(j Job) bool { return j.State == StatePending && j.Partition == partition }), err
+}
+
+func filter(jobs []Job, keep func(Job) bool) []Job {
+	var out []Job
+	for _, j := range jobs {
+		if keep(j) {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// Cancel asks Slurm to cancel job id (scancel); a job already ended is not
+// an error.
+func (c *CLI) Cancel(ctx context.Context, id string) error {
+	if _, err := strconv.Atoi(id); err != nil {
+		return fmt.Errorf("slurm: job id %q is not a number", id)
+	}
+	_, err := c.run(ctx, "scancel", id)
+	if errors.Is(err, errInvalidJob) {
+		return nil
+	}
+	return err
+}
+
+// errInvalidJob is what the commands say of a job id they do not know.
+var errInvalidJob = errors.New("slurm: invalid job id")
+
+func (c *CLI) squeue(ctx context.Context, args ...string) ([]Job, error) {
+	out, err := c.run(ctx, "squeue", append([]string{"--json"}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	var r struct {
+		Errors []json.RawMessage `json:"errors"`
+		Jobs   []squeueJob       `json:"jobs"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		return nil, fmt.Errorf("slurm: squeue --json: %w", err)
+	}
+	jobs := make([]Job, 0, len(r.Jobs))
+	for _, j := range r.Jobs {
+		jobs = append(jobs, j.job())
+	}
+	return jobs, nil
+}
+
+// run runs one command with the config's SLURM_CONF and timeout; a
+// failure carries its stderr.
+func (c *CLI) run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	if c.cfg.Conf != "" {
+		cmd.Env = append(os.Environ(), "SLURM_CONF="+c.cfg.Conf)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if strings.Contains(msg, "Invalid job id") {
+			return nil, fmt.Errorf("%w: %s", errInvalidJob, msg)
+		}
+		return nil, fmt.Errorf("slurm: %s %s: %w: %s", name, strings.Join(args, " "), err, msg)
+	}
+	return out, nil
+}
