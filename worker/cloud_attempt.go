@@ -19,6 +19,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/trainer"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // EventCloud is the job event type of the AWS worker's notes: launch tries,
@@ -120,42 +121,54 @@ func (a *cloudAttempt) retryOrFail(reason, msg string) endFunc {
 // site of any place its data comes from or goes to, lacks (a task put on
 // the queue by hand, a stale decision).
 func (a *cloudAttempt) checkResidency() endFunc {
-	rc := a.c.cfg.Routing
-	want := a.job.Spec.Residency
+	problem, logs := residencyProblem(a.c.cfg.Routing, a.c.b, a.job, [][2]string{{"checkpoints", a.c.b.CheckpointURI}, {"work_uri", a.c.b.WorkURI}})
+	if problem != "" {
+		return a.fail(jobtype.ReasonResidency, problem+": refused before anything was copied or launched")
+	}
+	a.logs = logs
+	return nil
+}
+
+// residencyProblem says why job may not run on backend b: a residency tag
+// of the job (or the config's default residency) that b's site, or the
+// site of its dataset, eval dataset, output or of an extra place (what,
+// uri), lacks, or a place whose site the config does not know; "" when it
+// may. logs reports whether its raw log lines may go into Redis (the Redis
+// site carries its tags).
+func residencyProblem(rc routecfg.Config, b routecfg.Backend, job *jobtype.Job, extra [][2]string) (problem string, logs bool) {
+	want := job.Spec.Residency
 	if len(want) == 0 {
 		want = rc.DefaultResidency
 		if len(want) == 0 {
 			want = []string{"onprem"}
 		}
 	}
-	type place struct{ what, uri string }
-	places := []place{{"compute", ""}, {"dataset", a.job.Spec.Dataset}, {"eval_dataset", a.job.Spec.EvalDataset},
-		{"output", a.job.OutputURI}, {"checkpoints", a.c.b.CheckpointURI}, {"work_uri", a.c.b.WorkURI}}
+	places := append([][2]string{{"compute", ""}, {"dataset", job.Spec.Dataset}, {"eval_dataset", job.Spec.EvalDataset},
+		{"output", job.OutputURI}}, extra...)
 	for _, p := range places {
-		if p.what != "compute" && p.uri == "" {
+		what, uri := p[0], p[1]
+		if what != "compute" && uri == "" {
 			continue
 		}
-		site := a.c.b.Site
-		if p.uri != "" {
-			site = a.siteOf(p.uri)
+		site := b.Site
+		if uri != "" {
+			site = siteOfURI(rc, uri)
 		}
 		s, ok := rc.Site(site)
 		if site == "" || !ok {
-			return a.fail(jobtype.ReasonResidency, fmt.Sprintf("%s %s: its site is not known to the config: refused before anything was copied or launched", p.what, p.uri))
+			return fmt.Sprintf("%s %s: its site is not known to the config", what, uri), false
 		}
 		if miss := missingTags(want, s.Tags); len(miss) > 0 {
-			where := "backend " + a.c.b.Name
-			if p.uri != "" {
-				where = p.what + " " + p.uri
+			where := "backend " + b.Name
+			if uri != "" {
+				where = what + " " + uri
 			}
-			return a.fail(jobtype.ReasonResidency, fmt.Sprintf("%s is in site %s (tags %s), which lacks residency tag(s) %s of the job: refused before anything was copied or launched",
-				where, site, strings.Join(s.Tags, ","), strings.Join(miss, ",")))
+			return fmt.Sprintf("%s is in site %s (tags %s), which lacks residency tag(s) %s of the job",
+				where, site, strings.Join(s.Tags, ","), strings.Join(miss, ",")), false
 		}
 	}
-	if rs, ok := rc.Site(rc.RedisSite); ok && len(missingTags(want, rs.Tags)) == 0 {
-		a.logs = true
-	}
-	return nil
+	rs, ok := rc.Site(rc.RedisSite)
+	return "", ok && len(missingTags(want, rs.Tags)) == 0
 }
 
 // checkTrainer refuses, before anything is copied or launched, a job that
@@ -171,17 +184,16 @@ func (a *cloudAttempt) checkTrainer() endFunc {
 	return nil
 }
 
-// siteOf is the site of a data URI: file:// in the file site, s3:// in its
-// bucket's site; "" when unknown.
-func (a *cloudAttempt) siteOf(uri string) string {
-	rc := a.c.cfg.Routing
+// siteOfURI is the site of a data URI under routing config rc: file://
+// in the file site, s3:// in its bucket's site; "" when unknown.
+func siteOfURI(rc routecfg.Config, uri string) string {
 	switch {
 	case strings.HasPrefix(uri, "file:"):
 		if rc.Datasets.FileSite != "" {
 			return rc.Datasets.FileSite
 		}
 		for _, b := range rc.Backends {
-			if b.Kind == "local" {
+			if b.Kind == routecfg.KindLocal {
 				return b.Site
 			}
 		}
@@ -689,6 +701,14 @@ func (a *cloudAttempt) mirror(ctx context.Context) {
 
 // convert turns one events batch into job events.
 func (a *cloudAttempt) convert(b []byte) (evs []jobstore.EventIn, first time.Time) {
+	return convertEvents(a.rec, a.logs, b)
+}
+
+// convertEvents turns lines of agent.EventLine (an events batch of the
+// agent, an events file of a Slurm step) into job events, folding them
+// into rec; raw log lines only when logs (the Redis site carries the job's
+// tags). first is the time of the first line.
+func convertEvents(rec *trainer.Record, logs bool, b []byte) (evs []jobstore.EventIn, first time.Time) {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 64*1024), 4*1024*1024)
 	for sc.Scan() {
@@ -706,14 +726,14 @@ func (a *cloudAttempt) convert(b []byte) (evs []jobstore.EventIn, first time.Tim
 			var u trainer.Update
 			if ev, ok := trainer.ParseEvent(l.Data); ok {
 				ev.Kind = l.Type
-				u = a.rec.Apply(ev)
+				u = rec.Apply(ev)
 			}
 			in = recordEvent(in, u)
 		case agent.TypeLog:
 			var ll jobtype.LogLine
 			_ = json.Unmarshal(l.Data, &ll)
-			a.rec.Log(ll.Line)
-			if !a.logs {
+			rec.Log(ll.Line)
+			if !logs {
 				continue // raw lines stay in the backend's site
 			}
 			in = recordEvent(jobstore.EventIn{Type: jobtype.EventLog, Time: t, Data: l.Data}, trainer.Update{})
