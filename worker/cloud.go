@@ -18,7 +18,6 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
-	"github.com/lathe-ml/lathe/internal/trainer"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
@@ -120,12 +119,8 @@ func (c CloudConfig) withDefaults() (CloudConfig, routecfg.Backend, error) {
 // On an error it returns what it found of the backend.
 func (c CloudConfig) checkBackend() (routecfg.Backend, error) {
 	b, ok := c.Routing.Backend(c.Backend)
-	for name, keys := range c.TrainerPassEnv {
-		for i, k := range keys {
-			if err := trainer.CheckPassEnvName(k); err != nil {
-				return b, fmt.Errorf("worker: aws: trainers.%s.pass_env[%d]: %w", name, i, err)
-			}
-		}
+	if err := checkPassEnv(c.TrainerPassEnv); err != nil {
+		return b, fmt.Errorf("worker: aws: %w", err)
 	}
 	switch {
 	case c.Backend == "":

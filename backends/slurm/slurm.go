@@ -96,7 +96,7 @@ type SubmitRequest struct {
 // Args is the sbatch command line of r (without the command name).
 func (r SubmitRequest) Args() []string {
 	args := []string{"--parsable", "--job-name=" + r.Name, "--partition=" + r.Partition,
-		"--nodes=1", "--ntasks=1", "--chdir=" + r.Dir, "--output=" + r.Output}
+		"--nodes=1", "--ntasks=1", "--no-requeue", "--chdir=" + r.Dir, "--output=" + r.Output}
 	if r.Account != "" {
 		args = append(args, "--account="+r.Account)
 	}
