@@ -47,10 +47,10 @@ type opts struct {
 	awsBackend string
 	// slurmBackend and slurmConf: worker --backend slurm's.
 	slurmBackend, slurmConf string
-	upClouds   []string // up --aws-backend: AWS workers run in the same process
-	endpoint   string
-	logLevel   string
-	redisWait  time.Duration
+	upClouds                []string // up --aws-backend: AWS workers run in the same process
+	endpoint                string
+	logLevel                string
+	redisWait               time.Duration
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
