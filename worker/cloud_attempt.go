@@ -211,13 +211,7 @@ func siteOfURI(rc routecfg.Config, uri string) string {
 // note appends a cloud event to the job (control-plane metadata: it may
 // cross sites).
 func (a *cloudAttempt) note(ctx context.Context, msg string) {
-	a.log.Info(msg)
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if _, err := a.c.store.Append(wctx, a.job.ID, a.n, []jobstore.EventIn{{Type: EventCloud,
-		Data: mustRaw(map[string]string{"backend": a.c.b.Name, "message": msg})}}); err != nil {
-		a.log.Debug("cloud event not written", slog.Any("err", err))
-	}
+	a.c.note(ctx, a.log, a.job.ID, a.n, EventCloud, a.c.b.Name, msg)
 }
 
 // agentJob is the attempt's job.json: the spec (max_runtime moved to
@@ -354,22 +348,12 @@ func (a *cloudAttempt) launched(ctx context.Context, res cloud.LaunchResult) {
 // and honouring a cancel. ok is false when the attempt ended.
 func (a *cloudAttempt) waitAndRelaunch(ctx context.Context, why string) (endFunc, bool) {
 	a.note(ctx, why)
-	deadline := time.Now().Add(a.c.cfg.LaunchRetry)
-	t := time.NewTicker(a.c.cfg.PollInterval)
-	defer t.Stop()
-	for time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			return nil, false
-		case <-t.C:
-		}
-		cancelled, lost := a.renew(ctx)
-		if lost {
-			return nil, false
-		}
-		if cancelled {
-			return a.cancelled(ctx), false
-		}
+	cancelled, stop := a.c.waitRenewing(ctx, a.log, a.job.ID, a.n, a.c.cfg.LaunchRetry)
+	switch {
+	case stop:
+		return nil, false
+	case cancelled:
+		return a.cancelled(ctx), false
 	}
 	return nil, true
 }
@@ -392,21 +376,7 @@ func (a *cloudAttempt) stagingFailed(ctx context.Context, what string, err error
 // when the store says the attempt is no longer this worker's. A transient
 // error is neither: the instance is left alone.
 func (a *cloudAttempt) renew(ctx context.Context) (cancelled, lost bool) {
-	rctx, cancel := context.WithTimeout(ctx, a.c.cfg.PollInterval)
-	defer cancel()
-	req, err := a.c.store.Renew(rctx, a.job.ID, a.n, a.c.incarnation, a.c.cfg.LeaseTTL)
-	switch {
-	case err == nil:
-		return req, false
-	case errors.Is(err, jobstore.ErrPreemptRequested):
-		return false, false // only local batch jobs are preempted by Lathe
-	case errors.Is(err, jobstore.ErrConflict), errors.Is(err, jobstore.ErrNotFound):
-		a.log.Warn("the store moved on from this attempt; no longer watching it", slog.Any("err", err))
-		return false, true
-	default:
-		a.log.Warn("lease renewal failed; the instance is left alone", slog.Any("err", err))
-		return false, false
-	}
+	return a.c.renewLease(ctx, a.log, a.job.ID, a.n)
 }
 
 // watchLoop follows the launched instance to the attempt's end.

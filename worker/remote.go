@@ -239,3 +239,57 @@ func (r *remoteNode) watch(job *jobtype.Job) {
 		}
 	}()
 }
+
+// renewLease extends the lease of attempt n of job id: cancelled is true
+// when a cancel was asked, lost when the store says the attempt is no
+// longer this worker's. A transient error is neither: what the attempt
+// runs (an instance, a Slurm job) is left alone.
+func (r *remoteNode) renewLease(ctx context.Context, log *slog.Logger, id string, n int) (cancelled, lost bool) {
+	rctx, cancel := context.WithTimeout(ctx, r.timings.PollInterval)
+	defer cancel()
+	req, err := r.store.Renew(rctx, id, n, r.incarnation, r.timings.LeaseTTL)
+	switch {
+	case err == nil:
+		return req, false
+	case errors.Is(err, jobstore.ErrPreemptRequested):
+		return false, false // only local batch jobs are preempted by Lathe
+	case errors.Is(err, jobstore.ErrConflict), errors.Is(err, jobstore.ErrNotFound):
+		log.Warn("the store moved on from this attempt; no longer watching it", slog.Any("err", err))
+		return false, true
+	default:
+		log.Warn("lease renewal failed; what the attempt runs is left alone", slog.Any("err", err))
+		return false, false
+	}
+}
+
+// waitRenewing waits d, renewing the lease of attempt n of job id every
+// PollInterval. It returns early with stop when the worker detached or
+// lost the attempt, with cancelled when a cancel was asked.
+func (r *remoteNode) waitRenewing(ctx context.Context, log *slog.Logger, id string, n int, d time.Duration) (cancelled, stop bool) {
+	deadline := time.Now().Add(d)
+	t := time.NewTicker(r.timings.PollInterval)
+	defer t.Stop()
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return false, true
+		case <-t.C:
+		}
+		if cancelled, lost := r.renewLease(ctx, log, id, n); lost || cancelled {
+			return cancelled, lost
+		}
+	}
+	return false, false
+}
+
+// note appends an event of type typ (the worker's notes: control-plane
+// metadata, it may cross sites) to attempt n of job id, and logs it.
+func (r *remoteNode) note(ctx context.Context, log *slog.Logger, id string, n int, typ, backend, msg string) {
+	log.Info(msg)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := r.store.Append(wctx, id, n, []jobstore.EventIn{{Type: typ,
+		Data: mustRaw(map[string]string{"backend": backend, "message": msg})}}); err != nil {
+		log.Debug(typ+" event not written", slog.Any("err", err))
+	}
+}

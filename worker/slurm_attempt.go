@@ -81,13 +81,7 @@ func (a *slurmAttempt) run(ctx context.Context) endFunc {
 
 // note appends a slurm event to the job (control-plane metadata).
 func (a *slurmAttempt) note(ctx context.Context, msg string) {
-	a.log.Info(msg)
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if _, err := a.s.store.Append(wctx, a.job.ID, a.n, []jobstore.EventIn{{Type: EventSlurm,
-		Data: mustRaw(map[string]string{"backend": a.s.b.Name, "message": msg})}}); err != nil {
-		a.log.Debug("slurm event not written", slog.Any("err", err))
-	}
+	a.s.note(ctx, a.log, a.job.ID, a.n, EventSlurm, a.s.b.Name, msg)
 }
 
 // maxRuntime is the job's max_runtime, or DefaultMaxRuntime.
@@ -197,20 +191,12 @@ func (a *slurmAttempt) submitted(ctx context.Context, id, verb string) {
 // honouring a cancel. ok is false when the attempt ended.
 func (a *slurmAttempt) waitAndRetry(ctx context.Context, why string) (endFunc, bool) {
 	a.note(ctx, why)
-	deadline := time.Now().Add(a.s.cfg.SubmitRetry)
-	t := time.NewTicker(a.s.cfg.PollInterval)
-	defer t.Stop()
-	for time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			return nil, false
-		case <-t.C:
-		}
-		if cancelled, lost := a.renew(ctx); lost {
-			return nil, false
-		} else if cancelled {
-			return a.ending().cancelled(), false
-		}
+	cancelled, stop := a.s.waitRenewing(ctx, a.log, a.job.ID, a.n, a.s.cfg.SubmitRetry)
+	switch {
+	case stop:
+		return nil, false
+	case cancelled:
+		return a.ending().cancelled(), false
 	}
 	return nil, true
 }
@@ -218,21 +204,7 @@ func (a *slurmAttempt) waitAndRetry(ctx context.Context, why string) (endFunc, b
 // renew extends the lease; cancelled when a cancel was asked, lost when
 // the store moved on (a transient error is neither).
 func (a *slurmAttempt) renew(ctx context.Context) (cancelled, lost bool) {
-	rctx, cancel := context.WithTimeout(ctx, a.s.cfg.PollInterval)
-	defer cancel()
-	req, err := a.s.store.Renew(rctx, a.job.ID, a.n, a.s.incarnation, a.s.cfg.LeaseTTL)
-	switch {
-	case err == nil:
-		return req, false
-	case errors.Is(err, jobstore.ErrPreemptRequested):
-		return false, false
-	case errors.Is(err, jobstore.ErrConflict), errors.Is(err, jobstore.ErrNotFound):
-		a.log.Warn("the store moved on from this attempt; no longer watching it", slog.Any("err", err))
-		return false, true
-	default:
-		a.log.Warn("lease renewal failed; the Slurm job is left alone", slog.Any("err", err))
-		return false, false
-	}
+	return a.s.renewLease(ctx, a.log, a.job.ID, a.n)
 }
 
 // watchLoop follows the Slurm job to the attempt's end.
