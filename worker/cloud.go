@@ -207,9 +207,10 @@ func NewCloud(rdb redis.UniversalClient, store *jobstore.Store, cfg CloudConfig)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cloud{cfg: cfg, b: b}
-	c.init("aws", b.Name, rdb, store, cfg.Logger.With(slog.String("component", "aws-worker"), slog.String("backend", b.Name)),
-		remoteTimings{HeartbeatTTL: cfg.HeartbeatTTL, LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, TaskCheckInterval: cfg.TaskCheckInterval})
+	c := &Cloud{cfg: cfg, b: b, remoteNode: remoteNode{label: "aws", backend: b.Name, eventType: EventCloud, rdb: rdb, store: store,
+		log:     cfg.Logger.With(slog.String("component", "aws-worker"), slog.String("backend", b.Name)),
+		timings: remoteTimings{HeartbeatTTL: cfg.HeartbeatTTL, LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, TaskCheckInterval: cfg.TaskCheckInterval}}}
+	c.init()
 	c.run = func(ctx context.Context, job *jobtype.Job) endFunc { return newCloudAttempt(c, job).run(ctx) }
 	return c, nil
 }

@@ -211,7 +211,7 @@ func siteOfURI(rc routecfg.Config, uri string) string {
 // note appends a cloud event to the job (control-plane metadata: it may
 // cross sites).
 func (a *cloudAttempt) note(ctx context.Context, msg string) {
-	a.c.note(ctx, a.log, a.job.ID, a.n, EventCloud, a.c.b.Name, msg)
+	a.c.note(ctx, a.log, a.job.ID, a.n, msg)
 }
 
 // agentJob is the attempt's job.json: the spec (max_runtime moved to

@@ -25,6 +25,8 @@ import (
 // detaches. What an attempt does is run's.
 type remoteNode struct {
 	label       string // "aws" or "slurm": in errors and logs
+	backend     string
+	eventType   string // of the worker's notes (EventCloud, EventSlurm)
 	node        string
 	rdb         redis.UniversalClient
 	store       *jobstore.Store
@@ -56,13 +58,12 @@ type remoteTimings struct {
 // running.
 var errDetach = errors.New("worker stopping: detached from its attempts")
 
-// init makes r the node of backend (not started), with a fresh
-// incarnation.
-func (r *remoteNode) init(label, backend string, rdb redis.UniversalClient, store *jobstore.Store, log *slog.Logger, t remoteTimings) {
+// init gives r, made with its label, backend, eventType, rdb, store, log
+// and timings, its node name and a fresh incarnation (not started).
+func (r *remoteNode) init() {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	r.label, r.node, r.rdb, r.store, r.log, r.timings = label, jobtype.CloudNode(backend), rdb, store, log, t
-	r.incarnation, r.active = hex.EncodeToString(b[:]), map[string]bool{}
+	r.node, r.incarnation, r.active = jobtype.CloudNode(r.backend), hex.EncodeToString(b[:]), map[string]bool{}
 	r.ctx, r.stop = context.WithCancelCause(context.Background())
 }
 
@@ -282,14 +283,14 @@ func (r *remoteNode) waitRenewing(ctx context.Context, log *slog.Logger, id stri
 	return false, false
 }
 
-// note appends an event of type typ (the worker's notes: control-plane
+// note appends an event of eventType (the worker's notes: control-plane
 // metadata, it may cross sites) to attempt n of job id, and logs it.
-func (r *remoteNode) note(ctx context.Context, log *slog.Logger, id string, n int, typ, backend, msg string) {
+func (r *remoteNode) note(ctx context.Context, log *slog.Logger, id string, n int, msg string) {
 	log.Info(msg)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := r.store.Append(wctx, id, n, []jobstore.EventIn{{Type: typ,
-		Data: mustRaw(map[string]string{"backend": backend, "message": msg})}}); err != nil {
-		log.Debug(typ+" event not written", slog.Any("err", err))
+	if _, err := r.store.Append(wctx, id, n, []jobstore.EventIn{{Type: r.eventType,
+		Data: mustRaw(map[string]string{"backend": r.backend, "message": msg})}}); err != nil {
+		log.Debug(r.eventType+" event not written", slog.Any("err", err))
 	}
 }

@@ -171,9 +171,10 @@ func NewSlurm(rdb redis.UniversalClient, store *jobstore.Store, cfg SlurmConfig)
 	if err != nil {
 		return nil, err
 	}
-	s := &Slurm{cfg: cfg, b: b}
-	s.init("slurm", b.Name, rdb, store, cfg.Logger.With(slog.String("component", "slurm-worker"), slog.String("backend", b.Name)),
-		remoteTimings{HeartbeatTTL: cfg.HeartbeatTTL, LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, TaskCheckInterval: cfg.TaskCheckInterval})
+	s := &Slurm{cfg: cfg, b: b, remoteNode: remoteNode{label: "slurm", backend: b.Name, eventType: EventSlurm, rdb: rdb, store: store,
+		log:     cfg.Logger.With(slog.String("component", "slurm-worker"), slog.String("backend", b.Name)),
+		timings: remoteTimings{HeartbeatTTL: cfg.HeartbeatTTL, LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, TaskCheckInterval: cfg.TaskCheckInterval}}}
+	s.init()
 	s.run = func(ctx context.Context, job *jobtype.Job) endFunc { return newSlurmAttempt(s, job).run(ctx) }
 	return s, nil
 }

@@ -81,7 +81,7 @@ func (a *slurmAttempt) run(ctx context.Context) endFunc {
 
 // note appends a slurm event to the job (control-plane metadata).
 func (a *slurmAttempt) note(ctx context.Context, msg string) {
-	a.s.note(ctx, a.log, a.job.ID, a.n, EventSlurm, a.s.b.Name, msg)
+	a.s.note(ctx, a.log, a.job.ID, a.n, msg)
 }
 
 // maxRuntime is the job's max_runtime, or DefaultMaxRuntime.
