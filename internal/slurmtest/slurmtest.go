@@ -49,7 +49,15 @@ type Options struct {
 	// CPUs of the node; default 2 (several jobs share them: CR_Core, one
 	// core per job).
 	CPUs int
+	// Preemption adds the partition UrgentPartition (PriorityTier 10 over
+	// Partition's 1) on the same node, whose jobs preempt Partition's
+	// (preempt/partition_prio, PreemptMode=CANCEL: a preempted job ends
+	// PREEMPTED).
+	Preemption bool
 }
+
+// UrgentPartition is the preempting partition of Options.Preemption.
+const UrgentPartition = "urgent"
 
 // Start starts a cluster and stops it at test cleanup.
 func Start(tb testing.TB, o Options) *Cluster {
@@ -72,7 +80,10 @@ func Start(tb testing.TB, o Options) *Cluster {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { os.RemoveAll(dir) })
+	// Cleanups run last first: this one after the daemons stopped. Job
+	// steps (slurmstepd and the jobs' processes) are not children of
+	// slurmd: those that hold a file of the cluster are killed here.
+	tb.Cleanup(func() { killHolders(dir); os.RemoveAll(dir) })
 	ctld, slurmd := redistest.FreePort(tb), redistest.FreePort(tb)
 	c := &Cluster{Dir: dir, Conf: filepath.Join(dir, "slurm.conf"), Partition: "gpu", Node: "lt" + strconv.Itoa(slurmd), GPUs: o.GPUs, tb: tb}
 	if err := c.writeConfig(ctld, slurmd, o); err != nil {
@@ -84,8 +95,23 @@ func Start(tb testing.TB, o Options) *Cluster {
 	waitfor.True(tb, 30*time.Second, "munged's socket", func() bool { _, err := os.Stat(c.mungeSocket()); return err == nil })
 	c.run("slurmctld", "slurmctld", "-D", "-i", "-f", c.Conf)
 	c.run("slurmd", "slurmd", "-D", "-f", c.Conf, "-N", c.Node)
-	waitfor.True(tb, 60*time.Second, "the Slurm node idle", func() bool { return c.nodeIdle() })
+	if !waitfor.Poll(60*time.Second, c.nodeIdle) {
+		tb.Fatalf("slurmtest: the Slurm node did not come up idle; logs:\n%s", c.Logs())
+	}
 	return c
+}
+
+// Logs returns the tails of the cluster's daemons' logs.
+func (c *Cluster) Logs() string {
+	var b strings.Builder
+	for _, name := range []string{"slurmctld.out", "slurmctld.log", "slurmd.out", "slurmd.log", "munged.out"} {
+		data, _ := os.ReadFile(filepath.Join(c.Dir, name))
+		if len(data) > 3000 {
+			data = data[len(data)-3000:]
+		}
+		fmt.Fprintf(&b, "--- %s\n%s\n", name, data)
+	}
+	return b.String()
 }
 
 func (c *Cluster) mungeSocket() string { return filepath.Join(c.Dir, "munge.sock") }
@@ -155,8 +181,17 @@ func (c *Cluster) slurmConf(host string, ctld, slurmd int, o Options) string {
 		"ReturnToService=2", "MinJobAge=600", "KillWait=5",
 		"SlurmctldTimeout=30", "SlurmdTimeout=30",
 		fmt.Sprintf("NodeName=%s NodeHostname=%s NodeAddr=127.0.0.1 CPUs=%d RealMemory=1000 Gres=gpu:%d State=UNKNOWN", c.Node, host, o.CPUs, o.GPUs),
-		fmt.Sprintf("PartitionName=%s Nodes=ALL Default=YES MaxTime=INFINITE State=UP", c.Partition),
-	}, "\n") + "\n"
+		fmt.Sprintf("PartitionName=%s Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1", c.Partition),
+	}, "\n") + "\n" + preemption(o)
+}
+
+// preemption is the slurm.conf of Options.Preemption ("" without).
+func preemption(o Options) string {
+	if !o.Preemption {
+		return ""
+	}
+	return "PreemptType=preempt/partition_prio\nPreemptMode=CANCEL\n" +
+		"PartitionName=" + UrgentPartition + " Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=10\n"
 }
 
 // run starts a daemon of the cluster in the foreground and stops it
@@ -187,6 +222,35 @@ func (c *Cluster) run(name string, argv ...string) {
 	})
 }
 
+// killHolders kills (SIGKILL) every process but this one whose working
+// directory or an open file lies under dir: the cluster's job steps.
+func killHolders(dir string) {
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if holds(pid, dir) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func holds(pid int, dir string) bool {
+	base := "/proc/" + strconv.Itoa(pid)
+	if cwd, err := os.Readlink(base + "/cwd"); err == nil && strings.HasPrefix(cwd, dir+"/") {
+		return true
+	}
+	fds, _ := os.ReadDir(base + "/fd")
+	for _, fd := range fds {
+		if t, err := os.Readlink(base + "/fd/" + fd.Name()); err == nil && strings.HasPrefix(t, dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 // Command runs one of Slurm's commands against the cluster and returns its
 // output.
 func (c *Cluster) Command(ctx context.Context, name string, args ...string) ([]byte, error) {
@@ -206,7 +270,15 @@ func (c *Cluster) nodeIdle() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	out, err := c.Command(ctx, "sinfo", "-h", "-N", "-n", c.Node, "-o", "%T")
-	return err == nil && strings.TrimSpace(string(out)) == "idle"
+	if err != nil || strings.TrimSpace(string(out)) == "" {
+		return false
+	}
+	for _, state := range strings.Fields(string(out)) { // a line per partition
+		if state != "idle" {
+			return false
+		}
+	}
+	return true
 }
 
 // Job is what squeue says of one job (the fields tests look at).

@@ -31,3 +31,28 @@ func TestClusterRunsAGPUJob(t *testing.T) {
 		t.Errorf("jobs %+v, %v", jobs, err)
 	}
 }
+
+// TestClusterPreemption: a job of the urgent partition preempts one of the
+// default partition, which ends PREEMPTED.
+func TestClusterPreemption(t *testing.T) {
+	c := Start(t, Options{Preemption: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := c.Command(ctx, "sbatch", "--parsable", "--job-name=low", "--gres=gpu:1", "--partition="+c.Partition, "--output=/dev/null", "--wrap", "sleep 300"); err != nil {
+		t.Fatal(err)
+	}
+	state := func(name string) string {
+		jobs, _ := c.Jobs(ctx)
+		for _, j := range jobs {
+			if j.Name == name {
+				return j.State
+			}
+		}
+		return ""
+	}
+	waitfor.True(t, time.Minute, "the low job running", func() bool { return state("low") == "RUNNING" })
+	if _, err := c.Command(ctx, "sbatch", "--parsable", "--job-name=high", "--gres=gpu:2", "--partition="+UrgentPartition, "--output=/dev/null", "--wrap", "sleep 1"); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.True(t, time.Minute, "the low job preempted", func() bool { return state("low") == "PREEMPTED" })
+}
