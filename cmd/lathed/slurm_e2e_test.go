@@ -52,14 +52,25 @@ exec sleep 600
 	"fail": `echo "bad data at line 3" >&2
 exit 3
 `,
+	// gate waits for the file "go" beside its output folder, then succeeds.
+	"gate": `echo '{"event":"progress","step":1,"total_steps":2,"loss":1.0}'
+while [ ! -e "$LATHE_OUTPUT_DIR/../go" ]; do sleep 0.1; done
+echo "adapter" > "$LATHE_OUTPUT_DIR/adapter.bin"
+echo '{"event":"done","metrics":{"train_loss":0.25}}'
+`,
+	// second sleeps in its first attempt and succeeds in the next.
+	"second": `echo '{"event":"progress","step":1,"total_steps":2,"loss":1.0}'
+if [ "$LATHE_ATTEMPT" = 1 ]; then exec sleep 600; fi
+echo "adapter" > "$LATHE_OUTPUT_DIR/adapter.bin"
+`,
 }
 
-func newSlurmRig(t *testing.T) *slurmRig {
+func newSlurmRig(t *testing.T, o slurmtest.Options) *slurmRig {
 	t.Helper()
 	r := &slurmRig{t: t}
 	r.lathed, r.lathe = binaries(t)
 	r.rs = redistest.Start(t)
-	r.slurm = slurmtest.Start(t, slurmtest.Options{GPUs: 2, CPUs: 2})
+	r.slurm = slurmtest.Start(t, o)
 	r.dir = t.TempDir()
 	var trainers strings.Builder
 	for name, body := range slurmTrainers {
@@ -172,7 +183,7 @@ func (r *slurmRig) dump() {
 // the job for good with its reason; a job whose tags the Slurm site lacks
 // is refused, never sent there.
 func TestSlurmPoolE2E(t *testing.T) {
-	r := newSlurmRig(t)
+	r := newSlurmRig(t, slurmtest.Options{GPUs: 2, CPUs: 2})
 	defer r.dump()
 
 	okID := r.submit("slurm-ok", "ok")
@@ -227,5 +238,58 @@ func TestSlurmPoolE2E(t *testing.T) {
 	jobs, _ := r.slurm.Jobs(ctx)
 	if len(jobs) != 3 {
 		t.Errorf("Slurm ran %d jobs, want 3 (ok, sleep, fail): %+v", len(jobs), jobs)
+	}
+}
+
+// TestSlurmWorkerRestartE2E: the slurm worker is killed (-9) while its
+// attempt runs in Slurm; the next worker adopts the attempt and re-attaches
+// to the Slurm job recorded on the job (no second sbatch), which then
+// succeeds.
+func TestSlurmWorkerRestartE2E(t *testing.T) {
+	r := newSlurmRig(t, slurmtest.Options{GPUs: 2, CPUs: 2})
+	defer r.dump()
+	id := r.submit("slurm-gate", "gate")
+	waitJob(t, r.base, id, 2*time.Minute, "running", func(j jobtype.Job) bool { return j.State == jobtype.StateRunning && j.Progress.Step == 1 })
+	kill9(t, r.worker)
+	r.worker = r.startWorker()
+	waitfor.True(t, time.Minute, "the new worker re-attached", func() bool { return strings.Contains(r.worker.output(), "re-attached to Slurm job") })
+	if err := os.WriteFile(filepath.Join(r.dir, "slurm-work", id, "1", "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j := waitJob(t, r.base, id, 2*time.Minute, "ended", func(j jobtype.Job) bool { return j.State.Terminal() })
+	if j.State != jobtype.StateSucceeded || j.Attempt != 1 || j.Metrics["train_loss"] != 0.25 || len(j.Artifacts) != 1 {
+		t.Fatalf("job %s attempt %d %s metrics %v artifacts %+v", j.State, j.Attempt, j.Error, j.Metrics, j.Artifacts)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if jobs, err := r.slurm.Jobs(ctx); err != nil || len(jobs) != 1 || jobs[0].State != "COMPLETED" {
+		t.Errorf("Slurm jobs %+v %v, want the one, completed", jobs, err)
+	}
+}
+
+// TestSlurmPreemptionE2E: a job of Slurm's urgent partition preempts the
+// attempt's Slurm job (PREEMPTED); the attempt ends as a preemption (not a
+// failure), the job goes back to the queue and its next attempt runs in a
+// new Slurm job and succeeds.
+func TestSlurmPreemptionE2E(t *testing.T) {
+	r := newSlurmRig(t, slurmtest.Options{GPUs: 2, CPUs: 2, Preemption: true})
+	defer r.dump()
+	id := r.submit("slurm-second", "second")
+	waitJob(t, r.base, id, 2*time.Minute, "running", func(j jobtype.Job) bool { return j.State == jobtype.StateRunning && j.Progress.Step == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := r.slurm.Command(ctx, "sbatch", "--parsable", "--job-name=urgent", "--gres=gpu:2", "--partition="+slurmtest.UrgentPartition,
+		"--output=/dev/null", "--wrap", "sleep 2"); err != nil {
+		t.Fatal(err)
+	}
+	j := waitJob(t, r.base, id, 2*time.Minute, "ended", func(j jobtype.Job) bool { return j.State.Terminal() })
+	if j.State != jobtype.StateSucceeded || j.Attempt != 2 || j.Preemptions != 1 {
+		t.Fatalf("job %s attempt %d preemptions %d: %s", j.State, j.Attempt, j.Preemptions, j.Error)
+	}
+	if first, ok := r.slurmJob(id, 1); !ok || first.State != "PREEMPTED" {
+		t.Errorf("the first attempt's Slurm job %+v (found %v)", first, ok)
+	}
+	if second, ok := r.slurmJob(id, 2); !ok || second.State != "COMPLETED" {
+		t.Errorf("the second attempt's Slurm job %+v (found %v)", second, ok)
 	}
 }
