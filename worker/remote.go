@@ -37,7 +37,9 @@ type remoteNode struct {
 	// run carries a claimed attempt to its end and returns the store
 	// write that records it (nil: nothing to write).
 	run func(ctx context.Context, job *jobtype.Job) endFunc
-	srv *asynq.Server
+	// refresh, when set, updates the node's record before each heartbeat.
+	refresh func(ctx context.Context, n *jobstore.Node)
+	srv     *asynq.Server
 
 	ctx    context.Context // cancelled (errDetach) when Stop begins
 	stop   context.CancelCauseFunc
@@ -130,6 +132,9 @@ func (r *remoteNode) heartbeat() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(r.ctx, r.timings.HeartbeatTTL/3)
+		if r.refresh != nil {
+			r.refresh(ctx, &r.info)
+		}
 		if err := r.store.Heartbeat(ctx, r.info, jobstore.HeartbeatOptions{TTL: r.timings.HeartbeatTTL}); err != nil {
 			r.log.Warn("heartbeat failed; retrying", slog.Any("err", err))
 		}

@@ -30,6 +30,9 @@ type SlurmScheduler interface {
 	FindByName(ctx context.Context, name string) ([]slurm.Job, error)
 	// Cancel cancels a job (scancel); an ended one is not an error.
 	Cancel(ctx context.Context, id string) error
+	// QueueWait estimates the wait of a new job in a partition, from its
+	// pending jobs.
+	QueueWait(ctx context.Context, partition string) (time.Duration, error)
 }
 
 var _ SlurmScheduler = (*slurm.CLI)(nil)
@@ -176,6 +179,7 @@ func NewSlurm(rdb redis.UniversalClient, store *jobstore.Store, cfg SlurmConfig)
 		timings: remoteTimings{HeartbeatTTL: cfg.HeartbeatTTL, LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, TaskCheckInterval: cfg.TaskCheckInterval}}}
 	s.init()
 	s.run = func(ctx context.Context, job *jobtype.Job) endFunc { return newSlurmAttempt(s, job).run(ctx) }
+	s.refresh = s.queueWait
 	return s, nil
 }
 
@@ -193,4 +197,16 @@ func (s *Slurm) Start(ctx context.Context) error {
 	s.log.Info("slurm worker started", slog.String("node", s.node), slog.String("site", s.b.Site),
 		slog.String("partition", s.b.Partition), slog.Int("max_jobs", s.b.MaxInstances), slog.String("incarnation", s.incarnation))
 	return nil
+}
+
+// queueWait puts Slurm's estimate of the partition's queue into the
+// node's heartbeat (routing adds it to the backend's wait); when Slurm
+// cannot say, the last estimate stays.
+func (s *Slurm) queueWait(ctx context.Context, n *jobstore.Node) {
+	w, err := s.cfg.Slurm.QueueWait(ctx, s.b.Partition)
+	if err != nil {
+		s.log.Debug("queue wait of the partition unknown", slog.Any("err", err))
+		return
+	}
+	n.QueueWaitS = w.Seconds()
 }

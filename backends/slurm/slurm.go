@@ -134,7 +134,9 @@ type Job struct {
 	TRESPerNode string
 	Nodes       string
 	Restarts    int
-	StartTime   time.Time // zero until it started
+	// TimeLimit is its time limit; 0 when unlimited or unknown.
+	TimeLimit time.Duration
+	StartTime time.Time // zero until it started
 	EndTime     time.Time // zero until it ended
 }
 
@@ -150,6 +152,7 @@ type squeueJob struct {
 	TRESPerNode string `json:"tres_per_node"`
 	Nodes       string `json:"nodes"`
 	RestartCnt  int    `json:"restart_cnt"`
+	TimeLimit   int64  `json:"time_limit"` // minutes
 	StartTime   int64  `json:"start_time"`
 	EndTime     int64  `json:"end_time"`
 }
@@ -157,6 +160,9 @@ type squeueJob struct {
 func (j squeueJob) job() Job {
 	out := Job{ID: strconv.FormatInt(j.JobID, 10), Name: j.Name, State: j.JobState, Reason: j.StateReason, ExitCode: j.ExitCode,
 		Partition: j.Partition, Account: j.Account, TRESPerNode: j.TRESPerNode, Nodes: j.Nodes, Restarts: j.RestartCnt}
+	if j.TimeLimit > 0 && j.TimeLimit < 365*24*60 { // larger: INFINITE
+		out.TimeLimit = time.Duration(j.TimeLimit) * time.Minute
+	}
 	if j.StartTime > 0 && j.JobState != StatePending {
 		out.StartTime = time.Unix(j.StartTime, 0).UTC()
 	}
@@ -266,4 +272,69 @@ func (c *CLI) run(ctx context.Context, name string, args ...string) ([]byte, err
 		return nil, fmt.Errorf("slurm: %s %s: %w: %s", name, strings.Join(args, " "), err, msg)
 	}
 	return out, nil
+}
+
+// GPUs is how many GPUs per node the job asks (its gres:gpu[:type]:N in
+// tres_per_node); 0 when none.
+func (j Job) GPUs() int {
+	for _, part := range strings.Split(j.TRESPerNode, ",") {
+		f := strings.Split(strings.TrimPrefix(part, "gres:"), ":")
+		if len(f) >= 2 && f[0] == "gpu" {
+			n, err := strconv.Atoi(f[len(f)-1])
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// PartitionGPUs is how many GPUs the nodes of partition have in all
+// (sinfo's node count × gres, per group of alike nodes).
+func (c *CLI) PartitionGPUs(ctx context.Context, partition string) (int, error) {
+	out, err := c.run(ctx, "sinfo", "-h", "--partition="+partition, "-o", "%D %G")
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		nodes, err := strconv.Atoi(f[0])
+		if err != nil {
+			continue
+		}
+		total += nodes * Job{TRESPerNode: f[1]}.GPUs()
+	}
+	return total, nil
+}
+
+// DefaultPendingLimit is the time a pending job without a time limit is
+// taken to hold its GPUs, in QueueWait.
+const DefaultPendingLimit = time.Hour
+
+// QueueWait estimates how long a new job waits in partition: the GPU-hours
+// its pending jobs ask (GPUs × time limit, DefaultPendingLimit where they
+// give none) over the partition's GPUs. Time limits are upper bounds of
+// run times, so it errs long; running jobs are not counted.
+func (c *CLI) QueueWait(ctx context.Context, partition string) (time.Duration, error) {
+	pending, err := c.Pending(ctx, partition)
+	if err != nil {
+		return 0, err
+	}
+	gpus, err := c.PartitionGPUs(ctx, partition)
+	if err != nil || gpus == 0 {
+		return 0, err
+	}
+	var gpuTime time.Duration
+	for _, j := range pending {
+		limit := j.TimeLimit
+		if limit <= 0 {
+			limit = DefaultPendingLimit
+		}
+		gpuTime += time.Duration(max(j.GPUs(), 1)) * limit
+	}
+	return gpuTime / time.Duration(gpus), nil
 }

@@ -51,6 +51,10 @@ func TestCLIAgainstRealSlurm(t *testing.T) {
 		p, err := cli.Pending(ctx, c.Partition)
 		return err == nil && len(p) == 1 && p[0].ID == waiting
 	})
+	// One pending job of 1 GPU × 2 min (90 s rounded up) over 2 GPUs.
+	if w, err := cli.QueueWait(ctx, c.Partition); err != nil || w != time.Minute {
+		t.Errorf("QueueWait = %s, %v; want 1m0s", w, err)
+	}
 	if found, err := cli.FindByName(ctx, "lathe-long"); err != nil || len(found) != 1 || found[0].ID != long {
 		t.Errorf("FindByName: %+v %v", found, err)
 	}

@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -292,4 +293,31 @@ func TestSlurmPreemptionE2E(t *testing.T) {
 	if second, ok := r.slurmJob(id, 2); !ok || second.State != "COMPLETED" {
 		t.Errorf("the second attempt's Slurm job %+v (found %v)", second, ok)
 	}
+}
+
+// TestSlurmQueueFeedsRoutingE2E: Slurm's pending queue of the backend's
+// partition reaches routing's wait estimate: with both GPUs held and a
+// 2-GPU job of 60 minutes pending (none of them Lathe's), route --explain
+// gives the slurm backend a wait of one hour (2 GPU-hours over 2 GPUs).
+func TestSlurmQueueFeedsRoutingE2E(t *testing.T) {
+	r := newSlurmRig(t, slurmtest.Options{GPUs: 2, CPUs: 2})
+	defer r.dump()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, args := range [][]string{{"--job-name=holder", "--time=10", "--wrap", "sleep 600"}, {"--job-name=waiting", "--time=60", "--wrap", "sleep 1"}} {
+		if _, err := r.slurm.Command(ctx, "sbatch", append([]string{"--parsable", "--gres=gpu:2", "--partition=" + r.slurm.Partition, "--output=/dev/null"}, args...)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := r.spec("slurm-route", "ok", "eu")
+	waitfor.True(t, time.Minute, "route --explain with the queue's hour", func() bool {
+		out, _, code := cli(t, r.lathe, r.base, "route", "--explain", spec, "-o", "json")
+		var ex struct {
+			Candidates []struct {
+				Backend  string  `json:"backend"`
+				EstWaitS float64 `json:"est_wait_s"`
+			} `json:"candidates"`
+		}
+		return code == 0 && json.Unmarshal([]byte(out), &ex) == nil && len(ex.Candidates) == 1 && ex.Candidates[0].EstWaitS == 3600
+	})
 }

@@ -59,7 +59,7 @@ func (e *eval) prepare(b *routecfg.BackendInfo, st *candState) {
 	} else {
 		e.fitCloud(b, st)
 		st.stageS = stagingTime(&e.job, e.dataset, e.evalSet, b).seconds
-		st.waitS = min(b.Startup.Seconds()+st.stageS, maxEstimate.Seconds())
+		st.waitS = min(b.Startup.Seconds()+st.stageS+e.s.QueueWait[b.Name].Seconds(), maxEstimate.Seconds())
 		st.waitNowS = st.waitS
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
@@ -163,6 +164,7 @@ type snapMaps struct {
 	BackendSpend   map[string]Spend
 	TeamSpend      map[string]Spend
 	SecondsPerStep map[string]float64
+	QueueWait      map[string]time.Duration
 }
 
 // site is the memo of site i.
@@ -178,7 +180,7 @@ func (e *eval) site(i int) *siteMemo {
 func newEval(x *routecfg.Index, job *Job, s *Snapshot) eval {
 	var e eval
 	e.x, e.job = x, *job
-	e.s = snapMaps{Pools: s.Pools, BackendSpend: s.BackendSpend, TeamSpend: s.TeamSpend, SecondsPerStep: s.SecondsPerStep}
+	e.s = snapMaps{Pools: s.Pools, BackendSpend: s.BackendSpend, TeamSpend: s.TeamSpend, SecondsPerStep: s.SecondsPerStep, QueueWait: s.QueueWait}
 	if n := len(x.Sites) - len(e.siteBuf); n > 0 {
 		e.siteMore = make([]siteMemo, n)
 	}

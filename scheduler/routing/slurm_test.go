@@ -3,6 +3,7 @@ package routing
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // slurmSites has two Slurm pools in sites of different tags.
@@ -78,5 +79,25 @@ func TestSlurmFitAndCost(t *testing.T) {
 	j.GPUs, j.Dataset = 1, "s3://bucket/x"
 	if d := Decide(j, Snapshot{Config: c}); !d.Refused {
 		t.Errorf("s3 data: %+v", d)
+	}
+}
+
+// TestSlurmQueueWait: Slurm's pending queue of a backend's partition
+// (Snapshot.QueueWait) is the backend's wait, and a job valuing its time
+// goes to the backend with the shorter queue.
+func TestSlurmQueueWait(t *testing.T) {
+	c := mustParse(t, strings.NewReplacer("hpc-us: [onprem, us]", "hpc-us: [onprem, eu, us]",
+		"work_dir: /shared/w}", "work_dir: /shared/w, price: {usd_per_gpu_hour: 3}}").Replace(slurmSites))
+	j := baseJob("eu")
+	j.ValuePerHourUSD = 100
+	d := Decide(j, Snapshot{Config: c, QueueWait: map[string]time.Duration{"slurm-eu": 3 * time.Hour}})
+	if w := candidate(t, d, "slurm-eu").EstWaitS; w != 3*3600 {
+		t.Errorf("slurm-eu wait %v s, want 10800", w)
+	}
+	if d.Backend != "slurm-us" {
+		t.Errorf("went to %s, want slurm-us (dearer, no queue): %+v", d.Backend, d)
+	}
+	if d := Decide(j, Snapshot{Config: c}); d.Backend != "slurm-eu" || candidate(t, d, "slurm-eu").EstWaitS != 0 {
+		t.Errorf("no queue: want the cheaper slurm-eu: %+v", d)
 	}
 }
