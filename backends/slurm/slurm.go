@@ -137,7 +137,7 @@ type Job struct {
 	// TimeLimit is its time limit; 0 when unlimited or unknown.
 	TimeLimit time.Duration
 	StartTime time.Time // zero until it started
-	EndTime     time.Time // zero until it ended
+	EndTime   time.Time // zero until it ended
 }
 
 // squeueJob is a job of squeue --json (openapi v0.0.38).
