@@ -168,7 +168,7 @@ func (a *slurmAttempt) submit(ctx context.Context) (endFunc, bool) {
 				return nil, true
 			}
 		}
-		if end, ok := a.waitAndRetry(ctx, fmt.Sprintf("sbatch failed (%v); trying again in %s", err, a.s.cfg.SubmitRetry)); !ok {
+		if end, ok := a.waitAndRetry(ctx, fmt.Sprintf("submitting to Slurm failed (%v); trying again in %s", err, a.s.cfg.SubmitRetry)); !ok {
 			return end, false
 		}
 	}
