@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -208,7 +207,7 @@ func NewCloud(rdb redis.UniversalClient, store *jobstore.Store, cfg CloudConfig)
 		return nil, err
 	}
 	c := &Cloud{cfg: cfg, b: b, remoteNode: remoteNode{label: "aws", backend: b.Name, eventType: EventCloud, rdb: rdb, store: store,
-		log:     cfg.Logger.With(slog.String("component", "aws-worker"), slog.String("backend", b.Name)),
+		log:     cfg.Logger,
 		timings: remoteTimings{HeartbeatTTL: cfg.HeartbeatTTL, LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, TaskCheckInterval: cfg.TaskCheckInterval}}}
 	c.init()
 	c.run = func(ctx context.Context, job *jobtype.Job) endFunc { return newCloudAttempt(c, job).run(ctx) }
@@ -219,8 +218,7 @@ func NewCloud(rdb redis.UniversalClient, store *jobstore.Store, cfg CloudConfig)
 // runs it), adopts the attempts a previous worker left, and starts taking
 // the backend's queue.
 func (c *Cloud) Start(ctx context.Context) error {
-	host, _ := os.Hostname()
-	if err := c.start(ctx, jobstore.Node{Backend: "aws", Slots: c.b.MaxInstances, Host: host, PID: os.Getpid()}); err != nil {
+	if err := c.start(ctx, c.b.MaxInstances); err != nil {
 		return err
 	}
 	c.log.Info("aws worker started", slog.String("node", c.node), slog.String("site", c.b.Site),

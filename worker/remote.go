@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -61,8 +62,10 @@ type remoteTimings struct {
 var errDetach = errors.New("worker stopping: detached from its attempts")
 
 // init gives r, made with its label, backend, eventType, rdb, store, log
-// and timings, its node name and a fresh incarnation (not started).
+// and timings, its node name, a fresh incarnation and its logger's
+// attributes (not started).
 func (r *remoteNode) init() {
+	r.log = r.log.With(slog.String("component", r.label+"-worker"), slog.String("backend", r.backend))
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	r.node, r.incarnation, r.active = jobtype.CloudNode(r.backend), hex.EncodeToString(b[:]), map[string]bool{}
@@ -75,9 +78,11 @@ func (r *remoteNode) Node() string { return r.node }
 // Incarnation is this process's incarnation id.
 func (r *remoteNode) Incarnation() string { return r.incarnation }
 
-// start registers the node in info (failing if another live worker runs
-// it), purges its stale tasks, starts taking its queue and adopting.
-func (r *remoteNode) start(ctx context.Context, info jobstore.Node) error {
+// start registers the node with slots (failing if another live worker
+// runs it), purges its stale tasks, starts taking its queue and adopting.
+func (r *remoteNode) start(ctx context.Context, slots int) error {
+	host, _ := os.Hostname()
+	info := jobstore.Node{Backend: r.label, Slots: slots, Host: host, PID: os.Getpid()}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.state != 0 {

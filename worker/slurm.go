@@ -175,7 +175,7 @@ func NewSlurm(rdb redis.UniversalClient, store *jobstore.Store, cfg SlurmConfig)
 		return nil, err
 	}
 	s := &Slurm{cfg: cfg, b: b, remoteNode: remoteNode{label: "slurm", backend: b.Name, eventType: EventSlurm, rdb: rdb, store: store,
-		log:     cfg.Logger.With(slog.String("component", "slurm-worker"), slog.String("backend", b.Name)),
+		log:     cfg.Logger,
 		timings: remoteTimings{HeartbeatTTL: cfg.HeartbeatTTL, LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, TaskCheckInterval: cfg.TaskCheckInterval}}}
 	s.init()
 	s.run = func(ctx context.Context, job *jobtype.Job) endFunc { return newSlurmAttempt(s, job).run(ctx) }
@@ -190,8 +190,7 @@ func (s *Slurm) Start(ctx context.Context) error {
 	if err := os.MkdirAll(s.b.WorkDir, 0o755); err != nil {
 		return fmt.Errorf("worker: slurm: backends.%s.work_dir: %w", s.b.Name, err)
 	}
-	host, _ := os.Hostname()
-	if err := s.start(ctx, jobstore.Node{Backend: "slurm", Slots: s.b.MaxInstances, Host: host, PID: os.Getpid()}); err != nil {
+	if err := s.start(ctx, s.b.MaxInstances); err != nil {
 		return err
 	}
 	s.log.Info("slurm worker started", slog.String("node", s.node), slog.String("site", s.b.Site),
