@@ -142,7 +142,7 @@ func (a *slurmAttempt) prepare() endFunc {
 // request is the attempt's sbatch request.
 func (a *slurmAttempt) request() slurm.SubmitRequest {
 	return slurm.SubmitRequest{Name: slurmJobName(a.job.ID, a.n), Partition: a.s.b.Partition, Account: a.s.b.Account,
-		GPUs: a.gpus, Script: filepath.Join(a.dir, slurmScriptFile), Dir: a.dir, Output: filepath.Join(a.dir, slurmOutFile),
+		GPUs: a.gpus, GRESType: a.s.b.GRESType, Script: filepath.Join(a.dir, slurmScriptFile), Dir: a.dir, Output: filepath.Join(a.dir, slurmOutFile),
 		TimeLimit: a.maxRuntime() + a.s.cfg.KillGrace + time.Minute}
 }
 
@@ -183,8 +183,8 @@ func (a *slurmAttempt) submitted(ctx context.Context, id, verb string) {
 	if err := a.s.store.RecordInstance(context.WithoutCancel(ctx), a.job.ID, a.n, a.inst); err != nil {
 		a.log.Warn("record the Slurm job on the job", slog.Any("err", err))
 	}
-	a.note(ctx, fmt.Sprintf("Slurm job %s %s: %s, partition %s, account %q, --gres=gpu:%d, folder %s",
-		id, verb, r.Name, r.Partition, r.Account, r.GPUs, a.dir))
+	a.note(ctx, fmt.Sprintf("Slurm job %s %s: %s, partition %s, account %q, --gres=%s, folder %s",
+		id, verb, r.Name, r.Partition, r.Account, r.GRES(), a.dir))
 }
 
 // waitAndRetry notes why, then waits SubmitRetry keeping the lease and

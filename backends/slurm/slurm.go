@@ -84,6 +84,8 @@ type SubmitRequest struct {
 	Account string
 	// GPUs asked of one node (--gres=gpu:N); 0: none.
 	GPUs int
+	// GRESType, when set, is the GPUs' GRES type (--gres=gpu:TYPE:N).
+	GRESType string
 	// Script is the path of the batch script.
 	Script string
 	// Dir is the job's working directory (--chdir); Output its stdout and
@@ -100,13 +102,25 @@ func (r SubmitRequest) Args() []string {
 	if r.Account != "" {
 		args = append(args, "--account="+r.Account)
 	}
-	if r.GPUs > 0 {
-		args = append(args, "--gres=gpu:"+strconv.Itoa(r.GPUs))
+	if g := r.GRES(); g != "" {
+		args = append(args, "--gres="+g)
 	}
 	if r.TimeLimit > 0 {
 		args = append(args, "--time="+strconv.FormatInt(int64((r.TimeLimit+time.Minute-1)/time.Minute), 10))
 	}
 	return append(args, r.Script)
+}
+
+// GRES is the request's --gres value (gpu:N or gpu:TYPE:N); "" without
+// GPUs.
+func (r SubmitRequest) GRES() string {
+	switch {
+	case r.GPUs <= 0:
+		return ""
+	case r.GRESType != "":
+		return "gpu:" + r.GRESType + ":" + strconv.Itoa(r.GPUs)
+	}
+	return "gpu:" + strconv.Itoa(r.GPUs)
 }
 
 // Submit submits r and returns its job id.

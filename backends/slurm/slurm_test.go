@@ -73,7 +73,45 @@ func TestCLIAgainstRealSlurm(t *testing.T) {
 	if _, err := cli.Job(ctx, "987654"); !errors.Is(err, slurm.ErrNotFound) {
 		t.Errorf("unknown job: %v", err)
 	}
-	if !strings.Contains(strings.Join(req("x", "", 1).Args(), " "), "--gres=gpu:1") {
-		t.Error("args lack the gres")
+}
+
+// TestSubmitArgs: sbatch's command line for a request.
+func TestSubmitArgs(t *testing.T) {
+	r := slurm.SubmitRequest{Name: "lathe-j-1", Partition: "gpu", Account: "ml", GPUs: 2, GRESType: "a100", Script: "/w/run.sh",
+		Dir: "/w", Output: "/w/slurm.out", TimeLimit: 61 * time.Second}
+	want := "--parsable --job-name=lathe-j-1 --partition=gpu --nodes=1 --ntasks=1 --no-requeue --chdir=/w --output=/w/slurm.out " +
+		"--account=ml --gres=gpu:a100:2 --time=2 /w/run.sh"
+	if got := strings.Join(r.Args(), " "); got != want {
+		t.Errorf("args\n%s\nwant\n%s", got, want)
+	}
+	r.GRESType, r.Account, r.TimeLimit = "", "", 0
+	if got := strings.Join(r.Args(), " "); strings.Contains(got, "--account") || strings.Contains(got, "--time") || !strings.Contains(got, "--gres=gpu:2 ") {
+		t.Errorf("args %s", got)
+	}
+	if g := (slurm.Job{TRESPerNode: "gres:gpu:a100:4"}).GPUs(); g != 4 {
+		t.Errorf("GPUs of gres:gpu:a100:4 = %d", g)
+	}
+}
+
+// TestGRESTypeAgainstRealSlurm: a request of typed GPUs (gres_type) runs on
+// a node whose GPUs have that GRES type.
+func TestGRESTypeAgainstRealSlurm(t *testing.T) {
+	c := slurmtest.Start(t, slurmtest.Options{GRESType: "a100"})
+	cli := slurm.New(slurm.Config{Conf: c.Conf})
+	dir := t.TempDir()
+	script := filepath.Join(dir, "run.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho CVD=$CUDA_VISIBLE_DEVICES\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id, err := cli.Submit(t.Context(), slurm.SubmitRequest{Name: "typed", Partition: c.Partition, GPUs: 1, GRESType: "a100",
+		Script: script, Dir: dir, Output: filepath.Join(dir, "out")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := waitfor.Value(t, time.Minute, "the typed job ended", func() slurm.Job { j, _ := cli.Job(t.Context(), id); return j },
+		func(j slurm.Job) bool { return slurm.Ended(j.State) })
+	out, _ := os.ReadFile(filepath.Join(dir, "out"))
+	if j.State != slurm.StateCompleted || j.GPUs() != 1 || !strings.HasPrefix(string(out), "CVD=0") {
+		t.Errorf("job %+v, output %q", j, out)
 	}
 }

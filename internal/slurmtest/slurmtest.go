@@ -54,6 +54,9 @@ type Options struct {
 	// (preempt/partition_prio, PreemptMode=CANCEL: a preempted job ends
 	// PREEMPTED).
 	Preemption bool
+	// GRESType, when set, is the GPUs' GRES type (gres.conf Type=, the
+	// node's Gres=gpu:TYPE:N).
+	GRESType string
 }
 
 // UrgentPartition is the preempting partition of Options.Preemption.
@@ -149,7 +152,7 @@ func (c *Cluster) writeConfig(ctld, slurmd int, o Options) error {
 	}
 	files := map[string]string{
 		"slurm.conf":  c.slurmConf(host, ctld, slurmd, o),
-		"gres.conf":   fmt.Sprintf("NodeName=%s Name=gpu File=%s/nvidia[0-%d]\n", c.Node, c.Dir, o.GPUs-1),
+		"gres.conf":   fmt.Sprintf("NodeName=%s Name=gpu%s File=%s/nvidia[0-%d]\n", c.Node, typeOf(o, " Type="), c.Dir, o.GPUs-1),
 		"cgroup.conf": "CgroupPlugin=autodetect\n",
 	}
 	for name, body := range files {
@@ -180,9 +183,17 @@ func (c *Cluster) slurmConf(host string, ctld, slurmd int, o Options) string {
 		"SchedulerType=sched/backfill", "GresTypes=gpu", "MpiDefault=none",
 		"ReturnToService=2", "MinJobAge=600", "KillWait=5",
 		"SlurmctldTimeout=30", "SlurmdTimeout=30",
-		fmt.Sprintf("NodeName=%s NodeHostname=%s NodeAddr=127.0.0.1 CPUs=%d RealMemory=1000 Gres=gpu:%d State=UNKNOWN", c.Node, host, o.CPUs, o.GPUs),
+		fmt.Sprintf("NodeName=%s NodeHostname=%s NodeAddr=127.0.0.1 CPUs=%d RealMemory=1000 Gres=gpu%s:%d State=UNKNOWN", c.Node, host, o.CPUs, typeOf(o, ":"), o.GPUs),
 		fmt.Sprintf("PartitionName=%s Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1", c.Partition),
 	}, "\n") + "\n" + preemption(o)
+}
+
+// typeOf is prefix and Options.GRESType, or "" without one.
+func typeOf(o Options, prefix string) string {
+	if o.GRESType == "" {
+		return ""
+	}
+	return prefix + o.GRESType
 }
 
 // preemption is the slurm.conf of Options.Preemption ("" without).

@@ -101,3 +101,25 @@ func TestSlurmQueueWait(t *testing.T) {
 		t.Errorf("no queue: want the cheaper slurm-eu: %+v", d)
 	}
 }
+
+// TestSlurmGPUModel: a slurm backend that gives its GPUs' model and
+// memory takes the jobs that ask for them; one that gives none takes no
+// job naming a model.
+func TestSlurmGPUModel(t *testing.T) {
+	c := mustParse(t, strings.Replace(slurmSites, "partition: gpu, work_dir: /shared/w, price:",
+		"partition: gpu, gpu_model: NVIDIA A100-SXM4-80GB, gpu_memory_gb: 80, gres_type: a100, work_dir: /shared/w, price:", 1))
+	j := baseJob("eu")
+	j.GPUModels, j.GPUMemoryGB = []string{"A100"}, 40
+	if d := Decide(j, Snapshot{Config: c}); d.Refused || d.Backend != "slurm-eu" {
+		t.Errorf("A100 ≥40 GB on an A100 80 GB partition: %+v", d)
+	}
+	j.GPUModels = []string{"H100"}
+	if d := Decide(j, Snapshot{Config: c}); !d.Refused || !strings.HasPrefix(candidate(t, d, "slurm-eu").Reason, ReasonNoGPUFit) {
+		t.Errorf("H100 on an A100 partition: %+v", d)
+	}
+	j = baseJob("us")
+	j.GPUModels = []string{"A100"}
+	if d := Decide(j, Snapshot{Config: c}); !d.Refused || !strings.HasPrefix(candidate(t, d, "slurm-us").Reason, ReasonNoGPUFit) {
+		t.Errorf("a model on a partition that names none: %+v", d)
+	}
+}

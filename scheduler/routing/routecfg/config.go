@@ -219,6 +219,14 @@ type Backend struct {
 	// GPUsPerNode is the most GPUs one attempt may ask for (its gres on one
 	// node); default DefaultGPUsPerNode, at most MaxGPUsPerNode.
 	GPUsPerNode int `json:"gpus_per_node,omitempty"`
+	// GPUModel and GPUMemoryGB describe the partition's GPUs for routing's
+	// fit ("A100", 80); empty and 0: unknown, and a job that names
+	// gpu_models or gpu_memory_gb fits no such backend.
+	GPUModel    string  `json:"gpu_model,omitempty"`
+	GPUMemoryGB float64 `json:"gpu_memory_gb,omitempty"`
+	// GRESType is Slurm's GRES type of those GPUs (sbatch
+	// --gres=gpu:TYPE:N); empty: --gres=gpu:N.
+	GRESType string `json:"gres_type,omitempty"`
 }
 
 // LaunchReady returns nil when aws backend b has everything the AWS worker

@@ -214,7 +214,7 @@ func (d *decoder) backend(name, path string, n *yaml.Node) Backend {
 			d.launch(&b, key, p, v)
 		case "price":
 			b.Price = d.price(p, v)
-		case "partition", "account", "work_dir", "max_jobs", "gpus_per_node", "lathed_path":
+		case "partition", "account", "work_dir", "max_jobs", "gpus_per_node", "lathed_path", "gpu_model", "gpu_memory_gb", "gres_type":
 			d.slurm(&b, key, p, v)
 		case "instance_types":
 			b.InstanceTypes = []InstanceType{}
@@ -270,6 +270,12 @@ func (d *decoder) slurm(b *Backend, key, p string, v *yaml.Node) {
 		b.GPUsPerNode, _ = d.int(p, v)
 	case "lathed_path":
 		b.AgentPath, _ = d.str(p, v)
+	case "gpu_model":
+		b.GPUModel, _ = d.str(p, v)
+	case "gpu_memory_gb":
+		b.GPUMemoryGB, _ = d.float(p, v)
+	case "gres_type":
+		b.GRESType, _ = d.str(p, v)
 	}
 }
 

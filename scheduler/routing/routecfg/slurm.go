@@ -1,6 +1,7 @@
 package routecfg
 
 import (
+	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -51,6 +52,15 @@ func validateSlurmNumbers(c *checker, p string, b Backend) {
 	if b.Startup < 0 || b.Startup > MaxStartup {
 		c.add(p+".startup", b.Startup.String(), "must be a duration from 0 to "+MaxStartup.String()+": how long a job waits in Slurm before its trainer starts")
 	}
+	if c.present(p+".gpu_model", b.GPUModel != "") && strings.TrimSpace(b.GPUModel) == "" {
+		c.add(p+".gpu_model", b.GPUModel, "must name the partition's GPU model (A100, H100…)")
+	}
+	if m := b.GPUMemoryGB; math.IsNaN(m) || math.IsInf(m, 0) || m < 0 || c.present(p+".gpu_memory_gb", m != 0) && m == 0 {
+		c.add(p+".gpu_memory_gb", fmtFloat(m), "must be a number > 0: the memory of each of the partition's GPUs, in GB")
+	}
+	if c.present(p+".gres_type", b.GRESType != "") && !validSlurmName(b.GRESType) {
+		c.add(p+".gres_type", b.GRESType, "must be a Slurm GRES type name: A-Z, a-z, 0-9, '_', '.' and '-'")
+	}
 	if c.present(p+".lathed_path", b.AgentPath != "") && !validAgentPath(b.AgentPath) {
 		c.add(p+".lathed_path", b.AgentPath, "must be the absolute path of lathed on the Slurm nodes: '/' then only A-Z, a-z, 0-9, '/', '.', '_' and '-' (it goes into the batch script)")
 	}
@@ -91,6 +101,9 @@ func refuseSlurmKeys(c *checker, p string, b Backend) {
 	only("max_jobs", false)
 	only("gpus_per_node", b.GPUsPerNode != 0)
 	only("lathed_path", false)
+	only("gpu_model", b.GPUModel != "")
+	only("gpu_memory_gb", b.GPUMemoryGB != 0)
+	only("gres_type", b.GRESType != "")
 }
 
 // validSlurmName reports whether s is a Slurm partition or account name
@@ -130,8 +143,8 @@ func slurmDefaults(cfg *Config) {
 
 // slurmTypes are the GPU shapes of slurm backend b as routing sees them:
 // one per GPU count from 1 to GPUsPerNode, named gpu:N, priced N × its
-// price per GPU-hour. They carry no GPU model or memory, so a job that
-// names gpu_models or gpu_memory_gb fits no slurm backend (not built yet).
+// price per GPU-hour, of its gpu_model and gpu_memory_gb (a job that names
+// gpu_models or gpu_memory_gb fits no slurm backend that gives none).
 func slurmTypes(b Backend) []InstanceType {
 	n := b.GPUsPerNode
 	if n <= 0 {
@@ -140,7 +153,8 @@ func slurmTypes(b Backend) []InstanceType {
 	out := make([]InstanceType, 0, n)
 	usd := b.USDPerGPUHour()
 	for g := 1; g <= n; g++ {
-		out = append(out, InstanceType{Name: "gpu:" + strconv.Itoa(g), GPUs: g, OnDemandUSDPerHour: float64(g) * usd})
+		out = append(out, InstanceType{Name: "gpu:" + strconv.Itoa(g), GPUs: g, GPUModel: b.GPUModel, GPUMemoryGB: b.GPUMemoryGB,
+			OnDemandUSDPerHour: float64(g) * usd})
 	}
 	return out
 }

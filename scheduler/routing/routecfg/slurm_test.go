@@ -65,6 +65,10 @@ func TestParseSlurmErrors(t *testing.T) {
 		{"s3 checkpoints", with("    partition: gpu\n", "    partition: gpu\n    checkpoint_uri: s3://lathe-eu-ckpt/x\n"), p + "checkpoint_uri", "s3://lathe-eu-ckpt/x", "must be file:///absolute/path for kind slurm"},
 		{"slurm key on local", with("    checkpoint_uri: file:///shared/ckpt\n", "    checkpoint_uri: file:///shared/ckpt\n    partition: gpu\n"), "backends.local.partition", "gpu", "only for kind slurm"},
 		{"unknown kind", with("kind: slurm", "kind: pbs"), p + "kind", "pbs", "must be local, aws or slurm"},
+		{"gpu memory negative", with("    partition: gpu\n", "    partition: gpu\n    gpu_memory_gb: -1\n"), p + "gpu_memory_gb", "-1", "must be a number > 0"},
+		{"blank gpu model", with("    partition: gpu\n", "    partition: gpu\n    gpu_model: ' '\n"), p + "gpu_model", " ", "must name the partition's GPU model"},
+		{"bad gres type", with("    partition: gpu\n", "    partition: gpu\n    gres_type: 'a 100'\n"), p + "gres_type", "a 100", "must be a Slurm GRES type name"},
+		{"gres type on local", with("    checkpoint_uri: file:///shared/ckpt\n", "    checkpoint_uri: file:///shared/ckpt\n    gres_type: a100\n"), "backends.local.gres_type", "a100", "only for kind slurm"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
