@@ -136,10 +136,13 @@ func (r *remoteNode) heartbeat() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(r.ctx, r.timings.HeartbeatTTL/3)
 		if r.refresh != nil {
-			r.refresh(ctx, &r.info)
+			// Its own budget, so a slow Slurm never costs the heartbeat.
+			rctx, rcancel := context.WithTimeout(r.ctx, r.timings.HeartbeatTTL/6)
+			r.refresh(rctx, &r.info)
+			rcancel()
 		}
+		ctx, cancel := context.WithTimeout(r.ctx, r.timings.HeartbeatTTL/3)
 		if err := r.store.Heartbeat(ctx, r.info, jobstore.HeartbeatOptions{TTL: r.timings.HeartbeatTTL}); err != nil {
 			r.log.Warn("heartbeat failed; retrying", slog.Any("err", err))
 		}
