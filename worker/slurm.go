@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,6 +27,8 @@ type SlurmScheduler interface {
 	// Job returns a job in any state Slurm still holds; slurm.ErrNotFound
 	// when it holds none.
 	Job(ctx context.Context, id string) (slurm.Job, error)
+	// Jobs returns those of ids Slurm still holds, by id, in one call.
+	Jobs(ctx context.Context, ids []string) (map[string]slurm.Job, error)
 	// FindByName returns the jobs of that name Slurm still holds.
 	FindByName(ctx context.Context, name string) ([]slurm.Job, error)
 	// Cancel cancels a job (scancel); an ended one is not an error.
@@ -166,6 +169,14 @@ type Slurm struct {
 	remoteNode
 	cfg SlurmConfig
 	b   routecfg.Backend
+
+	// The Slurm jobs of the watched attempts as the last squeue saw them,
+	// shared by every watched attempt: one squeue per poll for all.
+	jobsMu  sync.Mutex
+	jobsAt  time.Time
+	jobsErr error
+	jobs    map[string]slurm.Job
+	watched map[string]bool // Slurm job ids
 }
 
 // NewSlurm returns the slurm worker of cfg.Backend; Start runs it.
@@ -208,4 +219,42 @@ func (s *Slurm) queueWait(ctx context.Context, n *jobstore.Node) {
 		return
 	}
 	n.QueueWaitS = w.Seconds()
+}
+
+// job returns what Slurm says of Slurm job id (slurm.ErrNotFound when it
+// holds none). The watched attempts' jobs are asked in one squeue at most
+// once per PollInterval; a job that call did not list is asked on its own.
+func (s *Slurm) job(ctx context.Context, id string) (slurm.Job, error) {
+	s.jobsMu.Lock()
+	if s.watched == nil {
+		s.watched = map[string]bool{}
+	}
+	if !s.watched[id] {
+		s.watched[id], s.jobsAt = true, time.Time{}
+	}
+	if time.Since(s.jobsAt) >= s.cfg.PollInterval {
+		ids := make([]string, 0, len(s.watched))
+		for w := range s.watched {
+			ids = append(ids, w)
+		}
+		s.jobs, s.jobsErr = s.cfg.Slurm.Jobs(ctx, ids)
+		s.jobsAt = time.Now()
+	}
+	j, ok := s.jobs[id]
+	err := s.jobsErr
+	s.jobsMu.Unlock()
+	switch {
+	case err != nil:
+		return slurm.Job{}, err
+	case ok:
+		return j, nil
+	}
+	return s.cfg.Slurm.Job(ctx, id)
+}
+
+// forget stops asking Slurm of job id (its attempt ended or detached).
+func (s *Slurm) forget(id string) {
+	s.jobsMu.Lock()
+	defer s.jobsMu.Unlock()
+	delete(s.watched, id)
 }

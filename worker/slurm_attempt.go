@@ -76,6 +76,7 @@ func (a *slurmAttempt) run(ctx context.Context) endFunc {
 	} else if end, ok := a.submit(ctx); !ok {
 		return end
 	}
+	defer a.s.forget(a.inst.ID)
 	return a.watchLoop(ctx)
 }
 
@@ -238,7 +239,7 @@ func (a *slurmAttempt) watchOnce(ctx context.Context) (endFunc, bool) {
 		return a.cancel(ctx)
 	}
 	a.mirror(ctx)
-	j, err := a.s.cfg.Slurm.Job(ctx, a.inst.ID)
+	j, err := a.s.job(ctx, a.inst.ID)
 	switch {
 	case errors.Is(err, slurm.ErrNotFound):
 		return a.unknownToSlurm(ctx)

@@ -56,6 +56,16 @@ func (f *fakeSlurm) Job(_ context.Context, id string) (slurm.Job, error) {
 	return j, nil
 }
 
+func (f *fakeSlurm) Jobs(ctx context.Context, ids []string) (map[string]slurm.Job, error) {
+	out := map[string]slurm.Job{}
+	for _, id := range ids {
+		if j, err := f.Job(ctx, id); err == nil {
+			out[id] = j
+		}
+	}
+	return out, nil
+}
+
 func (f *fakeSlurm) FindByName(_ context.Context, name string) ([]slurm.Job, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -207,6 +207,38 @@ func (c *CLI) Job(ctx context.Context, id string) (Job, error) {
 	return Job{}, ErrNotFound
 }
 
+// Jobs returns those of ids the controller still holds, in any state, by
+// id, in one squeue call. An id it does not hold is left out (when squeue
+// refuses the whole list for it, the map is empty: ask Job for each).
+func (c *CLI) Jobs(ctx context.Context, ids []string) (map[string]Job, error) {
+	out := map[string]Job{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	for _, id := range ids {
+		if _, err := strconv.Atoi(id); err != nil {
+			return nil, fmt.Errorf("slurm: job id %q is not a number", id)
+		}
+	}
+	jobs, err := c.squeue(ctx, "--states=all", "--jobs="+strings.Join(ids, ","))
+	if errors.Is(err, errInvalidJob) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	for _, j := range jobs {
+		if want[j.ID] {
+			out[j.ID] = j
+		}
+	}
+	return out, nil
+}
+
 // FindByName returns the jobs called name, in any state the controller
 // still holds.
 func (c *CLI) FindByName(ctx context.Context, name string) ([]Job, error) {

@@ -55,6 +55,12 @@ func TestCLIAgainstRealSlurm(t *testing.T) {
 	if w, err := cli.QueueWait(ctx, c.Partition); err != nil || w != time.Minute {
 		t.Errorf("QueueWait = %s, %v; want 1m0s", w, err)
 	}
+	if all, err := cli.Jobs(ctx, []string{long, waiting}); err != nil || len(all) != 2 || all[long].State != slurm.StateRunning || all[waiting].State != slurm.StatePending {
+		t.Errorf("Jobs: %+v %v", all, err)
+	}
+	if all, err := cli.Jobs(ctx, []string{long, "987654"}); err != nil || len(all) > 1 {
+		t.Errorf("Jobs with an unknown id: %+v %v", all, err)
+	}
 	if found, err := cli.FindByName(ctx, "lathe-long"); err != nil || len(found) != 1 || found[0].ID != long {
 		t.Errorf("FindByName: %+v %v", found, err)
 	}
