@@ -321,3 +321,29 @@ func TestSlurmQueueFeedsRoutingE2E(t *testing.T) {
 		return code == 0 && json.Unmarshal([]byte(out), &ex) == nil && len(ex.Candidates) == 1 && ex.Candidates[0].EstWaitS == 3600
 	})
 }
+
+// TestSlurmCancelWhileWorkerDownE2E: the job is cancelled while its slurm
+// worker is down (killed -9); the cancel is durable in the store, and the
+// next worker adopts the attempt, scancels its Slurm job and ends it
+// cancelled.
+func TestSlurmCancelWhileWorkerDownE2E(t *testing.T) {
+	r := newSlurmRig(t, slurmtest.Options{GPUs: 2, CPUs: 2})
+	defer r.dump()
+	id := r.submit("slurm-down", "sleep")
+	waitJob(t, r.base, id, 2*time.Minute, "running", func(j jobtype.Job) bool { return j.State == jobtype.StateRunning && j.Progress.Step == 1 })
+	kill9(t, r.worker)
+	if out, errOut, code := cli(t, r.lathe, r.base, "cancel", id); code != 0 {
+		t.Fatalf("cancel: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if sj, ok := r.slurmJob(id, 1); !ok || sj.State != "RUNNING" {
+		t.Fatalf("with no worker the Slurm job should still run: %+v (found %v)", sj, ok)
+	}
+	r.worker = r.startWorker()
+	j := waitJob(t, r.base, id, time.Minute, "cancelled", func(j jobtype.Job) bool { return j.State.Terminal() })
+	if j.State != jobtype.StateCancelled {
+		t.Errorf("job %s %s %s", j.State, j.Reason, j.Error)
+	}
+	if sj, ok := r.slurmJob(id, 1); !ok || sj.State != "CANCELLED" {
+		t.Errorf("Slurm job %+v (found %v)", sj, ok)
+	}
+}
