@@ -48,6 +48,7 @@ type opts struct {
 	// slurmBackend and slurmConf: worker --backend slurm's.
 	slurmBackend, slurmConf string
 	upClouds                []string // up --aws-backend: AWS workers run in the same process
+	upSlurm                 []string // up --slurm-backend: slurm workers run in the same process
 	endpoint                string
 	logLevel                string
 	redisWait               time.Duration
@@ -93,6 +94,8 @@ func upCmd(o *opts, stderr io.Writer) *cobra.Command {
 	addListenFlag(up, o)
 	addWorkerFlags(up, o)
 	up.Flags().StringArrayVar(&o.upClouds, "aws-backend", nil, "also run the AWS worker of this aws backend of the config in this process (repeatable)")
+	up.Flags().StringArrayVar(&o.upSlurm, "slurm-backend", nil, "also run the slurm worker of this slurm backend of the config in this process (repeatable)")
+	up.Flags().StringVar(&o.slurmConf, "slurm-conf", "", "with --slurm-backend: the slurm.conf Slurm's commands use (default slurm.conf of the config, or Slurm's own)")
 	return up
 }
 
@@ -424,6 +427,11 @@ func (d *wiring) startUpClouds(ctx context.Context) error {
 	}
 	for _, name := range d.o.upClouds {
 		if err := d.startCloudWorker(ctx, name); err != nil {
+			return err
+		}
+	}
+	for _, name := range d.o.upSlurm {
+		if err := d.startSlurmWorker(ctx, name); err != nil {
 			return err
 		}
 	}

@@ -66,12 +66,12 @@ echo "adapter" > "$LATHE_OUTPUT_DIR/adapter.bin"
 `,
 }
 
-func newSlurmRig(t *testing.T, o slurmtest.Options) *slurmRig {
+func newSlurmRig(t *testing.T, o slurmRigOptions) *slurmRig {
 	t.Helper()
 	r := &slurmRig{t: t}
 	r.lathed, r.lathe = binaries(t)
 	r.rs = redistest.Start(t)
-	r.slurm = slurmtest.Start(t, o)
+	r.slurm = slurmtest.Start(t, o.Options)
 	r.dir = t.TempDir()
 	var trainers strings.Builder
 	for name, body := range slurmTrainers {
@@ -106,13 +106,28 @@ trainers:
 	if err := os.WriteFile(r.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if !o.NoDaemons {
+		r.startDaemons()
+	}
+	return r
+}
+
+// slurmRigOptions are the cluster's options, and whether the rig starts no
+// daemon of its own.
+type slurmRigOptions struct {
+	slurmtest.Options
+	NoDaemons bool
+}
+
+// startDaemons starts `lathed scheduler` and the slurm worker.
+func (r *slurmRig) startDaemons() {
+	t := r.t
 	port := redistest.FreePort(t)
 	r.base = "http://127.0.0.1:" + strconv.Itoa(port)
 	d := startDaemon(t, r.lathed, "scheduler", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--redis-url", r.rs.URL(),
 		"--config", r.cfgPath, "--data-dir", filepath.Join(r.dir, "data"))
 	waitHTTP(t, r.base, d)
 	r.worker = r.startWorker()
-	return r
 }
 
 // startWorker starts `lathed worker --backend slurm --slurm-backend hpc`.
@@ -184,7 +199,7 @@ func (r *slurmRig) dump() {
 // the job for good with its reason; a job whose tags the Slurm site lacks
 // is refused, never sent there.
 func TestSlurmPoolE2E(t *testing.T) {
-	r := newSlurmRig(t, slurmtest.Options{GPUs: 2, CPUs: 2})
+	r := newSlurmRig(t, slurmRigOptions{Options: slurmtest.Options{GPUs: 2, CPUs: 2}})
 	defer r.dump()
 
 	okID := r.submit("slurm-ok", "ok")
@@ -247,7 +262,7 @@ func TestSlurmPoolE2E(t *testing.T) {
 // to the Slurm job recorded on the job (no second sbatch), which then
 // succeeds.
 func TestSlurmWorkerRestartE2E(t *testing.T) {
-	r := newSlurmRig(t, slurmtest.Options{GPUs: 2, CPUs: 2})
+	r := newSlurmRig(t, slurmRigOptions{Options: slurmtest.Options{GPUs: 2, CPUs: 2}})
 	defer r.dump()
 	id := r.submit("slurm-gate", "gate")
 	waitJob(t, r.base, id, 2*time.Minute, "running", func(j jobtype.Job) bool { return j.State == jobtype.StateRunning && j.Progress.Step == 1 })
@@ -273,7 +288,7 @@ func TestSlurmWorkerRestartE2E(t *testing.T) {
 // failure), the job goes back to the queue and its next attempt runs in a
 // new Slurm job and succeeds.
 func TestSlurmPreemptionE2E(t *testing.T) {
-	r := newSlurmRig(t, slurmtest.Options{GPUs: 2, CPUs: 2, Preemption: true})
+	r := newSlurmRig(t, slurmRigOptions{Options: slurmtest.Options{GPUs: 2, CPUs: 2, Preemption: true}})
 	defer r.dump()
 	id := r.submit("slurm-second", "second")
 	waitJob(t, r.base, id, 2*time.Minute, "running", func(j jobtype.Job) bool { return j.State == jobtype.StateRunning && j.Progress.Step == 1 })
@@ -300,7 +315,7 @@ func TestSlurmPreemptionE2E(t *testing.T) {
 // 2-GPU job of 60 minutes pending (none of them Lathe's), route --explain
 // gives the slurm backend a wait of one hour (2 GPU-hours over 2 GPUs).
 func TestSlurmQueueFeedsRoutingE2E(t *testing.T) {
-	r := newSlurmRig(t, slurmtest.Options{GPUs: 2, CPUs: 2})
+	r := newSlurmRig(t, slurmRigOptions{Options: slurmtest.Options{GPUs: 2, CPUs: 2}})
 	defer r.dump()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -327,7 +342,7 @@ func TestSlurmQueueFeedsRoutingE2E(t *testing.T) {
 // next worker adopts the attempt, scancels its Slurm job and ends it
 // cancelled.
 func TestSlurmCancelWhileWorkerDownE2E(t *testing.T) {
-	r := newSlurmRig(t, slurmtest.Options{GPUs: 2, CPUs: 2})
+	r := newSlurmRig(t, slurmRigOptions{Options: slurmtest.Options{GPUs: 2, CPUs: 2}})
 	defer r.dump()
 	id := r.submit("slurm-down", "sleep")
 	waitJob(t, r.base, id, 2*time.Minute, "running", func(j jobtype.Job) bool { return j.State == jobtype.StateRunning && j.Progress.Step == 1 })
@@ -344,6 +359,27 @@ func TestSlurmCancelWhileWorkerDownE2E(t *testing.T) {
 		t.Errorf("job %s %s %s", j.State, j.Reason, j.Error)
 	}
 	if sj, ok := r.slurmJob(id, 1); !ok || sj.State != "CANCELLED" {
+		t.Errorf("Slurm job %+v (found %v)", sj, ok)
+	}
+}
+
+// TestSlurmUpE2E: `lathed up --slurm-backend hpc` runs the scheduler, a
+// local worker and the slurm worker in one process; a job routed to the
+// Slurm pool runs there and succeeds.
+func TestSlurmUpE2E(t *testing.T) {
+	r := newSlurmRig(t, slurmRigOptions{Options: slurmtest.Options{GPUs: 2, CPUs: 2}, NoDaemons: true})
+	port := redistest.FreePort(t)
+	r.base = "http://127.0.0.1:" + strconv.Itoa(port)
+	r.worker = startDaemon(t, r.lathed, "up", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--redis-url", r.rs.URL(),
+		"--config", r.cfgPath, "--data-dir", filepath.Join(r.dir, "data"), "--gpus", "none", "--slurm-backend", "hpc")
+	waitHTTP(t, r.base, r.worker)
+	defer r.dump()
+	id := r.submit("slurm-up", "ok")
+	j := waitJob(t, r.base, id, 2*time.Minute, "ended", func(j jobtype.Job) bool { return j.State.Terminal() })
+	if j.State != jobtype.StateSucceeded || j.Instance == nil || j.Instance.Backend != "hpc" {
+		t.Fatalf("job %s %s %s instance %+v", j.State, j.Reason, j.Error, j.Instance)
+	}
+	if sj, ok := r.slurmJob(id, 1); !ok || sj.State != "COMPLETED" {
 		t.Errorf("Slurm job %+v (found %v)", sj, ok)
 	}
 }
