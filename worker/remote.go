@@ -40,7 +40,10 @@ type remoteNode struct {
 	run func(ctx context.Context, job *jobtype.Job) endFunc
 	// refresh, when set, updates the node's record before each heartbeat.
 	refresh func(ctx context.Context, n *jobstore.Node)
-	srv     *asynq.Server
+	// sweep, when set, runs after each adoption pass (the slurm worker's
+	// orphans).
+	sweep func(ctx context.Context)
+	srv   *asynq.Server
 
 	ctx    context.Context // cancelled (errDetach) when Stop begins
 	stop   context.CancelCauseFunc
@@ -174,6 +177,11 @@ func (r *remoteNode) adoptLoop() {
 	defer t.Stop()
 	for {
 		r.adoptOnce()
+		if r.sweep != nil {
+			ctx, cancel := context.WithTimeout(r.ctx, time.Minute)
+			r.sweep(ctx)
+			cancel()
+		}
 		select {
 		case <-r.ctx.Done():
 			return

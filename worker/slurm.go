@@ -36,6 +36,8 @@ type SlurmScheduler interface {
 	// QueueWait estimates the wait of a new job in a partition, from its
 	// pending jobs.
 	QueueWait(ctx context.Context, partition string) (time.Duration, error)
+	// InPartition returns the jobs of a partition Slurm still holds.
+	InPartition(ctx context.Context, partition string) ([]slurm.Job, error)
 }
 
 var _ SlurmScheduler = (*slurm.CLI)(nil)
@@ -88,6 +90,14 @@ type SlurmConfig struct {
 	// LostGrace is how long a Slurm job may be unknown to Slurm, with no
 	// status written, before the attempt counts as lost; default 2m.
 	LostGrace time.Duration
+	// Cluster names this deployment (the config's cluster): its Slurm jobs
+	// carry it in their comment, and only those are taken for orphans;
+	// default "lathe". Two deployments sharing a partition must differ.
+	Cluster string
+	// OrphanGrace: a Slurm job of this deployment whose attempt the store
+	// no longer holds on this backend is cancelled once it was submitted
+	// this long ago; default 10m.
+	OrphanGrace time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -139,6 +149,10 @@ func (c *SlurmConfig) defaultTimings() {
 	def(&c.TaskCheckInterval, 100*time.Millisecond)
 	def(&c.SubmitRetry, 30*time.Second)
 	def(&c.LostGrace, 2*time.Minute)
+	def(&c.OrphanGrace, 10*time.Minute)
+	if c.Cluster == "" {
+		c.Cluster = "lathe"
+	}
 	if c.PollInterval > c.LeaseTTL/3 {
 		c.PollInterval = c.LeaseTTL / 3
 	}
@@ -191,6 +205,7 @@ func NewSlurm(rdb redis.UniversalClient, store *jobstore.Store, cfg SlurmConfig)
 	s.init()
 	s.run = func(ctx context.Context, job *jobtype.Job) endFunc { return newSlurmAttempt(s, job).run(ctx) }
 	s.refresh = s.queueWait
+	s.sweep = s.sweepOrphans
 	return s, nil
 }
 

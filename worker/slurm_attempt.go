@@ -144,7 +144,7 @@ func (a *slurmAttempt) prepare() endFunc {
 func (a *slurmAttempt) request() slurm.SubmitRequest {
 	return slurm.SubmitRequest{Name: slurmJobName(a.job.ID, a.n), Partition: a.s.b.Partition, Account: a.s.b.Account,
 		GPUs: a.gpus, GRESType: a.s.b.GRESType, Script: filepath.Join(a.dir, slurmScriptFile), Dir: a.dir, Output: filepath.Join(a.dir, slurmOutFile),
-		TimeLimit: a.maxRuntime() + a.s.cfg.KillGrace + time.Minute}
+		TimeLimit: a.maxRuntime() + a.s.cfg.KillGrace + time.Minute, Comment: slurmComment(a.s.cfg.Cluster)}
 }
 
 // submit finds the attempt's Slurm job by name (submitted before a

@@ -85,6 +85,8 @@ func (f *fakeSlurm) Cancel(_ context.Context, id string) error {
 	return nil
 }
 
+func (f *fakeSlurm) InPartition(context.Context, string) ([]slurm.Job, error) { return nil, nil }
+
 func (f *fakeSlurm) QueueWait(context.Context, string) (time.Duration, error) { return 0, nil }
 
 const slurmTestConfig = `
@@ -203,5 +205,29 @@ func TestSlurmFindsJobSubmittedBeforeACrash(t *testing.T) {
 	}
 	if j.CloudCostUSD < 1.99 || j.CloudCostUSD > 2.01 { // 1 GPU × 1 h × $2
 		t.Errorf("cost %v, want 2", j.CloudCostUSD)
+	}
+}
+
+// TestParseSlurmJobName: the names the worker gives its Slurm jobs, and
+// the names it never takes for its own.
+func TestParseSlurmJobName(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		id      string
+		attempt int
+		ok      bool
+	}{
+		{slurmJobName("j-0123456789abcdef", 3), "j-0123456789abcdef", 3, true},
+		{slurmJobName("j-0123456789abcdef-00007", 1), "j-0123456789abcdef-00007", 1, true},
+		{"lathe-j-0123456789abcdef-0", "", 0, false},
+		{"lathe-j-0123456789abcdef-x", "", 0, false},
+		{"lathe-nothing-1", "", 0, false},
+		{"other-j-0123456789abcdef-1", "", 0, false},
+		{"lathe-", "", 0, false},
+	} {
+		id, n, ok := parseSlurmJobName(tc.name)
+		if id != tc.id || n != tc.attempt || ok != tc.ok {
+			t.Errorf("%q: %q %d %v", tc.name, id, n, ok)
+		}
 	}
 }

@@ -93,6 +93,8 @@ type SubmitRequest struct {
 	Dir, Output string
 	// TimeLimit (--time, whole minutes rounded up); 0: the partition's.
 	TimeLimit time.Duration
+	// Comment (--comment) marks the job as one deployment's; empty: none.
+	Comment string
 }
 
 // Args is the sbatch command line of r (without the command name).
@@ -104,6 +106,9 @@ func (r SubmitRequest) Args() []string {
 	}
 	if g := r.GRES(); g != "" {
 		args = append(args, "--gres="+g)
+	}
+	if r.Comment != "" {
+		args = append(args, "--comment="+r.Comment)
 	}
 	if r.TimeLimit > 0 {
 		args = append(args, "--time="+strconv.FormatInt(int64((r.TimeLimit+time.Minute-1)/time.Minute), 10))
@@ -147,11 +152,13 @@ type Job struct {
 	Account     string
 	TRESPerNode string
 	Nodes       string
+	Comment     string
 	Restarts    int
 	// TimeLimit is its time limit; 0 when unlimited or unknown.
-	TimeLimit time.Duration
-	StartTime time.Time // zero until it started
-	EndTime   time.Time // zero until it ended
+	TimeLimit  time.Duration
+	SubmitTime time.Time
+	StartTime  time.Time // zero until it started
+	EndTime    time.Time // zero until it ended
 }
 
 // squeueJob is a job of squeue --json (openapi v0.0.38).
@@ -166,6 +173,8 @@ type squeueJob struct {
 	TRESPerNode string `json:"tres_per_node"`
 	Nodes       string `json:"nodes"`
 	RestartCnt  int    `json:"restart_cnt"`
+	Comment     string `json:"comment"`
+	SubmitTime  int64  `json:"submit_time"`
 	TimeLimit   int64  `json:"time_limit"` // minutes
 	StartTime   int64  `json:"start_time"`
 	EndTime     int64  `json:"end_time"`
@@ -173,7 +182,10 @@ type squeueJob struct {
 
 func (j squeueJob) job() Job {
 	out := Job{ID: strconv.FormatInt(j.JobID, 10), Name: j.Name, State: j.JobState, Reason: j.StateReason, ExitCode: j.ExitCode,
-		Partition: j.Partition, Account: j.Account, TRESPerNode: j.TRESPerNode, Nodes: j.Nodes, Restarts: j.RestartCnt}
+		Partition: j.Partition, Account: j.Account, TRESPerNode: j.TRESPerNode, Nodes: j.Nodes, Restarts: j.RestartCnt, Comment: j.Comment}
+	if j.SubmitTime > 0 {
+		out.SubmitTime = time.Unix(j.SubmitTime, 0).UTC()
+	}
 	if j.TimeLimit > 0 && j.TimeLimit < 365*24*60 { // larger: INFINITE
 		out.TimeLimit = time.Duration(j.TimeLimit) * time.Minute
 	}
@@ -244,6 +256,13 @@ func (c *CLI) Jobs(ctx context.Context, ids []string) (map[string]Job, error) {
 func (c *CLI) FindByName(ctx context.Context, name string) ([]Job, error) {
 	jobs, err := c.squeue(ctx, "--states=all", "--name="+name)
 	return filter(jobs, func(j Job) bool { return j.Name == name }), err
+}
+
+// InPartition returns the jobs of partition the controller still holds,
+// in any state.
+func (c *CLI) InPartition(ctx context.Context, partition string) ([]Job, error) {
+	jobs, err := c.squeue(ctx, "--states=all", "--partition="+partition)
+	return filter(jobs, func(j Job) bool { return j.Partition == partition }), err
 }
 
 // Pending returns the jobs that wait in partition (PENDING). (squeue

@@ -24,6 +24,7 @@ type slurmSection struct {
 	LeaseTTL     duration `yaml:"lease_ttl"`
 	SubmitRetry  duration `yaml:"submit_retry"`
 	LostGrace    duration `yaml:"lost_grace"`
+	OrphanGrace  duration `yaml:"orphan_grace"`
 }
 
 // exitCodeError makes lathed exit with code (the slurm step's trainer's).
@@ -82,7 +83,8 @@ func (d *wiring) startSlurmWorker(ctx context.Context, name string) error {
 		AllowedRoots: d.roots, Deny: daemonDeny(fc), MaxAttempts: fc.Worker.MaxAttempts, DefaultMaxRuntime: fc.daemon.MaxRuntime,
 		KillGrace: fc.Worker.KillGrace.D(), LeaseTTL: fc.Slurm.LeaseTTL.D(), HeartbeatTTL: fc.Worker.HeartbeatTTL.D(),
 		PollInterval: fc.Slurm.PollInterval.D(), TaskCheckInterval: fc.Worker.TaskCheckInterval.D(),
-		SubmitRetry: fc.Slurm.SubmitRetry.D(), LostGrace: fc.Slurm.LostGrace.D(), Logger: d.log,
+		SubmitRetry: fc.Slurm.SubmitRetry.D(), LostGrace: fc.Slurm.LostGrace.D(), OrphanGrace: fc.Slurm.OrphanGrace.D(),
+		Cluster: firstNonEmpty(fc.Cluster, defaultCluster), Logger: d.log,
 	})
 	if err != nil {
 		return err

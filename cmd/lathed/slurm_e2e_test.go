@@ -97,7 +97,7 @@ datasets:
   file_site: dc-frankfurt
 scheduler: {leader_ttl: 2s}
 worker: {heartbeat_ttl: 3s, kill_grace: 2s}
-slurm: {conf: %s, poll_interval: 300ms, lease_ttl: 3s, lost_grace: 5s, submit_retry: 2s}
+slurm: {conf: %s, poll_interval: 300ms, lease_ttl: 3s, lost_grace: 5s, submit_retry: 2s, orphan_grace: 1s}
 trainers:
 %sjobs:
   allowed_roots: [%s, %s]
@@ -381,5 +381,38 @@ func TestSlurmUpE2E(t *testing.T) {
 	}
 	if sj, ok := r.slurmJob(id, 1); !ok || sj.State != "COMPLETED" {
 		t.Errorf("Slurm job %+v (found %v)", sj, ok)
+	}
+}
+
+// TestSlurmOrphanE2E: a Slurm job of this deployment (its comment) named
+// for an attempt the store does not hold is cancelled by the slurm worker;
+// one of another deployment, and one not named as Lathe names attempts,
+// are left alone.
+func TestSlurmOrphanE2E(t *testing.T) {
+	r := newSlurmRig(t, slurmRigOptions{Options: slurmtest.Options{GPUs: 2, CPUs: 2}})
+	defer r.dump()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, a := range [][2]string{{"lathe-j-0000000000000000-1", "lathe:cluster=lathe"}, {"lathe-j-0000000000000001-1", "lathe:cluster=other"},
+		{"someone-else", "lathe:cluster=lathe"}} {
+		if _, err := r.slurm.Command(ctx, "sbatch", "--parsable", "--job-name="+a[0], "--comment="+a[1], "--partition="+r.slurm.Partition,
+			"--output=/dev/null", "--wrap", "sleep 600"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := func(name string) string {
+		jobs, _ := r.slurm.Jobs(ctx)
+		for _, j := range jobs {
+			if j.Name == name {
+				return j.State
+			}
+		}
+		return ""
+	}
+	waitfor.True(t, time.Minute, "the orphan cancelled", func() bool { return state("lathe-j-0000000000000000-1") == "CANCELLED" })
+	// Two cores: one of the three may be pending.
+	live := func(s string) bool { return s == "RUNNING" || s == "PENDING" }
+	if s1, s2 := state("lathe-j-0000000000000001-1"), state("someone-else"); !live(s1) || !live(s2) {
+		t.Errorf("another deployment's job %s, a foreign job %s; want both left running or pending", s1, s2)
 	}
 }
