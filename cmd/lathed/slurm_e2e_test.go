@@ -185,6 +185,15 @@ func (r *slurmRig) slurmJob(id string, attempt int) (slurmtest.Job, bool) {
 	return slurmtest.Job{}, false
 }
 
+// sbatch submits a job that is not Lathe's (output discarded), in the
+// rig's partition unless args name another.
+func (r *slurmRig) sbatch(ctx context.Context, args ...string) {
+	r.t.Helper()
+	if _, err := r.slurm.Command(ctx, "sbatch", append([]string{"--parsable", "--partition=" + r.slurm.Partition, "--output=/dev/null"}, args...)...); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 func (r *slurmRig) dump() {
 	if r.t.Failed() {
 		r.t.Logf("slurm worker:\n%s", r.worker.output())
@@ -294,10 +303,7 @@ func TestSlurmPreemptionE2E(t *testing.T) {
 	waitJob(t, r.base, id, 2*time.Minute, "running", func(j jobtype.Job) bool { return j.State == jobtype.StateRunning && j.Progress.Step == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := r.slurm.Command(ctx, "sbatch", "--parsable", "--job-name=urgent", "--gres=gpu:2", "--partition="+slurmtest.UrgentPartition,
-		"--output=/dev/null", "--wrap", "sleep 2"); err != nil {
-		t.Fatal(err)
-	}
+	r.sbatch(ctx, "--job-name=urgent", "--gres=gpu:2", "--partition="+slurmtest.UrgentPartition, "--wrap", "sleep 2")
 	j := waitJob(t, r.base, id, 2*time.Minute, "ended", func(j jobtype.Job) bool { return j.State.Terminal() })
 	if j.State != jobtype.StateSucceeded || j.Attempt != 2 || j.Preemptions != 1 {
 		t.Fatalf("job %s attempt %d preemptions %d: %s", j.State, j.Attempt, j.Preemptions, j.Error)
@@ -319,11 +325,8 @@ func TestSlurmQueueFeedsRoutingE2E(t *testing.T) {
 	defer r.dump()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for _, args := range [][]string{{"--job-name=holder", "--time=10", "--wrap", "sleep 600"}, {"--job-name=waiting", "--time=60", "--wrap", "sleep 1"}} {
-		if _, err := r.slurm.Command(ctx, "sbatch", append([]string{"--parsable", "--gres=gpu:2", "--partition=" + r.slurm.Partition, "--output=/dev/null"}, args...)...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	r.sbatch(ctx, "--job-name=holder", "--gres=gpu:2", "--time=10", "--wrap", "sleep 600")
+	r.sbatch(ctx, "--job-name=waiting", "--gres=gpu:2", "--time=60", "--wrap", "sleep 1")
 	spec := r.spec("slurm-route", "ok", "eu")
 	waitfor.True(t, time.Minute, "route --explain with the queue's hour", func() bool {
 		out, _, code := cli(t, r.lathe, r.base, "route", "--explain", spec, "-o", "json")
@@ -395,10 +398,7 @@ func TestSlurmOrphanE2E(t *testing.T) {
 	defer cancel()
 	for _, a := range [][2]string{{"lathe-j-0000000000000000-1", "lathe:cluster=lathe"}, {"lathe-j-0000000000000001-1", "lathe:cluster=other"},
 		{"someone-else", "lathe:cluster=lathe"}} {
-		if _, err := r.slurm.Command(ctx, "sbatch", "--parsable", "--job-name="+a[0], "--comment="+a[1], "--partition="+r.slurm.Partition,
-			"--output=/dev/null", "--wrap", "sleep 600"); err != nil {
-			t.Fatal(err)
-		}
+		r.sbatch(ctx, "--job-name="+a[0], "--comment="+a[1], "--wrap", "sleep 600")
 	}
 	state := func(name string) string {
 		jobs, _ := r.slurm.Jobs(ctx)
