@@ -97,6 +97,10 @@ func TestSlurmQueueWait(t *testing.T) {
 	if d.Backend != "slurm-us" {
 		t.Errorf("went to %s, want slurm-us (dearer, no queue): %+v", d.Backend, d)
 	}
+	eu := Decide(baseJob("eu"), Snapshot{Config: mustParse(t, slurmSites), QueueWait: map[string]time.Duration{"slurm-eu": 3 * time.Hour}})
+	if r := strings.Join(eu.Reasons, "\n"); !strings.Contains(r, "slurm wait 3h0m0s: queue 3h0m0s") || !strings.Contains(r, "× 1 GPUs × $1.50/GPU-hour on slurm backend slurm-eu") {
+		t.Errorf("reasons:\n%s", r)
+	}
 	if d := Decide(j, Snapshot{Config: c}); d.Backend != "slurm-eu" || candidate(t, d, "slurm-eu").EstWaitS != 0 {
 		t.Errorf("no queue: want the cheaper slurm-eu: %+v", d)
 	}
