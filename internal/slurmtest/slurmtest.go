@@ -86,7 +86,7 @@ func Start(tb testing.TB, o Options) *Cluster {
 	// Cleanups run last first: this one after the daemons stopped. Job
 	// steps (slurmstepd and the jobs' processes) are not children of
 	// slurmd: those that hold a file of the cluster are killed here.
-	tb.Cleanup(func() { killHolders(dir); os.RemoveAll(dir) })
+	tb.Cleanup(func() { killHolders(dir, "SLURM_CONF="+filepath.Join(dir, "slurm.conf")); os.RemoveAll(dir) })
 	ctld, slurmd := redistest.FreePort(tb), redistest.FreePort(tb)
 	c := &Cluster{Dir: dir, Conf: filepath.Join(dir, "slurm.conf"), Partition: "gpu", Node: "lt" + strconv.Itoa(slurmd), GPUs: o.GPUs, tb: tb}
 	if err := c.writeConfig(ctld, slurmd, o); err != nil {
@@ -101,7 +101,30 @@ func Start(tb testing.TB, o Options) *Cluster {
 	if !waitfor.Poll(60*time.Second, c.nodeIdle) {
 		tb.Fatalf("slurmtest: the Slurm node did not come up idle; logs:\n%s", c.Logs())
 	}
+	tb.Cleanup(c.cancelAll) // first of the cleanups: while the daemons run
 	return c
+}
+
+// cancelAll cancels every job of the cluster and waits (a while) until
+// Slurm has ended them, so their processes are gone with them.
+func (c *Cluster) cancelAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Command(ctx, "scancel", "--user=root"); err != nil {
+		return
+	}
+	waitfor.Poll(30*time.Second, func() bool {
+		jobs, err := c.Jobs(ctx)
+		if err != nil {
+			return true
+		}
+		for _, j := range jobs {
+			if j.State == "RUNNING" || j.State == "PENDING" || j.State == "COMPLETING" {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // Logs returns the tails of the cluster's daemons' logs.
@@ -234,18 +257,34 @@ func (c *Cluster) run(name string, argv ...string) {
 }
 
 // killHolders kills (SIGKILL) every process but this one whose working
-// directory or an open file lies under dir: the cluster's job steps.
-func killHolders(dir string) {
+// directory or an open file lies under dir, or whose environment holds
+// env (the SLURM_CONF its jobs inherit from sbatch): the cluster's job
+// steps and whatever their jobs left.
+func killHolders(dir, env string) {
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
 		pid, err := strconv.Atoi(p.Name())
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if holds(pid, dir) {
+		if holds(pid, dir) || hasEnv(pid, env) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
+}
+
+// hasEnv reports whether process pid's environment holds the entry env.
+func hasEnv(pid int, env string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false
+	}
+	for _, e := range strings.Split(string(b), "\x00") {
+		if e == env {
+			return true
+		}
+	}
+	return false
 }
 
 func holds(pid int, dir string) bool {
