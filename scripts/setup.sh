@@ -13,6 +13,8 @@
 #                             tmux (`lathe top` is tested on an 80x24 tmux terminal),
 #                             redis-sentinel (the Sentinel failover test runs a primary, a replica
 #                             and three sentinels),
+#                             slurmctld, slurmd, slurm-client and munge (the Slurm pool's tests start
+#                             their own one-host Slurm: munged, slurmctld and slurmd, as root),
 #                             moto_server (an AWS emulator: preinstalled here; pip install "moto[server]"),
 #                             and llama-cpp-python in the virtualenv (the GGUF tests load the
 #                             exports in real llama.cpp; built from source with cmake, once)
@@ -63,6 +65,10 @@ if [ "$want_test" = 1 ]; then
   [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
   command -v tmux >/dev/null 2>&1 || need+=(tmux)
   command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)
+  [ -x /usr/sbin/slurmctld ] || need+=(slurmctld)
+  [ -x /usr/sbin/slurmd ] || need+=(slurmd)
+  [ -x /usr/bin/sbatch ] || need+=(slurm-client)
+  [ -x /usr/sbin/munged ] || need+=(munge)
 fi
 
 if [ ${#need[@]} -gt 0 ]; then

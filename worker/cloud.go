@@ -2,17 +2,13 @@ package worker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lathe-ml/lathe/backends/aws/agent"
@@ -21,7 +17,6 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/ledger"
 	"github.com/lathe-ml/lathe/internal/pathpolicy"
-	"github.com/lathe-ml/lathe/internal/trainer"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
@@ -123,12 +118,8 @@ func (c CloudConfig) withDefaults() (CloudConfig, routecfg.Backend, error) {
 // On an error it returns what it found of the backend.
 func (c CloudConfig) checkBackend() (routecfg.Backend, error) {
 	b, ok := c.Routing.Backend(c.Backend)
-	for name, keys := range c.TrainerPassEnv {
-		for i, k := range keys {
-			if err := trainer.CheckPassEnvName(k); err != nil {
-				return b, fmt.Errorf("worker: aws: trainers.%s.pass_env[%d]: %w", name, i, err)
-			}
-		}
+	if err := checkPassEnv(c.TrainerPassEnv); err != nil {
+		return b, fmt.Errorf("worker: aws: %w", err)
 	}
 	switch {
 	case c.Backend == "":
@@ -197,20 +188,9 @@ func (c *CloudConfig) defaultTimings() {
 // started again, it adopts its backend's attempts and re-attaches to their
 // instances by id or tags.
 type Cloud struct {
-	cfg         CloudConfig
-	b           routecfg.Backend
-	node        string
-	rdb         redis.UniversalClient
-	store       *jobstore.Store
-	log         *slog.Logger
-	incarnation string
-	srv         *asynq.Server
-
-	ctx    context.Context // cancelled (errDetach) when Stop begins
-	stop   context.CancelCauseFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	active map[string]bool // job ids watched by this process
+	remoteNode
+	cfg CloudConfig
+	b   routecfg.Backend
 
 	// The backend's instances as the last Find (own, ended too) saw them, shared
 	// by every watched attempt: one DescribeInstances per poll for all.
@@ -218,13 +198,7 @@ type Cloud struct {
 	instAt  time.Time
 	instErr error
 	insts   map[string]cloud.Instance
-	state   int // 0 new, 1 started, 2 stopped
-	hbDone  chan struct{}
 }
-
-// errDetach is the cause given to watched attempts when the worker stops:
-// they stop watching and write nothing; their instances keep running.
-var errDetach = errors.New("aws worker stopping: detached from its instances")
 
 // NewCloud returns the AWS worker of cfg.Backend; Start runs it.
 func NewCloud(rdb redis.UniversalClient, store *jobstore.Store, cfg CloudConfig) (*Cloud, error) {
@@ -232,196 +206,24 @@ func NewCloud(rdb redis.UniversalClient, store *jobstore.Store, cfg CloudConfig)
 	if err != nil {
 		return nil, err
 	}
-	var r [8]byte
-	_, _ = rand.Read(r[:])
-	node := jobtype.CloudNode(b.Name)
-	c := &Cloud{cfg: cfg, b: b, node: node, rdb: rdb, store: store, incarnation: hex.EncodeToString(r[:]),
-		active: map[string]bool{},
-		log:    cfg.Logger.With(slog.String("component", "aws-worker"), slog.String("backend", b.Name))}
-	c.ctx, c.stop = context.WithCancelCause(context.Background())
+	c := &Cloud{cfg: cfg, b: b, remoteNode: remoteNode{label: "aws", backend: b.Name, eventType: EventCloud, rdb: rdb, store: store,
+		log:     cfg.Logger,
+		timings: remoteTimings{HeartbeatTTL: cfg.HeartbeatTTL, LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, TaskCheckInterval: cfg.TaskCheckInterval}}}
+	c.init()
+	c.run = func(ctx context.Context, job *jobtype.Job) endFunc { return newCloudAttempt(c, job).run(ctx) }
 	return c, nil
-}
-
-// Node is the backend's node name (and queue): cloud:<backend>.
-func (c *Cloud) Node() string { return c.node }
-
-// Incarnation is this process's incarnation id.
-func (c *Cloud) Incarnation() string { return c.incarnation }
-
-func (c *Cloud) nodeInfo() jobstore.Node {
-	host, _ := os.Hostname()
-	return jobstore.Node{Name: c.node, Incarnation: c.incarnation, Backend: "aws", Slots: c.b.MaxInstances,
-		Host: host, PID: os.Getpid()}
 }
 
 // Start registers the backend's node (failing if another live AWS worker
 // runs it), adopts the attempts a previous worker left, and starts taking
 // the backend's queue.
 func (c *Cloud) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.state != 0 {
-		return errors.New("worker: aws: already started")
-	}
-	n := c.nodeInfo()
-	n.StartedAt = time.Now().UTC()
-	if err := c.store.Heartbeat(ctx, n, jobstore.HeartbeatOptions{TTL: c.cfg.HeartbeatTTL, First: true, PredecessorDead: predecessorDead}); err != nil {
-		return fmt.Errorf("worker: aws: register node %s: %w", c.node, err)
-	}
-	purgeStaleTasks(ctx, c.rdb, c.store, c.node, c.log)
-	// Concurrency 4: a handler only claims and hands over; watching runs apart.
-	srv, err := startServer(c.rdb, c.node, 4, c.cfg.TaskCheckInterval, 0, c.log, c.handle)
-	if err != nil {
+	if err := c.start(ctx, c.b.MaxInstances); err != nil {
 		return err
 	}
-	c.srv = srv
-	c.hbDone = make(chan struct{})
-	go c.heartbeat(n)
-	c.wg.Add(1)
-	go c.adoptLoop()
-	c.state = 1
 	c.log.Info("aws worker started", slog.String("node", c.node), slog.String("site", c.b.Site),
 		slog.String("region", c.b.Region), slog.Int("max_instances", c.b.MaxInstances), slog.String("incarnation", c.incarnation))
 	return nil
-}
-
-// Stop stops taking tasks and detaches from every watched attempt: the
-// instances keep running and their attempts keep their state; the next
-// worker of the backend adopts them. Safe to call twice.
-func (c *Cloud) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	if c.state != 1 {
-		c.mu.Unlock()
-		return nil
-	}
-	c.state = 2
-	c.mu.Unlock()
-	c.srv.Stop()
-	c.stop(errDetach)
-	stopNode(ctx, c.srv, &c.wg, c.hbDone, c.store, c.node, c.incarnation, c.log, "stop: attempts still detaching")
-	c.log.Info("aws worker stopped; its instances keep running and are adopted by the next one")
-	return nil
-}
-
-func (c *Cloud) heartbeat(n jobstore.Node) {
-	defer close(c.hbDone)
-	t := time.NewTicker(c.cfg.HeartbeatTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.HeartbeatTTL/3)
-		if err := c.store.Heartbeat(ctx, n, jobstore.HeartbeatOptions{TTL: c.cfg.HeartbeatTTL}); err != nil {
-			c.log.Warn("heartbeat failed; retrying", slog.Any("err", err))
-		}
-		cancel()
-	}
-}
-
-// handle claims a cloud attempt (dispatched → provisioning: the record in
-// Redis before anything is launched) and hands it to its watcher. It
-// returns nil whenever the store has the outcome, so asynq never retries.
-func (c *Cloud) handle(ctx context.Context, t *asynq.Task) error {
-	job, _, err := claimTask(ctx, t, c.log, c.store, func() bool { return c.ctx.Err() != nil },
-		func(ctx context.Context, id string, attempt int) (jobstore.ClaimOutcome, error) {
-			return c.store.ClaimCloud(ctx, jobstore.ClaimParams{ID: id, Attempt: attempt, Node: c.node, Incarnation: c.incarnation, Lease: c.cfg.LeaseTTL})
-		})
-	if job != nil {
-		c.watch(job)
-	}
-	return err
-}
-
-// adoptLoop takes over, at start and then every few polls, the backend's
-// provisioning and running attempts held by another incarnation (a worker
-// that stopped or died: only one live worker runs a backend's node).
-func (c *Cloud) adoptLoop() {
-	defer c.wg.Done()
-	t := time.NewTicker(3 * c.cfg.PollInterval)
-	defer t.Stop()
-	for {
-		c.adoptOnce()
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (c *Cloud) adoptOnce() {
-	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
-	defer cancel()
-	jobs, err := c.store.NodeAttempts(ctx, c.node, 10000)
-	if err != nil {
-		c.log.Warn("adopt: list the backend's attempts", slog.Any("err", err))
-		return
-	}
-	for _, j := range jobs {
-		if c.watching(j.ID) {
-			continue
-		}
-		if j.Incarnation == c.incarnation {
-			// Ours but unwatched: its watcher gave up writing its end
-			// (Redis away for long); watch it again.
-			c.watch(j)
-			continue
-		}
-		err := c.store.Adopt(ctx, jobstore.AdoptParams{ID: j.ID, Attempt: j.Attempt, Node: c.node, From: j.Incarnation, To: c.incarnation, Lease: c.cfg.LeaseTTL})
-		if err != nil {
-			c.log.Info("adopt: attempt moved on", slog.String("job_id", j.ID), slog.Any("err", err))
-			continue
-		}
-		c.log.Info("adopted an attempt left by a previous worker; re-attaching", slog.String("job_id", j.ID),
-			slog.Int("attempt", j.Attempt), slog.String("from_incarnation", j.Incarnation))
-		if cur, err := c.store.Get(ctx, j.ID); err == nil {
-			c.watch(cur)
-		}
-	}
-}
-
-func (c *Cloud) watching(id string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.active[id]
-}
-
-// watch runs the attempt of job in its own goroutine until it ends (and
-// its end is recorded) or the worker detaches.
-func (c *Cloud) watch(job *jobtype.Job) {
-	c.mu.Lock()
-	if c.active[job.ID] || c.state == 2 {
-		c.mu.Unlock()
-		return
-	}
-	c.active[job.ID] = true
-	c.wg.Add(1)
-	c.mu.Unlock()
-	go func() {
-		defer c.wg.Done()
-		defer func() {
-			c.mu.Lock()
-			delete(c.active, job.ID)
-			c.mu.Unlock()
-		}()
-		a := newCloudAttempt(c, job)
-		end := a.run(c.ctx)
-		for end != nil {
-			err := recordEnd(a.log, end)
-			if err == nil {
-				return
-			}
-			a.log.Error("attempt end not recorded; trying again", slog.Any("err", err))
-			select {
-			case <-c.ctx.Done():
-				return // the next worker adopts it and ends it again
-			case <-time.After(c.cfg.PollInterval):
-			}
-		}
-	}()
 }
 
 // tmpDir is where an attempt's downloads go.

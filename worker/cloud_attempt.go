@@ -19,6 +19,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/internal/trainer"
+	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
 // EventCloud is the job event type of the AWS worker's notes: launch tries,
@@ -120,42 +121,54 @@ func (a *cloudAttempt) retryOrFail(reason, msg string) endFunc {
 // site of any place its data comes from or goes to, lacks (a task put on
 // the queue by hand, a stale decision).
 func (a *cloudAttempt) checkResidency() endFunc {
-	rc := a.c.cfg.Routing
-	want := a.job.Spec.Residency
+	problem, logs := residencyProblem(a.c.cfg.Routing, a.c.b, a.job, [][2]string{{"checkpoints", a.c.b.CheckpointURI}, {"work_uri", a.c.b.WorkURI}})
+	if problem != "" {
+		return a.fail(jobtype.ReasonResidency, problem+": refused before anything was copied or launched")
+	}
+	a.logs = logs
+	return nil
+}
+
+// residencyProblem says why job may not run on backend b: a residency tag
+// of the job (or the config's default residency) that b's site, or the
+// site of its dataset, eval dataset, output or of an extra place (what,
+// uri), lacks, or a place whose site the config does not know; "" when it
+// may. logs reports whether its raw log lines may go into Redis (the Redis
+// site carries its tags).
+func residencyProblem(rc routecfg.Config, b routecfg.Backend, job *jobtype.Job, extra [][2]string) (problem string, logs bool) {
+	want := job.Spec.Residency
 	if len(want) == 0 {
 		want = rc.DefaultResidency
 		if len(want) == 0 {
 			want = []string{"onprem"}
 		}
 	}
-	type place struct{ what, uri string }
-	places := []place{{"compute", ""}, {"dataset", a.job.Spec.Dataset}, {"eval_dataset", a.job.Spec.EvalDataset},
-		{"output", a.job.OutputURI}, {"checkpoints", a.c.b.CheckpointURI}, {"work_uri", a.c.b.WorkURI}}
+	places := append([][2]string{{"compute", ""}, {"dataset", job.Spec.Dataset}, {"eval_dataset", job.Spec.EvalDataset},
+		{"output", job.OutputURI}}, extra...)
 	for _, p := range places {
-		if p.what != "compute" && p.uri == "" {
+		what, uri := p[0], p[1]
+		if what != "compute" && uri == "" {
 			continue
 		}
-		site := a.c.b.Site
-		if p.uri != "" {
-			site = a.siteOf(p.uri)
+		site := b.Site
+		if uri != "" {
+			site = siteOfURI(rc, uri)
 		}
 		s, ok := rc.Site(site)
 		if site == "" || !ok {
-			return a.fail(jobtype.ReasonResidency, fmt.Sprintf("%s %s: its site is not known to the config: refused before anything was copied or launched", p.what, p.uri))
+			return fmt.Sprintf("%s %s: its site is not known to the config", what, uri), false
 		}
 		if miss := missingTags(want, s.Tags); len(miss) > 0 {
-			where := "backend " + a.c.b.Name
-			if p.uri != "" {
-				where = p.what + " " + p.uri
+			where := "backend " + b.Name
+			if uri != "" {
+				where = what + " " + uri
 			}
-			return a.fail(jobtype.ReasonResidency, fmt.Sprintf("%s is in site %s (tags %s), which lacks residency tag(s) %s of the job: refused before anything was copied or launched",
-				where, site, strings.Join(s.Tags, ","), strings.Join(miss, ",")))
+			return fmt.Sprintf("%s is in site %s (tags %s), which lacks residency tag(s) %s of the job",
+				where, site, strings.Join(s.Tags, ","), strings.Join(miss, ",")), false
 		}
 	}
-	if rs, ok := rc.Site(rc.RedisSite); ok && len(missingTags(want, rs.Tags)) == 0 {
-		a.logs = true
-	}
-	return nil
+	rs, ok := rc.Site(rc.RedisSite)
+	return "", ok && len(missingTags(want, rs.Tags)) == 0
 }
 
 // checkTrainer refuses, before anything is copied or launched, a job that
@@ -171,17 +184,16 @@ func (a *cloudAttempt) checkTrainer() endFunc {
 	return nil
 }
 
-// siteOf is the site of a data URI: file:// in the file site, s3:// in its
-// bucket's site; "" when unknown.
-func (a *cloudAttempt) siteOf(uri string) string {
-	rc := a.c.cfg.Routing
+// siteOfURI is the site of a data URI under routing config rc: file://
+// in the file site, s3:// in its bucket's site; "" when unknown.
+func siteOfURI(rc routecfg.Config, uri string) string {
 	switch {
 	case strings.HasPrefix(uri, "file:"):
 		if rc.Datasets.FileSite != "" {
 			return rc.Datasets.FileSite
 		}
 		for _, b := range rc.Backends {
-			if b.Kind == "local" {
+			if b.Kind == routecfg.KindLocal {
 				return b.Site
 			}
 		}
@@ -199,13 +211,7 @@ func (a *cloudAttempt) siteOf(uri string) string {
 // note appends a cloud event to the job (control-plane metadata: it may
 // cross sites).
 func (a *cloudAttempt) note(ctx context.Context, msg string) {
-	a.log.Info(msg)
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if _, err := a.c.store.Append(wctx, a.job.ID, a.n, []jobstore.EventIn{{Type: EventCloud,
-		Data: mustRaw(map[string]string{"backend": a.c.b.Name, "message": msg})}}); err != nil {
-		a.log.Debug("cloud event not written", slog.Any("err", err))
-	}
+	a.c.note(ctx, a.log, a.job.ID, a.n, msg)
 }
 
 // agentJob is the attempt's job.json: the spec (max_runtime moved to
@@ -342,22 +348,12 @@ func (a *cloudAttempt) launched(ctx context.Context, res cloud.LaunchResult) {
 // and honouring a cancel. ok is false when the attempt ended.
 func (a *cloudAttempt) waitAndRelaunch(ctx context.Context, why string) (endFunc, bool) {
 	a.note(ctx, why)
-	deadline := time.Now().Add(a.c.cfg.LaunchRetry)
-	t := time.NewTicker(a.c.cfg.PollInterval)
-	defer t.Stop()
-	for time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			return nil, false
-		case <-t.C:
-		}
-		cancelled, lost := a.renew(ctx)
-		if lost {
-			return nil, false
-		}
-		if cancelled {
-			return a.cancelled(ctx), false
-		}
+	cancelled, stop := a.c.waitRenewing(ctx, a.log, a.job.ID, a.n, a.c.cfg.LaunchRetry)
+	switch {
+	case stop:
+		return nil, false
+	case cancelled:
+		return a.cancelled(ctx), false
 	}
 	return nil, true
 }
@@ -380,21 +376,7 @@ func (a *cloudAttempt) stagingFailed(ctx context.Context, what string, err error
 // when the store says the attempt is no longer this worker's. A transient
 // error is neither: the instance is left alone.
 func (a *cloudAttempt) renew(ctx context.Context) (cancelled, lost bool) {
-	rctx, cancel := context.WithTimeout(ctx, a.c.cfg.PollInterval)
-	defer cancel()
-	req, err := a.c.store.Renew(rctx, a.job.ID, a.n, a.c.incarnation, a.c.cfg.LeaseTTL)
-	switch {
-	case err == nil:
-		return req, false
-	case errors.Is(err, jobstore.ErrPreemptRequested):
-		return false, false // only local batch jobs are preempted by Lathe
-	case errors.Is(err, jobstore.ErrConflict), errors.Is(err, jobstore.ErrNotFound):
-		a.log.Warn("the store moved on from this attempt; no longer watching it", slog.Any("err", err))
-		return false, true
-	default:
-		a.log.Warn("lease renewal failed; the instance is left alone", slog.Any("err", err))
-		return false, false
-	}
+	return a.c.renewLease(ctx, a.log, a.job.ID, a.n)
 }
 
 // watchLoop follows the launched instance to the attempt's end.
@@ -689,6 +671,14 @@ func (a *cloudAttempt) mirror(ctx context.Context) {
 
 // convert turns one events batch into job events.
 func (a *cloudAttempt) convert(b []byte) (evs []jobstore.EventIn, first time.Time) {
+	return convertEvents(a.rec, a.logs, b)
+}
+
+// convertEvents turns lines of agent.EventLine (an events batch of the
+// agent, an events file of a Slurm step) into job events, folding them
+// into rec; raw log lines only when logs (the Redis site carries the job's
+// tags). first is the time of the first line.
+func convertEvents(rec *trainer.Record, logs bool, b []byte) (evs []jobstore.EventIn, first time.Time) {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 64*1024), 4*1024*1024)
 	for sc.Scan() {
@@ -706,14 +696,14 @@ func (a *cloudAttempt) convert(b []byte) (evs []jobstore.EventIn, first time.Tim
 			var u trainer.Update
 			if ev, ok := trainer.ParseEvent(l.Data); ok {
 				ev.Kind = l.Type
-				u = a.rec.Apply(ev)
+				u = rec.Apply(ev)
 			}
 			in = recordEvent(in, u)
 		case agent.TypeLog:
 			var ll jobtype.LogLine
 			_ = json.Unmarshal(l.Data, &ll)
-			a.rec.Log(ll.Line)
-			if !a.logs {
+			rec.Log(ll.Line)
+			if !logs {
 				continue // raw lines stay in the backend's site
 			}
 			in = recordEvent(jobstore.EventIn{Type: jobtype.EventLog, Time: t, Data: l.Data}, trainer.Update{})

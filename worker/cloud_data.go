@@ -88,7 +88,7 @@ func (a *cloudAttempt) stage(ctx context.Context, what, uri string) (string, err
 			return to, nil // staged by an earlier attempt (and recorded then)
 		}
 	}
-	rec := stagingRecord{What: what, From: uri, FromSite: a.siteOf(uri), To: to, ToSite: a.c.b.Site, Backend: a.c.b.Name,
+	rec := stagingRecord{What: what, From: uri, FromSite: siteOfURI(a.c.cfg.Routing, uri), To: to, ToSite: a.c.b.Site, Backend: a.c.b.Name,
 		Attempt: a.n, Bytes: size, SHA256: sum, Residency: a.job.Spec.Residency,
 		Why: "the job was routed to " + a.c.b.Name + ", whose instances read data from S3"}
 	if err := a.recordStaging(ctx, rec); err != nil {
@@ -172,7 +172,7 @@ func (a *cloudAttempt) collect(ctx context.Context, arts []agent.Artifact) ([]jo
 	}
 	defer tmpFD.Close()
 	out := a.job.OutputURI
-	site := a.siteOf(out)
+	site := siteOfURI(a.c.cfg.Routing, out)
 	var res []jobtype.Artifact
 	switch {
 	case strings.HasPrefix(out, "file:"):

@@ -83,8 +83,8 @@ func TestStagingRefusesDaemonFiles(t *testing.T) {
 	b, _ := rc.Backend("aws-eu")
 	s3 := &memStore{objs: map[string][]byte{}}
 	c := &Cloud{cfg: CloudConfig{Routing: rc, S3: s3, DataDir: dataDir, AllowedRoots: roots,
-		Ledger: ledger.New(rdb, bytes.Repeat([]byte{7}, 32), "")}, b: b, store: jobstore.New(rdb, jobstore.Config{}),
-		log: slog.New(slog.DiscardHandler)}
+		Ledger: ledger.New(rdb, bytes.Repeat([]byte{7}, 32), "")}, b: b,
+		remoteNode: remoteNode{store: jobstore.New(rdb, jobstore.Config{}), log: slog.New(slog.DiscardHandler)}}
 	job := &jobtype.Job{ID: "j-1", Attempt: 1, Spec: jobspec.Spec{Residency: []string{"eu"}}}
 	a := newCloudAttempt(c, job)
 

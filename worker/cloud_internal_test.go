@@ -50,7 +50,7 @@ func testAttempt(t *testing.T, cfgText string, job *jobtype.Job) *cloudAttempt {
 		t.Fatal(err)
 	}
 	b, _ := rc.Backend("aws-eu")
-	c := &Cloud{cfg: CloudConfig{Routing: rc}, b: b, log: slog.New(slog.DiscardHandler)}
+	c := &Cloud{cfg: CloudConfig{Routing: rc}, b: b, remoteNode: remoteNode{log: slog.New(slog.DiscardHandler)}}
 	return newCloudAttempt(c, job)
 }
 

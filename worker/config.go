@@ -286,24 +286,7 @@ func (c *Config) defaultPlaces() {
 	if c.ScriptsDir == "" {
 		c.ScriptsDir = filepath.Join(c.DataDir, "scripts")
 	}
-	if c.Trainers == nil {
-		c.Trainers = map[string][]string{}
-	}
-	if _, ok := c.Trainers["reference"]; !ok {
-		c.Trainers["reference"] = []string{"{python}", "{scripts}/train_lora.py"}
-	}
-	if _, ok := c.Launchers["reference"]; !ok {
-		if c.Launchers == nil {
-			c.Launchers = map[string]Launcher{}
-		}
-		c.Launchers["reference"] = Launcher{Torchrun: true}
-	}
-	if c.DemoPython == "" {
-		c.DemoPython = "/usr/bin/python3"
-	}
-	if c.HFPython == "" {
-		c.HFPython = DefaultHFPython
-	}
+	c.defaultTrainers()
 }
 
 // DefaultHFPython is Config.HFPython's default: the interpreter of the
@@ -362,12 +345,8 @@ func (c *Config) checkTrainers() error {
 	case !filepath.IsAbs(r) || filepath.Clean(r) != r || r == "/":
 		return fmt.Errorf("worker: worker.cgroup_root = %q: must be %q, %q or a clean absolute path to a cgroup v2 directory", r, CgroupAuto, CgroupNone)
 	}
-	for name, keys := range c.TrainerPassEnv {
-		for i, k := range keys {
-			if err := trainer.CheckPassEnvName(k); err != nil {
-				return fmt.Errorf("worker: trainers.%s.pass_env[%d]: %w", name, i, err)
-			}
-		}
+	if err := checkPassEnv(c.TrainerPassEnv); err != nil {
+		return fmt.Errorf("worker: %w", err)
 	}
 	return nil
 }
@@ -399,4 +378,46 @@ func (c *Config) defaultTimings() {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = c.KillGrace + 10*time.Second
 	}
+}
+
+// defaultTrainers adds the reference trainer (and its torchrun launcher)
+// and the interpreters' defaults.
+func (c *Config) defaultTrainers() {
+	if c.Trainers == nil {
+		c.Trainers = map[string][]string{}
+	}
+	if _, ok := c.Trainers["reference"]; !ok {
+		c.Trainers["reference"] = []string{"{python}", "{scripts}/train_lora.py"}
+	}
+	if _, ok := c.Launchers["reference"]; !ok {
+		if c.Launchers == nil {
+			c.Launchers = map[string]Launcher{}
+		}
+		c.Launchers["reference"] = Launcher{Torchrun: true}
+	}
+	if c.DemoPython == "" {
+		c.DemoPython = "/usr/bin/python3"
+	}
+	if c.HFPython == "" {
+		c.HFPython = DefaultHFPython
+	}
+}
+
+// trainerDefaults is c with defaultTrainers applied and its pass_env
+// names checked.
+func (c Config) trainerDefaults() (Config, error) {
+	c.defaultTrainers()
+	return c, checkPassEnv(c.TrainerPassEnv)
+}
+
+// checkPassEnv checks every trainer's pass_env names.
+func checkPassEnv(m map[string][]string) error {
+	for name, keys := range m {
+		for i, k := range keys {
+			if err := trainer.CheckPassEnvName(k); err != nil {
+				return fmt.Errorf("trainers.%s.pass_env[%d]: %w", name, i, err)
+			}
+		}
+	}
+	return nil
 }

@@ -561,19 +561,25 @@ func trainerName(name string) string {
 // command with the placeholders filled in, under its launcher when the
 // attempt holds several GPUs.
 func (w *Worker) trainerArgv(job *jobtype.Job) ([]string, error) {
+	return trainerArgvOf(w.cfg, job, len(job.GPUs), "node "+w.cfg.Node)
+}
+
+// trainerArgvOf is trainerArgv for an attempt of gpus GPUs under cfg's
+// Trainers, Launchers and interpreters; where names the place in errors.
+func trainerArgvOf(cfg Config, job *jobtype.Job, gpus int, where string) ([]string, error) {
 	name := trainerName(job.Spec.Trainer)
-	tmpl, ok := w.cfg.Trainers[name]
+	tmpl, ok := cfg.Trainers[name]
 	if !ok || len(tmpl) == 0 {
-		return nil, fmt.Errorf("trainer %q is not configured on node %s", name, w.cfg.Node)
+		return nil, fmt.Errorf("trainer %q is not configured on %s", name, where)
 	}
-	l := w.cfg.Launchers[name]
+	l := cfg.Launchers[name]
 	if job.Spec.BaseModel == tinyChar {
 		// The CPU demo runs one process under Debian's torch 1.13, whose
 		// torchrun cannot start on Python 3.11 (it loses Std.NONE, the
 		// zero member of an IntFlag that 3.11 no longer iterates).
 		l.Torchrun = false
 	}
-	return launchArgv(tmpl, l, len(job.GPUs), placeholders(w.cfg, job.Spec.BaseModel))
+	return launchArgv(tmpl, l, gpus, placeholders(cfg, job.Spec.BaseModel))
 }
 
 // tinyChar is the built-in demo model, which runs under Config.DemoPython.

@@ -45,8 +45,9 @@ type fileConfig struct {
 	// instances (the reconciler terminates orphans of its own cluster
 	// only). Default "lathe"; two deployments sharing an AWS account must
 	// differ.
-	Cluster string     `yaml:"cluster"`
-	AWS     awsSection `yaml:"aws"`
+	Cluster string       `yaml:"cluster"`
+	AWS     awsSection   `yaml:"aws"`
+	Slurm   slurmSection `yaml:"slurm"`
 	// The routing sections (and routing: above): routecfg.ParseConfig
 	// reads and validates them (strictly, every bad field at once); here
 	// they are only allowed.

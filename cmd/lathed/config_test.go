@@ -400,3 +400,19 @@ func TestWarnReadableSecrets(t *testing.T) {
 		t.Fatalf("a 0600 config: %q; want nothing", buf.String())
 	}
 }
+
+// The Slurm example config loads, with its slurm backend and worker
+// section.
+func TestSlurmExampleConfigLoads(t *testing.T) {
+	c, err := loadConfig(filepath.Join("..", "..", "configs", "slurm.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, ok := c.daemon.Routing.Backend("hpc")
+	if !ok || b.Kind != "slurm" || b.Partition != "gpu" || b.WorkDir != "/shared/lathe/slurm" || b.MaxInstances != 8 {
+		t.Fatalf("slurm backend %+v", b)
+	}
+	if c.Slurm.PollInterval.D() != 5*time.Second || c.Slurm.LostGrace.D() != 2*time.Minute {
+		t.Fatalf("slurm section %+v", c.Slurm)
+	}
+}

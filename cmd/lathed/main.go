@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -22,6 +23,10 @@ func main() {
 	defer stop()
 	// An error is prefixed with the command that failed ("lathed up: …").
 	if cmd, err := newRootCmd(os.Stdout, os.Stderr).ExecuteContextC(ctx); err != nil {
+		var code exitCodeError
+		if errors.As(err, &code) {
+			os.Exit(code.code) // the slurm step's trainer's, said in its status
+		}
 		fmt.Fprintf(os.Stderr, "%s: %v\n", cmd.CommandPath(), err)
 		os.Exit(1)
 	}

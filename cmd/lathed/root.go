@@ -45,10 +45,13 @@ type opts struct {
 	gpusSet    bool // --gpus was given: it wins over worker.gpus
 	backend    string
 	awsBackend string
-	upClouds   []string // up --aws-backend: AWS workers run in the same process
-	endpoint   string
-	logLevel   string
-	redisWait  time.Duration
+	// slurmBackend and slurmConf: worker --backend slurm's.
+	slurmBackend, slurmConf string
+	upClouds                []string // up --aws-backend: AWS workers run in the same process
+	upSlurm                 []string // up --slurm-backend: slurm workers run in the same process
+	endpoint                string
+	logLevel                string
+	redisWait               time.Duration
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -72,7 +75,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	for _, c := range []*cobra.Command{up, sched, wk} {
 		c.Flags().StringVar(&o.endpoint, "endpoint-url", "", "EC2/S3-compatible endpoint for the aws backends (path-style S3); default AWS (or AWS_ENDPOINT_URL)")
 	}
-	root.AddCommand(up, sched, wk, agentCmd(stderr, &o.logLevel), ledgerCmd(o, stdout, stderr))
+	root.AddCommand(up, sched, wk, agentCmd(stderr, &o.logLevel), slurmStepCmd(stderr, &o.logLevel), ledgerCmd(o, stdout, stderr))
 	addVersion(root, stdout)
 	return root
 }
@@ -91,6 +94,8 @@ func upCmd(o *opts, stderr io.Writer) *cobra.Command {
 	addListenFlag(up, o)
 	addWorkerFlags(up, o)
 	up.Flags().StringArrayVar(&o.upClouds, "aws-backend", nil, "also run the AWS worker of this aws backend of the config in this process (repeatable)")
+	up.Flags().StringArrayVar(&o.upSlurm, "slurm-backend", nil, "also run the slurm worker of this slurm backend of the config in this process (repeatable)")
+	up.Flags().StringVar(&o.slurmConf, "slurm-conf", "", "with --slurm-backend: the slurm.conf Slurm's commands use (default slurm.conf of the config, or Slurm's own)")
 	return up
 }
 
@@ -119,15 +124,21 @@ func workerCmd(o *opts, stderr io.Writer) *cobra.Command {
 				if o.awsBackend == "" {
 					return fmt.Errorf("--backend aws needs --aws-backend NAME (an aws backend of the config)")
 				}
+			case "slurm":
+				if o.slurmBackend == "" {
+					return fmt.Errorf("--backend slurm needs --slurm-backend NAME (a slurm backend of the config)")
+				}
 			default:
-				return fmt.Errorf("--backend %q: must be local or aws", o.backend)
+				return fmt.Errorf("--backend %q: must be local, aws or slurm", o.backend)
 			}
 			o.gpusSet = c.Flags().Changed("gpus")
 			return run(c.Context(), o, stderr, false, true)
 		},
 	}
-	wk.Flags().StringVar(&o.backend, "backend", "local", "worker backend: local (this machine's GPUs) or aws (launches EC2 instances for one aws backend)")
+	wk.Flags().StringVar(&o.backend, "backend", "local", "worker backend: local (this machine's GPUs), aws (launches EC2 instances for one aws backend) or slurm (submits to Slurm for one slurm backend)")
 	wk.Flags().StringVar(&o.awsBackend, "aws-backend", "", "with --backend aws: the aws backend of the config this worker runs")
+	wk.Flags().StringVar(&o.slurmBackend, "slurm-backend", "", "with --backend slurm: the slurm backend of the config this worker runs")
+	wk.Flags().StringVar(&o.slurmConf, "slurm-conf", "", "with --backend slurm: the slurm.conf Slurm's commands use (default slurm.conf of the config, or Slurm's own)")
 	addWorkerFlags(wk, o)
 	return wk
 }
@@ -164,6 +175,10 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 	defer d.close()
 	if withWorker && o.backend == "aws" {
 		if err := d.startCloudWorker(ctx, o.awsBackend); err != nil {
+			return err
+		}
+	} else if withWorker && o.backend == "slurm" {
+		if err := d.startSlurmWorker(ctx, o.slurmBackend); err != nil {
 			return err
 		}
 	} else if withWorker {
@@ -412,6 +427,11 @@ func (d *wiring) startUpClouds(ctx context.Context) error {
 	}
 	for _, name := range d.o.upClouds {
 		if err := d.startCloudWorker(ctx, name); err != nil {
+			return err
+		}
+	}
+	for _, name := range d.o.upSlurm {
+		if err := d.startSlurmWorker(ctx, name); err != nil {
 			return err
 		}
 	}

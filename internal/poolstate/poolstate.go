@@ -36,6 +36,12 @@ type Node struct {
 	Host   string    `json:"host,omitempty"`
 	PID    int       `json:"pid,omitempty"`
 	SeenAt time.Time `json:"seen_at"`
+	// QueueWaitS is a remote backend's own queue ahead of a new job, in
+	// seconds, at the last heartbeat: the slurm worker's estimate from
+	// Slurm's pending queue of its partition (pending GPU-hours ÷ the
+	// partition's GPUs). Routing adds it to the backend's wait. 0: none
+	// known.
+	QueueWaitS float64 `json:"queue_wait_s,omitempty"`
 }
 
 // NodeStatus is a live node with its reservations.

@@ -228,6 +228,9 @@ func decideCloud(j *jobtype.Job, rs *RouteState, live map[string]bool) (CloudDis
 	case !ok:
 		// The config changed under it; a config reload holds or moves it.
 		return CloudDispatch{}, OffWait{j.ID, "cloud", fmt.Sprintf("routed to %s, which is no longer in the config", j.Route.Backend)}, false
+	case !live[node] && b.Kind == routecfg.KindSlurm:
+		return CloudDispatch{}, OffWait{j.ID, "cloud", fmt.Sprintf("routed to %s (site %s): no slurm worker for it is running (lathed worker --backend slurm --slurm-backend %s); it waits there",
+			b.Name, b.Site, b.Name)}, false
 	case !live[node]:
 		return CloudDispatch{}, OffWait{j.ID, "cloud", fmt.Sprintf("routed to %s (site %s): no AWS worker for it is running (lathed worker --backend aws --aws-backend %s); it waits there",
 			b.Name, b.Site, b.Name)}, false

@@ -74,6 +74,7 @@ func Snapshot(rs *RouteState, as Assumptions, in RoutingInput) routing.Snapshot 
 		}
 		snap.BackendSpend[b.Name] = rsp
 	}
+	snap.QueueWait = queueWaits(rs.Config, in.Nodes)
 	for team, limit := range rs.Config.TeamBudgetsUSD {
 		sp := in.Spends["team:"+team]
 		snap.TeamSpend[team] = routing.Spend{LimitUSD: limit, SpentUSD: sp.SpentUSD, ReservedUSD: sp.ReservedUSD}
@@ -272,4 +273,24 @@ func addReserved(snap *routing.Snapshot, team string, d routing.Decision) {
 		snap.TeamSpend = maps.Clone(snap.TeamSpend)
 		snap.TeamSpend[team] = sp
 	}
+}
+
+// queueWaits is the queue wait each slurm backend's live worker reported
+// (Slurm's pending queue of its partition), by backend name.
+func queueWaits(c routecfg.Config, nodes []poolstate.NodeStatus) map[string]time.Duration {
+	var out map[string]time.Duration
+	for _, b := range c.Backends {
+		if b.Kind != routecfg.KindSlurm {
+			continue
+		}
+		for _, n := range nodes {
+			if n.Name == jobtype.CloudNode(b.Name) && n.QueueWaitS > 0 {
+				if out == nil {
+					out = map[string]time.Duration{}
+				}
+				out[b.Name] = time.Duration(n.QueueWaitS * float64(time.Second))
+			}
+		}
+	}
+	return out
 }

@@ -131,7 +131,7 @@ func (e *eval) chosen(d *Decision, b *routecfg.BackendInfo, st *candState) {
 	d.Waiting = b.Local && job.MaxWait > 0 && !(st.waitS <= job.MaxWait.Seconds())
 	d.Reasons = append(d.Reasons, e.runtimeReason(b, st), e.costReason(b, st))
 	if !b.Local {
-		d.Reasons = append(d.Reasons, cloudWaitReason(b, st, stagingTime(&e.job, e.dataset, e.evalSet, b), e.x.Sites[b.Site].Name))
+		d.Reasons = append(d.Reasons, cloudWaitReason(b, st, stagingTime(&e.job, e.dataset, e.evalSet, b), e.x.Sites[b.Site].Name, e.s.QueueWait[b.Name]))
 	}
 	e.staging(d, b)
 }
@@ -224,9 +224,14 @@ func (e *eval) burstOrWait(d *Decision, states []candState, cloud, leastWait int
 // cloudWaitReason says what cloud backend b's wait (its state st) is made
 // of: its startup, plus the time the job's datasets take to reach its site
 // (sg: size ÷ staging_mbps), and what could not be timed; site is b's
-// site's name.
-func cloudWaitReason(b *routecfg.BackendInfo, st *candState, sg staged, site string) string {
+// site's name; a slurm backend's also of Slurm's queue (q).
+func cloudWaitReason(b *routecfg.BackendInfo, st *candState, sg staged, site string, q time.Duration) string {
 	var s strings.Builder
+	if b.Kind == routecfg.KindSlurm {
+		s.WriteString("slurm wait " + fmtWait(st.waitS) + ": queue " + q.String() +
+			" (the pending GPU-hours of its partition over its GPUs, as its worker last saw them) + startup " + b.Startup.String())
+		return s.String()
+	}
 	s.WriteString("cloud wait ")
 	s.WriteString(fmtWait(st.waitS))
 	s.WriteString(": ")
@@ -461,6 +466,13 @@ func (e *eval) costReason(b *routecfg.BackendInfo, st *candState) string {
 			" GPU-hours × " + usd(b.USD) + "/GPU-hour on " + b.Name
 	}
 	t := &b.Types[st.ti]
+	if b.Kind == routecfg.KindSlurm {
+		if !b.Priced {
+			return "cost " + usd(0) + ": slurm backend " + b.Name + " is unpriced (no price in the config)"
+		}
+		return "cost " + costText(st) + ": " + strconv.FormatFloat(st.runtime.Hours(), 'f', 2, 64) + " h × " + strconv.Itoa(t.GPUs) +
+			" GPUs × " + usd(b.USD) + "/GPU-hour on slurm backend " + b.Name
+	}
 	price := "on demand"
 	if b.Spot {
 		price = "spot"
@@ -493,8 +505,12 @@ func (e *eval) staging(d *Decision, b *routecfg.BackendInfo) {
 	if ls := e.logSite(b); ls != b.Site {
 		d.addStaging("raw logs", "redis", compute, x.Sites[ls].Name, tags)
 	} else if !b.Local && x.Redis != b.Site {
+		where := "the agent keeps them in the backend's bucket"
+		if b.Kind == routecfg.KindSlurm {
+			where = "the Slurm step keeps them in the backend's work_dir"
+		}
 		d.Reasons = append(d.Reasons, "raw logs stay in site "+compute+" (redis_site "+x.Sites[x.Redis].Name+
-			" lacks a tag; only control-plane metadata crosses): the agent keeps them in the backend's bucket")
+			" lacks a tag; only control-plane metadata crosses): "+where)
 	}
 }
 

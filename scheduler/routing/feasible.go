@@ -4,6 +4,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
@@ -163,6 +164,7 @@ type snapMaps struct {
 	BackendSpend   map[string]Spend
 	TeamSpend      map[string]Spend
 	SecondsPerStep map[string]float64
+	QueueWait      map[string]time.Duration
 }
 
 // site is the memo of site i.
@@ -178,7 +180,7 @@ func (e *eval) site(i int) *siteMemo {
 func newEval(x *routecfg.Index, job *Job, s *Snapshot) eval {
 	var e eval
 	e.x, e.job = x, *job
-	e.s = snapMaps{Pools: s.Pools, BackendSpend: s.BackendSpend, TeamSpend: s.TeamSpend, SecondsPerStep: s.SecondsPerStep}
+	e.s = snapMaps{Pools: s.Pools, BackendSpend: s.BackendSpend, TeamSpend: s.TeamSpend, SecondsPerStep: s.SecondsPerStep, QueueWait: s.QueueWait}
 	if n := len(x.Sites) - len(e.siteBuf); n > 0 {
 		e.siteMore = make([]siteMemo, n)
 	}
@@ -368,11 +370,14 @@ func checkLogSite(e *eval, b *routecfg.BackendInfo) string {
 // so this is a feasibility check of its own: a cloud backend may still take
 // the job, and a refusal names it for the local backend.
 func checkLocalS3(e *eval, b *routecfg.BackendInfo) string {
-	if !b.Local {
+	if !b.Local && b.Kind != routecfg.KindSlurm {
 		return ""
 	}
 	for _, u := range [...]string{e.job.Dataset, e.job.EvalDataset, e.job.Output} {
 		if strings.HasPrefix(u, "s3://") {
+			if b.Kind == routecfg.KindSlurm {
+				return ReasonLocalS3 + ": " + u + ": staging S3 onto a Slurm pool is not built yet; use file:// data on storage its nodes share"
+			}
 			return ReasonLocalS3 + ": " + u + ": staging S3 onto local workers is not built yet; use file:// data for local jobs"
 		}
 	}
@@ -384,7 +389,8 @@ func checkLocalS3(e *eval, b *routecfg.BackendInfo) string {
 // trainer must not go to a cloud backend, where it would silently run the
 // wrong one.
 func checkCloudTrainer(e *eval, b *routecfg.BackendInfo) string {
-	if b.Local || e.job.Trainer == "" || e.job.Trainer == "reference" {
+	// A slurm backend runs the trainers of its worker's config, named ones too.
+	if b.Local || b.Kind == routecfg.KindSlurm || e.job.Trainer == "" || e.job.Trainer == "reference" {
 		return ""
 	}
 	return ReasonCloudTrainer + ": the job names trainer " + strconv.Quote(e.job.Trainer) + "; named trainers on cloud instances are not built yet"

@@ -143,6 +143,10 @@ type Snapshot struct {
 	Pools map[string]Pool
 	// BackendSpend by cloud backend name, this month.
 	BackendSpend map[string]Spend
+	// QueueWait by backend name: the wait a job meets in a non-local
+	// backend's own queue (a slurm backend's partition: Slurm's pending
+	// queue), added to its startup and staging. Missing: none.
+	QueueWait map[string]time.Duration
 	// TeamSpend by team, this month.
 	TeamSpend map[string]Spend
 	// SecondsPerStep learned from finished jobs, keyed

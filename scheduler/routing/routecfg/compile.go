@@ -94,6 +94,7 @@ func compile(c Config, d *decoder) (Config, []FieldError) {
 		return Config{}, errs
 	}
 	launchDefaults(&c)
+	slurmDefaults(&c)
 	c.idx = buildIndex(c)
 	return c, nil
 }
@@ -177,7 +178,11 @@ func (x *Index) backendInfo(b Backend) BackendInfo {
 	if bucket, ok := S3Bucket(b.CheckpointURI); ok {
 		bi.CkptSite = x.Buckets[bucket]
 	}
-	for _, t := range b.InstanceTypes {
+	types := b.InstanceTypes
+	if b.Kind == KindSlurm {
+		types = slurmTypes(b)
+	}
+	for _, t := range types {
 		id := slices.Index(x.Models, t.GPUModel)
 		if id < 0 {
 			id = len(x.Models)

@@ -18,6 +18,19 @@ const (
 	KindLocal = "local"
 	// KindAWS is an AWS backend: EC2 GPU instances bought per job.
 	KindAWS = "aws"
+	// KindSlurm is a Slurm pool: owned GPUs run by Slurm, each attempt a
+	// Slurm batch job submitted by lathed's slurm worker.
+	KindSlurm = "slurm"
+)
+
+// Defaults of a slurm backend's settings (see Backend).
+const (
+	// DefaultMaxJobs is max_jobs when the config gives none.
+	DefaultMaxJobs = 8
+	// DefaultGPUsPerNode is gpus_per_node when the config gives none.
+	DefaultGPUsPerNode = 8
+	// MaxGPUsPerNode is the largest gpus_per_node a slurm backend may give.
+	MaxGPUsPerNode = 64
 )
 
 // Spot policies of an aws backend (Backend.SpotPolicy; the config's
@@ -183,8 +196,37 @@ type Backend struct {
 	MaxInstances int `json:"max_instances,omitempty"`
 	// AgentPath is the absolute path of the lathed binary on the AMI (it
 	// goes into the instance's user-data script: only A-Z, a-z, 0-9, '/',
-	// '.', '_' and '-'); default DefaultAgentPath.
+	// '.', '_' and '-'); default DefaultAgentPath. On a slurm backend it is
+	// the config's lathed_path: lathed on the Slurm nodes, which the batch
+	// script runs (same form, same default).
 	AgentPath string `json:"agent_path,omitempty"`
+
+	// The settings of a slurm backend (each an error on another kind).
+	// MaxInstances holds its max_jobs (how many of its attempts are in
+	// Slurm at once; default DefaultMaxJobs), Price its price per GPU-hour
+	// and AgentPath its lathed_path.
+
+	// Partition is the Slurm partition the attempts are submitted to
+	// (sbatch --partition). Required.
+	Partition string `json:"partition,omitempty"`
+	// Account is the Slurm account charged (sbatch --account); empty: the
+	// user's default account.
+	Account string `json:"account,omitempty"`
+	// WorkDir is an absolute folder on storage that the slurm worker and
+	// the Slurm nodes share: each attempt's step.json, events, status and
+	// output live under WORK_DIR/JOB/ATTEMPT. Required.
+	WorkDir string `json:"work_dir,omitempty"`
+	// GPUsPerNode is the most GPUs one attempt may ask for (its gres on one
+	// node); default DefaultGPUsPerNode, at most MaxGPUsPerNode.
+	GPUsPerNode int `json:"gpus_per_node,omitempty"`
+	// GPUModel and GPUMemoryGB describe the partition's GPUs for routing's
+	// fit ("A100", 80); empty and 0: unknown, and a job that names
+	// gpu_models or gpu_memory_gb fits no such backend.
+	GPUModel    string  `json:"gpu_model,omitempty"`
+	GPUMemoryGB float64 `json:"gpu_memory_gb,omitempty"`
+	// GRESType is Slurm's GRES type of those GPUs (sbatch
+	// --gres=gpu:TYPE:N); empty: --gres=gpu:N.
+	GRESType string `json:"gres_type,omitempty"`
 }
 
 // LaunchReady returns nil when aws backend b has everything the AWS worker
@@ -245,11 +287,11 @@ func (t InstanceType) USDPerHour(spot bool) float64 {
 	return t.OnDemandUSDPerHour
 }
 
-// USDPerGPUHour is the effective price of one GPU-hour on local backend b:
-// the flat price, or cost.TCO.USDPerGPUHour of its TCO. It is 0 for an
-// unpriced local backend and for a cloud backend (priced per instance).
+// USDPerGPUHour is the effective price of one GPU-hour on local or slurm
+// backend b: the flat price, or cost.TCO.USDPerGPUHour of its TCO. It is 0
+// for an unpriced backend and for an aws backend (priced per instance).
 func (b Backend) USDPerGPUHour() float64 {
-	if b.Kind != KindLocal || b.Price == nil {
+	if b.Kind == KindAWS || b.Price == nil {
 		return 0
 	}
 	if b.Price.TCO != nil {
@@ -258,9 +300,9 @@ func (b Backend) USDPerGPUHour() float64 {
 	return b.Price.USDPerGPUHour
 }
 
-// Priced reports whether b has a price (a cloud backend always has; a local
-// one when price is configured).
-func (b Backend) Priced() bool { return b.Kind != KindLocal || b.Price != nil }
+// Priced reports whether b has a price (an aws backend always has; a local
+// or slurm one when price is configured).
+func (b Backend) Priced() bool { return b.Kind == KindAWS || b.Price != nil }
 
 // Backend returns the backend called name.
 func (c Config) Backend(name string) (Backend, bool) {

@@ -214,6 +214,8 @@ func (d *decoder) backend(name, path string, n *yaml.Node) Backend {
 			d.launch(&b, key, p, v)
 		case "price":
 			b.Price = d.price(p, v)
+		case "partition", "account", "work_dir", "max_jobs", "gpus_per_node", "lathed_path", "gpu_model", "gpu_memory_gb", "gres_type":
+			d.slurm(&b, key, p, v)
 		case "instance_types":
 			b.InstanceTypes = []InstanceType{}
 			d.entries(p, v, func(name, p string, v *yaml.Node) {
@@ -250,6 +252,30 @@ func (d *decoder) launch(b *Backend, key, p string, v *yaml.Node) {
 		b.Startup, _ = d.duration(p, v)
 	case "staging_mbps":
 		b.StagingMBps, _ = d.float(p, v)
+	}
+}
+
+// slurm decodes one of a slurm backend's settings (key) into b.
+func (d *decoder) slurm(b *Backend, key, p string, v *yaml.Node) {
+	switch key {
+	case "partition":
+		b.Partition, _ = d.str(p, v)
+	case "account":
+		b.Account, _ = d.str(p, v)
+	case "work_dir":
+		b.WorkDir, _ = d.str(p, v)
+	case "max_jobs":
+		b.MaxInstances, _ = d.int(p, v)
+	case "gpus_per_node":
+		b.GPUsPerNode, _ = d.int(p, v)
+	case "lathed_path":
+		b.AgentPath, _ = d.str(p, v)
+	case "gpu_model":
+		b.GPUModel, _ = d.str(p, v)
+	case "gpu_memory_gb":
+		b.GPUMemoryGB, _ = d.float(p, v)
+	case "gres_type":
+		b.GRESType, _ = d.str(p, v)
 	}
 }
 

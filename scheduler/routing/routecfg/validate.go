@@ -305,10 +305,15 @@ func validateBackend(c *checker, cfg *Config, b Backend, names map[string]bool, 
 		validateLocal(c, p, b)
 	case KindAWS:
 		validateAWS(c, cfg, p, b)
+	case KindSlurm:
+		validateSlurm(c, p, b)
 	case "":
-		c.add(p+".kind", "", "is required: local or aws")
+		c.add(p+".kind", "", "is required: local, aws or slurm")
 	default:
-		c.add(p+".kind", b.Kind, "must be local or aws")
+		c.add(p+".kind", b.Kind, "must be local, aws or slurm")
+	}
+	if b.Kind != KindSlurm {
+		refuseSlurmKeys(c, p, b)
 	}
 }
 
@@ -336,25 +341,11 @@ func validateCheckpointURI(c *checker, cfg *Config, p string, b Backend) {
 // validateLocal checks local backend b at path p: no aws settings, and a
 // well-formed price if it has one.
 func validateLocal(c *checker, p string, b Backend) {
-	awsOnly := func(field string, set bool) {
-		if c.present(p+"."+field, set) {
-			c.add(p+"."+field, "", "only for kind aws")
-		}
-	}
-	awsOnly("region", b.Region != "")
+	awsOnly := refuseAWSKeys(c, p, b)
 	awsOnly("budget_usd_per_month", b.BudgetUSDPerMonth != 0)
-	awsOnly("spot", b.Spot || b.SpotPolicy != "")
-	awsOnly("instance_types", b.InstanceTypes != nil)
-	awsOnly("ami", b.AMI != "")
-	awsOnly("subnets", b.Subnets != nil)
-	awsOnly("security_groups", b.SecurityGroups != nil)
-	awsOnly("instance_profile", b.InstanceProfile != "")
-	awsOnly("key_name", b.KeyName != "")
-	awsOnly("work_uri", b.WorkURI != "")
 	awsOnly("max_instances", b.MaxInstances != 0)
 	awsOnly("agent_path", b.AgentPath != "")
 	awsOnly("startup", b.Startup != 0)
-	awsOnly("staging_mbps", b.StagingMBps != 0)
 	if b.Price != nil {
 		validatePrice(c, p+".price", *b.Price)
 	}
