@@ -11,8 +11,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/lathe-ml/lathe/backends/aws/agent"
 	"github.com/lathe-ml/lathe/backends/slurm"
 	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobstore"
@@ -285,7 +287,7 @@ func (a *slurmAttempt) unknownToSlurm(ctx context.Context) (endFunc, bool) {
 		return nil, false
 	}
 	a.mirror(ctx)
-	if st, found, _ := readStepStatus(a.dir); found {
+	if st, found, _ := a.stepStatus(); found {
 		return a.fromStatus(ctx, st, slurm.Job{ID: a.inst.ID}), true
 	}
 	a.addCost(ctx, slurm.Job{})
@@ -340,9 +342,9 @@ func (a *slurmAttempt) addCost(ctx context.Context, j slurm.Job) {
 // mirror copies the step's new complete lines of events.jsonl into the
 // job, and the offset with them, so an adopting worker goes on from there.
 func (a *slurmAttempt) mirror(ctx context.Context) {
-	f, err := os.Open(filepath.Join(a.dir, SlurmEventsFile))
+	f, err := a.openStep(SlurmEventsFile, false)
 	if err != nil {
-		return // not written yet
+		return // not written yet (or not a file of its own: never read)
 	}
 	defer f.Close()
 	if _, err := f.Seek(int64(a.off), io.SeekStart); err != nil {
@@ -366,7 +368,7 @@ func (a *slurmAttempt) mirror(ctx context.Context) {
 // refold folds the events already mirrored (before a restart) into the
 // record, for the artifacts the trainer reported.
 func (a *slurmAttempt) refold() {
-	b, err := os.ReadFile(filepath.Join(a.dir, SlurmEventsFile))
+	b, err := a.readStep(SlurmEventsFile)
 	if err != nil || a.off > len(b) {
 		return
 	}
@@ -376,7 +378,7 @@ func (a *slurmAttempt) refold() {
 // publish copies the artifacts of a step that succeeded into the job's
 // output and ends the attempt succeeded.
 func (a *slurmAttempt) publish(metrics map[string]float64) endFunc {
-	out, err := pathpolicy.OpenDir(filepath.Join(a.dir, slurmOutputDir))
+	out, err := a.openStep(slurmOutputDir, true)
 	if err != nil {
 		return a.ending().fail(jobtype.ReasonInternal, "artifacts: "+err.Error())
 	}
@@ -398,10 +400,76 @@ func (a *slurmAttempt) publish(metrics map[string]float64) endFunc {
 
 // lastOutput is the tail of the Slurm job's output file, for messages.
 func (a *slurmAttempt) lastOutput() string {
-	b, _ := os.ReadFile(filepath.Join(a.dir, slurmOutFile))
+	b, _ := a.readStep(slurmOutFile)
 	s := strings.TrimSpace(string(b))
 	if len(s) > 400 {
 		s = "…" + s[len(s)-400:]
 	}
 	return s
+}
+
+// openStep opens name in the attempt's folder, WORK_DIR/JOB/ATTEMPT,
+// following no symbolic link below work_dir (pathpolicy.OpenBeneath), and
+// only when it is what it must be: a directory (dir), else a regular file
+// with one link. The folder is written by the Slurm job, whose trainer runs
+// as the worker's Slurm user and may swap any name in it for a link or a
+// hard link: to a file of the worker's host, which would be read back into
+// the job's events and logs.
+func (a *slurmAttempt) openStep(name string, dir bool) (*os.File, error) {
+	wd, err := filepath.EvalSymlinks(a.s.b.WorkDir) // the operator's path: links in it are theirs
+	if err != nil {
+		return nil, err
+	}
+	root, err := pathpolicy.OpenDir(wd)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	f, err := pathpolicy.OpenBeneath(root, filepath.Join(a.job.ID, strconv.Itoa(a.n), name))
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	switch {
+	case err != nil:
+	case dir && !st.IsDir():
+		err = fmt.Errorf("%s: not a directory (%s)", f.Name(), st.Mode().Type())
+	case !dir && !st.Mode().IsRegular():
+		err = fmt.Errorf("%s: not a regular file (%s)", f.Name(), st.Mode().Type())
+	case !dir && nlink(st) != 1:
+		err = fmt.Errorf("%s: has %d hard links; the step's files are files of their own", f.Name(), nlink(st))
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// readStep reads up to 16 MiB of the attempt folder's file name (openStep).
+func (a *slurmAttempt) readStep(name string) ([]byte, error) {
+	f, err := a.openStep(name, false)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, 16<<20))
+}
+
+// stepStatus reads the attempt folder's status.json (openStep); found is
+// false while the step has not written it.
+func (a *slurmAttempt) stepStatus() (st agent.Status, found bool, err error) {
+	b, err := a.readStep(SlurmStatusFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return st, false, nil
+	}
+	return parseStepStatus(b, err)
+}
+
+// nlink is a file's link count (1 where the platform does not say).
+func nlink(fi os.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink)
+	}
+	return 1
 }

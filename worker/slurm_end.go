@@ -30,7 +30,7 @@ func (a *slurmAttempt) ended(ctx context.Context, j slurm.Job) endFunc {
 	case slurm.StateTimeout, slurm.StateDeadline:
 		return a.ending().fail(jobtype.ReasonTimeout, fmt.Sprintf("Slurm job %s ended %s: max_runtime %s reached", j.ID, j.State, a.maxRuntime()))
 	}
-	st, found, err := readStepStatus(a.dir)
+	st, found, err := a.stepStatus()
 	if err != nil {
 		a.log.Warn("read the step's status", slog.Any("err", err))
 	}

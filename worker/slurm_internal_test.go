@@ -231,3 +231,49 @@ func TestParseSlurmJobName(t *testing.T) {
 		}
 	}
 }
+
+// TestSlurmStepFilesNoLinks: the attempt folder is written by the Slurm
+// job, whose trainer may swap its files for links to files of the worker's
+// host. A status.json that is a symbolic link, and an events.jsonl that is
+// a hard link of a secret, are never read: the attempt ends as one with no
+// status (a retry), and no line of the secret reaches the job's events.
+func TestSlurmStepFilesNoLinks(t *testing.T) {
+	secretDir := t.TempDir()
+	secret := filepath.Join(secretDir, "secret")
+	if err := os.WriteFile(secret, []byte(`{"t":1765000000000,"type":"progress","data":{"event":"progress","step":1,"total_steps":2,"loss":0.5,"secret":"SECRET-OF-THE-HOST"}}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	status := filepath.Join(secretDir, "status.json")
+	if err := os.WriteFile(status, mustJSON(agent.Status{State: agent.StateSucceeded}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fake := &fakeSlurm{jobs: map[string]slurm.Job{}}
+	var store *jobstore.Store
+	j := runSlurmAttempt(t, fake, func(s *Slurm, job *jobtype.Job) {
+		store = s.store
+		dir := filepath.Join(s.b.WorkDir, job.ID, "1")
+		if err := os.MkdirAll(filepath.Join(dir, slurmOutputDir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(status, filepath.Join(dir, SlurmStatusFile)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Link(secret, filepath.Join(dir, SlurmEventsFile)); err != nil {
+			t.Fatal(err)
+		}
+		fake.jobs["7"] = slurm.Job{ID: "7", Name: slurmJobName(job.ID, 1), State: slurm.StateCompleted,
+			StartTime: time.Now().Add(-time.Minute), EndTime: time.Now()}
+	})
+	if j.State == jobtype.StateSucceeded || !strings.Contains(j.Error, "without a status") {
+		t.Errorf("job %s attempt %d %q: want the linked status.json unread (ended without a status)", j.State, j.Attempt, j.Error)
+	}
+	evs, err := store.Events(t.Context(), j.ID, "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if strings.Contains(string(mustJSON(e)), "SECRET-OF-THE-HOST") {
+			t.Fatalf("the hard-linked secret reached the job's events: %s", mustJSON(e))
+		}
+	}
+}

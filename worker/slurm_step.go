@@ -186,6 +186,11 @@ func readStepStatus(dir string) (st agent.Status, found bool, err error) {
 	if errors.Is(err, os.ErrNotExist) {
 		return st, false, nil
 	}
+	return parseStepStatus(b, err)
+}
+
+// parseStepStatus decodes status.json as read (b, err of the read).
+func parseStepStatus(b []byte, err error) (st agent.Status, found bool, _ error) {
 	if err == nil {
 		err = json.Unmarshal(b, &st)
 	}
