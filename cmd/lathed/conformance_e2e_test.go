@@ -217,6 +217,7 @@ func TestPoolConformance(t *testing.T) {
 			t.Run("permanent failure", r.failsForGood)
 			t.Run("retry after a transient failure", r.retries)
 			t.Run("restart of lathed mid-job", r.survivesRestart)
+			t.Run("restart of the pool's worker mid-job", r.survivesWorkerRestart)
 			t.Run("residency", r.keepsResidency)
 		})
 	}
@@ -271,6 +272,29 @@ func (r *confRig) survivesRestart(t *testing.T) {
 	}
 	if j := r.ended(id); j.State != jobtype.StateSucceeded || j.Attempt != 1 || j.Metrics["train_loss"] != 0.25 {
 		t.Fatalf("job %s %s %q attempt %d metrics %v, want succeeded in attempt 1", j.State, j.Reason, j.Error, j.Attempt, j.Metrics)
+	}
+}
+
+// survivesWorkerRestart kills the pool's worker (-9) while a job runs and
+// starts another: the job still succeeds, in attempt 1 where the pool
+// keeps the attempt running without its worker (Slurm: the next worker
+// re-attaches) or in attempt 2 where the attempt died with it (a local
+// node: the next worker kills what is left, and the attempt is released).
+func (r *confRig) survivesWorkerRestart(t *testing.T) {
+	id := r.mustSubmit("conf-gate-w", "gate")
+	r.running(id)
+	kill9(t, r.worker)
+	r.worker = r.pool.worker(r)
+	if !waitfor.Poll(60*time.Second, func() bool { return strings.Contains(r.worker.output(), r.pool.started) }) {
+		t.Fatalf("the next %s worker did not start:\n%s", r.pool.name, r.worker.output())
+	}
+	if err := os.WriteFile(filepath.Join(r.dir, "gates", id), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if j := r.ended(id); j.State != jobtype.StateSucceeded || j.Attempt > 2 || j.Metrics["train_loss"] != 0.25 {
+		t.Fatalf("job %s %s %q attempt %d metrics %v, want succeeded within 2 attempts", j.State, j.Reason, j.Error, j.Attempt, j.Metrics)
+	} else {
+		t.Logf("%s: succeeded in attempt %d after its worker's kill -9", r.pool.name, j.Attempt)
 	}
 }
 
