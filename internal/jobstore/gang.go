@@ -261,14 +261,7 @@ func (s *Store) ClaimRank(ctx context.Context, p RankClaim) (ClaimOutcome, error
 	if err != nil {
 		return 0, err
 	}
-	switch r.code {
-	case codeDone:
-		return Claimed, nil
-	case codeClaimCancelled:
-		return ClaimCancelled, nil
-	default:
-		return ClaimStale, nil
-	}
+	return claimOutcome(r), nil
 }
 
 // RenewRank extends rank's lease of gang attempt of job id, held by
