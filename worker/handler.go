@@ -43,14 +43,22 @@ var errFenced = errors.New("lease not renewed for half its length: self-fencing"
 func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
 	w.inflight.Add(1)
 	defer w.inflight.Done()
-	job, log, err := claimTask(ctx, t, w.log, w.store, func() bool { return w.stopCtx.Err() != nil },
+	rank := taskRank(t)
+	base := w.log
+	if rank != nil {
+		base = base.With(slog.Int("rank", *rank))
+	}
+	job, log, err := claimTask(ctx, t, base, w.store, func() bool { return w.stopCtx.Err() != nil },
 		func(ctx context.Context, id string, attempt int) (jobstore.ClaimOutcome, error) {
+			if rank != nil {
+				return w.claimRank(ctx, id, attempt, *rank)
+			}
 			return w.store.Claim(ctx, jobstore.ClaimParams{ID: id, Attempt: attempt, Node: w.cfg.Node, Incarnation: w.incarnation, Lease: w.cfg.LeaseTTL})
 		})
 	if job == nil {
 		return err
 	}
-	end := w.runAttempt(ctx, log, job, job.Attempt)
+	end := w.runAttempt(ctx, log, job, job.Attempt, rank)
 	return w.record(log, end)
 }
 
@@ -141,14 +149,16 @@ type localAttempt struct {
 	// and its HOME ("" : lathed's).
 	runAs *trainer.Credential
 	home  string
+	// rank is the gang rank this attempt runs (gang.go); nil: not a gang's.
+	rank *int
 
 	cleanup []func() // run last first when the attempt is over, like defers
 }
 
 // runAttempt runs the trainer for a claimed attempt and returns the store
 // write that records how it ended.
-func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobtype.Job, attempt int) func(context.Context) error {
-	a := &localAttempt{w: w, maxRuntime: job.Spec.MaxRuntime.D(),
+func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobtype.Job, attempt int, rank *int) func(context.Context) error {
+	a := &localAttempt{w: w, maxRuntime: job.Spec.MaxRuntime.D(), rank: rank,
 		attemptEnd: attemptEnd{store: w.store, job: job, n: attempt, maxAttempts: w.cfg.MaxAttempts, log: log}}
 	defer a.close()
 	if end := a.prepare(); end != nil {
@@ -178,10 +188,11 @@ func (a *localAttempt) prepare() endFunc {
 		return a.fail(jobtype.ReasonResidency, fmt.Sprintf("node %s is in site %s (tags %s), which lacks residency tag(s) %s of the job: refused before anything ran",
 			w.cfg.Node, w.cfg.Site, strings.Join(w.cfg.SiteTags, ","), strings.Join(missing, ",")))
 	}
-	if n := job.Spec.Resources.Nodes; n > 1 {
-		// Admission refuses these; a record made by hand must not run a
-		// gang's work on one node.
-		return a.fail(jobtype.ReasonPermanent, fmt.Sprintf("resources.nodes %d: a lathed worker does not run a job across nodes yet: refused before anything ran", n))
+	if n := job.Spec.Resources.Nodes; n > 1 && (a.rank == nil || job.Gang == nil || job.Gang.Attempt != a.n) {
+		// A gang runs from its per-rank tasks (gang.go); a task without a
+		// rank (put on a queue by hand, or dispatched to one node) must not
+		// run a gang's work on one node.
+		return a.fail(jobtype.ReasonPermanent, fmt.Sprintf("resources.nodes %d: this task runs no rank of a gang dispatched to %d nodes (a job spanning nodes runs one task per rank): refused before anything ran", n, n))
 	}
 	var err error
 	if a.argv, err = w.trainerArgv(job); err != nil {
@@ -302,6 +313,17 @@ func (a *localAttempt) pin(ctx context.Context) endFunc {
 	if a.home != "" {
 		a.env = append(a.env, "HOME="+a.home)
 	}
+	if a.rank != nil {
+		g, end := a.rendezvous(ctx)
+		if g == nil {
+			if end == nil {
+				end = func(context.Context) error { return nil }
+			}
+			return end
+		}
+		a.env = append(a.env, rendezvousEnv(g, *a.rank, job.Spec.Resources.GPUs)...)
+		a.log.Info("gang rendezvous", slog.String("master_addr", g.Addr), slog.Int("master_port", g.Port), slog.Int("nodes", len(g.Ranks)))
+	}
 	if w.cfg.uids != nil {
 		a.env = append(a.env, "USER="+trainerUser, "LOGNAME="+trainerUser)
 	}
@@ -339,7 +361,7 @@ func (a *localAttempt) execute(taskCtx context.Context) trainerRun {
 	// (SIGSTOP): fed on each lease renewal, it fires when keepLease would
 	// fence, so the trainer is gone before the scheduler may reap.
 	wd := trainer.NewWatchdog(w.cfg.LeaseTTL / 2)
-	go w.keepLease(runCtx, cancel, a.log, job.ID, a.n, wd)
+	go w.keepLease(runCtx, cancel, a.log, a.renewer(), wd)
 
 	sink := newEventSink(w.store, job.ID, a.n, a.log, cancel)
 	a.track(sink)
@@ -396,6 +418,9 @@ func (a *localAttempt) track(sink *eventSink) {
 func (a *localAttempt) result(r trainerRun) endFunc {
 	switch r.res.Outcome {
 	case trainer.Succeeded:
+		if a.rank != nil {
+			return a.gangSucceeded(r)
+		}
 		if end := a.pauseEnd(r); end != nil {
 			return end
 		}
@@ -416,23 +441,33 @@ func (a *localAttempt) result(r trainerRun) endFunc {
 // publish copies the artifacts of a trainer that succeeded into the job's
 // output folder and ends the attempt succeeded.
 func (a *localAttempt) publish(r trainerRun) endFunc {
+	arts, end := a.publishArtifacts(r)
+	if end != nil {
+		return end
+	}
+	metrics := r.sink.metrics()
+	a.w.recordStepTime(a.job, r.res, r.sink, a.log)
+	return a.succeeded(metrics, arts)
+}
+
+// publishArtifacts copies the artifacts the trainer reported into the
+// job's output folder; a non-nil end fails the attempt.
+func (a *localAttempt) publishArtifacts(r trainerRun) ([]jobtype.Artifact, endFunc) {
 	w, job := a.w, a.job
 	roots, key := w.rootsOf(job)
 	dest, err := openOutput(roots, key, w.outputDeny(), job.OutputURI)
 	if err != nil {
-		return a.fail(outputReason(w.cfg.AllowedRoots, job.OutputURI, err), err.Error())
+		return nil, a.fail(outputReason(w.cfg.AllowedRoots, job.OutputURI, err), err.Error())
 	}
 	defer dest.Close()
 	arts, err := publishArtifacts(a.outFD, dest, r.sink.artifacts())
 	if err != nil {
-		return a.fail(artifactsReason(err), "artifacts: "+err.Error())
+		return nil, a.fail(artifactsReason(err), "artifacts: "+err.Error())
 	}
 	for i := range arts {
 		arts[i].Residency, arts[i].Site = job.Spec.Residency, w.cfg.Site
 	}
-	metrics := r.sink.metrics()
-	w.recordStepTime(job, r.res, r.sink, a.log)
-	return a.succeeded(metrics, arts)
+	return arts, nil
 }
 
 // stopped ends an attempt whose trainer this worker stopped, as the cause
@@ -482,7 +517,7 @@ func (a *localAttempt) stopped(cause error) endFunc {
 // path was missed still lands within a CancelPoll. When the store says the
 // attempt is no longer ours, the trainer is stopped (errLost); when Redis
 // cannot be reached for half the lease, too (errFenced).
-func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, id string, attempt int, wd *trainer.Watchdog) {
+func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, renew func(context.Context) (bool, error), wd *trainer.Watchdog) {
 	t := time.NewTicker(w.cfg.CancelPoll)
 	defer t.Stop()
 	lastOK := time.Now()
@@ -493,7 +528,7 @@ func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, 
 		case <-t.C:
 		}
 		rctx, rc := context.WithTimeout(ctx, w.cfg.CancelPoll)
-		req, err := w.store.Renew(rctx, id, attempt, w.incarnation, w.cfg.LeaseTTL)
+		req, err := renew(rctx)
 		rc()
 		switch {
 		case err == nil:

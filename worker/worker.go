@@ -80,7 +80,7 @@ func (w *Worker) nodeInfo() jobstore.Node {
 	inv := w.lastInventory()
 	return jobstore.Node{Name: w.cfg.Node, Incarnation: w.incarnation, Backend: "local", Slots: w.cfg.Slots,
 		GPUs: w.nodeGPUs(inv), Driver: inv.Driver, CUDA: inv.CUDA, Simulated: inv.Simulated,
-		CheckpointRoot: w.cfg.CheckpointRoot, Host: host, PID: os.Getpid()}
+		CheckpointRoot: w.cfg.CheckpointRoot, Addr: w.cfg.AdvertiseAddr, Host: host, PID: os.Getpid()}
 }
 
 // predecessorDead reports whether p, a heartbeat under this node's name,
