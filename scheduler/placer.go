@@ -285,6 +285,13 @@ func (p *placer) apply(ctx context.Context, in *policy.RoundInput, plan policy.R
 func (p *placer) dispatchCloud(ctx context.Context, cds []policy.CloudDispatch, offWaits []policy.OffWait) ([]policy.OffWait, bool) {
 	for _, cd := range cds {
 		j, b := cd.Job, cd.Backend
+		if n := j.Spec.Resources.Nodes; n > 1 {
+			// Admission refuses these off the local pool; a spill-over
+			// must not put one on a cloud queue either.
+			offWaits = append(offWaits, policy.OffWait{ID: j.ID, Code: "cloud", Reason: fmt.Sprintf("resources.nodes %d: backend %s (%s) does not run jobs that span nodes; it waits for the local pool",
+				n, b.Name, b.Kind)})
+			continue
+		}
 		err := p.store.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: j.Attempt, Node: cd.Node, Backend: b.Name,
 			Capacity: b.MaxInstances, Fence: p.fence()})
 		switch {

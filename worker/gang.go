@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -35,6 +36,20 @@ func taskRank(t *asynq.Task) *int {
 		return nil
 	}
 	return p.Rank
+}
+
+// lockRank holds, until the returned func is called, the lock of the job
+// of gang task t on this node. A gang's attempt can end (another rank
+// failed) while this node's rank still stops its trainer and takes its
+// folders back; the next attempt's rank here waits for that before it
+// claims, so two attempts of one job never overlap on one node.
+func (w *Worker) lockRank(t *asynq.Task) func() {
+	var p jobtype.TaskPayload
+	_ = json.Unmarshal(t.Payload(), &p)
+	v, _ := w.rankLocks.LoadOrStore(p.JobID, &sync.Mutex{})
+	mu := v.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
 }
 
 // claimRank claims rank of gang attempt of job id; rank 0 offers the
@@ -91,12 +106,34 @@ func (a *localAttempt) rendezvous(ctx context.Context) (*jobtype.Gang, endFunc) 
 	}
 }
 
+// socketEnv names the interface that holds this node's advertised address
+// for gloo and NCCL (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME): without it
+// they pick the address the host name resolves to, often loopback, which
+// the other nodes cannot reach. None when no interface holds it.
+func socketEnv(addr string) []string {
+	ip := net.ParseIP(addr)
+	ifs, err := net.Interfaces()
+	if ip == nil || err != nil {
+		return nil
+	}
+	for _, in := range ifs {
+		addrs, _ := in.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+				return []string{"GLOO_SOCKET_IFNAME=" + in.Name, "NCCL_SOCKET_IFNAME=" + in.Name}
+			}
+		}
+	}
+	return nil
+}
+
 // rendezvousEnv is torchrun's rendezvous for rank of gang g, each node
 // running gpus GPUs: MASTER_ADDR and MASTER_PORT (rank 0's), NODE_RANK,
 // NNODES, NPROC_PER_NODE and LOCAL_WORLD_SIZE (= gpus), WORLD_SIZE (nodes
 // × gpus), and RANK (NODE_RANK × gpus) with LOCAL_RANK 0: right for a
 // trainer that runs one process per node; one that runs a process per
-// GPU starts them under torchrun, which sets RANK and LOCAL_RANK for each.
+// GPU starts them under torchrun, which sets RANK and LOCAL_RANK for each
+// (a trainer with launcher torchrun gets its flags as PET_*).
 func rendezvousEnv(g *jobtype.Gang, rank, gpus int) []string {
 	if gpus < 1 {
 		gpus = 1
@@ -112,6 +149,11 @@ func rendezvousEnv(g *jobtype.Gang, rank, gpus int) []string {
 		"WORLD_SIZE=" + strconv.Itoa(n*gpus),
 		"RANK=" + strconv.Itoa(rank*gpus),
 		"LOCAL_RANK=0",
+		// torchrun's own flags, for a trainer launched under it (gangArgv).
+		"PET_NNODES=" + strconv.Itoa(n),
+		"PET_NODE_RANK=" + strconv.Itoa(rank),
+		"PET_MASTER_ADDR=" + g.Addr,
+		"PET_MASTER_PORT=" + strconv.Itoa(g.Port),
 	}
 }
 

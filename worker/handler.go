@@ -47,6 +47,7 @@ func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
 	base := w.log
 	if rank != nil {
 		base = base.With(slog.Int("rank", *rank))
+		defer w.lockRank(t)()
 	}
 	job, log, err := claimTask(ctx, t, base, w.store, func() bool { return w.stopCtx.Err() != nil },
 		func(ctx context.Context, id string, attempt int) (jobstore.ClaimOutcome, error) {
@@ -269,7 +270,17 @@ func (a *localAttempt) takeUser() error {
 	default:
 		return nil
 	}
-	dirs := []string{a.workDir, a.outDir, a.inputsDir, a.ckptDir}
+	ckptDir := a.ckptDir
+	if a.rank != nil && *a.rank > 0 {
+		// A gang's checkpoint folder is rank 0's: the other ranks' workers
+		// leave it alone (handing it to their own trainer user would take
+		// it from rank 0's). Their trainers get the resume step from rank 0.
+		ckptDir = ""
+	}
+	dirs := []string{a.workDir, a.outDir, a.inputsDir}
+	if ckptDir != "" {
+		dirs = append(dirs, ckptDir)
+	}
 	a.onClose(func() {
 		for _, d := range dirs {
 			if err := pathpolicy.ChownTree(d, os.Geteuid(), os.Getegid()); err != nil {
@@ -286,7 +297,7 @@ func (a *localAttempt) takeUser() error {
 			}
 		})
 	}
-	return w.handOver(a.runAs, a.workDir, a.outDir, a.inputsDir, a.ckptDir)
+	return w.handOver(a.runAs, a.workDir, a.outDir, a.inputsDir, ckptDir)
 }
 
 // pin pins the reserved GPUs and builds the trainer's environment (the
@@ -322,6 +333,7 @@ func (a *localAttempt) pin(ctx context.Context) endFunc {
 			return end
 		}
 		a.env = append(a.env, rendezvousEnv(g, *a.rank, job.Spec.Resources.GPUs)...)
+		a.env = append(a.env, socketEnv(w.cfg.AdvertiseAddr)...)
 		a.log.Info("gang rendezvous", slog.String("master_addr", g.Addr), slog.Int("master_port", g.Port), slog.Int("nodes", len(g.Ranks)))
 	}
 	if w.cfg.uids != nil {
@@ -572,11 +584,17 @@ func (w *Worker) handOver(c *trainer.Credential, workDir, outDir, inputsDir, ckp
 		return fmt.Errorf("worker: hand %s over to uid %d: %w", workDir, c.UID, err)
 	}
 	for _, d := range []string{outDir, inputsDir, ckptDir} {
+		if d == "" {
+			continue
+		}
 		if err := pathpolicy.ChownTree(d, int(c.UID), int(c.GID)); err != nil {
 			return fmt.Errorf("worker: hand %s over to uid %d: %w", d, c.UID, err)
 		}
 	}
 	for _, d := range []string{workDir, outDir, inputsDir, ckptDir} {
+		if d == "" {
+			continue
+		}
 		if err := os.Chmod(d, 0o700); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("worker: hand %s over to uid %d: %w", d, c.UID, err)
 		}
@@ -608,7 +626,11 @@ func (w *Worker) trainerArgv(job *jobtype.Job) ([]string, error) {
 		// zero member of an IntFlag that 3.11 no longer iterates).
 		l.Torchrun = false
 	}
-	return launchArgv(tmpl, l, len(job.GPUs), placeholders(w.cfg, job.Spec.BaseModel))
+	argv, err := launchArgv(tmpl, l, len(job.GPUs), placeholders(w.cfg, job.Spec.BaseModel))
+	if err == nil && job.Spec.Resources.Nodes > 1 && l.Torchrun && len(l.Argv) == 0 {
+		argv = gangArgv(argv)
+	}
+	return argv, err
 }
 
 // tinyChar is the built-in demo model, which runs under Config.DemoPython.
@@ -641,6 +663,19 @@ func launchArgv(tmpl []string, l Launcher, gpus int, r *strings.Replacer) ([]str
 		argv = append([]string{argv[0], "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=" + n}, argv[1:]...)
 	}
 	return argv, nil
+}
+
+// gangArgv is argv for a rank of a gang: torchrun meets the other nodes
+// (its --nnodes, --node-rank, --master-addr and --master-port come from
+// PET_* in rendezvousEnv) instead of running standalone.
+func gangArgv(argv []string) []string {
+	out := argv[:0:0]
+	for _, a := range argv {
+		if a != "--standalone" && a != "--nnodes=1" {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // checkPaths refuses a job whose file:// dataset, eval dataset or output

@@ -42,6 +42,8 @@ type Worker struct {
 	started  bool
 	stopped  bool
 	inflight sync.WaitGroup
+	// rankLocks holds a *sync.Mutex per gang job with a rank here (lockRank).
+	rankLocks sync.Map
 
 	invMu    sync.Mutex
 	inv      nvmlinventory.Inventory // last reading

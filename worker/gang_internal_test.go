@@ -1,0 +1,30 @@
+package worker
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/lathe-ml/lathe/internal/jobtype"
+)
+
+// TestRendezvousEnv: rank 1 of a 2-node gang of 4 GPUs a node gets rank
+// 0's rendezvous, WORLD_SIZE 8 (nodes × GPUs) and torchrun's PET_* flags;
+// a torchrun launcher meets the other nodes instead of running standalone.
+func TestRendezvousEnv(t *testing.T) {
+	g := &jobtype.Gang{Attempt: 2, Ranks: []jobtype.GangRank{{Node: "a"}, {Node: "b"}}, Addr: "10.0.0.1", Port: 29500}
+	env := rendezvousEnv(g, 1, 4)
+	for _, want := range []string{"MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500", "NODE_RANK=1", "NNODES=2", "WORLD_SIZE=8",
+		"NPROC_PER_NODE=4", "LOCAL_WORLD_SIZE=4", "RANK=4", "PET_NNODES=2", "PET_NODE_RANK=1", "PET_MASTER_ADDR=10.0.0.1", "PET_MASTER_PORT=29500"} {
+		if !slices.Contains(env, want) {
+			t.Errorf("env lacks %s: %v", want, env)
+		}
+	}
+	argv := gangArgv([]string{"py", "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=4", "train.py"})
+	if got := strings.Join(argv, " "); got != "py -m torch.distributed.run --nproc_per_node=4 train.py" {
+		t.Errorf("gang argv: %s", got)
+	}
+	if env := socketEnv("127.0.0.1"); !slices.Contains(env, "GLOO_SOCKET_IFNAME=lo") {
+		t.Errorf("socket env of 127.0.0.1: %v", env)
+	}
+}
