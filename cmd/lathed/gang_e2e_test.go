@@ -233,19 +233,7 @@ func TestGangAcrossNetworkNamespaces(t *testing.T) {
 	cfg := filepath.Join(base, "lathe.yaml")
 	script := filepath.Join(base, "gang_trainer.py")
 	writeNodesFile(t, script, gangTrainer)
-	writeNodesFile(t, cfg, fmt.Sprintf(`worker:
-  lease_ttl: 3s
-  heartbeat_ttl: 3s
-  kill_grace: 2s
-  checkpoint_root: %s
-scheduler:
-  reap_grace: 1s
-  place_interval: 100ms
-jobs:
-  allowed_roots: [%s, %s]
-trainers:
-  gang: [/usr/bin/python3, %s]
-`, filepath.Join(base, "checkpoints"), base, root, script))
+	writeNodesFile(t, cfg, shortLeases(base, root)+fmt.Sprintf("trainers:\n  gang: [/usr/bin/python3, %s]\n", script))
 	reachableByTrainers(t, filepath.Join(base, "checkpoints"))
 	if err := os.Chmod(script, 0o644); err != nil {
 		t.Fatal(err)
