@@ -28,3 +28,23 @@ func TestRendezvousEnv(t *testing.T) {
 		t.Errorf("socket env of 127.0.0.1: %v", env)
 	}
 }
+
+// TestRankTaskCurrent: a restarted worker's purge keeps a gang rank's task
+// while its attempt is current on this node (dispatched, or running once
+// rank 0 claimed), and drops it once the attempt moved on.
+func TestRankTaskCurrent(t *testing.T) {
+	one := 1
+	g := &jobtype.Gang{Attempt: 2, Ranks: []jobtype.GangRank{{Node: "a"}, {Node: "b"}}}
+	j := &jobtype.Job{State: jobtype.StateRunning, Attempt: 2, Node: "a", Gang: g}
+	p := jobtype.TaskPayload{JobID: "j", Attempt: 2, Rank: &one}
+	if !taskCurrent(j, p, "b") {
+		t.Error("rank 1 of the running attempt on b judged stale")
+	}
+	if taskCurrent(j, p, "a") {
+		t.Error("rank 1's task on a's queue judged current")
+	}
+	j.Attempt = 3
+	if taskCurrent(j, p, "b") {
+		t.Error("rank 1 of an attempt that moved on judged current")
+	}
+}

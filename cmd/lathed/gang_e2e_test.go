@@ -217,6 +217,109 @@ func netnsID(t *testing.T, ns string) string {
 	return fmt.Sprintf("net:[%d]", st.Ino)
 }
 
+// gangPool is the scheduler, the two workers (each in its namespace) and
+// Redis of a gang test.
+type gangPool struct {
+	api, lathe, lathed, cfg, spec string
+	nw                            gangNet
+	rport                         int
+	nodes                         [2]string
+	workers                       [2]*daemon
+	rc                            *redis.Client
+}
+
+// startGangPool starts the pool and waits for both workers.
+func startGangPool(t *testing.T) *gangPool {
+	t.Helper()
+	requireTorch(t)
+	p := &gangPool{nodes: [2]string{"node-a", "node-b"}}
+	var root string
+	p.lathed, p.lathe = binaries(t)
+	root = repoRoot(t)
+	p.nw = newGangNet(t)
+	p.rport = startRedisOn(t, p.nw.host)
+	base := t.TempDir()
+	p.cfg = filepath.Join(base, "lathe.yaml")
+	script := filepath.Join(base, "gang_trainer.py")
+	writeNodesFile(t, script, gangTrainer)
+	writeNodesFile(t, p.cfg, shortLeases(base, root)+fmt.Sprintf("trainers:\n  gang: [/usr/bin/python3, %s]\n", script))
+	reachableByTrainers(t, filepath.Join(base, "checkpoints"))
+	port := redistest.FreePort(t)
+	p.api = "http://127.0.0.1:" + strconv.Itoa(port)
+	sd := startDaemon(t, p.lathed, "scheduler", "--config", p.cfg, "--redis-url", fmt.Sprintf("redis://127.0.0.1:%d", p.rport),
+		"--listen", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", filepath.Join(base, "scheduler"))
+	waitHTTP(t, p.api, sd)
+	for i := range p.nodes {
+		p.startWorker(t, i, filepath.Join(base, p.nodes[i]))
+	}
+	p.rc = redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", p.rport)})
+	t.Cleanup(func() { p.rc.Close() })
+	p.waitNodes(t)
+	p.spec = filepath.Join(base, "gang.yaml")
+	writeNodesFile(t, p.spec, fmt.Sprintf(`name: gang
+base_model: tiny-char
+dataset: file://%s/configs/examples/data/tiny-train.jsonl
+trainer: gang
+resources: {gpus: 1, nodes: 2}
+`, root))
+	return p
+}
+
+// startWorker starts node i's worker in its namespace, on data dir dir.
+func (p *gangPool) startWorker(t *testing.T, i int, dir string) {
+	t.Helper()
+	args := []string{p.lathed, "worker", "--config", p.cfg, "--redis-url", fmt.Sprintf("redis://%s:%d", p.nw.host, p.rport),
+		"--node", p.nodes[i], "--data-dir", dir, "--gpus", "simulated:dgxa100", "--advertise-addr", p.nw.addr[i]}
+	if p.nw.ns[i] != "" {
+		p.workers[i] = startDaemon(t, "ip", append([]string{"netns", "exec", p.nw.ns[i]}, args...)...)
+	} else {
+		p.workers[i] = startDaemon(t, args[0], args[1:]...)
+	}
+}
+
+// waitNodes waits until both workers heartbeat.
+func (p *gangPool) waitNodes(t *testing.T) {
+	t.Helper()
+	waitfor.NoError(t, 30*time.Second, "both workers up", func() error {
+		live, err := p.rc.Exists(t.Context(), "lathe:node:node-a", "lathe:node:node-b").Result()
+		if err == nil && live != 2 {
+			err = fmt.Errorf("%d of node-a and node-b live", live)
+		}
+		return err
+	})
+}
+
+// ranksUp waits for both ranks of attempt of job id to report, and
+// returns their reports.
+func (p *gangPool) ranksUp(t *testing.T, id string, attempt int) [2]gangLine {
+	t.Helper()
+	ls := waitfor.Value(t, 90*time.Second, fmt.Sprintf("both ranks of attempt %d reported", attempt), func() []gangLine { return gangLines(t, p.api, id) },
+		func(ls []gangLine) bool { _, ok := linesOf(ls, attempt); return ok })
+	r, _ := linesOf(ls, attempt)
+	return r
+}
+
+// gone waits until process pid has exited.
+func gone(t *testing.T, what string, pid int) {
+	t.Helper()
+	waitfor.True(t, 60*time.Second, what, func() bool { return syscall.Kill(pid, 0) != nil })
+}
+
+// succeedsResumed waits for job id to succeed, at attempt 2 when exact
+// (else any later one), resumed from a checkpoint, with rank 0's artifact.
+func (p *gangPool) succeedsResumed(t *testing.T, id string, exact bool) {
+	t.Helper()
+	j := waitJob(t, p.api, id, 3*time.Minute, "succeeded", func(j jobtype.Job) bool { return j.State.Terminal() })
+	if j.State != jobtype.StateSucceeded || j.Attempt < 2 || (exact && j.Attempt != 2) || j.Gang == nil || j.Gang.Attempt != j.Attempt || len(j.Artifacts) != 1 {
+		t.Fatalf("job: %s (%s: %s) attempt %d gang %+v artifacts %+v", j.State, j.Reason, j.Error, j.Attempt, j.Gang, j.Artifacts)
+	}
+	last, ok := linesOf(gangLines(t, p.api, id), j.Attempt)
+	if !ok || last[0].Start < 1 || last[1].Start != last[0].Start {
+		t.Fatalf("attempt %d did not resume from the checkpoint: %+v", j.Attempt, last)
+	}
+	t.Logf("attempt %d resumed from step %d on %s and %s", j.Attempt, last[0].Start, j.Gang.Ranks[0].Node, j.Gang.Ranks[1].Node)
+}
+
 // TestGangAcrossNetworkNamespaces: a 2-node × 1-GPU job runs as one
 // attempt whose ranks are on the two workers, each in its own network
 // namespace, meeting over gloo at rank 0's advertised address; kill -9 of
@@ -224,87 +327,79 @@ func netnsID(t *testing.T, ns string) string {
 // stopped too), attempt 2 is placed as a gang again and resumes from the
 // checkpoint rank 0 wrote, and succeeds with rank 0's artifact.
 func TestGangAcrossNetworkNamespaces(t *testing.T) {
-	requireTorch(t)
-	lathed, lathe := binaries(t)
-	root := repoRoot(t)
-	nw := newGangNet(t)
-	rport := startRedisOn(t, nw.host)
-	base := t.TempDir()
-	cfg := filepath.Join(base, "lathe.yaml")
-	script := filepath.Join(base, "gang_trainer.py")
-	writeNodesFile(t, script, gangTrainer)
-	writeNodesFile(t, cfg, shortLeases(base, root)+fmt.Sprintf("trainers:\n  gang: [/usr/bin/python3, %s]\n", script))
-	reachableByTrainers(t, filepath.Join(base, "checkpoints"))
-	if err := os.Chmod(script, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	port := redistest.FreePort(t)
-	api := "http://127.0.0.1:" + strconv.Itoa(port)
-	sd := startDaemon(t, lathed, "scheduler", "--config", cfg, "--redis-url", fmt.Sprintf("redis://127.0.0.1:%d", rport),
-		"--listen", "127.0.0.1:"+strconv.Itoa(port), "--data-dir", filepath.Join(base, "scheduler"))
-	waitHTTP(t, api, sd)
-	nodes := [2]string{"node-a", "node-b"}
-	for i, node := range nodes {
-		args := []string{lathed, "worker", "--config", cfg, "--redis-url", fmt.Sprintf("redis://%s:%d", nw.host, rport),
-			"--node", node, "--data-dir", filepath.Join(base, node), "--gpus", "simulated:dgxa100", "--advertise-addr", nw.addr[i]}
-		if nw.ns[i] != "" {
-			startDaemon(t, "ip", append([]string{"netns", "exec", nw.ns[i]}, args...)...)
-		} else {
-			startDaemon(t, args[0], args[1:]...)
-		}
-	}
-	rc := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", rport)})
-	defer rc.Close()
-	waitfor.NoError(t, 30*time.Second, "both workers up", func() error {
-		live, err := rc.Exists(t.Context(), "lathe:node:node-a", "lathe:node:node-b").Result()
-		if err == nil && live != 2 {
-			err = fmt.Errorf("%d of node-a and node-b live", live)
-		}
-		return err
-	})
-	spec := filepath.Join(base, "gang.yaml")
-	writeNodesFile(t, spec, fmt.Sprintf(`name: gang
-base_model: tiny-char
-dataset: file://%s/configs/examples/data/tiny-train.jsonl
-trainer: gang
-resources: {gpus: 1, nodes: 2}
-`, root))
-	id := submitID(t, lathe, api, spec)
-
-	// Attempt 1: both ranks up, each in its node's namespace.
-	a1 := waitfor.Value(t, 90*time.Second, "both ranks of attempt 1 reported", func() []gangLine { return gangLines(t, api, id) },
-		func(ls []gangLine) bool { _, ok := linesOf(ls, 1); return ok })
-	r1, _ := linesOf(a1, 1)
-	j := getJob(t, api, id)
+	p := startGangPool(t)
+	id := submitID(t, p.lathe, p.api, p.spec)
+	r1 := p.ranksUp(t, id, 1)
+	j := getJob(t, p.api, id)
 	if j.Gang == nil || j.Gang.Attempt != 1 || len(j.Gang.Ranks) != 2 || j.Gang.Ranks[0].Node == j.Gang.Ranks[1].Node {
 		t.Fatalf("attempt 1's gang: %+v", j.Gang)
 	}
-	index := map[string]int{nodes[0]: 0, nodes[1]: 1}
+	index := map[string]int{p.nodes[0]: 0, p.nodes[1]: 1}
 	for r, l := range r1 {
 		ni := index[j.Gang.Ranks[r].Node]
-		if want := netnsID(t, nw.ns[ni]); l.NetNS != want {
-			t.Errorf("rank %d on %s ran in %s, want %s (namespace %q)", r, j.Gang.Ranks[r].Node, l.NetNS, want, nw.ns[ni])
+		if want := netnsID(t, p.nw.ns[ni]); l.NetNS != want {
+			t.Errorf("rank %d on %s ran in %s, want %s (namespace %q)", r, j.Gang.Ranks[r].Node, l.NetNS, want, p.nw.ns[ni])
 		}
-		t.Logf("attempt 1 rank %d: node %s, netns %s (%q), rendezvous %s", r, j.Gang.Ranks[r].Node, l.NetNS, nw.ns[ni], l.Master)
+		t.Logf("attempt 1 rank %d: node %s, netns %s (%q), rendezvous %s", r, j.Gang.Ranks[r].Node, l.NetNS, p.nw.ns[ni], l.Master)
 	}
-	if master := nw.addr[index[j.Gang.Ranks[0].Node]]; !strings.HasPrefix(r1[1].Master, master+":") || r1[0].Master != r1[1].Master {
+	if master := p.nw.addr[index[j.Gang.Ranks[0].Node]]; !strings.HasPrefix(r1[1].Master, master+":") || r1[0].Master != r1[1].Master {
 		t.Errorf("rendezvous %s / %s, want rank 0's address %s", r1[0].Master, r1[1].Master, master)
 	}
-
 	// One fate: rank 1's trainer dies; rank 0's is stopped, attempt 2 placed as a gang.
 	if err := syscall.Kill(r1[1].PID, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill rank 1's trainer %d: %v", r1[1].PID, err)
 	}
-	waitfor.True(t, 60*time.Second, "rank 0's trainer of attempt 1 stopped", func() bool {
-		return syscall.Kill(r1[0].PID, 0) != nil
-	})
-	j = waitJob(t, api, id, 3*time.Minute, "succeeded", func(j jobtype.Job) bool { return j.State.Terminal() })
-	if j.State != jobtype.StateSucceeded || j.Attempt != 2 || j.Gang == nil || j.Gang.Attempt != 2 || len(j.Artifacts) != 1 {
-		t.Fatalf("job: %s (%s: %s) attempt %d gang %+v artifacts %+v", j.State, j.Reason, j.Error, j.Attempt, j.Gang, j.Artifacts)
+	gone(t, "rank 0's trainer of attempt 1 stopped", r1[0].PID)
+	p.succeedsResumed(t, id, true)
+}
+
+// TestGangWorkerKilled: kill -9 of the worker running rank 1 ends the
+// attempt for both ranks (rank 0's trainer stopped); once that node's
+// worker is back (a new incarnation, which keeps its queue's current rank
+// tasks), the next attempt runs on both nodes and resumes from the
+// checkpoint.
+func TestGangWorkerKilled(t *testing.T) {
+	p := startGangPool(t)
+	id := submitID(t, p.lathe, p.api, p.spec)
+	r1 := p.ranksUp(t, id, 1)
+	j := getJob(t, p.api, id)
+	victim := 0
+	if j.Gang.Ranks[1].Node == p.nodes[1] {
+		victim = 1
 	}
-	r2, ok := linesOf(gangLines(t, api, id), 2)
-	if !ok || r2[0].Start < 1 || r2[1].Start != r2[0].Start {
-		t.Fatalf("attempt 2 did not resume from the checkpoint: %+v", r2)
+	w := p.workers[victim]
+	if err := w.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("attempt 2 resumed from step %d on %s and %s", r2[0].Start, j.Gang.Ranks[0].Node, j.Gang.Ranks[1].Node)
+	<-w.done
+	gone(t, "rank 1's trainer of attempt 1 gone with its worker", r1[1].PID)
+	gone(t, "rank 0's trainer of attempt 1 stopped", r1[0].PID)
+	p.startWorker(t, victim, filepath.Join(filepath.Dir(p.cfg), p.nodes[victim]))
+	p.waitNodes(t)
+	// Attempt 2 may be dispatched while the dead worker's heartbeat lives
+	// on, and reaped when its rank 1 is not claimed within a lease of rank
+	// 0's claim: the job succeeds at attempt 2 or later, resumed.
+	p.succeedsResumed(t, id, false)
+}
+
+// TestGangCancel: lathe cancel of a running gang stops both ranks' trainers
+// and ends the job cancelled with no GPU held on either node.
+func TestGangCancel(t *testing.T) {
+	p := startGangPool(t)
+	id := submitID(t, p.lathe, p.api, p.spec)
+	r1 := p.ranksUp(t, id, 1)
+	if _, e, code := cli(t, p.lathe, p.api, "cancel", id); code != 0 {
+		t.Fatalf("cancel: %d %s", code, e)
+	}
+	gone(t, "rank 0's trainer stopped", r1[0].PID)
+	gone(t, "rank 1's trainer stopped", r1[1].PID)
+	j := waitJob(t, p.api, id, time.Minute, "cancelled", func(j jobtype.Job) bool { return j.State.Terminal() })
+	if j.State != jobtype.StateCancelled || j.Attempt != 1 {
+		t.Fatalf("job %s at attempt %d, want cancelled at 1", j.State, j.Attempt)
+	}
+	for _, n := range p.nodes {
+		if held, err := p.rc.HLen(t.Context(), "lathe:node:"+n+":reserved").Result(); err != nil || held != 0 {
+			t.Errorf("node %s holds %d reservations (%v) after the cancel", n, held, err)
+		}
+	}
 }
