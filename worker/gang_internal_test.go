@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -46,5 +47,20 @@ func TestRankTaskCurrent(t *testing.T) {
 	j.Attempt = 3
 	if taskCurrent(j, p, "b") {
 		t.Error("rank 1 of an attempt that moved on judged current")
+	}
+}
+
+// TestAdvertiseAddr: --advertise-addr must be a unicast IP; unset, it is
+// the host's first non-loopback IPv4 address (loopback without one).
+func TestAdvertiseAddr(t *testing.T) {
+	for _, bad := range []string{"node-a", "0.0.0.0", "224.0.0.1", "10.0.0.1:80"} {
+		_, err := Config{Node: "n", DataDir: t.TempDir(), AdvertiseAddr: bad}.withDefaults()
+		if err == nil || !strings.Contains(err.Error(), "advertise address") || !strings.Contains(err.Error(), bad) {
+			t.Errorf("advertise %q: %v", bad, err)
+		}
+	}
+	c := Config{Node: "n", DataDir: t.TempDir()}
+	if err := c.identity(); err != nil || net.ParseIP(c.AdvertiseAddr) == nil || net.ParseIP(c.AdvertiseAddr).To4() == nil {
+		t.Fatalf("default advertise address %q: %v", c.AdvertiseAddr, err)
 	}
 }
