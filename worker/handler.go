@@ -378,7 +378,13 @@ func (a *localAttempt) execute(taskCtx context.Context) trainerRun {
 	sink := newEventSink(w.store, job.ID, a.n, a.log, cancel)
 	a.track(sink)
 	go sink.loop()
-	go w.monitor(runCtx, cancel, a.log, job.ID, job.GPUs, sink)
+	watched := job.GPUs
+	if a.rank != nil && *a.rank > 0 {
+		// A gang's GPU series and hang check are rank 0's: the ranks'
+		// collectives stall together, and ranks > 0 print no progress.
+		watched = nil
+	}
+	go w.monitor(runCtx, cancel, a.log, job.ID, watched, sink)
 	if h := testHookBeforeTrainer.Load(); h != nil {
 		(*h)(job)
 	}
