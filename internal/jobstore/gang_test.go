@@ -185,3 +185,65 @@ func TestGangReapsALapsedRank(t *testing.T) {
 		t.Fatalf("after the reap GPUs held: %v", h)
 	}
 }
+
+// TestGangPreempted: a preemption asked of a running gang reaches every
+// rank at its renewal; the first rank's Preempted ends the attempt for both
+// (GPUs freed on both nodes, back to queued), the second's loses.
+func TestGangPreempted(t *testing.T) {
+	g := setupGang(t)
+	j := g.gangJob(t)
+	if err := g.s.DispatchGang(g.ctx, j.ID, 1, twoRanks, ""); err != nil {
+		t.Fatal(err)
+	}
+	g.claim(t, j.ID, 1, 0)
+	g.claim(t, j.ID, 1, 1)
+	if err := g.s.RequestPreempt(g.ctx, j.ID, 1, "j-urgent"); err != nil {
+		t.Fatal(err)
+	}
+	for r := range twoRanks {
+		if _, err := g.s.RenewRank(g.ctx, j.ID, 1, r, "i-"+twoRanks[r].Node, time.Minute); !errors.Is(err, jobstore.ErrPreemptRequested) {
+			t.Fatalf("rank %d's renewal: %v", r, err)
+		}
+	}
+	if err := g.s.Preempted(g.ctx, j.ID, 1, "j-urgent"); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.s.Preempted(g.ctx, j.ID, 1, "j-urgent"); !errors.Is(err, jobstore.ErrConflict) {
+		t.Fatalf("the second rank's Preempted: %v", err)
+	}
+	got, _ := g.s.Get(g.ctx, j.ID)
+	if got.State != jobtype.StateQueued || got.Attempt != 2 || got.Preemptions != 1 {
+		t.Fatalf("after the preemption: %s attempt %d preemptions %d", got.State, got.Attempt, got.Preemptions)
+	}
+	if h := g.holders(t); h != [2]string{} {
+		t.Fatalf("after the preemption GPUs held: %v", h)
+	}
+}
+
+// TestGangCancelledBeforeRankZero: a cancel asked before rank 0 claimed
+// ends the attempt cancelled at rank 0's claim, freeing both nodes; rank
+// 1's later claim is stale.
+func TestGangCancelledBeforeRankZero(t *testing.T) {
+	g := setupGang(t)
+	j := g.gangJob(t)
+	if err := g.s.DispatchGang(g.ctx, j.ID, 1, twoRanks, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.s.Cancel(g.ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	out, err := g.s.ClaimRank(g.ctx, jobstore.RankClaim{ClaimParams: jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: "n1", Incarnation: "i-n1", Lease: time.Minute}, Rank: 0})
+	if err != nil || out != jobstore.ClaimCancelled {
+		t.Fatalf("rank 0's claim: %v %v", out, err)
+	}
+	out, err = g.s.ClaimRank(g.ctx, jobstore.RankClaim{ClaimParams: jobstore.ClaimParams{ID: j.ID, Attempt: 1, Node: "n2", Incarnation: "i-n2", Lease: time.Minute}, Rank: 1})
+	if err != nil || out != jobstore.ClaimStale {
+		t.Fatalf("rank 1's claim: %v %v", out, err)
+	}
+	if got, _ := g.s.Get(g.ctx, j.ID); got.State != jobtype.StateCancelled {
+		t.Fatalf("state %s", got.State)
+	}
+	if h := g.holders(t); h != [2]string{} {
+		t.Fatalf("after the cancel GPUs held: %v", h)
+	}
+}
