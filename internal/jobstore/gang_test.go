@@ -47,6 +47,16 @@ func (g gangRig) gangJob(t *testing.T) *jobtype.Job {
 	return j
 }
 
+// dispatchedGang is a new gang job dispatched to n1 and n2 as attempt 1.
+func (g gangRig) dispatchedGang(t *testing.T) *jobtype.Job {
+	t.Helper()
+	j := g.gangJob(t)
+	if err := g.s.DispatchGang(g.ctx, j.ID, 1, twoRanks, ""); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
 // holders is who holds GPU 0 on n1 and on n2.
 func (g gangRig) holders(t *testing.T) [2]string {
 	t.Helper()
@@ -112,10 +122,7 @@ func TestGangDispatchAllOrNothing(t *testing.T) {
 // once both ranks have.
 func TestGangOneFate(t *testing.T) {
 	g := setupGang(t)
-	j := g.gangJob(t)
-	if err := g.s.DispatchGang(g.ctx, j.ID, 1, twoRanks, ""); err != nil {
-		t.Fatal(err)
-	}
+	j := g.dispatchedGang(t)
 	g.claim(t, j.ID, 1, 1)
 	if got, _ := g.s.Get(g.ctx, j.ID); got.State != jobtype.StateDispatched {
 		t.Fatalf("rank 1 alone made it %s", got.State)
@@ -163,10 +170,7 @@ func TestGangOneFate(t *testing.T) {
 // reaped, while a rank that never claims after rank 0 did has one lease.
 func TestGangReapsALapsedRank(t *testing.T) {
 	g := setupGang(t)
-	j := g.gangJob(t)
-	if err := g.s.DispatchGang(g.ctx, j.ID, 1, twoRanks, ""); err != nil {
-		t.Fatal(err)
-	}
+	j := g.dispatchedGang(t)
 	g.claim(t, j.ID, 1, 0) // rank 1 never claims
 	for i := 0; i < 3; i++ {
 		g.now.Add(30_000)
@@ -191,10 +195,7 @@ func TestGangReapsALapsedRank(t *testing.T) {
 // (GPUs freed on both nodes, back to queued), the second's loses.
 func TestGangPreempted(t *testing.T) {
 	g := setupGang(t)
-	j := g.gangJob(t)
-	if err := g.s.DispatchGang(g.ctx, j.ID, 1, twoRanks, ""); err != nil {
-		t.Fatal(err)
-	}
+	j := g.dispatchedGang(t)
 	g.claim(t, j.ID, 1, 0)
 	g.claim(t, j.ID, 1, 1)
 	if err := g.s.RequestPreempt(g.ctx, j.ID, 1, "j-urgent"); err != nil {
@@ -225,10 +226,7 @@ func TestGangPreempted(t *testing.T) {
 // 1's later claim is stale.
 func TestGangCancelledBeforeRankZero(t *testing.T) {
 	g := setupGang(t)
-	j := g.gangJob(t)
-	if err := g.s.DispatchGang(g.ctx, j.ID, 1, twoRanks, ""); err != nil {
-		t.Fatal(err)
-	}
+	j := g.dispatchedGang(t)
 	if _, err := g.s.Cancel(g.ctx, j.ID); err != nil {
 		t.Fatal(err)
 	}
