@@ -49,8 +49,9 @@ func ipCmd(args ...string) error {
 // newGangNet makes two network namespaces named after the test's pid, a
 // bridge with 10.77.<n>.254/24 and a veth pair from each namespace onto
 // it (10.77.<n>.1 and .2), all removed at cleanup. Where namespaces
-// cannot be made (not root, no CAP_NET_ADMIN), it says so and falls back
-// to the root namespace with 127.0.0.2 and 127.0.0.3.
+// cannot be made (not root, no CAP_NET_ADMIN), or LATHE_GANG_NO_NETNS=1
+// asks, it says so and falls back to the root namespace with 127.0.0.2
+// and 127.0.0.3.
 func newGangNet(t *testing.T) gangNet {
 	t.Helper()
 	pid := os.Getpid()
@@ -70,7 +71,13 @@ func newGangNet(t *testing.T) gangNet {
 		_ = ipCmd("link", "del", br)
 	})
 	steps := [][]string{{"link", "add", br, "type", "bridge"}, {"addr", "add", g.host + "/24", "dev", br}, {"link", "set", br, "up"}}
-	if err := ipCmd(steps[0]...); err != nil {
+	var err error
+	if os.Getenv("LATHE_GANG_NO_NETNS") == "1" {
+		err = fmt.Errorf("LATHE_GANG_NO_NETNS=1 asks for the fallback")
+	} else {
+		err = ipCmd(steps[0]...)
+	}
+	if err != nil {
 		t.Logf("FALLBACK: network namespaces cannot be made here (%v): both workers run in the root namespace on 127.0.0.2 and 127.0.0.3", err)
 		return gangNet{addr: [2]string{"127.0.0.2", "127.0.0.3"}, host: "127.0.0.1"}
 	}
@@ -97,7 +104,11 @@ func startRedisOn(t *testing.T, addr string) int {
 	t.Helper()
 	port := redistest.FreePort(t)
 	dir := t.TempDir()
-	cmd := exec.Command("redis-server", "--bind", "127.0.0.1 "+addr, "--port", strconv.Itoa(port), "--dir", dir,
+	bind := "127.0.0.1"
+	if addr != bind {
+		bind += " " + addr
+	}
+	cmd := exec.Command("redis-server", "--bind", bind, "--port", strconv.Itoa(port), "--dir", dir,
 		"--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction", "--protected-mode", "no")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
