@@ -46,10 +46,33 @@ func taskRank(t *asynq.Task) *int {
 func (w *Worker) lockRank(t *asynq.Task) func() {
 	var p jobtype.TaskPayload
 	_ = json.Unmarshal(t.Payload(), &p)
-	v, _ := w.rankLocks.LoadOrStore(p.JobID, &sync.Mutex{})
-	mu := v.(*sync.Mutex)
-	mu.Lock()
-	return mu.Unlock
+	w.rankMu.Lock()
+	if w.rankLocks == nil {
+		w.rankLocks = map[string]*rankLock{}
+	}
+	l := w.rankLocks[p.JobID]
+	if l == nil {
+		l = &rankLock{}
+		w.rankLocks[p.JobID] = l
+	}
+	l.users++
+	w.rankMu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		w.rankMu.Lock()
+		if l.users--; l.users == 0 {
+			delete(w.rankLocks, p.JobID)
+		}
+		w.rankMu.Unlock()
+	}
+}
+
+// rankLock is one job's lock in Worker.rankLocks and how many hold or
+// wait for it.
+type rankLock struct {
+	mu    sync.Mutex
+	users int
 }
 
 // claimRank claims rank of gang attempt of job id; rank 0 offers the

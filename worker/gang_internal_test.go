@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/lathe-ml/lathe/internal/jobtype"
 )
 
@@ -62,5 +64,27 @@ func TestAdvertiseAddr(t *testing.T) {
 	c := Config{Node: "n", DataDir: t.TempDir()}
 	if err := c.identity(); err != nil || net.ParseIP(c.AdvertiseAddr) == nil || net.ParseIP(c.AdvertiseAddr).To4() == nil {
 		t.Fatalf("default advertise address %q: %v", c.AdvertiseAddr, err)
+	}
+}
+
+// TestLockRank: a second rank task of one job waits for the first to be
+// done; the lock is forgotten once nobody holds it.
+func TestLockRank(t *testing.T) {
+	w := &Worker{}
+	task := asynq.NewTask(jobtype.TaskType, []byte(`{"job_id":"j-1","attempt":1,"rank":1}`))
+	unlock := w.lockRank(task)
+	got := make(chan struct{})
+	go func() { defer w.lockRank(task)(); close(got) }()
+	select {
+	case <-got:
+		t.Fatal("the second rank task did not wait")
+	default:
+	}
+	unlock()
+	<-got
+	w.rankMu.Lock()
+	defer w.rankMu.Unlock()
+	if len(w.rankLocks) != 0 {
+		t.Fatalf("locks left: %v", w.rankLocks)
 	}
 }

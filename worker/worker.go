@@ -42,8 +42,10 @@ type Worker struct {
 	started  bool
 	stopped  bool
 	inflight sync.WaitGroup
-	// rankLocks holds a *sync.Mutex per gang job with a rank here (lockRank).
-	rankLocks sync.Map
+	// rankLocks holds a lock per gang job with a rank here (lockRank),
+	// guarded by rankMu; an entry goes when nobody holds or waits for it.
+	rankMu    sync.Mutex
+	rankLocks map[string]*rankLock
 
 	invMu    sync.Mutex
 	inv      nvmlinventory.Inventory // last reading
