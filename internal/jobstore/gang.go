@@ -219,10 +219,15 @@ func (s *Store) DispatchGang(ctx context.Context, id string, attempt int, ranks 
 	if len(ranks) < 2 {
 		return fmt.Errorf("jobstore: dispatch gang %s: %d ranks: a gang has at least 2", id, len(ranks))
 	}
+	seen := map[string]int{}
 	for r, m := range ranks {
 		if m.Node == "" || len(m.GPUs) == 0 || jobtype.IsCloudNode(m.Node) {
 			return fmt.Errorf("jobstore: dispatch gang %s: rank %d (node %q, gpus %v): every rank needs a local node and GPUs", id, r, m.Node, m.GPUs)
 		}
+		if prev, ok := seen[m.Node]; ok {
+			return fmt.Errorf("jobstore: dispatch gang %s: ranks %d and %d both on node %q: a gang's ranks are on distinct nodes", id, prev, r, m.Node)
+		}
+		seen[m.Node] = r
 	}
 	data := mustJSON(jobtype.StateChange{From: jobtype.StateQueued, To: jobtype.StateDispatched, Node: ranks[0].Node})
 	r, err := s.run(ctx, "dispatch gang", id, gangDispatchScript, attempt, mustJSON(ranks), ms(s.now()), s.cfg.EventsMaxLen, data, string(fence))

@@ -3,6 +3,7 @@ package jobstore_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -95,6 +96,10 @@ func TestGangDispatchAllOrNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := g.gangJob(t)
+	same := []jobtype.GangRank{{Node: "n1", GPUs: []int{0}}, {Node: "n1", GPUs: []int{1}}}
+	if err := g.s.DispatchGang(g.ctx, j.ID, 1, same, ""); err == nil || !strings.Contains(err.Error(), `both on node "n1"`) {
+		t.Fatalf("two ranks on one node: %v", err)
+	}
 	if err := g.s.DispatchGang(g.ctx, j.ID, 1, twoRanks, ""); !errors.Is(err, jobstore.ErrNodeFull) {
 		t.Fatalf("gang over a held GPU: %v", err)
 	}
