@@ -37,7 +37,7 @@ type gangNet struct {
 	host string
 }
 
-// run runs ip with args, failing the test with its output.
+// ipCmd runs ip with args; the error carries its output.
 func ipCmd(args ...string) error {
 	out, err := exec.Command("ip", args...).CombinedOutput()
 	if err != nil {
