@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -143,7 +142,7 @@ func (ad *admission) plan(ctx context.Context, a admitting, dry bool) (planned, 
 	for i := range pl.jobs {
 		nj := &pl.jobs[i]
 		rj := prepare(nj, a.p, snap.Now, sizes)
-		d := routing.Decide(rj, snap)
+		d := refuseGangOffLocal(routing.Decide(rj, snap), nj.Spec.Resources.Nodes)
 		pl.ds[i] = d
 		if !dry {
 			ad.metrics.observeDecision(a.path, d.Backend, d.Refused, d.Waiting)
@@ -170,6 +169,27 @@ func (ad *admission) plan(ctx context.Context, a admitting, dry bool) (planned, 
 		return pl, ad.refuse(ctx, rs, a, pl, refused, sj)
 	}
 	return pl, nil
+}
+
+// refuseGangOffLocal refuses decision d of a job that spans nodes when it
+// sends the job to a cloud backend: only the local pool's lathed workers
+// run a gang's ranks (one task per rank, torchrun's rendezvous).
+func refuseGangOffLocal(d routing.Decision, nodes int) routing.Decision {
+	if nodes <= 1 || d.Refused || d.Backend == "" {
+		return d
+	}
+	kind := "cloud"
+	for _, c := range d.Candidates {
+		if c.Backend == d.Backend {
+			kind = c.Kind
+		}
+	}
+	if kind == "local" {
+		return d
+	}
+	d.Refused = true
+	d.Reasons = append([]string{fmt.Sprintf("resources.nodes %d: routed to backend %s (%s), which does not run jobs that span nodes; only the local pool's lathed workers do", nodes, d.Backend, kind)}, d.Reasons...)
+	return d
 }
 
 // prepare fills in new job nj's id (when it has none), output URI,
@@ -581,9 +601,6 @@ func (s *Scheduler) cancelFastPath(ctx context.Context, job *jobtype.Job, st job
 // in Value): a schedule's message shows them (scheduleMessage).
 func (ad *admission) admissible(team string, spec *jobspec.Spec) []jobspec.FieldError {
 	var fe []jobspec.FieldError
-	if spec.Resources.Nodes > 1 {
-		fe = append(fe, jobspec.FieldError{Field: "resources.nodes", Value: strconv.Itoa(spec.Resources.Nodes), Message: msgMultiNode})
-	}
 	if !slices.Contains(ad.cfg.Trainers, spec.Trainer) {
 		fe = append(fe, jobspec.FieldError{Field: "trainer", Value: spec.Trainer, Message: fmt.Sprintf("%s (have %s)", msgNoTrainer, strings.Join(ad.cfg.Trainers, ", "))})
 	}
@@ -660,10 +677,9 @@ func (ad *admission) dataSize(team, uri string) routing.DataSize {
 const (
 	msgNoTrainer = "not a trainer of this deployment"
 	msgNotUnder  = "not under "
-	// msgMultiNode refuses a job that spans nodes: placement and the
-	// simulator know gangs, but no lathed worker starts one attempt on
-	// several nodes yet, and running it on one would run it wrong.
-	msgMultiNode = "multi-node jobs are not yet run by lathed workers (placement and lathe simulate know them); use nodes: 1"
+	// msgMultiNode refuses a sweep whose trials span nodes: a trial pauses
+	// at its rung's step limit, which a gang's ranks do not do yet.
+	msgMultiNode = "sweeps do not run trials that span nodes yet (a trial's pause at its step limit is not built for gangs); use nodes: 1, or submit the job on its own"
 )
 
 // rootsFor is the allowed roots of team's jobs and their config key:

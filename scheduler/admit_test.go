@@ -30,6 +30,7 @@ import (
 	"github.com/lathe-ml/lathe/internal/waitfor"
 	"github.com/lathe-ml/lathe/scheduler/api"
 	"github.com/lathe-ml/lathe/scheduler/plane"
+	"github.com/lathe-ml/lathe/scheduler/routing"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
@@ -628,13 +629,17 @@ func TestClaimWithLostAnswerReleased(t *testing.T) {
 	release()
 }
 
-// TestMultiNodeRefusedOnEveryPath: a job that spans nodes (resources.nodes
-// > 1) is refused on every admission path (a submit, a batch, a schedule's
-// run, a sweep's trials) with an error naming the field: no lathed worker
-// runs one attempt across nodes yet, and none may run it on one node.
-func TestMultiNodeRefusedOnEveryPath(t *testing.T) {
+// TestMultiNodeAdmission: a job that spans nodes is admitted for the
+// local pool (a submit and a batch), with two nodes that fit it; a sweep
+// whose trials span nodes is refused naming resources.nodes.
+func TestMultiNodeAdmission(t *testing.T) {
 	r := newAdmitRig(t, admitConfig)
 	ctx, rdb, store, s := r.ctx, r.rdb, r.store, r.s
+	if err := store.Heartbeat(ctx, jobstore.Node{Name: "n2", Incarnation: "i2", Backend: "local", Slots: 4,
+		GPUs: []jobtype.GPU{{Index: 0, UUID: "GPU-b", Name: "NVIDIA H100 80GB HBM3", Healthy: true, MemoryTotalMB: 81559}},
+	}, jobstore.HeartbeatOptions{TTL: time.Hour, First: true}); err != nil {
+		t.Fatal(err)
+	}
 	const secret = "admit-test-secret-0123456789"
 	hs := httptest.NewServer(api.New(s, rdb, store, api.Config{Ledger: r.led, Logger: r.cfg.Logger, Defaults: r.cfg.Defaults,
 		Tokens: []plane.Token{{Name: "alice", Secret: secret, Role: plane.RoleSubmitter, Team: "ml"}}}).Handler())
@@ -650,25 +655,36 @@ func TestMultiNodeRefusedOnEveryPath(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusCreated || !strings.Contains(string(b), "resources.nodes") || !strings.Contains(string(b), msgMultiNode) {
-			t.Errorf("POST %s: %d %s; want a refusal naming resources.nodes", c.path, resp.StatusCode, b)
+		if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+			t.Errorf("POST %s: %d %s; want the gang admitted for the local pool", c.path, resp.StatusCode, b)
 		}
 	}
 	p := plane.Principal{Name: "alice", Role: plane.RoleSubmitter, Team: "ml"}
-	_, runID, _, err := scheduledRun(t, s, p, gang)
-	if err == nil || !strings.Contains(err.Error(), "resources.nodes") {
-		t.Errorf("scheduled run: %v; want a refusal naming resources.nodes", err)
-	}
 	sp, err := sweepspec.Parse([]byte(`{"job":`+gang+`,"parameters":{"lora.rank":{"grid":[8]}}}`), sweepspec.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := s.admit.admitSweep(ctx, plane.SweepRequest{Spec: sp, ID: jobstore.NewSweepID(time.Now()), Who: p}); err == nil ||
-		!strings.Contains(err.Error(), "resources.nodes") {
+		!strings.Contains(err.Error(), "resources.nodes") || !strings.Contains(err.Error(), "sweeps do not run trials that span nodes") {
 		t.Errorf("sweep: %v; want a refusal naming resources.nodes", err)
 	}
-	if _, err := store.Get(ctx, runID); err == nil {
-		t.Errorf("scheduled run %s stored", runID)
+}
+
+// TestGangRefusedOffLocal: a decision that sends a job spanning nodes to a
+// cloud backend is refused, naming the backend and its kind; one to the
+// local pool, or of one node, stands.
+func TestGangRefusedOffLocal(t *testing.T) {
+	cloud := routing.Decision{Backend: "aws-eu", Candidates: []routing.Candidate{{Backend: "local", Kind: "local"}, {Backend: "aws-eu", Kind: "aws"}}}
+	if d := refuseGangOffLocal(cloud, 2); !d.Refused || !strings.Contains(d.Reasons[0], "backend aws-eu (aws)") || !strings.Contains(d.Reasons[0], "resources.nodes 2") {
+		t.Fatalf("gang to aws: %+v", d)
+	}
+	if d := refuseGangOffLocal(cloud, 1); d.Refused {
+		t.Fatalf("one node to aws refused: %+v", d)
+	}
+	local := cloud
+	local.Backend = "local"
+	if d := refuseGangOffLocal(local, 2); d.Refused {
+		t.Fatalf("gang to local refused: %+v", d)
 	}
 }
 

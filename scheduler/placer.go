@@ -13,6 +13,7 @@ import (
 
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/scheduler/placement"
 	"github.com/lathe-ml/lathe/scheduler/policy"
 )
 
@@ -197,22 +198,37 @@ type enqueuer struct {
 // enqueue puts attempt of job id on node's queue. A failure is logged and
 // left to the repair loop: the job is already dispatched in the store.
 func (e *enqueuer) enqueue(ctx context.Context, id string, attempt int, node string, maxRuntime time.Duration) {
-	payload, _ := json.Marshal(jobtype.TaskPayload{JobID: id, Attempt: attempt})
+	e.put(ctx, jobtype.TaskPayload{JobID: id, Attempt: attempt}, jobtype.TaskID(id, attempt), node, maxRuntime)
+}
+
+// enqueueGang puts one task per rank of gang attempt of job id on its
+// rank's node queue (TaskID <job>:<attempt>:<rank>), as enqueue does.
+func (e *enqueuer) enqueueGang(ctx context.Context, id string, attempt int, ranks []jobtype.GangRank, maxRuntime time.Duration) {
+	for r, m := range ranks {
+		e.put(ctx, jobtype.TaskPayload{JobID: id, Attempt: attempt, Rank: &r}, jobtype.RankTaskID(id, attempt, r), m.Node, maxRuntime)
+	}
+}
+
+// put enqueues one task: MaxRetry 0 (a retry is a new attempt, the
+// store's), a timeout past max_runtime and the kill grace (the worker ends
+// the attempt at max_runtime; asynq's deadline never comes first).
+func (e *enqueuer) put(ctx context.Context, p jobtype.TaskPayload, taskID, node string, maxRuntime time.Duration) {
+	payload, _ := json.Marshal(p)
 	if maxRuntime <= 0 {
 		maxRuntime = e.defaultMaxRuntime
 	}
 	task := asynq.NewTask(jobtype.TaskType, payload)
 	_, err := e.client.EnqueueContext(ctx, task,
-		asynq.TaskID(jobtype.TaskID(id, attempt)),
+		asynq.TaskID(taskID),
 		asynq.Queue(jobtype.NodeQueue(node)),
 		asynq.MaxRetry(0),
 		asynq.Timeout(maxRuntime+e.killGrace+time.Minute),
 	)
 	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
-		e.log.Warn("placer: enqueue failed; the repair loop will retry", slog.String("job_id", id), slog.Int("attempt", attempt), slog.Any("err", err))
+		e.log.Warn("placer: enqueue failed; the repair loop will retry", slog.String("task_id", taskID), slog.Any("err", err))
 		return
 	}
-	e.log.Debug("dispatched", slog.String("job_id", id), slog.Int("attempt", attempt), slog.String("node", node))
+	e.log.Debug("dispatched", slog.String("task_id", taskID), slog.String("node", node))
 }
 
 // apply writes a round's plan, in this order: the re-routings with their
@@ -269,6 +285,13 @@ func (p *placer) apply(ctx context.Context, in *policy.RoundInput, plan policy.R
 func (p *placer) dispatchCloud(ctx context.Context, cds []policy.CloudDispatch, offWaits []policy.OffWait) ([]policy.OffWait, bool) {
 	for _, cd := range cds {
 		j, b := cd.Job, cd.Backend
+		if n := j.Spec.Resources.Nodes; n > 1 {
+			// Admission refuses these off the local pool; a spill-over
+			// must not put one on a cloud queue either.
+			offWaits = append(offWaits, policy.OffWait{ID: j.ID, Code: "cloud", Reason: fmt.Sprintf("resources.nodes %d: backend %s (%s) does not run jobs that span nodes; it waits for the local pool",
+				n, b.Name, b.Kind)})
+			continue
+		}
 		err := p.store.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: j.Attempt, Node: cd.Node, Backend: b.Name,
 			Capacity: b.MaxInstances, Fence: p.fence()})
 		switch {
@@ -297,23 +320,14 @@ func (p *placer) dispatchCloud(ctx context.Context, cds []policy.CloudDispatch, 
 func (p *placer) dispatchLocal(ctx context.Context, in *policy.RoundInput, plan policy.RoundPlan) bool {
 	for _, a := range plan.Place.Assign {
 		j := in.Jobs[a.JobID]
+		var err error
 		if len(a.Gang) > 1 {
-			// Admission refuses jobs that span nodes: no worker starts one
-			// attempt on several, and none may run it on the first alone.
-			p.log.Warn("placer: not dispatching a job that spans nodes", slog.String("job_id", j.ID), slog.Int("nodes", len(a.Gang)))
-			continue
+			err = p.dispatchGang(ctx, j, a)
+		} else {
+			err = p.dispatchOne(ctx, j, a, plan)
 		}
-		capacity := 0
-		for _, n := range plan.Snap.Nodes {
-			if n.Name == a.Node {
-				capacity = n.CPUSlots
-			}
-		}
-		err := p.store.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: j.Attempt, Node: a.Node, Backend: "local",
-			Capacity: capacity, GPUs: a.GPUs, Fence: p.fence()})
 		switch {
 		case err == nil:
-			p.queue.enqueue(ctx, j.ID, j.Attempt, a.Node, j.Spec.MaxRuntime.D())
 		case errors.Is(err, jobstore.ErrNodeFull), errors.Is(err, jobstore.ErrConflict):
 			// The read went stale (a reservation or a cancel meanwhile): next round.
 			p.log.Debug("placer: dispatch lost to a newer state", slog.String("job_id", j.ID), slog.Any("err", err))
@@ -327,6 +341,39 @@ func (p *placer) dispatchLocal(ctx context.Context, in *policy.RoundInput, plan 
 		}
 	}
 	return true
+}
+
+// dispatchOne reserves a's GPUs (or a CPU slot) on its node for j and
+// enqueues its attempt.
+func (p *placer) dispatchOne(ctx context.Context, j *jobtype.Job, a placement.Assignment, plan policy.RoundPlan) error {
+	capacity := 0
+	for _, n := range plan.Snap.Nodes {
+		if n.Name == a.Node {
+			capacity = n.CPUSlots
+		}
+	}
+	err := p.store.Dispatch(ctx, jobstore.DispatchParams{JobID: j.ID, Attempt: j.Attempt, Node: a.Node, Backend: "local",
+		Capacity: capacity, GPUs: a.GPUs, Fence: p.fence()})
+	if err == nil {
+		p.queue.enqueue(ctx, j.ID, j.Attempt, a.Node, j.Spec.MaxRuntime.D())
+	}
+	return err
+}
+
+// dispatchGang reserves every rank's GPUs of gang assignment a for j, or
+// none (jobstore.DispatchGang: rank r is a.Gang[r]), and enqueues one task
+// per rank on its node's queue.
+func (p *placer) dispatchGang(ctx context.Context, j *jobtype.Job, a placement.Assignment) error {
+	ranks := make([]jobtype.GangRank, len(a.Gang))
+	for r, m := range a.Gang {
+		ranks[r] = jobtype.GangRank{Node: m.Node, GPUs: m.GPUs}
+	}
+	err := p.store.DispatchGang(ctx, j.ID, j.Attempt, ranks, p.fence())
+	if err == nil {
+		p.log.Info("placer: dispatched a gang", slog.String("job_id", j.ID), slog.Int("attempt", j.Attempt), slog.Any("ranks", ranks))
+		p.queue.enqueueGang(ctx, j.ID, j.Attempt, ranks, j.Spec.MaxRuntime.D())
+	}
+	return err
 }
 
 // preempt asks each victim of the plan's preemptions to stop.

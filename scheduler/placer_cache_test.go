@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
@@ -95,12 +97,11 @@ func TestPlacerRoundSeesWritesBetweenRounds(t *testing.T) {
 	}
 }
 
-// TestPlacerNeverDispatchesAGang: a job that spans nodes, stored without
-// admission (which refuses it), is placed by the pure plan as a gang, but
-// the leader does not dispatch it: no worker runs one attempt on several
-// nodes, and dispatching its first node alone would run it on one. A job
-// of one GPU beside it is dispatched. A real redis-server; no worker.
-func TestPlacerNeverDispatchesAGang(t *testing.T) {
+// TestPlacerDispatchesAGangAsAWhole: a job that spans nodes is dispatched
+// as one gang attempt: every rank's GPUs reserved at once on distinct
+// nodes, the ranks recorded on the job, and one task per rank
+// (<job>:<attempt>:<rank>, no retry) on that rank's node queue.
+func TestPlacerDispatchesAGangAsAWhole(t *testing.T) {
 	p, store := testPlacer(t)
 	ctx := context.Background()
 	newJob := func(name string, nodes int) jobstore.NewJob {
@@ -126,8 +127,19 @@ func TestPlacerNeverDispatchesAGang(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if states[0] != jobtype.StateQueued || states[1] != jobtype.StateDispatched {
-		t.Fatalf("gang %s, one-GPU job %s; want queued and dispatched", states[0], states[1])
+	if states[0] != jobtype.StateDispatched || states[1] != jobtype.StateDispatched {
+		t.Fatalf("gang %s, one-GPU job %s; want both dispatched", states[0], states[1])
+	}
+	g, err := store.GangOf(ctx, gang)
+	if err != nil || g == nil || len(g.Ranks) != 2 || g.Ranks[0].Node == g.Ranks[1].Node {
+		t.Fatalf("gang record: %+v %v", g, err)
+	}
+	insp := asynq.NewInspectorFromRedisClient(store.Redis())
+	for r, m := range g.Ranks {
+		info, err := insp.GetTaskInfo(jobtype.NodeQueue(m.Node), jobtype.RankTaskID(gang, 1, r))
+		if err != nil || info.MaxRetry != 0 {
+			t.Fatalf("rank %d's task on %s: %+v %v", r, m.Node, info, err)
+		}
 	}
 }
 

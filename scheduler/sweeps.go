@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -99,6 +100,9 @@ func (ad *admission) buildTrials(team string, exp *sweepspec.Expansion, from, to
 		fes, ok := memo[at]
 		if !ok {
 			fes = ad.admissible(team, sp)
+			if sp.Resources.Nodes > 1 {
+				fes = append(fes, jobspec.FieldError{Field: "resources.nodes", Value: strconv.Itoa(sp.Resources.Nodes), Message: msgMultiNode})
+			}
 			memo[at] = fes
 		}
 		for _, fe := range fes {

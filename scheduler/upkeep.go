@@ -239,12 +239,26 @@ func (d *repairer) run(ctx context.Context) {
 		if j.State != jobtype.StateDispatched || time.Since(j.UpdatedAt) < d.repairAfter {
 			continue
 		}
-		if !live[j.Node] && !jobtype.IsCloudNode(j.Node) {
+		if (!live[j.Node] && !jobtype.IsCloudNode(j.Node)) || gangNodeLost(j, live) {
 			d.requeueLost(ctx, j)
 			continue
 		}
 		d.enqueueMissing(ctx, j)
 	}
+}
+
+// gangNodeLost reports whether a rank of j's current gang attempt is on a
+// node that is not live (its whole attempt is placed again).
+func gangNodeLost(j *jobtype.Job, live map[string]bool) bool {
+	if j.Gang == nil || j.Gang.Attempt != j.Attempt {
+		return false
+	}
+	for _, m := range j.Gang.Ranks {
+		if !live[m.Node] {
+			return true
+		}
+	}
+	return false
 }
 
 // requeueLost puts dispatched attempt j back in the queue: its node died
@@ -264,24 +278,48 @@ func (d *repairer) requeueLost(ctx context.Context, j *jobtype.Job) {
 // still has j dispatched at that attempt; a task archived or completed
 // unclaimed is deleted first. An error asking asynq leaves it for the
 // next pass.
+//
+// A gang's attempt has a task per rank (jobtype.RankTaskID); a rank whose
+// task is missing while it is still dispatched gets it again.
 func (d *repairer) enqueueMissing(ctx context.Context, j *jobtype.Job) {
-	q, tid := jobtype.NodeQueue(j.Node), jobtype.TaskID(j.ID, j.Attempt)
+	if g := j.Gang; g != nil && g.Attempt == j.Attempt {
+		for r, m := range g.Ranks {
+			if d.taskMissing(jobtype.NodeQueue(m.Node), jobtype.RankTaskID(j.ID, j.Attempt, r)) && d.stillDispatched(ctx, j) {
+				d.log.Warn("repair: a dispatched gang rank had no task; enqueueing again", slog.String("job_id", j.ID), slog.Int("attempt", j.Attempt), slog.Int("rank", r))
+				d.queue.enqueueGang(ctx, j.ID, j.Attempt, g.Ranks[r:r+1], j.Spec.MaxRuntime.D())
+			}
+		}
+		return
+	}
+	if !d.taskMissing(jobtype.NodeQueue(j.Node), jobtype.TaskID(j.ID, j.Attempt)) || !d.stillDispatched(ctx, j) {
+		return
+	}
+	d.log.Warn("repair: dispatched attempt had no task; enqueueing again", slog.String("job_id", j.ID), slog.Int("attempt", j.Attempt))
+	d.queue.enqueue(ctx, j.ID, j.Attempt, j.Node, j.Spec.MaxRuntime.D())
+}
+
+// taskMissing reports whether task tid is missing from queue q (not
+// pending, active or scheduled); one archived or completed unclaimed is
+// deleted. An error asking asynq counts as not missing (the next pass).
+func (d *repairer) taskMissing(q, tid string) bool {
 	info, err := d.tasks.GetTaskInfo(q, tid)
 	switch {
 	case err == nil && (info.State == asynq.TaskStatePending || info.State == asynq.TaskStateActive || info.State == asynq.TaskStateScheduled):
-		return
+		return false
 	case err == nil:
 		// Archived or completed while the job is still dispatched: the
 		// handler never claimed it. Remove and enqueue again.
 		_ = d.tasks.DeleteTask(q, tid)
 	case !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound):
-		return
+		return false
 	}
-	if cur, err := d.store.Get(ctx, j.ID); err != nil || cur.State != jobtype.StateDispatched || cur.Attempt != j.Attempt {
-		return
-	}
-	d.log.Warn("repair: dispatched attempt had no task; enqueueing again", slog.String("job_id", j.ID), slog.Int("attempt", j.Attempt))
-	d.queue.enqueue(ctx, j.ID, j.Attempt, j.Node, j.Spec.MaxRuntime.D())
+	return true
+}
+
+// stillDispatched reports whether the store still has j dispatched at its attempt.
+func (d *repairer) stillDispatched(ctx context.Context, j *jobtype.Job) bool {
+	cur, err := d.store.Get(ctx, j.ID)
+	return err == nil && cur.State == jobtype.StateDispatched && cur.Attempt == j.Attempt
 }
 
 // pruneEvery is how often the leader applies the retention of finished jobs.

@@ -121,6 +121,11 @@ func (a *cloudAttempt) retryOrFail(reason, msg string) endFunc {
 // site of any place its data comes from or goes to, lacks (a task put on
 // the queue by hand, a stale decision).
 func (a *cloudAttempt) checkResidency() endFunc {
+	if n := a.job.Spec.Resources.Nodes; n > 1 {
+		// Only the local pool's lathed workers run a gang's ranks.
+		return a.fail(jobtype.ReasonPermanent, fmt.Sprintf("resources.nodes %d: backend %s (%s) does not run jobs that span nodes: refused before anything was copied or launched",
+			n, a.c.b.Name, a.c.b.Kind))
+	}
 	problem, logs := residencyProblem(a.c.cfg.Routing, a.c.b, a.job, [][2]string{{"checkpoints", a.c.b.CheckpointURI}, {"work_uri", a.c.b.WorkURI}})
 	if problem != "" {
 		return a.fail(jobtype.ReasonResidency, problem+": refused before anything was copied or launched")

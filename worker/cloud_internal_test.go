@@ -263,3 +263,16 @@ func TestCloudJobCarriesTrainerPassEnv(t *testing.T) {
 		t.Errorf("a token in pass_env: %v, want an error naming trainers.s3.pass_env[0] and the name", err)
 	}
 }
+
+// TestCloudRefusesJobThatSpansNodes: a job of resources.nodes 2 on an AWS
+// worker's queue (routing never sends one; a task queued by hand) is
+// refused before anything is copied or launched, naming the backend.
+func TestCloudRefusesJobThatSpansNodes(t *testing.T) {
+	job := &jobtype.Job{ID: "j-1", Attempt: 1, OutputURI: "file:///out/j-1",
+		Spec: jobspec.Spec{Residency: []string{"eu"}, Dataset: "s3://eu-data/t.jsonl", Resources: jobspec.Resources{GPUs: 1, Nodes: 2}}}
+	a := testAttempt(t, cloudTestConfig, job)
+	got := refusalText(a)
+	if !strings.Contains(got, "resources.nodes 2: backend aws-eu (aws) does not run jobs that span nodes") || !strings.Contains(got, "reason=permanent") {
+		t.Fatalf("refusal %q", got)
+	}
+}

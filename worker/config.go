@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -46,6 +47,12 @@ type Config struct {
 	// implicit site "local" carries [onprem].
 	Site     string
 	SiteTags []string
+	// AdvertiseAddr is the IP address the other nodes reach this one at:
+	// MASTER_ADDR of a gang whose rank 0 runs here (torchrun's rendezvous),
+	// and the heartbeat's addr. Default: the host's first non-loopback
+	// IPv4 address; loopback only when it has none (a gang across machines
+	// then cannot meet). Must be an IP address, not unspecified.
+	AdvertiseAddr string
 	// CheckpointRoot is where checkpoints live, one folder per job. On a
 	// pool of several nodes it must be storage they all mount at the same
 	// path, so that another node can resume a job. Default DataDir/checkpoints.
@@ -256,7 +263,41 @@ func (c *Config) identity() error {
 		return fmt.Errorf("worker: data dir %q: %w", c.DataDir, err)
 	}
 	c.DataDir = abs
+	return c.advertise()
+}
+
+// advertise checks AdvertiseAddr, or picks the default.
+func (c *Config) advertise() error {
+	if c.AdvertiseAddr == "" {
+		c.AdvertiseAddr = firstIPv4()
+		return nil
+	}
+	ip := net.ParseIP(c.AdvertiseAddr)
+	if ip == nil || ip.IsUnspecified() || ip.IsMulticast() {
+		return fmt.Errorf("worker: advertise address %q: must be a unicast IP address the other nodes reach this one at", c.AdvertiseAddr)
+	}
 	return nil
+}
+
+// firstIPv4 is the host's first non-loopback IPv4 address (by interface
+// order), or 127.0.0.1 when it has none.
+func firstIPv4() string {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "127.0.0.1"
+	}
+	for _, in := range ifs {
+		if in.Flags&net.FlagUp == 0 || in.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := in.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+				return n.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
 }
 
 // defaultPlaces fills the slots, the site, the GPU source, the folders

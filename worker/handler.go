@@ -43,14 +43,23 @@ var errFenced = errors.New("lease not renewed for half its length: self-fencing"
 func (w *Worker) handle(ctx context.Context, t *asynq.Task) error {
 	w.inflight.Add(1)
 	defer w.inflight.Done()
-	job, log, err := claimTask(ctx, t, w.log, w.store, func() bool { return w.stopCtx.Err() != nil },
+	rank := taskRank(t)
+	base := w.log
+	if rank != nil {
+		base = base.With(slog.Int("rank", *rank))
+		defer w.lockRank(t)()
+	}
+	job, log, err := claimTask(ctx, t, base, w.store, func() bool { return w.stopCtx.Err() != nil },
 		func(ctx context.Context, id string, attempt int) (jobstore.ClaimOutcome, error) {
+			if rank != nil {
+				return w.claimRank(ctx, id, attempt, *rank)
+			}
 			return w.store.Claim(ctx, jobstore.ClaimParams{ID: id, Attempt: attempt, Node: w.cfg.Node, Incarnation: w.incarnation, Lease: w.cfg.LeaseTTL})
 		})
 	if job == nil {
 		return err
 	}
-	end := w.runAttempt(ctx, log, job, job.Attempt)
+	end := w.runAttempt(ctx, log, job, job.Attempt, rank)
 	return w.record(log, end)
 }
 
@@ -141,14 +150,16 @@ type localAttempt struct {
 	// and its HOME ("" : lathed's).
 	runAs *trainer.Credential
 	home  string
+	// rank is the gang rank this attempt runs (gang.go); nil: not a gang's.
+	rank *int
 
 	cleanup []func() // run last first when the attempt is over, like defers
 }
 
 // runAttempt runs the trainer for a claimed attempt and returns the store
 // write that records how it ended.
-func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobtype.Job, attempt int) func(context.Context) error {
-	a := &localAttempt{w: w, maxRuntime: job.Spec.MaxRuntime.D(),
+func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobtype.Job, attempt int, rank *int) func(context.Context) error {
+	a := &localAttempt{w: w, maxRuntime: job.Spec.MaxRuntime.D(), rank: rank,
 		attemptEnd: attemptEnd{store: w.store, job: job, n: attempt, maxAttempts: w.cfg.MaxAttempts, log: log}}
 	defer a.close()
 	if end := a.prepare(); end != nil {
@@ -178,10 +189,11 @@ func (a *localAttempt) prepare() endFunc {
 		return a.fail(jobtype.ReasonResidency, fmt.Sprintf("node %s is in site %s (tags %s), which lacks residency tag(s) %s of the job: refused before anything ran",
 			w.cfg.Node, w.cfg.Site, strings.Join(w.cfg.SiteTags, ","), strings.Join(missing, ",")))
 	}
-	if n := job.Spec.Resources.Nodes; n > 1 {
-		// Admission refuses these; a record made by hand must not run a
-		// gang's work on one node.
-		return a.fail(jobtype.ReasonPermanent, fmt.Sprintf("resources.nodes %d: a lathed worker does not run a job across nodes yet: refused before anything ran", n))
+	if n := job.Spec.Resources.Nodes; n > 1 && (a.rank == nil || job.Gang == nil || job.Gang.Attempt != a.n) {
+		// A gang runs from its per-rank tasks (gang.go); a task without a
+		// rank (put on a queue by hand, or dispatched to one node) must not
+		// run a gang's work on one node.
+		return a.fail(jobtype.ReasonPermanent, fmt.Sprintf("resources.nodes %d: this task runs no rank of a gang dispatched to %d nodes (a job spanning nodes runs one task per rank): refused before anything ran", n, n))
 	}
 	var err error
 	if a.argv, err = w.trainerArgv(job); err != nil {
@@ -258,7 +270,17 @@ func (a *localAttempt) takeUser() error {
 	default:
 		return nil
 	}
-	dirs := []string{a.workDir, a.outDir, a.inputsDir, a.ckptDir}
+	ckptDir := a.ckptDir
+	if a.rank != nil && *a.rank > 0 {
+		// A gang's checkpoint folder is rank 0's: the other ranks' workers
+		// leave it alone (handing it to their own trainer user would take
+		// it from rank 0's). Their trainers get the resume step from rank 0.
+		ckptDir = ""
+	}
+	dirs := []string{a.workDir, a.outDir, a.inputsDir}
+	if ckptDir != "" {
+		dirs = append(dirs, ckptDir)
+	}
 	a.onClose(func() {
 		for _, d := range dirs {
 			if err := pathpolicy.ChownTree(d, os.Geteuid(), os.Getegid()); err != nil {
@@ -275,7 +297,7 @@ func (a *localAttempt) takeUser() error {
 			}
 		})
 	}
-	return w.handOver(a.runAs, a.workDir, a.outDir, a.inputsDir, a.ckptDir)
+	return w.handOver(a.runAs, a.workDir, a.outDir, a.inputsDir, ckptDir)
 }
 
 // pin pins the reserved GPUs and builds the trainer's environment (the
@@ -301,6 +323,18 @@ func (a *localAttempt) pin(ctx context.Context) endFunc {
 	}
 	if a.home != "" {
 		a.env = append(a.env, "HOME="+a.home)
+	}
+	if a.rank != nil {
+		g, end := a.rendezvous(ctx)
+		if g == nil {
+			if end == nil {
+				end = func(context.Context) error { return nil }
+			}
+			return end
+		}
+		a.env = append(a.env, rendezvousEnv(g, *a.rank, job.Spec.Resources.GPUs)...)
+		a.env = append(a.env, socketEnv(w.cfg.AdvertiseAddr)...)
+		a.log.Info("gang rendezvous", slog.String("master_addr", g.Addr), slog.Int("master_port", g.Port), slog.Int("nodes", len(g.Ranks)))
 	}
 	if w.cfg.uids != nil {
 		a.env = append(a.env, "USER="+trainerUser, "LOGNAME="+trainerUser)
@@ -339,12 +373,18 @@ func (a *localAttempt) execute(taskCtx context.Context) trainerRun {
 	// (SIGSTOP): fed on each lease renewal, it fires when keepLease would
 	// fence, so the trainer is gone before the scheduler may reap.
 	wd := trainer.NewWatchdog(w.cfg.LeaseTTL / 2)
-	go w.keepLease(runCtx, cancel, a.log, job.ID, a.n, wd)
+	go w.keepLease(runCtx, cancel, a.log, a.renewer(), wd)
 
 	sink := newEventSink(w.store, job.ID, a.n, a.log, cancel)
 	a.track(sink)
 	go sink.loop()
-	go w.monitor(runCtx, cancel, a.log, job.ID, job.GPUs, sink)
+	watched := job.GPUs
+	if a.rank != nil && *a.rank > 0 {
+		// A gang's GPU series and hang check are rank 0's: the ranks'
+		// collectives stall together, and ranks > 0 print no progress.
+		watched = nil
+	}
+	go w.monitor(runCtx, cancel, a.log, job.ID, watched, sink)
 	if h := testHookBeforeTrainer.Load(); h != nil {
 		(*h)(job)
 	}
@@ -396,6 +436,9 @@ func (a *localAttempt) track(sink *eventSink) {
 func (a *localAttempt) result(r trainerRun) endFunc {
 	switch r.res.Outcome {
 	case trainer.Succeeded:
+		if a.rank != nil {
+			return a.gangSucceeded(r)
+		}
 		if end := a.pauseEnd(r); end != nil {
 			return end
 		}
@@ -416,23 +459,33 @@ func (a *localAttempt) result(r trainerRun) endFunc {
 // publish copies the artifacts of a trainer that succeeded into the job's
 // output folder and ends the attempt succeeded.
 func (a *localAttempt) publish(r trainerRun) endFunc {
+	arts, end := a.publishArtifacts(r)
+	if end != nil {
+		return end
+	}
+	metrics := r.sink.metrics()
+	a.w.recordStepTime(a.job, r.res, r.sink, a.log)
+	return a.succeeded(metrics, arts)
+}
+
+// publishArtifacts copies the artifacts the trainer reported into the
+// job's output folder; a non-nil end fails the attempt.
+func (a *localAttempt) publishArtifacts(r trainerRun) ([]jobtype.Artifact, endFunc) {
 	w, job := a.w, a.job
 	roots, key := w.rootsOf(job)
 	dest, err := openOutput(roots, key, w.outputDeny(), job.OutputURI)
 	if err != nil {
-		return a.fail(outputReason(w.cfg.AllowedRoots, job.OutputURI, err), err.Error())
+		return nil, a.fail(outputReason(w.cfg.AllowedRoots, job.OutputURI, err), err.Error())
 	}
 	defer dest.Close()
 	arts, err := publishArtifacts(a.outFD, dest, r.sink.artifacts())
 	if err != nil {
-		return a.fail(artifactsReason(err), "artifacts: "+err.Error())
+		return nil, a.fail(artifactsReason(err), "artifacts: "+err.Error())
 	}
 	for i := range arts {
 		arts[i].Residency, arts[i].Site = job.Spec.Residency, w.cfg.Site
 	}
-	metrics := r.sink.metrics()
-	w.recordStepTime(job, r.res, r.sink, a.log)
-	return a.succeeded(metrics, arts)
+	return arts, nil
 }
 
 // stopped ends an attempt whose trainer this worker stopped, as the cause
@@ -482,7 +535,7 @@ func (a *localAttempt) stopped(cause error) endFunc {
 // path was missed still lands within a CancelPoll. When the store says the
 // attempt is no longer ours, the trainer is stopped (errLost); when Redis
 // cannot be reached for half the lease, too (errFenced).
-func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, id string, attempt int, wd *trainer.Watchdog) {
+func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, renew func(context.Context) (bool, error), wd *trainer.Watchdog) {
 	t := time.NewTicker(w.cfg.CancelPoll)
 	defer t.Stop()
 	lastOK := time.Now()
@@ -493,7 +546,7 @@ func (w *Worker) keepLease(ctx context.Context, cancel context.CancelCauseFunc, 
 		case <-t.C:
 		}
 		rctx, rc := context.WithTimeout(ctx, w.cfg.CancelPoll)
-		req, err := w.store.Renew(rctx, id, attempt, w.incarnation, w.cfg.LeaseTTL)
+		req, err := renew(rctx)
 		rc()
 		switch {
 		case err == nil:
@@ -537,11 +590,17 @@ func (w *Worker) handOver(c *trainer.Credential, workDir, outDir, inputsDir, ckp
 		return fmt.Errorf("worker: hand %s over to uid %d: %w", workDir, c.UID, err)
 	}
 	for _, d := range []string{outDir, inputsDir, ckptDir} {
+		if d == "" {
+			continue
+		}
 		if err := pathpolicy.ChownTree(d, int(c.UID), int(c.GID)); err != nil {
 			return fmt.Errorf("worker: hand %s over to uid %d: %w", d, c.UID, err)
 		}
 	}
 	for _, d := range []string{workDir, outDir, inputsDir, ckptDir} {
+		if d == "" {
+			continue
+		}
 		if err := os.Chmod(d, 0o700); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("worker: hand %s over to uid %d: %w", d, c.UID, err)
 		}
@@ -579,7 +638,11 @@ func trainerArgvOf(cfg Config, job *jobtype.Job, gpus int, where string) ([]stri
 		// zero member of an IntFlag that 3.11 no longer iterates).
 		l.Torchrun = false
 	}
-	return launchArgv(tmpl, l, gpus, placeholders(cfg, job.Spec.BaseModel))
+	argv, err := launchArgv(tmpl, l, gpus, placeholders(cfg, job.Spec.BaseModel))
+	if err == nil && job.Spec.Resources.Nodes > 1 && l.Torchrun && len(l.Argv) == 0 {
+		argv = gangArgv(argv)
+	}
+	return argv, err
 }
 
 // tinyChar is the built-in demo model, which runs under Config.DemoPython.
@@ -612,6 +675,19 @@ func launchArgv(tmpl []string, l Launcher, gpus int, r *strings.Replacer) ([]str
 		argv = append([]string{argv[0], "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=" + n}, argv[1:]...)
 	}
 	return argv, nil
+}
+
+// gangArgv is argv for a rank of a gang: torchrun meets the other nodes
+// (its --nnodes, --node-rank, --master-addr and --master-port come from
+// PET_* in rendezvousEnv) instead of running standalone.
+func gangArgv(argv []string) []string {
+	out := argv[:0:0]
+	for _, a := range argv {
+		if a != "--standalone" && a != "--nnodes=1" {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // checkPaths refuses a job whose file:// dataset, eval dataset or output

@@ -206,6 +206,22 @@ func (w *Worker) purgeStaleTasks(ctx context.Context) {
 	purgeStaleTasks(ctx, w.rdb, w.store, w.cfg.Node, w.log)
 }
 
+// taskCurrent reports whether task p on node's queue is still one the
+// store wants run: its attempt dispatched to node, or, for a gang's rank,
+// that rank of the current attempt (dispatched, or running once rank 0
+// claimed) placed on node.
+func taskCurrent(j *jobtype.Job, p jobtype.TaskPayload, node string) bool {
+	if j.Attempt != p.Attempt {
+		return false
+	}
+	if p.Rank == nil {
+		return j.State == jobtype.StateDispatched && j.Node == node
+	}
+	r, g := *p.Rank, j.Gang
+	return (j.State == jobtype.StateDispatched || j.State == jobtype.StateRunning) &&
+		g != nil && g.Attempt == p.Attempt && r >= 0 && r < len(g.Ranks) && g.Ranks[r].Node == node
+}
+
 // purgeStaleTasks deletes the tasks of node's queue whose attempt is no
 // longer dispatched to node, and its archived tasks (local and cloud workers).
 func purgeStaleTasks(ctx context.Context, rdb redis.UniversalClient, store *jobstore.Store, node string, log *slog.Logger) {
@@ -222,8 +238,7 @@ func purgeStaleTasks(ctx context.Context, rdb redis.UniversalClient, store *jobs
 			continue // malformed: the handler drops it with a log line
 		}
 		j, err := store.Get(ctx, p.JobID)
-		stale := errors.Is(err, jobstore.ErrNotFound) ||
-			(err == nil && (j.State != jobtype.StateDispatched || j.Attempt != p.Attempt || j.Node != node))
+		stale := errors.Is(err, jobstore.ErrNotFound) || (err == nil && !taskCurrent(j, p, node))
 		if stale && insp.DeleteTask(q, ti.ID) == nil {
 			purged++
 		}

@@ -46,9 +46,10 @@ func TestRefusesJobOutsideItsResidency(t *testing.T) {
 	}
 }
 
-// TestRefusesJobThatSpansNodes: a task put on this node's queue by hand for
-// a job of resources.nodes 2 (admission refuses these) fails permanently
-// before its trainer starts: a worker never runs a gang's work on one node.
+// TestRefusesJobThatSpansNodes: a task without a rank put on this node's
+// queue by hand for a job of resources.nodes 2 (dispatched to this node
+// alone, not as a gang) fails permanently before its trainer starts: a
+// worker never runs a gang's work on one node.
 func TestRefusesJobThatSpansNodes(t *testing.T) {
 	b := setup(t, map[string]string{"reference": okTrainer})
 	spec := &jobspec.Spec{Name: "g", BaseModel: "tiny-char", Dataset: "file:///d.jsonl", Trainer: "reference",

@@ -64,6 +64,11 @@ func (a *slurmAttempt) ending() attemptEnd {
 // records it, or nil when there is nothing to write (detached, or lost to
 // the store).
 func (a *slurmAttempt) run(ctx context.Context) endFunc {
+	if n := a.job.Spec.Resources.Nodes; n > 1 {
+		// Only the local pool's lathed workers run a gang's ranks.
+		return a.ending().fail(jobtype.ReasonPermanent, fmt.Sprintf("resources.nodes %d: backend %s (slurm) does not run jobs that span nodes: refused before anything was submitted to Slurm",
+			n, a.s.b.Name))
+	}
 	problem, logs := residencyProblem(a.s.cfg.Routing, a.s.b, a.job, [][2]string{{"checkpoints", a.s.b.CheckpointURI}})
 	if problem != "" {
 		return a.ending().fail(jobtype.ReasonResidency, problem+": refused before anything was submitted to Slurm")

@@ -277,3 +277,14 @@ func TestSlurmStepFilesNoLinks(t *testing.T) {
 		}
 	}
 }
+
+// TestSlurmRefusesJobThatSpansNodes: a gang put on the slurm backend's
+// queue by hand (admission and the placer never send one) fails for good
+// before anything is submitted to Slurm.
+func TestSlurmRefusesJobThatSpansNodes(t *testing.T) {
+	fake := &fakeSlurm{jobs: map[string]slurm.Job{}}
+	j := runSlurmAttempt(t, fake, func(s *Slurm, job *jobtype.Job) { job.Spec.Resources.Nodes = 2 })
+	if j.State != jobtype.StateFailed || j.Reason != jobtype.ReasonPermanent || !strings.Contains(j.Error, "span nodes") || fake.submits != 0 {
+		t.Fatalf("job %s %s %q, %d submits; want failed (permanent) with nothing submitted", j.State, j.Reason, j.Error, fake.submits)
+	}
+}

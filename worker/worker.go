@@ -42,6 +42,10 @@ type Worker struct {
 	started  bool
 	stopped  bool
 	inflight sync.WaitGroup
+	// rankLocks holds a lock per gang job with a rank here (lockRank),
+	// guarded by rankMu; an entry goes when nobody holds or waits for it.
+	rankMu    sync.Mutex
+	rankLocks map[string]*rankLock
 
 	invMu    sync.Mutex
 	inv      nvmlinventory.Inventory // last reading
@@ -80,7 +84,7 @@ func (w *Worker) nodeInfo() jobstore.Node {
 	inv := w.lastInventory()
 	return jobstore.Node{Name: w.cfg.Node, Incarnation: w.incarnation, Backend: "local", Slots: w.cfg.Slots,
 		GPUs: w.nodeGPUs(inv), Driver: inv.Driver, CUDA: inv.CUDA, Simulated: inv.Simulated,
-		CheckpointRoot: w.cfg.CheckpointRoot, Host: host, PID: os.Getpid()}
+		CheckpointRoot: w.cfg.CheckpointRoot, Addr: w.cfg.AdvertiseAddr, Host: host, PID: os.Getpid()}
 }
 
 // predecessorDead reports whether p, a heartbeat under this node's name,

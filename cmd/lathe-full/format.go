@@ -161,6 +161,9 @@ func placementRows(j *jobtype.Job) [][2]string {
 	if j.CUDAVisibleDevices != "" {
 		rows = append(rows, [2]string{"CUDA_VISIBLE_DEVICES", j.CUDAVisibleDevices})
 	}
+	if g := j.Gang; g != nil && g.Attempt == j.Attempt {
+		rows = append(rows, [2]string{"Ranks", gangCell(g)})
+	}
 	if j.Route != nil {
 		rows = append(rows, [2]string{"Route", j.Route.Backend + " (site " + j.Route.Site + ")"})
 	}
@@ -182,6 +185,24 @@ func placementRows(j *jobtype.Job) [][2]string {
 		rows = append(rows, [2]string{"Preempted", plural(j.Preemptions, "time")})
 	}
 	return rows
+}
+
+// gangCell is a gang attempt's ranks, "0 node-a [0,1], 1 node-b [0,1];
+// rendezvous 10.0.0.1:29500" (no rendezvous before rank 0 claimed).
+func gangCell(g *jobtype.Gang) string {
+	parts := make([]string, len(g.Ranks))
+	for r, m := range g.Ranks {
+		gpus := make([]string, len(m.GPUs))
+		for i, x := range m.GPUs {
+			gpus[i] = strconv.Itoa(x)
+		}
+		parts[r] = fmt.Sprintf("%d %s [%s]", r, m.Node, strings.Join(gpus, ","))
+	}
+	cell := strings.Join(parts, ", ")
+	if g.Port > 0 {
+		cell += fmt.Sprintf("; rendezvous %s:%d", g.Addr, g.Port)
+	}
+	return cell
 }
 
 // waitRows are a queued job's place in line: "Position: 3 in line",

@@ -46,17 +46,7 @@ func startTwoNodes(t *testing.T) *twoNodes {
 	port := redistest.FreePort(t)
 	base := t.TempDir()
 	cfg := filepath.Join(base, "lathe.yaml")
-	writeNodesFile(t, cfg, fmt.Sprintf(`worker:
-  lease_ttl: 3s
-  heartbeat_ttl: 3s
-  kill_grace: 2s
-  checkpoint_root: %s
-scheduler:
-  reap_grace: 1s
-  place_interval: 100ms
-jobs:
-  allowed_roots: [%s, %s]
-`, filepath.Join(base, "checkpoints"), base, root))
+	writeNodesFile(t, cfg, shortLeases(base, root))
 	// About 20 s of training on one CPU, a checkpoint every 20 steps.
 	spec := filepath.Join(base, "two-nodes.yaml")
 	writeNodesFile(t, spec, fmt.Sprintf(`name: two-nodes
@@ -85,6 +75,23 @@ resources: {gpus: 0}
 		return err
 	})
 	return n
+}
+
+// shortLeases is the config of a pool under base with short leases
+// (startTwoNodes says how short) and a checkpoint root of its own, its
+// jobs' files allowed under base and the repository root.
+func shortLeases(base, root string) string {
+	return fmt.Sprintf(`worker:
+  lease_ttl: 3s
+  heartbeat_ttl: 3s
+  kill_grace: 2s
+  checkpoint_root: %s
+scheduler:
+  reap_grace: 1s
+  place_interval: 100ms
+jobs:
+  allowed_roots: [%s, %s]
+`, filepath.Join(base, "checkpoints"), base, root)
 }
 
 func writeNodesFile(t *testing.T, p, s string) {

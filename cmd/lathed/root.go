@@ -42,6 +42,7 @@ type opts struct {
 	node       string
 	slots      int
 	gpus       string
+	advertise  string
 	gpusSet    bool // --gpus was given: it wins over worker.gpus
 	backend    string
 	awsBackend string
@@ -151,6 +152,7 @@ func addListenFlag(c *cobra.Command, o *opts) {
 // addWorkerFlags adds the local worker's flags to c: --node, --slots, --gpus.
 func addWorkerFlags(c *cobra.Command, o *opts) {
 	c.Flags().StringVar(&o.node, "node", "", "unique node name (default the host name)")
+	c.Flags().StringVar(&o.advertise, "advertise-addr", "", "IP address the other nodes reach this one at: MASTER_ADDR of a job spanning nodes whose rank 0 runs here (default the first non-loopback IPv4 address)")
 	c.Flags().IntVar(&o.slots, "slots", 0, "attempts run at once (CPU slots; default 2)")
 	c.Flags().StringVar(&o.gpus, "gpus", "auto", "GPUs: auto (NVML; 0 GPUs without the driver), none, or simulated:"+
 		strings.Join(nvmlinventory.SimulatedServers(), "|")+" (fake GPUs, jobs run on the CPU)")
@@ -385,7 +387,7 @@ func (d *wiring) startLocalWorker(ctx context.Context) error {
 	w, err := worker.New(d.rdb, d.store, worker.Config{
 		OwnUsers: fc.Worker.RunAs == "" && os.Geteuid() == 0, TrainerUIDs: uids,
 		Site: site, SiteTags: siteTags,
-		Node: node, Slots: firstPositive(o.slots, fc.Worker.Slots), GPUs: gpus,
+		Node: node, AdvertiseAddr: o.advertise, Slots: firstPositive(o.slots, fc.Worker.Slots), GPUs: gpus,
 		CheckpointRoot: fc.Worker.CheckpointRoot, MonitorInterval: fc.Worker.MonitorInterval.D(), HangTimeout: fc.Worker.HangTimeout.D(),
 		DataDir: d.dataDir, ScriptsDir: scriptsDir, Trainers: trainerCommands(fc.Trainers), TrainerPassEnv: trainerPassEnv(fc.Trainers),
 		Launchers: trainerLaunchers(fc.Trainers), HFPython: fc.Worker.HFPython, DemoPython: fc.Worker.DemoPython,

@@ -121,8 +121,15 @@ local function setstate(id, from, to, now)
   redis.call('HSET', jobkey(id), 'state', to, 'updated_at', now)
 end
 local function release(id)
-  local node = redis.call('HGET', jobkey(id), 'node')
-  if node and node ~= '' then redis.call('HDEL', P .. 'node:' .. node .. ':reserved', id) end
+  local v = redis.call('HMGET', jobkey(id), 'node', 'gang', 'attempt')
+  if v[1] and v[1] ~= '' then redis.call('HDEL', P .. 'node:' .. v[1] .. ':reserved', id) end
+  -- A gang's attempt (gang.go) holds GPUs on every rank's node.
+  if v[2] and v[2] ~= '' then
+    local ok, g = pcall(cjson.decode, v[2])
+    if ok and type(g) == 'table' and tonumber(g['attempt']) == tonumber(v[3]) and type(g['ranks']) == 'table' then
+      for _, m in ipairs(g['ranks']) do redis.call('HDEL', P .. 'node:' .. m['node'] .. ':reserved', id) end
+    end
+  end
 end
 -- fenced: the write carries a leader's lease value (ARGV fence) and the
 -- lease now belongs to another term (or nobody).

@@ -613,7 +613,8 @@ var jobFields = []string{"id", "name", "state", "reason", "error", "attempt", "b
 	"preempt_requested", "cuda_visible_devices", "preemptions", "simulated_gpus",
 	"route", "held", "cost_usd", "instance", "incarnation", "lease_until", "budget_reserved_usd",
 	"sweep_id", "trial_index", "params", "rung", "stop_at_step", "gate", "stop_requested",
-	"cloud_cost_usd", "run_ms", "local_run_ms", "held_epoch", "sweep_settled_usd", "sweep_settled_gpu_h", "cost_settled_usd"}
+	"cloud_cost_usd", "run_ms", "local_run_ms", "held_epoch", "sweep_settled_usd", "sweep_settled_gpu_h", "cost_settled_usd",
+	"gang", "gang_addr", "gang_port"}
 
 // Get returns the job's record, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (*jobtype.Job, error) {
@@ -655,6 +656,7 @@ func decodeJobAs(id string, vals []any, brief bool) (*jobtype.Job, error) {
 		r.dec(28, j.Instance)
 	}
 	j.Trial = r.trial()
+	r.gang(j)
 	if j.GPUs == nil {
 		j.GPUs = []int{}
 	}
@@ -675,6 +677,18 @@ func decodeJobAs(id string, vals []any, brief bool) (*jobtype.Job, error) {
 type rawJob struct {
 	vals []any
 	errs []error
+}
+
+// gang sets j.Gang from the gang fields (gang.go), when set.
+func (r *rawJob) gang(j *jobtype.Job) {
+	i := len(jobFields) - 3
+	if i >= len(r.vals) || r.str(i) == "" {
+		return
+	}
+	j.Gang = &jobtype.Gang{}
+	r.dec(i, j.Gang)
+	j.Gang.Addr = r.str(i + 1)
+	j.Gang.Port = atoi(r.str(i + 2))
 }
 
 // str is field i, "" when not set.

@@ -103,13 +103,18 @@ func (s *Store) claim(ctx context.Context, p ClaimParams, to jobtype.State) (Cla
 	if err != nil {
 		return 0, err
 	}
+	return claimOutcome(r), nil
+}
+
+// claimOutcome is what a claim script's reply says.
+func claimOutcome(r result) ClaimOutcome {
 	switch r.code {
 	case codeDone:
-		return Claimed, nil
+		return Claimed
 	case codeClaimCancelled:
-		return ClaimCancelled, nil
+		return ClaimCancelled
 	default:
-		return ClaimStale, nil
+		return ClaimStale
 	}
 }
 

@@ -161,6 +161,9 @@ type Job struct {
 	// provisioning) attempt, and LeaseUntil when its lease ends.
 	Incarnation string     `json:"incarnation,omitempty"`
 	LeaseUntil  *time.Time `json:"lease_until,omitempty"`
+	// Gang is the job's last gang attempt (resources.nodes > 1): each
+	// rank's node and GPUs, and the rendezvous (nil for other jobs).
+	Gang *Gang `json:"gang,omitempty"`
 	// CostUSD is the cost of the job's run as last settled (policy.JobUsage
 	// when its budgets were settled), plus the instance cost of each cloud
 	// attempt since, added as each instance ends. policy.JobUsage is the
@@ -236,11 +239,41 @@ type LogLine struct {
 	Line   string `json:"line"`
 }
 
-// TaskPayload is what an asynq task carries: one attempt of one job.
-// The job store, not the payload, is the authority on what to run.
+// TaskPayload is what an asynq task carries: one attempt of one job (for
+// a gang's attempt, one rank of it). The job store, not the payload, is
+// the authority on what to run.
 type TaskPayload struct {
 	JobID   string `json:"job_id"`
 	Attempt int    `json:"attempt"`
+	// Rank is the gang rank the task runs (nil: not a gang's task).
+	Rank *int `json:"rank,omitempty"`
+}
+
+// RankTaskID is the asynq task id of rank r of gang attempt n of job id:
+// "<job>:<attempt>:<rank>".
+func RankTaskID(jobID string, attempt, rank int) string {
+	return fmt.Sprintf("%s:%d:%d", jobID, attempt, rank)
+}
+
+// Gang is a gang attempt (a job of resources.nodes > 1): one rank per
+// node, rank r at Ranks[r], and the rendezvous rank 0 offered.
+type Gang struct {
+	Attempt int        `json:"attempt"`
+	Ranks   []GangRank `json:"ranks"`
+	// Addr and Port are MASTER_ADDR and MASTER_PORT (rank 0's node's
+	// advertised address, a port free there), set when rank 0 claimed.
+	Addr string `json:"addr,omitempty"`
+	Port int    `json:"port,omitempty"`
+}
+
+// GangRank is one rank of a gang attempt: its node, its GPUs there, and
+// (read back) its state (dispatched, running, succeeded, cancelled) and
+// the worker incarnation that claimed it.
+type GangRank struct {
+	Node        string `json:"node"`
+	GPUs        []int  `json:"gpus"`
+	State       string `json:"state,omitempty"`
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 // TaskType is the asynq task type of a job attempt.

@@ -29,8 +29,11 @@ type Node struct {
 	Simulated bool `json:"simulated,omitempty"`
 	// CheckpointRoot is where this node keeps checkpoints: storage shared
 	// by its pool, so another node can resume a job.
-	CheckpointRoot string    `json:"checkpoint_root,omitempty"`
-	StartedAt      time.Time `json:"started_at"`
+	CheckpointRoot string `json:"checkpoint_root,omitempty"`
+	// Addr is the address the other nodes reach it at (lathed worker
+	// --advertise-addr): a gang's rendezvous (MASTER_ADDR) when it runs rank 0.
+	Addr      string    `json:"addr,omitempty"`
+	StartedAt time.Time `json:"started_at"`
 	// Host and PID identify the worker process, so that a restarted worker
 	// can tell its own dead predecessor from a live namesake.
 	Host   string    `json:"host,omitempty"`
