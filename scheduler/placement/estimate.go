@@ -86,7 +86,7 @@ func (p *planner) joins(gs []gpuSim, prio int) []gpuSim {
 		}
 		p.plan.Joins = append(p.plan.Joins, jn)
 		if k == p.maxGPUs {
-			p.gangJoins(gs, sh, prio)
+			gangs{p}.gangJoins(gs, sh, prio)
 			return gs
 		}
 	}
@@ -196,7 +196,7 @@ func (p *planner) replayGPU(gs []gpuSim, i int, sh *shape, k int, j *Job) int64 
 		return at
 	}
 	if n := j.Request.nodes(); n > 1 {
-		return p.replayGang(gs, sh, k, n, j)
+		return gangs{p}.replayGang(gs, sh, k, n, j)
 	}
 	at, best := never, -1
 	for ni := range gs {

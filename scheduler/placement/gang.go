@@ -8,13 +8,18 @@ import (
 	"time"
 )
 
+// gangs is the planner seen through its jobs that span nodes (Request.Nodes
+// > 1): the same state, the methods that place, shadow, preempt for and
+// replay a gang kept apart from the single-node ones.
+type gangs struct{ *planner }
+
 // considerGang places pending job i, a gang of Request.Nodes nodes with
 // Request.GPUs GPUs on each, all or nothing, or records why it waits. It
 // follows considerGPU's rules with "a node that fits" read as "that many
 // distinct nodes that fit at once": the head's reservation covers every
 // node of the gang, and a job that backfills past the shadow time leaves
 // all of it alone.
-func (p *planner) considerGang(i int) {
+func (p gangs) considerGang(i int) {
 	j := &p.pending[i]
 	k, n := j.Request.GPUs, j.Request.nodes()
 	sh := p.shapeOf(j.Request)
@@ -65,7 +70,7 @@ func (sh *shape) nodesWith(k int) int {
 // sorted by name, or nil when fewer than n have k usable GPUs (restricted:
 // outside the head's reservation): the tightest, as bestNodeGPU ranks a
 // single node (fewest usable, then fewest free, then name).
-func (p *planner) gangNodes(sh *shape, k, n int, restricted bool) []int {
+func (p gangs) gangNodes(sh *shape, k, n int, restricted bool) []int {
 	var cands []int
 	for ni := range p.nodes {
 		if p.usable(sh, ni, restricted) >= k {
@@ -87,7 +92,7 @@ func (p *planner) gangNodes(sh *shape, k, n int, restricted bool) []int {
 }
 
 // usable is how many GPUs of shape sh node ni can give now (refresh'd).
-func (p *planner) usable(sh *shape, ni int, restricted bool) int {
+func (p gangs) usable(sh *shape, ni int, restricted bool) int {
 	if restricted {
 		return sh.avail[ni]
 	}
@@ -95,7 +100,7 @@ func (p *planner) usable(sh *shape, ni int, restricted bool) int {
 }
 
 // assignGang starts gang i on k GPUs of each of nodes now.
-func (p *planner) assignGang(i int, sh *shape, nodes []int, k int, end int64, restricted bool) {
+func (p gangs) assignGang(i int, sh *shape, nodes []int, k int, end int64, restricted bool) {
 	a := Assignment{JobID: p.pending[i].ID, Gang: make([]Member, len(nodes))}
 	for x, ni := range nodes {
 		ranks := p.takeGPUs(i, sh, ni, k, end, restricted)
@@ -109,7 +114,7 @@ func (p *planner) assignGang(i int, sh *shape, nodes []int, k int, end int64, re
 // nodes each have k feasible GPUs free, assuming every job ends at its
 // estimate; the nodes (those whose k GPUs free first, the tightest on a
 // tie, then the name) sorted by name, and the ranks it would take on each.
-func (p *planner) shadowGang(sh *shape, k, n int) (at int64, nodes []int, ranks [][]int) {
+func (p gangs) shadowGang(sh *shape, k, n int) (at int64, nodes []int, ranks [][]int) {
 	type ready struct {
 		ni    int
 		t     int64
@@ -149,7 +154,7 @@ func (p *planner) shadowGang(sh *shape, k, n int) (at int64, nodes []int, ranks 
 // is found as for one node (roomOn); the n cheapest of them are taken
 // (victimSet.better; nodes with room already cost nothing). Fewer than n
 // nodes able to make room: nothing is stopped and it returns false.
-func (p *planner) preemptGang(i int, sh *shape, k, n int) bool {
+func (p gangs) preemptGang(i int, sh *shape, k, n int) bool {
 	sets := p.rooms(sh, k, p.pending[i].Priority)
 	if len(sets) < n {
 		return false
@@ -172,7 +177,7 @@ func (p *planner) preemptGang(i int, sh *shape, k, n int) bool {
 // replayGang places waiting gang j (k GPUs on each of n nodes) in the
 // estimate replay and returns its start: when n distinct nodes have k of
 // its GPUs free; it holds them for its expected run time.
-func (p *planner) replayGang(gs []gpuSim, sh *shape, k, n int, j *Job) int64 {
+func (p gangs) replayGang(gs []gpuSim, sh *shape, k, n int, j *Job) int64 {
 	type ready struct {
 		ni int
 		t  int64
@@ -211,7 +216,7 @@ func (p *planner) replayGang(gs []gpuSim, sh *shape, k, n int, j *Job) int64 {
 // nodes of the largest node's GPU count (up to every node that has that
 // many, and that number) would start in the replay as it stands: when its
 // Nodes-th node is free. Nothing when fewer than two nodes have them.
-func (p *planner) gangJoins(gs []gpuSim, sh *shape, prio int) {
+func (p gangs) gangJoins(gs []gpuSim, sh *shape, prio int) {
 	k := p.maxGPUs
 	var ts []int64
 	for ni := range gs {
@@ -238,14 +243,14 @@ func (p *planner) gangJoins(gs []gpuSim, sh *shape, prio int) {
 
 // neverFitsGang explains why no n nodes, even empty, hold k GPUs of shape
 // sh each.
-func (p *planner) neverFitsGang(sh *shape, k, n int) string {
+func (p gangs) neverFitsGang(sh *shape, k, n int) string {
 	return string(WaitNeverFits) + ": needs " + strconv.Itoa(n) + " nodes × " + describe(sh, k) +
 		"; " + strconv.Itoa(sh.nodesWith(k)) + " of " + plural(len(p.nodes), "node") + " have that many such healthy GPUs"
 }
 
 // noRoomGang is the "no room" reason for a gang: what it needs and how
 // many nodes have that many of its GPUs free now.
-func (p *planner) noRoomGang(sh *shape, k, n int) string {
+func (p gangs) noRoomGang(sh *shape, k, n int) string {
 	free := 0
 	for ni := range p.nodes {
 		if sh.availAll[ni] >= k {
@@ -257,7 +262,7 @@ func (p *planner) noRoomGang(sh *shape, k, n int) string {
 }
 
 // gangText writes a gang's GPUs: "GPUs [0 1] on a, [0 1] on b".
-func (p *planner) gangText(nodes []int, ranks [][]int) string {
+func (p gangs) gangText(nodes []int, ranks [][]int) string {
 	parts := make([]string, len(nodes))
 	for x, ni := range nodes {
 		parts[x] = fmtInts(p.gpuIndices(ni, ranks[x])) + " on " + p.nodes[ni].name

@@ -32,7 +32,7 @@ func Place(s Snapshot) Plan {
 		case r.GPUs == 0:
 			p.considerCPU(i)
 		case r.Nodes > 1:
-			p.considerGang(i)
+			gangs{p}.considerGang(i)
 		default:
 			p.considerGPU(i)
 		}

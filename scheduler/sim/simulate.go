@@ -448,7 +448,7 @@ func (sm *simulation) at() time.Time { return simEpoch.Add(sm.now) }
 // spec is the job's spec as the policy sees it now.
 func (sm *simulation) spec(sj *simJob) jobspec.Spec {
 	in := sj.in
-	sp := jobspec.Spec{Name: in.ID, Resources: sm.resources(in), Residency: in.Residency,
+	sp := jobspec.Spec{Name: in.ID, Resources: sm.setup.resources(in), Residency: in.Residency,
 		Priority: cmp.Or(in.Priority, jobspec.PriorityNormal), MaxWait: jobspec.Duration(sm.setup.MaxWait),
 		Output: jobspec.Output{URI: sj.output}, Dataset: sj.dataset}
 	if in.GPUModel != "" {
@@ -462,10 +462,10 @@ func (sm *simulation) spec(sj *simJob) jobspec.Spec {
 	return sp
 }
 
-// resources is what job in asks for: its GPUs, or with Setup.Gangs, as a
-// gang of whole nodes when it has more GPUs than a node.
-func (sm *simulation) resources(in *Job) jobspec.Resources {
-	if g := sm.setup.NodeGPUs; sm.setup.Gangs && g > 0 && in.GPUs > g {
+// resources is what job in asks for under setup: its GPUs, or with
+// Setup.Gangs, as a gang of whole nodes when it has more GPUs than a node.
+func (setup Setup) resources(in *Job) jobspec.Resources {
+	if g := setup.NodeGPUs; setup.Gangs && g > 0 && in.GPUs > g {
 		return jobspec.Resources{GPUs: g, Nodes: (in.GPUs + g - 1) / g}
 	}
 	return jobspec.Resources{GPUs: in.GPUs}

@@ -20,6 +20,38 @@ func TestTreeKeepsItsLayers(t *testing.T) {
 	}
 }
 
+// TestTreeKeepsItsShape holds the tree to the structure it was brought to
+// (docs/architecture.md): no production function over 80 lines, at most 20
+// over 50, at most 12 production files at scheduler/'s top level, and no
+// type under scheduler/ with more than 30 methods. Work that grows past one
+// splits first (a type's methods into a view of it, as placement's gangs).
+func TestTreeKeepsItsShape(t *testing.T) {
+	fig, err := measure("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	over50 := 0
+	for _, f := range fig.funcs {
+		switch {
+		case f.lines > 80:
+			t.Errorf("%s (%s) is %d lines: over 80", f.name, f.pos, f.lines)
+		case f.lines > 50:
+			over50++
+		}
+	}
+	if over50 > 20 {
+		t.Errorf("%d production functions over 50 lines, at most 20 (go run ./scripts/codemetrics -max 50 -v lists them)", over50)
+	}
+	if n := len(fig.topLevel); n > 12 {
+		t.Errorf("%d production files at scheduler/'s top level, at most 12: %v", n, fig.topLevel)
+	}
+	for k, n := range fig.methods {
+		if n > 30 {
+			t.Errorf("%s (%s) has %d methods, at most 30", k.name, k.dir, n)
+		}
+	}
+}
+
 // TestLayerViolationsAreFound runs the check on a tree that breaks eight
 // rules (the CLI importing the daemon's scheduler, internal/ importing
 // scheduler/, placement importing routing, policy importing the scheduler
