@@ -15,6 +15,7 @@
 #                             and three sentinels),
 #                             slurmctld, slurmd, slurm-client and munge (the Slurm pool's tests start
 #                             their own one-host Slurm: munged, slurmctld and slurmd, as root),
+#                             iproute2 (`ip netns`: the multi-node test puts two workers in two network namespaces),
 #                             moto_server (an AWS emulator: preinstalled here; pip install "moto[server]"),
 #                             and llama-cpp-python in the virtualenv (the GGUF tests load the
 #                             exports in real llama.cpp; built from source with cmake, once)
@@ -69,6 +70,7 @@ if [ "$want_test" = 1 ]; then
   [ -x /usr/sbin/slurmd ] || need+=(slurmd)
   [ -x /usr/bin/sbatch ] || need+=(slurm-client)
   [ -x /usr/sbin/munged ] || need+=(munge)
+  command -v ip >/dev/null 2>&1 || need+=(iproute2) # the gang test's network namespaces (ip netns)
 fi
 
 if [ ${#need[@]} -gt 0 ]; then
