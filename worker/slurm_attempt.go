@@ -124,10 +124,8 @@ func (a *slurmAttempt) prepare() endFunc {
 	if p, err := fileuri.Path(a.s.b.CheckpointURI); err == nil && a.s.b.CheckpointURI != "" {
 		ckpt = filepath.Join(p, a.job.ID)
 	}
-	for _, d := range []string{filepath.Join(a.dir, slurmOutputDir), ckpt} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return a.ending().retryOrFail(jobtype.ReasonInternal, fmt.Sprintf("make %s: %v", d, err))
-		}
+	if err := os.MkdirAll(ckpt, 0o755); err != nil {
+		return a.ending().retryOrFail(jobtype.ReasonInternal, fmt.Sprintf("make %s: %v", ckpt, err))
 	}
 	step := SlurmStep{JobID: a.job.ID, Attempt: a.n, Argv: argv, MaxRuntimeS: int64(a.maxRuntime() / time.Second),
 		KillGraceS: int64(a.s.cfg.KillGrace / time.Second), PassEnv: a.s.cfg.TrainerPassEnv[trainerName(a.job.Spec.Trainer)],
@@ -136,15 +134,45 @@ func (a *slurmAttempt) prepare() endFunc {
 			"LATHE_CHECKPOINT_DIR=" + ckpt}}
 	files := map[string][]byte{slurmJobFile: mustJSON(attemptSpec(a.job)), SlurmStepFile: mustJSON(step),
 		slurmScriptFile: []byte(slurmScript(a.s.b.AgentPath, a.dir))}
-	for name, b := range files {
-		if err := writeFileAtomic(filepath.Join(a.dir, name), b); err != nil {
-			return a.ending().retryOrFail(jobtype.ReasonInternal, fmt.Sprintf("write %s: %v", name, err))
-		}
-	}
-	if err := os.Chmod(filepath.Join(a.dir, slurmScriptFile), 0o755); err != nil {
-		return a.ending().retryOrFail(jobtype.ReasonInternal, fmt.Sprintf("chmod %s: %v", slurmScriptFile, err))
+	if err := a.writeFolder(files); err != nil {
+		return a.ending().retryOrFail(jobtype.ReasonInternal, err.Error())
 	}
 	return nil
+}
+
+// writeFolder makes the attempt's folder and its output folder beneath
+// work_dir and writes files into it, following no link at any component
+// (pathpolicy.MakeDir, CreateIn): an earlier attempt's trainer, which
+// runs as the worker's Slurm user and can write under work_dir/JOB, may
+// have put a link where this attempt's folder goes, to make the worker
+// write elsewhere on its host.
+func (a *slurmAttempt) writeFolder(files map[string][]byte) error {
+	wd, err := filepath.EvalSymlinks(a.s.b.WorkDir) // the operator's path: links in it are theirs
+	if err != nil {
+		return fmt.Errorf("work_dir %s: %w", a.s.b.WorkDir, err)
+	}
+	roots := pathpolicy.Roots{wd}
+	dir, err := roots.MakeDir(filepath.Join(wd, a.job.ID, strconv.Itoa(a.n)), nil)
+	if err != nil {
+		return fmt.Errorf("make the attempt's folder: %w", err)
+	}
+	defer dir.Close()
+	out, err := roots.MakeDir(filepath.Join(dir.Name(), slurmOutputDir), nil)
+	if err != nil {
+		return fmt.Errorf("make the attempt's output folder: %w", err)
+	}
+	out.Close()
+	for name, b := range files {
+		if _, err := pathpolicy.CreateIn(dir, name, bytes.NewReader(b)); err != nil {
+			return err
+		}
+	}
+	f, err := pathpolicy.OpenBeneath(dir, slurmScriptFile)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Chmod(0o750)
 }
 
 // request is the attempt's sbatch request.

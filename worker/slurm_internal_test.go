@@ -288,3 +288,28 @@ func TestSlurmRefusesJobThatSpansNodes(t *testing.T) {
 		t.Fatalf("job %s %s %q, %d submits; want failed (permanent) with nothing submitted", j.State, j.Reason, j.Error, fake.submits)
 	}
 }
+
+// TestSlurmAttemptFolderNoLinks: a link put where an attempt's folder goes
+// (by an earlier attempt's trainer, which may write under work_dir/JOB)
+// is not followed: the worker writes nothing through it and submits
+// nothing, and the attempt ends for another try.
+func TestSlurmAttemptFolderNoLinks(t *testing.T) {
+	elsewhere := t.TempDir()
+	// A job submitted ends at once (without the fix, the attempt would
+	// run and end here rather than wait).
+	fake := &fakeSlurm{jobs: map[string]slurm.Job{}, onSubmit: func(j *slurm.Job) { j.State = slurm.StateCompleted }}
+	j := runSlurmAttempt(t, fake, func(s *Slurm, job *jobtype.Job) {
+		if err := os.MkdirAll(filepath.Join(s.b.WorkDir, job.ID), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(elsewhere, filepath.Join(s.b.WorkDir, job.ID, "1")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if ents, _ := os.ReadDir(elsewhere); len(ents) != 0 || fake.submits != 0 {
+		t.Fatalf("wrote %d entries through the link, %d submits; want none", len(ents), fake.submits)
+	}
+	if j.State == jobtype.StateSucceeded || j.Attempt == 1 && j.State == jobtype.StateRunning {
+		t.Fatalf("job %s attempt %d %q: want the attempt ended, not run", j.State, j.Attempt, j.Error)
+	}
+}
