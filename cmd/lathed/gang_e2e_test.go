@@ -55,7 +55,7 @@ func ipCmd(args ...string) error {
 func newGangNet(t *testing.T) gangNet {
 	t.Helper()
 	pid := os.Getpid()
-	sub := pid%200 + 20
+	sub := gangSubnet(t, pid%200+20)
 	br := fmt.Sprintf("lgb%d", pid)
 	g := gangNet{host: fmt.Sprintf("10.77.%d.254", sub)}
 	var veths []string
@@ -77,9 +77,12 @@ func newGangNet(t *testing.T) gangNet {
 	} else {
 		err = ipCmd(steps[0]...)
 	}
-	if err != nil {
-		t.Logf("FALLBACK: network namespaces cannot be made here (%v): both workers run in the root namespace on 127.0.0.2 and 127.0.0.3", err)
+	switch {
+	case err != nil && os.Getenv("LATHE_GANG_NO_NETNS") == "1":
+		t.Logf("FALLBACK (asked): both workers run in the root namespace on 127.0.0.2 and 127.0.0.3")
 		return gangNet{addr: [2]string{"127.0.0.2", "127.0.0.3"}, host: "127.0.0.1"}
+	case err != nil:
+		t.Fatalf("network namespaces cannot be made here (%v): the test needs root and ip (iproute2); LATHE_GANG_NO_NETNS=1 runs both workers in the root namespace instead", err)
 	}
 	for i, x := range []string{"a", "b"} {
 		ns, host, peer := fmt.Sprintf("lg%d%s", pid, x), fmt.Sprintf("lg%d%s0", pid, x), fmt.Sprintf("lg%d%s1", pid, x)
@@ -209,6 +212,29 @@ func linesOf(ls []gangLine, attempt int) ([2]gangLine, bool) {
 		}
 	}
 	return by, seen == 2
+}
+
+// gangSubnet takes a 10.77.<n>.0/24 for this test process, from start on:
+// the first n whose lock file (/tmp/lathe-gang-net-<n>.lock) it can hold,
+// held until the test ends, so that two test processes on one machine
+// never put the same addresses on their bridges.
+func gangSubnet(t *testing.T, start int) int {
+	t.Helper()
+	for i := range 200 {
+		n := 20 + (start-20+i)%200
+		f, err := os.OpenFile(filepath.Join(os.TempDir(), fmt.Sprintf("lathe-gang-net-%d.lock", n)), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			f.Close()
+			continue
+		}
+		t.Cleanup(func() { f.Close() })
+		return n
+	}
+	t.Fatal("no free 10.77.<n>.0/24 for the gang test's bridge (every lock file held)")
+	return 0
 }
 
 // netnsID is the "net:[inode]" of namespace ns ("": this process's).
