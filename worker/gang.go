@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -217,4 +218,17 @@ func (a *localAttempt) renewer() func(ctx context.Context) (bool, error) {
 	return func(ctx context.Context) (bool, error) {
 		return w.store.RenewRank(ctx, id, n, rank, w.incarnation, w.cfg.LeaseTTL)
 	}
+}
+
+// rankOnNode makes job's GPUs those of rank on this node: the record's
+// node and gpus are rank 0's, and rank r's GPU indices on its own node
+// may differ (pinning rank 0's would put this trainer on GPUs another
+// job holds here). A rank the gang does not place on node is refused.
+func rankOnNode(job *jobtype.Job, rank int, node string) error {
+	g := job.Gang
+	if g == nil || rank < 0 || rank >= len(g.Ranks) || g.Ranks[rank].Node != node {
+		return fmt.Errorf("rank %d of job %s's gang attempt is not placed on node %s: refused before anything ran", rank, job.ID, node)
+	}
+	job.GPUs = slices.Clone(g.Ranks[rank].GPUs)
+	return nil
 }

@@ -154,6 +154,15 @@ type localAttempt struct {
 	rank *int
 
 	cleanup []func() // run last first when the attempt is over, like defers
+	// gpuRelease lets go of the attempt's GPUs on this node (gpuHolds);
+	// nil until they are held.
+	gpuRelease func()
+}
+
+func (a *localAttempt) releaseGPUs() {
+	if a.gpuRelease != nil {
+		a.gpuRelease()
+	}
 }
 
 // runAttempt runs the trainer for a claimed attempt and returns the store
@@ -161,6 +170,7 @@ type localAttempt struct {
 func (w *Worker) runAttempt(taskCtx context.Context, log *slog.Logger, job *jobtype.Job, attempt int, rank *int) func(context.Context) error {
 	a := &localAttempt{w: w, maxRuntime: job.Spec.MaxRuntime.D(), rank: rank,
 		attemptEnd: attemptEnd{store: w.store, job: job, n: attempt, maxAttempts: w.cfg.MaxAttempts, log: log}}
+	defer a.releaseGPUs() // after close: the trainer and whatever it left behind are gone
 	defer a.close()
 	if end := a.prepare(); end != nil {
 		return end
@@ -194,6 +204,11 @@ func (a *localAttempt) prepare() endFunc {
 		// rank (put on a queue by hand, or dispatched to one node) must not
 		// run a gang's work on one node.
 		return a.fail(jobtype.ReasonPermanent, fmt.Sprintf("resources.nodes %d: this task runs no rank of a gang dispatched to %d nodes (a job spanning nodes runs one task per rank): refused before anything ran", n, n))
+	}
+	if a.rank != nil {
+		if err := rankOnNode(job, *a.rank, w.cfg.Node); err != nil {
+			return a.fail(jobtype.ReasonInternal, err.Error())
+		}
 	}
 	var err error
 	if a.argv, err = w.trainerArgv(job); err != nil {
@@ -385,6 +400,9 @@ func (a *localAttempt) execute(taskCtx context.Context) trainerRun {
 		watched = nil
 	}
 	go w.monitor(runCtx, cancel, a.log, job.ID, watched, sink)
+	if release, err := w.gpuHeld.take(runCtx, a.log, job.ID, job.GPUs); err == nil {
+		a.gpuRelease = release
+	} // else runCtx ended: trainer.Run starts nothing and says why
 	if h := testHookBeforeTrainer.Load(); h != nil {
 		(*h)(job)
 	}

@@ -50,6 +50,7 @@ type Worker struct {
 	invMu    sync.Mutex
 	inv      nvmlinventory.Inventory // last reading
 	trainers map[int]struct{}        // pids (= process groups) of running trainers
+	gpuHeld  gpuHolds                // GPUs our trainers still run on (gpuhold.go)
 
 	// cgroupDir is this worker's cgroup, parent of its attempts' cgroups;
 	// "" when trainers run in process groups only. Set by Start.
