@@ -354,7 +354,7 @@ func (a *localAttempt) pin(ctx context.Context) endFunc {
 	if w.cfg.uids != nil {
 		a.env = append(a.env, "USER="+trainerUser, "LOGNAME="+trainerUser)
 	}
-	if len(job.GPUs) > 0 {
+	if len(job.GPUs) > 0 && (a.rank == nil || *a.rank == 0) { // a gang's record shows rank 0's, as its gpus
 		if err := w.store.RecordGPUs(ctx, job.ID, a.n, visible, simulated); err != nil {
 			a.log.Warn("record CUDA_VISIBLE_DEVICES on the job", slog.Any("err", err))
 		}
