@@ -36,6 +36,15 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the binaries' folder (binaries) after the run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
 // binaries builds lathed and lathe (the CLI's front and lathe-full beside
 // it, as they are installed) once per test run.
 func binaries(t testing.TB) (lathed, lathe string) {
