@@ -29,7 +29,7 @@ type simFlags struct {
 	priceRatio, gpuMemGB, spotRate, arrivals, datasetGB, stagingMBps           float64
 	seed                                                                       uint64
 	nodeGPUs, bootstrap                                                        int
-	reference, gangs                                                           bool
+	reference, gangs, progress                                                 bool
 }
 
 func (a *app) simulateCmd() *cobra.Command {
@@ -53,7 +53,8 @@ cost-optimal pool and the break-even; --plot writes an SVG of cost and waits aga
 --cloud-startup D makes every cloud backend take D to start a job (routing counts it as the
 backend's wait); --dataset-gb X gives every job a dataset of X GB, staged into a cloud site at
 --staging-mbps (else each backend's staging_mbps) after the start-up; --spot-interruptions RATE interrupts spot instances RATE times per
-instance-hour, losing the work since the last checkpoint (--checkpoint-every D).
+instance-hour, losing the work since the last checkpoint (--checkpoint-every D). Running jobs
+print progress lines, and placement paces their ends from them (--progress=false: none).
 See docs/simulate.md.`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
@@ -73,7 +74,8 @@ See docs/simulate.md.`,
 	fl.BoolVar(&f.reference, "reference", false, "also run the clairvoyant reference (conservative backfill that knows every duration)")
 	fl.StringVar(&f.plot, "plot", "", "write an SVG plot of cost and waits against owned GPUs here (with a range of --owned)")
 	fl.IntVar(&f.nodeGPUs, "node-gpus", 0, "GPUs per owned node; 0: one node of all owned GPUs")
-	fl.BoolVar(&f.gangs, "gangs", false, "with --node-gpus: run a job of more GPUs than a node as a gang of whole nodes, placed all or nothing (lathed's workers do not run these yet); without it such a job never fits the owned pool")
+	fl.BoolVar(&f.gangs, "gangs", false, "with --node-gpus: run a job of more GPUs than a node as a gang of whole nodes, placed all or nothing, as lathed's workers run them; without it such a job never fits the owned pool")
+	fl.BoolVar(&f.progress, "progress", true, "running jobs print progress lines (step of total_steps, as the trainer contract's reference trainer does) and placement paces their ends from them; false: they print none, and a running job's end is estimated from run times alone")
 	fl.StringVar(&f.gpuModel, "gpu-model", "NVIDIA H100 80GB HBM3", "the owned GPUs' model, as NVML names it")
 	fl.Float64Var(&f.gpuMemGB, "gpu-memory-gb", 80, "the owned GPUs' memory")
 	fl.Float64Var(&f.arrivals, "arrivals", 1, "arrivals ×X: every submit time divided by X (1.5: the same jobs, 1.5× as often; durations unchanged)")
@@ -177,7 +179,7 @@ func (a *app) simulate(cmd *cobra.Command, f simFlags) error {
 	for _, w := range warnings {
 		fmt.Fprintf(a.stderr, "lathe simulate: WARNING: %s\n", w)
 	}
-	setup := sim.Setup{Config: cfg, NodeGPUs: f.nodeGPUs, Gangs: f.gangs, GPUName: f.gpuModel,
+	setup := sim.Setup{Config: cfg, NodeGPUs: f.nodeGPUs, Gangs: f.gangs, NoProgress: !f.progress, GPUName: f.gpuModel,
 		GPUMemoryMB: uint64(f.gpuMemGB * 1024), MaxWait: f.maxWait, CloudStartup: f.cloudStartup,
 		DatasetBytes: int64(math.Round(f.datasetGB * 1e9)), StagingMBps: f.stagingMBps,
 		SpotInterruptions: f.spotRate, CheckpointEvery: f.checkpointEvery, Seed: f.seed}

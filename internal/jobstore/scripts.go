@@ -497,7 +497,7 @@ return reply(DONE, id)
 //	         the record ('' none), its new value
 //
 // Returns the job reply: DONE, CONFLICT, NOT_FOUND.
-var appendScript = redis.NewScript(luaCommon + lossPointLua + `
+var appendScript = redis.NewScript(luaCommon + lossPointLua + progressFromLua + `
 local id, want, maxlen = ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local cur = redis.call('HMGET', jobkey(id), 'state', 'attempt', 'cancel_requested')
 if not cur[1] then return {NOT_FOUND, '', 0, 0} end
@@ -511,11 +511,32 @@ while i + 4 <= #ARGV do
     redis.call('LTRIM', jobkey(id) .. ':evals', -EVALS_MAX, -1)
   end
   if field ~= '' then redis.call('HSET', jobkey(id), field, value) end
-  if field == 'progress' then losspoint(id, value) end
+  if field == 'progress' then losspoint(id, value); progressfrom(id, want, t, value) end
   i = i + 5
 end
 return reply(DONE, id)
 `)
+
+// progressFromLua keeps an attempt's first progress line (its step, and
+// the line's time in ms) in progress_from, as
+// {"attempt":a,"step":s,"at":ms}: placement's pace of a running job
+// (policy.ProgressEnd). A step that is not a whole number in 0…2^31−1
+// is not kept.
+var progressFromLua = `
+local function progressfrom(id, want, t, value)
+  local raw = redis.call('HGET', jobkey(id), 'progress_from')
+  if raw then
+    local ok, m = pcall(cjson.decode, raw)
+    if ok and type(m) == 'table' and tonumber(m['attempt']) == want then return end
+  end
+  local ok, p = pcall(cjson.decode, value)
+  if not ok or type(p) ~= 'table' then return end
+  local step, at = tonumber(p['step']), tonumber(t)
+  if not step or step ~= math.floor(step) or step < 0 or step > 2147483647 or not at then return end
+  redis.call('HSET', jobkey(id), 'progress_from',
+    '{"attempt":' .. want .. ',"step":' .. string.format('%d', step) .. ',"at":' .. string.format('%.0f', at) .. '}')
+end
+`
 
 // cancelScript asks for a job's cancellation. A queued job is cancelled at
 // once (it holds nothing; a trial waiting for its sweep leaves the sweep's

@@ -614,7 +614,7 @@ var jobFields = []string{"id", "name", "state", "reason", "error", "attempt", "b
 	"route", "held", "cost_usd", "instance", "incarnation", "lease_until", "budget_reserved_usd",
 	"sweep_id", "trial_index", "params", "rung", "stop_at_step", "gate", "stop_requested",
 	"cloud_cost_usd", "run_ms", "local_run_ms", "held_epoch", "sweep_settled_usd", "sweep_settled_gpu_h", "cost_settled_usd",
-	"gang", "gang_addr", "gang_port"}
+	"progress_from", "gang", "gang_addr", "gang_port"} // gang's three last (rawJob.gang)
 
 // Get returns the job's record, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (*jobtype.Job, error) {
@@ -656,6 +656,7 @@ func decodeJobAs(id string, vals []any, brief bool) (*jobtype.Job, error) {
 		r.dec(28, j.Instance)
 	}
 	j.Trial = r.trial()
+	r.progressFrom(j)
 	r.gang(j)
 	if j.GPUs == nil {
 		j.GPUs = []int{}
@@ -677,6 +678,19 @@ func decodeJobAs(id string, vals []any, brief bool) (*jobtype.Job, error) {
 type rawJob struct {
 	vals []any
 	errs []error
+}
+
+// progressFrom sets j.ProgressFrom from progress_from
+// ({"attempt":a,"step":s,"at":ms}, appendScript), when set.
+func (r *rawJob) progressFrom(j *jobtype.Job) {
+	var m struct {
+		Attempt, Step int
+		At            int64
+	}
+	if i := len(jobFields) - 4; i < len(r.vals) && r.str(i) != "" {
+		r.dec(i, &m)
+		j.ProgressFrom = &jobtype.ProgressMark{Attempt: m.Attempt, Step: m.Step, At: time.UnixMilli(m.At).UTC()}
+	}
 }
 
 // gang sets j.Gang from the gang fields (gang.go), when set.

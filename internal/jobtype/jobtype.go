@@ -89,6 +89,14 @@ type Progress struct {
 	SamplesPerS  float64 `json:"samples_per_s,omitempty"`
 }
 
+// ProgressMark is one progress line of attempt Attempt: step Step,
+// recorded at At.
+type ProgressMark struct {
+	Attempt int       `json:"attempt"`
+	Step    int       `json:"step"`
+	At      time.Time `json:"at"`
+}
+
 // LossPoint is one point of a job's downsampled loss series: [step, loss]
 // (JSON: a two-number array; jobstore.AddLossPoint says which points are
 // kept).
@@ -128,8 +136,12 @@ type Job struct {
 	// Node is the worker node of the current attempt.
 	Node string `json:"node,omitempty"`
 	// GPUs are the GPU indices on Node reserved for the current attempt.
-	GPUs            []int              `json:"gpus"`
-	Progress        Progress           `json:"progress"`
+	GPUs     []int    `json:"gpus"`
+	Progress Progress `json:"progress"`
+	// ProgressFrom is the first progress line the current (or last)
+	// attempt printed: its step and when it was recorded. Placement
+	// estimates a running job's end from the pace since (policy.ProgressEnd).
+	ProgressFrom    *ProgressMark      `json:"progress_from,omitempty"`
 	Metrics         map[string]float64 `json:"metrics"`
 	Artifacts       []Artifact         `json:"artifacts"`
 	OutputURI       string             `json:"output_uri,omitempty"`

@@ -272,7 +272,9 @@ func PlacementNodes(in *RoundInput, def time.Duration) []placement.Node {
 			if j := in.Jobs[id]; j != nil {
 				run.Priority = PlacementPriority(j.Spec.Priority)
 				run.EndsAt = StartOf(j).Add(Estimate(j, def))
-				if d := j.Spec.ExpectedRuntime.D(); d > 0 {
+				if end, ok := ProgressEnd(j, in.Now); ok {
+					run.ExpectedEnd = minTime(end, run.EndsAt)
+				} else if d := j.Spec.ExpectedRuntime.D(); d > 0 {
 					run.ExpectedEnd = StartOf(j).Add(d)
 				}
 				run.Preemptible = j.Spec.Priority == jobspec.PriorityBatch && j.State == jobtype.StateRunning
@@ -283,6 +285,44 @@ func PlacementNodes(in *RoundInput, def time.Duration) []placement.Node {
 		out = append(out, pn)
 	}
 	return out
+}
+
+// ProgressEnd is when running job j is expected to end by its trainer's
+// progress lines: the steps left at the pace since the attempt's first
+// line (ProgressFrom: the start-up before it, loading the model and data,
+// is not a step's time; a resumed attempt's steps before its checkpoint
+// did not run in it). With one line so far, a first attempt is paced by
+// its whole run time per step, start-up included, which errs long. The
+// pace counts to now, not to the last line, so a trainer that stopped
+// printing is expected to take longer. ok is false without a step and
+// total (0 < step < total) or a pace, and the caller falls back on the
+// job's run time estimate. A trainer's lines are its owner's word, like
+// the spec's expected_runtime: callers keep the end within max_runtime.
+func ProgressEnd(j *jobtype.Job, now time.Time) (end time.Time, ok bool) {
+	p := j.Progress
+	if j.State != jobtype.StateRunning || p.Step <= 0 || p.TotalSteps <= p.Step {
+		return time.Time{}, false
+	}
+	var pace float64 // per step
+	if m := j.ProgressFrom; m != nil && m.Attempt == j.Attempt && p.Step > m.Step && now.After(m.At) {
+		pace = float64(now.Sub(m.At)) / float64(p.Step-m.Step)
+	} else if ran := now.Sub(StartOf(j)); j.Attempt == 1 && ran > 0 {
+		pace = float64(ran) / float64(p.Step)
+	} else {
+		return time.Time{}, false
+	}
+	left := pace * float64(p.TotalSteps-p.Step)
+	return now.Add(time.Duration(min(left, float64(maxProgressLeft)))), true
+}
+
+// maxProgressLeft keeps ProgressEnd's arithmetic in range (a year).
+const maxProgressLeft = 365 * 24 * time.Hour
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // StartOf is when job j's attempt started (its last update before that).
@@ -313,6 +353,9 @@ func PoolPressure(snap placement.Snapshot, in *RoundInput, def time.Duration) po
 			left := r.EndsAt.Sub(snap.Now)
 			if j := in.Jobs[r.JobID]; j != nil {
 				left = StartOf(j).Add(RuntimeEstimate(j, sps, def)).Sub(snap.Now)
+				if end, ok := ProgressEnd(j, snap.Now); ok {
+					left = minTime(end, r.EndsAt).Sub(snap.Now)
+				}
 			}
 			if left > 0 {
 				p.RunningGPUHours += left.Hours() * float64(len(r.GPUs))

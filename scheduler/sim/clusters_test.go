@@ -36,15 +36,14 @@ type clusterGoal struct {
 // all-cloud a candidate, within one 16-GPU step of the reference's.
 //
 // A bound not met is asserted the other way round, so that this test
-// fails, and is updated, the day it is met. Not met today:
-//   - cluster01's mean wait (1.6–2.5× as the trace is, to 3.6× with
-//     arrivals ×1.5): it is bursts of many like jobs at one instant, each
-//     estimated at the median of all jobs of its size, that wait, then
-//     spill over;
-//   - cluster02's mean wait with arrivals ×1.5 (1.57× at 240 GPUs);
-//   - cluster03's optimum (224 against 176 as the trace is, where the
-//     reference's own costs from 176 to 224 lie within 0.7%; 320 against
-//     288 with arrivals ×1.5) and its cost with arrivals ×1.5 (to 1.063×).
+// fails, and is updated, the day it is met. Not met today (with running
+// jobs' ends paced from their progress lines, policy.ProgressEnd):
+//   - cluster01's mean wait at 48 GPUs (1.58× as the trace is, 1.65× with
+//     arrivals ×1.5; 1.46× or less at the other four sizes): bursts of
+//     many like jobs at one instant, each estimated at the median of all
+//     jobs of its size before any of them has printed a progress line;
+//   - cluster03's optimum with arrivals ×1.5 (320 against 288: two steps,
+//     on an optimum whose costs lie within 2% from 272 to 320).
 func TestSimulateFourClusters(t *testing.T) {
 	variants := []struct {
 		name     string
@@ -55,13 +54,13 @@ func TestSimulateFourClusters(t *testing.T) {
 		{"as-is", 1, "", []clusterGoal{
 			{"01", 64, true, false, true, true},
 			{"02", 144, true, true, true, true},
-			{"03", 176, true, true, true, false},
+			{"03", 176, true, true, true, true},
 			{"08", 128, true, true, true, true},
 		}},
 		{"arrivals-x1.5", 1.5, "", []clusterGoal{
 			{"01", 64, true, false, true, true},
-			{"02", 208, true, false, true, true},
-			{"03", 288, false, true, true, false},
+			{"02", 208, true, true, true, true},
+			{"03", 288, true, true, true, false},
 			{"08", 144, true, true, true, true},
 		}},
 		{"residency-mix", 1, "onprem=0.2,us=0.1,eu=0.7", []clusterGoal{
@@ -136,6 +135,7 @@ func checkCluster(t *testing.T, g clusterGoal, arrivals float64, mix string) {
 		return 0
 	}
 	po, ro := optimum(cands), optimum(refCands)
+	t.Logf("WORST cost %.3f wait %.2f p95 %v opt %d/%d", worstCost, worstWait, p95Met, optimum(cands), optimum(refCands))
 	t.Logf("optimum: policy %d GPUs, reference %d (all-cloud $%.0f)", po, ro, allCloud.TotalCostUSD)
 	if ro != g.refOpt {
 		t.Fatalf("the reference's optimum is %d GPUs; the bounds are checked around %d", ro, g.refOpt)

@@ -49,6 +49,10 @@ type Setup struct {
 	// (0: one node of Owned GPUs, a pool in which any job fits that fits
 	// the pool, as the trace's cluster gang-scheduled multi-node jobs).
 	Owned, NodeGPUs int
+	// NoProgress: running jobs print no progress lines (a trainer that
+	// reports no total_steps); else each reports its step of 1000 as it
+	// runs, and placement estimates its end from them (progress).
+	NoProgress bool
 	// Gangs, with NodeGPUs above 0, runs a job of more GPUs than a node
 	// as a gang of whole nodes (resources.nodes ⌈GPUs ÷ NodeGPUs⌉ of
 	// NodeGPUs each), placed all or nothing across nodes, as placement
@@ -474,8 +478,44 @@ func (setup Setup) resources(in *Job) jobspec.Resources {
 // refresh sets the run time estimate of sj's spec as of now, the only
 // part of its spec that changes after it arrived (spec).
 func (sm *simulation) refresh(sj *simJob) {
+	sj.progress(sm.now, sm.setup.NoProgress)
 	est := sm.estimate(sj)
 	sj.job.Spec.ExpectedRuntime, sj.job.Spec.MaxRuntime = est, est
+}
+
+// simSteps is how many steps a simulated trainer reports for its run.
+const simSteps = 1000
+
+// progress sets the progress lines running job sj's trainer has printed
+// by now (off: none), as live placement reads them (policy.ProgressEnd): its step of
+// simSteps and the attempt's first line (ProgressFrom). A run's steps
+// come at an even pace after a start-up of a tenth of its run time, at
+// most 5 minutes (loading the model and data), in which it prints none;
+// an attempt resumed after a preemption goes on from the step it stopped
+// at, without a start-up. With Setup.NoProgress it prints none.
+func (sj *simJob) progress(now time.Duration, off bool) {
+	sj.job.Progress, sj.job.ProgressFrom = jobtype.Progress{}, nil
+	if off || !sj.started || sj.done || sj.in.Hint > 0 {
+		return
+	}
+	d := sj.in.Duration
+	su := min(d/10, 5*time.Minute)
+	if d <= su {
+		return
+	}
+	per := (d - su) / simSteps            // one step's run time
+	stepAt := func(r time.Duration) int { // steps done after r of run time
+		return min(int(max(r-su, 0)/per), simSteps)
+	}
+	ran := now - sj.runStart + sj.ran
+	first := stepAt(sj.ran) + 1 // the attempt's first line
+	if stepAt(ran) < first {
+		return
+	}
+	firstAt := su + time.Duration(first)*per // in run time
+	sj.job.Progress = jobtype.Progress{Step: stepAt(ran), TotalSteps: simSteps}
+	sj.job.ProgressFrom = &jobtype.ProgressMark{Attempt: sj.job.Attempt, Step: first,
+		At: simEpoch.Add(sj.runStart + firstAt - sj.ran)}
 }
 
 // estimate is what the policy is told of the job's run time now (spec).
@@ -488,6 +528,11 @@ func (sm *simulation) estimate(sj *simJob) jobspec.Duration {
 	est := in.Hint
 	if est <= 0 && !sj.started {
 		est = sm.learn.queued(in.GPUs)
+	} else if end, ok := policy.ProgressEnd(&sj.job, sm.at()); est <= 0 && ok {
+		// What live placement reads from the trainer's progress lines: the
+		// spec's estimate (which the simulator also uses as the bound,
+		// max_runtime) says the same.
+		est = sj.ran + end.Sub(sm.at()) + elapsed - sj.ran
 	} else if est <= 0 {
 		est = sm.learn.running(in.GPUs, elapsed)
 	} else if elapsed >= est {
