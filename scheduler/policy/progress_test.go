@@ -20,6 +20,10 @@ func TestProgressEnd(t *testing.T) {
 		return &jobtype.Job{State: jobtype.StateRunning, Attempt: attempt, StartedAt: &started,
 			Progress: jobtype.Progress{Step: step, TotalSteps: total}, ProgressFrom: from}
 	}
+	trial := func(j *jobtype.Job, stopAt int) *jobtype.Job {
+		j.Trial = &jobtype.TrialInfo{SweepID: "s", StopAtStep: stopAt}
+		return j
+	}
 	mark := func(attempt, step int, ago time.Duration) *jobtype.ProgressMark {
 		return &jobtype.ProgressMark{Attempt: attempt, Step: step, At: now.Add(-ago)}
 	}
@@ -38,6 +42,8 @@ func TestProgressEnd(t *testing.T) {
 		{"no total", job(1, 10, 0, nil), -1},
 		{"past its total", job(1, 10, 10, nil), -1},
 		{"a huge total is capped", job(1, 1, 1<<40, nil), maxProgressLeft},
+		{"a trial pausing at its rung's step 50", trial(job(1, 25, 100, nil), 50), 50 * time.Minute},
+		{"a trial past its rung's step", trial(job(1, 60, 100, nil), 50), -1},
 	} {
 		end, ok := ProgressEnd(c.j, now)
 		switch {

@@ -291,7 +291,8 @@ func PlacementNodes(in *RoundInput, def time.Duration) []placement.Node {
 // progress lines: the steps left at the pace since the attempt's first
 // line (ProgressFrom: the start-up before it, loading the model and data,
 // is not a step's time; a resumed attempt's steps before its checkpoint
-// did not run in it). With one line so far, a first attempt is paced by
+// did not run in it). A sweep trial's attempt that pauses at its rung's
+// step (stop_at_step) ends there. With one line so far, a first attempt is paced by
 // its whole run time per step, start-up included, which errs long. The
 // pace counts to now, not to the last line, so a trainer that stopped
 // printing is expected to take longer. ok is false without a step and
@@ -300,6 +301,9 @@ func PlacementNodes(in *RoundInput, def time.Duration) []placement.Node {
 // the spec's expected_runtime: callers keep the end within max_runtime.
 func ProgressEnd(j *jobtype.Job, now time.Time) (end time.Time, ok bool) {
 	p := j.Progress
+	if t := j.Trial; t != nil && t.StopAtStep > 0 && t.StopAtStep < p.TotalSteps {
+		p.TotalSteps = t.StopAtStep // a sweep trial's attempt pauses at its rung's step
+	}
 	if j.State != jobtype.StateRunning || p.Step <= 0 || p.TotalSteps <= p.Step {
 		return time.Time{}, false
 	}
