@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -443,7 +444,7 @@ func TestSweepWaitsForReservedMoney(t *testing.T) {
 func TestSweepCapOnActualSpend(t *testing.T) {
 	r := newAdmitRig(t, admitConfig)
 	ctx := r.ctx
-	_, id := r.cappedSweepRunning(t)
+	_, id := r.cappedSweepRunning(t, 450*time.Second)
 	j := waitfor.Value(t, 20*time.Second, "the trial asked to stop for the sweep's budget", func() *jobtype.Job {
 		j, _ := r.store.Get(ctx, id)
 		return j
@@ -482,6 +483,49 @@ func TestTeamCapOnActualSpend(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// TestCapGuardsLookAhead: a trial (and a job of team ml) that has run
+// 170 s at $2 a GPU-hour, $0.094 of a $0.10 cap, is asked to stop while
+// the cap is not yet reached: by the time the guard's next pass could
+// stop it (its interval plus the kill grace, 10 s) it would be, $0.10.
+// The stop names both figures. (Without the look-ahead it is stopped only
+// once its cost reached the cap, and passes it by what it costs until the
+// next pass and its stop.)
+func TestCapGuardsLookAhead(t *testing.T) {
+	for _, tc := range []struct {
+		name, config string
+		start        func(r *admitRig) string
+		why          string
+	}{
+		{"sweep", admitConfig, func(r *admitRig) string { _, id := r.cappedSweepRunning(t, 170*time.Second); return id },
+			`sweep budget reached: \$0\.09 of \$0\.10 spent, \$0\.10 once its running trials are stopped`},
+		{"team", strings.Replace(admitConfig, "{ml: 1000}", "{ml: 0.10}", 1), func(r *admitRig) string {
+			spec, err := jobspec.Parse([]byte(admitSpec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec.Normalize(r.cfg.Defaults)
+			created, err := r.s.Submit(r.ctx, plane.Admission{Who: plane.Principal{Name: "alice", Team: "ml"}, Jobs: []jobstore.NewJob{{Spec: spec}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.runningSince(t, created[0].Job.ID, 170*time.Second)
+			return created[0].Job.ID
+		}, `team ml's monthly budget reached: \$0\.09 of \$0\.10 spent, \$0\.10 once its running jobs are stopped`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newAdmitRig(t, tc.config)
+			id := tc.start(&r)
+			msg := waitfor.Value(t, 20*time.Second, "job "+id+" asked to stop for its budget", func() string {
+				msg, _ := r.rdb.HGet(r.ctx, "lathe:job:"+id, "stop_message").Result()
+				return msg
+			}, func(msg string) bool { return msg != "" })
+			if !regexp.MustCompile(tc.why).MatchString(msg) {
+				t.Fatalf("stop message %q; want it to match %q", msg, tc.why)
+			}
+		})
+	}
 }
 
 // TestSweepCancelFinishedByDuty: a sweep whose cancel was cut short (the
@@ -525,7 +569,7 @@ func TestSweepCancelFinishedByDuty(t *testing.T) {
 
 // cappedSweepRunning submits a one-trial sweep capped at $0.10 for team ml
 // and makes its trial's attempt run for 450 s (past the cap at its price).
-func (r *admitRig) cappedSweepRunning(t *testing.T) (*jobtype.Sweep, string) {
+func (r *admitRig) cappedSweepRunning(t *testing.T, ran time.Duration) (*jobtype.Sweep, string) {
 	t.Helper()
 	sp, err := sweepspec.Parse([]byte(`{"job":`+admitSpec+`,"parameters":{"lora.rank":{"grid":[8]}},"budget_usd":0.10}`), sweepspec.Options{})
 	if err != nil {
@@ -537,7 +581,7 @@ func (r *admitRig) cappedSweepRunning(t *testing.T) (*jobtype.Sweep, string) {
 		t.Fatal(err)
 	}
 	id := jobstore.TrialID(sw.ID, 0)
-	r.runningSince(t, id, 450*time.Second)
+	r.runningSince(t, id, ran)
 	return sw, id
 }
 

@@ -98,7 +98,7 @@ func TestUnfundableWaitersEnd(t *testing.T) {
 func TestCappedSweepFinishes(t *testing.T) {
 	r := newAdmitRig(t, admitConfig)
 	ctx := r.ctx
-	sw, id := r.cappedSweepRunning(t)
+	sw, id := r.cappedSweepRunning(t, 450*time.Second)
 	waitfor.True(t, 20*time.Second, "the trial asked to stop for the sweep's budget", func() bool {
 		j, _ := r.store.Get(ctx, id)
 		return j != nil && j.Trial != nil && j.Trial.StopRequested == jobtype.ReasonBudget

@@ -59,10 +59,10 @@ func newLeaderLoop(s *Scheduler) *leaderLoop {
 	hist := newHistorian(historianParams{Store: s.store, Log: s.log, Keep: cfg.HistoryKeep})
 	pr := newPruner(prunerParams{Store: s.store, Log: s.log, KeepFinished: cfg.KeepFinished, FinishedTTL: cfg.FinishedTTL, Pruned: hist.prunedJobs})
 	st := newSettler(settlerParams{Store: s.store, Log: s.log, Routing: s.Routing,
-		Stop: func(ctx context.Context, j *jobtype.Job, st jobtype.State) { s.cancelFastPath(ctx, j, st) }})
+		Stop: func(ctx context.Context, j *jobtype.Job, st jobtype.State) { s.cancelFastPath(ctx, j, st) }, StopLead: cfg.KillGrace})
 	sw := newSweeper(sweeperParams{Store: s.store, Log: s.log, Routing: s.Routing,
 		StopTrial: func(ctx context.Context, j *jobtype.Job, st jobtype.State) { s.cancelFastPath(ctx, j, st) },
-		Wake:      s.Wake, Resume: s.admit.resumeSweep})
+		Wake:      s.Wake, Resume: s.admit.resumeSweep, StopLead: cfg.KillGrace})
 	sch := newScheduleRunner(scheduleRunnerParams{Store: s.store, Log: s.log, Schedules: s.Schedules, Defaults: cfg.Defaults,
 		Admit: admitterOf(s), SawRedis: s.SawRedis})
 	rec := newReconciler(reconcilerParams{Clouds: cfg.Clouds, Store: s.store, Log: s.log, Grace: cfg.ReconcileGrace,

@@ -22,6 +22,9 @@ type settler struct {
 	log     *slog.Logger
 	routing func() *policy.RouteState
 	stop    func(ctx context.Context, j *jobtype.Job, st jobtype.State)
+	// lead is how far ahead the team guard looks: the settle interval
+	// plus the kill grace (guardTeams).
+	lead time.Duration
 
 	// queued and looked are the queued count and the time of the last
 	// look for jobs whose team's money is spent (endUnfundable).
@@ -41,10 +44,13 @@ type settlerParams struct {
 	Routing func() *policy.RouteState // the routing config in force (its prices)
 	// Stop tells a running job asked to stop (the cancel fast path).
 	Stop func(ctx context.Context, j *jobtype.Job, st jobtype.State)
+	// StopLead is how long a running job asked to stop may go on
+	// costing: the kill grace (the guard adds its own interval).
+	StopLead time.Duration
 }
 
 func newSettler(p settlerParams) *settler {
-	return &settler{store: p.Store, log: p.Log, routing: p.Routing, stop: p.Stop}
+	return &settler{store: p.Store, log: p.Log, routing: p.Routing, stop: p.Stop, lead: settleEvery + p.StopLead}
 }
 
 // run settles the budget reservation of every job that ended: its
@@ -180,12 +186,15 @@ func (d *settler) endUnfundable(ctx context.Context, settled bool) {
 }
 
 // guardTeams stops the running jobs (of those holding a reservation:
-// running) of every team whose month has cost its budget: what it spent
-// (settled) plus what its running jobs have cost so far, accrued to now
-// and not settled yet. Each is stopped, reason budget (a running one
-// checkpoints). The overshoot is at most one settle interval plus a stop
-// (the kill grace) of the team's running jobs' cost; a job that started
-// last month counts whole in this one (it errs to stopping early).
+// running) of every team whose month will have cost its budget by the
+// time they could be stopped after the next pass: what it spent (settled)
+// plus what its running jobs will have cost lead (the settle interval
+// plus the kill grace) from now, not settled yet. Each is stopped, reason
+// budget (a running one checkpoints). The budget is not passed while the
+// passes come on time and stops take no longer than the kill grace; a
+// late pass or a slow stop passes it by the running jobs' cost over that
+// lateness. A job that started last month counts whole in this one (it
+// errs to stopping early).
 func (d *settler) guardTeams(ctx context.Context, running []string) {
 	limits := d.routing().Config.TeamBudgetsUSD
 	if len(limits) == 0 || len(running) == 0 {
@@ -196,11 +205,13 @@ func (d *settler) guardTeams(ctx context.Context, running []string) {
 		return
 	}
 	cfg, now := d.routing().Config, time.Now()
-	live := map[string]float64{}
+	live, ahead := map[string]float64{}, map[string]float64{}
 	for _, j := range jobs {
 		if j != nil && j.State == jobtype.StateRunning && limits[j.Team] > 0 {
 			u, _ := policy.JobUsageAt(cfg, j, now)
 			live[j.Team] += max(u-j.SettledCostUSD, 0)
+			u, _ = policy.JobUsageAt(cfg, j, now.Add(d.lead))
+			ahead[j.Team] += max(u-j.SettledCostUSD, 0)
 		}
 	}
 	for team, usd := range live {
@@ -208,11 +219,12 @@ func (d *settler) guardTeams(ctx context.Context, running []string) {
 		if err != nil {
 			return
 		}
-		limit, total := limits[team], spends["team:"+team].SpentUSD+usd
-		if total < limit {
+		settled := spends["team:"+team].SpentUSD
+		limit, total, later := limits[team], settled+usd, settled+ahead[team]
+		if later < limit {
 			continue
 		}
-		why := fmt.Sprintf("team %s's monthly budget reached: $%.2f of $%.2f spent (settled and running jobs so far)", team, total, limit)
+		why := fmt.Sprintf("team %s's monthly budget reached: $%.2f of $%.2f spent, $%.2f once its running jobs are stopped (settled and running jobs so far)", team, total, limit, later)
 		n := 0
 		for _, j := range jobs {
 			if j == nil || j.Team != team || j.State != jobtype.StateRunning || j.CancelRequested {

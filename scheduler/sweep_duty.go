@@ -30,6 +30,9 @@ type sweeper struct {
 	wake      func()
 	resume    func(ctx context.Context, sw *jobtype.Sweep, owner string) error
 	owner     string // this duty's name as a sweep's filler
+	// lead is how far ahead the cap guard looks: its own interval plus
+	// a stop's kill grace (guard).
+	lead time.Duration
 }
 
 // sweeperParams is what a sweeper is built from.
@@ -44,11 +47,14 @@ type sweeperParams struct {
 	// Resume goes on storing an admitting sweep whose filler is gone, for
 	// a bounded slice of time (admission.resumeSweep).
 	Resume func(ctx context.Context, sw *jobtype.Sweep, owner string) error
+	// StopLead is how long a running trial asked to stop may go on
+	// costing: the kill grace (the guard adds its own interval).
+	StopLead time.Duration
 }
 
 func newSweeper(p sweeperParams) *sweeper {
 	return &sweeper{store: p.Store, log: p.Log, routing: p.Routing, stopTrial: p.StopTrial, wake: p.Wake, resume: p.Resume,
-		owner: fillOwner()}
+		owner: fillOwner(), lead: sweepEvery + p.StopLead}
 }
 
 func (d *sweeper) run(ctx context.Context) {
@@ -328,28 +334,33 @@ func (d *sweeper) apply(ctx context.Context, sw *jobtype.Sweep, rungs []int, a s
 	return "", nil
 }
 
-// guard stops sweep id's trials when what it has cost (its settled spend,
-// plus what its trials still running have cost so far, accrued to now)
-// reached its budget_usd or budget_gpu_hours: every trial not ended is
-// stopped, reason budget (a running one checkpoints, as on any stop). A
-// cap limits actual spend, not estimates; the overshoot is at most one
-// sweep duty interval plus a trial's stop (its kill grace) of the running
-// trials' cost. It reports whether the cap was reached.
+// guard stops sweep id's trials when what it will have cost by the time
+// they could be stopped after the next pass reaches its budget_usd or
+// budget_gpu_hours: its settled spend, plus what its trials still running
+// will have cost lead (this duty's interval plus the kill grace) from now.
+// Every trial not ended is then stopped, reason budget (a running one
+// checkpoints, as on any stop). A cap limits actual spend, not
+// estimates, and is not passed while the passes come on time and the
+// stops take no longer than the kill grace; a late pass or a slow stop
+// passes it by the running trials' cost over that lateness. The stop
+// comes at most lead early. It reports whether the cap was reached.
 func (d *sweeper) guard(ctx context.Context, id string) (bool, error) {
 	sw, err := d.store.GetSweep(ctx, id)
 	if err != nil || (sw.BudgetUSD <= 0 && sw.BudgetGPUHours <= 0) {
 		return false, err
 	}
-	usd, gpuh, err := d.spent(ctx, sw)
+	now, ahead, err := d.spent(ctx, sw, d.lead)
 	if err != nil {
 		return false, err
 	}
 	over := ""
 	switch {
-	case sw.BudgetUSD > 0 && usd >= sw.BudgetUSD:
-		over = fmt.Sprintf("sweep budget reached: $%.2f of $%.2f spent (settled and running trials so far)", usd, sw.BudgetUSD)
-	case sw.BudgetGPUHours > 0 && gpuh >= sw.BudgetGPUHours:
-		over = fmt.Sprintf("sweep budget reached: %.2f of %.2f GPU-h (settled and running trials so far)", gpuh, sw.BudgetGPUHours)
+	case sw.BudgetUSD > 0 && ahead.usd >= sw.BudgetUSD:
+		over = fmt.Sprintf("sweep budget reached: $%.2f of $%.2f spent, $%.2f once its running trials are stopped (settled and running trials so far)",
+			now.usd, sw.BudgetUSD, ahead.usd)
+	case sw.BudgetGPUHours > 0 && ahead.gpuh >= sw.BudgetGPUHours:
+		over = fmt.Sprintf("sweep budget reached: %.2f of %.2f GPU-h spent, %.2f once its running trials are stopped (settled and running trials so far)",
+			now.gpuh, sw.BudgetGPUHours, ahead.gpuh)
 	default:
 		return false, nil
 	}
@@ -360,31 +371,39 @@ func (d *sweeper) guard(ctx context.Context, id string) (bool, error) {
 	return true, nil
 }
 
-// spent is what sweep sw has cost so far, in dollars and GPU-hours: its
-// settled spend plus what its running trials have cost beyond what was
-// settled of them, accrued to now at the prices in force.
-func (d *sweeper) spent(ctx context.Context, sw *jobtype.Sweep) (usd, gpuh float64, err error) {
+// usage is money and GPU-hours spent.
+type usage struct{ usd, gpuh float64 }
+
+// spent is what sweep sw has cost so far, and what it will have cost lead
+// from now if its running trials go on: its settled spend plus what its
+// running trials have cost beyond what was settled of them, accrued at the
+// prices in force.
+func (d *sweeper) spent(ctx context.Context, sw *jobtype.Sweep, lead time.Duration) (now, ahead usage, err error) {
 	// A running trial holds its sweep reservation until settled: the
 	// active set is all that can be running (not every trial of a sweep
 	// of 10,000 each pass).
 	sets, err := d.store.SweepSetsOf(ctx, sw.ID)
 	if err != nil {
-		return 0, 0, err
+		return usage{}, usage{}, err
 	}
 	active, err := d.store.GetMany(ctx, sets.ActiveIDs)
 	if err != nil {
-		return 0, 0, err
+		return usage{}, usage{}, err
 	}
-	cfg, now := d.routing().Config, time.Now()
-	usd, gpuh = sw.SpentUSD, sw.SpentGPUHours
+	cfg, t := d.routing().Config, time.Now()
+	now = usage{sw.SpentUSD, sw.SpentGPUHours}
+	ahead = now
 	for _, j := range active {
 		if j != nil && j.Trial != nil && j.State == jobtype.StateRunning {
-			u, g := policy.JobUsageAt(cfg, j, now)
-			usd += max(u-j.Trial.SettledUSD, 0)
-			gpuh += max(g-j.Trial.SettledGPUHours, 0)
+			u, g := policy.JobUsageAt(cfg, j, t)
+			now.usd += max(u-j.Trial.SettledUSD, 0)
+			now.gpuh += max(g-j.Trial.SettledGPUHours, 0)
+			u, g = policy.JobUsageAt(cfg, j, t.Add(lead))
+			ahead.usd += max(u-j.Trial.SettledUSD, 0)
+			ahead.gpuh += max(g-j.Trial.SettledGPUHours, 0)
 		}
 	}
-	return usd, gpuh, nil
+	return now, ahead, nil
 }
 
 // stopTrials stops every trial of sweep id not ended nor asked to stop
