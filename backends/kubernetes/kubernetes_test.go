@@ -27,7 +27,8 @@ func testRequest() SubmitRequest {
 func TestBuildJob(t *testing.T) {
 	j := BuildJob(testRequest(), "ns")
 	s := j.Spec
-	if j.Name != "lathe-j-0123456789abcdef-2" || j.Namespace != "ns" || *s.BackoffLimit != 0 || *s.ActiveDeadlineSeconds != 5401 {
+	if j.Name != "lathe-j-0123456789abcdef-2" || j.Namespace != "ns" || *s.BackoffLimit != 0 || *s.ActiveDeadlineSeconds != 5401 ||
+		s.PodFailurePolicy.Rules[0].OnPodConditions[0].Type != corev1.DisruptionTarget {
 		t.Errorf("job = %+v", j)
 	}
 	for _, l := range []map[string]string{j.Labels, s.Template.Labels} {
@@ -98,6 +99,8 @@ func TestSummarize(t *testing.T) {
 		{"preempted", []batchv1.JobCondition{cond(batchv1.JobFailed, "BackoffLimitExceeded")}, podOf(corev1.PodFailed, "", 137, true), false, StateDisrupted, 137},
 		{"evicted", []batchv1.JobCondition{cond(batchv1.JobFailed, "BackoffLimitExceeded")}, podOf(corev1.PodFailed, "Evicted", 0, false), false, StateDisrupted, -1},
 		{"node lost", []batchv1.JobCondition{cond(batchv1.JobFailed, "BackoffLimitExceeded")}, podOf(corev1.PodFailed, "NodeLost", 0, false), false, StateDisrupted, -1},
+		{"pod failure policy", []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonPodFailurePolicy,
+			Message: "Pod lathe-jobs/x-abc has condition DisruptionTarget matching FailJob rule at index 0"}}, nil, false, StateDisrupted, -1},
 		{"deleting", nil, podOf(corev1.PodRunning, "", 0, false), true, StateDeleting, -1},
 	}
 	for _, tc := range cases {

@@ -77,15 +77,20 @@ func (r SubmitRequest) Labels() map[string]string {
 // BuildJob is the Job of r in namespace ns: one pod, restartPolicy Never
 // and backoffLimit 0 (Lathe owns retries: each new run is a new Lathe
 // attempt, never Kubernetes'), the GPUs as nvidia.com/gpu limits, and the
-// backend's selector, tolerations, account and volumes.
+// backend's selector, tolerations, account and volumes. A pod disrupted
+// (evicted, preempted, its node lost: the DisruptionTarget condition) fails
+// the Job by its pod failure policy, which names the condition in the
+// Job's Failed condition: the Job itself says why, after the pod is gone.
 func BuildJob(r SubmitRequest, ns string) *batchv1.Job {
 	labels := r.Labels()
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: ns, Labels: labels},
 		Spec: batchv1.JobSpec{
 			BackoffLimit: ptr(int32(0)),
-			Completions:  ptr(int32(1)),
-			Parallelism:  ptr(int32(1)),
+			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{Action: batchv1.PodFailurePolicyActionFailJob,
+				OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}}}}},
+			Completions: ptr(int32(1)),
+			Parallelism: ptr(int32(1)),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec:       podSpec(r),

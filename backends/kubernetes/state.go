@@ -104,7 +104,8 @@ func endState(c *batchv1.JobCondition, pod *corev1.Pod) string {
 		return StateSucceeded
 	case c.Reason == batchv1.JobReasonDeadlineExceeded:
 		return StateDeadlineExceeded
-	case pod != nil && disrupted(pod):
+	case c.Reason == batchv1.JobReasonPodFailurePolicy && strings.Contains(c.Message, string(corev1.DisruptionTarget)),
+		pod != nil && disrupted(pod):
 		return StateDisrupted
 	}
 	return StateFailed
