@@ -45,7 +45,9 @@ func (f *fakeKube) Submit(_ context.Context, r kubernetes.SubmitRequest) (kubern
 	return j, false, nil
 }
 
-func (f *fakeKube) Get(_ context.Context, name string) (kubernetes.Job, error) { return f.Watched(name) }
+func (f *fakeKube) Get(_ context.Context, name string) (kubernetes.Job, error) {
+	return f.Watched(name)
+}
 
 func (f *fakeKube) Watched(name string) (kubernetes.Job, error) {
 	if j, ok := f.jobs[name]; ok {

@@ -152,7 +152,7 @@ func (c *Client) Get(ctx context.Context, name string) (Job, error) {
 	for i := range list.Items {
 		pods[i] = &list.Items[i]
 	}
-	return Summarize(job, pods), nil
+	return Summarize(job, ownedBy(job, pods)), nil
 }
 
 // Watched returns Job name as the watch last saw it; ErrNotFound when the
@@ -180,7 +180,22 @@ func (c *Client) List() ([]Job, error) {
 
 func (c *Client) summarize(job *batchv1.Job) Job {
 	pods, _ := c.pods.Pods(c.cfg.Namespace).List(podSelector(job))
-	return Summarize(job, pods)
+	return Summarize(job, ownedBy(job, pods))
+}
+
+// ownedBy keeps the pods job owns (not those of an earlier Job of its name
+// and labels).
+func ownedBy(job *batchv1.Job, pods []*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		for _, o := range p.OwnerReferences {
+			if o.UID == job.UID {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // podSelector selects the pods of Lathe's Job job by its labels.
@@ -212,7 +227,7 @@ func (c *Client) Logs(ctx context.Context, name string, limit int64) (string, er
 		return "", fmt.Errorf("kubernetes: job %s: %w", name, ErrNotFound)
 	}
 	pods, _ := c.pods.Pods(c.cfg.Namespace).List(podSelector(job))
-	pod := latestPod(pods)
+	pod := latestPod(ownedBy(job, pods))
 	if pod == nil {
 		return "", fmt.Errorf("kubernetes: job %s has no pod", name)
 	}

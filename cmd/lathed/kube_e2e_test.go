@@ -43,10 +43,17 @@ type kubeRig struct {
 	worker        *daemon
 }
 
-func newKubeRig(t *testing.T) *kubeRig {
+func newKubeRig(t *testing.T) *kubeRig { return newKubeRigWith(t, "") }
+
+// newKubeRigWith is newKubeRig with lathed_path set to lathedOnNodes
+// (default: the lathed under test).
+func newKubeRigWith(t *testing.T, lathedOnNodes string) *kubeRig {
 	t.Helper()
 	r := &kubeRig{t: t}
 	r.lathed, r.lathe = binaries(t)
+	if lathedOnNodes == "" {
+		lathedOnNodes = r.lathed
+	}
 	r.rs = redistest.Start(t)
 	r.kube = kubetest.Start(t, kubetest.Options{GPUs: 2})
 	r.dir = t.TempDir()
@@ -58,7 +65,7 @@ func newKubeRig(t *testing.T) *kubeRig {
 		}
 		fmt.Fprintf(&trainers, "  sh-%s: [/bin/sh, %s]\n", name, p)
 	}
-	cfg := kubeBackendConfig("k8s", r.kube, filepath.Join(r.dir, "kube-work"), r.lathed, r.dir) + fmt.Sprintf(`datasets:
+	cfg := kubeBackendConfig("k8s", r.kube, filepath.Join(r.dir, "kube-work"), lathedOnNodes, r.dir) + fmt.Sprintf(`datasets:
   file_site: dc-frankfurt
 scheduler: {leader_ttl: 2s}
 worker: {heartbeat_ttl: 3s, kill_grace: 2s}
@@ -308,4 +315,20 @@ func TestKubeOrphanE2E(t *testing.T) {
 	if jobs := r.jobs(); len(jobs) != 2 {
 		t.Errorf("%d Jobs left, want the other deployment's and the other name's", len(jobs))
 	}
+}
+
+// TestKubeStepOutputFromAPIE2E: the image lacks lathed at lathed_path, so
+// each attempt's container fails before the step runs and leaves no status;
+// the worker reads the pod's log through the API server's pods/log (served
+// by the kubetest stand-in as a kubelet would) and puts its end into the
+// reason; each such attempt is retried, and the job fails after the last.
+func TestKubeStepOutputFromAPIE2E(t *testing.T) {
+	r := newKubeRigWith(t, "/nonexistent/lathed")
+	defer r.dump()
+	id := r.submit("kube-nolathed", "ok")
+	j := waitJob(t, r.base, id, 2*time.Minute, "ended", func(j jobtype.Job) bool { return j.State.Terminal() })
+	if j.State != jobtype.StateFailed || j.Attempt != 3 || !strings.Contains(j.Error, "its output ends:") || !strings.Contains(j.Error, "/nonexistent/lathed") {
+		t.Fatalf("job %s %s %q attempt %d, want failed in attempt 3 with the pod's log", j.State, j.Reason, j.Error, j.Attempt)
+	}
+	t.Logf("the job's reason: %s", j.Error)
 }

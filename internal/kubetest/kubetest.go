@@ -90,6 +90,7 @@ func Start(t testing.TB, o Options) *Cluster {
 	}
 	bins := requireBinaries(t)
 	c := &Cluster{Namespace: o.Namespace, dir: t.TempDir()}
+	c.StandIn = newStandIn(t, o.Namespace, filepath.Join(c.dir, "pods"))
 	c.startControlPlane(t, bins)
 	c.startProcess(t, bins["kube-controller-manager"], "--kubeconfig="+c.Kubeconfig, "--controllers=job,garbagecollector,ttl-after-finished",
 		"--leader-elect=false", "--secure-port=0", "--concurrent-job-syncs=5")
@@ -99,7 +100,7 @@ func Start(t testing.TB, o Options) *Cluster {
 		t.Fatal(err)
 	}
 	c.startProcess(t, bins["kwok"], "--kubeconfig="+c.Kubeconfig, "--config="+stages, "--manage-all-nodes=true",
-		"--node-lease-duration-seconds=0", "--cidr=10.0.0.0/16", "--node-ip=10.0.0.1")
+		"--node-lease-duration-seconds=0", "--cidr=10.0.0.0/16", "--node-ip=127.0.0.1")
 	ctx := context.Background()
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.Namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -107,7 +108,7 @@ func Start(t testing.TB, o Options) *Cluster {
 	for i := 0; i < o.Nodes; i++ {
 		c.Nodes = append(c.Nodes, c.addNode(t, "kwok-gpu-"+strconv.Itoa(i), o.GPUs))
 	}
-	c.StandIn = startStandIn(t, c.Client, o.Namespace, filepath.Join(c.dir, "pods"))
+	c.StandIn.start(t, c.Client)
 	return c
 }
 
@@ -138,6 +139,9 @@ func (c *Cluster) startControlPlane(t testing.TB, bins map[string]string) {
 	env := &envtest.Environment{ControlPlaneStartTimeout: 2 * time.Minute, ControlPlaneStopTimeout: time.Minute}
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: bins["etcd"]}
 	env.ControlPlane.APIServer = &envtest.APIServer{Path: bins["kube-apiserver"]}
+	// The nodes' kubelet endpoint is the stand-in's log server on 127.0.0.1
+	// (kwok --node-ip): reach it by that address, not the node's name.
+	env.ControlPlane.APIServer.Configure().Set("kubelet-preferred-address-types", "InternalIP")
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("kubetest: start etcd and kube-apiserver: %v", err)
@@ -190,7 +194,11 @@ func (c *Cluster) addNode(t testing.TB, name string, gpus int) string {
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
 			Labels: map[string]string{"kubernetes.io/hostname": name, "type": "kwok", "nvidia.com/gpu.present": "true"}},
-		Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
+		Status: corev1.NodeStatus{Capacity: res, Allocatable: res,
+			// The kubelet endpoint is the stand-in's log server (kwok's own
+			// server, --node-port, is not started).
+			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(c.StandIn.port)}}},
 	}
 	ctx := context.Background()
 	if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {

@@ -3,6 +3,9 @@ package kubetest
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,26 +36,41 @@ import (
 // through the API: phase Succeeded or Failed, the container terminated with
 // the exit code. A pod being deleted (a cancel, the Job's deadline, an
 // eviction) has its command stopped as a kubelet would: SIGTERM to its
-// process group, SIGKILL after the pod's grace period. The pod's log is not
-// served through the API (there is no kubelet endpoint).
+// process group, SIGKILL after the pod's grace period. It serves the output
+// as the pod's log on a kubelet's log path (GET
+// /containerLogs/NS/POD/CONTAINER, with tailLines and limitBytes) over TLS
+// on 127.0.0.1, the nodes' kubelet endpoint: the API server's pods/log
+// reaches it as it would a kubelet.
 type StandIn struct {
 	cs     kubernetes.Interface
 	ns     string
 	logDir string
+	port   int
 
 	mu      sync.Mutex
 	started map[types.UID]*exec.Cmd
 	runs    int
 }
 
-func startStandIn(t testing.TB, cs kubernetes.Interface, ns, logDir string) *StandIn {
+// newStandIn makes the stand-in of namespace ns and starts its log server.
+func newStandIn(t testing.TB, ns, logDir string) *StandIn {
 	t.Helper()
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s := &StandIn{cs: cs, ns: ns, logDir: logDir, started: map[types.UID]*exec.Cmd{}}
+	s := &StandIn{ns: ns, logDir: logDir, started: map[types.UID]*exec.Cmd{}}
+	srv := httptest.NewTLSServer(http.HandlerFunc(s.serveLog))
+	t.Cleanup(srv.Close)
+	s.port = srv.Listener.Addr().(*net.TCPAddr).Port
+	return s
+}
+
+// start starts playing the pods of the cluster cs.
+func (s *StandIn) start(t testing.TB, cs kubernetes.Interface) {
+	t.Helper()
+	s.cs = cs
 	ctx, cancel := context.WithCancel(context.Background())
-	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns))
+	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(s.ns))
 	inf := f.Core().V1().Pods().Informer()
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { s.consider(o) },
@@ -74,7 +92,35 @@ func startStandIn(t testing.TB, cs kubernetes.Interface, ns, logDir string) *Sta
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		t.Fatal("kubetest: stand-in: pod watch not synced")
 	}
-	return s
+}
+
+// serveLog serves a pod's output as a kubelet serves its container's log:
+// the last tailLines lines, at most limitBytes.
+func (s *StandIn) serveLog(w http.ResponseWriter, r *http.Request) {
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/containerLogs/"), "/")
+	if len(parts) != 3 || parts[0] != s.ns || strings.Contains(parts[1], "..") {
+		http.NotFound(w, r)
+		return
+	}
+	b, err := os.ReadFile(s.Log(parts[1]))
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	if n, err := strconv.Atoi(r.URL.Query().Get("tailLines")); err == nil && n >= 0 {
+		lines := strings.SplitAfter(string(b), "\n")
+		if len(lines) > 0 && lines[len(lines)-1] == "" {
+			lines = lines[:len(lines)-1]
+		}
+		if len(lines) > n {
+			lines = lines[len(lines)-n:]
+		}
+		b = []byte(strings.Join(lines, ""))
+	}
+	if n, err := strconv.Atoi(r.URL.Query().Get("limitBytes")); err == nil && n >= 0 && len(b) > n {
+		b = b[:n]
+	}
+	_, _ = w.Write(b)
 }
 
 // Runs is how many pods' commands the stand-in has started.
