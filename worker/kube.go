@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/redis/go-redis/v9"
 
@@ -81,7 +83,7 @@ func NewKube(rdb redis.UniversalClient, store *jobstore.Store, cfg KubeConfig) (
 		if err != nil {
 			s.log.Debug("pod log not read", slog.String("k8s_job", id), slog.Any("err", err))
 		}
-		return out
+		return stripControls(out)
 	}
 	return &Kube{s}, nil
 }
@@ -217,4 +219,15 @@ func kubeState(s string) string {
 		return slurm.StateCancelled
 	}
 	return slurm.StatePending
+}
+
+// stripControls replaces the control characters of s, read from a pod's
+// log (hostile: the image's output), but newlines and tabs, with spaces.
+func stripControls(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r != '\n' && r != '\t' && unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
 }

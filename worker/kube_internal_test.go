@@ -2,11 +2,16 @@ package worker
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lathe-ml/lathe/backends/kubernetes"
 	"github.com/lathe-ml/lathe/backends/slurm"
+	"github.com/lathe-ml/lathe/internal/jobstore"
+	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
 )
 
@@ -99,5 +104,40 @@ func TestKubeBatchSubmit(t *testing.T) {
 	}
 	if _, err := k.Job(ctx, "lathe-j-0123456789abcdef-9"); err != slurm.ErrNotFound {
 		t.Errorf("unknown Job: %v", err)
+	}
+}
+
+// TestStripControls: a pod's log keeps its lines, not its escapes.
+func TestStripControls(t *testing.T) {
+	if got := stripControls("a\x1b[31mb\nc\td\x00"); got != "a [31mb\nc\td " {
+		t.Errorf("stripControls = %q", got)
+	}
+}
+
+const kubeTestConfig = `
+sites:
+  dc: [onprem, eu]
+redis_site: dc
+backends:
+  hpc: {kind: kubernetes, site: dc, namespace: ns, image: img, work_dir: WORK, price: {usd_per_gpu_hour: 2}}
+datasets:
+  file_site: dc
+`
+
+// TestKubeRefusesJobThatSpansNodes: a job of resources.nodes 2 put on the
+// kubernetes worker's queue by hand fails for good, naming the field,
+// before any Job is made.
+func TestKubeRefusesJobThatSpansNodes(t *testing.T) {
+	f := &fakeKube{jobs: map[string]kubernetes.Job{}}
+	j := runPoolAttempt(t, kubeTestConfig, func(rdb redis.UniversalClient, store *jobstore.Store, cfg SlurmConfig) (*Slurm, error) {
+		k, err := NewKube(rdb, store, KubeConfig{SlurmConfig: cfg, Kube: f})
+		if err != nil {
+			return nil, err
+		}
+		return k.Slurm, nil
+	}, func(s *Slurm, job *jobtype.Job) { job.Spec.Resources.Nodes = 2 })
+	if j.State != jobtype.StateFailed || j.Reason != jobtype.ReasonPermanent || !strings.Contains(j.Error, "resources.nodes 2") ||
+		!strings.Contains(j.Error, "(kubernetes)") || len(f.reqs) != 0 {
+		t.Fatalf("job %s %s %q, %d Jobs made; want failed (permanent) with nothing made", j.State, j.Reason, j.Error, len(f.reqs))
 	}
 }
