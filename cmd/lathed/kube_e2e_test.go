@@ -43,14 +43,20 @@ type kubeRig struct {
 	worker        *daemon
 }
 
-func newKubeRig(t *testing.T) *kubeRig { return newKubeRigWith(t, "") }
+func newKubeRig(t *testing.T) *kubeRig { return newKubeRigWith(t, kubeRigOptions{}) }
 
-// newKubeRigWith is newKubeRig with lathed_path set to lathedOnNodes
-// (default: the lathed under test).
-func newKubeRigWith(t *testing.T, lathedOnNodes string) *kubeRig {
+// kubeRigOptions: the lathed_path of the backend (default: the lathed
+// under test), and whether the rig starts no daemon of its own.
+type kubeRigOptions struct {
+	LathedOnNodes string
+	NoDaemons     bool
+}
+
+func newKubeRigWith(t *testing.T, o kubeRigOptions) *kubeRig {
 	t.Helper()
 	r := &kubeRig{t: t}
 	r.lathed, r.lathe = binaries(t)
+	lathedOnNodes := o.LathedOnNodes
 	if lathedOnNodes == "" {
 		lathedOnNodes = r.lathed
 	}
@@ -77,12 +83,14 @@ trainers:
 	if err := os.WriteFile(r.cfgPath, []byte("sites:\n  dc-frankfurt: [onprem, eu]\nredis_site: dc-frankfurt\nbackends:\n"+cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	port := redistest.FreePort(t)
-	r.base = "http://127.0.0.1:" + strconv.Itoa(port)
-	d := startDaemon(t, r.lathed, "scheduler", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--redis-url", r.rs.URL(),
-		"--config", r.cfgPath, "--data-dir", filepath.Join(r.dir, "data"))
-	waitHTTP(t, r.base, d)
-	r.worker = r.startWorker()
+	if !o.NoDaemons {
+		port := redistest.FreePort(t)
+		r.base = "http://127.0.0.1:" + strconv.Itoa(port)
+		d := startDaemon(t, r.lathed, "scheduler", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--redis-url", r.rs.URL(),
+			"--config", r.cfgPath, "--data-dir", filepath.Join(r.dir, "data"))
+		waitHTTP(t, r.base, d)
+		r.worker = r.startWorker()
+	}
 	return r
 }
 
@@ -323,7 +331,7 @@ func TestKubeOrphanE2E(t *testing.T) {
 // by the kubetest stand-in as a kubelet would) and puts its end into the
 // reason; each such attempt is retried, and the job fails after the last.
 func TestKubeStepOutputFromAPIE2E(t *testing.T) {
-	r := newKubeRigWith(t, "/nonexistent/lathed")
+	r := newKubeRigWith(t, kubeRigOptions{LathedOnNodes: "/nonexistent/lathed"})
 	defer r.dump()
 	id := r.submit("kube-nolathed", "ok")
 	j := waitJob(t, r.base, id, 2*time.Minute, "ended", func(j jobtype.Job) bool { return j.State.Terminal() })
@@ -331,4 +339,25 @@ func TestKubeStepOutputFromAPIE2E(t *testing.T) {
 		t.Fatalf("job %s %s %q attempt %d, want failed in attempt 3 with the pod's log", j.State, j.Reason, j.Error, j.Attempt)
 	}
 	t.Logf("the job's reason: %s", j.Error)
+}
+
+// TestKubeUpE2E: `lathed up --kube-backend k8s`: the scheduler, a local
+// worker and the kubernetes worker in one process; a job runs as a Job and
+// succeeds.
+func TestKubeUpE2E(t *testing.T) {
+	r := newKubeRigWith(t, kubeRigOptions{NoDaemons: true})
+	port := redistest.FreePort(t)
+	r.base = "http://127.0.0.1:" + strconv.Itoa(port)
+	r.worker = startDaemon(t, r.lathed, "up", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--redis-url", r.rs.URL(),
+		"--config", r.cfgPath, "--data-dir", filepath.Join(r.dir, "data"), "--gpus", "none", "--kube-backend", "k8s")
+	waitHTTP(t, r.base, r.worker)
+	defer r.dump()
+	id := r.submit("kube-up", "ok")
+	j := waitJob(t, r.base, id, 2*time.Minute, "ended", func(j jobtype.Job) bool { return j.State.Terminal() })
+	if j.State != jobtype.StateSucceeded || j.Instance == nil || j.Instance.Backend != "k8s" {
+		t.Fatalf("job %s %s %s instance %+v", j.State, j.Reason, j.Error, j.Instance)
+	}
+	if kj, ok := r.k8sJob(id, 1); !ok || !kubeJobEnded(kj, batchv1.JobComplete) {
+		t.Errorf("the Job %+v (found %v), want Complete", kj, ok)
+	}
 }
