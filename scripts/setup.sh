@@ -16,6 +16,11 @@
 #                             slurmctld, slurmd, slurm-client and munge (the Slurm pool's tests start
 #                             their own one-host Slurm: munged, slurmctld and slurmd, as root),
 #                             iproute2 (`ip netns`: the multi-node test puts two workers in two network namespaces),
+#                             etcd-server, and kube-apiserver, kube-controller-manager, kube-scheduler
+#                             (k8s.io/kubernetes v1.37.2) and kwok built from the Go module proxy by
+#                             scripts/kube-binaries.sh into ${LATHE_KUBE_BIN:-~/.cache/lathe/kube-v1.37.2}
+#                             (the Kubernetes pool's tests start their own control plane; about
+#                             15 minutes on 2 cores the first time, skipped when built),
 #                             moto_server (an AWS emulator: preinstalled here; pip install "moto[server]"),
 #                             and llama-cpp-python in the virtualenv (the GGUF tests load the
 #                             exports in real llama.cpp; built from source with cmake, once)
@@ -71,6 +76,7 @@ if [ "$want_test" = 1 ]; then
   [ -x /usr/bin/sbatch ] || need+=(slurm-client)
   [ -x /usr/sbin/munged ] || need+=(munge)
   command -v ip >/dev/null 2>&1 || need+=(iproute2) # the gang test's network namespaces (ip netns)
+  command -v etcd >/dev/null 2>&1 || need+=(etcd-server) # the Kubernetes pool's tests (internal/kubetest)
 fi
 
 if [ ${#need[@]} -gt 0 ]; then
@@ -85,6 +91,10 @@ if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   "${sudo[@]}" apt-get update -qq
   "${sudo[@]}" apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if [ "$want_test" = 1 ]; then
+  "$(dirname "$0")/kube-binaries.sh"
 fi
 
 if [ "$want_test" = 1 ] && ! command -v moto_server >/dev/null 2>&1; then

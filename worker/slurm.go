@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -102,19 +101,20 @@ type SlurmConfig struct {
 	Logger *slog.Logger
 }
 
-// withDefaults checks c and returns it with the defaults stated, and the
-// backend it names.
-func (c SlurmConfig) withDefaults() (SlurmConfig, routecfg.Backend, error) {
+// withDefaults checks c for a backend of kind (slurm or kubernetes) and
+// returns it with the defaults stated, and the backend it names.
+func (c SlurmConfig) withDefaults(kind string) (SlurmConfig, routecfg.Backend, error) {
 	b, ok := c.Routing.Backend(c.Backend)
+	flag := map[string]string{routecfg.KindSlurm: "--slurm-backend", routecfg.KindKubernetes: "--kube-backend"}[kind]
 	switch {
 	case c.Backend == "":
-		return c, b, errors.New("worker: slurm: --slurm-backend is required (a slurm backend of the config)")
+		return c, b, fmt.Errorf("worker: %s: %s is required (a %s backend of the config)", kind, flag, kind)
 	case !ok:
-		return c, b, fmt.Errorf("worker: slurm: backend %q is not in the config", c.Backend)
-	case b.Kind != routecfg.KindSlurm:
-		return c, b, fmt.Errorf("worker: slurm: backend %q is kind %q, not slurm", c.Backend, b.Kind)
+		return c, b, fmt.Errorf("worker: %s: backend %q is not in the config", kind, c.Backend)
+	case b.Kind != kind:
+		return c, b, fmt.Errorf("worker: %s: backend %q is kind %q, not %s", kind, c.Backend, b.Kind, kind)
 	case c.Slurm == nil:
-		return c, b, errors.New("worker: slurm: a Slurm client is required")
+		return c, b, fmt.Errorf("worker: %s: a %s client is required", kind, kind)
 	}
 	if c.ScriptsDir == "" {
 		c.ScriptsDir = filepath.Join(b.WorkDir, "scripts")
@@ -122,7 +122,7 @@ func (c SlurmConfig) withDefaults() (SlurmConfig, routecfg.Backend, error) {
 	tc, err := (Config{Trainers: c.Trainers, Launchers: c.Launchers, DemoPython: c.DemoPython, HFPython: c.HFPython,
 		ScriptsDir: c.ScriptsDir, TrainerPassEnv: c.TrainerPassEnv, DataDir: b.WorkDir}).trainerDefaults()
 	if err != nil {
-		return c, b, fmt.Errorf("worker: slurm: %w", err)
+		return c, b, fmt.Errorf("worker: %s: %w", kind, err)
 	}
 	c.Trainers, c.Launchers, c.DemoPython, c.HFPython = tc.Trainers, tc.Launchers, tc.DemoPython, tc.HFPython
 	c.defaultTimings()
@@ -183,6 +183,10 @@ type Slurm struct {
 	remoteNode
 	cfg SlurmConfig
 	b   routecfg.Backend
+	w   poolWords
+	// logTail, when set, is the tail of the batch job's output (a pod's log
+	// from the API server); nil: the Slurm job's output file.
+	logTail func(ctx context.Context, id string) string
 
 	// The Slurm jobs of the watched attempts as the last squeue saw them,
 	// shared by every watched attempt: one squeue per poll for all.
@@ -195,18 +199,24 @@ type Slurm struct {
 
 // NewSlurm returns the slurm worker of cfg.Backend; Start runs it.
 func NewSlurm(rdb redis.UniversalClient, store *jobstore.Store, cfg SlurmConfig) (*Slurm, error) {
-	cfg, b, err := cfg.withDefaults()
+	cfg, b, err := cfg.withDefaults(routecfg.KindSlurm)
 	if err != nil {
 		return nil, err
 	}
-	s := &Slurm{cfg: cfg, b: b, remoteNode: remoteNode{label: "slurm", backend: b.Name, eventType: EventSlurm, rdb: rdb, store: store,
+	return newBatchWorker(rdb, store, cfg, b, slurmWords(b)), nil
+}
+
+// newBatchWorker is the worker of batch pool b (slurm or kubernetes), cfg
+// with its defaults, speaking of it in w's words.
+func newBatchWorker(rdb redis.UniversalClient, store *jobstore.Store, cfg SlurmConfig, b routecfg.Backend, w poolWords) *Slurm {
+	s := &Slurm{cfg: cfg, b: b, w: w, remoteNode: remoteNode{label: b.Kind, backend: b.Name, eventType: w.EventType, rdb: rdb, store: store,
 		log:     cfg.Logger,
 		timings: remoteTimings{HeartbeatTTL: cfg.HeartbeatTTL, LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, TaskCheckInterval: cfg.TaskCheckInterval}}}
 	s.init()
 	s.run = func(ctx context.Context, job *jobtype.Job) endFunc { return newSlurmAttempt(s, job).run(ctx) }
 	s.refresh = s.queueWait
 	s.sweep = s.sweepOrphans
-	return s, nil
+	return s
 }
 
 // Start registers the backend's node (failing if another live slurm
@@ -214,13 +224,13 @@ func NewSlurm(rdb redis.UniversalClient, store *jobstore.Store, cfg SlurmConfig)
 // taking the backend's queue.
 func (s *Slurm) Start(ctx context.Context) error {
 	if err := os.MkdirAll(s.b.WorkDir, 0o755); err != nil {
-		return fmt.Errorf("worker: slurm: backends.%s.work_dir: %w", s.b.Name, err)
+		return fmt.Errorf("worker: %s: backends.%s.work_dir: %w", s.b.Kind, s.b.Name, err)
 	}
 	if err := s.start(ctx, s.b.MaxInstances); err != nil {
 		return err
 	}
-	s.log.Info("slurm worker started", slog.String("node", s.node), slog.String("site", s.b.Site),
-		slog.String("partition", s.b.Partition), slog.Int("max_jobs", s.b.MaxInstances), slog.String("incarnation", s.incarnation))
+	s.log.Info(s.b.Kind+" worker started", slog.String("node", s.node), slog.String("site", s.b.Site),
+		slog.String("where", s.w.Region), slog.Int("max_jobs", s.b.MaxInstances), slog.String("incarnation", s.incarnation))
 	return nil
 }
 
@@ -272,4 +282,38 @@ func (s *Slurm) forget(id string) {
 	s.jobsMu.Lock()
 	defer s.jobsMu.Unlock()
 	delete(s.watched, id)
+}
+
+// poolWords are how a batch pool's worker speaks of its system in notes,
+// errors and the job's instance record.
+type poolWords struct {
+	System    string // "Slurm", "Kubernetes"
+	Job       string // "Slurm job", "Kubernetes Job"
+	Cancel    string // "scancel", "delete"
+	Type      string // the instance type's prefix, before the GPU count
+	Region    string // where in the system: the partition, the namespace
+	EventType string // of the worker's notes (EventSlurm, EventKube)
+}
+
+func slurmWords(b routecfg.Backend) poolWords {
+	return poolWords{System: "Slurm", Job: "Slurm job", Cancel: "scancel", Type: "slurm gpu:", Region: b.Partition, EventType: EventSlurm}
+}
+
+// submitted is the note of a batch job submitted (verb) for request r in
+// folder dir.
+func (w poolWords) submitted(id, verb string, r slurm.SubmitRequest, dir string) string {
+	if w.System == "Slurm" {
+		return fmt.Sprintf("Slurm job %s %s: %s, partition %s, account %q, --gres=%s, folder %s",
+			id, verb, r.Name, r.Partition, r.Account, r.GRES(), dir)
+	}
+	return fmt.Sprintf("%s %s %s: namespace %s, nvidia.com/gpu %d, folder %s", w.Job, id, verb, w.Region, r.GPUs, dir)
+}
+
+// jobNoun is "job ID" for Slurm's preemption notes (Slurm PREEMPTED job
+// 12), "Job ID" otherwise.
+func (w poolWords) jobNoun(id string) string {
+	if w.System == "Slurm" {
+		return "job " + id
+	}
+	return "Job " + id
 }

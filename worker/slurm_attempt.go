@@ -66,16 +66,16 @@ func (a *slurmAttempt) ending() attemptEnd {
 func (a *slurmAttempt) run(ctx context.Context) endFunc {
 	if n := a.job.Spec.Resources.Nodes; n > 1 {
 		// Only the local pool's lathed workers run a gang's ranks.
-		return a.ending().fail(jobtype.ReasonPermanent, fmt.Sprintf("resources.nodes %d: backend %s (slurm) does not run jobs that span nodes: refused before anything was submitted to Slurm",
-			n, a.s.b.Name))
+		return a.ending().fail(jobtype.ReasonPermanent, fmt.Sprintf("resources.nodes %d: backend %s (%s) does not run jobs that span nodes: refused before anything was submitted to %s",
+			n, a.s.b.Name, a.s.b.Kind, a.s.w.System))
 	}
 	problem, logs := residencyProblem(a.s.cfg.Routing, a.s.b, a.job, [][2]string{{"checkpoints", a.s.b.CheckpointURI}})
 	if problem != "" {
-		return a.ending().fail(jobtype.ReasonResidency, problem+": refused before anything was submitted to Slurm")
+		return a.ending().fail(jobtype.ReasonResidency, problem+": refused before anything was submitted to "+a.s.w.System)
 	}
 	a.logs = logs
 	if a.inst != nil {
-		a.note(ctx, fmt.Sprintf("re-attached to Slurm job %s", a.inst.ID))
+		a.note(ctx, fmt.Sprintf("re-attached to %s %s", a.s.w.Job, a.inst.ID))
 		if off, err := a.s.store.CloudEventsSeq(ctx, a.job.ID); err == nil {
 			a.off = off
 			a.refold()
@@ -110,13 +110,13 @@ func (a *slurmAttempt) prepare() endFunc {
 		}
 		p, err := fileuri.Path(u.uri)
 		if err != nil {
-			return a.ending().fail(jobtype.ReasonPermanent, fmt.Sprintf("%s %s: a Slurm pool reads and writes file:// only: %v", u.what, u.uri, err))
+			return a.ending().fail(jobtype.ReasonPermanent, fmt.Sprintf("%s %s: a %s pool reads and writes file:// only: %v", u.what, u.uri, a.s.w.System, err))
 		}
 		if a.s.cfg.AllowedRoots != nil && !a.s.cfg.AllowedRoots.Allows(p) {
 			return a.ending().fail(jobtype.ReasonPermanent, fmt.Sprintf("%s %s is outside the allowed roots", u.what, u.uri))
 		}
 	}
-	argv, err := trainerArgvOf(a.s.cfg.trainerConfig(), a.job, a.gpus, "slurm backend "+a.s.b.Name)
+	argv, err := trainerArgvOf(a.s.cfg.trainerConfig(), a.job, a.gpus, a.s.b.Kind+" backend "+a.s.b.Name)
 	if err != nil {
 		return a.ending().fail(jobtype.ReasonPermanent, err.Error())
 	}
@@ -204,7 +204,7 @@ func (a *slurmAttempt) submit(ctx context.Context) (endFunc, bool) {
 				return nil, true
 			}
 		}
-		if end, ok := a.waitAndRetry(ctx, fmt.Sprintf("submitting to Slurm failed (%v); trying again in %s", err, a.s.cfg.SubmitRetry)); !ok {
+		if end, ok := a.waitAndRetry(ctx, fmt.Sprintf("submitting to %s failed (%v); trying again in %s", a.s.w.System, err, a.s.cfg.SubmitRetry)); !ok {
 			return end, false
 		}
 	}
@@ -213,14 +213,13 @@ func (a *slurmAttempt) submit(ctx context.Context) (endFunc, bool) {
 // submitted records Slurm job id on the job and in its events.
 func (a *slurmAttempt) submitted(ctx context.Context, id, verb string) {
 	r := a.request()
-	a.inst = &jobtype.Instance{ID: id, Attempt: a.n, Backend: a.s.b.Name, Type: "slurm gpu:" + strconv.Itoa(a.gpus),
-		Market: "slurm", Region: a.s.b.Partition, LaunchTime: time.Now().UTC(),
+	a.inst = &jobtype.Instance{ID: id, Attempt: a.n, Backend: a.s.b.Name, Type: a.s.w.Type + strconv.Itoa(a.gpus),
+		Market: a.s.b.Kind, Region: a.s.w.Region, LaunchTime: time.Now().UTC(),
 		USDPerHour: float64(a.gpus) * a.s.b.USDPerGPUHour(), State: slurm.StatePending}
 	if err := a.s.store.RecordInstance(context.WithoutCancel(ctx), a.job.ID, a.n, a.inst); err != nil {
-		a.log.Warn("record the Slurm job on the job", slog.Any("err", err))
+		a.log.Warn("record the "+a.s.w.Job+" on the job", slog.Any("err", err))
 	}
-	a.note(ctx, fmt.Sprintf("Slurm job %s %s: %s, partition %s, account %q, --gres=%s, folder %s",
-		id, verb, r.Name, r.Partition, r.Account, r.GRES(), a.dir))
+	a.note(ctx, a.s.w.submitted(id, verb, r, a.dir))
 }
 
 // waitAndRetry notes why, then waits SubmitRetry keeping the lease and
@@ -251,7 +250,7 @@ func (a *slurmAttempt) watchLoop(ctx context.Context) endFunc {
 		if !first {
 			select {
 			case <-ctx.Done():
-				a.log.Info("detached; the Slurm job keeps running", slog.String("slurm_job", a.inst.ID))
+				a.log.Info("detached; the "+a.s.w.Job+" keeps running", slog.String("batch_job", a.inst.ID))
 				return nil
 			case <-t.C:
 			}
@@ -279,7 +278,7 @@ func (a *slurmAttempt) watchOnce(ctx context.Context) (endFunc, bool) {
 	case errors.Is(err, slurm.ErrNotFound):
 		return a.unknownToSlurm(ctx)
 	case err != nil:
-		a.log.Warn("squeue failed; the Slurm job is left alone", slog.Any("err", err))
+		a.log.Warn("reading "+a.s.w.System+" failed; the "+a.s.w.Job+" is left alone", slog.Any("err", err))
 		return nil, false
 	}
 	a.missing = time.Time{}
@@ -298,7 +297,7 @@ func (a *slurmAttempt) seen(ctx context.Context, j slurm.Job) {
 		a.state = j.State
 		a.inst.State = j.State
 		_ = a.s.store.RecordInstance(context.WithoutCancel(ctx), a.job.ID, a.n, a.inst)
-		a.note(ctx, fmt.Sprintf("Slurm job %s is %s (%s) on %q", j.ID, j.State, j.Reason, j.Nodes))
+		a.note(ctx, fmt.Sprintf("%s %s is %s (%s) on %q", a.s.w.Job, j.ID, j.State, j.Reason, j.Nodes))
 	}
 	if !a.started && !j.StartTime.IsZero() {
 		err := a.s.store.Started(ctx, a.job.ID, a.n, j.StartTime)
@@ -324,24 +323,24 @@ func (a *slurmAttempt) unknownToSlurm(ctx context.Context) (endFunc, bool) {
 		return a.fromStatus(ctx, st, slurm.Job{ID: a.inst.ID}), true
 	}
 	a.addCost(ctx, slurm.Job{})
-	return a.ending().retryOrFail(jobtype.ReasonExit, fmt.Sprintf("Slurm job %s is unknown to Slurm and left no status", a.inst.ID)), true
+	return a.ending().retryOrFail(jobtype.ReasonExit, fmt.Sprintf("%s %s is unknown to %s and left no status", a.s.w.Job, a.inst.ID, a.s.w.System)), true
 }
 
 // cancel scancels the Slurm job, waits until Slurm ended it, and ends the
 // attempt cancelled.
 func (a *slurmAttempt) cancel(ctx context.Context) (endFunc, bool) {
-	a.note(ctx, "cancel asked; scancel "+a.inst.ID)
+	a.note(ctx, "cancel asked; "+a.s.w.Cancel+" "+a.inst.ID)
 	t := time.NewTicker(a.s.cfg.PollInterval)
 	defer t.Stop()
 	for {
 		if err := a.s.cfg.Slurm.Cancel(ctx, a.inst.ID); err != nil {
-			a.log.Warn("scancel failed; trying again", slog.Any("err", err))
+			a.log.Warn(a.s.w.Cancel+" failed; trying again", slog.Any("err", err))
 		}
 		j, err := a.s.cfg.Slurm.Job(ctx, a.inst.ID)
 		if errors.Is(err, slurm.ErrNotFound) || err == nil && slurm.Ended(j.State) {
 			a.mirror(ctx)
 			a.addCost(ctx, j)
-			a.note(ctx, fmt.Sprintf("Slurm job %s ended %s after the cancel", a.inst.ID, j.State))
+			a.note(ctx, fmt.Sprintf("%s %s ended %s after the cancel", a.s.w.Job, a.inst.ID, j.State))
 			return a.ending().cancelled(), true
 		}
 		select {
@@ -431,10 +430,16 @@ func (a *slurmAttempt) publish(metrics map[string]float64) endFunc {
 	return a.ending().succeeded(metrics, arts)
 }
 
-// lastOutput is the tail of the Slurm job's output file, for messages.
-func (a *slurmAttempt) lastOutput() string {
-	b, _ := a.readStep(slurmOutFile)
-	s := strings.TrimSpace(string(b))
+// lastOutput is the tail of the batch job's output, for messages: the
+// Slurm job's output file, or the pod's log read from the API server.
+func (a *slurmAttempt) lastOutput(ctx context.Context) string {
+	var b []byte
+	if a.s.logTail != nil {
+		b = []byte(a.s.logTail(ctx, a.inst.ID))
+	} else {
+		b, _ = a.readStep(slurmOutFile)
+	}
+	s := strings.TrimSpace(strings.ToValidUTF8(string(b), ""))
 	if len(s) > 400 {
 		s = "…" + s[len(s)-400:]
 	}

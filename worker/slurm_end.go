@@ -28,7 +28,7 @@ func (a *slurmAttempt) ended(ctx context.Context, j slurm.Job) endFunc {
 	case slurm.StatePreempted, slurm.StateRequeued:
 		return a.preempted(ctx, j)
 	case slurm.StateTimeout, slurm.StateDeadline:
-		return a.ending().fail(jobtype.ReasonTimeout, fmt.Sprintf("Slurm job %s ended %s: max_runtime %s reached", j.ID, j.State, a.maxRuntime()))
+		return a.ending().fail(jobtype.ReasonTimeout, fmt.Sprintf("%s %s ended %s: max_runtime %s reached", a.s.w.Job, j.ID, j.State, a.maxRuntime()))
 	}
 	st, found, err := a.stepStatus()
 	if err != nil {
@@ -37,11 +37,11 @@ func (a *slurmAttempt) ended(ctx context.Context, j slurm.Job) endFunc {
 	if found && j.State != slurm.StateCancelled {
 		return a.fromStatus(ctx, st, j)
 	}
-	msg := fmt.Sprintf("Slurm job %s ended %s (exit code %d, %s) without a status from its step", j.ID, j.State, j.ExitCode, j.Reason)
+	msg := fmt.Sprintf("%s %s ended %s (exit code %d, %s) without a status from its step", a.s.w.Job, j.ID, j.State, j.ExitCode, j.Reason)
 	if j.State == slurm.StateCancelled {
-		msg = fmt.Sprintf("Slurm job %s was cancelled outside Lathe", j.ID)
+		msg = fmt.Sprintf("%s %s was cancelled outside Lathe", a.s.w.Job, j.ID)
 	}
-	if out := a.lastOutput(); out != "" {
+	if out := a.lastOutput(ctx); out != "" {
 		msg += "; its output ends: " + out
 	}
 	a.note(ctx, msg)
@@ -54,10 +54,10 @@ func (a *slurmAttempt) ended(ctx context.Context, j slurm.Job) endFunc {
 func (a *slurmAttempt) preempted(ctx context.Context, j slurm.Job) endFunc {
 	if j.State == slurm.StateRequeued {
 		if err := a.s.cfg.Slurm.Cancel(ctx, j.ID); err != nil {
-			a.log.Warn("scancel the requeued Slurm job", slog.Any("err", err))
+			a.log.Warn(a.s.w.Cancel+" the requeued "+a.s.w.Job, slog.Any("err", err))
 		}
 	}
-	msg := fmt.Sprintf("Slurm %s job %s; resuming from the last checkpoint", j.State, j.ID)
+	msg := fmt.Sprintf("%s %s %s; resuming from the last checkpoint", a.s.w.System, j.State, a.s.w.jobNoun(j.ID))
 	a.note(ctx, msg)
 	return func(ctx context.Context) error { return a.s.store.CloudPreempted(ctx, a.job.ID, a.n, msg) }
 }
@@ -79,12 +79,12 @@ func (a *slurmAttempt) fromStatus(ctx context.Context, st agent.Status, j slurm.
 		}
 		return a.ending().paused(v.step, metrics)
 	case agent.StateTimeout:
-		return a.ending().fail(jobtype.ReasonTimeout, "max_runtime reached in Slurm job "+j.ID+": "+st.Error)
+		return a.ending().fail(jobtype.ReasonTimeout, "max_runtime reached in "+a.s.w.Job+" "+j.ID+": "+st.Error)
 	case agent.StatePreempted:
 		return a.preempted(ctx, slurm.Job{ID: j.ID, State: slurm.StatePreempted})
 	}
 	if trainer.ExitOutcome(st.ExitCode) == trainer.Permanent {
 		return a.ending().fail(jobtype.ReasonPermanent, "trainer exited 3 (permanent): "+st.Error)
 	}
-	return a.ending().retryOrFail(jobtype.ReasonExit, fmt.Sprintf("attempt failed in Slurm job %s (exit %d): %s", j.ID, st.ExitCode, st.Error))
+	return a.ending().retryOrFail(jobtype.ReasonExit, fmt.Sprintf("attempt failed in %s %s (exit %d): %s", a.s.w.Job, j.ID, st.ExitCode, st.Error))
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lathe-ml/lathe/backends/aws/agent"
 	"github.com/lathe-ml/lathe/backends/slurm"
 	"github.com/lathe-ml/lathe/internal/fileuri"
@@ -103,14 +105,26 @@ datasets:
 // over fake, and returns the job after its end was recorded.
 func runSlurmAttempt(t *testing.T, fake *fakeSlurm, before func(s *Slurm, job *jobtype.Job)) *jobtype.Job {
 	t.Helper()
+	return runPoolAttempt(t, slurmTestConfig, func(rdb redis.UniversalClient, store *jobstore.Store, cfg SlurmConfig) (*Slurm, error) {
+		cfg.Slurm = fake
+		return NewSlurm(rdb, store, cfg)
+	}, before)
+}
+
+// runPoolAttempt runs one claimed attempt of a new job on the batch pool
+// worker of backend hpc of config (WORK its work_dir) that mk makes, and
+// returns the job after its end was recorded.
+func runPoolAttempt(t *testing.T, config string, mk func(redis.UniversalClient, *jobstore.Store, SlurmConfig) (*Slurm, error),
+	before func(s *Slurm, job *jobtype.Job)) *jobtype.Job {
+	t.Helper()
 	rdb := redistest.Start(t).Client()
 	store := jobstore.New(rdb, jobstore.Config{})
 	dir := t.TempDir()
-	rc, err := routecfg.ParseConfig([]byte(strings.ReplaceAll(slurmTestConfig, "WORK", filepath.Join(dir, "work"))))
+	rc, err := routecfg.ParseConfig([]byte(strings.ReplaceAll(config, "WORK", filepath.Join(dir, "work"))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewSlurm(rdb, store, SlurmConfig{Routing: rc, Backend: "hpc", Slurm: fake, Trainers: map[string][]string{"sh": {"/bin/sh", "x"}},
+	s, err := mk(rdb, store, SlurmConfig{Routing: rc, Backend: "hpc", Trainers: map[string][]string{"sh": {"/bin/sh", "x"}},
 		PollInterval: 10 * time.Millisecond, LeaseTTL: 3 * time.Second, LostGrace: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -48,6 +48,7 @@ type fileConfig struct {
 	Cluster string       `yaml:"cluster"`
 	AWS     awsSection   `yaml:"aws"`
 	Slurm   slurmSection `yaml:"slurm"`
+	Kube    kubeSection  `yaml:"kubernetes"`
 	// The routing sections (and routing: above): routecfg.ParseConfig
 	// reads and validates them (strictly, every bad field at once); here
 	// they are only allowed.

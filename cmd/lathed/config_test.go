@@ -416,3 +416,20 @@ func TestSlurmExampleConfigLoads(t *testing.T) {
 		t.Fatalf("slurm section %+v", c.Slurm)
 	}
 }
+
+// The Kubernetes example config loads, with its kubernetes backend and
+// worker section.
+func TestKubeExampleConfigLoads(t *testing.T) {
+	c, err := loadConfig(filepath.Join("..", "..", "configs", "kubernetes.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, ok := c.daemon.Routing.Backend("k8s")
+	if !ok || b.Kind != "kubernetes" || b.Kube == nil || b.Kube.Namespace != "lathe-jobs" || b.Kube.QueueName != "team-a" ||
+		b.WorkDir != "/shared/lathe/k8s" || b.MaxInstances != 8 {
+		t.Fatalf("kubernetes backend %+v", b)
+	}
+	if c.Kube.PollInterval.D() != 5*time.Second || c.Kube.OrphanGrace.D() != 10*time.Minute {
+		t.Fatalf("kubernetes section %+v", c.Kube)
+	}
+}

@@ -9,10 +9,14 @@ package main
 //     everywhere in these tests; the trainers run on the CPU);
 //   - slurm: a `lathed worker --backend slurm` against a real one-host
 //     Slurm (internal/slurmtest: munged, slurmctld and slurmd started here;
-//     its GPUs are GRES on mknod devices).
-// Kubernetes has no pool yet, so it has no row here. The trainers are small
-// /bin/sh stand-ins that speak the trainer contract (confTrainers), not
-// trainers.
+//     its GPUs are GRES on mknod devices);
+//   - kubernetes: a `lathed worker --backend kubernetes` against a real
+//     kube-apiserver and etcd (envtest) with the real Job controller,
+//     garbage collector and scheduler, and kwok GPU nodes
+//     (internal/kubetest); no container runs: its **stand-in** runs each
+//     pod's command on this host and ends the pod through the API.
+// The trainers are small /bin/sh stand-ins that speak the trainer contract
+// (confTrainers), not trainers.
 
 import (
 	"fmt"
@@ -24,6 +28,7 @@ import (
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/kubetest"
 	"github.com/lathe-ml/lathe/internal/redistest"
 	"github.com/lathe-ml/lathe/internal/slurmtest"
 	"github.com/lathe-ml/lathe/internal/waitfor"
@@ -72,6 +77,7 @@ type confRig struct {
 	lathed, lathe string
 	rs            *redistest.Server
 	slurm         *slurmtest.Cluster // the slurm pool's
+	kube          *kubetest.Cluster  // the kubernetes pool's
 	dir, cfgPath  string
 	base, listen  string
 	sched, worker *daemon
@@ -102,6 +108,15 @@ slurm: {conf: %s, poll_interval: 300ms, lease_ttl: 3s, lost_grace: 5s, submit_re
 			},
 			worker: func(r *confRig) *daemon {
 				return startDaemon(r.t, r.lathed, "worker", "--backend", "slurm", "--slurm-backend", "pool", "--redis-url", r.rs.URL(),
+					"--config", r.cfgPath, "--data-dir", filepath.Join(r.dir, "data"))
+			}},
+		{name: "kubernetes", started: "kubernetes worker started",
+			config: func(r *confRig) string {
+				r.kube = kubetest.Start(r.t, kubetest.Options{GPUs: 2})
+				return kubeBackendConfig("pool", r.kube, filepath.Join(r.dir, "kube-work"), r.lathed, r.dir)
+			},
+			worker: func(r *confRig) *daemon {
+				return startDaemon(r.t, r.lathed, "worker", "--backend", "kubernetes", "--kube-backend", "pool", "--redis-url", r.rs.URL(),
 					"--config", r.cfgPath, "--data-dir", filepath.Join(r.dir, "data"))
 			}},
 	}

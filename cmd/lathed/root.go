@@ -48,6 +48,9 @@ type opts struct {
 	awsBackend string
 	// slurmBackend and slurmConf: worker --backend slurm's.
 	slurmBackend, slurmConf string
+	// kubeBackend and kubeconfig: worker --backend kubernetes's.
+	kubeBackend, kubeconfig string
+	upKube                  []string // up --kube-backend: kubernetes workers run in the same process
 	upClouds                []string // up --aws-backend: AWS workers run in the same process
 	upSlurm                 []string // up --slurm-backend: slurm workers run in the same process
 	endpoint                string
@@ -97,6 +100,8 @@ func upCmd(o *opts, stderr io.Writer) *cobra.Command {
 	up.Flags().StringArrayVar(&o.upClouds, "aws-backend", nil, "also run the AWS worker of this aws backend of the config in this process (repeatable)")
 	up.Flags().StringArrayVar(&o.upSlurm, "slurm-backend", nil, "also run the slurm worker of this slurm backend of the config in this process (repeatable)")
 	up.Flags().StringVar(&o.slurmConf, "slurm-conf", "", "with --slurm-backend: the slurm.conf Slurm's commands use (default slurm.conf of the config, or Slurm's own)")
+	up.Flags().StringArrayVar(&o.upKube, "kube-backend", nil, "also run the kubernetes worker of this kubernetes backend of the config in this process (repeatable)")
+	up.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "with --kube-backend: the cluster's kubeconfig (default kubernetes.kubeconfig of the config, or the in-cluster config)")
 	return up
 }
 
@@ -129,17 +134,23 @@ func workerCmd(o *opts, stderr io.Writer) *cobra.Command {
 				if o.slurmBackend == "" {
 					return fmt.Errorf("--backend slurm needs --slurm-backend NAME (a slurm backend of the config)")
 				}
+			case "kubernetes":
+				if o.kubeBackend == "" {
+					return fmt.Errorf("--backend kubernetes needs --kube-backend NAME (a kubernetes backend of the config)")
+				}
 			default:
-				return fmt.Errorf("--backend %q: must be local, aws or slurm", o.backend)
+				return fmt.Errorf("--backend %q: must be local, aws, slurm or kubernetes", o.backend)
 			}
 			o.gpusSet = c.Flags().Changed("gpus")
 			return run(c.Context(), o, stderr, false, true)
 		},
 	}
-	wk.Flags().StringVar(&o.backend, "backend", "local", "worker backend: local (this machine's GPUs), aws (launches EC2 instances for one aws backend) or slurm (submits to Slurm for one slurm backend)")
+	wk.Flags().StringVar(&o.backend, "backend", "local", "worker backend: local (this machine's GPUs), aws (launches EC2 instances for one aws backend), slurm (submits to Slurm for one slurm backend) or kubernetes (makes Kubernetes Jobs for one kubernetes backend)")
 	wk.Flags().StringVar(&o.awsBackend, "aws-backend", "", "with --backend aws: the aws backend of the config this worker runs")
 	wk.Flags().StringVar(&o.slurmBackend, "slurm-backend", "", "with --backend slurm: the slurm backend of the config this worker runs")
 	wk.Flags().StringVar(&o.slurmConf, "slurm-conf", "", "with --backend slurm: the slurm.conf Slurm's commands use (default slurm.conf of the config, or Slurm's own)")
+	wk.Flags().StringVar(&o.kubeBackend, "kube-backend", "", "with --backend kubernetes: the kubernetes backend of the config this worker runs")
+	wk.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "with --backend kubernetes: the cluster's kubeconfig (default kubernetes.kubeconfig of the config, or the in-cluster config)")
 	addWorkerFlags(wk, o)
 	return wk
 }
@@ -181,6 +192,10 @@ func run(ctx context.Context, o *opts, stderr io.Writer, withScheduler, withWork
 		}
 	} else if withWorker && o.backend == "slurm" {
 		if err := d.startSlurmWorker(ctx, o.slurmBackend); err != nil {
+			return err
+		}
+	} else if withWorker && o.backend == "kubernetes" {
+		if err := d.startKubeWorker(ctx, o.kubeBackend); err != nil {
 			return err
 		}
 	} else if withWorker {
@@ -434,6 +449,11 @@ func (d *wiring) startUpClouds(ctx context.Context) error {
 	}
 	for _, name := range d.o.upSlurm {
 		if err := d.startSlurmWorker(ctx, name); err != nil {
+			return err
+		}
+	}
+	for _, name := range d.o.upKube {
+		if err := d.startKubeWorker(ctx, name); err != nil {
 			return err
 		}
 	}

@@ -231,6 +231,9 @@ func decideCloud(j *jobtype.Job, rs *RouteState, live map[string]bool) (CloudDis
 	case !live[node] && b.Kind == routecfg.KindSlurm:
 		return CloudDispatch{}, OffWait{j.ID, "cloud", fmt.Sprintf("routed to %s (site %s): no slurm worker for it is running (lathed worker --backend slurm --slurm-backend %s); it waits there",
 			b.Name, b.Site, b.Name)}, false
+	case !live[node] && b.Kind == routecfg.KindKubernetes:
+		return CloudDispatch{}, OffWait{j.ID, "cloud", fmt.Sprintf("routed to %s (site %s): no kubernetes worker for it is running (lathed worker --backend kubernetes --kube-backend %s); it waits there",
+			b.Name, b.Site, b.Name)}, false
 	case !live[node]:
 		return CloudDispatch{}, OffWait{j.ID, "cloud", fmt.Sprintf("routed to %s (site %s): no AWS worker for it is running (lathed worker --backend aws --aws-backend %s); it waits there",
 			b.Name, b.Site, b.Name)}, false

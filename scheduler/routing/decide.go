@@ -232,6 +232,10 @@ func cloudWaitReason(b *routecfg.BackendInfo, st *candState, sg staged, site str
 			" (the pending GPU-hours of its partition over its GPUs, as its worker last saw them) + startup " + b.Startup.String())
 		return s.String()
 	}
+	if b.Kind == routecfg.KindKubernetes {
+		s.WriteString("kubernetes wait " + fmtWait(st.waitS) + ": startup " + b.Startup.String() + " (the cluster's queue is not estimated)")
+		return s.String()
+	}
 	s.WriteString("cloud wait ")
 	s.WriteString(fmtWait(st.waitS))
 	s.WriteString(": ")
@@ -466,12 +470,12 @@ func (e *eval) costReason(b *routecfg.BackendInfo, st *candState) string {
 			" GPU-hours × " + usd(b.USD) + "/GPU-hour on " + b.Name
 	}
 	t := &b.Types[st.ti]
-	if b.Kind == routecfg.KindSlurm {
+	if routecfg.BatchPoolKind(b.Kind) {
 		if !b.Priced {
-			return "cost " + usd(0) + ": slurm backend " + b.Name + " is unpriced (no price in the config)"
+			return "cost " + usd(0) + ": " + b.Kind + " backend " + b.Name + " is unpriced (no price in the config)"
 		}
 		return "cost " + costText(st) + ": " + strconv.FormatFloat(st.runtime.Hours(), 'f', 2, 64) + " h × " + strconv.Itoa(t.GPUs) +
-			" GPUs × " + usd(b.USD) + "/GPU-hour on slurm backend " + b.Name
+			" GPUs × " + usd(b.USD) + "/GPU-hour on " + b.Kind + " backend " + b.Name
 	}
 	price := "on demand"
 	if b.Spot {
@@ -506,8 +510,8 @@ func (e *eval) staging(d *Decision, b *routecfg.BackendInfo) {
 		d.addStaging("raw logs", "redis", compute, x.Sites[ls].Name, tags)
 	} else if !b.Local && x.Redis != b.Site {
 		where := "the agent keeps them in the backend's bucket"
-		if b.Kind == routecfg.KindSlurm {
-			where = "the Slurm step keeps them in the backend's work_dir"
+		if routecfg.BatchPoolKind(b.Kind) {
+			where = "the " + b.Kind + " step keeps them in the backend's work_dir"
 		}
 		d.Reasons = append(d.Reasons, "raw logs stay in site "+compute+" (redis_site "+x.Sites[x.Redis].Name+
 			" lacks a tag; only control-plane metadata crosses): "+where)

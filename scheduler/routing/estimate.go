@@ -59,7 +59,7 @@ func (e *eval) prepare(b *routecfg.BackendInfo, st *candState) {
 		e.waitLocal(&pool, st)
 	} else {
 		e.fitCloud(b, st)
-		if b.Kind != routecfg.KindSlurm { // a Slurm pool reads its file:// data in place
+		if !routecfg.BatchPoolKind(b.Kind) { // a Slurm or Kubernetes pool reads its file:// data in place
 			st.stageS = stagingTime(&e.job, e.dataset, e.evalSet, b).seconds
 		}
 		st.waitS = min(b.Startup.Seconds()+st.stageS+e.s.QueueWait[b.Name].Seconds(), maxEstimate.Seconds())

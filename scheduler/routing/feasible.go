@@ -370,13 +370,13 @@ func checkLogSite(e *eval, b *routecfg.BackendInfo) string {
 // so this is a feasibility check of its own: a cloud backend may still take
 // the job, and a refusal names it for the local backend.
 func checkLocalS3(e *eval, b *routecfg.BackendInfo) string {
-	if !b.Local && b.Kind != routecfg.KindSlurm {
+	if !b.Local && !routecfg.BatchPoolKind(b.Kind) {
 		return ""
 	}
 	for _, u := range [...]string{e.job.Dataset, e.job.EvalDataset, e.job.Output} {
 		if strings.HasPrefix(u, "s3://") {
-			if b.Kind == routecfg.KindSlurm {
-				return ReasonLocalS3 + ": " + u + ": staging S3 onto a Slurm pool is not built yet; use file:// data on storage its nodes share"
+			if routecfg.BatchPoolKind(b.Kind) {
+				return ReasonLocalS3 + ": " + u + ": staging S3 onto a " + b.Kind + " pool is not built yet; use file:// data on storage its nodes share"
 			}
 			return ReasonLocalS3 + ": " + u + ": staging S3 onto local workers is not built yet; use file:// data for local jobs"
 		}
@@ -390,7 +390,7 @@ func checkLocalS3(e *eval, b *routecfg.BackendInfo) string {
 // wrong one.
 func checkCloudTrainer(e *eval, b *routecfg.BackendInfo) string {
 	// A slurm backend runs the trainers of its worker's config, named ones too.
-	if b.Local || b.Kind == routecfg.KindSlurm || e.job.Trainer == "" || e.job.Trainer == "reference" {
+	if b.Local || routecfg.BatchPoolKind(b.Kind) || e.job.Trainer == "" || e.job.Trainer == "reference" {
 		return ""
 	}
 	return ReasonCloudTrainer + ": the job names trainer " + strconv.Quote(e.job.Trainer) + "; named trainers on cloud instances are not built yet"

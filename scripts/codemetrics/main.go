@@ -54,11 +54,15 @@ const (
 )
 
 // daemonLibraries are the module paths the CLI must never link: the queue,
-// its web UI and the metrics exporter belong to lathed.
+// its web UI, the metrics exporter and the Kubernetes client (the
+// kubernetes worker's) belong to lathed.
 var daemonLibraries = []string{
 	"github.com/hibiken/asynq",
 	"github.com/hibiken/asynqmon",
 	"github.com/prometheus/client_golang",
+	"k8s.io/client-go",
+	"k8s.io/api",
+	"k8s.io/apimachinery",
 }
 
 // function is one production function: where it is, its name (Type.name for
@@ -113,7 +117,7 @@ func run(w io.Writer, root string, maxLines int, verbose bool) error {
 		}
 		linked := daemonLinks(deps)
 		fmt.Fprintf(w, "packages in go list -deps ./%s: %d\n", cli, len(deps))
-		fmt.Fprintf(w, "%s links asynq/asynqmon/client_golang: %s\n", cli, yesNo(len(linked) > 0))
+		fmt.Fprintf(w, "%s links asynq/asynqmon/client_golang/k8s.io: %s\n", cli, yesNo(len(linked) > 0))
 		if verbose {
 			list(w, linked)
 		}

@@ -165,9 +165,12 @@ func TestDaemonLinks(t *testing.T) {
 		"github.com/hibiken/asynqx",
 		"github.com/prometheus/client_golang/prometheus",
 		"github.com/prometheus/client_model/go",
+		"k8s.io/client-go/kubernetes",
+		"k8s.io/apimachinery/pkg/apis/meta/v1",
+		"k8s.io/apiserver",
 	}
 	got := daemonLinks(deps)
-	want := []string{deps[1], deps[2], deps[3], deps[5]}
+	want := []string{deps[1], deps[2], deps[3], deps[5], deps[7], deps[8]}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("daemonLinks = %q, want %q", got, want)
 	}

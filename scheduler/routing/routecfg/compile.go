@@ -179,7 +179,7 @@ func (x *Index) backendInfo(b Backend) BackendInfo {
 		bi.CkptSite = x.Buckets[bucket]
 	}
 	types := b.InstanceTypes
-	if b.Kind == KindSlurm {
+	if b.BatchPool() {
 		types = slurmTypes(b)
 	}
 	for _, t := range types {

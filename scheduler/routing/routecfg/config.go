@@ -21,6 +21,9 @@ const (
 	// KindSlurm is a Slurm pool: owned GPUs run by Slurm, each attempt a
 	// Slurm batch job submitted by lathed's slurm worker.
 	KindSlurm = "slurm"
+	// KindKubernetes is a Kubernetes pool: owned GPUs run by Kubernetes,
+	// each attempt a Job submitted by lathed's kubernetes worker.
+	KindKubernetes = "kubernetes"
 )
 
 // Defaults of a slurm backend's settings (see Backend).
@@ -227,7 +230,22 @@ type Backend struct {
 	// GRESType is Slurm's GRES type of those GPUs (sbatch
 	// --gres=gpu:TYPE:N); empty: --gres=gpu:N.
 	GRESType string `json:"gres_type,omitempty"`
+
+	// Kube holds the settings of a kubernetes backend (each an error on
+	// another kind); nil on the other kinds. A kubernetes backend also
+	// takes work_dir, max_jobs, gpus_per_node, lathed_path, gpu_model and
+	// gpu_memory_gb, meaning what they mean on a slurm backend.
+	Kube *KubeSettings `json:"kubernetes,omitempty"`
 }
+
+// BatchPool reports whether b is a pool of owned GPUs run by a batch
+// system (slurm or kubernetes): one worker submits each attempt there as a
+// batch job, the step runs the trainer, and work_dir holds the attempt.
+func (b Backend) BatchPool() bool { return BatchPoolKind(b.Kind) }
+
+// BatchPoolKind reports whether kind is one of a batch pool (slurm or
+// kubernetes; Backend.BatchPool).
+func BatchPoolKind(kind string) bool { return kind == KindSlurm || kind == KindKubernetes }
 
 // LaunchReady returns nil when aws backend b has everything the AWS worker
 // needs to launch its instances — an ami, at least one subnet, an

@@ -133,7 +133,7 @@ func configErrorCases() []configErrorCase {
 		{"spot quoted true", replace("    spot: false\n", "    spot: \"true\"\n"), "backends.aws-eu.spot", "true", "without quotes"},
 		{"spot as a number", replace("    spot: false\n", "    spot: 1\n"), "backends.aws-eu.spot", "1", "want true, false, prefer, never or only"},
 		{"spot as a list", replace("    spot: false\n", "    spot: [prefer]\n"), "backends.aws-eu.spot", "", "must be true, false, prefer, never or only, not a list"},
-		{"unknown kind", replace("    kind: aws\n", "    kind: gcp\n"), "backends.aws-eu.kind", "gcp", "must be local, aws or slurm"},
+		{"unknown kind", replace("    kind: aws\n", "    kind: gcp\n"), "backends.aws-eu.kind", "gcp", "must be local, aws, slurm or kubernetes"},
 		{"missing kind", replace("    kind: aws\n", ""), "backends.aws-eu.kind", "", "is required"},
 		{"aws without region", replace("    region: eu-central-1\n", ""), "backends.aws-eu.region", "", "is required"},
 		{"checkpoint uri neither file nor s3", replace("checkpoint_uri: s3://lathe-eu-ckpt/", "checkpoint_uri: gs://lathe-eu-ckpt/"), "backends.aws-eu.checkpoint_uri", "gs://lathe-eu-ckpt/", "must be file:///absolute/path or s3://bucket/prefix"},

@@ -216,6 +216,8 @@ func (d *decoder) backend(name, path string, n *yaml.Node) Backend {
 			b.Price = d.price(p, v)
 		case "partition", "account", "work_dir", "max_jobs", "gpus_per_node", "lathed_path", "gpu_model", "gpu_memory_gb", "gres_type":
 			d.slurm(&b, key, p, v)
+		case "namespace", "image", "service_account", "node_selector", "tolerations", "queue_name", "volume_claim", "host_paths":
+			d.kube(&b, key, p, v)
 		case "instance_types":
 			b.InstanceTypes = []InstanceType{}
 			d.entries(p, v, func(name, p string, v *yaml.Node) {

@@ -97,13 +97,21 @@ func refuseSlurmKeys(c *checker, p string, b Backend) {
 	}
 	only("partition", b.Partition != "")
 	only("account", b.Account != "")
+	only("gres_type", b.GRESType != "")
+	if b.Kind == KindKubernetes {
+		return // the pool settings below are a kubernetes backend's too
+	}
+	only = func(field string, set bool) {
+		if c.present(p+"."+field, set) {
+			c.add(p+"."+field, "", "only for kind slurm or kubernetes")
+		}
+	}
 	only("work_dir", b.WorkDir != "")
 	only("max_jobs", false)
 	only("gpus_per_node", b.GPUsPerNode != 0)
 	only("lathed_path", false)
 	only("gpu_model", b.GPUModel != "")
 	only("gpu_memory_gb", b.GPUMemoryGB != 0)
-	only("gres_type", b.GRESType != "")
 }
 
 // validSlurmName reports whether s is a Slurm partition or account name
@@ -126,7 +134,7 @@ func validSlurmName(s string) bool {
 func slurmDefaults(cfg *Config) {
 	for i := range cfg.Backends {
 		b := &cfg.Backends[i]
-		if b.Kind != KindSlurm {
+		if !b.BatchPool() {
 			continue
 		}
 		if b.MaxInstances == 0 {

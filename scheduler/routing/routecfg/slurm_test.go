@@ -64,7 +64,7 @@ func TestParseSlurmErrors(t *testing.T) {
 		{"aws key on slurm", with("    partition: gpu\n", "    partition: gpu\n    ami: ami-1\n"), p + "ami", "ami-1", "only for kind aws"},
 		{"s3 checkpoints", with("    partition: gpu\n", "    partition: gpu\n    checkpoint_uri: s3://lathe-eu-ckpt/x\n"), p + "checkpoint_uri", "s3://lathe-eu-ckpt/x", "must be file:///absolute/path for kind slurm"},
 		{"slurm key on local", with("    checkpoint_uri: file:///shared/ckpt\n", "    checkpoint_uri: file:///shared/ckpt\n    partition: gpu\n"), "backends.local.partition", "gpu", "only for kind slurm"},
-		{"unknown kind", with("kind: slurm", "kind: pbs"), p + "kind", "pbs", "must be local, aws or slurm"},
+		{"unknown kind", with("kind: slurm", "kind: pbs"), p + "kind", "pbs", "must be local, aws, slurm or kubernetes"},
 		{"gpu memory negative", with("    partition: gpu\n", "    partition: gpu\n    gpu_memory_gb: -1\n"), p + "gpu_memory_gb", "-1", "must be a number > 0"},
 		{"blank gpu model", with("    partition: gpu\n", "    partition: gpu\n    gpu_model: ' '\n"), p + "gpu_model", " ", "must name the partition's GPU model"},
 		{"bad gres type", with("    partition: gpu\n", "    partition: gpu\n    gres_type: 'a 100'\n"), p + "gres_type", "a 100", "must be a Slurm GRES type name"},

@@ -307,13 +307,18 @@ func validateBackend(c *checker, cfg *Config, b Backend, names map[string]bool, 
 		validateAWS(c, cfg, p, b)
 	case KindSlurm:
 		validateSlurm(c, p, b)
+	case KindKubernetes:
+		validateKube(c, p, b)
 	case "":
-		c.add(p+".kind", "", "is required: local, aws or slurm")
+		c.add(p+".kind", "", "is required: local, aws, slurm or kubernetes")
 	default:
-		c.add(p+".kind", b.Kind, "must be local, aws or slurm")
+		c.add(p+".kind", b.Kind, "must be local, aws, slurm or kubernetes")
 	}
 	if b.Kind != KindSlurm {
 		refuseSlurmKeys(c, p, b)
+	}
+	if b.Kind != KindKubernetes {
+		refuseKubeKeys(c, p, b)
 	}
 }
 

@@ -1,0 +1,64 @@
+package kubernetes
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lathe-ml/lathe/internal/kubetest"
+	"github.com/lathe-ml/lathe/internal/waitfor"
+)
+
+// TestClientAgainstRealAPIServer drives Client against a real
+// kube-apiserver with the real Job controller and scheduler and kwok GPU
+// nodes (internal/kubetest; its stand-in plays the containers): a Job that
+// exits 0 reads Succeeded, with its start, end and exit code, and its log
+// comes back through the API server's pods/log; one that exits 3 reads
+// Failed with exit code 3; one past its active deadline reads
+// DeadlineExceeded; a Job deleted is gone from the watch.
+func TestClientAgainstRealAPIServer(t *testing.T) {
+	c := kubetest.Start(t, kubetest.Options{GPUs: 2})
+	cl, err := New(Config{Kubeconfig: c.Kubeconfig, Namespace: c.Namespace, Cluster: "lathe"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := cl.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sh := func(name, script string, deadline time.Duration) SubmitRequest {
+		return SubmitRequest{Name: name, JobID: "j-0123456789abcdef", Attempt: 1, Image: "stand-in", GPUs: 1,
+			Command: []string{"/bin/sh", "-c", script}, ActiveDeadline: deadline}
+	}
+	for _, r := range []SubmitRequest{sh("ok", "echo first; echo last line", 0), sh("bad", "echo bad >&2; exit 3", 0), sh("slow", "exec sleep 600", 2*time.Second)} {
+		if _, existed, err := cl.Submit(ctx, r); err != nil || existed {
+			t.Fatalf("submit %s: existed %v err %v", r.Name, existed, err)
+		}
+	}
+	ended := func(name string) Job {
+		var j Job
+		waitfor.True(t, 2*time.Minute, name+" ended in the watch", func() bool {
+			j, err = cl.Watched(name)
+			return err == nil && Ended(j.State)
+		})
+		return j
+	}
+	if j := ended("ok"); j.State != StateSucceeded || j.ExitCode != 0 || j.Start.IsZero() || j.End.Before(j.Start) || j.Node != c.Nodes[0] {
+		t.Errorf("ok: %+v", j)
+	}
+	if j := ended("bad"); j.State != StateFailed || j.ExitCode != 3 {
+		t.Errorf("bad: %+v", j)
+	}
+	if j := ended("slow"); j.State != StateDeadlineExceeded {
+		t.Errorf("slow: %+v", j)
+	}
+	if out, err := cl.Logs(ctx, "ok", 1<<10); err != nil || !strings.HasSuffix(out, "last line\n") {
+		t.Errorf("log of ok: %q %v", out, err)
+	}
+	if err := cl.Delete(ctx, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.True(t, time.Minute, "ok gone from the watch", func() bool { _, err := cl.Watched("ok"); return err != nil })
+}
