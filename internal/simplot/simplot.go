@@ -76,13 +76,13 @@ const (
 var (
 	sans = font.Font{Typeface: "Liberation", Variant: "Sans"}
 
-	colorCost      = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff} // blue
-	colorMean      = color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff} // green
-	colorAllCloud  = color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff} // orange
-	colorBreakEven = color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff} // purple
-	colorBand      = color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0x30} // translucent green
-	colorOptimum   = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff} // red
-	colorReference = color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff} // grey
+	colorCost      = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}  // blue
+	colorMean      = color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}  // green
+	colorAllCloud  = color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}  // orange
+	colorBreakEven = color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff}  // purple
+	colorBand      = color.NRGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0x30} // translucent green (not premultiplied: RGBA{…, A: 0x30} is no color, and vgsvg wrote it as #E9352E9)
+	colorOptimum   = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}  // red
+	colorReference = color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}  // grey
 	colorGrid      = color.RGBA{R: 0xdd, G: 0xdd, B: 0xdd, A: 0xff}
 
 	dashReference = []vg.Length{vg.Points(6), vg.Points(4)}
@@ -180,6 +180,11 @@ func costPanel(in Input) (*plot.Plot, plot.Legend, error) {
 	p.Y.Tick.Marker = usdTicks{}
 	legend := newLegend()
 	p.Add(grid())
+	var optRange *band
+	if in.OptimalRangeLabel != "" { // first: under the lines
+		optRange = &band{lo: float64(in.OptimalRange[0]), hi: float64(in.OptimalRange[1]), fill: colorBand}
+		p.Add(optRange)
+	}
 
 	allCloud := &rule{at: in.AllCloudCostUSD, style: lineStyle(colorAllCloud, 1.5, nil)}
 	p.Add(allCloud)
@@ -213,15 +218,16 @@ func costPanel(in Input) (*plot.Plot, plot.Legend, error) {
 		legend.Add("no break-even in range")
 	}
 
-	if in.OptimalRangeLabel != "" {
-		b := &band{lo: float64(in.OptimalRange[0]), hi: float64(in.OptimalRange[1]), fill: colorBand}
-		p.Add(b)
-		legend.Add(fmt.Sprintf("%s: %d–%d GPUs", in.OptimalRangeLabel, in.OptimalRange[0], in.OptimalRange[1]), b)
+	if optRange != nil {
+		legend.Add(fmt.Sprintf("%s: %d–%d GPUs", in.OptimalRangeLabel, in.OptimalRange[0], in.OptimalRange[1]), optRange)
 	}
 	p.Add(optimum(in))
 
 	p.Y.Min = math.Min(p.Y.Min, in.AllCloudCostUSD)
 	p.Y.Max = math.Max(p.Y.Max, in.AllCloudCostUSD)
+	// Room under the lowest cost for the optimum's label: the optimum is
+	// the bottom of the curve, and a label above it hid the curve's arms.
+	p.Y.Min -= 0.2 * (p.Y.Max - p.Y.Min)
 	return p, legend, nil
 }
 
@@ -312,10 +318,11 @@ func optimum(in Input) *callout {
 	return c
 }
 
-// callout is a ring around one data point with a label above it (below it
-// when the point is at the top of the data area). The label
-// sits on a pale box so curves passing behind it do not strike it through,
-// and is shifted sideways to stay inside the data area.
+// callout is a ring around one data point with a label below it (above
+// it when the point is at the bottom of the data area): the optimum is the
+// curve's lowest point, so below it the label hides no curve. The label
+// sits on a pale box so a curve passing behind it does not strike it
+// through, and is shifted sideways to stay inside the data area.
 type callout struct {
 	at   plotter.XY
 	text string
@@ -338,13 +345,13 @@ func (o *callout) Plot(c draw.Canvas, p *plot.Plot) {
 	sty := textStyle(legendSize)
 	sty.Color = colorOptimum
 	sty.XAlign = draw.XCenter
-	sty.YAlign = draw.YBottom
+	sty.YAlign = draw.YTop
 	const pad = vg.Length(2)
-	at := vg.Point{X: pt.X, Y: pt.Y + calloutRadius + vg.Points(4)}
+	at := vg.Point{X: pt.X, Y: pt.Y - calloutRadius - vg.Points(4)}
 	box := sty.Rectangle(o.text)
-	if at.Y+box.Max.Y+pad > c.Max.Y { // no room above: put it below
-		sty.YAlign = draw.YTop
-		at.Y = pt.Y - calloutRadius - vg.Points(4)
+	if at.Y+box.Min.Y-pad < c.Min.Y { // no room below: put it above
+		sty.YAlign = draw.YBottom
+		at.Y = pt.Y + calloutRadius + vg.Points(4)
 		box = sty.Rectangle(o.text)
 	}
 	if over := at.X + box.Max.X + pad - c.Max.X; over > 0 {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -110,7 +111,7 @@ func TestSVGDrawsTheLabelledParts(t *testing.T) {
 		"mean wait",
 		"owned GPUs",
 		"wait (hours)",
-		"$210k", // a dollar tick on the cost axis
+		"$220k", // a dollar tick on the cost axis
 		"256",   // a pool-size tick on the x axis
 	} {
 		if !hasText(texts, want) {
@@ -182,6 +183,20 @@ func TestSVGOptimalRange(t *testing.T) {
 	in.OptimalRange, in.OptimalRangeLabel = [2]int{96, 160}, "optimum in 90% of 20 resamples"
 	if texts := svgText(t, render(t, in)); !hasText(texts, "optimum in 90% of 20 resamples: 96–160 GPUs") {
 		t.Errorf("no legend for the range; texts: %q", texts)
+	}
+	// The band is a colour (every colour the SVG names is #RRGGBB: a
+	// premultiplied colour with a channel over its alpha was written
+	// #E9352E9, which a browser draws black), and it lies under the
+	// cost line: drawn before it.
+	svg := string(render(t, in))
+	for _, m := range regexp.MustCompile(`(fill|stroke):(#[^;"]*)`).FindAllStringSubmatch(svg, -1) {
+		if !regexp.MustCompile(`^#[0-9A-F]{6}$`).MatchString(m[2]) {
+			t.Errorf("%s colour %q is not #RRGGBB", m[1], m[2])
+		}
+	}
+	bandAt, lineAt := strings.Index(svg, "fill-opacity:0.18824"), strings.Index(svg, "stroke:#1F77B4")
+	if bandAt < 0 || lineAt < 0 || bandAt > lineAt {
+		t.Errorf("the band (at %d) is not drawn before the cost line (at %d)", bandAt, lineAt)
 	}
 	in.OptimalRange, in.OptimalRangeLabel = [2]int{}, ""
 	if texts := svgText(t, render(t, in)); hasText(texts, "resamples") {
