@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/lathe-ml/lathe/internal/kubetest"
 	"github.com/lathe-ml/lathe/internal/waitfor"
 )
@@ -35,6 +38,28 @@ func TestClientAgainstRealAPIServer(t *testing.T) {
 	for _, r := range []SubmitRequest{sh("ok", "echo first; echo last line", 0), sh("bad", "echo bad >&2; exit 3", 0), sh("slow", "exec sleep 600", 2*time.Second)} {
 		if _, existed, err := cl.Submit(ctx, r); err != nil || existed {
 			t.Fatalf("submit %s: existed %v err %v", r.Name, existed, err)
+		}
+	}
+	// The pod the Job controller made from the template keeps the
+	// hardening the API server accepted: no API token mounted, no
+	// escalation, no capabilities.
+	var pod corev1.Pod
+	waitfor.True(t, time.Minute, "ok's pod made", func() bool {
+		pods, err := cl.cs.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=ok"})
+		if err != nil || len(pods.Items) == 0 {
+			return false
+		}
+		pod = pods.Items[0]
+		return true
+	})
+	sc := pod.Spec.Containers[0].SecurityContext
+	if a := pod.Spec.AutomountServiceAccountToken; a == nil || *a || sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("ok's pod: token automount %v, security context %+v", a, sc)
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Projected != nil || strings.HasPrefix(v.Name, "kube-api-access") {
+			t.Errorf("ok's pod has the API token volume %q", v.Name)
 		}
 	}
 	ended := func(name string) Job {

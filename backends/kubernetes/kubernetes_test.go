@@ -42,6 +42,14 @@ func TestBuildJob(t *testing.T) {
 		len(p.Tolerations) != 1 || p.Tolerations[0].Operator != corev1.TolerationOpExists {
 		t.Errorf("pod = %+v", p)
 	}
+	// The trainer is hostile: no API token, no escalation, no capabilities.
+	if sc := c.SecurityContext; p.AutomountServiceAccountToken == nil || *p.AutomountServiceAccountToken || sc == nil ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Privileged == nil || *sc.Privileged ||
+		sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" ||
+		sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod token %v, container security context %+v; want no token, no escalation, no capabilities, RuntimeDefault seccomp",
+			p.AutomountServiceAccountToken, sc)
+	}
 	if q := c.Resources.Limits[ResourceGPU]; q.Value() != 2 || c.Image != "registry.example/lathe:1" || c.Command[0] != "/shared/w/j/2/run.sh" {
 		t.Errorf("container = %+v", c)
 	}

@@ -106,15 +106,26 @@ func BuildJob(r SubmitRequest, ns string) *batchv1.Job {
 	return job
 }
 
-// podSpec is the pod of r's Job.
+// podSpec is the pod of r's Job. The trainer in it is hostile: the pod
+// gets no API token (its service account's token is not mounted, so it
+// cannot act on the cluster as that account: list, delete or make Jobs
+// and pods), and its container no privilege escalation (setuid binaries
+// gain nothing), no capabilities and the runtime's default seccomp
+// profile.
 func podSpec(r SubmitRequest) corev1.PodSpec {
 	c := corev1.Container{Name: ContainerName, Image: r.Image, Command: r.Command, WorkingDir: r.WorkingDir,
-		ImagePullPolicy: corev1.PullIfNotPresent}
+		ImagePullPolicy: corev1.PullIfNotPresent, SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr(false),
+			Privileged:               ptr(false),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		}}
 	if r.GPUs > 0 {
 		q := resource.MustParse(strconv.Itoa(r.GPUs))
 		c.Resources = corev1.ResourceRequirements{Limits: corev1.ResourceList{ResourceGPU: q}, Requests: corev1.ResourceList{ResourceGPU: q}}
 	}
-	spec := corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, NodeSelector: r.NodeSelector, ServiceAccountName: r.ServiceAccount}
+	spec := corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, NodeSelector: r.NodeSelector, ServiceAccountName: r.ServiceAccount,
+		AutomountServiceAccountToken: ptr(false)}
 	for _, t := range r.Tolerations {
 		spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: t.Key, Operator: corev1.TolerationOperator(t.Operator),
 			Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
