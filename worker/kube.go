@@ -113,7 +113,7 @@ func (k *kubeBatch) Submit(ctx context.Context, r slurm.SubmitRequest) (string, 
 	req := kubernetes.SubmitRequest{Name: r.Name, JobID: id, Attempt: attempt, Image: ks.Image, Command: []string{r.Script},
 		WorkingDir: r.Dir, GPUs: r.GPUs, NodeSelector: ks.NodeSelector, ServiceAccount: ks.ServiceAccount, QueueName: ks.QueueName,
 		ActiveDeadline: r.TimeLimit, VolumeClaim: ks.VolumeClaim, ClaimPath: k.b.WorkDir, HostPaths: ks.HostPaths,
-		TTLAfterFinished: 24 * time.Hour}
+		TTLAfterFinished: 24 * time.Hour, ClaimMounts: claimMounts(r)}
 	for _, t := range ks.Tolerations {
 		req.Tolerations = append(req.Tolerations, kubernetes.Toleration(t))
 	}
@@ -122,6 +122,21 @@ func (k *kubeBatch) Submit(ctx context.Context, r slurm.SubmitRequest) (string, 
 		return "", err
 	}
 	return j.Name, nil
+}
+
+// claimMounts are the paths of the shared storage an attempt's pod gets:
+// its folder and checkpoint folder, writable, and its data, read-only.
+// Another attempt's folder is not among them: a hostile trainer sees only
+// its own.
+func claimMounts(r slurm.SubmitRequest) []kubernetes.Mount {
+	ms := []kubernetes.Mount{{Path: r.Dir}}
+	if r.Checkpoints != "" {
+		ms = append(ms, kubernetes.Mount{Path: r.Checkpoints})
+	}
+	for _, p := range r.Data {
+		ms = append(ms, kubernetes.Mount{Path: p, ReadOnly: true})
+	}
+	return ms
 }
 
 // Job asks the API server for a Job.

@@ -2,6 +2,9 @@ package worker
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/lathe-ml/lathe/backends/kubernetes"
 	"github.com/lathe-ml/lathe/backends/slurm"
+	"github.com/lathe-ml/lathe/internal/fileuri"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
 	"github.com/lathe-ml/lathe/scheduler/routing/routecfg"
@@ -83,7 +87,8 @@ func TestKubeBatchSubmit(t *testing.T) {
 		Image: "img", QueueName: "q", NodeSelector: map[string]string{"a": "b"}, VolumeClaim: "work",
 		Tolerations: []routecfg.Toleration{{Key: "k", Operator: "Exists"}}}}
 	k := &kubeBatch{api: f, b: b, cluster: "lathe"}
-	r := slurm.SubmitRequest{Name: "lathe-j-0123456789abcdef-3", GPUs: 2, Script: "/shared/w/j/3/run.sh", Dir: "/shared/w/j/3", TimeLimit: time.Hour}
+	r := slurm.SubmitRequest{Name: "lathe-j-0123456789abcdef-3", GPUs: 2, Script: "/shared/w/j/3/run.sh", Dir: "/shared/w/j/3", TimeLimit: time.Hour,
+		Checkpoints: "/shared/w/j/checkpoints", Data: []string{"/data/train.jsonl"}}
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {
 		if id, err := k.Submit(ctx, r); err != nil || id != r.Name {
@@ -97,6 +102,9 @@ func TestKubeBatchSubmit(t *testing.T) {
 	if q.JobID != "j-0123456789abcdef" || q.Attempt != 3 || q.Image != "img" || q.QueueName != "q" || q.Command[0] != r.Script ||
 		q.WorkingDir != r.Dir || q.GPUs != 2 || q.ActiveDeadline != time.Hour || q.ClaimPath != "/shared/w" || len(q.Tolerations) != 1 {
 		t.Errorf("request %+v", q)
+	}
+	if want := []kubernetes.Mount{{Path: r.Dir}, {Path: r.Checkpoints}, {Path: "/data/train.jsonl", ReadOnly: true}}; !slices.Equal(q.ClaimMounts, want) {
+		t.Errorf("claim mounts %+v, want the attempt's folder, its checkpoints and its data (read-only)", q.ClaimMounts)
 	}
 	found, err := k.FindByName(ctx, r.Name)
 	if err != nil || len(found) != 1 || found[0].State != slurm.StatePending {
@@ -139,5 +147,45 @@ func TestKubeRefusesJobThatSpansNodes(t *testing.T) {
 	if j.State != jobtype.StateFailed || j.Reason != jobtype.ReasonPermanent || !strings.Contains(j.Error, "resources.nodes 2") ||
 		!strings.Contains(j.Error, "(kubernetes)") || len(f.reqs) != 0 {
 		t.Fatalf("job %s %s %q, %d Jobs made; want failed (permanent) with nothing made", j.State, j.Reason, j.Error, len(f.reqs))
+	}
+}
+
+// TestKubeAttemptMountsItsOwnPaths: an attempt's Job gets, of the claim
+// holding work_dir, the attempt's folder and its checkpoint folder
+// (writable) and its dataset and eval dataset (read-only), and nothing
+// else of work_dir: not the job's other attempts' folders, nor other
+// jobs'.
+func TestKubeAttemptMountsItsOwnPaths(t *testing.T) {
+	f := &fakeKube{jobs: map[string]kubernetes.Job{}}
+	var got []kubernetes.Mount
+	var dir, ckpt string
+	runPoolAttempt(t, strings.Replace(kubeTestConfig, "image: img,", "image: img, volume_claim: shared,", 1),
+		func(rdb redis.UniversalClient, store *jobstore.Store, cfg SlurmConfig) (*Slurm, error) {
+			k, err := NewKube(rdb, store, KubeConfig{SlurmConfig: cfg, Kube: f})
+			if err != nil {
+				return nil, err
+			}
+			return k.Slurm, nil
+		}, func(s *Slurm, job *jobtype.Job) {
+			data := filepath.Join(s.b.WorkDir, "data")
+			if err := os.MkdirAll(data, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			job.Spec.Dataset, job.Spec.EvalDataset = fileuri.FromPath(filepath.Join(data, "train.jsonl")), fileuri.FromPath(filepath.Join(data, "eval.jsonl"))
+			a := newSlurmAttempt(s, job)
+			if end := a.prepare(); end != nil {
+				t.Fatal("prepare ended the attempt")
+			}
+			if _, err := s.cfg.Slurm.Submit(t.Context(), a.request()); err != nil {
+				t.Fatal(err)
+			}
+			got, dir, ckpt = f.reqs[0].ClaimMounts, a.dir, a.ckpt
+			job.Spec.Resources.Nodes = 2 // the run that follows ends at once
+		})
+	wd := filepath.Dir(filepath.Dir(dir))
+	want := []kubernetes.Mount{{Path: dir}, {Path: ckpt}, {Path: filepath.Join(wd, "data", "train.jsonl"), ReadOnly: true},
+		{Path: filepath.Join(wd, "data", "eval.jsonl"), ReadOnly: true}}
+	if !slices.Equal(got, want) || f.reqs[0].VolumeClaim != "shared" || f.reqs[0].ClaimPath != wd {
+		t.Errorf("claim %s at %s, mounts %+v; want %+v", f.reqs[0].VolumeClaim, f.reqs[0].ClaimPath, got, want)
 	}
 }

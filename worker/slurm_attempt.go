@@ -35,6 +35,7 @@ type slurmAttempt struct {
 	gpus    int
 	log     *slog.Logger
 	dir     string // WORK_DIR/JOB/ATTEMPT
+	ckpt    string // its checkpoint folder (prepare)
 	inst    *jobtype.Instance
 	off     int             // bytes of events.jsonl mirrored
 	rec     *trainer.Record // the step's events folded
@@ -127,6 +128,7 @@ func (a *slurmAttempt) prepare() endFunc {
 	if err := os.MkdirAll(ckpt, 0o755); err != nil {
 		return a.ending().retryOrFail(jobtype.ReasonInternal, fmt.Sprintf("make %s: %v", ckpt, err))
 	}
+	a.ckpt = ckpt
 	step := SlurmStep{JobID: a.job.ID, Attempt: a.n, Argv: argv, MaxRuntimeS: int64(a.maxRuntime() / time.Second),
 		KillGraceS: int64(a.s.cfg.KillGrace / time.Second), PassEnv: a.s.cfg.TrainerPassEnv[trainerName(a.job.Spec.Trainer)],
 		Env: []string{"LATHE_JOB_ID=" + a.job.ID, "LATHE_ATTEMPT=" + strconv.Itoa(a.n),
@@ -179,7 +181,20 @@ func (a *slurmAttempt) writeFolder(files map[string][]byte) error {
 func (a *slurmAttempt) request() slurm.SubmitRequest {
 	return slurm.SubmitRequest{Name: slurmJobName(a.job.ID, a.n), Partition: a.s.b.Partition, Account: a.s.b.Account,
 		GPUs: a.gpus, GRESType: a.s.b.GRESType, Script: filepath.Join(a.dir, slurmScriptFile), Dir: a.dir, Output: filepath.Join(a.dir, slurmOutFile),
-		TimeLimit: a.maxRuntime() + a.s.cfg.KillGrace + time.Minute, Comment: slurmComment(a.s.cfg.Cluster)}
+		TimeLimit: a.maxRuntime() + a.s.cfg.KillGrace + time.Minute, Comment: slurmComment(a.s.cfg.Cluster),
+		Checkpoints: a.ckpt, Data: a.dataPaths()}
+}
+
+// dataPaths are the files of the job's dataset and eval dataset (checked
+// file:// by prepare).
+func (a *slurmAttempt) dataPaths() []string {
+	var out []string
+	for _, u := range []string{a.job.Spec.Dataset, a.job.Spec.EvalDataset} {
+		if p, err := fileuri.Path(u); u != "" && err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // submit finds the attempt's Slurm job by name (submitted before a

@@ -40,6 +40,24 @@ func TestClientAgainstRealAPIServer(t *testing.T) {
 			t.Fatalf("submit %s: existed %v err %v", r.Name, existed, err)
 		}
 	}
+	// The API server takes the claim's paths as subPath mounts (its
+	// validation refuses an absolute or climbing subPath).
+	mr := sh("mounts", "true", 0)
+	mr.VolumeClaim, mr.ClaimPath = "shared", "/shared/w"
+	mr.ClaimMounts = []Mount{{Path: "/shared/w/j/1"}, {Path: "/shared/w/data/train.jsonl", ReadOnly: true}}
+	if _, _, err := cl.Submit(ctx, mr); err != nil {
+		t.Fatalf("submit mounts: %v", err)
+	}
+	mj, err := cl.cs.BatchV1().Jobs(c.Namespace).Get(ctx, "mounts", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vm := mj.Spec.Template.Spec.Containers[0].VolumeMounts; len(vm) != 2 || vm[0].SubPath != "j/1" || vm[1].SubPath != "data/train.jsonl" || !vm[1].ReadOnly {
+		t.Errorf("mounts as stored: %+v", vm)
+	}
+	if err := cl.Delete(ctx, "mounts"); err != nil {
+		t.Fatal(err)
+	}
 	// The pod the Job controller made from the template keeps the
 	// hardening the API server accepted: no API token mounted, no
 	// escalation, no capabilities.

@@ -3,6 +3,8 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +20,9 @@ func testRequest() SubmitRequest {
 		Image: "registry.example/lathe:1", Command: []string{"/shared/w/j/2/run.sh"}, WorkingDir: "/shared/w/j/2", GPUs: 2,
 		NodeSelector: map[string]string{"gpu": "a100"}, Tolerations: []Toleration{{Key: "nvidia.com/gpu", Operator: "Exists", Effect: "NoSchedule"}},
 		ServiceAccount: "trainer", QueueName: "team-a", ActiveDeadline: 90*time.Minute + 500*time.Millisecond,
-		HostPaths: []string{"/shared", "/data"}, VolumeClaim: "work", ClaimPath: "/shared/w"}
+		HostPaths: []string{"/shared", "/data"}, VolumeClaim: "work", ClaimPath: "/shared/w",
+		ClaimMounts: []Mount{{Path: "/shared/w/j/2"}, {Path: "/shared/w/j/checkpoints"}, {Path: "/shared/w/data/train.jsonl", ReadOnly: true},
+			{Path: "/data/eval.jsonl", ReadOnly: true}, {Path: "/shared/w"}, {Path: "/shared/w/../x"}}}
 }
 
 // TestBuildJob: one pod that never restarts, no Kubernetes retries, the
@@ -54,8 +58,20 @@ func TestBuildJob(t *testing.T) {
 		t.Errorf("container = %+v", c)
 	}
 	if len(p.Volumes) != 3 || p.Volumes[0].PersistentVolumeClaim.ClaimName != "work" || p.Volumes[1].HostPath.Path != "/data" ||
-		c.VolumeMounts[2].MountPath != "/shared" {
-		t.Errorf("volumes %+v mounts %+v", p.Volumes, c.VolumeMounts)
+		p.Volumes[2].HostPath.Path != "/shared" {
+		t.Errorf("volumes %+v", p.Volumes)
+	}
+	// Of the claim, the attempt's folder, its checkpoints and its data
+	// alone, each at its own path: not the whole work_dir (other
+	// attempts' folders), nor a path out of it.
+	var mounts []string
+	for _, m := range c.VolumeMounts {
+		mounts = append(mounts, fmt.Sprintf("%s %s:%s ro=%v", m.Name, m.SubPath, m.MountPath, m.ReadOnly))
+	}
+	want := []string{"work j/2:/shared/w/j/2 ro=false", "work j/checkpoints:/shared/w/j/checkpoints ro=false",
+		"work data/train.jsonl:/shared/w/data/train.jsonl ro=true", "host-0 :/data ro=false", "host-1 :/shared ro=false"}
+	if !slices.Equal(mounts, want) {
+		t.Errorf("mounts\n%q\nwant\n%q", mounts, want)
 	}
 	r := testRequest()
 	r.QueueName, r.GPUs = "", 0

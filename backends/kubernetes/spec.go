@@ -1,8 +1,10 @@
 package kubernetes
 
 import (
+	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -29,6 +31,12 @@ const (
 	// ContainerName is the name of the attempt's one container.
 	ContainerName = "trainer"
 )
+
+// Mount is one path of the claim the attempt's pod gets.
+type Mount struct {
+	Path     string
+	ReadOnly bool
+}
 
 // Toleration is one toleration of the attempt's pod.
 type Toleration struct{ Key, Operator, Value, Effect string }
@@ -57,8 +65,14 @@ type SubmitRequest struct {
 	// ActiveDeadline bounds the Job's run (activeDeadlineSeconds): the Job
 	// fails DeadlineExceeded past it. 0: no bound.
 	ActiveDeadline time.Duration
-	// VolumeClaim is mounted at ClaimPath; HostPaths each at its own path.
+	// VolumeClaim is the claim that holds ClaimPath (work_dir); of it the
+	// pod gets the paths of ClaimMounts alone, each at its own path (a
+	// subPath mount): the attempt's folder, its checkpoint folder and its
+	// data, never the other attempts' folders. A mount outside ClaimPath is
+	// not the claim's (a host path holds it, or nothing). HostPaths are
+	// mounted whole, each at its own path.
 	VolumeClaim, ClaimPath string
+	ClaimMounts            []Mount
 	HostPaths              []string
 	// TTLAfterFinished deletes the Job that long after it ended (the TTL
 	// controller's); 0: kept.
@@ -140,7 +154,13 @@ func addVolumes(spec *corev1.PodSpec, c *corev1.Container, r SubmitRequest) {
 	if r.VolumeClaim != "" {
 		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "work", VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: r.VolumeClaim}}})
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "work", MountPath: r.ClaimPath})
+		for _, m := range r.ClaimMounts {
+			rel, err := filepath.Rel(r.ClaimPath, m.Path)
+			if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") || !filepath.IsAbs(m.Path) {
+				continue // not beneath the claim's path (nor the whole claim)
+			}
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "work", MountPath: m.Path, SubPath: rel, ReadOnly: m.ReadOnly})
+		}
 	}
 	paths := append([]string(nil), r.HostPaths...)
 	sort.Strings(paths)

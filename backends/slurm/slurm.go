@@ -95,6 +95,13 @@ type SubmitRequest struct {
 	TimeLimit time.Duration
 	// Comment (--comment) marks the job as one deployment's; empty: none.
 	Comment string
+	// Checkpoints is the attempt's checkpoint folder and Data the files
+	// its trainer reads in place (dataset, eval dataset): with Dir, all
+	// of the shared storage the step needs. sbatch ignores them (a Slurm
+	// job sees the whole file system); a Kubernetes pool mounts only
+	// these of its work_dir volume.
+	Checkpoints string
+	Data        []string
 }
 
 // Args is the sbatch command line of r (without the command name).

@@ -193,18 +193,11 @@ func costPanel(in Input) (*plot.Plot, plot.Legend, error) {
 		breakEven = &rule{vertical: true, at: in.BreakEvenOwned, style: lineStyle(colorBreakEven, 1.5, dotBreakEven)}
 		p.Add(breakEven)
 	}
-	var ref []plot.Plotter
-	if len(in.Reference) > 0 {
-		var err error
-		if ref, err = series(in.Reference, costOf, colorReference, dashReference, draw.CircleGlyph{}); err != nil {
-			return nil, legend, err
-		}
-		p.Add(ref...)
-	}
-	main, err := series(in.Points, costOf, colorCost, nil, draw.CircleGlyph{})
+	main, ref, err := costSeries(in)
 	if err != nil {
 		return nil, legend, err
 	}
+	p.Add(ref...)
 	p.Add(main...)
 
 	legend.Add("total cost", thumbs(main)...)
@@ -229,6 +222,18 @@ func costPanel(in Input) (*plot.Plot, plot.Legend, error) {
 	// the bottom of the curve, and a label above it hid the curve's arms.
 	p.Y.Min -= 0.2 * (p.Y.Max - p.Y.Min)
 	return p, legend, nil
+}
+
+// costSeries are the cost curves: the policy's and the reference's (none
+// when not given).
+func costSeries(in Input) (main, ref []plot.Plotter, err error) {
+	if len(in.Reference) > 0 {
+		if ref, err = series(in.Reference, costOf, colorReference, dashReference, draw.CircleGlyph{}); err != nil {
+			return nil, nil, err
+		}
+	}
+	main, err = series(in.Points, costOf, colorCost, nil, draw.CircleGlyph{})
+	return main, ref, err
 }
 
 // waitPanel is the bottom panel: p95 and mean wait, in hours.
