@@ -356,8 +356,19 @@ func (p *placer) dispatchOne(ctx context.Context, j *jobtype.Job, a placement.As
 		Capacity: capacity, GPUs: a.GPUs, Fence: p.fence()})
 	if err == nil {
 		p.queue.enqueue(ctx, j.ID, j.Attempt, a.Node, j.Spec.MaxRuntime.D())
+		p.learnStart(ctx, j)
 	}
 	return err
+}
+
+// learnStart keeps what job j's start on the owned pool, now, says of the
+// local wait estimate (policy.StartRatio), for routing's odds.
+func (p *placer) learnStart(ctx context.Context, j *jobtype.Job) {
+	if r, ok := policy.StartRatio(j, time.Now()); ok {
+		if err := p.store.RecordStartRatio(ctx, r); err != nil {
+			p.log.Warn("placer: record a start's wait against its estimate", slog.String("job_id", j.ID), slog.Any("err", err))
+		}
+	}
 }
 
 // dispatchGang reserves every rank's GPUs of gang assignment a for j, or
@@ -372,6 +383,7 @@ func (p *placer) dispatchGang(ctx context.Context, j *jobtype.Job, a placement.A
 	if err == nil {
 		p.log.Info("placer: dispatched a gang", slog.String("job_id", j.ID), slog.Int("attempt", j.Attempt), slog.Any("ranks", ranks))
 		p.queue.enqueueGang(ctx, j.ID, j.Attempt, ranks, j.Spec.MaxRuntime.D())
+		p.learnStart(ctx, j)
 	}
 	return err
 }

@@ -90,7 +90,8 @@ func (r *router) readRouting(ctx context.Context, rs *policy.RouteState, now tim
 	if readNodes {
 		nodes = rr.Nodes
 	}
-	return policy.RoutingInput{Now: now, Nodes: nodes, Pressure: rr.Pressure, Spends: rr.Spends, StepTimes: rr.StepTimes}, nil
+	return policy.RoutingInput{Now: now, Nodes: nodes, Pressure: rr.Pressure, Spends: rr.Spends, StepTimes: rr.StepTimes,
+		StartRatios: rr.StartRatios}, nil
 }
 
 // ledgerBody is what a decision record holds besides its header: the job

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -211,6 +213,35 @@ func (s *Store) RecordStepTime(ctx context.Context, baseModel, gpuModel string, 
 	return nil
 }
 
+// RecordStartRatio keeps a local start's wait over the wait estimated at
+// its submit (policy.StartRatio): the newest poolstate.StartRatiosKept are kept,
+// and routing reads them to judge its local wait estimates (ReadRouting).
+func (s *Store) RecordStartRatio(ctx context.Context, ratio float64) error {
+	if math.IsNaN(ratio) || math.IsInf(ratio, 0) || ratio < 0 {
+		return fmt.Errorf("jobstore: record start ratio: %v is not a ratio", ratio)
+	}
+	key := s.key("stats", "start_ratios")
+	pipe := s.rdb.TxPipeline()
+	pipe.LPush(ctx, key, strconv.FormatFloat(ratio, 'g', 6, 64))
+	pipe.LTrim(ctx, key, 0, poolstate.StartRatiosKept-1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("jobstore: record start ratio: %w", err)
+	}
+	return nil
+}
+
+// startRatiosOf decodes the start ratios' list, sorted.
+func startRatiosOf(vs []string) []float64 {
+	var out []float64 // none: nil
+	for _, v := range vs {
+		if f, err := strconv.ParseFloat(v, 64); err == nil && f >= 0 && !math.IsInf(f, 0) {
+			out = append(out, f)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // StepTimes returns the learned seconds per step, keyed "base|gpu model".
 func (s *Store) StepTimes(ctx context.Context) (map[string]float64, error) {
 	m, err := s.rdb.HGetAll(ctx, s.key("stats", "seconds_per_step")).Result()
@@ -286,6 +317,8 @@ type RoutingReads struct {
 	Pressure  PoolPressure
 	Spends    map[string]Spend
 	StepTimes map[string]float64
+	// StartRatios are the recent start ratios, sorted (RecordStartRatio).
+	StartRatios []float64
 }
 
 // ReadRouting reads a routing decision's inputs in one pipeline: the
@@ -303,6 +336,7 @@ func (s *Store) ReadRouting(ctx context.Context, q RoutingQuery) (RoutingReads, 
 	pc := pipe.Get(ctx, s.key("pool", q.Pool, "pressure"))
 	sc := s.spendCmds(ctx, pipe, q.Month, q.Scopes)
 	st := pipe.HGetAll(ctx, s.key("stats", "seconds_per_step"))
+	sr := pipe.LRange(ctx, s.key("stats", "start_ratios"), 0, -1)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return out, fmt.Errorf("jobstore: routing reads: %w", err)
 	}
@@ -310,7 +344,7 @@ func (s *Store) ReadRouting(ctx context.Context, q RoutingQuery) (RoutingReads, 
 	if out.Pressure, err = pressureOf(q.Pool, pc.Val(), pc.Err()); err != nil {
 		return out, err
 	}
-	out.Spends, out.StepTimes = spendsOf(q.Scopes, sc), stepTimesOf(st.Val())
+	out.Spends, out.StepTimes, out.StartRatios = spendsOf(q.Scopes, sc), stepTimesOf(st.Val()), startRatiosOf(sr.Val())
 	if names != nil {
 		if out.Nodes, err = s.nodesNamed(ctx, names.Val()); err != nil {
 			return out, err

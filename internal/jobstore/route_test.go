@@ -3,13 +3,18 @@ package jobstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/lathe-ml/lathe/internal/jobspec"
 	"github.com/lathe-ml/lathe/internal/jobstore"
 	"github.com/lathe-ml/lathe/internal/jobtype"
+	"github.com/lathe-ml/lathe/internal/poolstate"
 	"github.com/lathe-ml/lathe/internal/redistest"
 )
 
@@ -93,5 +98,34 @@ func TestReadRoutingIsTheSeparateReads(t *testing.T) {
 	same("each stored")
 	if got, _ := s.ReadRouting(ctx, q); len(got.Nodes) != 1 || got.Pressure.HealthyGPUs != 1 || got.Spends["team:ml"].ReservedUSD != 3 || len(got.StepTimes) != 1 {
 		t.Fatalf("read %+v: want the node, the pressure, the reservation and the step time stored", got)
+	}
+}
+
+// TestStartRatiosKept: the store keeps the newest start ratios,
+// poolstate.StartRatiosKept of them, and ReadRouting returns them sorted;
+// a ratio that is none (NaN, infinite, negative) is refused, naming it.
+func TestStartRatiosKept(t *testing.T) {
+	srv := redistest.Start(t)
+	s := jobstore.New(srv.Client(), jobstore.Config{})
+	ctx := context.Background()
+	n := poolstate.StartRatiosKept + 10
+	for i := range n {
+		if err := s.RecordStartRatio(ctx, float64(n-i)); err != nil { // newest smallest
+			t.Fatal(err)
+		}
+	}
+	for _, bad := range []float64{math.NaN(), math.Inf(1), -1} {
+		if err := s.RecordStartRatio(ctx, bad); err == nil || !strings.Contains(err.Error(), fmt.Sprint(bad)) {
+			t.Errorf("ratio %v: %v; want refused, naming it", bad, err)
+		}
+	}
+	got, err := s.ReadRouting(ctx, jobstore.RoutingQuery{Pool: "local", Month: "2026-12"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := got.StartRatios
+	if len(r) != poolstate.StartRatiosKept || !slices.IsSorted(r) || r[0] != 1 || r[len(r)-1] != float64(poolstate.StartRatiosKept) {
+		t.Fatalf("%d ratios from %v to %v, sorted %v; want the newest %d, 1 to %d, sorted", len(r), r[0], r[len(r)-1], slices.IsSorted(r),
+			poolstate.StartRatiosKept, poolstate.StartRatiosKept)
 	}
 }

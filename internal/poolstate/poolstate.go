@@ -122,3 +122,8 @@ type CapacityGPU struct {
 	MemoryGB float64 `json:"memory_gb"`
 	Count    int     `json:"count"`
 }
+
+// StartRatiosKept is how many recent start ratios (a local start's wait
+// over the wait estimated at its submit) the store keeps and routing
+// reads: jobstore.RecordStartRatio, and the simulator the same.
+const StartRatiosKept = 1024

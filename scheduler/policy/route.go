@@ -47,6 +47,26 @@ type RoutingInput struct {
 	Pressure  poolstate.PoolPressure // the local pool's, as the last placement round published it
 	Spends    map[string]poolstate.Spend
 	StepTimes map[string]float64
+	// StartRatios are recent local starts' waits over their submit-time
+	// estimates, sorted (routing.Snapshot.StartRatios).
+	StartRatios []float64
+}
+
+// minEstWait is the least submit-time wait estimate a start ratio is
+// taken of: the ratio of a wait to an estimate of seconds says nothing.
+const minEstWait = time.Minute
+
+// StartRatio is what job j's first start on the owned pool, at now, says
+// of the local wait estimate: its wait over the wait estimated when it
+// was submitted (its route's, decided at submit, local). ok is false for
+// a start that says nothing: a later attempt, a route decided since
+// (spill-over, reload), an estimate under a minute or none.
+func StartRatio(j *jobtype.Job, now time.Time) (ratio float64, ok bool) {
+	r := j.Route
+	if j.Attempt != 1 || r == nil || r.Path != "submit" || r.Kind != routecfg.KindLocal || r.EstWaitS < minEstWait.Seconds() {
+		return 0, false
+	}
+	return max(now.Sub(j.CreatedAt).Seconds(), 0) / r.EstWaitS, true
 }
 
 // Snapshot builds a routing decision's snapshot from in under rs, with the
@@ -54,7 +74,7 @@ type RoutingInput struct {
 // each backend's and team's spend against its monthly budget.
 func Snapshot(rs *RouteState, as Assumptions, in RoutingInput) routing.Snapshot {
 	snap := routing.Snapshot{Now: in.Now, Config: rs.Config, Pools: map[string]routing.Pool{},
-		BackendSpend: map[string]routing.Spend{}, TeamSpend: map[string]routing.Spend{}, SecondsPerStep: in.StepTimes}
+		BackendSpend: map[string]routing.Spend{}, TeamSpend: map[string]routing.Spend{}, SecondsPerStep: in.StepTimes, StartRatios: in.StartRatios}
 	for _, b := range rs.Config.Backends {
 		if b.Kind == routecfg.KindLocal {
 			// The workers of this deployment form its (first) local pool.

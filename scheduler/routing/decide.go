@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -164,6 +165,12 @@ func (e *eval) choose(d *Decision, states []candState) int {
 		return e.chooseByValue(d, states)
 	}
 	within, cloud, leastWait := shortlist(e.job.MaxWait, d, states)
+	if stay, ok := stayOdds(e.s.StartRatios, j, d, states, cloud, leastWait); ok {
+		if stay {
+			return leastWait
+		}
+		within = -1
+	}
 	switch {
 	case within >= 0:
 		w := states[within].waitS
@@ -188,6 +195,45 @@ func (e *eval) choose(d *Decision, states []candState) int {
 	return -1
 }
 
+// minStartRatios is how many start ratios (Snapshot.StartRatios) the odds
+// of a local start need before they decide: fewer say little.
+const minStartRatios = 20
+
+// stayOdds decides, when a cloud backend could take job j and a local
+// pool could too, by the odds that the local pool starts it within the
+// max_wait it has left (ok false: not decided so, the estimate against
+// max_wait decides). The odds are the share of recent local starts whose
+// wait, as a multiple of what was estimated at their submit
+// (r: Snapshot.StartRatios), would bring this job's estimated wait within
+// what is left. Staying is wrong when the job spills over after all: it
+// waited what was left and pays the rent anyway. Bursting is wrong when
+// the pool would have started it in time: it paid the rent of its whole
+// run. With time valued at what renting buys it (the job's own GPUs at
+// the cloud's price, so both wrongs are in the same unit), the job stays
+// when the odds are at least left ÷ (left + runtime): a long job stays on
+// fair odds, a short one rents unless the pool is all but sure.
+func stayOdds(r []float64, j *Job, d *Decision, states []candState, cloud, leastWait int) (stay, ok bool) {
+	if len(r) < minStartRatios || cloud < 0 || leastWait < 0 || j.MaxWait <= 0 {
+		return false, false
+	}
+	st := &states[leastWait]
+	left := (j.MaxWait - j.Waited).Seconds()
+	if !(left > 0) || !(st.waitNowS > 0) || st.runtime <= 0 {
+		return false, false // none left, or it starts now, or its run time is unknown
+	}
+	at, _ := slices.BinarySearch(r, left/st.waitNowS)
+	odds := float64(at) / float64(len(r))
+	need := left / (left + st.runtime.Seconds())
+	word := "burst"
+	if odds >= need {
+		word = "stay"
+	}
+	d.Reasons = append(d.Reasons, fmt.Sprintf("%s: %.0f%% of the last %d local starts came within %.2f× their estimated wait, as this job's %s on %s must to start within the %s of max_wait left; it needs %.0f%% (%s left ÷ (%s left + its %s run))",
+		word, 100*odds, len(r), left/st.waitNowS, fmtWait(st.waitNowS), d.Candidates[leastWait].Backend, fmtWait(left), 100*need,
+		fmtWait(left), fmtWait(left), st.runtime.Round(time.Second)))
+	return odds >= need, true
+}
+
 // burstOrWait chooses for a job whose least local wait (leastWait) is
 // beyond max_wait while a cloud backend could take it (cloud, the
 // cheapest): it bursts to the cheapest cloud backend that would start it
@@ -207,6 +253,10 @@ func (e *eval) burstOrWait(d *Decision, states []candState, cloud, leastWait int
 		}
 	}
 	lw := "local wait " + fmtWait(local.waitS) + " on " + d.Candidates[leastWait].Backend + " exceeds max_wait " + j.MaxWait.String()
+	if local.waitS <= j.MaxWait.Seconds() {
+		lw = "local wait " + fmtWait(local.waitS) + " on " + d.Candidates[leastWait].Backend + " is within max_wait " + j.MaxWait.String() +
+			", but the odds of a start in time are too low (above)"
+	}
 	switch {
 	case sooner >= 0 && sooner == cloud && states[cloud].waitS == 0:
 		d.Reasons = append(d.Reasons, "burst: "+lw+"; the cheapest feasible cloud backend is "+d.Candidates[cloud].Backend)

@@ -165,6 +165,7 @@ type snapMaps struct {
 	TeamSpend      map[string]Spend
 	SecondsPerStep map[string]float64
 	QueueWait      map[string]time.Duration
+	StartRatios    []float64
 }
 
 // site is the memo of site i.
@@ -180,7 +181,7 @@ func (e *eval) site(i int) *siteMemo {
 func newEval(x *routecfg.Index, job *Job, s *Snapshot) eval {
 	var e eval
 	e.x, e.job = x, *job
-	e.s = snapMaps{Pools: s.Pools, BackendSpend: s.BackendSpend, TeamSpend: s.TeamSpend, SecondsPerStep: s.SecondsPerStep, QueueWait: s.QueueWait}
+	e.s = snapMaps{Pools: s.Pools, BackendSpend: s.BackendSpend, TeamSpend: s.TeamSpend, SecondsPerStep: s.SecondsPerStep, QueueWait: s.QueueWait, StartRatios: s.StartRatios}
 	if n := len(x.Sites) - len(e.siteBuf); n > 0 {
 		e.siteMore = make([]siteMemo, n)
 	}

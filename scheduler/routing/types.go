@@ -152,6 +152,11 @@ type Snapshot struct {
 	// SecondsPerStep learned from finished jobs, keyed
 	// lower(BaseModel)+"|"+lower(GPU model) ("cpu" for a job with no GPUs).
 	SecondsPerStep map[string]float64
+	// StartRatios are, sorted, the recent local starts' waits as a
+	// multiple of the wait estimated at their submit (jobstore's
+	// RecordStartRatio): how far the local estimate is to be trusted
+	// (stayOdds). Fewer than minStartRatios: not used.
+	StartRatios []float64
 }
 
 // Candidate is one backend's verdict for a job. Its estimates are zero

@@ -254,6 +254,26 @@ type simulation struct {
 	redecide   bool
 	shapes     int        // job shapes numbered (setInert)
 	shortest   []shortest // roundPending's, by shape
+	ratios     startRatios
+}
+
+// startRatios are the start ratios (policy.StartRatio) as the store keeps
+// them (jobstore.RecordStartRatio): the newest poolstate.StartRatiosKept
+// in order of arrival, and sorted, for routing's odds.
+type startRatios struct{ ring, sorted []float64 }
+
+// add keeps start ratio r, dropping the oldest past StartRatiosKept.
+func (s *startRatios) add(r float64) {
+	if len(s.ring) == poolstate.StartRatiosKept {
+		old := s.ring[0]
+		s.ring = s.ring[1:]
+		if at, found := slices.BinarySearch(s.sorted, old); found {
+			s.sorted = slices.Delete(s.sorted, at, at+1)
+		}
+	}
+	s.ring = append(s.ring, r)
+	at, _ := slices.BinarySearch(s.sorted, r)
+	s.sorted = slices.Insert(s.sorted, at, r)
 }
 
 func newSim(setup Setup, jobs []Job) (*simulation, error) {
@@ -675,7 +695,7 @@ func (sm *simulation) queuePos(i int) (int, bool) {
 }
 
 func (sm *simulation) routingInput() policy.RoutingInput {
-	return policy.RoutingInput{Now: sm.at(), Nodes: sm.nodes, Pressure: sm.press, Spends: map[string]poolstate.Spend{}}
+	return policy.RoutingInput{Now: sm.at(), Nodes: sm.nodes, Pressure: sm.press, Spends: map[string]poolstate.Spend{}, StartRatios: sm.ratios.sorted}
 }
 
 // round runs one placement round (policy.DecideRound) and applies its plan.
@@ -760,6 +780,9 @@ func (sm *simulation) startLocal(i int, members []placement.Member) {
 		sj.held += len(m.GPUs)
 	}
 	sm.usedGPUs += sj.held
+	if r, ok := policy.StartRatio(&sj.job, sm.at()); ok {
+		sm.ratios.add(r)
+	}
 	sm.checkResidency(sj, sm.local)
 	sm.begin(i, sm.local, 0)
 }
