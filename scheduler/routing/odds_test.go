@@ -20,7 +20,9 @@ import (
 //     needs 3%; 20% of starts came in under 0.67× their estimate), the
 //     10-minute job bursts;
 //   - with fewer than minStartRatios ratios the estimate against max_wait
-//     decides, as before.
+//     decides, as before;
+//   - a job with value_per_hour_usd is decided by its own value of an
+//     hour, never by the odds.
 func TestStayOdds(t *testing.T) {
 	// 25 starts: 5 at half their estimate, 15 on it, 5 at three times it.
 	var ratios []float64
@@ -59,5 +61,17 @@ func TestStayOdds(t *testing.T) {
 				t.Errorf("chose %q; want local %v with a reason holding %q; reasons:\n%s", d.Backend, tc.local, tc.reason, strings.Join(d.Reasons, "\n"))
 			}
 		})
+	}
+	// A job that states its value of an hour is decided by that trade,
+	// never by the odds.
+	s := baseSnapshot(t, issueConfig)
+	p := s.Pools["local"]
+	p.Joins[1] = []JoinWait{{GPUs: 1, WaitS: 3600}}
+	s.Pools["local"] = p
+	s.StartRatios = ratios
+	j := baseJob("eu")
+	j.MaxWait, j.ExpectedRuntime, j.ValuePerHourUSD = 2*time.Hour, 10*time.Minute, 0.01
+	if d := Decide(j, s); hasReason(d, "local starts came within") {
+		t.Errorf("value_per_hour_usd set: the odds decided; reasons:\n%s", strings.Join(d.Reasons, "\n"))
 	}
 }
