@@ -90,6 +90,13 @@ func (r admitRig) runningSince(t *testing.T, id string, d time.Duration) {
 
 func newAdmitRig(t *testing.T, cfgText string) admitRig {
 	t.Helper()
+	return newAdmitRigWith(t, cfgText, nil)
+}
+
+// newAdmitRigWith is newAdmitRig with mod applied to the scheduler's
+// config before it is built.
+func newAdmitRigWith(t *testing.T, cfgText string, mod func(*Config)) admitRig {
+	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	store := jobstore.New(rdb, jobstore.Config{})
@@ -100,6 +107,9 @@ func newAdmitRig(t *testing.T, cfgText string) admitRig {
 	led := ledgertest.New(t, rdb)
 	sc := Config{Routing: cfg, Ledger: led, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Defaults: jobspec.Defaults{OutputURI: fileuri.FromPath(t.TempDir())}, PlaceInterval: 20 * time.Millisecond}
+	if mod != nil {
+		mod(&sc)
+	}
 	r := admitRig{ctx: context.Background(), rdb: rdb, store: store, led: led, s: New(rdb, store, sc), cfg: sc}
 	if err := store.Heartbeat(r.ctx, jobstore.Node{Name: "n1", Incarnation: "i1", Backend: "local", Slots: 4,
 		GPUs: []jobtype.GPU{{Index: 0, UUID: "GPU-a", Name: "NVIDIA H100 80GB HBM3", Healthy: true, MemoryTotalMB: 81559}},
@@ -485,21 +495,23 @@ func TestTeamCapOnActualSpend(t *testing.T) {
 	})
 }
 
-// TestCapGuardsLookAhead: a trial (and a job of team ml) that has run
-// 170 s at $2 a GPU-hour, $0.094 of a $0.10 cap, is asked to stop while
-// the cap is not yet reached: by the time the guard's next pass could
-// stop it (its interval plus the kill grace, 10 s) it would be, $0.10.
-// The stop names both figures. (Without the look-ahead it is stopped only
-// once its cost reached the cap, and passes it by what it costs until the
-// next pass and its stop.)
+// TestCapGuardsLookAhead: with a kill grace of 2 minutes, a trial (and a
+// job of team ml) that has run 60 s at $2 a GPU-hour, $0.033 of a $0.10
+// cap, is asked to stop while the cap is far from reached: by the time
+// the guard's next pass could stop it (its interval plus the kill grace,
+// 121 s for the sweep, 122 s for the team) it would be, $0.10. The stop
+// names both figures. A late first pass (a busy machine) moves them by
+// $0.0006 a second, and the spend to now stays under $0.095 for 110 s.
+// (Without the look-ahead it is stopped only once its cost reached the
+// cap, two minutes later: the wait for the stop times out.)
 func TestCapGuardsLookAhead(t *testing.T) {
 	for _, tc := range []struct {
 		name, config string
 		start        func(r *admitRig) string
 		why          string
 	}{
-		{"sweep", admitConfig, func(r *admitRig) string { _, id := r.cappedSweepRunning(t, 170*time.Second); return id },
-			`sweep budget reached: \$0\.09 of \$0\.10 spent, \$0\.10 once its running trials are stopped`},
+		{"sweep", admitConfig, func(r *admitRig) string { _, id := r.cappedSweepRunning(t, 60*time.Second); return id },
+			`sweep budget reached: \$0\.0[3-9] of \$0\.10 spent, \$0\.1\d once its running trials are stopped`},
 		{"team", strings.Replace(admitConfig, "{ml: 1000}", "{ml: 0.10}", 1), func(r *admitRig) string {
 			spec, err := jobspec.Parse([]byte(admitSpec))
 			if err != nil {
@@ -510,12 +522,12 @@ func TestCapGuardsLookAhead(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r.runningSince(t, created[0].Job.ID, 170*time.Second)
+			r.runningSince(t, created[0].Job.ID, 60*time.Second)
 			return created[0].Job.ID
-		}, `team ml's monthly budget reached: \$0\.09 of \$0\.10 spent, \$0\.10 once its running jobs are stopped`},
+		}, `team ml's monthly budget reached: \$0\.0[3-9] of \$0\.10 spent, \$0\.1\d once its running jobs are stopped`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newAdmitRig(t, tc.config)
+			r := newAdmitRigWith(t, tc.config, func(c *Config) { c.KillGrace = 2 * time.Minute })
 			id := tc.start(&r)
 			msg := waitfor.Value(t, 20*time.Second, "job "+id+" asked to stop for its budget", func() string {
 				msg, _ := r.rdb.HGet(r.ctx, "lathe:job:"+id, "stop_message").Result()
